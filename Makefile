@@ -1,0 +1,25 @@
+# Two entry points for a fresh machine: `make demo` (open the app with the built-in demo) and
+# `make test` (the full test suite). Both create .venv with the pinned constraints first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gui,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	rm -rf demo-run && $(BIN)/ram-merge demo demo-run && $(BIN)/ram-merge merge demo-run/base demo-run/coder demo-run/tool demo-run/memory --out demo-run/merged
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,1 @@
+"""Headless merge engine: torch, safetensors and huggingface_hub only — never Qt."""

@@ -1,0 +1,70 @@
+"""The output's README.md model card, built with huggingface_hub's ModelCard."""
+
+from __future__ import annotations
+
+import math
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from .methods import get_method
+from .plan import MergePlan
+from .probe import ProbeReport
+
+
+def _hub_base_id(plan: MergePlan) -> str | None:
+    if plan.base.repo_id:
+        return plan.base.repo_id
+    name = (plan.base.config or {}).get("_name_or_path")
+    return name if isinstance(name, str) and name.count("/") == 1 and not name.startswith((".", "/")) else None
+
+
+def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[float], probe: ProbeReport,
+               out_dtype: str) -> ModelCard:
+    method = get_method(method_name)
+    data = ModelCardData(
+        base_model=_hub_base_id(plan),
+        tags=["merge", "ram-desktop", method_name, "reinforcement-learning", "agent"],
+        library_name="transformers" if (plan.base.config or {}).get("architectures") else None,
+    )
+    params_text = ", ".join(f"{k} = {v}" for k, v in params.items()) or "none"
+    rows = []
+    for t, a in enumerate(probe.agents):
+        rho = "∞" if math.isinf(a.rho) else f"{a.rho:.3f}"
+        rows.append(f"| {a.name} | `{plan.agents[t].display}` | {a.density:.2%} | {a.unique:,} | {a.shared:,} "
+                    f"| {rho} | {lambdas[t]:.4f} |")
+    overlap_head = " | ".join(f"{k + 1} agent{'s' if k else ''}" for k in range(len(probe.agents)))
+    overlap_rows = [f"| {a.name} | " + " | ".join(f"{c / a.updated:.1%}" if a.updated else "-" for c in a.overlap)
+                    + " |" for a in probe.agents]
+    body = f"""
+# Merged with RAM Desktop: {method.label}
+
+This model merges {plan.n_agents} reinforcement-learning-trained agents into their common base with
+**{method.label}** ({method.summary}) — *Behavior Knowledge Merge in Reinforced Agentic Models*,
+arXiv 2601.13572.
+
+- Base: `{plan.base.display}`
+- Method: `{method_name}`; parameters: {params_text}; ε = {probe.eps:g}
+- Output dtype: {out_dtype}; elements compared: {probe.params:,} in {probe.tensors} tensors
+- Overlap statistics ρ are counted over the whole model, as the paper defines them.
+
+## Agents
+
+| agent | source | density | unique | shared | ρ | λ |
+|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+## Overlap: share of each agent's updates that k agents update
+
+| agent | {overlap_head} |
+|---|{'---|' * len(probe.agents)}
+{chr(10).join(overlap_rows)}
+
+## Reproduce
+
+```
+ram-merge run ram-recipe.yaml
+```
+
+`merge-report.json` holds the full statistics, per-layer densities, timings and versions.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")

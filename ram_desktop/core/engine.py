@@ -1,0 +1,282 @@
+"""The executor: open sources, plan, probe (pass 1), merge (pass 2, or one fused pass), write.
+
+It owns reading, device transfer, progress and cancellation; methods only compute on chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from .card import model_card
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, SliceReader, iter_chunks, make_chunk
+from .errors import InputError
+from .events import Reporter
+from .methods import Collector, MergeMethod, get_method
+from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .plan import MergePlan, make_plan
+from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .recipe import Recipe, parse_size
+from .sources import Checkpoint, open_checkpoint
+
+log = logging.getLogger("ram_desktop")
+
+
+def resolve_device(spec: str = "auto") -> torch.device:
+    """'auto' picks CUDA when present, else the CPU; 'cuda' / 'cuda:N' must exist."""
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise InputError(f"unknown device {spec!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"device {spec} requested but no CUDA GPU is available; use --device cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InputError(f"device {spec} does not exist; {torch.cuda.device_count()} CUDA device(s) found")
+    elif device.type != "cpu":
+        raise InputError(f"unsupported device {spec!r}; use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def open_sources(base: str, agents: list[str], reporter: Reporter) -> tuple[Checkpoint, list[Checkpoint]]:
+    """Resolve every source (headers only)."""
+    base_ckpt = open_checkpoint(base, reporter)
+    return base_ckpt, [open_checkpoint(a, reporter) for a in agents]
+
+
+def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
+    if bool(torch.isfinite(chunk.taus).all()):
+        return
+    for t in range(chunk.n_agents):
+        if not bool(torch.isfinite(chunk.taus[t]).all()):
+            raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
+                             "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
+
+
+def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter,
+               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, collector: Collector | None = None,
+               accumulate: bool = True) -> ProbeReport | None:
+    """Pass 1: stream every mergeable tensor and accumulate the whole-model statistics
+    (and a method's collector). With ``accumulate=False`` only the collector runs."""
+    acc = ProbeAccumulator(plan, eps) if accumulate else None
+    jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
+    total = sum(plan.jobs[i].numel for i in jobs)
+    done = 0
+    reporter.progress("probe", 0, total, "elements")
+    with SliceReader() as reader:
+        for index, span, base, agents in iter_chunks(plan, jobs, reader, chunk_elements, eps, device):
+            chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps)
+            _check_finite(chunk, plan)
+            if acc is not None:
+                acc.add(chunk)
+            if collector is not None:
+                collector.add(chunk)
+            done += span.numel
+            reporter.progress("probe", done, total, "elements")
+    return acc.report() if acc is not None else None
+
+
+def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = 1e-5,
+          device: str = "auto", reporter: Reporter | None = None, use_cache: bool = True,
+          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> ProbeReport:
+    """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε."""
+    reporter = reporter or Reporter()
+    eps = _check_eps(eps)
+    base_ckpt, agent_ckpts = open_sources(base, agents, reporter)
+    plan = make_plan(base_ckpt, agent_ckpts, names)
+    return _probe_plan(plan, eps, resolve_device(device), reporter, use_cache, chunk_elements)
+
+
+def _probe_plan(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter, use_cache: bool,
+                chunk_elements: int, collector: Collector | None = None) -> ProbeReport:
+    """The probe from the cache when possible; a collector still gets its own pass over the data."""
+    cached = load_cached(plan.fingerprint(), eps) if use_cache else None
+    if cached is not None and len(cached.agents) == plan.n_agents:
+        log.info("reusing the cached probe of these inputs (ε = %g)", eps)
+        if collector is not None:
+            probe_pass(plan, eps, device, reporter, chunk_elements, collector, accumulate=False)
+        return cached.renamed(plan.names, [a.display for a in plan.agents])
+    start = time.perf_counter()
+    report = probe_pass(plan, eps, device, reporter, chunk_elements, collector)
+    assert report is not None
+    log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors, time.perf_counter() - start)
+    save_cached(report)
+    return report
+
+
+def _check_eps(eps: float) -> float:
+    eps = float(eps)
+    if not (eps >= 0.0 and eps < float("inf")):
+        raise InputError(f"--eps must be a non-negative number, got {eps}")
+    return eps
+
+
+@dataclass
+class MergeRequest:
+    """Everything a merge needs; the CLI, the GUI and recipes all build one of these."""
+
+    base: str
+    agents: list[str]
+    out: Path
+    method: str = "ram-plus"
+    params: dict[str, Any] = field(default_factory=dict)
+    names: list[str] | None = None
+    eps: float = 1e-5
+    device: str = "auto"
+    out_dtype: str = "base"
+    shard_size: str = "5GB"
+    overwrite: bool = False
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
+    use_cache: bool = True
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, out: Path | None = None, **overrides: Any) -> "MergeRequest":
+        target = out or (Path(recipe.out) if recipe.out else None)
+        if target is None:
+            raise InputError("the recipe names no output folder; pass --out DIR")
+        return cls(recipe.base, recipe.agents, Path(target), recipe.method, dict(recipe.params), recipe.names,
+                   recipe.eps, recipe.device, recipe.out_dtype, recipe.shard_size, **overrides)
+
+
+@dataclass
+class MergeResult:
+    out: Path
+    report: dict
+    probe: ProbeReport
+    lambdas: list[float]
+    seconds: float
+    bytes_written: int
+    warnings: list[str]
+
+
+def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResult:
+    """Merge base and agents into ``request.out``; nothing is written unless the whole merge succeeds."""
+    reporter = reporter or Reporter()
+    start = time.perf_counter()
+    method = get_method(request.method)
+    params = method.resolve(request.params)
+    eps = _check_eps(request.eps)
+    shard_bytes = parse_size(request.shard_size)
+    device = resolve_device(request.device)
+    base, agents = open_sources(request.base, request.agents, reporter)
+    plan = make_plan(base, agents, request.names, request.out_dtype)
+    out = check_output(Path(request.out), [base, *agents], request.overwrite, plan.out_bytes)
+
+    probe_report = None
+    timings: dict[str, float] = {}
+    collector = method.collector(params, plan) if method.collector else None
+    if method.needs_probe(params) or collector is not None:
+        t0 = time.perf_counter()
+        probe_report = _probe_plan(plan, eps, device, reporter, request.use_cache, request.chunk_elements, collector)
+        timings["probe_s"] = time.perf_counter() - t0
+    context = method.prepare(params, probe_report, collector.finish() if collector else None)
+
+    t0 = time.perf_counter()
+    with staging_folder(out) as tmp:
+        shards = ShardSet(tmp, plan, shard_bytes)
+        try:
+            fused = _merge_pass(plan, method, context, eps, device, shards, reporter, request.chunk_elements,
+                                accumulate=probe_report is None)
+        except BaseException:
+            shards.abort()
+            raise
+        shards.close()
+        probe_report = probe_report or fused
+        timings["merge_s"] = time.perf_counter() - t0
+        if fused is not None:
+            save_cached(fused)
+        lambdas = method.lambdas(params, probe_report) if method.lambdas else [1.0] * plan.n_agents
+        timings["total_s"] = time.perf_counter() - start
+        report = merge_report(plan, request, params, probe_report, lambdas, device, timings, shards.files,
+                              shards.bytes_written)
+        _write_extras(tmp, plan, request, params, probe_report, lambdas, report)
+    seconds = time.perf_counter() - start
+    log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, method.name, out, seconds)
+    return MergeResult(out, report, probe_report, lambdas, seconds, shards.bytes_written, probe_report.warnings)
+
+
+def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
+                shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool) -> ProbeReport | None:
+    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first)."""
+    acc = ProbeAccumulator(plan, eps) if accumulate else None
+    total = sum(j.numel for j in plan.jobs)
+    done = 0
+    reporter.progress("merge", 0, total, "elements")
+    with SliceReader() as reader:
+        for index, span, base, agents in iter_chunks(plan, list(range(len(plan.jobs))), reader, chunk_elements,
+                                                     eps, device):
+            job = plan.jobs[index]
+            if job.mergeable:
+                chunk = make_chunk(index, job, span, base, agents, eps)
+                if acc is not None:
+                    _check_finite(chunk, plan)
+                    acc.add(chunk)
+                merged = (chunk.base + method.merge(chunk, context)).to(job.out_dtype)
+            else:
+                merged = base
+            shards.write(index, merged.cpu())
+            done += span.numel
+            reporter.progress("merge", done, total, "elements")
+    return acc.report() if acc is not None else None
+
+
+def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
+                 lambdas: list[float], device: torch.device, timings: dict[str, float], files: list[str],
+                 bytes_written: int) -> dict:
+    """The probe report plus what the merge did (SPEC.md section 2)."""
+    import huggingface_hub
+    import safetensors
+
+    report = probe_report.to_json()
+    out_names = {j.out_dtype for j in plan.mergeable_jobs}
+    from .output import DTYPE_NAMES
+
+    survival = {}
+    for name in {DTYPE_NAMES.get(d) for d in out_names} & set(probe_report.survival):
+        survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
+    report.update({
+        "method": request.method,
+        "method_params": params,
+        "lambda": lambdas,
+        "out_dtype": request.out_dtype,
+        "device": str(device),
+        "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
+        "rescale_survival_share": survival,
+        "output": {"files": files, "bytes": bytes_written},
+        "timings": {k: round(v, 4) for k, v in timings.items()},
+        "versions": {"ram_desktop": __version__, "torch": torch.__version__, "safetensors": safetensors.__version__,
+                     "huggingface_hub": huggingface_hub.__version__, "python": platform.python_version()},
+    })
+    return report
+
+
+def _write_extras(folder: Path, plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
+                  lambdas: list[float], report: dict) -> None:
+    write_config(plan.base, folder, plan)
+    copy_tokenizer_files(plan.base, folder)
+    model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype).save(folder / "README.md")
+    recipe = Recipe(
+        base=_pinned(plan.base), agents=[_pinned(a) for a in plan.agents], method=request.method, params=params,
+        names=plan.names, eps=request.eps, out_dtype=request.out_dtype, shard_size=str(request.shard_size),
+        device=request.device, out=str(Path(request.out).expanduser().resolve()),
+    )
+    recipe.save(folder / "ram-recipe.yaml")
+    (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _pinned(ckpt: Checkpoint) -> str:
+    """The source as a recipe names it: a Hub id pinned to its commit, or the absolute local path."""
+    if ckpt.repo_id:
+        return f"{ckpt.repo_id}@{ckpt.revision}" if ckpt.revision else ckpt.repo_id
+    return str(ckpt.path)

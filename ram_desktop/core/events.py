@@ -1,0 +1,75 @@
+"""Progress events and cooperative cancellation between core and its faces.
+
+Core never prints: it calls ``Reporter.progress`` and logs through the ``ram_desktop`` logger.
+The CLI turns events into a tqdm bar, the GUI worker into Qt signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .errors import Cancelled
+
+log = logging.getLogger("ram_desktop")
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """``done`` of ``total`` units of ``stage`` ("resolve", "probe", "merge", "download", ...)."""
+
+    stage: str
+    done: int
+    total: int
+    unit: str = "B"
+    elapsed: float = 0.0
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+
+class CancelToken:
+    """Thread-safe flag checked between chunks; ``cancel()`` may be called from any thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        if self._event.is_set():
+            raise Cancelled("cancelled by the user")
+
+
+class Reporter:
+    """What a long-running core call receives: a progress callback and a cancel token."""
+
+    def __init__(
+        self,
+        on_progress: Callable[[ProgressEvent], None] | None = None,
+        cancel: CancelToken | None = None,
+    ) -> None:
+        self._on_progress = on_progress
+        self.cancel = cancel or CancelToken()
+        self._stage_start: dict[str, float] = {}
+
+    def progress(self, stage: str, done: int, total: int, unit: str = "B") -> None:
+        """Report progress and check for cancellation (the natural point between chunks)."""
+        start = self._stage_start.setdefault(stage, time.perf_counter())
+        if self._on_progress is not None:
+            self._on_progress(ProgressEvent(stage, done, total, unit, time.perf_counter() - start))
+        self.cancel.raise_if_cancelled()
+
+    def check(self) -> None:
+        self.cancel.raise_if_cancelled()
+
+

@@ -1,0 +1,249 @@
+"""Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and RAM+ rounding survival.
+
+Counts are over the whole model (SPEC.md section 1): the accumulator sums per-chunk histograms.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .chunks import Chunk
+from .plan import MergePlan
+
+FORMAT = "ram-probe/1"
+SURVIVAL_DTYPES: dict[str, tuple[torch.dtype, int]] = {  # name -> (dtype, significand bits incl. implicit)
+    "bfloat16": (torch.bfloat16, 8),
+    "float16": (torch.float16, 11),
+    "float32": (torch.float32, 24),
+}
+SURVIVAL_STEP = 0.002  # resolution of the λ* histogram
+SURVIVAL_BINS = 1000  # covers λ in [1, 3]; λ* beyond that lands in the last bin ("never")
+LAYER = re.compile(r"^(.*?layers\.(\d+))\.(.+?)(?:\.(?:weight|bias))?$")
+
+
+@dataclass
+class AgentStats:
+    name: str
+    source: str
+    updated: int
+    unique: int
+    shared: int
+    overlap: list[int]  # overlap[k]: elements this agent updates that exactly k+1 agents update
+    density: float
+
+    @property
+    def rho(self) -> float:
+        """Overlap-unique ratio ρ = shared / unique (inf when nothing is unique)."""
+        return self.shared / self.unique if self.unique else math.inf
+
+
+@dataclass
+class TensorStats:
+    name: str
+    params: int
+    updated: list[int]  # per agent
+    unique: list[int]  # per agent
+
+
+@dataclass
+class ProbeReport:
+    eps: float
+    params: int
+    tensors: int
+    agents: list[AgentStats]
+    tensor_stats: list[TensorStats]
+    survival: dict[str, list[list[int]]]  # dtype -> per agent histogram of λ* (see survival_share)
+    fingerprint: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    def survival_share(self, agent: int, dtype: str, lam: float) -> float | None:
+        """Share of the agent's unique elements whose value rescaled by ``lam`` differs, after rounding
+        to ``dtype``, from the unscaled (RAM) value. None when the agent has no unique elements.
+
+        From the λ* histogram: an element counts when λ ≥ the upper edge of its λ* bin, so the
+        share is exact up to the bin width of 0.002 in λ.
+        """
+        hist = self.survival[dtype][agent]
+        total = sum(hist)
+        if total == 0:
+            return None
+        k = min(int(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9)), SURVIVAL_BINS - 1)
+        return sum(hist[: k + 1]) / total if k >= 0 else 0.0
+
+    def layers(self) -> list[dict]:
+        """Density per transformer layer (``...layers.N``) and per other top-level tensor."""
+        return _grouped(self, lambda name: (m.group(1) if (m := LAYER.match(name)) else _strip(name)))
+
+    def modules(self) -> list[dict]:
+        """Density per module kind across layers (``self_attn.q_proj``, ``mlp.down_proj`` ...)."""
+        return _grouped(self, lambda name: (m.group(3) if (m := LAYER.match(name)) else _strip(name)))
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "eps": self.eps,
+            "params": self.params,
+            "tensors": self.tensors,
+            "agents": [
+                {"name": a.name, "source": a.source, "updated": a.updated, "density": a.density,
+                 "unique": a.unique, "shared": a.shared, "rho": None if math.isinf(a.rho) else a.rho,
+                 "overlap": a.overlap}
+                for a in self.agents
+            ],
+            "fingerprint": self.fingerprint,
+            "warnings": self.warnings,
+            "layers": self.layers(),
+            "modules": self.modules(),
+            "tensor_stats": [asdict(t) for t in self.tensor_stats],
+            "rescale_survival": {"step": SURVIVAL_STEP, "bins": SURVIVAL_BINS, "hist": self.survival},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ProbeReport":
+        if data.get("format") != FORMAT:
+            raise ValueError(f"not a {FORMAT} report")
+        agents = [AgentStats(a["name"], a["source"], a["updated"], a["unique"], a["shared"], a["overlap"],
+                             a["density"]) for a in data["agents"]]
+        return cls(data["eps"], data["params"], data["tensors"], agents,
+                   [TensorStats(**t) for t in data["tensor_stats"]], data["rescale_survival"]["hist"],
+                   data.get("fingerprint", ""), data.get("warnings", []))
+
+    def renamed(self, names: list[str], sources: list[str]) -> "ProbeReport":
+        """The same statistics under other agent names (a cached probe reused with new names)."""
+        agents = [AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
+                  for a, n, s in zip(self.agents, names, sources)]
+        return ProbeReport(self.eps, self.params, self.tensors, agents, self.tensor_stats, self.survival,
+                           self.fingerprint, self.warnings)
+
+
+def _strip(name: str) -> str:
+    return re.sub(r"\.(weight|bias)$", "", name)
+
+
+def _grouped(report: ProbeReport, key) -> list[dict]:
+    groups: dict[str, dict] = {}
+    n = len(report.agents)
+    for t in report.tensor_stats:
+        g = groups.setdefault(key(t.name), {"params": 0, "updated": [0] * n, "unique": [0] * n})
+        g["params"] += t.params
+        for i in range(n):
+            g["updated"][i] += t.updated[i]
+            g["unique"][i] += t.unique[i]
+    return [{"name": name, "params": g["params"], "updated": g["updated"], "unique": g["unique"],
+             "density": [u / g["params"] if g["params"] else 0.0 for u in g["updated"]]}
+            for name, g in groups.items()]
+
+
+class ProbeAccumulator:
+    """Sums per-chunk statistics into a ``ProbeReport``; counts do not depend on chunk boundaries."""
+
+    def __init__(self, plan: MergePlan, eps: float, survival: bool = True) -> None:
+        self.plan = plan
+        self.eps = eps
+        self.n = plan.n_agents
+        self.with_survival = survival
+        self._overlap: dict[int, torch.Tensor] = {}  # job -> [N, N+1] int64 (column 0 unused)
+        self._survival = {d: torch.zeros(self.n, SURVIVAL_BINS, dtype=torch.int64) for d in SURVIVAL_DTYPES}
+        self._nonfinite: set[tuple[int, int]] = set()
+
+    def add(self, chunk: Chunk) -> None:
+        n = self.n
+        masks, counts = chunk.masks, chunk.counts
+        # key = t * (N+1) + c_i where agent t updates i, else t * (N+1): one bincount for all agents.
+        keys = masks * counts + torch.arange(n, device=counts.device, dtype=torch.int32)[:, None] * (n + 1)
+        hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1).cpu()
+        if chunk.job_index in self._overlap:
+            self._overlap[chunk.job_index] += hist
+        else:
+            self._overlap[chunk.job_index] = hist
+        if self.with_survival:
+            unique = counts == 1
+            for t in range(n):
+                sel = masks[t] & unique
+                if not bool(sel.any()):
+                    continue
+                x, tau = chunk.base[sel], chunk.taus[t][sel]
+                for name, (dtype, bits) in SURVIVAL_DTYPES.items():
+                    self._survival[name][t] += _lambda_star_histogram(x, tau, dtype, bits).cpu()
+
+    def report(self) -> ProbeReport:
+        n, plan = self.n, self.plan
+        overlap_total = torch.zeros(n, n + 1, dtype=torch.int64)
+        tensor_stats = []
+        for index, job in enumerate(plan.jobs):
+            if not job.mergeable:
+                continue
+            h = self._overlap.get(index, torch.zeros(n, n + 1, dtype=torch.int64))
+            overlap_total += h
+            tensor_stats.append(TensorStats(job.name, job.numel, h[:, 1:].sum(1).tolist(), h[:, 1].tolist()))
+        params = plan.params
+        agents = []
+        for t in range(n):
+            ov = overlap_total[t, 1:].tolist()
+            updated = sum(ov)
+            agents.append(AgentStats(plan.names[t], plan.agents[t].display, updated, ov[0], updated - ov[0], ov,
+                                     updated / params if params else 0.0))
+        warnings = list(plan.warnings)
+        for a in agents:
+            if a.updated == 0:
+                warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
+        survival = {d: h.tolist() for d, h in self._survival.items()}
+        return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
+                           plan.fingerprint(), warnings)
+
+
+def _lambda_star_histogram(x: torch.Tensor, tau: torch.Tensor, dtype: torch.dtype, bits: int) -> torch.Tensor:
+    """Histogram of λ*, the smallest scale at which round(x + λ·τ) leaves round(x + τ), over ``dtype``.
+
+    round(x + τ) = y0; the value moves once x + λτ passes the midpoint between y0 and its neighbour
+    in the direction of τ, so λ* = (mid − x) / τ. Computed in float64.
+    """
+    x64, tau64 = x.double(), tau.double()
+    y0 = (x + tau).to(dtype).double()
+    mant, exp = torch.frexp(y0)
+    ulp = torch.ldexp(torch.ones_like(y0), exp - bits)
+    toward_zero = (mant.abs() == 0.5) & (torch.sign(y0) != torch.sign(tau64))
+    ulp = torch.where(toward_zero, ulp / 2, ulp)
+    tiny = torch.finfo(dtype).smallest_normal * 2.0 ** (1 - bits)  # smallest subnormal
+    ulp = torch.clamp(ulp, min=tiny)
+    mid = y0 + torch.sign(tau64) * ulp / 2
+    lam_star = (mid - x64) / tau64
+    idx = torch.ceil((lam_star - 1.0) / SURVIVAL_STEP).clamp(0, SURVIVAL_BINS - 1).to(torch.int64)
+    return torch.bincount(idx, minlength=SURVIVAL_BINS)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("RAM_DESKTOP_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ram-desktop")
+    return Path(root) / "probe"
+
+
+def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
+    """A probe of the same inputs and ε saved earlier, or None."""
+    path = cache_dir() / f"{fingerprint}-{eps!r}.json"
+    try:
+        return ProbeReport.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_cached(report: ProbeReport) -> None:
+    path = cache_dir() / f"{report.fingerprint}-{report.eps!r}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(report.to_json()))
+        tmp.replace(path)
+    except OSError:
+        pass  # the cache is an optimisation; a read-only home must not fail a merge

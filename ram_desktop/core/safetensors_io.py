@@ -1,0 +1,158 @@
+"""Safetensors headers (read and validated without touching tensor data) and a streaming writer.
+
+Reading tensor data goes through ``safetensors.safe_open(...).get_slice``. Two things here are
+written by hand, each for a reason: the header check, so that a corrupt file gets a message
+naming the file and the problem instead of a Rust panic string; and the writer, because
+``safetensors.torch.save_file`` needs every tensor whole in memory, while a merge produces
+tensors slice by slice and must stay bounded by the chunk size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+
+from .errors import InputError
+
+DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+CODES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+FLOAT_CODES = frozenset({"F64", "F32", "F16", "BF16"})
+MAX_HEADER_BYTES = 100 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as its header describes it."""
+
+    name: str
+    dtype: str  # safetensors code, e.g. "BF16"
+    shape: tuple[int, ...]
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.torch_dtype.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_CODES
+
+
+def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Return the tensors and ``__metadata__`` of one safetensors file, after checking the header.
+
+    Raises ``InputError`` naming the file for a bad header length, bad JSON, an unknown dtype, a
+    size that does not match the shape, or offsets outside the file.
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise InputError(f"{path}: not a safetensors file (only {size} bytes); re-download or re-save it")
+            (n,) = struct.unpack("<Q", head)
+            if n == 0 or n > MAX_HEADER_BYTES or 8 + n > size:
+                raise InputError(
+                    f"{path}: corrupt safetensors header (header length {n} does not fit a file of "
+                    f"{size} bytes); the file is truncated or not safetensors — re-download it"
+                )
+            raw = f.read(n)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{path}: corrupt safetensors header (invalid JSON: {e}); re-download it") from None
+    data_size = size - 8 - n
+    metadata = header.pop("__metadata__", None) or {}
+    tensors: dict[str, TensorInfo] = {}
+    for name, entry in header.items():
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+            if not all(isinstance(d, int) and d >= 0 for d in shape):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise InputError(f"{path}: corrupt safetensors header (bad entry for tensor {name!r})") from None
+        if dtype not in DTYPES:
+            raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
+        info = TensorInfo(name, dtype, shape, path)
+        if not (0 <= begin <= end <= data_size):
+            raise InputError(
+                f"{path}: tensor {name!r} has offsets {begin}..{end} outside the file's {data_size} data "
+                "bytes; the file is truncated — re-download it"
+            )
+        if end - begin != info.nbytes:
+            raise InputError(
+                f"{path}: tensor {name!r} occupies {end - begin} bytes but {dtype}{list(shape)} needs "
+                f"{info.nbytes}; the file is corrupt — re-download it"
+            )
+        tensors[name] = info
+    return tensors, {str(k): str(v) for k, v in metadata.items()}
+
+
+class SafetensorsStreamWriter:
+    """Writes one safetensors file whose tensors arrive in order, a slice at a time.
+
+    The header is computed up front from names, dtypes and shapes; ``write`` appends raw bytes,
+    and ``close`` checks that every tensor was written completely.
+    """
+
+    def __init__(self, path: Path, entries: list[tuple[str, torch.dtype, tuple[int, ...]]],
+                 metadata: dict[str, str]) -> None:
+        header: dict[str, object] = {"__metadata__": metadata}
+        offset = 0
+        for name, dtype, shape in entries:
+            nbytes = math.prod(shape) * dtype.itemsize
+            header[name] = {"dtype": CODES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        self.path = path
+        self._expected = offset
+        self._written = 0
+        self._file: BinaryIO = open(path, "wb")
+        self._file.write(struct.pack("<Q", len(raw)))
+        self._file.write(raw)
+
+    def write(self, data: torch.Tensor) -> None:
+        """Append the bytes of a contiguous CPU tensor (the next slice of the current tensor)."""
+        buf = data.contiguous().view(-1).view(torch.uint8).numpy()
+        self._file.write(memoryview(buf))
+        self._written += buf.nbytes
+
+    def close(self) -> None:
+        self._file.close()
+        if self._written != self._expected:
+            raise RuntimeError(f"{self.path}: wrote {self._written} of {self._expected} bytes")
+
+    def abort(self) -> None:
+        self._file.close()

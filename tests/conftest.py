@@ -1,0 +1,61 @@
+"""Shared fixtures: small generated checkpoints in the Hugging Face layout, written to tmp_path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from ram_desktop.core.demo import demo_shapes, generate_tensors, write_model
+
+SMALL_CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32, "intermediate_size": 48,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+    "vocab_size": 64, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Each test gets its own probe cache and Qt settings, never the user's."""
+    root = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("RAM_DESKTOP_CACHE", str(root / "ram"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(root / "config"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def make_models(folder: Path, dtype: torch.dtype = torch.bfloat16, shards: int = 1, seed: int = 7,
+                agents: dict[str, float] | None = None, config: dict = SMALL_CONFIG) -> tuple[Path, list[Path]]:
+    """A base and RL-like agents (bf16 ulp updates, sparse + dense) as HF folders, in ``dtype``."""
+    agents = agents or {"alpha": 0.5, "beta": 0.55, "gamma": 0.04}
+    base, agent_tensors = generate_tensors(demo_shapes(config), seed, agents)
+    cfg = dict(config, torch_dtype=str(dtype).removeprefix("torch."))
+    base_dir = write_model(folder / "base", {k: v.to(dtype) for k, v in base.items()}, cfg, shards)
+    dirs = [write_model(folder / name, {k: v.to(dtype) for k, v in t.items()}, cfg, shards)
+            for name, t in agent_tensors.items()]
+    return base_dir, dirs
+
+
+@pytest.fixture
+def models(tmp_path) -> tuple[Path, list[Path]]:
+    return make_models(tmp_path / "in")
+
+
+@pytest.fixture
+def sharded_models(tmp_path) -> tuple[Path, list[Path]]:
+    return make_models(tmp_path / "in", shards=3)
+
+
+def tree_snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
+    """Every file under ``roots`` with size and mtime: compared before/after to prove nothing was touched."""
+    snap = {}
+    for root in roots:
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                st = os.stat(os.path.join(dirpath, f))
+                snap[os.path.join(dirpath, f)] = (st.st_size, st.st_mtime_ns)
+    return snap
