@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -61,10 +62,11 @@ class Checkpoint:
         return str(self.path)
 
 
-def open_checkpoint(spec: str | Path, reporter: Reporter | None = None) -> Checkpoint:
+def open_checkpoint(spec: str | Path, reporter: Reporter | None = None, token: str | None = None) -> Checkpoint:
     """Resolve a local folder, a ``.safetensors`` file, or a Hub id (``org/name[@rev]``, ``hf://...``).
 
-    A local path that exists always wins over a Hub id of the same spelling.
+    A local path that exists always wins over a Hub id of the same spelling. ``token`` is used for
+    Hub sources only (None: ``HF_TOKEN`` or the stored login); it is never stored in the result.
     """
     text = str(spec).strip()
     if not text:
@@ -75,7 +77,7 @@ def open_checkpoint(spec: str | Path, reporter: Reporter | None = None) -> Check
     if HUB_ID.match(text) and not text.startswith(("/", ".", "~")):
         from .hub import open_hub  # imported lazily: huggingface_hub is only needed for Hub sources
 
-        return open_hub(text, reporter or Reporter())
+        return open_hub(text, reporter or Reporter(), token=token)
     raise InputError(f"{text}: no such file or folder; check the path")
 
 
@@ -119,24 +121,34 @@ def _weight_files(folder: Path) -> list[Path] | None:
             raise InputError(f"{index}: not a valid index (needs a JSON object with a \"weight_map\")") from None
         files = []
         for name in names:
-            file = (folder / name).resolve()
-            if folder.resolve() not in file.parents:
+            # Containment is checked on the path as written, so that shards which are symlinks (the
+            # Hugging Face cache links snapshot files to blobs/) are accepted, while "../x" is not.
+            if not contained(folder, name):
                 raise InputError(f"{index}: names {name!r}, which is outside the model folder; refusing to read it")
+            file = folder / os.path.normpath(name)  # not resolved: errors name the file, not a cache blob
             if not file.is_file():
                 raise InputError(f"{index}: names shard {name!r}, which is missing from {folder}; re-download it")
             files.append(file)
         return files
     if (folder / SINGLE_FILE).is_file():
-        return [(folder / SINGLE_FILE).resolve()]
+        return [folder / SINGLE_FILE]
     candidates = sorted(folder.glob("*.safetensors"))
     if len(candidates) == 1:
-        return [candidates[0].resolve()]
+        return [candidates[0]]
     if len(candidates) > 1:
         raise InputError(
             f"{folder}: has {len(candidates)} .safetensors files but no {INDEX_FILE} saying how they form one "
             "model; point at one file or add the index"
         )
     return None
+
+
+def contained(folder: Path, name: str) -> bool:
+    """Whether ``folder / name`` stays inside ``folder`` as written (no absolute path, no ``..`` escape)."""
+    if os.path.isabs(name):
+        return False
+    norm = os.path.normpath(os.path.join(str(folder), name))
+    return os.path.commonpath([norm, os.path.normpath(str(folder))]) == os.path.normpath(str(folder)) and norm != os.path.normpath(str(folder))
 
 
 def _read_config(folder: Path) -> dict | None:
