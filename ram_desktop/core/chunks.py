@@ -90,11 +90,21 @@ class SliceReader:
     def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor:
         handle = self._handles.get(file)
         if handle is None:
-            handle = self._stack.enter_context(safe_open(str(file), framework="pt"))
+            handle = self._stack.enter_context(_open_weights(file))
             self._handles[file] = handle
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)
         return handle.get_slice(name)[span.start:span.stop].reshape(-1)
+
+
+def _open_weights(file: Path):
+    """A safetensors file through ``safe_open``; anything else is a PyTorch pickle (``pickle_io.PickleHandle``,
+    which keeps the file's memory-mapped state dict for the pass)."""
+    if file.suffix == ".safetensors" or file.resolve().suffix == ".safetensors":
+        return safe_open(str(file), framework="pt")
+    from .pickle_io import PickleHandle
+
+    return PickleHandle(file)
 
 
 def iter_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int, eps: float,

@@ -1,29 +1,167 @@
-"""Folders and files without safetensors weights: PyTorch pickle checkpoints, or no weights at all."""
+"""PyTorch pickle checkpoints (``pytorch_model.bin``, sharded ``pytorch_model.bin.index.json``, ``.pt``).
+
+They are read **only** through ``torch.load(weights_only=True)``: torch's restricted unpickler, which
+accepts tensors, storages and plain containers and refuses every other global, so a checkpoint that
+would run code on load is refused with an ``InputError`` and its code never runs. Zip-format files
+(every ``torch.save`` since torch 1.6) are memory-mapped (``mmap=True``), so opening reads only the
+pickle's small record and tensor data is paged in as slices are read; legacy (pre-zip) files cannot be
+mapped and are loaded whole.
+
+``PickleHandle`` mimics the part of ``safetensors.safe_open`` the streaming reader uses
+(``get_slice(name)[a:b]`` and ``get_tensor``), so ``chunks.SliceReader`` serves ``.bin`` slices too.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import pickle
+import zipfile
 from pathlib import Path
 
-from .errors import InputError
-from .sources import Checkpoint
+import torch
 
-PICKLE_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+from .errors import InputError
+from .safetensors_io import CODES, TensorInfo
+from .sources import Checkpoint, _read_config, contained
+
+log = logging.getLogger("ram_desktop")
+
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_NAMES = (PICKLE_INDEX, PICKLE_SINGLE)
+WRAPPER_KEYS = ("state_dict", "model_state_dict")  # {"state_dict": {...}, ...} as training frameworks save
 
 
 def open_pickle_folder(folder: Path, spec: str) -> Checkpoint:
-    """A model folder with no .safetensors file."""
-    for name in PICKLE_NAMES:
-        if (folder / name).is_file():
-            return open_pickle_file(folder / name, spec)
+    """A model folder with no .safetensors file: ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``."""
+    if (folder / PICKLE_INDEX).is_file():
+        return _open_index(folder, folder / PICKLE_INDEX, spec)
+    if (folder / PICKLE_SINGLE).is_file():
+        return _open_files(folder, [folder / PICKLE_SINGLE], spec)
     raise InputError(
-        f"{folder}: no model weights found (expected model.safetensors, {('model.safetensors.index.json')} "
-        "or shards); point at a Hugging Face model folder or a .safetensors file"
+        f"{folder}: no model weights found (expected model.safetensors, model.safetensors.index.json, "
+        f"{PICKLE_SINGLE} or {PICKLE_INDEX}); point at a Hugging Face model folder or a weights file"
     )
 
 
 def open_pickle_file(path: Path, spec: str) -> Checkpoint:
-    """PyTorch pickle checkpoints are not read yet: say how to convert them."""
-    raise InputError(
-        f"{path}: PyTorch pickle checkpoints are not supported; convert it to safetensors "
-        "(e.g. with transformers: model.save_pretrained(dir, safe_serialization=True))"
-    )
+    """One pickle checkpoint file (``.bin``, ``.pt``, ``.pth``, ``.ckpt``, ``.pkl``), or a ``.bin`` index."""
+    if path.name.endswith(".index.json"):
+        return _open_index(path.parent, path, spec)
+    ckpt = _open_files(path.parent, [path], spec)
+    ckpt.path = path
+    return ckpt
+
+
+def _open_index(folder: Path, index: Path, spec: str) -> Checkpoint:
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise InputError(f"{index}: not a valid index (needs a JSON object with a \"weight_map\")") from None
+    files = []
+    for name in names:
+        if not contained(folder, name):
+            raise InputError(f"{index}: names {name!r}, which is outside the model folder; refusing to read it")
+        file = folder / name
+        if not file.is_file():
+            raise InputError(f"{index}: names shard {name!r}, which is missing from {folder}; re-download it")
+        files.append(file)
+    return _open_files(folder, files, spec)
+
+
+def _open_files(folder: Path, files: list[Path], spec: str) -> Checkpoint:
+    tensors: dict[str, TensorInfo] = {}
+    for file in files:
+        state = load_state_dict(file)
+        for name, value in state.items():
+            if name in tensors:
+                raise InputError(f"{folder}: tensor {name!r} appears in both {tensors[name].file.name} and {file.name}")
+            if value.dtype not in CODES:
+                raise InputError(f"{file}: tensor {name!r} has dtype {value.dtype}, which RAM Desktop cannot read")
+            tensors[name] = TensorInfo(name, CODES[value.dtype], tuple(value.shape), file)
+        del state
+    if not tensors:
+        raise InputError(f"{folder}: the checkpoint holds no tensors")
+    return Checkpoint(spec, folder, files, tensors, _read_config(folder), metadata={"format": "pt"})
+
+
+def load_state_dict(file: Path) -> dict[str, torch.Tensor]:
+    """``torch.load(file, weights_only=True)``, memory-mapped where the format allows, as a flat name → tensor
+    dict. Raises ``InputError`` for a pickle that needs code, a corrupt file, or content that is not tensors."""
+    try:
+        obj = _load(file, mmap=zipfile.is_zipfile(file))
+    except pickle.UnpicklingError as e:
+        reason = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        detail = next((line.strip() for line in str(e).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
+        raise InputError(
+            f"{file}: refused — this pickle checkpoint needs code to load ({detail or reason}); RAM Desktop only "
+            "loads PyTorch checkpoints with torch.load(weights_only=True) and never runs code from a checkpoint. "
+            "Convert it to safetensors in an environment you trust, or use a safetensors copy"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        raise InputError(f"{file}: cannot read this PyTorch checkpoint ({text}); the file is corrupt or truncated — "
+                         "re-download it") from None
+    if isinstance(obj, dict):
+        for key in WRAPPER_KEYS:
+            if isinstance(obj.get(key), dict) and not isinstance(obj.get(key), torch.Tensor):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict):
+        raise InputError(f"{file}: holds a {type(obj).__name__}, not a state dict of tensors")
+    state: dict[str, torch.Tensor] = {}
+    skipped = []
+    for name, value in obj.items():
+        if isinstance(value, torch.Tensor):
+            state[str(name)] = value
+        else:
+            skipped.append(str(name))
+    if skipped:
+        log.warning("%s: ignoring %d entries that are not tensors (%s%s)", file, len(skipped), ", ".join(skipped[:5]),
+                    ", ..." if len(skipped) > 5 else "")
+    return state
+
+
+def _load(file: Path, mmap: bool) -> object:
+    if mmap:
+        try:
+            return torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+    return torch.load(str(file), map_location="cpu", weights_only=True)
+
+
+class PickleHandle:
+    """What ``SliceReader`` needs from an open weights file, over a loaded (memory-mapped) state dict."""
+
+    def __init__(self, file: Path) -> None:
+        self.file = file
+        self.state = load_state_dict(file)
+
+    def get_slice(self, name: str) -> "_Slice":
+        return _Slice(self.state[name])
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        return self.state[name].clone()
+
+    def __enter__(self) -> "PickleHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.state = {}
+
+
+class _Slice:
+    """``handle.get_slice(name)[a:b]`` returns a fresh tensor (never a view of the mapped file), like safetensors."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def get_shape(self) -> list[int]:
+        return list(self.tensor.shape)
+
+    def __getitem__(self, key: object) -> torch.Tensor:
+        return self.tensor[key].clone()
