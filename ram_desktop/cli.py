@@ -110,6 +110,10 @@ class _ProgressBar:
             bar = tqdm(total=event.total, desc=event.stage, unit="B" if event.unit == "B" else "el",
                        unit_scale=True, file=sys.stderr, leave=True, dynamic_ncols=True)
             self.bars[event.stage] = bar
+        if event.total != bar.total:  # type: ignore[attr-defined]
+            bar.total = event.total  # type: ignore[attr-defined]  # a download's total grows as files are listed
+        if event.detail:
+            bar.set_postfix_str(event.detail, refresh=False)  # type: ignore[attr-defined]
         bar.update(event.done - bar.n)  # type: ignore[attr-defined]
 
     def close(self) -> None:

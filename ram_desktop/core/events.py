@@ -26,6 +26,7 @@ class ProgressEvent:
     total: int
     unit: str = "B"
     elapsed: float = 0.0
+    detail: str = ""  # optional human-readable line, e.g. the file being downloaded and its own progress
 
     @property
     def fraction(self) -> float:
@@ -62,11 +63,11 @@ class Reporter:
         self.cancel = cancel or CancelToken()
         self._stage_start: dict[str, float] = {}
 
-    def progress(self, stage: str, done: int, total: int, unit: str = "B") -> None:
+    def progress(self, stage: str, done: int, total: int, unit: str = "B", detail: str = "") -> None:
         """Report progress and check for cancellation (the natural point between chunks)."""
         start = self._stage_start.setdefault(stage, time.perf_counter())
         if self._on_progress is not None:
-            self._on_progress(ProgressEvent(stage, done, total, unit, time.perf_counter() - start))
+            self._on_progress(ProgressEvent(stage, done, total, unit, time.perf_counter() - start, detail))
         self.cancel.raise_if_cancelled()
 
     def check(self) -> None:
