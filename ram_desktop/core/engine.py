@@ -49,10 +49,11 @@ def resolve_device(spec: str = "auto") -> torch.device:
     return device
 
 
-def open_sources(base: str, agents: list[str], reporter: Reporter) -> tuple[Checkpoint, list[Checkpoint]]:
-    """Resolve every source (headers only)."""
-    base_ckpt = open_checkpoint(base, reporter)
-    return base_ckpt, [open_checkpoint(a, reporter) for a in agents]
+def open_sources(base: str, agents: list[str], reporter: Reporter,
+                 token: str | None = None) -> tuple[Checkpoint, list[Checkpoint]]:
+    """Resolve every source (headers only; Hub sources are downloaded to the cache first)."""
+    base_ckpt = open_checkpoint(base, reporter, token)
+    return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
 
 
 def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
@@ -89,11 +90,12 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
 
 def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = 1e-5,
           device: str = "auto", reporter: Reporter | None = None, use_cache: bool = True,
-          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> ProbeReport:
-    """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε."""
+          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None) -> ProbeReport:
+    """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε.
+    ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
-    base_ckpt, agent_ckpts = open_sources(base, agents, reporter)
+    base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names)
     return _probe_plan(plan, eps, resolve_device(device), reporter, use_cache, chunk_elements)
 
@@ -139,6 +141,9 @@ class MergeRequest:
     overwrite: bool = False
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
     use_cache: bool = True
+    # Hub token for this run only (None: HF_TOKEN or the stored login). Never written to a recipe, report,
+    # card or log, and kept out of repr().
+    token: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, out: Path | None = None, **overrides: Any) -> "MergeRequest":
@@ -169,7 +174,7 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     eps = _check_eps(request.eps)
     shard_bytes = parse_size(request.shard_size)
     device = resolve_device(request.device)
-    base, agents = open_sources(request.base, request.agents, reporter)
+    base, agents = open_sources(request.base, request.agents, reporter, request.token)
     plan = make_plan(base, agents, request.names, request.out_dtype)
     out = check_output(Path(request.out), [base, *agents], request.overwrite, plan.out_bytes)
 

@@ -1,0 +1,415 @@
+"""Hugging Face Hub sources: ``org/name``, ``org/name@revision``, ``hf://org/name@revision``.
+
+A Hub source becomes a snapshot folder in the standard huggingface_hub cache
+(``$HF_HUB_CACHE``, default ``$HF_HOME/hub`` = ``~/.cache/huggingface/hub``), and then opens like any
+local folder. Only what a merge needs is downloaded: the weights (safetensors preferred — the index
+and the shards it names, or ``model.safetensors`` — else ``pytorch_model.bin`` / its index and
+shards) plus ``config.json``, generation, tokenizer and chat-template files at the repository root.
+Files already in the cache are reused; nothing else of the repository is fetched.
+
+- The resolved commit sha becomes ``Checkpoint.revision`` (with ``Checkpoint.repo_id``); recipes,
+  reports and model cards name ``repo@sha``.
+- ``HF_HUB_OFFLINE=1``: no network at all; a source resolves only from the cache (``refs/<branch>``
+  or ``snapshots/<sha>``). A full commit sha that is already cached with its weights is used without
+  asking the Hub even when online. When the Hub cannot be reached, a cached snapshot of the same
+  revision is used with a warning.
+- Tokens: an explicit ``token`` (e.g. from the GUI's token field) wins; otherwise huggingface_hub uses
+  ``HF_TOKEN`` or the token stored by ``hf auth login``. A token is only ever handed to
+  huggingface_hub: it is never logged, put in an error message, or stored in a ``Checkpoint``.
+- Download progress: ``Reporter.progress("download", done_bytes, total_bytes, "B", detail)`` where
+  ``detail`` names the file and its own progress; cancelling raises ``Cancelled`` from the next
+  progress update (the cache keeps completed blobs and may keep a resumable ``.incomplete`` file).
+- Errors become one ``InputError`` naming the repository: not found, gated, revision not found,
+  offline and not cached, network failure, authentication failure.
+
+Every call into huggingface_hub goes through the module attributes ``huggingface_hub.model_info``,
+``huggingface_hub.hf_hub_download`` and ``huggingface_hub.try_to_load_from_cache`` (tests replace them).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+
+import huggingface_hub as hf
+from huggingface_hub import errors as hf_errors
+
+from .errors import Cancelled, InputError
+from .events import Reporter
+from .sources import INDEX_FILE, SINGLE_FILE, Checkpoint, contained, open_local
+
+log = logging.getLogger("ram_desktop")
+
+BIN_INDEX = "pytorch_model.bin.index.json"
+BIN_SINGLE = "pytorch_model.bin"
+EXTRA_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
+               "added_tokens.json", "vocab.*", "merges.txt", "*.tiktoken", "spiece.model", "sentencepiece*.model",
+               "chat_template*", "preprocessor_config.json")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+DEFAULT_REVISION = "main"
+
+
+def parse_spec(text: str) -> tuple[str, str | None]:
+    """``"hf://org/name@rev"`` → ``("org/name", "rev")``; the revision is None when not given."""
+    body = text.strip()
+    if body.startswith("hf://"):
+        body = body[len("hf://"):]
+    repo_id, _, revision = body.partition("@")
+    repo_id = repo_id.strip().strip("/")
+    if not REPO_ID.match(repo_id) or ".." in repo_id:
+        raise InputError(f"{text}: not a Hugging Face repository id; write it as org/name or org/name@revision")
+    return repo_id, (revision.strip() or None)
+
+
+def is_offline() -> bool:
+    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) as set now, else huggingface_hub's own setting."""
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        value = os.environ.get(var)
+        if value is not None and value.strip() != "":
+            return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
+    return bool(hf.constants.HF_HUB_OFFLINE)
+
+
+def cache_dir() -> Path:
+    """The huggingface_hub cache, from the environment as it is now (``HF_HUB_CACHE``, ``HF_HOME``, ...)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        if os.environ.get(var):
+            return Path(os.path.expandvars(os.path.expanduser(os.environ[var])))
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"]))) / "hub"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "huggingface" / "hub"
+    return Path(hf.constants.HF_HUB_CACHE)
+
+
+def storage_folder(repo_id: str, cache: Path | None = None) -> Path:
+    return (cache or cache_dir()) / hf.file_download.repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+@dataclass
+class RepoFiles:
+    """What the Hub lists for one revision, and which of those files a merge needs."""
+
+    repo_id: str
+    sha: str
+    sizes: dict[str, int | None]  # every file of the revision → size in bytes (None when unknown)
+    needed: list[str] = field(default_factory=list)  # files a merge downloads (index shards added later)
+    weights_format: str = ""  # "safetensors" or "bin"
+    gated: bool | str = False
+    private: bool = False
+
+    @property
+    def needed_bytes(self) -> int:
+        return sum(self.sizes.get(f) or 0 for f in self.needed)
+
+
+def needed_files(names: list[str]) -> tuple[list[str], str]:
+    """The files of a repository a merge needs, and the weights format; root-level files only.
+
+    Weights by preference: ``model.safetensors.index.json`` (its shards are added once it is read),
+    ``model.safetensors``, a single root ``*.safetensors``, ``pytorch_model.bin.index.json``,
+    ``pytorch_model.bin``. Raises ``InputError`` (without a repository name) when there are none.
+    """
+    root = [n for n in names if "/" not in n]
+    extras = sorted(n for n in root if any(fnmatch(n, p) for p in EXTRA_FILES))
+    safetensors = [n for n in root if n.endswith(".safetensors")]
+    if INDEX_FILE in root:
+        weights, fmt = [INDEX_FILE], "safetensors"
+    elif SINGLE_FILE in root:
+        weights, fmt = [SINGLE_FILE], "safetensors"
+    elif len(safetensors) == 1:
+        weights, fmt = safetensors, "safetensors"
+    elif BIN_INDEX in root:
+        weights, fmt = [BIN_INDEX], "bin"
+    elif BIN_SINGLE in root:
+        weights, fmt = [BIN_SINGLE], "bin"
+    else:
+        raise InputError("has no weights RAM Desktop can read (model.safetensors, model.safetensors.index.json, "
+                         "pytorch_model.bin or pytorch_model.bin.index.json at the repository root)")
+    return weights + [e for e in extras if e not in weights], fmt
+
+
+def _index_shards(index_file: Path, where: str) -> list[str]:
+    try:
+        names = sorted(set(json.loads(index_file.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise InputError(f"{where}: {index_file.name} is not a valid index (needs a \"weight_map\")") from None
+    for name in names:
+        if not contained(index_file.parent, name):
+            raise InputError(f"{where}: {index_file.name} names {name!r}, outside the repository; refusing it")
+    return names
+
+
+# --------------------------------------------------------------------------------------------------- errors
+
+def _network_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError, hf_errors.OfflineModeIsEnabled]
+    for module in ("httpx2", "httpx", "requests"):
+        try:
+            mod = __import__(module)
+        except ImportError:
+            continue
+        for name in ("TransportError", "ConnectionError", "Timeout"):
+            cls = getattr(mod, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                types.append(cls)
+    return tuple(types)
+
+
+def hub_error(error: BaseException, repo_id: str, revision: str | None) -> InputError | None:
+    """The user-facing message for a huggingface_hub error, naming the repository; None if not a Hub error.
+
+    The message never contains a token (huggingface_hub's own text is not copied, only its class and
+    status code)."""
+    rev = revision or DEFAULT_REVISION
+    login = "set HF_TOKEN, run `hf auth login`, or enter a token"
+    if isinstance(error, hf_errors.GatedRepoError):
+        return InputError(f"{repo_id}: gated repository — you need access. Accept its conditions at "
+                          f"https://huggingface.co/{repo_id} with your account, then use a token of that account "
+                          f"({login})")
+    if isinstance(error, hf_errors.RepositoryNotFoundError):
+        return InputError(f"{repo_id}: repository not found on the Hugging Face Hub (or it is private and no token "
+                          f"with access was given); check the id, or {login}")
+    if isinstance(error, hf_errors.RevisionNotFoundError):
+        return InputError(f"{repo_id}: revision {rev!r} not found; check the branch, tag or commit sha")
+    if isinstance(error, hf_errors.DisabledRepoError):
+        return InputError(f"{repo_id}: the repository has been disabled by its owner and cannot be downloaded")
+    if isinstance(error, hf_errors.RemoteEntryNotFoundError):
+        return InputError(f"{repo_id}@{rev}: a file listed by the Hub could not be downloaded (404); "
+                          "the revision may have changed — try again")
+    if isinstance(error, hf_errors.HfHubHTTPError):
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        if status == 401:
+            return InputError(f"{repo_id}: the Hub refused the token (401 unauthorized); check it, or {login}")
+        if status == 403:
+            return InputError(f"{repo_id}: access forbidden (403); your token lacks permission for this repository")
+        return InputError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
+                          "try again later")
+    if isinstance(error, hf_errors.LocalEntryNotFoundError) or isinstance(error, _network_error_types()):
+        if is_offline() or isinstance(error, hf_errors.OfflineModeIsEnabled):
+            return offline_error(repo_id, revision)
+        return InputError(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
+                          f"complete copy of revision {rev!r} is in the cache ({cache_dir()}); check your "
+                          "connection or proxy, or use a local folder")
+    return None
+
+
+def offline_error(repo_id: str, revision: str | None) -> InputError:
+    rev = revision or DEFAULT_REVISION
+    return InputError(f"{repo_id}: offline (HF_HUB_OFFLINE=1) and revision {rev!r} is not in the local cache "
+                      f"{cache_dir()} with its weights; connect and unset HF_HUB_OFFLINE to download it, "
+                      "or use a local folder")
+
+
+# --------------------------------------------------------------------------------------------------- cache
+
+def cached_snapshot(repo_id: str, revision: str | None) -> tuple[Path, str] | None:
+    """The cached snapshot folder and commit sha for a revision (branch or tag via ``refs/``, or a sha)."""
+    storage = storage_folder(repo_id)
+    rev = revision or DEFAULT_REVISION
+    sha = None
+    if COMMIT.match(rev):
+        sha = rev
+    else:
+        ref = storage / "refs" / rev
+        if contained(storage / "refs", rev) and ref.is_file():
+            sha = ref.read_text().strip()
+    if not sha or not COMMIT.match(sha):
+        return None
+    folder = storage / "snapshots" / sha
+    return (folder, sha) if folder.is_dir() else None
+
+
+def _complete(folder: Path) -> bool:
+    """Whether a snapshot folder holds a complete set of weights (the index's shards included)."""
+    names = [p.name for p in folder.iterdir() if p.is_file()]
+    try:
+        files, _ = needed_files(names)
+    except InputError:
+        return False
+    weights = files[0]
+    if weights.endswith(".index.json"):
+        try:
+            return all((folder / s).is_file() for s in _index_shards(folder / weights, str(folder)))
+        except InputError:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------------- online
+
+def list_repo_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoFiles:
+    """Ask the Hub (``model_info`` with file sizes) for a revision's files and pick those a merge needs.
+
+    Raises ``InputError`` naming the repository for every Hub error, and when offline.
+    """
+    if is_offline():
+        raise InputError(f"{repo_id}: offline (HF_HUB_OFFLINE=1); the Hub cannot list files — a cached copy is "
+                         "used if there is one")
+    try:
+        info = hf.model_info(repo_id, revision=revision, files_metadata=True, token=token)
+    except Cancelled:
+        raise
+    except Exception as e:  # noqa: BLE001 — every Hub failure becomes one message
+        mapped = hub_error(e, repo_id, revision)
+        if mapped is None:
+            raise
+        raise mapped from None
+    sizes = {s.rfilename: getattr(s, "size", None) for s in (info.siblings or [])}
+    try:
+        needed, fmt = needed_files(list(sizes))
+    except InputError as e:
+        raise InputError(f"{repo_id}@{info.sha}: {e}") from None
+    return RepoFiles(repo_id, str(info.sha), sizes, needed, fmt, getattr(info, "gated", False) or False,
+                     bool(getattr(info, "private", False)))
+
+
+class _Download:
+    """Turns huggingface_hub's per-file tqdm updates into ``download`` progress events (and cancellation)."""
+
+    def __init__(self, reporter: Reporter, repo_id: str, total: int) -> None:
+        self.reporter = reporter
+        self.repo_id = repo_id
+        self.total = total
+        self.done = 0
+
+    def bar_class(self, filename: str) -> type:
+        outer = self
+
+        class Bar:  # mimics the part of tqdm that huggingface_hub drives
+            def __init__(self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object) -> None:
+                self.file_total = total or 0
+                self.n = 0
+                if initial:
+                    self.update(initial)
+
+            def update(self, n: int | float | None = 1) -> None:
+                n = int(n or 0)
+                self.n += n
+                outer.done += n
+                detail = f"{outer.repo_id}: {filename} {_mb(self.n)} of {_mb(self.file_total)}"
+                outer.reporter.progress("download", outer.done, max(outer.total, outer.done), "B", detail)
+
+            def update_transfer(self, n: int | float | None = 1) -> None:
+                outer.reporter.check()
+
+            def set_postfix_str(self, *args: object, **kwargs: object) -> None:
+                pass
+
+            def set_description(self, *args: object, **kwargs: object) -> None:
+                pass
+
+            def refresh(self, *args: object, **kwargs: object) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+            def __enter__(self) -> "Bar":
+                return self
+
+            def __exit__(self, *exc: object) -> None:
+                pass
+
+        return Bar
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def download(repo_id: str, revision: str | None, reporter: Reporter, token: str | None = None) -> tuple[Path, str]:
+    """Make the files a merge needs present in the cache; return the snapshot folder and the commit sha."""
+    listing = list_repo_files(repo_id, revision, token)
+    sha = listing.sha
+    cache = cache_dir()
+    files = list(listing.needed)
+
+    def fetch(names: list[str], progress: _Download | None) -> None:
+        for name in names:
+            reporter.check()
+            if isinstance(hf.try_to_load_from_cache(repo_id, name, cache_dir=str(cache), revision=sha), str):
+                continue
+            size = listing.sizes.get(name) or 0
+            start = progress.done if progress else 0
+            log.info("downloading %s/%s (%s)", repo_id, name, _mb(size))
+            kwargs = {"tqdm_class": progress.bar_class(name)} if progress else {}
+            hf.hf_hub_download(repo_id, name, revision=sha, cache_dir=str(cache), token=token, **kwargs)
+            if progress:
+                progress.done = start + size
+                progress.reporter.progress("download", progress.done, max(progress.total, progress.done), "B",
+                                           f"{repo_id}: {name} done")
+
+    try:
+        if files[0].endswith(".index.json"):  # the index names the shards: fetch it first
+            fetch([files[0]], None)
+            index = storage_folder(repo_id, cache) / "snapshots" / sha / files[0]
+            files += [s for s in _index_shards(index, f"{repo_id}@{sha}") if s not in files]
+        missing = [f for f in files
+                   if not isinstance(hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=sha), str)]
+        unknown = [f for f in missing if f not in listing.sizes]
+        if unknown:
+            raise InputError(f"{repo_id}@{sha}: the index names {unknown[0]!r}, which the repository does not have")
+        total = sum(listing.sizes.get(f) or 0 for f in missing)
+        if missing:
+            log.info("%s@%s: downloading %d files (%s) into %s", repo_id, sha[:12], len(missing), _mb(total), cache)
+            progress = _Download(reporter, repo_id, total)
+            reporter.progress("download", 0, total, "B", f"{repo_id}: {len(missing)} files")
+            fetch(missing, progress)
+        else:
+            log.info("%s@%s: every needed file is in the cache", repo_id, sha[:12])
+    except (Cancelled, InputError):
+        raise
+    except Exception as e:  # noqa: BLE001
+        mapped = hub_error(e, repo_id, revision)
+        if mapped is None:
+            if isinstance(e, OSError):
+                raise InputError(f"{repo_id}: download failed ({e.__class__.__name__}: "
+                                 f"{getattr(e, 'strerror', None) or 'I/O error'}); check free disk space at {cache}"
+                                 ) from None
+            raise
+        raise mapped from None
+    return storage_folder(repo_id, cache) / "snapshots" / sha, sha
+
+
+def resolve(repo_id: str, revision: str | None, reporter: Reporter, token: str | None = None) -> tuple[Path, str]:
+    """The snapshot folder and commit sha of ``repo_id@revision``, downloading what is missing if online."""
+    cached = cached_snapshot(repo_id, revision)
+    usable = cached is not None and _complete(cached[0])
+    if is_offline():
+        if not usable:
+            raise offline_error(repo_id, revision)
+        log.info("%s: using the cached snapshot %s (offline)", repo_id, cached[1])
+        return cached
+    if usable and revision and COMMIT.match(revision):
+        log.info("%s: commit %s is in the cache; not contacting the Hub", repo_id, revision)
+        return cached  # a commit never changes
+    try:
+        return download(repo_id, revision, reporter, token)
+    except InputError as e:
+        if usable and "cannot reach the Hugging Face Hub" in str(e):
+            log.warning("%s: the Hub cannot be reached; using the cached snapshot %s of %r", repo_id, cached[1],
+                        revision or DEFAULT_REVISION)
+            return cached
+        raise
+
+
+def open_hub(text: str, reporter: Reporter | None = None, token: str | None = None) -> Checkpoint:
+    """Open a Hub source (``org/name``, ``org/name@revision``, ``hf://org/name@revision``) as a ``Checkpoint``
+    whose ``repo_id`` and ``revision`` (the resolved commit sha) are set. See the module docstring."""
+    reporter = reporter or Reporter()
+    repo_id, revision = parse_spec(text)
+    reporter.check()
+    folder, sha = resolve(repo_id, revision, reporter, token)
+    try:
+        ckpt = open_local(folder, text)
+    except InputError as e:
+        raise InputError(f"{repo_id}@{sha}: {e}") from None
+    ckpt.repo_id, ckpt.revision = repo_id, sha
+    return ckpt
