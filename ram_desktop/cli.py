@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--names", help="comma-separated agent names (default: folder names)")
         p.add_argument("--eps", type=float, default=1e-5, help="update threshold ε (default 1e-5)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+        p.add_argument("--vocab", default="exact", choices=["exact", "common"],
+                       help="vocabulary-size differences between base and agents: exact (default) refuses them; "
+                            "common merges the shared rows and keeps the base's rows for the rest")
 
     p = sub.add_parser("probe", help="measure task-vector density and overlap")
     sources(p)
@@ -166,7 +169,8 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         print(f"try: ram-merge merge {base} {' '.join(map(str, agents))} --out {Path(args.dir) / 'merged'}")
         return EXIT_OK
     if args.command == "probe":
-        report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter)
+        report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
+                              vocab=args.vocab)
         if args.json:
             try:
                 args.json.write_text(json.dumps(report.to_json(), indent=1) + "\n")
@@ -177,7 +181,8 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "merge":
         params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
         request = engine.MergeRequest(args.base, args.agents, args.out, args.method, params, _names(args.names),
-                                      args.eps, args.device, args.out_dtype, args.shard_size, args.overwrite)
+                                      args.eps, args.device, args.out_dtype, args.shard_size, args.overwrite,
+                                      vocab=args.vocab)
     else:
         request = engine.MergeRequest.from_recipe(Recipe.load(args.recipe), args.out, overwrite=args.overwrite)
     result = engine.merge(request, reporter)

@@ -113,8 +113,9 @@ def iter_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_ele
     for index in jobs:
         job = plan.jobs[index]
         for span in spans(job, chunk_elements):
-            base = reader.read(job.base.file, job.name, span, job.shape)
-            agents = [reader.read(a.file, job.name, span, job.shape) for a in job.agents] if job.mergeable else []
+            # each source is read under its own tensor name (a tied lm_head is read from the embedding)
+            base = reader.read(job.base.file, job.base.name, span, job.shape)
+            agents = [reader.read(a.file, a.name, span, job.shape) for a in job.agents] if job.mergeable else []
             if device.type != "cpu":
                 base = base.to(device, non_blocking=True)
                 agents = [a.to(device, non_blocking=True) for a in agents]
@@ -127,5 +128,10 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
     base = base_raw.to(job.compute_dtype)
     taus = torch.empty((len(agent_raws), base.numel()), dtype=job.compute_dtype, device=base.device)
     for t, raw in enumerate(agent_raws):
-        torch.sub(raw.to(job.compute_dtype), base, out=taus[t])
+        n = raw.numel()
+        if n == base.numel():
+            torch.sub(raw.to(job.compute_dtype), base, out=taus[t])
+        else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
+            torch.sub(raw.to(job.compute_dtype), base[:n], out=taus[t, :n])
+            taus[t, n:] = 0
     return Chunk(job_index, job.name, span.offset, base, taus, eps)

@@ -90,13 +90,14 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
 
 def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = 1e-5,
           device: str = "auto", reporter: Reporter | None = None, use_cache: bool = True,
-          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None) -> ProbeReport:
+          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None,
+          vocab: str = "exact") -> ProbeReport:
     """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
-    plan = make_plan(base_ckpt, agent_ckpts, names)
+    plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
     return _probe_plan(plan, eps, resolve_device(device), reporter, use_cache, chunk_elements)
 
 
@@ -141,6 +142,7 @@ class MergeRequest:
     overwrite: bool = False
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
     use_cache: bool = True
+    vocab: str = "exact"  # "common": merge the vocabulary rows base and agents share (plan.make_plan)
     # Hub token for this run only (None: HF_TOKEN or the stored login). Never written to a recipe, report,
     # card or log, and kept out of repr().
     token: str | None = field(default=None, repr=False, compare=False)
@@ -150,6 +152,7 @@ class MergeRequest:
         target = out or (Path(recipe.out) if recipe.out else None)
         if target is None:
             raise InputError("the recipe names no output folder; pass --out DIR")
+        overrides.setdefault("vocab", recipe.vocab)
         return cls(recipe.base, recipe.agents, Path(target), recipe.method, dict(recipe.params), recipe.names,
                    recipe.eps, recipe.device, recipe.out_dtype, recipe.shard_size, **overrides)
 
@@ -175,7 +178,7 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     shard_bytes = parse_size(request.shard_size)
     device = resolve_device(request.device)
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
-    plan = make_plan(base, agents, request.names, request.out_dtype)
+    plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
     out = check_output(Path(request.out), [base, *agents], request.overwrite, plan.out_bytes)
 
     probe_report = None
@@ -255,6 +258,7 @@ def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_rep
         "method_params": params,
         "lambda": lambdas,
         "out_dtype": request.out_dtype,
+        "vocab": request.vocab,
         "device": str(device),
         "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
         "rescale_survival_share": survival,
@@ -274,7 +278,7 @@ def _write_extras(folder: Path, plan: MergePlan, request: MergeRequest, params: 
     recipe = Recipe(
         base=_pinned(plan.base), agents=[_pinned(a) for a in plan.agents], method=request.method, params=params,
         names=plan.names, eps=request.eps, out_dtype=request.out_dtype, shard_size=str(request.shard_size),
-        device=request.device, out=str(Path(request.out).expanduser().resolve()),
+        device=request.device, out=str(Path(request.out).expanduser().resolve()), vocab=request.vocab,
     )
     recipe.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")

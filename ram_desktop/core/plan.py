@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -21,6 +22,16 @@ OUT_DTYPES: dict[str, torch.dtype | None] = {
     "float32": torch.float32,
 }
 MAX_LISTED = 5
+VOCAB_MODES = ("exact", "common")
+# output embedding -> the input embeddings it is tied to, by architecture family (first present wins)
+TIED_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "lm_head.weight": ("model.embed_tokens.weight", "transformer.wte.weight", "model.decoder.embed_tokens.weight",
+                       "transformer.word_embeddings.weight", "model.tok_embeddings.weight", "embed_tokens.weight"),
+    "embed_out.weight": ("gpt_neox.embed_in.weight",),
+    "output.weight": ("tok_embeddings.weight",),
+}
+VOCAB_TENSOR = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|embed_in|embed_out|tok_embeddings|output)"
+                          r"\.weight$")
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,21 @@ def default_names(agents: list[Checkpoint]) -> list[str]:
 
 
 def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | None = None,
-              out_dtype: str = "base") -> MergePlan:
-    """Check that base and agents line up and list the tensor jobs; raise one clear ``InputError`` if not."""
+              out_dtype: str = "base", vocab: str = "exact") -> MergePlan:
+    """Check that base and agents line up and list the tensor jobs; raise one clear ``InputError`` if not.
+
+    Tied embeddings: the output's tensors are the base's. An agent that omits the base's output
+    embedding (``lm_head.weight``) because its config ties it to the input embedding is read from that
+    input embedding; an agent's ``lm_head`` that a tied base does not store is left out (the merged
+    model stays tied), with a warning when the agent's config says it was untied.
+
+    ``vocab``: "exact" (default) makes a vocabulary-size difference (first dimension of an embedding or
+    ``lm_head``) an error that names the rows; "common" merges the rows base and agent share and keeps
+    the base's rows for the rest: rows an agent lacks count as unchanged for that agent, rows beyond the
+    base's vocabulary are dropped. The output always has the base's shapes.
+    """
+    if vocab not in VOCAB_MODES:
+        raise InputError(f"unknown vocab mode {vocab!r}; choose exact or common")
     if not agents:
         raise InputError("no agents given; name at least one agent checkpoint to merge into the base")
     if out_dtype not in OUT_DTYPES:
@@ -116,14 +140,30 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
     if len(set(names)) != len(names) or not all(names):
         raise InputError(f"agent names must be unique and non-empty: {', '.join(names)}")
 
-    _check_tensor_sets(base, agents)
     warnings: list[str] = []
+    aligned = [_aligned_tensors(base, a, warnings) for a in agents]
+    _check_tensor_sets(base, agents, aligned)
     jobs: list[TensorJob] = []
     mixed: set[str] = set()
+    vocab_problems: list[str] = []
     for name, b in base.tensors.items():
-        infos = tuple(a.tensors[name] for a in agents)
+        infos = tuple(m[name] for m in aligned)
         for ckpt, info in zip(agents, infos):
-            if info.shape != b.shape:
+            if info.shape != b.shape and _vocab_rows_differ(name, b, info, base, ckpt):
+                rows_b, rows_a = b.shape[0], info.shape[0]
+                if rows_a > rows_b:
+                    extra = f"rows {rows_b}..{rows_a - 1} exist only in the agent"
+                    fate = f"rows {rows_b}..{rows_a - 1} of the agent are dropped (the output keeps the base's vocabulary)"
+                else:
+                    extra = f"rows {rows_a}..{rows_b - 1} exist only in the base"
+                    fate = f"rows {rows_a}..{rows_b - 1} count as unchanged for this agent"
+                text = (f"tensor {name!r} has {rows_a} vocabulary rows in {ckpt.display} but {rows_b} in the base "
+                        f"{base.display}")
+                if vocab == "common":
+                    warnings.append(f"{text}: merging rows 0..{min(rows_a, rows_b) - 1}; {fate}")
+                else:
+                    vocab_problems.append(f"{text} ({extra})")
+            elif info.shape != b.shape:
                 raise InputError(
                     f"tensor {name!r} has shape {list(info.shape)} in {ckpt.display} but {list(b.shape)} in "
                     f"the base {base.display}; these models do not share an architecture"
@@ -137,6 +177,14 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
         chosen = OUT_DTYPES[out_dtype]
         out = chosen if (b.is_float and chosen is not None) else b.torch_dtype
         jobs.append(TensorJob(name, b.shape, b, infos, out, compute, b.is_float))
+    if vocab_problems:
+        raise InputError(
+            "vocabulary sizes differ: " + "; ".join(vocab_problems[:MAX_LISTED])
+            + ("; ..." if len(vocab_problems) > MAX_LISTED else "")
+            + ". Rows 0..n-1 of both are the same tokens only if the agent's tokenizer extends the base's; "
+            "if so, pass --vocab common (recipe: 'vocab: common') to merge the common rows and keep the base's "
+            "rows for the rest"
+        )
 
     if len(agents) == 1:
         warnings.append("only one agent: merging it with the base reproduces (RAM) or rescales (RAM+) that agent")
@@ -155,11 +203,49 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
     return MergePlan(base, agents, names, jobs, out_dtype, warnings)
 
 
-def _check_tensor_sets(base: Checkpoint, agents: list[Checkpoint]) -> None:
+def _ties(ckpt: Checkpoint, output: str) -> bool:
+    """Whether a checkpoint ties ``output`` to its input embedding: its config says so, or (no such key)
+    it does not store ``output`` at all."""
+    config = ckpt.config or {}
+    value = config.get("tie_word_embeddings")
+    if value is None and isinstance(config.get("text_config"), dict):
+        value = config["text_config"].get("tie_word_embeddings")
+    return bool(value) if value is not None else output not in ckpt.tensors
+
+
+def _aligned_tensors(base: Checkpoint, agent: Checkpoint, warnings: list[str]) -> dict[str, TensorInfo]:
+    """The agent's tensors under the base's names, resolving tied output embeddings (see ``make_plan``)."""
+    tensors = dict(agent.tensors)
+    for output, inputs in TIED_OUTPUTS.items():
+        source = next((i for i in inputs if i in base.tensors and i in agent.tensors), None)
+        if source is None:
+            continue
+        if output in base.tensors and output not in tensors and _ties(agent, output):
+            tensors[output] = agent.tensors[source]  # read the agent's input embedding in its place
+            log.info("%s: %s is tied to %s; reading it from there", agent.display, output, source)
+        elif output not in base.tensors and output in tensors and _ties(base, output):
+            del tensors[output]
+            if not _ties(agent, output):
+                warnings.append(f"{agent.display} has an untied {output} but the base ties it to {source}; the "
+                                f"merged model stays tied and this agent's {output} is not merged")
+    return tensors
+
+
+def _vocab_rows_differ(name: str, b: TensorInfo, info: TensorInfo, base: Checkpoint, agent: Checkpoint) -> bool:
+    """A shape difference in the first dimension only, of a vocabulary tensor (embedding or output head)."""
+    if len(b.shape) == 0 or len(info.shape) != len(b.shape) or info.shape[1:] != b.shape[1:]:
+        return False
+    if VOCAB_TENSOR.search(name) or VOCAB_TENSOR.search(info.name):
+        return True
+    vocab_b, vocab_a = (base.config or {}).get("vocab_size"), (agent.config or {}).get("vocab_size")
+    return vocab_b == b.shape[0] and vocab_a == info.shape[0]
+
+
+def _check_tensor_sets(base: Checkpoint, agents: list[Checkpoint], aligned: list[dict[str, TensorInfo]]) -> None:
     expected = set(base.tensors)
     problems = []
-    for ckpt in agents:
-        have = set(ckpt.tensors)
+    for ckpt, tensors in zip(agents, aligned):
+        have = set(tensors)
         missing, extra = sorted(expected - have), sorted(have - expected)
         if missing or extra:
             parts = []

@@ -44,6 +44,7 @@ class Recipe:
     shard_size: str = "5GB"
     device: str = "auto"
     out: str | None = None
+    vocab: str = "exact"  # "common": merge shared vocabulary rows (written only when not the default)
 
     def to_yaml(self) -> str:
         data = {
@@ -58,6 +59,8 @@ class Recipe:
             "shard_size": self.shard_size,
             "device": self.device,
         }
+        if self.vocab != "exact":
+            data["vocab"] = self.vocab
         if self.out:
             data["output"] = self.out
         head = "# RAM Desktop merge recipe. Reproduce with: ram-merge run ram-recipe.yaml [--out DIR]\n"
@@ -100,6 +103,7 @@ class Recipe:
                 shard_size=str(data.get("shard_size", "5GB")),
                 device=str(data.get("device", "auto")),
                 out=str(data["output"]) if data.get("output") else None,
+                vocab=str(data.get("vocab", "exact")),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"{where}: incomplete recipe ({e.__class__.__name__}: {e}); needs base and agents") from None
