@@ -522,8 +522,8 @@ def main(argv=None) -> int:
           f"{(results['params_per_model'] or 0) / 1e6:.0f}M params/model, "
           f"{nbytes / 1e9:.2f} GB; I/O floor {io_s:.2f} s; {env_info['cpus']} CPUs; "
           f"mergekit {env_info['mergekit_version']}")
-    hdr = (f"{'ours':<16}{'time':>9}{'peak anon':>11}{'xIO':>7}   {'mergekit':<16}{'time':>9}"
-           f"{'peak anon':>11}{'xIO':>7}   {'speed-up':>8}{'mem ratio':>10}")
+    hdr = (f"{'ours':<16}{'time':>9}{'peak anon':>11}{'xIO':>9}   {'mergekit':<16}{'time':>9}"
+           f"{'peak anon':>11}{'xIO':>9}   {'speed-up':>9}{'mem ratio':>10}")
     print(hdr)
     print("-" * len(hdr))
     for e in results["pairs"]:
@@ -531,14 +531,14 @@ def main(argv=None) -> int:
 
         def cols(r):
             if r is None:
-                return f"{'-':>9}{'-':>11}{'-':>7}"
+                return f"{'-':>9}{'-':>11}{'-':>9}"
             ok = r.get("ok")
             return (f"{fmt_s(r):>9}{fmt_mb(r.get('peak_anon_mb')) if ok else '-':>11}"
-                    f"{(str(r.get('vs_io_floor')) + 'x') if ok else '-':>7}")
+                    f"{(str(r.get('vs_io_floor')) + 'x') if ok else '-':>9}")
         sp = f"{e['speedup']}x" if "speedup" in e else "-"
         mr = f"{e['mem_ratio']}x" if "mem_ratio" in e else "-"
         print(f"{e['ours_method'] or '-':<16}{cols(o)}   {e['mergekit_method'] or '-':<16}"
-              f"{cols(k)}   {sp:>8}{mr:>10}")
+              f"{cols(k)}   {sp:>9}{mr:>10}")
     print("\nspeed-up = mergekit time / ours; mem ratio = mergekit peak anon / ours; "
           "xIO = time / I/O floor")
     print(f"results: {json_path}")

@@ -1,0 +1,247 @@
+"""Every bad input of SPEC.md section 4 that concerns local files: exit 2, one `error:` line naming the
+problem, nothing written, inputs untouched. Warnings where the spec asks for warnings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections import namedtuple
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from ram_desktop.cli import main
+from ram_desktop.core import output as output_module
+
+from .conftest import tree_snapshot
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["-q", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_refused(capsys, tmp_path, inputs, argv, *fragments):
+    """The merge exits 2 with one error line containing ``fragments``; nothing is written anywhere."""
+    before = tree_snapshot(*inputs)
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "merge", *argv, "--out", str(out))
+    assert code == 2, err
+    lines = [l for l in err.strip().splitlines() if l]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert not out.exists()
+    assert not list(tmp_path.glob("out.partial-*"))
+    assert tree_snapshot(*inputs) == before
+    return lines[0]
+
+
+def test_missing_path(capsys, tmp_path, models):
+    base, agents = models
+    assert_refused(capsys, tmp_path, [base.parent], [str(base), str(tmp_path / "nope")], "nope", "no such file")
+
+
+def test_folder_without_weights(capsys, tmp_path, models):
+    base, agents = models
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text("{}")
+    assert_refused(capsys, tmp_path, [base.parent, empty], [str(base), str(empty)], str(empty), "no model weights")
+
+
+def _corrupt_copy(src: Path, dst: Path, mutate) -> Path:
+    shutil.copytree(src, dst)
+    f = dst / "model.safetensors"
+    f.write_bytes(mutate(f.read_bytes()))
+    return dst
+
+
+@pytest.mark.parametrize("kind,mutate,message", [
+    ("truncated", lambda b: b[: len(b) // 2], "truncated"),
+    ("header-length", lambda b: struct.pack("<Q", 10**12) + b[8:], "header length"),
+    ("bad-json", lambda b: b[:8] + b"{not json" + b[17:], "invalid JSON"),
+    ("tiny", lambda b: b[:5], "not a safetensors file"),
+])
+def test_corrupt_safetensors(capsys, tmp_path, models, kind, mutate, message):
+    base, agents = models
+    bad = _corrupt_copy(agents[0], tmp_path / f"bad-{kind}", mutate)
+    line = assert_refused(capsys, tmp_path, [base.parent, bad], [str(base), str(bad), str(agents[1])], message)
+    assert "model.safetensors" in line
+
+
+def test_offsets_outside_file(capsys, tmp_path, models):
+    base, agents = models
+    bad = tmp_path / "bad-offsets"
+    shutil.copytree(agents[0], bad)
+    f = bad / "model.safetensors"
+    raw = f.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    begin, end = header[name]["data_offsets"]
+    header[name]["data_offsets"] = [begin + 10**9, end + 10**9]
+    new = json.dumps(header).encode()
+    new += b" " * (n - len(new)) if len(new) <= n else b""
+    f.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    assert_refused(capsys, tmp_path, [base.parent, bad], [str(base), str(bad)], "outside the file", name)
+
+
+def test_index_names_missing_shard(capsys, tmp_path, sharded_models):
+    base, agents = sharded_models
+    shard = sorted(agents[0].glob("model-*.safetensors"))[1]
+    shard.unlink()
+    assert_refused(capsys, tmp_path, [base.parent], [str(base), str(agents[0])], shard.name, "missing")
+
+
+def test_index_names_file_outside_folder(capsys, tmp_path, sharded_models):
+    base, agents = sharded_models
+    index = agents[0] / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    first = next(iter(data["weight_map"]))
+    data["weight_map"][first] = "../base/model-00001-of-00003.safetensors"
+    index.write_text(json.dumps(data))
+    assert_refused(capsys, tmp_path, [base.parent], [str(base), str(agents[0])], "outside the model folder")
+
+
+def test_tensor_names_differ(capsys, tmp_path, models):
+    base, agents = models
+    from .reference import load_model
+
+    tensors = load_model(agents[0])
+    dropped = sorted(tensors)[:7]
+    for name in dropped:
+        del tensors[name]
+    tensors["extra.weight"] = torch.zeros(2)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    save_file(tensors, str(odd / "model.safetensors"))
+    line = assert_refused(capsys, tmp_path, [base.parent, odd], [str(base), str(odd)], "missing 7", "extra 1",
+                          "extra.weight", ", ...")
+    assert sum(name in line for name in dropped) == 5  # at most five names listed per checkpoint
+
+
+def test_shape_mismatch(capsys, tmp_path, models):
+    base, agents = models
+    from .reference import load_model
+
+    tensors = load_model(agents[0])
+    tensors["model.norm.weight"] = torch.zeros(5, dtype=torch.bfloat16)
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    save_file(tensors, str(odd / "model.safetensors"))
+    assert_refused(capsys, tmp_path, [base.parent, odd], [str(base), str(odd)], "model.norm.weight", "[5]", "[32]")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nan_or_inf_in_task_vector(capsys, tmp_path, models, value):
+    base, agents = models
+    from .reference import load_model
+
+    tensors = load_model(agents[1])
+    t = tensors["model.layers.1.mlp.up_proj.weight"].clone()
+    t.view(-1)[5] = value
+    tensors["model.layers.1.mlp.up_proj.weight"] = t
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    save_file(tensors, str(odd / "model.safetensors"))
+    assert_refused(capsys, tmp_path, [base.parent, odd], [str(base), str(agents[0]), str(odd)],
+                   "model.layers.1.mlp.up_proj.weight", "NaN or Inf", "odd")
+
+
+def test_zero_agents(capsys, tmp_path, models):
+    base, _ = models
+    code, _, err = run_cli(capsys, "merge", str(base), "--out", str(tmp_path / "out"))
+    assert code == 2 and err.startswith("error: ") and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_zero_agents_in_core(models, tmp_path):
+    from ram_desktop.core.engine import MergeRequest, merge
+    from ram_desktop.core.errors import InputError
+
+    base, _ = models
+    with pytest.raises(InputError, match="no agents"):
+        merge(MergeRequest(str(base), [], tmp_path / "out"))
+
+
+@pytest.mark.parametrize("where", ["equal", "inside", "contains"])
+def test_output_overlapping_an_input(capsys, tmp_path, models, where):
+    base, agents = models
+    target = {"equal": agents[0], "inside": agents[0] / "sub", "contains": agents[0].parent}[where]
+    before = tree_snapshot(base.parent)
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(target), "--overwrite")
+    assert code == 2 and "input" in err and err.count("\n") == 1
+    assert tree_snapshot(base.parent) == before
+    assert not (agents[0] / "sub").exists()
+
+
+def test_existing_output_needs_overwrite(capsys, tmp_path, models):
+    base, agents = models
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(out))
+    assert code == 2 and "--overwrite" in err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(out), "--overwrite")
+    assert code == 0, err
+    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not list(tmp_path.glob("out.*"))
+
+
+def test_not_enough_free_disk(capsys, tmp_path, models, monkeypatch):
+    base, agents = models
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(output_module.shutil, "disk_usage", lambda p: usage(10**9, 10**9 - 1000, 1000))
+    assert_refused(capsys, tmp_path, [base.parent], [str(base), *map(str, agents)], "not enough free disk")
+
+
+def test_bad_parameters_and_usage(capsys, tmp_path, models):
+    base, agents = models
+    for argv in (["--r", "-1"], ["--method", "ram", "--r", "0.2"], ["--shard-size", "lots"], ["--eps", "-1"],
+                 ["--device", "tpu"], ["--names", "a,b"]):
+        code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"), *argv)
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (argv, err)
+    code, _, err = run_cli(capsys, "merge", str(base))
+    assert code == 2 and err.startswith("error: ")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cuda_requested_without_gpu(capsys, tmp_path, models):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    base, agents = models
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"),
+                           "--device", "cuda")
+    assert code == 2 and "no CUDA GPU" in err
+
+
+def test_warnings_not_errors(capsys, tmp_path, models, caplog):
+    """One agent, the same checkpoint twice, an agent identical to the base, mixed dtypes: warned, merged."""
+    base, agents = models
+    from .reference import load_model
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    save_file({k: v.float() for k, v in load_model(agents[0]).items()}, str(mixed / "model.safetensors"))
+    caplog.set_level("WARNING", logger="ram_desktop")
+    cases = [
+        ([agents[0]], "only one agent"),
+        ([agents[0], agents[0]], "same checkpoint"),
+        ([agents[0], base], "identical to the base"),
+        ([agents[1], mixed], "another dtype"),
+    ]
+    for i, (chosen, fragment) in enumerate(cases):
+        caplog.clear()
+        out = tmp_path / f"out{i}"
+        code = main(["-q", "merge", str(base), *map(str, chosen), "--out", str(out)])
+        capsys.readouterr()
+        assert code == 0
+        report = json.loads((out / "merge-report.json").read_text())
+        assert any(fragment in w for w in report["warnings"]), (fragment, report["warnings"])
