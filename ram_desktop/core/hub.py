@@ -105,8 +105,18 @@ class RepoFiles:
     private: bool = False
 
     @property
-    def needed_bytes(self) -> int:
-        return sum(self.sizes.get(f) or 0 for f in self.needed)
+    def expected(self) -> list[str]:
+        """``needed`` plus, for a sharded checkpoint, the root weight files its index will most likely name
+        (the exact shard list is read from the index when downloading)."""
+        files = list(self.needed)
+        if files and files[0].endswith(".index.json"):
+            suffix = ".safetensors" if self.weights_format == "safetensors" else ".bin"
+            files += sorted(n for n in self.sizes if "/" not in n and n.endswith(suffix) and n not in files)
+        return files
+
+    @property
+    def expected_bytes(self) -> int:
+        return sum(self.sizes.get(f) or 0 for f in self.expected)
 
 
 def needed_files(names: list[str]) -> tuple[list[str], str]:
