@@ -104,6 +104,10 @@ def test_offline_and_not_cached(cache, tmp_path, capsys):
     assert main(["merge", "org/missing", "org/other", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: org/missing: offline") and "Traceback" not in err[0]
+    assert err[0].endswith("(no local folder or file 'org/missing' exists either)")
+    with pytest.raises(InputError) as info:
+        open_checkpoint("hf://org/missing")
+    assert "exists either" not in str(info.value)
     assert not (tmp_path / "o").exists()
 
 

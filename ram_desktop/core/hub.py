@@ -416,7 +416,12 @@ def open_hub(text: str, reporter: Reporter | None = None, token: str | None = No
     reporter = reporter or Reporter()
     repo_id, revision = parse_spec(text)
     reporter.check()
-    folder, sha = resolve(repo_id, revision, reporter, token)
+    try:
+        folder, sha = resolve(repo_id, revision, reporter, token)
+    except InputError as e:
+        if text.strip().startswith("hf://") or not any(k in str(e) for k in ("not found on the Hugging Face Hub", ": offline")):
+            raise
+        raise InputError(f"{e} (no local folder or file {text.strip()!r} exists either)") from None
     try:
         ckpt = open_local(folder, text)
     except InputError as e:

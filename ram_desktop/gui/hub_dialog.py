@@ -181,7 +181,10 @@ class HubDialog(QDialog):
                 result = str(e)
             except Exception as e:  # noqa: BLE001 — shown in the dialog, never a traceback
                 result = f"{repo_id}: cannot list files ({type(e).__name__})"
-            self._bridge.done.emit(generation, result)
+            try:
+                self._bridge.done.emit(generation, result)
+            except RuntimeError:
+                pass  # the dialog was closed and deleted while the Hub answered
 
         threading.Thread(target=work, name="hub-list", daemon=True).start()
 
