@@ -262,3 +262,33 @@ def test_probe_from_hub_sources(hub_models):
     b = probe(str(base), [str(x) for x in agents], use_cache=False)
     assert [x.unique for x in a.agents] == [x.unique for x in b.agents]
     assert a.agents[0].source == f"org/alpha@{SHAS['alpha']}"
+
+
+def test_progress_class_fits_huggingface_hub_progress_machinery(cache):
+    """The tqdm stand-in works with huggingface_hub's own bar factory (plain HTTP downloads) and its Xet
+    progress reporter, and cancels from inside them."""
+    from types import SimpleNamespace
+
+    from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
+    from huggingface_hub.utils.tqdm import _get_progress_bar_context
+
+    from ram_desktop.core.hub import _Download
+
+    events = []
+    reporter = Reporter(events.append)
+    progress = _Download(reporter, "org/x", 3000)
+    with _get_progress_bar_context(desc="f", log_level=logging.INFO, total=1000, initial=100,
+                                   tqdm_class=progress.bar_class("a.safetensors")) as bar:
+        bar.update(900)
+    with XetDownloadProgressReporter(reconstruction_desc="r", total=2000, log_level=logging.INFO,
+                                     tqdm_class=progress.bar_class("b.safetensors")) as xet:
+        xet.update_progress(SimpleNamespace(total_bytes_completed=1500, total_transfer_bytes_completed=1200,
+                                            total_bytes_completion_rate=None, total_transfer_bytes_completion_rate=None,
+                                            total_bytes=2000))
+        reporter.cancel.cancel()
+        with pytest.raises(Cancelled):
+            xet.update_progress(SimpleNamespace(total_bytes_completed=2000, total_transfer_bytes_completed=1900,
+                                                total_bytes_completion_rate=None,
+                                                total_transfer_bytes_completion_rate=None, total_bytes=2000))
+    assert [e.done for e in events][:2] == [100, 1000] and events[-1].done == 3000
+    assert events[-1].total == 3000 and "b.safetensors" in events[-1].detail

@@ -294,22 +294,31 @@ class _Download:
 
         class Bar:  # mimics the part of tqdm that huggingface_hub drives
             def __init__(self, *args: object, total: int | None = None, initial: int = 0, **kwargs: object) -> None:
-                self.file_total = total or 0
+                self.total = total or 0
                 self.n = 0
+                self.format_dict: dict = {}
                 if initial:
                     self.update(initial)
+
+            def __getattr__(self, name: str):  # any other tqdm method huggingface_hub may call: a no-op
+                if name.startswith("_"):
+                    raise AttributeError(name)
+                return lambda *args, **kwargs: None
 
             def update(self, n: int | float | None = 1) -> None:
                 n = int(n or 0)
                 self.n += n
                 outer.done += n
-                detail = f"{outer.repo_id}: {filename} {_mb(self.n)} of {_mb(self.file_total)}"
+                detail = f"{outer.repo_id}: {filename} {_mb(self.n)} of {_mb(self.total)}"
                 outer.reporter.progress("download", outer.done, max(outer.total, outer.done), "B", detail)
 
             def update_transfer(self, n: int | float | None = 1) -> None:
                 outer.reporter.check()
 
             def set_postfix_str(self, *args: object, **kwargs: object) -> None:
+                pass
+
+            def set_transfer_postfix_str(self, *args: object, **kwargs: object) -> None:
                 pass
 
             def set_description(self, *args: object, **kwargs: object) -> None:
