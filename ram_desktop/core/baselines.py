@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Hashable
 
+import numpy as np
 import torch
 
 from .chunks import Chunk
@@ -81,7 +82,7 @@ def elect_disjoint_mean(values: list[torch.Tensor], like: torch.Tensor) -> torch
     acc = torch.zeros_like(like)
     count = torch.zeros(like.shape, dtype=torch.int32, device=like.device)
     for v in values:
-        agree = torch.where(positive, v > 0, v < 0)
+        agree = torch.where(positive, v, -v) > 0  # negation is exact; zeros never agree
         acc += torch.where(agree, v, 0.0)
         count += agree
     return acc / count.clamp(min=1).to(like.dtype)
@@ -144,7 +145,8 @@ class TrimCollector:
         self._state: dict[Hashable, list[_Select]] = {}
         self._key_dtype: dict[Hashable, torch.dtype] = {}
         self._current: Hashable | None = None
-        self._hist: list[torch.Tensor] | None = None
+        self._hist: torch.Tensor | None = None  # [N, RADIX] digit counts of the open scope
+        self._buffer: torch.Tensor | None = None
 
     def scope_key(self, chunk: Chunk) -> Hashable:
         return chunk.job_index if self.scope == "tensor" else "model"
@@ -156,8 +158,11 @@ class TrimCollector:
             self._state[key] = [_Select(keep_count(self.density, n)) for _ in range(self.n_agents)]
         self._current = key
         if self._active(key):
-            self._hist = [torch.zeros(RADIX, dtype=torch.int64, device=chunk.base.device)
-                          for _ in range(self.n_agents)]
+            if self._buffer is None or self._buffer.device != chunk.base.device:
+                self._buffer = torch.zeros((self.n_agents, RADIX), dtype=torch.int64, device=chunk.base.device)
+            else:
+                self._buffer.zero_()
+            self._hist = self._buffer
         else:
             self._hist = None
 
@@ -175,20 +180,22 @@ class TrimCollector:
         shift = _levels(key_dtype) * RADIX_BITS - RADIX_BITS * (self.level + 1)
         for t in range(self.n_agents):
             bits = magnitude_bits(chunk.taus[t], key_dtype)
-            if self.level > 0:
-                bits = bits[(bits >> (shift + RADIX_BITS)) == self._state[key][t].prefix]
-            digits = ((bits >> shift) & (RADIX - 1)).long()
-            self._hist[t] += torch.bincount(digits, minlength=RADIX)
+            if self.level == 0:
+                digits = bits >> shift  # the top digit: the sign bit of a magnitude is 0
+            else:
+                digits = bits[(bits >> (shift + RADIX_BITS)) == self._state[key][t].prefix]
+                digits = (digits >> shift) & (RADIX - 1) if shift else digits & (RADIX - 1)
+            counts = torch.bincount(digits)
+            self._hist[t, :counts.numel()] += counts
 
     def _flush(self) -> None:
         """Fold the current scope's histograms into its select state."""
         if self._hist is None:
             self._current = None
             return
-        for state, hist in zip(self._state[self._current], self._hist):
-            hist = hist.cpu()
-            above_or_at = hist.flip(0).cumsum(0)  # above_or_at[j]: elements with digit ≥ RADIX-1-j
-            j = int(torch.searchsorted(above_or_at, state.need))
+        for state, hist in zip(self._state[self._current], self._hist.cpu().numpy()):
+            above_or_at = hist[::-1].cumsum()  # above_or_at[j]: elements whose digit is ≥ RADIX-1-j
+            j = int(np.searchsorted(above_or_at, state.need))  # first j with above_or_at[j] ≥ need
             digit = RADIX - 1 - j
             state.need -= int(above_or_at[j]) - int(hist[digit])
             state.prefix = (state.prefix << RADIX_BITS) | digit
@@ -253,19 +260,35 @@ def ties_merge(chunk: Chunk, ctx: TiesContext) -> torch.Tensor:
 
 # --- DARE ----------------------------------------------------------------------------------------
 
-def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
-    """x·c mod 2³² for 0 ≤ x < 2³², without leaving the int64 range (largest value < 2⁴⁹)."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & M32
+HASH_BLOCK = 1 << 15  # CPU: positions hashed at a time, in place: buffers stay in cache, ops stay single-threaded
+
+
+def _mul32_(x: torch.Tensor, c: int, tmp: torch.Tensor) -> None:
+    """x ← x·c mod 2³² in place, for 0 ≤ x < 2³², without leaving the int64 range (every
+    intermediate < 2⁴⁹: the 32-bit constant is split into 16-bit halves)."""
+    torch.mul(x, c >> 16, out=tmp)
+    tmp.bitwise_and_(0xFFFF).bitwise_left_shift_(16)
+    x.mul_(c & 0xFFFF).add_(tmp).bitwise_and_(M32)
+
+
+def _xorshift_(x: torch.Tensor, k: int, tmp: torch.Tensor) -> None:
+    torch.bitwise_right_shift(x, k, out=tmp)
+    x.bitwise_xor_(tmp)
+
+
+def mix32_(x: torch.Tensor, tmp: torch.Tensor) -> torch.Tensor:
+    """lowbias32 (Wellons), in place on an int64 tensor holding 0 ≤ x < 2³²; ``tmp`` is scratch."""
+    _xorshift_(x, 16, tmp)
+    _mul32_(x, 0x7FEB352D, tmp)
+    _xorshift_(x, 15, tmp)
+    _mul32_(x, 0x846CA68B, tmp)
+    _xorshift_(x, 16, tmp)
+    return x
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 (Wellons): a bijective 32-bit integer hash, on int64 tensors holding 0 ≤ x < 2³²."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    """lowbias32 of an int64 tensor holding 0 ≤ x < 2³² (a new tensor)."""
+    return mix32_(x.clone(), torch.empty_like(x))
 
 
 def dare_keys(seed: int, agent: int, name: str) -> tuple[int, int]:
@@ -274,10 +297,29 @@ def dare_keys(seed: int, agent: int, name: str) -> tuple[int, int]:
 
 
 def dare_uniform(seed: int, agent: int, name: str, offset: int, n: int, device: torch.device) -> torch.Tensor:
-    """u in [0, 2³²) for flat positions offset .. offset+n-1 of tensor ``name`` of agent ``agent``."""
+    """u in [0, 2³²) (int64) for flat positions offset .. offset+n-1 of tensor ``name`` of agent ``agent``."""
     a, b = dare_keys(seed, agent, name)
-    pos = torch.arange(offset, offset + n, dtype=torch.int64, device=device)
-    return mix32(mix32((pos & M32) ^ a) ^ (pos >> 32) ^ b)
+    out = torch.empty(n, dtype=torch.int64, device=device)
+    block = n if device.type != "cpu" else HASH_BLOCK
+    tmp = torch.empty(min(block, n), dtype=torch.int64, device=device)
+    hi = torch.empty_like(tmp)
+    for s in range(0, n, block):
+        x = out[s:s + block]
+        t, h = tmp[:x.numel()], hi[:x.numel()]
+        torch.arange(offset + s, offset + s + x.numel(), out=x)
+        torch.bitwise_right_shift(x, 32, out=h)
+        h.bitwise_xor_(b)  # (i div 2³²) XOR b
+        x.bitwise_and_(M32).bitwise_xor_(a)
+        mix32_(x, t)
+        x.bitwise_xor_(h)
+        mix32_(x, t)
+    return out
+
+
+def dare_keep(seed: int, agent: int, name: str, offset: int, n: int, threshold: int,
+              device: torch.device) -> torch.Tensor:
+    """The kept elements (u ≥ T) of flat positions offset .. offset+n-1."""
+    return dare_uniform(seed, agent, name, offset, n, device) >= threshold
 
 
 def drop_threshold(p: float) -> int:
@@ -297,7 +339,7 @@ class DareContext:
         keep_scale = _scalar(1.0 - self.drop, chunk.base)
         out = []
         for t in range(chunk.n_agents):
-            keep = dare_uniform(self.seed, t, chunk.name, chunk.offset, chunk.taus.shape[1], chunk.base.device) >= threshold
+            keep = dare_keep(self.seed, t, chunk.name, chunk.offset, chunk.taus.shape[1], threshold, chunk.base.device)
             out.append(torch.where(keep, chunk.taus[t] / keep_scale, 0.0))
         return out
 
