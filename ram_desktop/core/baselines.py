@@ -363,7 +363,7 @@ def _scale(default: float, paper: str | None) -> Param:
 
 DENSITY = Param("density", float, 0.2, "TIES trim: share k of each task vector kept (exactly ⌊k·n⌋ "
                 "largest-magnitude elements per scope, at least 1)", 0.0, 1.0, paper_range="0.1, 0.2, 0.3 (Table 11)")
-TIES_SCOPE = Param("ties_scope", str, "tensor", "TIES trim scope: tensor = per tensor per agent (mergekit's counts), "
+TIES_SCOPE = Param("ties_scope", str, "tensor", "TIES trim scope: tensor = per tensor per agent (like mergekit), "
                    "model = one cut over each agent's whole task vector (the TIES paper's)", choices=("tensor", "model"))
 DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is dropped with probability p, "
              "kept ones divided by 1-p", 0.0, 0.99, paper_range="0.1-0.9 in steps of 0.1 (Table 11)")
