@@ -316,3 +316,14 @@ def test_task_arithmetic_equals_mergekit(models, tmp_path, out_dtype):
     for name in ours:
         assert ours[name].dtype == theirs[name].dtype, name
         assert torch.equal(ours[name], theirs[name]), name
+
+
+def test_ties_after_a_cached_probe(models, tmp_path, caplog):
+    """With the probe cached, TIES still gets its collector passes (pass 1 + refinement) and is exact."""
+    from ram_desktop.core.engine import probe
+
+    base_dir, agent_dirs = models
+    probe(*_dirs(base_dir, agent_dirs))
+    caplog.set_level("INFO", logger="ram_desktop")
+    _check_against_reference(tmp_path, base_dir, agent_dirs, "ties", {"ties_scope": "model", "density": 0.1})
+    assert "reusing the cached probe" in caplog.text
