@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -264,7 +265,7 @@ def test_merge_help_lists_baseline_flags():
 
 
 def test_merge_help_from_the_command_line():
-    proc = subprocess.run([os.sys.executable, "-m", "ram_desktop", "merge", "--help"], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "merge", "--help"], capture_output=True,
                           text=True, check=True)
     assert "--ties-scope" in proc.stdout and "--drop" in proc.stdout and "dare-ties" in proc.stdout
 
