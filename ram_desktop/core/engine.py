@@ -67,14 +67,15 @@ def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
 
 def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter,
                chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, collector: Collector | None = None,
-               accumulate: bool = True) -> ProbeReport | None:
+               accumulate: bool = True, stage: str = "probe") -> ProbeReport | None:
     """Pass 1: stream every mergeable tensor and accumulate the whole-model statistics
-    (and a method's collector). With ``accumulate=False`` only the collector runs."""
+    (and a method's collector). With ``accumulate=False`` only the collector runs; progress events
+    carry ``stage``."""
     acc = ProbeAccumulator(plan, eps) if accumulate else None
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
-    reporter.progress("probe", 0, total, "elements")
+    reporter.progress(stage, 0, total, "elements")
     with SliceReader() as reader:
         for index, span, base, agents in iter_chunks(plan, jobs, reader, chunk_elements, eps, device):
             chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps)
@@ -84,7 +85,7 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
             if collector is not None:
                 collector.add(chunk)
             done += span.numel
-            reporter.progress("probe", done, total, "elements")
+            reporter.progress(stage, done, total, "elements")
     return acc.report() if acc is not None else None
 
 
@@ -187,6 +188,11 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     if method.needs_probe(params) or collector is not None:
         t0 = time.perf_counter()
         probe_report = _probe_plan(plan, eps, device, reporter, request.use_cache, request.chunk_elements, collector)
+        passes = 1
+        while collector is not None and getattr(collector, "next_pass", None) is not None and collector.next_pass():
+            passes += 1  # the collector needs another look at the data (TIES refines its exact cut)
+            probe_pass(plan, eps, device, reporter, request.chunk_elements, collector, accumulate=False,
+                       stage=f"refine {passes}")
         timings["probe_s"] = time.perf_counter() - t0
     context = method.prepare(params, probe_report, collector.finish() if collector else None)
 

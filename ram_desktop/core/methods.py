@@ -72,6 +72,9 @@ class Collector(Protocol):
 
     def finish(self) -> Any: ...
 
+    # Optional: ``next_pass() -> bool`` is called after each full pass over the data; True asks the
+    # engine to feed every chunk once more (in the same order) before ``finish`` (TIES's exact cut).
+
 
 @dataclass(frozen=True)
 class MergeMethod:
@@ -171,3 +174,7 @@ register(MergeMethod(
     needs_probe=lambda params: True,
     lambdas=ram_plus_soft_lambdas,
 ))
+
+
+# The baselines register themselves on import, so every user of the registry sees them.
+from . import baselines  # noqa: E402,F401
