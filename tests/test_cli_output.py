@@ -206,3 +206,12 @@ def test_core_imports_without_qt(tmp_path):
             "print('ok')\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_card_shows_lambda_only_for_rescaling_methods(capsys, tmp_path, models):
+    base, agents = models
+    for method, has_lambda in (("ram-plus", True), ("task-arithmetic", False)):
+        out = tmp_path / method
+        assert main(["-q", "merge", str(base), *map(str, agents), "--out", str(out), "--method", method]) == 0
+        header = next(l for l in (out / "README.md").read_text().splitlines() if l.startswith("| agent | source"))
+        assert header.endswith("| λ |") == has_lambda

@@ -27,11 +27,12 @@ def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[fl
         library_name="transformers" if (plan.base.config or {}).get("architectures") else None,
     )
     params_text = ", ".join(f"{k} = {v}" for k, v in params.items()) or "none"
+    rescales = method.lambdas is not None  # λ only means something for RAM+ / RAM+s
     rows = []
     for t, a in enumerate(probe.agents):
         rho = "∞" if math.isinf(a.rho) else f"{a.rho:.3f}"
         rows.append(f"| {a.name} | `{plan.agents[t].display}` | {a.density:.2%} | {a.unique:,} | {a.shared:,} "
-                    f"| {rho} | {lambdas[t]:.4f} |")
+                    f"| {rho} |" + (f" {lambdas[t]:.4f} |" if rescales else ""))
     overlap_head = " | ".join(f"{k + 1} agent{'s' if k else ''}" for k in range(len(probe.agents)))
     overlap_rows = [f"| {a.name} | " + " | ".join(f"{c / a.updated:.1%}" if a.updated else "-" for c in a.overlap)
                     + " |" for a in probe.agents]
@@ -49,8 +50,8 @@ arXiv 2601.13572.
 
 ## Agents
 
-| agent | source | density | unique | shared | ρ | λ |
-|---|---|---|---|---|---|---|
+| agent | source | density | unique | shared | ρ |{" λ |" if rescales else ""}
+|---|---|---|---|---|---|{"---|" if rescales else ""}
 {chr(10).join(rows)}
 
 ## Overlap: share of each agent's updates that k agents update
