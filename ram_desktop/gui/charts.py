@@ -79,16 +79,16 @@ class PieItem(pg.GraphicsObject):
             angle += span
         painter.end()
 
-    def slice_label_positions(self) -> list[tuple[float, float, float]]:
-        """(x, y, share) at the middle of each slice of at least 4 %; y up."""
+    def slice_label_positions(self) -> list[tuple[int, float, float, float]]:
+        """(slice index, x, y, share) at the middle of each slice of at least 4 %; y up."""
         total = sum(self.values)
         out, start = [], 90.0
-        for value in self.values:
+        for index, value in enumerate(self.values):
             share = value / total if total else 0.0
             mid = math.radians(start - 180.0 * share)
             if share >= 0.04:
                 r = 0.62 if share < 0.999 else 0.0
-                out.append((r * math.cos(mid), r * math.sin(mid), share))
+                out.append((index, r * math.cos(mid), r * math.sin(mid), share))
             start -= 360.0 * share
         return out
 
@@ -180,8 +180,8 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             colors = [shade(color, k, n) for k in range(n)]
             pie = PieItem(a.overlap, colors)
             view.addItem(pie)
-            for x, y, share in pie.slice_label_positions():
-                text = pg.TextItem(f"{100 * share:.0f}%", color="white" if share > 0.25 or x == 0 else FOREGROUND,
+            for k, x, y, share in pie.slice_label_positions():
+                text = pg.TextItem(f"{100 * share:.0f}%", color="white" if k == 0 else FOREGROUND,
                                    anchor=(0.5, 0.5))
                 font = QFont()
                 font.setBold(True)
@@ -217,7 +217,7 @@ class LayerDensityChart(QWidget):
         self.graphics.setMinimumHeight(160)
         layout.addWidget(self.graphics, 1)
         self.plot = _plot(self.graphics)
-        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextColor=FOREGROUND)
+        self.legend = self.plot.addLegend(offset=(10, 5), labelTextColor=FOREGROUND)
         self.report: ProbeReport | None = None
         self.show_report(None)
 
@@ -232,7 +232,8 @@ class LayerDensityChart(QWidget):
         if report is None or not report.agents:
             plot.getAxis("bottom").setTicks([[]])
             return
-        groups = report.layers() if by_layer else report.modules()
+        groups = sorted(report.layers() if by_layer else report.modules(), key=_group_order)
+        self.legend.setColumnCount(max(1, len(report.agents)))
         ticks = [(i, _short(g["name"])) for i, g in enumerate(groups)]
         for t, a in enumerate(report.agents):
             color = agent_color(t)
@@ -243,7 +244,18 @@ class LayerDensityChart(QWidget):
         plot.getAxis("bottom").setStyle(tickTextOffset=4)
         plot.setXRange(-0.5, len(groups) - 0.5, padding=0)
         top = max((100.0 * d for g in groups for d in g["density"]), default=1.0) or 1.0
-        plot.setYRange(0, top * 1.15, padding=0)
+        plot.setYRange(0, top * 1.3, padding=0)  # headroom for the legend
+
+
+def _group_order(group: dict) -> tuple:
+    """Embeddings first, then layers by number, then the rest (final norm, lm_head) in model order."""
+    name = group["name"]
+    m = re.search(r"layers\.(\d+)$", name)
+    if "embed" in name:
+        return (0, 0, name)
+    if m:
+        return (1, int(m.group(1)), name)
+    return (2, 1 if "lm_head" in name else 0, name)
 
 
 def _short(name: str) -> str:
