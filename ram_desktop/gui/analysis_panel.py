@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
                                QTabWidget, QVBoxLayout, QWidget)
@@ -98,6 +98,7 @@ class AnalysisPanel(QWidget):
         self.stale.hide()
         layout.addWidget(self.stale)
 
+        self._chart_queue: list = []
         self.report: ProbeReport | None = None
         self.lambdas: list[float] | None = None
         self.survival: list[float | None] = []
@@ -105,13 +106,30 @@ class AnalysisPanel(QWidget):
         self.tabs.setEnabled(False)
 
     def show_report(self, report: ProbeReport | None) -> None:
+        """Show a report: the visible chart now, the others one per event-loop turn (building a
+        pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
         self.report = report
         self.placeholder.setVisible(report is None)
         self.tabs.setEnabled(report is not None)
-        self.density.show_report(report)
-        self.overlap.show_report(report)
-        self.layers.show_report(report)
+        charts = [self.density, self.overlap, self.layers]
+        current = self.tabs.currentIndex()
+        order = [charts[current]] + [c for i, c in enumerate(charts) if i != current]
+        order[0].show_report(report)
+        self._chart_queue = [(c, report) for c in order[1:]]
+        QTimer.singleShot(0, self._next_chart)
         self.set_stale(None)
+
+    def _next_chart(self) -> None:
+        if not self._chart_queue:
+            return
+        chart, report = self._chart_queue.pop(0)
+        if report is self.report:
+            chart.show_report(report)
+        if self._chart_queue:
+            QTimer.singleShot(0, self._next_chart)
+
+    def charts_ready(self) -> bool:
+        return not self._chart_queue
 
     def set_stale(self, message: str | None) -> None:
         self.stale.setText(message or "")

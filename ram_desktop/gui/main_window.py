@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QUrl, Signal, Slot
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QGroupBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
 
 from .. import __version__
 from ..core import engine
@@ -122,6 +122,8 @@ class MainWindow(QMainWindow):
         self._analyse_when_ready = False
         self._stage = ""
         self._merge_status = ""
+        self._pending_charts: list[tuple[Path, QWidget]] = []
+        self._saved_charts: list[str] = []
         self._demo_failed = False
         self.recipe_path: Path | None = None
 
@@ -148,6 +150,9 @@ class MainWindow(QMainWindow):
         self.progress.setFormat("")
         self.progress_label = QLabel("Ready")
         self.progress_label.setMinimumWidth(260)
+        # progress text changes must never re-lay out the window (that would re-render every chart)
+        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
 
         self.result_panel = QWidget()
         result_layout = QVBoxLayout(self.result_panel)
@@ -155,6 +160,9 @@ class MainWindow(QMainWindow):
         self.result_text = QLabel("No merge yet.")
         self.result_text.setWordWrap(True)
         self.result_text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.result_text.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        # room for the result from the start: showing it must not re-lay out (and re-render) the charts
+        self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")
         self.open_card_button = QPushButton("Open model card")
         result_buttons = QHBoxLayout()
@@ -415,6 +423,18 @@ class MainWindow(QMainWindow):
         self._update_actions()
         if kind == "probe":
             self.analysis_finished.emit(self.report is not None and self.report_key == self._source_key())
+        elif kind == "merge" and self._merge_status == "done" and self.result is not None:
+            result = self.result
+
+            def finished() -> None:
+                if self._saved_charts:
+                    self._show_result(result, self._saved_charts)
+                    log.info("charts saved into %s: %s", result.out, ", ".join(self._saved_charts))
+                for w in result.warnings:
+                    log.warning(w)
+                self.merge_finished.emit("done")
+
+            self._save_next_chart(finished)
         elif kind == "merge":
             self.merge_finished.emit(self._merge_status)
         elif kind == "demo" and self._demo_failed:
@@ -563,7 +583,11 @@ class MainWindow(QMainWindow):
             self.report, self.report_key = result.probe, key
             self.analysis.show_report(result.probe)
             self._method_changed()
-        charts = self.export_charts(result.out)
+        self._show_result(result, [])
+        self._pending_charts = self._chart_targets(result.out)
+        self._saved_charts: list[str] = []
+
+    def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
         self.progress.setValue(1000)
         self.progress.setFormat("Merge done")
         self.progress_label.setText(f"Merged in {_duration(result.seconds)}")
@@ -578,23 +602,41 @@ class MainWindow(QMainWindow):
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
         self.settings.setValue("paths/last_output", str(result.out))
-        for w in result.warnings:
-            log.warning(w)
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
-    def export_charts(self, folder: Path) -> list[str]:
-        """Save the analysis charts as PNG files into ``folder``; return their names."""
+    def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
         if self.report is None:
             return []
+        return [(Path(folder) / "density.png", self.analysis.density),
+                (Path(folder) / "overlap.png", self.analysis.overlap),
+                (Path(folder) / "layers.png", self.analysis.layers.graphics)]
+
+    def _save_next_chart(self, then: Callable[[], None]) -> None:
+        """Save the pending charts one per event-loop turn (each render takes a few tens of ms), then
+        call ``then``: the window keeps answering while they are written."""
+        if not self._pending_charts:
+            then()
+            return
+        if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
+            QTimer.singleShot(0, lambda: self._save_next_chart(then))
+            return
+        path, widget = self._pending_charts.pop(0)
+        try:
+            export_png(widget, path)
+            self._saved_charts.append(path.name)
+        except OSError as e:
+            log.warning("could not save the chart %s: %s", path.name, e)
+        QTimer.singleShot(0, lambda: self._save_next_chart(then))
+
+    def export_charts(self, folder: Path) -> list[str]:
+        """Save the analysis charts as PNG files into ``folder`` now; return their names."""
         names = []
-        charts = [("density.png", self.analysis.density), ("overlap.png", self.analysis.overlap),
-                  ("layers.png", self.analysis.layers.graphics)]
-        for name, widget in charts:
+        for path, widget in self._chart_targets(folder):
             try:
-                export_png(widget, Path(folder) / name)
-                names.append(name)
+                export_png(widget, path)
+                names.append(path.name)
             except OSError as e:
-                log.warning("could not save the chart %s: %s", name, e)
+                log.warning("could not save the chart %s: %s", path.name, e)
         return names
 
     def open_output_folder(self) -> None:

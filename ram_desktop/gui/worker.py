@@ -17,7 +17,7 @@ from ..core.events import CancelToken, ProgressEvent, Reporter
 
 log = logging.getLogger("ram_desktop")
 
-PROGRESS_INTERVAL = 0.05  # seconds between progress signals: the GUI thread is never flooded
+PROGRESS_INTERVAL = 0.1  # seconds between progress signals: ten updates a second, the GUI thread never flooded
 
 
 class Worker(QObject):
