@@ -168,6 +168,8 @@ class AnalysisPanel(QWidget):
                 if col == 6 and share is not None and share < WARN_BELOW:
                     item.setForeground(QBrush(Qt.darkRed))
                 self.table.setItem(t, col, item)
+        rows = min(len(report.agents), 6)
+        self.table.setMinimumHeight(self.table.horizontalHeader().height() + rows * self.table.rowHeight(0) + 6)
         overall = self.overall_survival
         if overall is not None and overall < WARN_BELOW:
             self.warning_text.setText(

@@ -42,6 +42,7 @@ def _plot(widget: pg.GraphicsLayoutWidget, **kwargs) -> pg.PlotItem:
     plot.setMenuEnabled(False)
     plot.hideButtons()
     plot.getViewBox().setMouseEnabled(False, False)
+    plot.getAxis("bottom").setHeight(40)  # room for descenders of agent names and an axis note
     return plot
 
 
@@ -140,10 +141,7 @@ class DensityChart(pg.GraphicsLayoutWidget):
         plot.setXRange(-0.6, n - 0.4, padding=0)
         plot.setYRange(0, top * 1.18, padding=0)
         plot.getAxis("bottom").setTicks([[(t, a.name) for t, a in enumerate(report.agents)]])
-        legend = pg.TextItem(html=f'<span style="color:{FOREGROUND}">dark: unique to the agent · '
-                                  'light: shared with other agents</span>', anchor=(1, 0))
-        legend.setPos(n - 0.45, top * 1.18)
-        plot.addItem(legend)
+        plot.setLabel("bottom", "dark = unique to the agent · light = shared with others")
 
 
 class OverlapPies(pg.GraphicsLayoutWidget):

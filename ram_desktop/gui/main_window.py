@@ -285,6 +285,8 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1360, 860)
+            self.left_splitter.setSizes([330, 400])
+            self.right_splitter.setSizes([560, 170, 100])
         for key, splitter in (("window/splitter", self.splitter), ("window/left", self.left_splitter),
                               ("window/right", self.right_splitter)):
             state = self.settings.value(key)
@@ -596,8 +598,8 @@ class MainWindow(QMainWindow):
             f"<b>Merged model:</b> <a href=\"{QUrl.fromLocalFile(str(result.out)).toString()}\">{result.out}</a><br>"
             f"{human_bytes(result.bytes_written)} of weights in {_duration(result.seconds)} · "
             f"method {result.report.get('method')} · λ: {lam}<br>"
-            f"The folder also holds the model card (README.md), ram-recipe.yaml, merge-report.json"
-            + (f" and the charts ({', '.join(charts)})." if charts else "."))
+            "Also there: model card (README.md), ram-recipe.yaml, merge-report.json"
+            + (", charts (PNG)." if charts else "."))
         self.result_text.setOpenExternalLinks(True)
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())

@@ -135,6 +135,7 @@ class SourcesPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
                                    | QAbstractItemView.SelectedClicked)
         self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.ElideMiddle)  # long paths keep their start and their folder name
         header = self.table.horizontalHeader()
         for col in range(len(COLUMNS)):
             header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
