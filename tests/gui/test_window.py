@@ -243,3 +243,44 @@ def test_settings_persist_geometry_folders_and_device(qtbot, settings):
     assert second.method.device.currentData() == "cpu"
     assert second.sources.browse_dir == "/tmp/some"
     second.close()
+
+
+def test_a_bug_on_the_gui_thread_shows_a_dialog_and_is_logged(qtbot, window, monkeypatch, caplog):
+    import sys
+
+    from PySide6.QtWidgets import QMessageBox
+
+    from ram_desktop.gui.app import install_excepthook
+
+    shown = []
+    monkeypatch.setattr(QMessageBox, "exec", lambda self: shown.append((self.text(), self.detailedText())) or 0)
+    saved = sys.excepthook
+    try:
+        install_excepthook()
+        try:
+            raise ZeroDivisionError("boom")
+        except ZeroDivisionError:
+            sys.excepthook(*sys.exc_info())
+    finally:
+        sys.excepthook = saved
+    assert shown and "ZeroDivisionError: boom" in shown[0][0] and "Traceback" in shown[0][1]
+    assert "unexpected error" in caplog.text
+
+
+def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot, window, demo_models, monkeypatch):
+    from ram_desktop.core import engine
+
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated bug")
+
+    monkeypatch.setattr(engine, "probe", broken)
+    with qtbot.waitSignal(window.analysis_finished, timeout=10000) as blocker:
+        qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
+    assert blocker.args == [False]
+    assert window.message.kind == "error" and "simulated bug" in window.message.text.text()
+    assert "Traceback" not in window.message.text.text()
+    assert "RuntimeError" in window.log_view.toPlainText()
+    assert window.analyse_button.isEnabled() and window.merge_button.isEnabled()
