@@ -10,7 +10,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from ..core.errors import Cancelled, RamError
 from ..core.events import CancelToken, ProgressEvent, Reporter
@@ -84,7 +84,8 @@ class Job(QObject):
         self.thread.setObjectName("ram-desktop-worker")
         self.worker.moveToThread(self.thread)
         self.thread.started.connect(self.worker.run)
-        self.worker.done.connect(self.thread.quit)
+        # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
+        self.worker.done.connect(self.thread.quit, Qt.DirectConnection)
         self.thread.finished.connect(self._cleanup)
         self.started_at = 0.0
 

@@ -284,3 +284,17 @@ def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot
     assert "Traceback" not in window.message.text.text()
     assert "RuntimeError" in window.log_view.toPlainText()
     assert window.analyse_button.isEnabled() and window.merge_button.isEnabled()
+
+
+def test_closing_the_window_mid_merge_cancels_quickly_and_leaves_nothing(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    out = tmp_path / "out" / "merged"
+    _slow_merge(window, out)
+    qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: 50 < window.progress.value() < 900, timeout=30000)
+    start = time.perf_counter()
+    window.close()
+    assert time.perf_counter() - start < 2.0
+    qtbot.waitUntil(lambda: window.job is None or not window.job.is_running(), timeout=5000)
+    assert not out.exists() and list((tmp_path / "out").iterdir()) == []
