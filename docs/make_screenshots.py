@@ -62,7 +62,7 @@ def main() -> int:
     window.merge()
     wait_until(lambda: window.progress.format().startswith("Merging") and window.progress.value() > 400, 120, app)
     shot("3-merging")
-    wait_until(lambda: window.job is None and window.result is not None and not window._pending_charts, 300, app)
+    wait_until(lambda: not window.busy() and window.result is not None, 300, app)
     shot("4-result")
     window.close()
     return 0

@@ -124,6 +124,9 @@ class MainWindow(QMainWindow):
         self._merge_status = ""
         self._pending_charts: list[tuple[Path, QWidget]] = []
         self._saved_charts: list[str] = []
+        self._chart_images: list = []
+        self._after_charts: Callable | None = None
+        self.chart_job: Job | None = None
         self._demo_failed = False
         self.recipe_path: Path | None = None
 
@@ -336,7 +339,7 @@ class MainWindow(QMainWindow):
 
     # --- state --------------------------------------------------------------------------------
     def busy(self) -> bool:
-        return self.job is not None
+        return self.job is not None or self.chart_job is not None
 
     def _update_actions(self) -> None:
         busy = self.busy()
@@ -587,7 +590,7 @@ class MainWindow(QMainWindow):
             self._method_changed()
         self._show_result(result, [])
         self._pending_charts = self._chart_targets(result.out)
-        self._saved_charts: list[str] = []
+        self._saved_charts = []
 
     def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
         self.progress.setValue(1000)
@@ -614,21 +617,47 @@ class MainWindow(QMainWindow):
                 (Path(folder) / "layers.png", self.analysis.layers.graphics)]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
-        """Save the pending charts one per event-loop turn (each render takes a few tens of ms), then
-        call ``then``: the window keeps answering while they are written."""
-        if not self._pending_charts:
-            then()
-            return
+        """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
+        each, one per event-loop turn); PNG encoding and writing happen in a worker thread."""
         if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
             QTimer.singleShot(0, lambda: self._save_next_chart(then))
             return
-        path, widget = self._pending_charts.pop(0)
-        try:
-            export_png(widget, path)
-            self._saved_charts.append(path.name)
-        except OSError as e:
-            log.warning("could not save the chart %s: %s", path.name, e)
-        QTimer.singleShot(0, lambda: self._save_next_chart(then))
+        if self._pending_charts:
+            path, widget = self._pending_charts.pop(0)
+            self._chart_images.append((path, widget.grab().toImage()))
+            QTimer.singleShot(0, lambda: self._save_next_chart(then))
+            return
+        images, self._chart_images = self._chart_images, []
+
+        def write(reporter) -> list[str]:
+            saved = []
+            for path, image in images:
+                if image.save(str(path), "PNG"):
+                    saved.append(path.name)
+                else:
+                    log.warning("could not save the chart %s", path)
+            return saved
+
+        def done(names: list[str]) -> None:
+            then()
+
+        self.chart_job = Job(write, self)
+        self.chart_job.worker.succeeded.connect(self._charts_saved)
+        self._after_charts = done
+        self.chart_job.finished.connect(self._chart_job_finished)
+        self.chart_job.start()
+
+    @Slot(object)
+    def _charts_saved(self, names: list[str]) -> None:
+        self._saved_charts = names
+
+    @Slot()
+    def _chart_job_finished(self) -> None:
+        self.chart_job = None
+        self._update_actions()
+        callback, self._after_charts = self._after_charts, None
+        if callback is not None:
+            callback(self._saved_charts)
 
     def export_charts(self, folder: Path) -> list[str]:
         """Save the analysis charts as PNG files into ``folder`` now; return their names."""
