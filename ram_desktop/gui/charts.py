@@ -141,7 +141,7 @@ class DensityChart(pg.GraphicsLayoutWidget):
         plot.setXRange(-0.6, n - 0.4, padding=0)
         plot.setYRange(0, top * 1.18, padding=0)
         plot.getAxis("bottom").setTicks([[(t, a.name) for t, a in enumerate(report.agents)]])
-        plot.setLabel("bottom", "dark = unique to the agent · light = shared with others")
+        plot.setLabel("bottom", "dark: unique to the agent, light: shared")
 
 
 class OverlapPies(pg.GraphicsLayoutWidget):
