@@ -242,12 +242,15 @@ class MainWindow(QMainWindow):
         file_menu = self.menuBar().addMenu("&File")
         self.open_action = QAction("&Open recipe…", self, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
         self.save_action = QAction("&Save recipe…", self, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
+        self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
+        self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
         self.recent_menu = file_menu.addMenu("Open &recent")
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
+        file_menu.addAction(self.export_action)
         file_menu.addSeparator()
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
@@ -349,7 +352,7 @@ class MainWindow(QMainWindow):
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
-        for action in (self.open_action, self.save_action, self.demo_action):
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
 
@@ -669,6 +672,16 @@ class MainWindow(QMainWindow):
             except OSError as e:
                 log.warning("could not save the chart %s: %s", path.name, e)
         return names
+
+    def export_charts_dialog(self) -> None:
+        if self.report is None:
+            self.show_error("run the analysis first: there are no charts to export yet")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export charts into", self.sources.browse_dir)
+        if folder:
+            names = self.export_charts(Path(folder))
+            log.info("charts saved into %s: %s", folder, ", ".join(names))
+            self.statusBar().showMessage(f"Saved {len(names)} charts into {folder}", 8000)
 
     def open_output_folder(self) -> None:
         if self.result is not None:

@@ -298,3 +298,16 @@ def test_closing_the_window_mid_merge_cancels_quickly_and_leaves_nothing(qtbot, 
     assert time.perf_counter() - start < 2.0
     qtbot.waitUntil(lambda: window.job is None or not window.job.is_running(), timeout=5000)
     assert not out.exists() and list((tmp_path / "out").iterdir()) == []
+
+
+def test_export_charts_as_png(qtbot, window, demo_models, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(tmp_path))
+    window.export_action.trigger()
+    for name in ("density.png", "overlap.png", "layers.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
