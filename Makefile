@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	rm -rf demo-run && $(BIN)/ram-merge demo demo-run && $(BIN)/ram-merge merge demo-run/base demo-run/coder demo-run/tool demo-run/memory --out demo-run/merged
+	$(BIN)/ram-desktop --demo
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q

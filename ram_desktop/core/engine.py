@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,27 @@ def resolve_device(spec: str = "auto") -> torch.device:
     elif device.type != "cpu":
         raise InputError(f"unsupported device {spec!r}; use auto, cpu, cuda or cuda:N")
     return device
+
+
+def list_devices() -> list[tuple[str, str]]:
+    """Devices a merge can run on, as ``(spec, label)``: each CUDA GPU by name and memory, then the CPU.
+
+    ``spec`` is what ``resolve_device`` and ``MergeRequest.device`` accept.
+    """
+    devices: list[tuple[str, str]] = []
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver must not stop the application from listing the CPU
+        count = 0
+    for index in range(count):
+        try:
+            props = torch.cuda.get_device_properties(index)
+            label = f"cuda:{index} — {props.name} ({props.total_memory / 2**30:.0f} GiB)"
+        except Exception:
+            label = f"cuda:{index}"
+        devices.append((f"cuda:{index}", label))
+    devices.append(("cpu", f"CPU ({os.cpu_count() or 1} cores)"))
+    return devices
 
 
 def open_sources(base: str, agents: list[str], reporter: Reporter,

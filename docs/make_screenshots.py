@@ -1,0 +1,72 @@
+"""Regenerate the screenshots in docs/screenshots/ (headless):
+
+    QT_QPA_PLATFORM=offscreen python docs/make_screenshots.py
+
+Drives the real window through the main states with the built-in demo agents: sources loaded,
+analysis (density and overlap), a merge under way, and the result.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent))
+
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def main() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
+    os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
+    app = QApplication([sys.argv[0]])
+    from ram_desktop.gui import charts
+    from ram_desktop.gui.main_window import MainWindow, ensure_demo, wait_until
+
+    charts.configure()
+    out = ROOT / "screenshots"
+    out.mkdir(exist_ok=True)
+    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.IniFormat))
+    window.resize(1360, 860)
+    window.show()
+
+    def shot(name: str) -> None:
+        wait_until(lambda: window.analysis.charts_ready(), 10, app)
+        wait_until(lambda: False, 0.3, app)
+        path = out / f"{name}.png"
+        window.grab().save(str(path), "PNG")
+        print(f"{path} ({path.stat().st_size // 1024} KB)")
+
+    base, agents = ensure_demo()
+    window.set_sources(str(base), [str(a) for a in agents], None, analyse=False)
+    window.method.out_dir.setText(str(tmp / "merged"))
+    wait_until(lambda: window.sources.all_ready(), 20, app)
+    shot("1-sources")
+
+    window.analyse()
+    wait_until(lambda: window.report is not None and window.job is None, 60, app)
+    shot("2-analysis")
+    window.analysis.tabs.setCurrentIndex(1)
+    shot("2b-overlap")
+    window.analysis.tabs.setCurrentIndex(2)
+    shot("2c-layers")
+    window.analysis.tabs.setCurrentIndex(0)
+
+    window.chunk_elements = 256  # slow the tiny demo merge down so that it can be photographed
+    window.method.set_out_dtype("float32")
+    window.merge()
+    wait_until(lambda: window.progress.format().startswith("Merging") and window.progress.value() > 400, 120, app)
+    shot("3-merging")
+    wait_until(lambda: not window.busy() and window.result is not None, 300, app)
+    shot("4-result")
+    window.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""Analysis: charts of the probe, the ρ–λ table and the RAM+ rounding warning."""
+
+from __future__ import annotations
+
+import math
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QBrush
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
+                               QTabWidget, QVBoxLayout, QWidget)
+
+from ..core.methods import MergeMethod
+from ..core.probe import SURVIVAL_DTYPES, ProbeReport
+from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
+
+TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
+SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+WARN_BELOW = 0.5  # warn when less than half of the rescaled unique updates survive rounding
+
+
+def survival_dtype(out_dtype: str, base_dtype: str | None) -> str | None:
+    """The dtype the rescale is rounded to: the chosen one, or the base's for "base"."""
+    if out_dtype != "base":
+        return out_dtype if out_dtype in SURVIVAL_DTYPES else None
+    return SAFETENSORS_DTYPES.get(base_dtype or "")
+
+
+def rescale_survival(report: ProbeReport, lambdas: list[float] | None, dtype: str | None) -> tuple[list[float | None], float | None]:
+    """Per agent: share of unique elements whose RAM+ rescale survives rounding to ``dtype``; and the
+    share over all agents' unique elements together (None when nothing is rescaled)."""
+    if lambdas is None or dtype is None or dtype not in report.survival:
+        return [None] * len(report.agents), None
+    shares = [report.survival_share(t, dtype, lam) if lam > 1.0 else None for t, lam in enumerate(lambdas)]
+    weighted = [(s, a.unique) for s, a in zip(shares, report.agents) if s is not None and a.unique]
+    total = sum(u for _, u in weighted)
+    return shares, (sum(s * u for s, u in weighted) / total if total else None)
+
+
+class AnalysisPanel(QWidget):
+    use_float32 = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.placeholder = QLabel("Add a base and agents, then click <b>Analyze</b> to see how dense and how "
+                                  "overlapping their task vectors are.")
+        self.placeholder.setWordWrap(True)
+        self.placeholder.setStyleSheet("color: #666; padding: 4px;")
+        layout.addWidget(self.placeholder)
+        self.tabs = QTabWidget()
+        self.density = DensityChart()
+        self.overlap = OverlapPies()
+        self.layers = LayerDensityChart()
+        self.tabs.addTab(self.density, "Density")
+        self.tabs.addTab(self.overlap, "Overlap")
+        self.tabs.addTab(self.layers, "Per layer")
+        self.tabs.setTabToolTip(0, "Share of all elements each agent changes; dark = only this agent changes it")
+        self.tabs.setTabToolTip(1, "For each agent: how many of its updates no other agent touches (unique) "
+                                   "and how many it shares with 1, 2 ... other agents")
+        self.tabs.setTabToolTip(2, "Density per transformer layer or module kind")
+        layout.addWidget(self.tabs, 3)
+
+        self.table = QTableWidget(0, len(TABLE_COLUMNS))
+        self.table.setHorizontalHeaderLabels(TABLE_COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setSelectionMode(QTableWidget.NoSelection)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        tips = ["Agent name", "Share of all elements the agent updates (|τ| > ε)",
+                "Elements only this agent updates: RAM keeps them whole, RAM+ scales them by λ",
+                "Elements this agent and at least one other update: averaged over the active agents",
+                "Overlap-unique ratio ρ = shared / unique (paper eq. 5)",
+                "Scale of this agent's unique updates for the chosen method and parameters",
+                "Share of the agent's unique elements whose rescaled value survives rounding to the output dtype"]
+        for col, tip in enumerate(tips):
+            self.table.horizontalHeaderItem(col).setToolTip(tip)
+        self.table.setMinimumHeight(90)
+        layout.addWidget(self.table, 1)
+
+        self.warning = QWidget()
+        row = QHBoxLayout(self.warning)
+        row.setContentsMargins(8, 4, 8, 4)
+        self.warning.setStyleSheet("background: #fff4ce; border: 1px solid #e0c060; border-radius: 4px;")
+        self.warning_text = QLabel()
+        self.warning_text.setWordWrap(True)
+        self.warning_text.setStyleSheet("border: none; color: #5c4400;")
+        self.warning_fix = QPushButton("Use float32 output")
+        self.warning_fix.clicked.connect(self.use_float32.emit)
+        row.addWidget(self.warning_text, 1)
+        row.addWidget(self.warning_fix)
+        self.warning.hide()
+        layout.addWidget(self.warning)
+        self.stale = QLabel()
+        self.stale.setStyleSheet("color: #8a5a00;")
+        self.stale.hide()
+        layout.addWidget(self.stale)
+
+        self._chart_queue: list = []
+        self.report: ProbeReport | None = None
+        self.lambdas: list[float] | None = None
+        self.survival: list[float | None] = []
+        self.overall_survival: float | None = None
+        self.tabs.setEnabled(False)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        """Show a report: the visible chart now, the others one per event-loop turn (building a
+        pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
+        self.report = report
+        self.placeholder.setVisible(report is None)
+        self.tabs.setEnabled(report is not None)
+        charts = [self.density, self.overlap, self.layers]
+        current = self.tabs.currentIndex()
+        order = [charts[current]] + [c for i, c in enumerate(charts) if i != current]
+        order[0].show_report(report)
+        self._chart_queue = [(c, report) for c in order[1:]]
+        QTimer.singleShot(0, self._next_chart)
+        self.set_stale(None)
+
+    def _next_chart(self) -> None:
+        if not self._chart_queue:
+            return
+        chart, report = self._chart_queue.pop(0)
+        if report is self.report:
+            chart.show_report(report)
+        if self._chart_queue:
+            QTimer.singleShot(0, self._next_chart)
+
+    def charts_ready(self) -> bool:
+        return not self._chart_queue
+
+    def set_stale(self, message: str | None) -> None:
+        self.stale.setText(message or "")
+        self.stale.setVisible(bool(message))
+
+    def update_method(self, method: MergeMethod, params: dict, out_dtype: str, base_dtype: str | None) -> None:
+        """Recompute λ from the cached probe (instant) and refresh the table and the rounding warning."""
+        report = self.report
+        if report is None:
+            self.table.setRowCount(0)
+            self.warning.hide()
+            return
+        try:
+            self.lambdas = method.lambdas(params, report) if method.lambdas else None
+        except (ValueError, KeyError, TypeError, ZeroDivisionError):
+            self.lambdas = None
+        dtype = survival_dtype(out_dtype, base_dtype)
+        self.survival, self.overall_survival = rescale_survival(report, self.lambdas, dtype)
+        self.table.setRowCount(len(report.agents))
+        for t, a in enumerate(report.agents):
+            lam = self.lambdas[t] if self.lambdas else None
+            share = self.survival[t]
+            values = [a.name, f"{100 * a.density:.2f} %", f"{a.unique:,}", f"{a.shared:,}",
+                      "∞" if math.isinf(a.rho) else f"{a.rho:.3f}",
+                      f"{lam:.4f}" if lam is not None else "—",
+                      f"{100 * share:.1f} % in {dtype}" if share is not None else "—"]
+            for col, text in enumerate(values):
+                item = QTableWidgetItem(text)
+                if col == 0:
+                    item.setForeground(QBrush(agent_color(t)))
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                else:
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                if col == 6 and share is not None and share < WARN_BELOW:
+                    item.setForeground(QBrush(Qt.darkRed))
+                self.table.setItem(t, col, item)
+        rows = min(len(report.agents), 6)
+        self.table.setMinimumHeight(self.table.horizontalHeader().height() + rows * self.table.rowHeight(0) + 6)
+        overall = self.overall_survival
+        if overall is not None and overall < WARN_BELOW:
+            self.warning_text.setText(
+                f"<b>{method.label} rescaling will mostly round away.</b> In {dtype} output only "
+                f"{100 * overall:.1f} % of the rescaled unique updates differ from plain RAM (RL updates are often "
+                f"one or two {dtype} ulps). Choose float32 output to keep the rescale.")
+            self.warning_fix.setVisible(dtype != "float32")
+            self.warning.show()
+        else:
+            self.warning.hide()

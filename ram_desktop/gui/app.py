@@ -1,0 +1,129 @@
+"""``ram-desktop``: open the window. ``--demo`` loads and analyses the built-in demo agents;
+``--screenshot FILE`` saves the window after the analysis and exits; a recipe path opens it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from pathlib import Path
+from typing import Sequence
+
+from .. import __version__
+
+log = logging.getLogger("ram_desktop")
+ORGANIZATION, APPLICATION = "RAM Desktop", "ram-desktop"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ram-desktop", description="RAM Desktop: merge RL-trained agents with RAM / RAM+.")
+    parser.add_argument("recipe", nargs="?", type=Path, help="a ram-recipe.yaml to open")
+    parser.add_argument("--demo", action="store_true", help="open with the built-in demo agents loaded and analysed")
+    parser.add_argument("--screenshot", type=Path, metavar="FILE",
+                        help="with --demo or a recipe: save a PNG of the window after the analysis and exit")
+    parser.add_argument("--size", default="1360x860", help="window size for --screenshot (default 1360x860)")
+    parser.add_argument("--version", action="version", version=f"ram-desktop {__version__}")
+    return parser
+
+
+def install_excepthook() -> None:
+    """An unexpected exception on the GUI thread becomes a dialog and a log entry, never a silent crash."""
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            QApplication.quit()
+            return
+        details = "".join(traceback.format_exception(kind, value, tb))
+        log.error("unexpected error (a bug in RAM Desktop): %s: %s\n%s", kind.__name__, value, details)
+        sys.__stderr__.write(details) if sys.__stderr__ else None
+        app = QApplication.instance()
+        if app is None:
+            return
+        box = QMessageBox(QMessageBox.Critical, "Unexpected error",
+                          f"RAM Desktop hit a bug: {kind.__name__}: {value}\n\n"
+                          "Your inputs were not changed. The details below help the developers.")
+        box.setDetailedText(details)
+        box.exec()
+
+    sys.excepthook = hook
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.screenshot and not (args.demo or args.recipe):
+        print("error: --screenshot needs --demo or a recipe", file=sys.stderr)
+        return 2
+    try:
+        from PySide6.QtCore import QSettings, QTimer
+        from PySide6.QtWidgets import QApplication
+    except ImportError:
+        print("error: the desktop application needs PySide6 and pyqtgraph: pip install 'ram-desktop[gui]'",
+              file=sys.stderr)
+        return 2
+    from . import charts
+    from .main_window import MainWindow
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("RAM Desktop")
+    app.setApplicationVersion(__version__)
+    charts.configure()
+    if not args.screenshot:
+        install_excepthook()
+    window = MainWindow(QSettings())
+    status = {"code": 0}
+
+    if args.screenshot:
+        try:
+            w, h = (int(v) for v in args.size.lower().split("x"))
+        except ValueError:
+            print(f"error: --size {args.size!r}: write it like 1360x860", file=sys.stderr)
+            return 2
+        window.resize(w, h)
+
+        def shoot(ok: bool) -> None:
+            if not ok:
+                message = window.message.text.text() or "the analysis did not finish"
+                print(f"error: {message}", file=sys.stderr)
+                status["code"] = 2
+                app.quit()
+                return
+
+            def grab() -> None:
+                target = args.screenshot.expanduser()
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if not window.grab().save(str(target), "PNG"):
+                    print(f"error: cannot write {target}", file=sys.stderr)
+                    status["code"] = 2
+                else:
+                    print(f"screenshot saved to {target}")
+                app.quit()
+
+            QTimer.singleShot(300, grab)  # let the charts lay out
+
+        window.analysis_finished.connect(shoot)
+
+        def too_slow() -> None:
+            print("error: the analysis took longer than 10 minutes; no screenshot", file=sys.stderr)
+            status["code"] = 2
+            app.quit()
+
+        QTimer.singleShot(600_000, too_slow)
+
+    window.show()
+    if args.recipe:
+        if not window.open_recipe(args.recipe) and args.screenshot:
+            print(f"error: {window.message.text.text()}", file=sys.stderr)
+            return 2
+    elif args.demo:
+        window.load_demo()
+    code = app.exec()
+    return status["code"] or code
+
+
+def entry() -> None:
+    """Console-script entry point (``ram-desktop``; also ``python -m ram_desktop`` with no arguments)."""
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""Charts of a probe report (pyqtgraph): density bars, overlap pies, per-layer density.
+
+Every agent keeps one colour in every chart and table (``agent_color``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPicture
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+
+from ..core.probe import ProbeReport
+
+PALETTE = ["#1f77b4", "#e4572e", "#2a9d8f", "#8e44ad", "#f2a541", "#5c6b73", "#d62797", "#6a994e"]
+FOREGROUND = "#333333"
+
+
+def agent_color(index: int) -> QColor:
+    return QColor(PALETTE[index % len(PALETTE)])
+
+
+def shade(color: QColor, step: int, steps: int) -> QColor:
+    """``step`` 0 is the colour itself; higher steps blend towards white (shared with more agents)."""
+    if steps <= 1 or step == 0:
+        return QColor(color)
+    t = 0.72 * step / (steps - 1)
+    return QColor(int(color.red() + (255 - color.red()) * t), int(color.green() + (255 - color.green()) * t),
+                  int(color.blue() + (255 - color.blue()) * t))
+
+
+def configure() -> None:
+    pg.setConfigOptions(background="w", foreground=FOREGROUND, antialias=True)
+
+
+def _plot(widget: pg.GraphicsLayoutWidget, **kwargs) -> pg.PlotItem:
+    plot = widget.addPlot(**kwargs)
+    plot.setMenuEnabled(False)
+    plot.hideButtons()
+    plot.getViewBox().setMouseEnabled(False, False)
+    plot.getAxis("bottom").setHeight(40)  # room for descenders of agent names and an axis note
+    return plot
+
+
+class PieItem(pg.GraphicsObject):
+    """A pie chart of ``values`` with ``colors``, centred on (0, 0) with radius 1, percentages on slices
+    of at least 4 %."""
+
+    def __init__(self, values: list[float], colors: list[QColor], labels: bool = True) -> None:
+        super().__init__()
+        self.values = [max(0.0, float(v)) for v in values]
+        self.colors = colors
+        self.labels = labels
+        self._picture = QPicture()
+        self._render()
+
+    def _render(self) -> None:
+        painter = QPainter(self._picture)
+        painter.setRenderHint(QPainter.Antialiasing)
+        total = sum(self.values)
+        rect = QRectF(-1, -1, 2, 2)
+        pen = QPen(QColor("white"))
+        pen.setWidthF(0.02)
+        painter.setPen(pen)
+        if total <= 0:
+            painter.setBrush(QBrush(QColor("#dddddd")))
+            painter.drawEllipse(rect)
+            painter.end()
+            return
+        angle = 90.0 * 16  # start at 12 o'clock, clockwise
+        for value, color in zip(self.values, self.colors):
+            span = -360.0 * 16 * value / total
+            if value > 0:
+                painter.setBrush(QBrush(color))
+                painter.drawPie(rect, int(round(angle)), int(round(span)) if abs(span) < 5760 else -5760)
+            angle += span
+        painter.end()
+
+    def slice_label_positions(self) -> list[tuple[int, float, float, float]]:
+        """(slice index, x, y, share) at the middle of each slice of at least 4 %; y up."""
+        total = sum(self.values)
+        out, start = [], 90.0
+        for index, value in enumerate(self.values):
+            share = value / total if total else 0.0
+            mid = math.radians(start - 180.0 * share)
+            if share >= 0.04:
+                r = 0.62 if share < 0.999 else 0.0
+                out.append((index, r * math.cos(mid), r * math.sin(mid), share))
+            start -= 360.0 * share
+        return out
+
+    def paint(self, painter: QPainter, *args) -> None:
+        painter.drawPicture(0, 0, self._picture)
+
+    def boundingRect(self) -> QRectF:
+        return QRectF(-1, -1, 2, 2)
+
+
+def overlap_labels(n_agents: int) -> list[str]:
+    labels = ["unique"]
+    for k in range(1, n_agents):
+        labels.append(f"shared with {k} other" + ("s" if k > 1 else ""))
+    return labels
+
+
+class DensityChart(pg.GraphicsLayoutWidget):
+    """Stacked bars per agent: unique updates (solid) and shared ones (light), as % of all elements."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(180)
+        self.plot = _plot(self)
+        self.report: ProbeReport | None = None
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        plot = self.plot
+        plot.clear()
+        plot.setTitle("Density: share of elements each agent updates (|τ| > ε)", size="10pt")
+        plot.setLabel("left", "elements updated", units="%")
+        if report is None or not report.agents:
+            plot.getAxis("bottom").setTicks([[]])
+            return
+        n = len(report.agents)
+        for t, a in enumerate(report.agents):
+            color = agent_color(t)
+            unique = 100.0 * a.unique / report.params if report.params else 0.0
+            shared = 100.0 * a.shared / report.params if report.params else 0.0
+            plot.addItem(pg.BarGraphItem(x=[t], height=[unique], width=0.6, brush=color, pen=color))
+            plot.addItem(pg.BarGraphItem(x=[t], y0=[unique], height=[shared], width=0.6,
+                                         brush=shade(color, 2, 3), pen=color))
+            label = pg.TextItem(f"{100 * a.density:.1f} %", color=FOREGROUND, anchor=(0.5, 1.0))
+            label.setPos(t, unique + shared)
+            plot.addItem(label)
+        top = max(100.0 * a.density for a in report.agents) or 1.0
+        plot.setXRange(-0.6, n - 0.4, padding=0)
+        plot.setYRange(0, top * 1.18, padding=0)
+        plot.getAxis("bottom").setTicks([[(t, a.name) for t, a in enumerate(report.agents)]])
+        plot.setLabel("bottom", "dark: unique to the agent, light: shared")
+
+
+class OverlapPies(pg.GraphicsLayoutWidget):
+    """One pie per agent: its updates split into unique / shared with 1 other / with 2 others ..."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(180)
+        self.pies: list[PieItem] = []
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.clear()
+        self.pies = []
+        if report is None or not report.agents:
+            self.addLabel("Run the analysis to see how each agent's updates overlap", color=FOREGROUND)
+            return
+        n = len(report.agents)
+        cols = min(n, 4)
+        self.addLabel("Overlap: where each agent's updates fall (share of its updated elements)",
+                      colspan=cols, size="10pt", color=FOREGROUND)
+        self.nextRow()
+        names = overlap_labels(n)
+        for t, a in enumerate(report.agents):
+            if t and t % cols == 0:
+                self.nextRow()
+            cell = self.addLayout()
+            color = agent_color(t)
+            cell.addLabel(f"<b>{_html(a.name)}</b>", color=color.name(), size="10pt")
+            cell.nextRow()
+            view = cell.addViewBox(lockAspect=True, enableMouse=False, enableMenu=False)
+            view.setRange(QRectF(-1.08, -1.08, 2.16, 2.16), padding=0)
+            view.setMinimumSize(90, 90)
+            colors = [shade(color, k, n) for k in range(n)]
+            pie = PieItem(a.overlap, colors)
+            view.addItem(pie)
+            for k, x, y, share in pie.slice_label_positions():
+                text = pg.TextItem(f"{100 * share:.0f}%", color="white" if k == 0 else FOREGROUND,
+                                   anchor=(0.5, 0.5))
+                font = QFont()
+                font.setBold(True)
+                text.setFont(font)
+                text.setPos(x, -y)
+                view.addItem(text)
+            view.invertY(True)
+            self.pies.append(pie)
+            cell.nextRow()
+            total = sum(a.overlap) or 1
+            lines = [f'<span style="color:{shade(color, k, n).name() if k else color.name()}">&#9632;</span> '
+                     f"{names[k]} {100 * v / total:.0f}%" for k, v in enumerate(a.overlap)]
+            cell.addLabel("<br>".join(lines), color=FOREGROUND, size="8pt")
+
+
+class LayerDensityChart(QWidget):
+    """Density per transformer layer (or per module kind) with one line per agent."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Group by"))
+        self.grouping = QComboBox()
+        self.grouping.addItems(["layer", "module kind"])
+        self.grouping.setToolTip("Per transformer layer (model.layers.N) or per module kind across layers")
+        self.grouping.currentIndexChanged.connect(lambda _: self.show_report(self.report))
+        row.addWidget(self.grouping)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setMinimumHeight(160)
+        layout.addWidget(self.graphics, 1)
+        self.plot = _plot(self.graphics)
+        self.legend = self.plot.addLegend(offset=(10, 5), labelTextColor=FOREGROUND)
+        self.report: ProbeReport | None = None
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        plot = self.plot
+        plot.clear()
+        self.legend.clear()
+        by_layer = self.grouping.currentIndex() == 0
+        plot.setTitle("Density per layer" if by_layer else "Density per module kind", size="10pt")
+        plot.setLabel("left", "elements updated", units="%")
+        if report is None or not report.agents:
+            plot.getAxis("bottom").setTicks([[]])
+            return
+        groups = sorted(report.layers() if by_layer else report.modules(), key=_group_order)
+        self.legend.setColumnCount(max(1, len(report.agents)))
+        ticks = [(i, _short(g["name"])) for i, g in enumerate(groups)]
+        for t, a in enumerate(report.agents):
+            color = agent_color(t)
+            ys = [100.0 * g["density"][t] for g in groups]
+            plot.plot(list(range(len(groups))), ys, pen=pg.mkPen(color, width=2), symbol="o", symbolSize=6,
+                      symbolBrush=color, symbolPen=color, name=a.name)
+        plot.getAxis("bottom").setTicks([ticks])
+        plot.getAxis("bottom").setStyle(tickTextOffset=4)
+        plot.setXRange(-0.5, len(groups) - 0.5, padding=0)
+        top = max((100.0 * d for g in groups for d in g["density"]), default=1.0) or 1.0
+        plot.setYRange(0, top * 1.3, padding=0)  # headroom for the legend
+
+
+def _group_order(group: dict) -> tuple:
+    """Embeddings first, then layers by number, then the rest (final norm, lm_head) in model order."""
+    name = group["name"]
+    m = re.search(r"layers\.(\d+)$", name)
+    if "embed" in name:
+        return (0, 0, name)
+    if m:
+        return (1, int(m.group(1)), name)
+    return (2, 1 if "lm_head" in name else 0, name)
+
+
+def _short(name: str) -> str:
+    """``model.layers.3`` -> ``L3``; ``model.embed_tokens`` -> ``embed_tokens``; ``self_attn.q_proj`` -> ``q_proj``."""
+    m = re.search(r"layers\.(\d+)$", name)
+    if m:
+        return f"L{m.group(1)}"
+    return name.split(".")[-1]
+
+
+def _html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def export_png(widget: QWidget, path: Path) -> Path:
+    """Save what the widget shows as a PNG (works offscreen)."""
+    path = Path(path)
+    if not widget.grab().save(str(path), "PNG"):
+        raise OSError(f"cannot write {path}")
+    return path

@@ -1,0 +1,810 @@
+"""The main window: Sources → Analysis → Method → Merge → Result, all visible at once."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import (QFileDialog, QGroupBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
+
+from .. import __version__
+from ..core import engine
+from ..core.chunks import DEFAULT_CHUNK_ELEMENTS
+from ..core.errors import InputError
+from ..core.events import ProgressEvent
+from ..core.probe import ProbeReport, cache_dir
+from ..core.recipe import Recipe
+from .analysis_panel import AnalysisPanel
+from .charts import export_png
+from .method_panel import MethodPanel
+from .sources_panel import SourcesPanel, human_bytes
+from .worker import Job, LogBridge
+
+log = logging.getLogger("ram_desktop")
+MAX_RECENT = 8
+STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "download": "Downloading", "resolve": "Resolving"}
+PAPER_URL = "https://arxiv.org/abs/2601.13572"
+
+
+def demo_folder() -> Path:
+    return cache_dir().parent / "demo"
+
+
+def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
+    """The built-in demo base and agents, generated once into the cache and reused."""
+    from ..core.demo import AGENTS, write_demo
+
+    folder = folder or demo_folder()
+    base, agents = folder / "base", [folder / name for name in AGENTS]
+    if all((p / "config.json").is_file() for p in [base, *agents]) and (base / "model.safetensors").is_file():
+        return base, agents
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    base_t, agents_t = write_demo(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.replace(folder)
+    return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def free_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` ... : the first that does not exist or is empty."""
+    candidate, k = path, 2
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
+    return candidate
+
+
+class MessageBar(QWidget):
+    """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
+
+    STYLES = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 6, 6, 6)
+        self.text = QLabel()
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        close = QPushButton("✕")
+        close.setFlat(True)
+        close.setFixedWidth(28)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.hide)
+        row.addWidget(self.text, 1)
+        row.addWidget(close, 0, Qt.AlignTop)
+        self.kind = ""
+        self.setAttribute(Qt.WA_StyledBackground, True)
+        self.hide()
+
+    def show_message(self, kind: str, text: str) -> None:
+        bg, fg = self.STYLES[kind]
+        self.kind = kind
+        self.setStyleSheet(f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }}"
+                           f" QLabel {{ color: {fg}; }}")
+        prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
+        self.text.setText(prefix + text)
+        self.show()
+
+
+def _group(title: str, widget: QWidget) -> QGroupBox:
+    box = QGroupBox(title)
+    box.setStyleSheet("QGroupBox { font-weight: bold; } QGroupBox * { font-weight: normal; }")
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(8, 8, 8, 8)
+    layout.addWidget(widget)
+    return box
+
+
+class MainWindow(QMainWindow):
+    """Signals for tests and ``--screenshot``: ``analysis_finished(ok)``, ``merge_finished(status)`` with
+    status "done", "cancelled" or "failed"."""
+
+    analysis_finished = Signal(bool)
+    merge_finished = Signal(str)
+
+    def __init__(self, settings: QSettings | None = None) -> None:
+        super().__init__()
+        self.settings = settings or QSettings()
+        self.setWindowTitle("RAM Desktop — merge RL-trained agents")
+        self.job: Job | None = None
+        self.job_kind = ""
+        self.report: ProbeReport | None = None
+        self.report_key: tuple | None = None
+        self.result: engine.MergeResult | None = None
+        self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
+        self._analyse_when_ready = False
+        self._stage = ""
+        self._merge_status = ""
+        self._pending_charts: list[tuple[Path, QWidget]] = []
+        self._saved_charts: list[str] = []
+        self._chart_images: list = []
+        self._after_charts: Callable | None = None
+        self.chart_job: Job | None = None
+        self._demo_failed = False
+        self.recipe_path: Path | None = None
+
+        self.message = MessageBar()
+        self.sources = SourcesPanel()
+        self.analysis = AnalysisPanel()
+        self.method = MethodPanel()
+        self.log_view = QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setMaximumBlockCount(5000)
+        self.log_view.setPlaceholderText("Log: what the engine does, warnings and errors")
+        self.log_view.setStyleSheet("font-family: monospace; font-size: 9pt;")
+
+        self.analyse_button = QPushButton("Analyze")
+        self.analyse_button.setToolTip("Probe pass: measure density and overlap of the agents' task vectors")
+        self.merge_button = QPushButton("Merge")
+        self.merge_button.setToolTip("Merge the agents into one model in the output folder")
+        self.merge_button.setStyleSheet("QPushButton:enabled { font-weight: bold; }")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop; a cancelled merge leaves nothing behind")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.progress_label = QLabel("Ready")
+        self.progress_label.setMinimumWidth(260)
+        # progress text changes must never re-lay out the window (that would re-render every chart)
+        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
+
+        self.result_panel = QWidget()
+        result_layout = QVBoxLayout(self.result_panel)
+        result_layout.setContentsMargins(0, 0, 0, 0)
+        self.result_text = QLabel("No merge yet.")
+        self.result_text.setWordWrap(True)
+        self.result_text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.result_text.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        # room for the result from the start: showing it must not re-lay out (and re-render) the charts
+        self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
+        self.open_folder_button = QPushButton("Open output folder")
+        self.open_card_button = QPushButton("Open model card")
+        result_buttons = QHBoxLayout()
+        result_buttons.addWidget(self.open_folder_button)
+        result_buttons.addWidget(self.open_card_button)
+        result_buttons.addStretch(1)
+        result_layout.addWidget(self.result_text)
+        result_layout.addLayout(result_buttons)
+        self.open_folder_button.setEnabled(False)
+        self.open_card_button.setEnabled(False)
+
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.analyse_button)
+        run_row.addWidget(self.merge_button)
+        run_row.addWidget(self.cancel_button)
+        run_row.addWidget(self.progress, 1)
+        run_box = QWidget()
+        run_layout = QVBoxLayout(run_box)
+        run_layout.setContentsMargins(0, 0, 0, 0)
+        run_layout.addLayout(run_row)
+        run_layout.addWidget(self.progress_label)
+        run_layout.addWidget(self.log_view, 1)
+
+        left = QSplitter(Qt.Vertical)
+        left.addWidget(_group("1 · Sources — base model and agents", self.sources))
+        left.addWidget(_group("3 · Method and output", self.method))
+        left.setStretchFactor(0, 1)
+        left.setStretchFactor(1, 0)
+        right = QSplitter(Qt.Vertical)
+        right.addWidget(_group("2 · Analysis — density, overlap, ρ and λ", self.analysis))
+        right.addWidget(_group("4 · Merge", run_box))
+        right.addWidget(_group("5 · Result", self.result_panel))
+        right.setStretchFactor(0, 3)
+        right.setStretchFactor(1, 1)
+        right.setStretchFactor(2, 0)
+        self.splitter = QSplitter(Qt.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(0, 2)
+        self.splitter.setStretchFactor(1, 3)
+        self.left_splitter, self.right_splitter = left, right
+        central = QWidget()
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(8, 6, 8, 8)
+        layout.addWidget(self.message)
+        layout.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
+        self.statusBar().showMessage(f"RAM Desktop {__version__}")
+
+        self._build_menu()
+        self.log_bridge = LogBridge(self)
+        self.log_bridge.record.connect(self._append_log)
+        self.log_bridge.install()
+
+        self.analyse_button.clicked.connect(self.analyse)
+        self.merge_button.clicked.connect(self.merge)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.open_folder_button.clicked.connect(self.open_output_folder)
+        self.open_card_button.clicked.connect(self.open_model_card)
+        self.sources.changed.connect(self._sources_changed)
+        self.sources.error.connect(lambda m: self.show_error(m))
+        self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
+        self.method.changed.connect(self._method_changed)
+        self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
+        self.method.device.currentIndexChanged.connect(
+            lambda _: self.settings.setValue("device", self.method.device.currentData()))
+        self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
+
+        self._restore_settings()
+        self._update_actions()
+
+    # --- menu and settings --------------------------------------------------------------------
+    def _build_menu(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.open_action = QAction("&Open recipe…", self, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
+        self.save_action = QAction("&Save recipe…", self, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
+        self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
+        self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
+        self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
+        self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.recent_menu = file_menu.addMenu("Open &recent")
+        quit_action = QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
+        file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
+        file_menu.addAction(self.save_action)
+        file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.demo_action)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_action)
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(QAction("The RAM paper (arXiv 2601.13572)", self,
+                                    triggered=lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
+        help_menu.addAction(QAction("&About RAM Desktop", self, triggered=self._about))
+        self._rebuild_recent()
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About RAM Desktop",
+                          f"<b>RAM Desktop {__version__}</b><p>Merges RL-trained agents that share one base with "
+                          "RAM / RAM+ (Behavior Knowledge Merge in Reinforced Agentic Models, arXiv 2601.13572) "
+                          "and classic baselines.</p>")
+
+    def recent_recipes(self) -> list[str]:
+        value = self.settings.value("recent/recipes", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _add_recent(self, path: Path) -> None:
+        items = [str(path)] + [p for p in self.recent_recipes() if p != str(path)]
+        self.settings.setValue("recent/recipes", items[:MAX_RECENT])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        items = self.recent_recipes()
+        for path in items:
+            self.recent_menu.addAction(QAction(path, self, triggered=lambda _=False, p=path: self.open_recipe(Path(p))))
+        self.recent_menu.setEnabled(bool(items))
+
+    def _restore_settings(self) -> None:
+        geometry = self.settings.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1360, 860)
+            self.left_splitter.setSizes([330, 400])
+            self.right_splitter.setSizes([560, 170, 100])
+        for key, splitter in (("window/splitter", self.splitter), ("window/left", self.left_splitter),
+                              ("window/right", self.right_splitter)):
+            state = self.settings.value(key)
+            if isinstance(state, QByteArray) and not state.isEmpty():
+                splitter.restoreState(state)
+        folder = self.settings.value("paths/last_folder")
+        if folder:
+            self.sources.browse_dir = str(folder)
+        device = self.settings.value("device")
+        if device:
+            index = self.method.device.findData(str(device))
+            if index >= 0:
+                self.method.device.setCurrentIndex(index)
+
+    def save_settings(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/splitter", self.splitter.saveState())
+        self.settings.setValue("window/left", self.left_splitter.saveState())
+        self.settings.setValue("window/right", self.right_splitter.saveState())
+        self.settings.sync()
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        if self.job is not None and self.job.is_running():
+            self.job.cancel()
+            self.job.wait(15000)
+        self.sources.wait_idle(5000)
+        self.save_settings()
+        self.log_bridge.uninstall()
+        super().closeEvent(event)
+
+    # --- messages and log ---------------------------------------------------------------------
+    def show_error(self, text: str) -> None:
+        self.message.show_message("error", text)
+        self.statusBar().showMessage("Error — see the message at the top", 8000)
+
+    def show_warning(self, text: str) -> None:
+        self.message.show_message("warning", text)
+
+    def show_info(self, text: str) -> None:
+        self.message.show_message("info", text)
+
+    @Slot(int, str)
+    def _append_log(self, level: int, line: str) -> None:
+        color = "#b3261e" if level >= logging.ERROR else "#8a5a00" if level >= logging.WARNING else "#333333"
+        escaped = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        self.log_view.appendHtml(f'<span style="color:{color}; white-space:pre-wrap">{escaped}</span>')
+
+    # --- state --------------------------------------------------------------------------------
+    def busy(self) -> bool:
+        return self.job is not None or self.chart_job is not None
+
+    def _update_actions(self) -> None:
+        busy = self.busy()
+        ready = self.sources.all_ready()
+        self.analyse_button.setEnabled(not busy and ready)
+        self.merge_button.setEnabled(not busy and ready)
+        self.cancel_button.setEnabled(busy)
+        self.sources.setEnabled(not busy)
+        self.method.setEnabled(not busy)
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action):
+            action.setEnabled(not busy)
+        self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+
+    def _source_key(self) -> tuple:
+        return (self.sources.base.spec if self.sources.base else None,
+                tuple(r.spec for r in self.sources.agents), self.method.eps.text().strip())
+
+    def _base_dtype(self) -> str | None:
+        base = self.sources.base
+        return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
+
+    def _sources_changed(self) -> None:
+        base = self.sources.base
+        if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
+            self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
+        if self.report is not None:
+            if self._source_key() == self.report_key:
+                if self.report.names != self.sources.names:  # a rename: same statistics, new labels
+                    self.report = self.report.renamed(self.sources.names, [a.source for a in self.report.agents])
+                    self.analysis.show_report(self.report)
+                self.analysis.set_stale(None)
+            else:
+                self.analysis.set_stale("The sources or ε changed since this analysis — click Analyze to update it.")
+        self._method_changed()
+        self._update_actions()
+        self._maybe_auto_analyse()
+
+    def _maybe_auto_analyse(self) -> None:
+        """After the demo or a recipe loads: analyse once every source has opened."""
+        if not self._analyse_when_ready or self.sources.busy or self.busy():
+            return
+        self._analyse_when_ready = False
+        if self.sources.all_ready():
+            self.analyse()
+        else:
+            self.analysis_finished.emit(False)
+
+    def _method_changed(self) -> None:
+        if self.report is None:
+            self.analysis.update_method(self.method.current, {}, "base", None)
+            return
+        if self.report_key is not None and self.method.eps.text().strip() != self.report_key[2]:
+            self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
+        self.analysis.update_method(self.method.current, self.method.params(),
+                                    self.method.out_dtype.currentData(), self._base_dtype())
+
+    # --- background jobs ----------------------------------------------------------------------
+    def _start(self, kind: str, fn: Callable, on_success: Callable[[Any], None]) -> None:
+        self.job_kind = kind
+        self.job = Job(fn, self)
+        worker = self.job.worker
+        worker.progress.connect(self._on_progress)
+        self._on_success = on_success
+        worker.succeeded.connect(self._on_succeeded)  # a slot of this window: runs on the GUI thread
+        worker.failed.connect(self._on_failed)
+        worker.crashed.connect(self._on_crashed)
+        worker.cancelled.connect(self._on_cancelled)
+        self.job.finished.connect(self._job_finished)
+        self.progress.setValue(0)
+        self.progress.setFormat("")
+        self.progress_label.setText({"probe": "Analysing…", "merge": "Preparing the merge…",
+                                     "demo": "Generating the demo agents…"}.get(kind, "Working…"))
+        self._stage = ""
+        self._update_actions()
+        self.job.start()
+
+    @Slot(object)
+    def _on_succeeded(self, result: Any) -> None:
+        self._on_success(result)
+
+    @Slot()
+    def _job_finished(self) -> None:
+        kind = self.job_kind
+        self.job = None
+        self.job_kind = ""
+        self._update_actions()
+        if kind == "probe":
+            self.analysis_finished.emit(self.report is not None and self.report_key == self._source_key())
+        elif kind == "merge" and self._merge_status == "done" and self.result is not None:
+            result = self.result
+
+            def finished() -> None:
+                if self._saved_charts:
+                    self._show_result(result, self._saved_charts)
+                    log.info("charts saved into %s: %s", result.out, ", ".join(self._saved_charts))
+                for w in result.warnings:
+                    log.warning(w)
+                self.merge_finished.emit("done")
+
+            self._save_next_chart(finished)
+        elif kind == "merge":
+            self.merge_finished.emit(self._merge_status)
+        elif kind == "demo" and self._demo_failed:
+            self.analysis_finished.emit(False)
+        self._maybe_auto_analyse()
+
+    @Slot(object)
+    def _on_progress(self, event: ProgressEvent) -> None:
+        label = STAGE_LABELS.get(event.stage, event.stage.capitalize())
+        frac = event.fraction
+        self.progress.setValue(int(1000 * frac))
+        self.progress.setFormat(f"{label} {100 * frac:.0f} %")
+        text = f"{label}: {_amount(event.done, event.unit)} of {_amount(event.total, event.unit)}"
+        if event.elapsed > 0.2 and event.done > 0:
+            rate = event.done / event.elapsed
+            text += f" · {_amount(rate, event.unit)}/s"
+            if event.done < event.total:
+                text += f" · about {_duration((event.total - event.done) / rate)} left"
+        self.progress_label.setText(text)
+
+    @Slot(str)
+    def _on_failed(self, message: str) -> None:
+        self._merge_status = "failed"
+        self._demo_failed = True
+        log.error(message)
+        self.show_error(message)
+        self.progress_label.setText("Stopped by an error (see above)")
+        self.progress.setFormat("")
+
+    @Slot(str, str)
+    def _on_crashed(self, message: str, details: str) -> None:
+        self._merge_status = "failed"
+        self._demo_failed = True
+        log.error("unexpected error (a bug in RAM Desktop): %s\n%s", message, details)
+        self.show_error(f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the details. "
+                        "Nothing was written to the output folder.")
+        self.progress_label.setText("Stopped by an unexpected error")
+
+    @Slot()
+    def _on_cancelled(self) -> None:
+        self._merge_status = "cancelled"
+        self._demo_failed = True
+        what = "Merge cancelled; nothing was written." if self.job_kind == "merge" else "Cancelled."
+        log.info(what)
+        self.show_info(what)
+        self.progress.setValue(0)
+        self.progress.setFormat("")
+        self.progress_label.setText(what)
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.cancel_button.setEnabled(False)
+            self.progress_label.setText("Cancelling…")
+
+    # --- the flow -----------------------------------------------------------------------------
+    def _read_eps(self) -> float | None:
+        try:
+            eps = self.method.eps_value()
+            if not eps >= 0 or eps == float("inf"):
+                raise ValueError
+            return eps
+        except ValueError:
+            self.show_error(f"threshold ε {self.method.eps.text()!r} is not a non-negative number; "
+                            "write it like 1e-5")
+            return None
+
+    def analyse(self) -> None:
+        if self.busy():
+            return
+        if not self.sources.all_ready():
+            self.show_error("add a base and at least one agent that open without errors, then Analyze")
+            return
+        eps = self._read_eps()
+        if eps is None:
+            return
+        self.message.hide()
+        base = self.sources.base.spec
+        agents = [r.spec for r in self.sources.agents]
+        names = self.sources.names
+        device = self.method.device.currentData()
+        key = self._source_key()
+        chunk = self.chunk_elements
+
+        def run(reporter):
+            return engine.probe(base, agents, names, eps, device, reporter, chunk_elements=chunk)
+
+        def done(report: ProbeReport) -> None:
+            self.report, self.report_key = report, key
+            self.analysis.show_report(report)
+            self._method_changed()
+            self.progress.setValue(1000)
+            self.progress.setFormat("Analysis done")
+            text = (f"Analysed {report.params:,} elements in {report.tensors} tensors "
+                    f"(ε = {report.eps:g}). Pick a method and Merge.")
+            self.progress_label.setText(text)
+            for w in report.warnings:
+                self.show_warning(w)
+
+        self._start("probe", run, done)
+
+    def merge(self) -> None:
+        if self.busy():
+            return
+        if not self.sources.all_ready():
+            self.show_error("add a base and at least one agent that open without errors, then Merge")
+            return
+        eps = self._read_eps()
+        if eps is None:
+            return
+        out_text = self.method.out_dir.text().strip()
+        if not out_text:
+            self.show_error("choose an output folder (section 3) before merging")
+            return
+        out = Path(out_text).expanduser()
+        overwrite = False
+        if out.is_dir() and any(out.iterdir()):
+            answer = QMessageBox.question(self, "Replace the output folder?",
+                                          f"{out} already holds files. Replace its contents with the merged model?",
+                                          QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+            if answer != QMessageBox.Yes:
+                return
+            overwrite = True
+        self.message.hide()
+        request = engine.MergeRequest(
+            base=self.sources.base.spec, agents=[r.spec for r in self.sources.agents], out=out,
+            method=self.method.current.name, params=self.method.params(), names=self.sources.names, eps=eps,
+            device=self.method.device.currentData(), out_dtype=self.method.out_dtype.currentData(),
+            shard_size=self.method.shard_size.text().strip() or "5GB", overwrite=overwrite,
+            chunk_elements=self.chunk_elements)
+        self._merge_status = "failed"
+        self.result = None
+        self.result_text.setText("Merging…")
+        self.open_folder_button.setEnabled(False)
+        self.open_card_button.setEnabled(False)
+        self._last_request = request
+        key = self._source_key()
+        log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
+        self._start("merge", lambda reporter: engine.merge(request, reporter), lambda r: self._merged(r, key))
+
+    def _merged(self, result: engine.MergeResult, key: tuple) -> None:
+        self._merge_status = "done"
+        self.result = result
+        if key == self._source_key() and (self.report is None or self.report.names != result.probe.names
+                                          or self.report_key != key):
+            self.report, self.report_key = result.probe, key
+            self.analysis.show_report(result.probe)
+            self._method_changed()
+        self._show_result(result, [])
+        self._pending_charts = self._chart_targets(result.out)
+        self._saved_charts = []
+
+    def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
+        self.progress.setValue(1000)
+        self.progress.setFormat("Merge done")
+        self.progress_label.setText(f"Merged in {_duration(result.seconds)}")
+        lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
+        self.result_text.setText(
+            f"<b>Merged model:</b> <a href=\"{QUrl.fromLocalFile(str(result.out)).toString()}\">{result.out}</a><br>"
+            f"{human_bytes(result.bytes_written)} of weights in {_duration(result.seconds)} · "
+            f"method {result.report.get('method')} · λ: {lam}<br>"
+            "Also there: model card (README.md), ram-recipe.yaml, merge-report.json"
+            + (", charts (PNG)." if charts else "."))
+        self.result_text.setOpenExternalLinks(True)
+        self.open_folder_button.setEnabled(True)
+        self.open_card_button.setEnabled((result.out / "README.md").is_file())
+        self.settings.setValue("paths/last_output", str(result.out))
+        self.statusBar().showMessage(f"Merged into {result.out}", 15000)
+
+    def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
+        if self.report is None:
+            return []
+        return [(Path(folder) / "density.png", self.analysis.density),
+                (Path(folder) / "overlap.png", self.analysis.overlap),
+                (Path(folder) / "layers.png", self.analysis.layers.graphics)]
+
+    def _save_next_chart(self, then: Callable[[], None]) -> None:
+        """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
+        each, one per event-loop turn); PNG encoding and writing happen in a worker thread."""
+        if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
+            QTimer.singleShot(0, lambda: self._save_next_chart(then))
+            return
+        if self._pending_charts:
+            path, widget = self._pending_charts.pop(0)
+            self._chart_images.append((path, widget.grab().toImage()))
+            QTimer.singleShot(0, lambda: self._save_next_chart(then))
+            return
+        images, self._chart_images = self._chart_images, []
+
+        def write(reporter) -> list[str]:
+            saved = []
+            for path, image in images:
+                if image.save(str(path), "PNG"):
+                    saved.append(path.name)
+                else:
+                    log.warning("could not save the chart %s", path)
+            return saved
+
+        def done(names: list[str]) -> None:
+            then()
+
+        self.chart_job = Job(write, self)
+        self.chart_job.worker.succeeded.connect(self._charts_saved)
+        self._after_charts = done
+        self.chart_job.finished.connect(self._chart_job_finished)
+        self.chart_job.start()
+
+    @Slot(object)
+    def _charts_saved(self, names: list[str]) -> None:
+        self._saved_charts = names
+
+    @Slot()
+    def _chart_job_finished(self) -> None:
+        self.chart_job = None
+        self._update_actions()
+        callback, self._after_charts = self._after_charts, None
+        if callback is not None:
+            callback(self._saved_charts)
+
+    def export_charts(self, folder: Path) -> list[str]:
+        """Save the analysis charts as PNG files into ``folder`` now; return their names."""
+        names = []
+        for path, widget in self._chart_targets(folder):
+            try:
+                export_png(widget, path)
+                names.append(path.name)
+            except OSError as e:
+                log.warning("could not save the chart %s: %s", path.name, e)
+        return names
+
+    def export_charts_dialog(self) -> None:
+        if self.report is None:
+            self.show_error("run the analysis first: there are no charts to export yet")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export charts into", self.sources.browse_dir)
+        if folder:
+            names = self.export_charts(Path(folder))
+            log.info("charts saved into %s: %s", folder, ", ".join(names))
+            self.statusBar().showMessage(f"Saved {len(names)} charts into {folder}", 8000)
+
+    def open_output_folder(self) -> None:
+        if self.result is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.result.out)))
+
+    def open_model_card(self) -> None:
+        if self.result is not None:
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.result.out / "README.md")))
+
+    # --- demo and recipes ---------------------------------------------------------------------
+    def load_demo(self) -> None:
+        """Generate (once) and load the demo agents, then analyse them."""
+        if self.busy():
+            return
+        self._demo_failed = False
+
+        def loaded(paths) -> None:
+            base, agents = paths
+            self.set_sources(str(base), [str(a) for a in agents], None)
+            self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
+            log.info("demo agents loaded from %s", Path(base).parent)
+
+        self._start("demo", lambda reporter: ensure_demo(), loaded)
+
+    def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
+        self.sources.clear()
+        self.report, self.report_key = None, None
+        self.analysis.show_report(None)
+        self._analyse_when_ready = analyse
+        self.sources.set_base(base)
+        for i, spec in enumerate(agents):
+            self.sources.add_agent(spec, names[i] if names else None)
+
+    def open_recipe_dialog(self) -> None:
+        start = str(self.recipe_path.parent) if self.recipe_path else self.sources.browse_dir
+        path, _ = QFileDialog.getOpenFileName(self, "Open recipe", start, "RAM recipes (*.yaml *.yml);;All files (*)")
+        if path:
+            self.open_recipe(Path(path))
+
+    def open_recipe(self, path: Path) -> bool:
+        if self.busy():
+            return False
+        try:
+            recipe = Recipe.load(Path(path))
+            self.method.set_method(recipe.method, {})
+            self.method.current.resolve(recipe.params)
+        except InputError as e:
+            self.show_error(str(e))
+            log.error(str(e))
+            return False
+        except ValueError:
+            self.show_error(f"{path}: unknown method {recipe.method!r}")
+            return False
+        self.method.set_method(recipe.method, recipe.params)
+        self.method.eps.setText(repr(float(recipe.eps)))
+        self.method.set_out_dtype(recipe.out_dtype)
+        self.method.shard_size.setText(recipe.shard_size)
+        self.method.set_device(recipe.device)
+        self.method.out_dir.setText(recipe.out or "")
+        self.set_sources(recipe.base, recipe.agents, recipe.names)
+        self.recipe_path = Path(path)
+        self._add_recent(Path(path).resolve())
+        self.setWindowTitle(f"RAM Desktop — {Path(path).name}")
+        log.info("opened recipe %s", path)
+        return True
+
+    def current_recipe(self) -> Recipe:
+        eps = self._read_eps()
+        return Recipe(base=self.sources.base.spec if self.sources.base else "",
+                      agents=[r.spec for r in self.sources.agents], method=self.method.current.name,
+                      params=self.method.params(), names=self.sources.names,
+                      eps=eps if eps is not None else 1e-5, out_dtype=self.method.out_dtype.currentData(),
+                      shard_size=self.method.shard_size.text().strip() or "5GB",
+                      device=self.method.device.currentData(), out=self.method.out_dir.text().strip() or None)
+
+    def save_recipe_dialog(self) -> None:
+        start = str(self.recipe_path) if self.recipe_path else str(Path(self.sources.browse_dir) / "ram-recipe.yaml")
+        path, _ = QFileDialog.getSaveFileName(self, "Save recipe", start, "RAM recipes (*.yaml *.yml)")
+        if path:
+            self.save_recipe(Path(path))
+
+    def save_recipe(self, path: Path) -> bool:
+        if self.sources.base is None or not self.sources.agents:
+            self.show_error("add a base and at least one agent before saving a recipe")
+            return False
+        try:
+            self.current_recipe().save(Path(path))
+        except OSError as e:
+            self.show_error(f"{path}: cannot write the recipe ({e.strerror})")
+            return False
+        self.recipe_path = Path(path)
+        self._add_recent(Path(path).resolve())
+        log.info("saved recipe %s", path)
+        self.statusBar().showMessage(f"Saved {path}", 8000)
+        return True
+
+
+def _amount(value: float, unit: str) -> str:
+    if unit == "B":
+        return human_bytes(value)
+    for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {suffix} {unit}"
+    return f"{value:.0f} {unit}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 90:
+        return f"{minutes} min {secs:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, app) -> bool:
+    """Process events until ``condition()`` holds (for scripts such as ``--screenshot``)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        app.processEvents()
+        time.sleep(0.005)
+    return True

@@ -1,0 +1,428 @@
+"""The sources table: base model first, then the agents. Headers are read in the background."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout,
+                               QHeaderView, QLabel, QLineEdit, QPushButton, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
+
+from ..core.errors import RamError
+from ..core.sources import Checkpoint, open_checkpoint
+from .charts import agent_color
+
+COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
+ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
+OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor("#666666")
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
+
+
+def default_name(spec: str) -> str:
+    text = spec.rstrip("/\\")
+    if text.startswith("hf://"):
+        text = text[5:]
+    text = text.split("@")[0]
+    name = Path(text).name
+    return name.removesuffix(".safetensors") or "agent"
+
+
+@dataclass
+class Row:
+    spec: str
+    name: str
+    checkpoint: Checkpoint | None = None
+    error: str | None = None
+    generation: int = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.checkpoint is not None
+
+
+class _OpenSignals(QObject):
+    opened = Signal(int, object)  # generation, Checkpoint
+    failed = Signal(int, str)
+
+
+class _OpenTask(QRunnable):
+    def __init__(self, spec: str, generation: int) -> None:
+        super().__init__()
+        self.spec, self.generation = spec, generation
+        self.signals = _OpenSignals()
+
+    def run(self) -> None:
+        try:
+            ckpt = open_checkpoint(self.spec)
+        except RamError as e:
+            self.signals.failed.emit(self.generation, str(e))
+        except OSError as e:
+            self.signals.failed.emit(self.generation, f"{e.filename or self.spec}: {e.strerror or e}")
+        except Exception as e:  # noqa: BLE001 — shown in the row; never an unhandled exception in a pool thread
+            self.signals.failed.emit(self.generation, f"cannot open {self.spec}: {type(e).__name__}: {e}")
+        else:
+            self.signals.opened.emit(self.generation, ckpt)
+
+
+class HubDialog(QDialog):
+    """Ask for a Hub id, revision and optional token."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Add a model from the Hugging Face Hub")
+        form = QFormLayout(self)
+        self.repo = QLineEdit()
+        self.repo.setPlaceholderText("org/name")
+        self.revision = QLineEdit()
+        self.revision.setPlaceholderText("main (a branch, tag or commit)")
+        self.token = QLineEdit()
+        self.token.setEchoMode(QLineEdit.Password)
+        self.token.setPlaceholderText("only for gated or private models")
+        form.addRow("Repository", self.repo)
+        form.addRow("Revision", self.revision)
+        form.addRow("Token", self.token)
+        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def spec(self) -> str:
+        repo, rev = self.repo.text().strip(), self.revision.text().strip()
+        return f"{repo}@{rev}" if repo and rev else repo
+
+
+class SourcesPanel(QWidget):
+    """Base + agents. Emits ``changed`` whenever the set, order or names change, ``error`` with a message
+    when a source cannot be opened, and ``browse_dir_changed`` with the last folder used."""
+
+    changed = Signal()
+    error = Signal(str)
+    browse_dir_changed = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAcceptDrops(True)
+        self.base: Row | None = None
+        self.agents: list[Row] = []
+        self.browse_dir = str(Path.home())
+        self._generation = 0
+        self._pending: dict[int, Row] = {}
+        self._signals: dict[int, _OpenSignals] = {}
+        self.pool = QThreadPool(self)
+        self.pool.setMaxThreadCount(2)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.hint = QLabel("Drop model folders or .safetensors files here — the first one becomes the base.")
+        self.hint.setWordWrap(True)
+        self.hint.setStyleSheet("color: #666;")
+        layout.addWidget(self.hint)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
+                                   | QAbstractItemView.SelectedClicked)
+        self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.ElideMiddle)  # long paths keep their start and their folder name
+        header = self.table.horizontalHeader()
+        for col in range(len(COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(SOURCE, QHeaderView.Stretch)
+        header.setSectionResizeMode(STATUS, QHeaderView.Interactive)
+        self.table.setColumnWidth(STATUS, 90)
+        self.table.itemChanged.connect(self._item_changed)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        self.table.setMinimumHeight(120)
+        layout.addWidget(self.table, 1)
+
+        buttons = QHBoxLayout()
+        self.base_button = QPushButton("Base…")
+        self.base_button.setToolTip("Choose the base model folder (the model every agent was fine-tuned from)")
+        self.add_folder_button = QPushButton("Add agent folder…")
+        self.add_file_button = QPushButton("Add file…")
+        self.add_file_button.setToolTip("Add a single .safetensors file as an agent (or as the base when none is set)")
+        self.add_hub_button = QPushButton("Add from Hub…")
+        self.remove_button = QPushButton("Remove")
+        self.up_button = QPushButton("▲")
+        self.up_button.setToolTip("Move the selected agent up")
+        self.down_button = QPushButton("▼")
+        self.down_button.setToolTip("Move the selected agent down")
+        for b in (self.up_button, self.down_button):
+            b.setFixedWidth(32)
+        for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        for b in (self.remove_button, self.up_button, self.down_button):
+            buttons.addWidget(b)
+        layout.addLayout(buttons)
+        self.base_button.clicked.connect(self._browse_base)
+        self.add_folder_button.clicked.connect(self._browse_agent_folder)
+        self.add_file_button.clicked.connect(self._browse_file)
+        self.add_hub_button.clicked.connect(self._ask_hub)
+        self.remove_button.clicked.connect(self.remove_selected)
+        self.up_button.clicked.connect(lambda: self.move_selected(-1))
+        self.down_button.clicked.connect(lambda: self.move_selected(1))
+        self._refresh()
+
+    # --- model --------------------------------------------------------------------------------
+    def set_base(self, spec: str) -> None:
+        self.base = self._open(Row(str(spec), "base"))
+        self._refresh()
+        self.changed.emit()
+
+    def add_agent(self, spec: str, name: str | None = None) -> None:
+        taken = {r.name for r in self.agents}
+        name = name or default_name(str(spec))
+        unique, k = name, 2
+        while unique in taken:
+            unique, k = f"{name}-{k}", k + 1
+        self.agents.append(self._open(Row(str(spec), unique)))
+        self._refresh()
+        self.changed.emit()
+
+    def add_source(self, spec: str) -> None:
+        """The first source becomes the base, later ones agents."""
+        if self.base is None:
+            self.set_base(spec)
+        else:
+            self.add_agent(spec)
+
+    def clear(self) -> None:
+        self.base = None
+        self.agents = []
+        self._pending.clear()
+        self._refresh()
+        self.changed.emit()
+
+    def remove_selected(self) -> None:
+        row = self._selected()
+        if row is None:
+            return
+        if row == 0:
+            self.base = None
+        else:
+            del self.agents[row - 1]
+        self._refresh()
+        self.changed.emit()
+
+    def move_selected(self, step: int) -> None:
+        row = self._selected()
+        if row is None or row == 0:
+            return
+        i, j = row - 1, row - 1 + step
+        if not 0 <= j < len(self.agents):
+            return
+        self.agents[i], self.agents[j] = self.agents[j], self.agents[i]
+        self._refresh()
+        self.table.selectRow(j + 1)
+        self.changed.emit()
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.agents]
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
+
+    def all_ready(self) -> bool:
+        return (self.base is not None and self.base.ready and bool(self.agents)
+                and all(r.ready for r in self.agents))
+
+    def errors(self) -> list[str]:
+        return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]
+
+    # --- background opening -------------------------------------------------------------------
+    def _open(self, row: Row) -> Row:
+        self._generation += 1
+        row.generation = self._generation
+        self._pending[row.generation] = row
+        task = _OpenTask(row.spec, row.generation)
+        task.signals.opened.connect(self._opened)
+        task.signals.failed.connect(self._failed)
+        self._signals[row.generation] = task.signals  # kept alive until the result is delivered
+        self.pool.start(task)
+        return row
+
+    @Slot(int, object)
+    def _opened(self, generation: int, ckpt: Checkpoint) -> None:
+        self._signals.pop(generation, None)
+        row = self._pending.pop(generation, None)
+        if row is None:
+            return
+        row.checkpoint, row.error = ckpt, None
+        self._refresh()
+        self.changed.emit()
+
+    @Slot(int, str)
+    def _failed(self, generation: int, message: str) -> None:
+        self._signals.pop(generation, None)
+        row = self._pending.pop(generation, None)
+        if row is None:
+            return
+        row.checkpoint, row.error = None, message
+        self._refresh()
+        self.changed.emit()
+        self.error.emit(message)
+
+    def wait_idle(self, ms: int = 10000) -> bool:
+        return self.pool.waitForDone(ms)
+
+    # --- view ---------------------------------------------------------------------------------
+    def _rows(self) -> list[tuple[str, Row | None]]:
+        return [("base", self.base)] + [("agent", r) for r in self.agents]
+
+    def _refresh(self) -> None:
+        selected = self._selected()
+        self.table.blockSignals(True)
+        rows = self._rows()
+        self.table.setRowCount(len(rows))
+        for i, (role, row) in enumerate(rows):
+            values = [role.capitalize() if i == 0 else f"Agent {i}", "", "", "", "", "", ""]
+            if row is None:
+                values[SOURCE] = "(no base yet: click Base… or drop a folder)"
+            else:
+                values[NAME] = row.name if role == "agent" else "—"
+                values[SOURCE] = row.spec
+                ck = row.checkpoint
+                if ck is not None:
+                    values[SIZE] = human_bytes(ck.size_bytes)
+                    values[TENSORS] = f"{len(ck.tensors):,}"
+                    values[DTYPE] = ck.dtype
+                    values[STATUS] = "✓ ready"
+                elif row.error:
+                    values[STATUS] = "✗ error"
+                else:
+                    values[STATUS] = "opening…"
+            for col, text in enumerate(values):
+                item = QTableWidgetItem(text)
+                flags = Qt.ItemIsEnabled | Qt.ItemIsSelectable
+                if col == NAME and role == "agent" and row is not None:
+                    flags |= Qt.ItemIsEditable
+                    item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
+                    item.setForeground(QBrush(agent_color(i - 1)))
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                item.setFlags(flags)
+                if col == SOURCE and row is not None:
+                    item.setToolTip(row.checkpoint.display if row.checkpoint else row.spec)
+                if col == STATUS and row is not None:
+                    if row.error:
+                        item.setForeground(QBrush(ERROR_COLOR))
+                        item.setToolTip(row.error)
+                    elif row.checkpoint:
+                        item.setForeground(QBrush(OK_COLOR))
+                    else:
+                        item.setForeground(QBrush(BUSY_COLOR))
+                if row is None:
+                    item.setForeground(QBrush(BUSY_COLOR))
+                if col in (SIZE, TENSORS):
+                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                self.table.setItem(i, col, item)
+        self.table.blockSignals(False)
+        if selected is not None and selected < len(rows):
+            self.table.selectRow(selected)
+        self._update_buttons()
+
+    def _selected(self) -> int | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        return rows[0].row() if rows else None
+
+    def _update_buttons(self) -> None:
+        row = self._selected()
+        self.remove_button.setEnabled(row is not None and (row > 0 or self.base is not None))
+        self.up_button.setEnabled(row is not None and row > 1)
+        self.down_button.setEnabled(row is not None and 0 < row < len(self.agents))
+        self.base_button.setText("Change base…" if self.base else "Base…")
+
+    def _item_changed(self, item: QTableWidgetItem) -> None:
+        if item.column() != NAME or item.row() == 0:
+            return
+        row = self.agents[item.row() - 1]
+        text = item.text().strip()
+        others = {r.name for r in self.agents if r is not row}
+        if not text or text in others:
+            self.error.emit(f"agent name {text!r} is empty or already used; names must be unique")
+            self._refresh()
+            return
+        if text != row.name:
+            row.name = text
+            self._refresh()
+            self.changed.emit()
+
+    def setEnabled(self, enabled: bool) -> None:  # noqa: N802 — keep the table scrollable while busy
+        for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
+            b.setEnabled(enabled)
+        self.setAcceptDrops(enabled)
+        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
+                                   | QAbstractItemView.SelectedClicked if enabled
+                                   else QAbstractItemView.NoEditTriggers)
+        if enabled:
+            self._update_buttons()
+        else:
+            for b in (self.remove_button, self.up_button, self.down_button):
+                b.setEnabled(False)
+
+    # --- user actions -------------------------------------------------------------------------
+    def _remember(self, path: str) -> None:
+        folder = str(Path(path).parent if Path(path).is_file() else Path(path).parent)
+        self.browse_dir = folder
+        self.browse_dir_changed.emit(folder)
+
+    def _browse_base(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Base model folder", self.browse_dir)
+        if path:
+            self._remember(path)
+            self.set_base(path)
+
+    def _browse_agent_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Agent checkpoint folder", self.browse_dir)
+        if path:
+            self._remember(path)
+            self.add_source(path)
+
+    def _browse_file(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Checkpoint files", self.browse_dir,
+                                                "safetensors (*.safetensors);;All files (*)")
+        for path in paths:
+            self._remember(path)
+            self.add_source(path)
+
+    def _ask_hub(self) -> None:
+        dialog = HubDialog(self)
+        if dialog.exec() == QDialog.Accepted and dialog.spec():
+            token = dialog.token.text().strip()
+            if token:
+                import os
+
+                os.environ["HF_TOKEN"] = token  # read by huggingface_hub for this session only
+            self.add_source(dialog.spec())
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802
+        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        for path in paths:
+            self.add_source(path)
+        if paths:
+            self._remember(paths[-1])
+            event.acceptProposedAction()

@@ -1,0 +1,82 @@
+"""GUI test fixtures: offscreen Qt, isolated QSettings, the demo agents generated once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+pytest.importorskip("PySide6")
+pytest.importorskip("pyqtgraph")
+pytest.importorskip("pytestqt")
+
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
+from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def demo_models(tmp_path_factory) -> tuple[Path, list[Path]]:
+    from ram_desktop.core.demo import write_demo
+
+    return write_demo(tmp_path_factory.mktemp("demo"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _qt_settings_sandbox(tmp_path_factory):
+    """Whatever Qt writes through a default QSettings lands in a temporary folder, never the user's."""
+    folder = tmp_path_factory.mktemp("qsettings")
+    QSettings.setDefaultFormat(QSettings.IniFormat)
+    for scope in (QSettings.UserScope, QSettings.SystemScope):
+        QSettings.setPath(QSettings.IniFormat, scope, str(folder))
+    from ram_desktop.gui import charts
+
+    charts.configure()
+    yield
+
+
+@pytest.fixture
+def settings(tmp_path) -> QSettings:
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, settings):
+    from ram_desktop.gui.main_window import MainWindow
+
+    w = MainWindow(settings)
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    yield w
+    if w.job is not None:
+        w.job.cancel()
+        w.job.wait(10000)
+    w.sources.wait_idle(5000)
+    w.log_bridge.uninstall()
+
+
+def drop_paths(widget, paths) -> None:
+    """Drag and drop local paths onto a widget, as the file manager does."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    pos = QPointF(widget.width() / 2, widget.height() / 2)
+    enter = QDragEnterEvent(pos.toPoint(), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(widget, enter)
+    assert enter.isAccepted()
+    drop = QDropEvent(pos, Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    QApplication.sendEvent(widget, drop)
+
+
+def load_sources(qtbot, window, base, agents) -> None:
+    """Drop the base and the agents onto the sources panel and wait until their headers are read."""
+    drop_paths(window.sources, [base, *agents])
+    qtbot.waitUntil(lambda: window.sources.all_ready() and window.analyse_button.isEnabled(), timeout=10000)
+
+
+def analyse(qtbot, window) -> None:
+    with qtbot.waitSignal(window.analysis_finished, timeout=30000) as blocker:
+        qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
+    assert blocker.args == [True], window.message.text.text()
