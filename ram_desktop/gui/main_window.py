@@ -318,6 +318,7 @@ class MainWindow(QMainWindow):
         if self.job is not None and self.job.is_running():
             self.job.cancel()
             self.job.wait(15000)
+        self.sources.cancel_downloads()
         self.sources.wait_idle(5000)
         self.save_settings()
         self.log_bridge.uninstall()
@@ -526,9 +527,10 @@ class MainWindow(QMainWindow):
         device = self.method.device.currentData()
         key = self._source_key()
         chunk = self.chunk_elements
+        token = self.sources.hub_token
 
         def run(reporter):
-            return engine.probe(base, agents, names, eps, device, reporter, chunk_elements=chunk)
+            return engine.probe(base, agents, names, eps, device, reporter, chunk_elements=chunk, token=token)
 
         def done(report: ProbeReport) -> None:
             self.report, self.report_key = report, key
@@ -572,7 +574,7 @@ class MainWindow(QMainWindow):
             method=self.method.current.name, params=self.method.params(), names=self.sources.names, eps=eps,
             device=self.method.device.currentData(), out_dtype=self.method.out_dtype.currentData(),
             shard_size=self.method.shard_size.text().strip() or "5GB", overwrite=overwrite,
-            chunk_elements=self.chunk_elements)
+            chunk_elements=self.chunk_elements, token=self.sources.hub_token)
         self._merge_status = "failed"
         self.result = None
         self.result_text.setText("Merging…")

@@ -36,9 +36,10 @@ class ParamField:
             w.setCurrentText(str(param.default))
             self.changed = w.currentTextChanged
         elif param.kind is int:
-            w = QSpinBox()
-            w.setRange(int(param.minimum) if param.minimum is not None else -2**31,
-                       int(param.maximum) if param.maximum is not None else 2**31 - 1)
+            w = QSpinBox()  # a 32-bit range; larger values (e.g. 64-bit seeds) come from recipes or the CLI
+            low = int(param.minimum) if param.minimum is not None else -2**31
+            high = int(param.maximum) if param.maximum is not None else 2**31 - 1
+            w.setRange(max(low, -2**31), min(high, 2**31 - 1))
             w.setValue(int(param.default))
             self.changed = w.valueChanged
         elif param.kind is float:

@@ -12,8 +12,10 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QDialogButtonBox, QFi
                                QVBoxLayout, QWidget)
 
 from ..core.errors import RamError
+from ..core.events import CancelToken, ProgressEvent, Reporter
 from ..core.sources import Checkpoint, open_checkpoint
 from .charts import agent_color
+from .hub_dialog import HubDialog
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
@@ -44,6 +46,7 @@ class Row:
     checkpoint: Checkpoint | None = None
     error: str | None = None
     generation: int = 0
+    status: str = "opening…"
 
     @property
     def ready(self) -> bool:
@@ -53,17 +56,28 @@ class Row:
 class _OpenSignals(QObject):
     opened = Signal(int, object)  # generation, Checkpoint
     failed = Signal(int, str)
+    progress = Signal(int, str)  # generation, status text (Hub downloads)
 
 
 class _OpenTask(QRunnable):
-    def __init__(self, spec: str, generation: int) -> None:
+    """Open one source off the GUI thread; Hub sources download with progress and can be cancelled."""
+
+    def __init__(self, spec: str, generation: int, token: str | None = None) -> None:
         super().__init__()
-        self.spec, self.generation = spec, generation
+        self.spec, self.generation, self.token = spec, generation, token
         self.signals = _OpenSignals()
+        self.cancel = CancelToken()
+        self._last_percent = -1
+
+    def _progress(self, event: ProgressEvent) -> None:
+        percent = int(event.fraction * 100)
+        if event.stage == "download" and percent != self._last_percent:
+            self._last_percent = percent
+            self.signals.progress.emit(self.generation, f"downloading {percent}%")
 
     def run(self) -> None:
         try:
-            ckpt = open_checkpoint(self.spec)
+            ckpt = open_checkpoint(self.spec, Reporter(self._progress, self.cancel), token=self.token)
         except RamError as e:
             self.signals.failed.emit(self.generation, str(e))
         except OSError as e:
@@ -72,33 +86,6 @@ class _OpenTask(QRunnable):
             self.signals.failed.emit(self.generation, f"cannot open {self.spec}: {type(e).__name__}: {e}")
         else:
             self.signals.opened.emit(self.generation, ckpt)
-
-
-class HubDialog(QDialog):
-    """Ask for a Hub id, revision and optional token."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setWindowTitle("Add a model from the Hugging Face Hub")
-        form = QFormLayout(self)
-        self.repo = QLineEdit()
-        self.repo.setPlaceholderText("org/name")
-        self.revision = QLineEdit()
-        self.revision.setPlaceholderText("main (a branch, tag or commit)")
-        self.token = QLineEdit()
-        self.token.setEchoMode(QLineEdit.Password)
-        self.token.setPlaceholderText("only for gated or private models")
-        form.addRow("Repository", self.repo)
-        form.addRow("Revision", self.revision)
-        form.addRow("Token", self.token)
-        buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        form.addRow(buttons)
-
-    def spec(self) -> str:
-        repo, rev = self.repo.text().strip(), self.revision.text().strip()
-        return f"{repo}@{rev}" if repo and rev else repo
 
 
 class SourcesPanel(QWidget):
@@ -118,6 +105,8 @@ class SourcesPanel(QWidget):
         self._generation = 0
         self._pending: dict[int, Row] = {}
         self._signals: dict[int, _OpenSignals] = {}
+        self._tasks: dict[int, _OpenTask] = {}
+        self.hub_token: str | None = None  # from the Hub dialog, for this session only
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(2)
 
@@ -210,6 +199,10 @@ class SourcesPanel(QWidget):
         row = self._selected()
         if row is None:
             return
+        removed = self.base if row == 0 else self.agents[row - 1]
+        task = self._tasks.get(removed.generation) if removed is not None else None
+        if task is not None:
+            task.cancel.cancel()
         if row == 0:
             self.base = None
         else:
@@ -249,15 +242,25 @@ class SourcesPanel(QWidget):
         self._generation += 1
         row.generation = self._generation
         self._pending[row.generation] = row
-        task = _OpenTask(row.spec, row.generation)
+        task = _OpenTask(row.spec, row.generation, self.hub_token)
         task.signals.opened.connect(self._opened)
         task.signals.failed.connect(self._failed)
+        task.signals.progress.connect(self._progressed)
+        self._tasks[row.generation] = task
         self._signals[row.generation] = task.signals  # kept alive until the result is delivered
         self.pool.start(task)
         return row
 
+    @Slot(int, str)
+    def _progressed(self, generation: int, text: str) -> None:
+        row = self._pending.get(generation)
+        if row is not None:
+            row.status = text
+            self._refresh()
+
     @Slot(int, object)
     def _opened(self, generation: int, ckpt: Checkpoint) -> None:
+        self._tasks.pop(generation, None)
         self._signals.pop(generation, None)
         row = self._pending.pop(generation, None)
         if row is None:
@@ -268,6 +271,7 @@ class SourcesPanel(QWidget):
 
     @Slot(int, str)
     def _failed(self, generation: int, message: str) -> None:
+        self._tasks.pop(generation, None)
         self._signals.pop(generation, None)
         row = self._pending.pop(generation, None)
         if row is None:
@@ -305,7 +309,7 @@ class SourcesPanel(QWidget):
                 elif row.error:
                     values[STATUS] = "✗ error"
                 else:
-                    values[STATUS] = "opening…"
+                    values[STATUS] = row.status
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 flags = Qt.ItemIsEnabled | Qt.ItemIsSelectable
@@ -404,12 +408,14 @@ class SourcesPanel(QWidget):
     def _ask_hub(self) -> None:
         dialog = HubDialog(self)
         if dialog.exec() == QDialog.Accepted and dialog.spec():
-            token = dialog.token.text().strip()
-            if token:
-                import os
-
-                os.environ["HF_TOKEN"] = token  # read by huggingface_hub for this session only
+            if dialog.token():
+                self.hub_token = dialog.token()  # kept in memory only: never in settings, recipes or logs
             self.add_source(dialog.spec())
+
+    def cancel_downloads(self) -> None:
+        """Stop every source still being opened (a Hub download in progress stops at the next update)."""
+        for task in self._tasks.values():
+            task.cancel.cancel()
 
     def dragEnterEvent(self, event) -> None:  # noqa: N802
         if event.mimeData().hasUrls():

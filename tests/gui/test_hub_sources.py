@@ -1,0 +1,59 @@
+"""Hub sources in the window: the Add from Hub dialog's token reaches the Hub, and is never stored."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QDialog
+
+from ram_desktop.gui import sources_panel
+
+from ..conftest import make_models
+from ..hubcache import FakeHub, sha_of
+from .conftest import analyse
+
+SECRET = "hf_windowSECRETtoken789"
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    base, agents = make_models(tmp_path / "local")
+    return FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})
+
+
+def _answer_dialog(monkeypatch, repo: str, token: str | None) -> None:
+    """The modal dialog, answered as a user would: type the id and token, press OK."""
+
+    def exec_(dialog: QDialog) -> int:
+        dialog.repo_edit.setText(repo)
+        if token:
+            dialog.token_edit.setText(token)
+        return QDialog.Accepted
+
+    monkeypatch.setattr(sources_panel.HubDialog, "exec", exec_)
+
+
+def test_add_from_hub_downloads_with_token_and_merges(qtbot, window, hub, monkeypatch, tmp_path, settings):
+    for repo, token in (("org/base", SECRET), ("org/alpha", None), ("org/beta", None)):
+        _answer_dialog(monkeypatch, repo, token)
+        qtbot.mouseClick(window.sources.add_hub_button, Qt.LeftButton)
+    qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=20000)
+    assert window.sources.base.checkpoint.revision == sha_of("base")
+    assert [r.name for r in window.sources.agents] == ["alpha", "beta"]
+    assert set(hub.tokens) == {SECRET}  # the dialog's token, for every source of the session
+    analyse(qtbot, window)
+    out = tmp_path / "merged"
+    window.method.out_dir.setText(str(out))
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"], window.message.text.text()
+    recipe = (out / "ram-recipe.yaml").read_text()
+    assert f"org/base@{sha_of('base')}" in recipe
+    window.save_settings()
+    settings.sync()
+    stored = open(settings.fileName(), encoding="utf-8", errors="replace").read()
+    for text in [recipe, stored, (out / "merge-report.json").read_text(), window.log_view.toPlainText()]:
+        assert SECRET not in text
