@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .chunks import Chunk
+from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .errors import InputError
 from .probe import ProbeReport
 
@@ -133,7 +133,60 @@ def ram_plus_soft_lambdas(params: dict, probe: ProbeReport) -> list[float]:
 
 def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     """Equation 7: 0 where no agent updates, λ_t·τ_t where only agent t does, the mean of the
-    active agents' τ where two or more do."""
+    active agents' τ where two or more do.
+
+    One kernel for every case: total = Σ_t [m_t]·τ_t (agents in order 0..N−1), then
+    total · A[p] / B[p] with p the update pattern, A[p] = λ_t for the one-agent pattern 2^t (else 1)
+    and B[p] = max(1, popcount p). Multiplying or dividing by 1 is exact, so this is bit-identical to
+    λ_t·τ_t, total / c and 0 computed separately.
+    """
+    n = chunk.n_agents
+    if n > PATTERN_MAX_AGENTS:
+        return _selective_merge_masks(chunk, lambdas)
+    dtype, device = chunk.base.dtype, chunk.base.device
+    pattern = chunk.pattern
+    size = (chunk.base.numel(),)
+    active = torch.where(chunk.masks, chunk.taus, torch.zeros((), dtype=dtype, device=device),
+                         out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
+    total = chunk._buffer("total", size, dtype)
+    if n == 1:
+        total.copy_(active[0])
+    else:
+        torch.add(active[0], active[1], out=total)
+        for t in range(2, n):
+            total.add_(active[t])
+    mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
+    factor = chunk._buffer("factor", size, dtype)
+    if lambdas is not None:
+        total.mul_(torch.index_select(mul, 0, pattern, out=factor))
+    if n > 1:
+        total.div_(torch.index_select(div, 0, pattern, out=factor))
+    return total
+
+
+_FACTORS: dict = {}
+
+
+def _pattern_factors(n: int, lambdas: tuple[float, ...] | None, dtype: torch.dtype,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lookup tables over the 2^n update patterns: the unique-update scale and the overlap count."""
+    key = (n, lambdas, dtype, str(device))
+    if key not in _FACTORS:
+        if len(_FACTORS) > 64:
+            _FACTORS.clear()
+        mul = torch.ones(1 << n, dtype=dtype)
+        div = torch.ones(1 << n, dtype=dtype)
+        for p in range(1, 1 << n):
+            c = bin(p).count("1")
+            div[p] = c
+            if c == 1 and lambdas is not None:
+                mul[p] = torch.tensor(lambdas[p.bit_length() - 1], dtype=dtype)
+        _FACTORS[key] = (mul.to(device), div.to(device))
+    return _FACTORS[key]
+
+
+def _selective_merge_masks(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
+    """The same result for many agents, from the masks and counts directly."""
     masks, counts = chunk.masks, chunk.counts
     total = torch.zeros_like(chunk.base)
     scaled = torch.zeros_like(chunk.base) if lambdas is not None else None
