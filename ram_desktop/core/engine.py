@@ -17,7 +17,7 @@ import torch
 
 from .. import __version__
 from .card import model_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, SliceReader, iter_chunks, make_chunk
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, make_chunk, prefetch_chunks
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, MergeMethod, get_method
@@ -56,7 +56,7 @@ def open_sources(base: str, agents: list[str], reporter: Reporter) -> tuple[Chec
 
 
 def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
-    if bool(torch.isfinite(chunk.taus).all()):
+    if chunk.all_finite():
         return
     for t in range(chunk.n_agents):
         if not bool(torch.isfinite(chunk.taus[t]).all()):
@@ -74,16 +74,16 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress("probe", 0, total, "elements")
-    with SliceReader() as reader:
-        for index, span, base, agents in iter_chunks(plan, jobs, reader, chunk_elements, eps, device):
-            chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps)
-            _check_finite(chunk, plan)
-            if acc is not None:
-                acc.add(chunk)
-            if collector is not None:
-                collector.add(chunk)
-            done += span.numel
-            reporter.progress("probe", done, total, "elements")
+    workspace = Workspace()
+    for index, span, base, agents in prefetch_chunks(plan, jobs, chunk_elements, device):
+        chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, workspace)
+        _check_finite(chunk, plan)
+        if acc is not None:
+            acc.add(chunk)
+        if collector is not None:
+            collector.add(chunk)
+        done += span.numel
+        reporter.progress("probe", done, total, "elements")
     return acc.report() if acc is not None else None
 
 
@@ -208,27 +208,79 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
 
 def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
                 shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool) -> ProbeReport | None:
-    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first)."""
+    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first).
+
+    Reading runs ahead in a background thread and writing behind in another, so the compute
+    thread only computes; θ = base + τ_merged is rounded once, straight into the output dtype.
+    """
     acc = ProbeAccumulator(plan, eps) if accumulate else None
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
-    with SliceReader() as reader:
-        for index, span, base, agents in iter_chunks(plan, list(range(len(plan.jobs))), reader, chunk_elements,
-                                                     eps, device):
+    workspace = Workspace()
+    with BackgroundWriter(shards) as writer:
+        for index, span, base, agents in prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device):
             job = plan.jobs[index]
             if job.mergeable:
-                chunk = make_chunk(index, job, span, base, agents, eps)
+                chunk = make_chunk(index, job, span, base, agents, eps, workspace)
                 if acc is not None:
                     _check_finite(chunk, plan)
                     acc.add(chunk)
-                merged = (chunk.base + method.merge(chunk, context)).to(job.out_dtype)
+                merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
+                torch.add(chunk.base, method.merge(chunk, context), out=merged)
             else:
                 merged = base
-            shards.write(index, merged.cpu())
+            writer.write(index, merged)
             done += span.numel
             reporter.progress("merge", done, total, "elements")
     return acc.report() if acc is not None else None
+
+
+class BackgroundWriter:
+    """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
+
+    Device tensors are copied to the host in that thread. An error in the writer is raised in the
+    caller at its next ``write`` or on exit; on exit the queue is drained (or abandoned on error).
+    """
+
+    DEPTH = 4
+
+    def __init__(self, shards: ShardSet) -> None:
+        import queue
+        import threading
+
+        self._shards = shards
+        self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ram-desktop-writer", daemon=True)
+
+    def __enter__(self) -> "BackgroundWriter":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # keep draining so the producer never blocks
+            try:
+                index, data = item
+                self._shards.write(index, data.cpu() if data.device.type != "cpu" else data)
+            except BaseException as e:
+                self._error = e
+
+    def write(self, index: int, data: torch.Tensor) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((index, data))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if exc_type is None and self._error is not None:
+            raise self._error
 
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
