@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
+import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -74,15 +78,20 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress("probe", 0, total, "elements")
-    workspace = Workspace()
-    for index, span, base, agents in prefetch_chunks(plan, jobs, chunk_elements, device):
-        chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, workspace)
+    workers = compute_workers(device) if collector is None else 1  # a collector sees chunks in order
+
+    def work(item: tuple) -> int:
+        index, span, base, agents = item
+        chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, _workspace())
         _check_finite(chunk, plan)
         if acc is not None:
             acc.add(chunk)
         if collector is not None:
             collector.add(chunk)
-        done += span.numel
+        return span.numel
+
+    for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, device), workers):
+        done += numel
         reporter.progress("probe", done, total, "elements")
     return acc.report() if acc is not None else None
 
@@ -206,6 +215,57 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     return MergeResult(out, report, probe_report, lambdas, seconds, shards.bytes_written, probe_report.warnings)
 
 
+_local = threading.local()
+
+
+def _workspace() -> Workspace:
+    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk)."""
+    ws = getattr(_local, "workspace", None)
+    if ws is None:
+        ws = _local.workspace = Workspace()
+    return ws
+
+
+def compute_workers(device: torch.device) -> int:
+    """Compute threads for a CPU pass: one per available core (``RAM_DESKTOP_THREADS`` overrides),
+    each running torch single-threaded on whole chunks. Chunk-level threads need no barrier per
+    operation, so they keep working when other programs load the machine. GPU passes use one."""
+    if device.type != "cpu":
+        return 1
+    env = os.environ.get("RAM_DESKTOP_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _single_threaded() -> None:
+    torch.set_num_threads(1)
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, items)`` computed by ``workers`` threads, results in input order, at most
+    ``workers + 1`` items in flight. With one worker it runs inline (torch keeps its own threads)."""
+    if workers <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_single_threaded) as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
 def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
                 shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool) -> ProbeReport | None:
     """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first).
@@ -217,21 +277,26 @@ def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, 
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
-    workspace = Workspace()
+    workers = compute_workers(device) if method.extra.get("thread_safe") else 1
+
+    def work(item: tuple) -> tuple[int, int, torch.Tensor]:
+        index, span, base, agents = item
+        job = plan.jobs[index]
+        if not job.mergeable:
+            return index, span.numel, base
+        chunk = make_chunk(index, job, span, base, agents, eps, _workspace())
+        if acc is not None:
+            _check_finite(chunk, plan)
+            acc.add(chunk)
+        merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
+        torch.add(chunk.base, method.merge(chunk, context), out=merged)  # θ = base + τ_merged, rounded once
+        return index, span.numel, merged
+
     with BackgroundWriter(shards) as writer:
-        for index, span, base, agents in prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device):
-            job = plan.jobs[index]
-            if job.mergeable:
-                chunk = make_chunk(index, job, span, base, agents, eps, workspace)
-                if acc is not None:
-                    _check_finite(chunk, plan)
-                    acc.add(chunk)
-                merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-                torch.add(chunk.base, method.merge(chunk, context), out=merged)
-            else:
-                merged = base
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device)
+        for index, numel, merged in ordered_map(work, items, workers):
             writer.write(index, merged)
-            done += span.numel
+            done += numel
             reporter.progress("merge", done, total, "elements")
     return acc.report() if acc is not None else None
 

@@ -91,7 +91,7 @@ class MergeMethod:
     needs_probe: Callable[[dict], bool] = lambda params: False
     collector: Callable[[dict, Any], "Collector"] | None = None
     lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # "thread_safe": True lets the CPU merge run chunks in parallel threads
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in, values validated; unknown names are an error."""
@@ -207,6 +207,7 @@ ALPHA = Param("alpha", float, 2.0, "upper clip α of the overlap-unique ratio ρ
 register(MergeMethod(
     "ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).",
     (), lambda chunk, ctx: selective_merge(chunk, None),
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "ram-plus", "RAM+", "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
@@ -215,6 +216,7 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_lambdas,
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "ram-plus-soft", "RAM+s", "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
@@ -223,4 +225,5 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_soft_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_soft_lambdas,
+    extra={"thread_safe": True},
 ))

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -157,6 +158,7 @@ class ProbeAccumulator:
         self._overlap: dict[int, torch.Tensor] = {}  # job -> [N, N+1] int64 (column 0 unused)
         self._survival_all = torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
         self._nonfinite: set[tuple[int, int]] = set()
+        self._lock = threading.Lock()  # add() may run in several compute threads
 
     def add(self, chunk: Chunk) -> None:
         n = self.n
@@ -169,22 +171,31 @@ class ProbeAccumulator:
         hist = torch.bincount(pattern, minlength=1 << n).cpu()
         table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
         table = table.reshape(n, n + 1)
-        if chunk.job_index in self._overlap:
-            self._overlap[chunk.job_index] += table
-        else:
-            self._overlap[chunk.job_index] = table
-        if self.with_survival:
-            keys = []
-            for t in range(n):
-                if int(hist[1 << t]) == 0:
-                    continue
-                sel = torch.eq(pattern, 1 << t, out=chunk._buffer("sel", tuple(pattern.shape), torch.bool))
-                x, tau = chunk.base[sel], chunk.taus[t][sel]
-                keys.append(_lambda_star_keys(x, tau, t * len(SURVIVAL_DTYPES)))
-            if keys:
-                counts = torch.bincount(torch.cat(keys) if len(keys) > 1 else keys[0],
-                                        minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
-                self._survival_all += counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS)
+        self._add_overlap(chunk.job_index, table)
+        if self.with_survival and int(hist[_unique_patterns(n)].sum()) > 0:
+            # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
+            # and its agent, and one bincount for all agents and dtypes.
+            base = chunk.base
+            agent_of, = _pattern_luts(n, str(pattern.device))
+            owner = torch.index_select(agent_of, 0, pattern, out=chunk._buffer("owner", tuple(pattern.shape), torch.int64))
+            idx = torch.nonzero(owner >= 0).squeeze(1)
+            agent = owner.index_select(0, idx)
+            x = base.index_select(0, idx)
+            tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
+            keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
+            counts = torch.bincount(keys, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
+            self._add_survival(counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+
+    def _add_overlap(self, job_index: int, table: torch.Tensor) -> None:
+        with self._lock:
+            if job_index in self._overlap:
+                self._overlap[job_index] += table
+            else:
+                self._overlap[job_index] = table
+
+    def _add_survival(self, counts: torch.Tensor) -> None:
+        with self._lock:
+            self._survival_all += counts
 
     def _add_keys(self, chunk: Chunk) -> None:
         """Many agents: per-agent keys t·(N+1) + c_i instead of a 2^N pattern table."""
@@ -192,10 +203,7 @@ class ProbeAccumulator:
         masks, counts = chunk.masks, chunk.counts
         keys = masks * counts + torch.arange(n, device=counts.device, dtype=torch.int32)[:, None] * (n + 1)
         hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1).cpu()
-        if chunk.job_index in self._overlap:
-            self._overlap[chunk.job_index] += hist
-        else:
-            self._overlap[chunk.job_index] = hist
+        self._add_overlap(chunk.job_index, hist)
         if self.with_survival:
             unique = counts == 1
             for t in range(n):
@@ -204,7 +212,7 @@ class ProbeAccumulator:
                     continue
                 keys_t = _lambda_star_keys(chunk.base[sel], chunk.taus[t][sel], t * len(SURVIVAL_DTYPES))
                 counts_t = torch.bincount(keys_t, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
-                self._survival_all += counts_t.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS)
+                self._add_survival(counts_t.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
 
     def report(self) -> ProbeReport:
         n, plan = self.n, self.plan
@@ -244,9 +252,24 @@ def _pattern_table(n: int) -> torch.Tensor:
     return table
 
 
-def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: int) -> torch.Tensor:
-    """Histogram keys ``(first + d)·BINS + bin(λ*)`` for each survival dtype d, where λ* is the
-    smallest scale at which round(x + λ·τ) leaves round(x + τ) in that dtype.
+@functools.lru_cache(maxsize=None)
+def _unique_patterns(n: int) -> torch.Tensor:
+    return torch.tensor([1 << t for t in range(n)], dtype=torch.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern_luts(n: int, device: str) -> tuple[torch.Tensor]:
+    """agent_of[p] = t for the one-agent pattern 2^t, −1 for every other pattern."""
+    agent_of = torch.full((1 << n,), -1, dtype=torch.int64)
+    for t in range(n):
+        agent_of[1 << t] = t
+    return (agent_of.to(device),)
+
+
+def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | int) -> torch.Tensor:
+    """Histogram keys ``(first + d)·BINS + bin(λ*)`` for each survival dtype d (``first`` per element
+    or one int), where λ* is the smallest scale at which round(x + λ·τ) leaves round(x + τ) in that
+    dtype; bin(λ*) = ceil((λ* − 1) / STEP) clipped to the bins.
 
     y0 = round(x + τ); the value moves once x + λτ passes the midpoint between y0 and its neighbour
     in the direction of τ, so λ* − 1 = ((y0 − x) − τ + h) / τ with h the signed half gap to that
@@ -258,23 +281,25 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: int) -> torch.T
     total = x + tau
     inf = torch.tensor(math.inf, dtype=tau.dtype, device=tau.device)
     toward = torch.copysign(inf, tau)
+    scale = torch.reciprocal(tau).mul_(-1.0 / SURVIVAL_STEP)  # −1 / (τ·STEP): bins as negatives, then trunc = ceil
+    offset = torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS
     keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int64, device=tau.device)
-    scratch = torch.empty_like(tau)
+    y0 = torch.empty_like(tau)
     for d, (dtype, _bits) in enumerate(SURVIVAL_DTYPES.values()):
         if dtype == tau.dtype:
-            y0 = total
+            y0.copy_(total)
             neighbour = torch.nextafter(y0, toward)
         else:
             rounded = total.to(dtype)
-            y0 = rounded.to(tau.dtype)
+            y0.copy_(rounded)
             neighbour = torch.nextafter(rounded, toward.to(dtype)).to(tau.dtype)
         h = neighbour.sub_(y0).mul_(0.5)  # signed half gap, exact
-        num = torch.sub(y0, x, out=scratch)  # ≈ τ; (y0 − x) − τ is the rounding of x + τ, exact
-        num.sub_(tau).add_(h).div_(tau)  # λ* − 1 (mid = y0 + h itself may not be representable)
-        num.div_(SURVIVAL_STEP).ceil_()
-        torch.nan_to_num_(num, nan=SURVIVAL_BINS, posinf=SURVIVAL_BINS, neginf=0.0)
-        num.clamp_(0, SURVIVAL_BINS - 1)
-        keys[d].copy_(num).add_((first + d) * SURVIVAL_BINS)
+        num = y0.sub_(x).sub_(tau).add_(h)  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
+        num.mul_(scale)  # −(λ* − 1) / STEP
+        num.clamp_(-(SURVIVAL_BINS - 1), 0.0)
+        torch.nan_to_num_(num, nan=-(SURVIVAL_BINS - 1))
+        keys[d].copy_(num)  # truncation toward zero of a non-positive value: −ceil((λ* − 1) / STEP)
+        keys[d].neg_().add_(offset + d * SURVIVAL_BINS)
     return keys.reshape(-1)
 
 
