@@ -281,9 +281,10 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
     total = x + tau
     inf = torch.tensor(math.inf, dtype=tau.dtype, device=tau.device)
     toward = torch.copysign(inf, tau)
-    scale = torch.reciprocal(tau).mul_(-1.0 / SURVIVAL_STEP)  # −1 / (τ·STEP): bins as negatives, then trunc = ceil
-    offset = torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS
-    keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int64, device=tau.device)
+    scale = torch.reciprocal(tau).mul_(1.0 / SURVIVAL_STEP)  # 1 / (τ·STEP)
+    # keys are built in the compute dtype (exact integers: at most N·3·BINS < 2^24) and converted once
+    offset = (torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS).to(tau.dtype)
+    keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int32, device=tau.device)
     y0 = torch.empty_like(tau)
     for d, (dtype, _bits) in enumerate(SURVIVAL_DTYPES.values()):
         if dtype == tau.dtype:
@@ -295,11 +296,11 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
             neighbour = torch.nextafter(rounded, toward.to(dtype)).to(tau.dtype)
         h = neighbour.sub_(y0).mul_(0.5)  # signed half gap, exact
         num = y0.sub_(x).sub_(tau).add_(h)  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
-        num.mul_(scale)  # −(λ* − 1) / STEP
-        num.clamp_(-(SURVIVAL_BINS - 1), 0.0)
-        torch.nan_to_num_(num, nan=-(SURVIVAL_BINS - 1))
-        keys[d].copy_(num)  # truncation toward zero of a non-positive value: −ceil((λ* − 1) / STEP)
-        keys[d].neg_().add_(offset + d * SURVIVAL_BINS)
+        num.mul_(scale).ceil_()  # ceil((λ* − 1) / STEP)
+        num.clamp_(0.0, SURVIVAL_BINS - 1)
+        torch.nan_to_num_(num, nan=SURVIVAL_BINS - 1)
+        num.add_(offset).add_(d * SURVIVAL_BINS)
+        keys[d].copy_(num)
     return keys.reshape(-1)
 
 
