@@ -146,15 +146,19 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     dtype, device = chunk.base.dtype, chunk.base.device
     pattern = chunk.pattern
     size = (chunk.base.numel(),)
-    active = torch.where(chunk.masks, chunk.taus, torch.zeros((), dtype=dtype, device=device),
-                         out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
+    # [m_t]·τ_t as a multiply by the mask (several times faster than torch.where on CPU). It gives −0
+    # instead of +0 where a negative τ is masked out; adding +0 at the end restores the reference's
+    # bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign of an
+    # all-zero result (only possible where no agent updates), and x + (+0) = x for every other x.
+    active = torch.mul(chunk.taus, chunk.masks, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
     total = chunk._buffer("total", size, dtype)
     if n == 1:
-        total.copy_(active[0])
+        torch.add(active[0], 0.0, out=total)
     else:
         torch.add(active[0], active[1], out=total)
         for t in range(2, n):
             total.add_(active[t])
+        total.add_(0.0)
     mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
     factor = chunk._buffer("factor", size, dtype)
     if lambdas is not None:
