@@ -119,12 +119,12 @@ class Chunk:
 
     @property
     def pattern(self) -> torch.Tensor:
-        """int64 per element: bit t set where agent t updates it (at most ``PATTERN_MAX_AGENTS`` agents)."""
+        """int32 per element: bit t set where agent t updates it (at most ``PATTERN_MAX_AGENTS`` agents)."""
         if self._pattern is None:
             if self.n_agents > PATTERN_MAX_AGENTS:
                 raise ValueError(f"update patterns need at most {PATTERN_MAX_AGENTS} agents")
             masks = self.masks
-            p = self._buffer("pattern", (self.taus.shape[1],), torch.int64)
+            p = self._buffer("pattern", (self.taus.shape[1],), torch.int32)
             p.copy_(masks[0])
             for t in range(1, self.n_agents):
                 p.add_(masks[t], alpha=1 << t)

@@ -178,9 +178,9 @@ class ProbeAccumulator:
             # and its agent, and one bincount for all agents and dtypes.
             base = chunk.base
             agent_of, = _pattern_luts(n, str(pattern.device))
-            owner = torch.index_select(agent_of, 0, pattern, out=chunk._buffer("owner", tuple(pattern.shape), torch.int64))
+            owner = torch.index_select(agent_of, 0, pattern, out=chunk._buffer("owner", tuple(pattern.shape), torch.int32))
             idx = _flatnonzero(owner >= 0)
-            agent = owner.index_select(0, idx)
+            agent = owner.index_select(0, idx).long()
             x = base.index_select(0, idx)
             tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
             keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
@@ -268,7 +268,7 @@ def _unique_patterns(n: int) -> torch.Tensor:
 @functools.lru_cache(maxsize=None)
 def _pattern_luts(n: int, device: str) -> tuple[torch.Tensor]:
     """agent_of[p] = t for the one-agent pattern 2^t, −1 for every other pattern."""
-    agent_of = torch.full((1 << n,), -1, dtype=torch.int64)
+    agent_of = torch.full((1 << n,), -1, dtype=torch.int32)
     for t in range(n):
         agent_of[1 << t] = t
     return (agent_of.to(device),)
