@@ -1,19 +1,29 @@
-"""Streaming reads: split each tensor into row slices of bounded size and read them with ``get_slice``."""
+"""Streaming reads: split each tensor into row slices of bounded size and read them with ``get_slice``.
+
+Reading runs in a background thread (``prefetch``) so the next slice is read (and, on a GPU, copied
+to the device from pinned memory) while this one is computed. Per-chunk temporaries live in a
+``Workspace`` that is reused from chunk to chunk, so a pass allocates no new large buffers after
+its first chunk and its memory is bounded by the chunk size.
+"""
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from safetensors import safe_open
 
 from .plan import MergePlan, TensorJob
 
-DEFAULT_CHUNK_ELEMENTS = 1 << 22  # 4 Mi elements per input slice: ~16 MiB per float32 copy
+DEFAULT_CHUNK_ELEMENTS = 1 << 19  # 512 Ki elements per input slice: ~2 MiB per float32 copy, cache-sized
+PATTERN_MAX_AGENTS = 16  # up to this many agents, the update pattern Σ m_t·2^t fits a small lookup table
+PREFETCH_DEPTH = 3  # chunks read ahead of the one being computed
 
 
 @dataclass(frozen=True)
@@ -38,11 +48,32 @@ def spans(job: TensorJob, chunk_elements: int) -> list[Span]:
             for s in range(0, job.shape[0], rows)]
 
 
+class Workspace:
+    """Named scratch buffers reused across chunks (grown when a larger chunk arrives).
+
+    A tensor obtained from a workspace is valid until the same name is requested again, i.e. until
+    the next chunk: never keep it past the chunk it was computed for.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        numel = math.prod(shape)
+        buf = self._buffers.get(name)
+        if buf is None or buf.numel() < numel or buf.dtype != dtype or buf.device != device:
+            buf = torch.empty(max(numel, 1), dtype=dtype, device=device)
+            self._buffers[name] = buf
+        return buf[:numel].view(shape)
+
+
 @dataclass
 class Chunk:
     """A slice of one tensor: the base, and the agents' task vectors τ_t = θ_t − θ_pre (compute dtype).
 
-    ``masks`` (|τ| > ε) and ``counts`` (c_i) are computed once and shared by the probe and the method.
+    ``masks`` (|τ| > ε), ``counts`` (c_i) and ``pattern`` (Σ_t m_t,i·2^t) are computed once and
+    shared by the probe and the method. With a ``workspace`` they live in reused buffers and are
+    valid only while this chunk is being processed.
     """
 
     job_index: int
@@ -53,25 +84,58 @@ class Chunk:
     eps: float
     _masks: torch.Tensor | None = field(default=None, repr=False)
     _counts: torch.Tensor | None = field(default=None, repr=False)
+    workspace: Workspace | None = field(default=None, repr=False)
+    _abs: torch.Tensor | None = field(default=None, repr=False)
+    _pattern: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:
         return self.taus.shape[0]
 
+    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        if self.workspace is None:
+            return torch.empty(shape, dtype=dtype, device=self.taus.device)
+        return self.workspace.get(name, shape, dtype, self.taus.device)
+
+    @property
+    def abs_taus(self) -> torch.Tensor:
+        """|τ| (computed once)."""
+        if self._abs is None:
+            self._abs = torch.abs(self.taus, out=self._buffer("abs", tuple(self.taus.shape), self.taus.dtype))
+        return self._abs
+
     @property
     def masks(self) -> torch.Tensor:
         if self._masks is None:
-            self._masks = self.taus.abs() > self.eps
+            self._masks = torch.gt(self.abs_taus, self.eps, out=self._buffer("masks", tuple(self.taus.shape), torch.bool))
         return self._masks
 
     @property
     def counts(self) -> torch.Tensor:
         if self._counts is None:
-            counts = self.masks[0].to(torch.int32)
-            for t in range(1, self.n_agents):
-                counts = counts + self.masks[t]
-            self._counts = counts
+            self._counts = torch.sum(self.masks, 0, dtype=torch.int32,
+                                     out=self._buffer("counts", (self.taus.shape[1],), torch.int32))
         return self._counts
+
+    @property
+    def pattern(self) -> torch.Tensor:
+        """int32 per element: bit t set where agent t updates it (at most ``PATTERN_MAX_AGENTS`` agents)."""
+        if self._pattern is None:
+            if self.n_agents > PATTERN_MAX_AGENTS:
+                raise ValueError(f"update patterns need at most {PATTERN_MAX_AGENTS} agents")
+            masks = self.masks
+            p = self._buffer("pattern", (self.taus.shape[1],), torch.int32)
+            p.copy_(masks[0])
+            for t in range(1, self.n_agents):
+                p.add_(masks[t], alpha=1 << t)
+            self._pattern = p
+        return self._pattern
+
+    def all_finite(self) -> bool:
+        """True when no task vector entry is NaN or ±Inf (one reduction over |τ|)."""
+        if self.taus.numel() == 0:
+            return True
+        return bool(torch.isfinite(self.abs_taus.max()))
 
 
 class SliceReader:
@@ -107,31 +171,128 @@ def _open_weights(file: Path):
     return PickleHandle(file)
 
 
-def iter_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int, eps: float,
-                device: torch.device) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
-    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on ``device``."""
+def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader,
+                 chunk_elements: int) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
     for index in jobs:
         job = plan.jobs[index]
         for span in spans(job, chunk_elements):
             # each source is read under its own tensor name (a tied lm_head is read from the embedding)
             base = reader.read(job.base.file, job.base.name, span, job.shape)
             agents = [reader.read(a.file, a.name, span, job.shape) for a in job.agents] if job.mergeable else []
-            if device.type != "cpu":
-                base = base.to(device, non_blocking=True)
-                agents = [a.to(device, non_blocking=True) for a in agents]
             yield index, span, base, agents
 
 
+def iter_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int, eps: float,
+                device: torch.device) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on ``device`` (in order, inline)."""
+    for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
+        if device.type != "cpu":
+            base = base.to(device, non_blocking=True)
+            agents = [a.to(device, non_blocking=True) for a in agents]
+        yield index, span, base, agents
+
+
+class _Stop(Exception):
+    pass
+
+
+def _background(produce: Callable[[Callable[[object], None]], None], depth: int) -> Iterator[object]:
+    """Run ``produce(put)`` in a thread and yield what it puts, in order, at most ``depth`` ahead.
+
+    An exception in the producer is re-raised in the consumer; when the consumer stops early
+    (cancel, error), the producer is told to stop and joined.
+    """
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def put(item: object) -> None:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+        raise _Stop
+
+    def run() -> None:
+        try:
+            produce(put)
+            put((done, None))
+        except _Stop:
+            pass
+        except BaseException as e:  # handed to the consumer
+            try:
+                put((done, e))
+            except _Stop:
+                pass
+
+    thread = threading.Thread(target=run, name="ram-desktop-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if isinstance(item, tuple) and len(item) == 2 and item[0] is done:
+                if item[1] is not None:
+                    raise item[1]
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, device: torch.device,
+                    depth: int = PREFETCH_DEPTH) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+    """Like ``iter_chunks``, with reading (and the host→device copy) done in a background thread.
+
+    On CUDA the slices are staged in pinned host memory and copied on a separate stream with
+    ``non_blocking=True``; the consumer's stream waits for that copy before using the tensors.
+    """
+    cuda = device.type == "cuda"
+    copy_stream = torch.cuda.Stream(device) if cuda else None
+
+    def produce(put: Callable[[object], None]) -> None:
+        with SliceReader() as reader:
+            for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
+                if cuda:
+                    host = [t.pin_memory() for t in [base, *agents]]
+                    with torch.cuda.stream(copy_stream):
+                        moved = [t.to(device, non_blocking=True) for t in host]
+                        event = torch.cuda.Event()
+                        event.record(copy_stream)
+                    put((index, span, moved, event, host))
+                else:
+                    put((index, span, [base, *agents], None, None))
+
+    for index, span, tensors, event, host in _background(produce, depth):
+        if event is not None:
+            stream = torch.cuda.current_stream(device)
+            stream.wait_event(event)
+            for t in tensors:
+                t.record_stream(stream)  # allocated on the copy stream, used on the compute stream
+            del host  # the copy has been ordered before any use; pinned staging may be freed after it
+        yield index, span, tensors[0], tensors[1:]
+
+
 def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tensor,
-               agent_raws: list[torch.Tensor], eps: float) -> Chunk:
-    """Widen a slice to the compute dtype and form the task vectors."""
-    base = base_raw.to(job.compute_dtype)
-    taus = torch.empty((len(agent_raws), base.numel()), dtype=job.compute_dtype, device=base.device)
+               agent_raws: list[torch.Tensor], eps: float, workspace: Workspace | None = None) -> Chunk:
+    """Widen a slice to the compute dtype and form the task vectors (τ_t = agent − base, computed in
+    the compute dtype: the mixed-dtype subtraction widens the stored agent value exactly first)."""
+    n = base_raw.numel()
+    device = base_raw.device
+    if workspace is None:
+        base = base_raw.to(job.compute_dtype)
+        taus = torch.empty((len(agent_raws), n), dtype=job.compute_dtype, device=device)
+    else:
+        base = workspace.get("base", (n,), job.compute_dtype, device)
+        base.copy_(base_raw)
+        taus = workspace.get("taus", (len(agent_raws), n), job.compute_dtype, device)
     for t, raw in enumerate(agent_raws):
-        n = raw.numel()
-        if n == base.numel():
-            torch.sub(raw.to(job.compute_dtype), base, out=taus[t])
+        m = raw.numel()
+        if m == n:
+            torch.sub(raw, base, out=taus[t])
         else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
-            torch.sub(raw.to(job.compute_dtype), base[:n], out=taus[t, :n])
-            taus[t, n:] = 0
-    return Chunk(job_index, job.name, span.offset, base, taus, eps)
+            torch.sub(raw, base[:m], out=taus[t, :m])
+            taus[t, m:] = 0
+    return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace)

@@ -9,16 +9,19 @@ import json
 import logging
 import os
 import platform
+import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
 from .. import __version__
 from .card import model_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, SliceReader, iter_chunks, make_chunk
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, make_chunk, prefetch_chunks
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, MergeMethod, get_method
@@ -79,7 +82,7 @@ def open_sources(base: str, agents: list[str], reporter: Reporter,
 
 
 def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
-    if bool(torch.isfinite(chunk.taus).all()):
+    if chunk.all_finite():
         return
     for t in range(chunk.n_agents):
         if not bool(torch.isfinite(chunk.taus[t]).all()):
@@ -98,16 +101,21 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress(stage, 0, total, "elements")
-    with SliceReader() as reader:
-        for index, span, base, agents in iter_chunks(plan, jobs, reader, chunk_elements, eps, device):
-            chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps)
-            _check_finite(chunk, plan)
-            if acc is not None:
-                acc.add(chunk)
-            if collector is not None:
-                collector.add(chunk)
-            done += span.numel
-            reporter.progress(stage, done, total, "elements")
+    workers = compute_workers(device) if collector is None else 1  # a collector sees chunks in order
+
+    def work(item: tuple) -> int:
+        index, span, base, agents = item
+        chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, _workspace())
+        _check_finite(chunk, plan)
+        if acc is not None:
+            acc.add(chunk)
+        if collector is not None:
+            collector.add(chunk)
+        return span.numel
+
+    for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, device), workers):
+        done += numel
+        reporter.progress(stage, done, total, "elements")
     return acc.report() if acc is not None else None
 
 
@@ -242,29 +250,137 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     return MergeResult(out, report, probe_report, lambdas, seconds, shards.bytes_written, probe_report.warnings)
 
 
+_local = threading.local()
+
+
+def _workspace() -> Workspace:
+    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk)."""
+    ws = getattr(_local, "workspace", None)
+    if ws is None:
+        ws = _local.workspace = Workspace()
+    return ws
+
+
+def compute_workers(device: torch.device) -> int:
+    """Compute threads for a CPU pass: one per available core (``RAM_DESKTOP_THREADS`` overrides),
+    each running torch single-threaded on whole chunks. Chunk-level threads need no barrier per
+    operation, so they keep working when other programs load the machine. GPU passes use one."""
+    if device.type != "cpu":
+        return 1
+    env = os.environ.get("RAM_DESKTOP_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _single_threaded() -> None:
+    torch.set_num_threads(1)
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, items)`` computed by ``workers`` threads, results in input order, at most
+    ``workers + 1`` items in flight. With one worker it runs inline (torch keeps its own threads)."""
+    if workers <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_single_threaded) as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
 def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
                 shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool) -> ProbeReport | None:
-    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first)."""
+    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first).
+
+    Reading runs ahead in a background thread and writing behind in another, so the compute
+    thread only computes; θ = base + τ_merged is rounded once, straight into the output dtype.
+    """
     acc = ProbeAccumulator(plan, eps) if accumulate else None
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
-    with SliceReader() as reader:
-        for index, span, base, agents in iter_chunks(plan, list(range(len(plan.jobs))), reader, chunk_elements,
-                                                     eps, device):
-            job = plan.jobs[index]
-            if job.mergeable:
-                chunk = make_chunk(index, job, span, base, agents, eps)
-                if acc is not None:
-                    _check_finite(chunk, plan)
-                    acc.add(chunk)
-                merged = (chunk.base + method.merge(chunk, context)).to(job.out_dtype)
-            else:
-                merged = base
-            shards.write(index, merged.cpu())
-            done += span.numel
+    workers = compute_workers(device) if method.extra.get("thread_safe") else 1
+
+    def work(item: tuple) -> tuple[int, int, torch.Tensor]:
+        index, span, base, agents = item
+        job = plan.jobs[index]
+        if not job.mergeable:
+            return index, span.numel, base
+        chunk = make_chunk(index, job, span, base, agents, eps, _workspace())
+        if acc is not None:
+            _check_finite(chunk, plan)
+            acc.add(chunk)
+        merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
+        torch.add(chunk.base, method.merge(chunk, context), out=merged)  # θ = base + τ_merged, rounded once
+        return index, span.numel, merged
+
+    with BackgroundWriter(shards) as writer:
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device)
+        for index, numel, merged in ordered_map(work, items, workers):
+            writer.write(index, merged)
+            done += numel
             reporter.progress("merge", done, total, "elements")
     return acc.report() if acc is not None else None
+
+
+class BackgroundWriter:
+    """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
+
+    Device tensors are copied to the host in that thread. An error in the writer is raised in the
+    caller at its next ``write`` or on exit; on exit the queue is drained (or abandoned on error).
+    """
+
+    DEPTH = 4
+
+    def __init__(self, shards: ShardSet) -> None:
+        import queue
+        import threading
+
+        self._shards = shards
+        self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ram-desktop-writer", daemon=True)
+
+    def __enter__(self) -> "BackgroundWriter":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # keep draining so the producer never blocks
+            try:
+                index, data = item
+                self._shards.write(index, data.cpu() if data.device.type != "cpu" else data)
+            except BaseException as e:
+                self._error = e
+
+    def write(self, index: int, data: torch.Tensor) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((index, data))
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if exc_type is None and self._error is not None:
+            raise self._error
 
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,

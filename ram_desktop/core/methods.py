@@ -15,7 +15,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .chunks import Chunk
+from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .errors import InputError
 from .probe import ProbeReport
 
@@ -94,7 +94,7 @@ class MergeMethod:
     needs_probe: Callable[[dict], bool] = lambda params: False
     collector: Callable[[dict, Any], "Collector"] | None = None
     lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # "thread_safe": True lets the CPU merge run chunks in parallel threads
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in, values validated; unknown names are an error."""
@@ -136,7 +136,64 @@ def ram_plus_soft_lambdas(params: dict, probe: ProbeReport) -> list[float]:
 
 def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     """Equation 7: 0 where no agent updates, λ_t·τ_t where only agent t does, the mean of the
-    active agents' τ where two or more do."""
+    active agents' τ where two or more do.
+
+    One kernel for every case: total = Σ_t [m_t]·τ_t (agents in order 0..N−1), then
+    total · A[p] / B[p] with p the update pattern, A[p] = λ_t for the one-agent pattern 2^t (else 1)
+    and B[p] = max(1, popcount p). Multiplying or dividing by 1 is exact, so this is bit-identical to
+    λ_t·τ_t, total / c and 0 computed separately.
+    """
+    n = chunk.n_agents
+    if n > PATTERN_MAX_AGENTS:
+        return _selective_merge_masks(chunk, lambdas)
+    dtype, device = chunk.base.dtype, chunk.base.device
+    pattern = chunk.pattern
+    size = (chunk.base.numel(),)
+    # [m_t]·τ_t as a multiply by the mask (several times faster than torch.where on CPU). It gives −0
+    # instead of +0 where a negative τ is masked out; adding +0 at the end restores the reference's
+    # bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign of an
+    # all-zero result (only possible where no agent updates), and x + (+0) = x for every other x.
+    active = torch.mul(chunk.taus, chunk.masks, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
+    total = chunk._buffer("total", size, dtype)
+    if n == 1:
+        torch.add(active[0], 0.0, out=total)
+    else:
+        torch.add(active[0], active[1], out=total)
+        for t in range(2, n):
+            total.add_(active[t])
+        total.add_(0.0)
+    mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
+    factor = chunk._buffer("factor", size, dtype)
+    if lambdas is not None:
+        total.mul_(torch.index_select(mul, 0, pattern, out=factor))
+    if n > 1:
+        total.div_(torch.index_select(div, 0, pattern, out=factor))
+    return total
+
+
+_FACTORS: dict = {}
+
+
+def _pattern_factors(n: int, lambdas: tuple[float, ...] | None, dtype: torch.dtype,
+                     device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lookup tables over the 2^n update patterns: the unique-update scale and the overlap count."""
+    key = (n, lambdas, dtype, str(device))
+    if key not in _FACTORS:
+        if len(_FACTORS) > 64:
+            _FACTORS.clear()
+        mul = torch.ones(1 << n, dtype=dtype)
+        div = torch.ones(1 << n, dtype=dtype)
+        for p in range(1, 1 << n):
+            c = bin(p).count("1")
+            div[p] = c
+            if c == 1 and lambdas is not None:
+                mul[p] = torch.tensor(lambdas[p.bit_length() - 1], dtype=dtype)
+        _FACTORS[key] = (mul.to(device), div.to(device))
+    return _FACTORS[key]
+
+
+def _selective_merge_masks(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
+    """The same result for many agents, from the masks and counts directly."""
     masks, counts = chunk.masks, chunk.counts
     total = torch.zeros_like(chunk.base)
     scaled = torch.zeros_like(chunk.base) if lambdas is not None else None
@@ -157,6 +214,7 @@ ALPHA = Param("alpha", float, 2.0, "upper clip α of the overlap-unique ratio ρ
 register(MergeMethod(
     "ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).",
     (), lambda chunk, ctx: selective_merge(chunk, None),
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "ram-plus", "RAM+", "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
@@ -165,6 +223,7 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_lambdas,
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "ram-plus-soft", "RAM+s", "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
@@ -173,6 +232,7 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_soft_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_soft_lambdas,
+    extra={"thread_safe": True},
 ))
 
 

@@ -5,16 +5,19 @@ Counts are over the whole model (SPEC.md section 1): the accumulator sums per-ch
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from .chunks import Chunk
+from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .plan import MergePlan
 
 FORMAT = "ram-probe/1"
@@ -154,28 +157,63 @@ class ProbeAccumulator:
         self.n = plan.n_agents
         self.with_survival = survival
         self._overlap: dict[int, torch.Tensor] = {}  # job -> [N, N+1] int64 (column 0 unused)
-        self._survival = {d: torch.zeros(self.n, SURVIVAL_BINS, dtype=torch.int64) for d in SURVIVAL_DTYPES}
+        self._survival_all = torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
         self._nonfinite: set[tuple[int, int]] = set()
+        self._lock = threading.Lock()  # add() may run in several compute threads
 
     def add(self, chunk: Chunk) -> None:
         n = self.n
+        if n > PATTERN_MAX_AGENTS:
+            self._add_keys(chunk)
+            return
+        # One bincount of the update pattern p_i = Σ_t m_t,i·2^t gives every count at once:
+        # agent t's overlap[k] sums the patterns that contain t and have k+1 bits set.
+        pattern = chunk.pattern
+        hist = torch.bincount(pattern, minlength=1 << n).cpu()
+        table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
+        table = table.reshape(n, n + 1)
+        self._add_overlap(chunk.job_index, table)
+        if self.with_survival and int(hist[_unique_patterns(n)].sum()) > 0:
+            # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
+            # and its agent, and one bincount for all agents and dtypes.
+            base = chunk.base
+            agent_of, = _pattern_luts(n, str(pattern.device))
+            owner = torch.index_select(agent_of, 0, pattern, out=chunk._buffer("owner", tuple(pattern.shape), torch.int32))
+            idx = _flatnonzero(owner >= 0)
+            agent = owner.index_select(0, idx).long()
+            x = base.index_select(0, idx)
+            tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
+            keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
+            counts = torch.bincount(keys, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
+            self._add_survival(counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+
+    def _add_overlap(self, job_index: int, table: torch.Tensor) -> None:
+        with self._lock:
+            if job_index in self._overlap:
+                self._overlap[job_index] += table
+            else:
+                self._overlap[job_index] = table
+
+    def _add_survival(self, counts: torch.Tensor) -> None:
+        with self._lock:
+            self._survival_all += counts
+
+    def _add_keys(self, chunk: Chunk) -> None:
+        """Many agents: per-agent keys t·(N+1) + c_i instead of a 2^N pattern table."""
+        n = self.n
         masks, counts = chunk.masks, chunk.counts
-        # key = t * (N+1) + c_i where agent t updates i, else t * (N+1): one bincount for all agents.
         keys = masks * counts + torch.arange(n, device=counts.device, dtype=torch.int32)[:, None] * (n + 1)
         hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1).cpu()
-        if chunk.job_index in self._overlap:
-            self._overlap[chunk.job_index] += hist
-        else:
-            self._overlap[chunk.job_index] = hist
+        self._add_overlap(chunk.job_index, hist)
         if self.with_survival:
             unique = counts == 1
             for t in range(n):
                 sel = masks[t] & unique
                 if not bool(sel.any()):
                     continue
-                x, tau = chunk.base[sel], chunk.taus[t][sel]
-                for name, (dtype, bits) in SURVIVAL_DTYPES.items():
-                    self._survival[name][t] += _lambda_star_histogram(x, tau, dtype, bits).cpu()
+                keys_t = _lambda_star_keys(chunk.base[sel], chunk.taus[t][sel], t * len(SURVIVAL_DTYPES))
+                counts_t = torch.bincount(keys_t, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
+                self._add_survival(counts_t.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
 
     def report(self) -> ProbeReport:
         n, plan = self.n, self.plan
@@ -198,29 +236,83 @@ class ProbeAccumulator:
         for a in agents:
             if a.updated == 0:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
-        survival = {d: h.tolist() for d, h in self._survival.items()}
+        survival = {d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
         return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
                            plan.fingerprint(), warnings)
 
 
-def _lambda_star_histogram(x: torch.Tensor, tau: torch.Tensor, dtype: torch.dtype, bits: int) -> torch.Tensor:
-    """Histogram of λ*, the smallest scale at which round(x + λ·τ) leaves round(x + τ), over ``dtype``.
+@functools.lru_cache(maxsize=None)
+def _pattern_table(n: int) -> torch.Tensor:
+    """[2^n, n·(n+1)] 0/1 matrix: pattern p contributes to (agent t, popcount(p)) for every bit t of p."""
+    table = torch.zeros(1 << n, n * (n + 1), dtype=torch.int64)
+    for p in range(1, 1 << n):
+        c = bin(p).count("1")
+        for t in range(n):
+            if p >> t & 1:
+                table[p, t * (n + 1) + c] = 1
+    return table
 
-    round(x + τ) = y0; the value moves once x + λτ passes the midpoint between y0 and its neighbour
-    in the direction of τ, so λ* = (mid − x) / τ. Computed in float64.
+
+def _flatnonzero(mask: torch.Tensor) -> torch.Tensor:
+    """Indices of the true elements; numpy's scan is several times faster than torch's on CPU."""
+    if mask.device.type == "cpu":
+        return torch.from_numpy(np.flatnonzero(mask.numpy()))
+    return torch.nonzero(mask).squeeze(1)
+
+
+@functools.lru_cache(maxsize=None)
+def _unique_patterns(n: int) -> torch.Tensor:
+    return torch.tensor([1 << t for t in range(n)], dtype=torch.int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern_luts(n: int, device: str) -> tuple[torch.Tensor]:
+    """agent_of[p] = t for the one-agent pattern 2^t, −1 for every other pattern."""
+    agent_of = torch.full((1 << n,), -1, dtype=torch.int32)
+    for t in range(n):
+        agent_of[1 << t] = t
+    return (agent_of.to(device),)
+
+
+def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | int) -> torch.Tensor:
+    """Histogram keys ``(first + d)·BINS + bin(λ*)`` for each survival dtype d (``first`` per element
+    or one int), where λ* is the smallest scale at which round(x + λ·τ) leaves round(x + τ) in that
+    dtype; bin(λ*) = ceil((λ* − 1) / STEP) clipped to the bins.
+
+    y0 = round(x + τ); the value moves once x + λτ passes the midpoint between y0 and its neighbour
+    in the direction of τ, so λ* − 1 = ((y0 − x) − τ + h) / τ with h the signed half gap to that
+    neighbour (``nextafter``, so binade edges, subnormals and zero need no special cases). All in
+    the compute dtype (float32 for 16-bit and 32-bit inputs): y0, its neighbour and h are exact
+    there, and the remaining rounding moves λ* by ~1e-7, far below the 0.002 bin width.
     """
-    x64, tau64 = x.double(), tau.double()
-    y0 = (x + tau).to(dtype).double()
-    mant, exp = torch.frexp(y0)
-    ulp = torch.ldexp(torch.ones_like(y0), exp - bits)
-    toward_zero = (mant.abs() == 0.5) & (torch.sign(y0) != torch.sign(tau64))
-    ulp = torch.where(toward_zero, ulp / 2, ulp)
-    tiny = torch.finfo(dtype).smallest_normal * 2.0 ** (1 - bits)  # smallest subnormal
-    ulp = torch.clamp(ulp, min=tiny)
-    mid = y0 + torch.sign(tau64) * ulp / 2
-    lam_star = (mid - x64) / tau64
-    idx = torch.ceil((lam_star - 1.0) / SURVIVAL_STEP).clamp(0, SURVIVAL_BINS - 1).to(torch.int64)
-    return torch.bincount(idx, minlength=SURVIVAL_BINS)
+    x = x.to(tau.dtype)
+    total = x + tau
+    inf = torch.tensor(math.inf, dtype=tau.dtype, device=tau.device)
+    toward = torch.copysign(inf, tau)
+    scale = torch.reciprocal(tau).mul_(1.0 / SURVIVAL_STEP)  # 1 / (τ·STEP)
+    # keys are built in the compute dtype (exact integers: at most N·3·BINS < 2^24) and converted once
+    offset = (torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS).to(tau.dtype)  # += BINS per dtype
+    limit = float(total.abs().max()) if total.numel() else 0.0
+    finite = limit < min(torch.finfo(d).max for d, _ in SURVIVAL_DTYPES.values()) / 2
+    keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int32, device=tau.device)
+    y0 = torch.empty_like(tau)
+    for d, (dtype, _bits) in enumerate(SURVIVAL_DTYPES.values()):
+        if dtype == tau.dtype:
+            y0.copy_(total)
+            neighbour = torch.nextafter(y0, toward)
+        else:
+            rounded = total.to(dtype)
+            y0.copy_(rounded)
+            neighbour = torch.nextafter(rounded, toward.to(dtype)).to(tau.dtype)
+        h = neighbour.sub_(y0).mul_(0.5)  # signed half gap, exact
+        num = y0.sub_(x).sub_(tau).add_(h)  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
+        num.mul_(scale).ceil_()  # ceil((λ* − 1) / STEP)
+        num.clamp_(0.0, SURVIVAL_BINS - 1)
+        if not finite:  # y0 overflowed to ±inf somewhere (float16): NaN gaps land in the last bin ("never")
+            torch.nan_to_num_(num, nan=SURVIVAL_BINS - 1)
+        keys[d].copy_(num.add_(offset))
+        offset.add_(SURVIVAL_BINS)
+    return keys.reshape(-1)
 
 
 def cache_dir() -> Path:
