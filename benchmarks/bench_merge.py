@@ -126,8 +126,36 @@ class TreeMonitor(threading.Thread):
         self.join()
 
 
+def cpu_ticks() -> tuple[float, float]:
+    """(busy, total) CPU seconds over all cores since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    total = sum(v[:8])                 # user nice system idle iowait irq softirq steal
+    idle = v[3] + v[4]
+    return (total - idle) / hz, total / hz
+
+
+def system_busy(seconds: float = 1.0) -> float:
+    """Cores' worth of CPU in use by anything over the next ``seconds``."""
+    b0, t0 = cpu_ticks()
+    time.sleep(seconds)
+    b1, t1 = cpu_ticks()
+    return (b1 - b0) / max(seconds, 1e-9)
+
+
+def wait_idle(max_wait: float, threshold: float) -> float:
+    """Wait (up to max_wait s) until other work uses < threshold cores; returns last reading."""
+    deadline = time.monotonic() + max_wait
+    busy = system_busy()
+    while busy >= threshold and time.monotonic() < deadline:
+        busy = system_busy(2.0)
+    return busy
+
+
 def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float | None,
                  env=None) -> dict:
+    busy0, _ = cpu_ticks()
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
         try:
@@ -148,6 +176,10 @@ def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float |
         mon.stop()
     rc = os.waitstatus_to_exitcode(status)
     proc.returncode = rc
+    own_cpu = ru.ru_utime + ru.ru_stime
+    # CPU time everything else on the machine used meanwhile (other jobs steal our cores; the
+    # monitor thread itself is included, it is small)
+    other_cpu = max(0.0, cpu_ticks()[0] - busy0 - own_cpu)
     res = {
         "ok": rc == 0,
         "rc": rc,
@@ -157,6 +189,8 @@ def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float |
         "ru_maxrss_mb": round(ru.ru_maxrss / 1024, 1),
         "cpu_user_s": round(ru.ru_utime, 2),
         "cpu_sys_s": round(ru.ru_stime, 2),
+        "other_cpu_s": round(other_cpu, 2),
+        "other_cores": round(other_cpu / max(wall, 1e-9), 2),
         "max_procs": mon.max_procs,
         "samples": mon.samples,
         "cmd": cmd,
@@ -407,6 +441,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per command (best time kept)")
     ap.add_argument("--order", choices=["ours-first", "mergekit-first"], default="ours-first")
     ap.add_argument("--poll-ms", type=float, default=25.0)
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
+                    help="before each run wait up to this long for other work to stop")
+    ap.add_argument("--idle-threshold", type=float, default=0.3, metavar="CORES",
+                    help="CPU use by other work counted as busy (default 0.3 cores)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
     ap.add_argument("--scratch", type=Path, default=Path("/work/bench-out"),
                     help="outputs, configs and logs (default /work/bench-out)")
@@ -468,6 +506,11 @@ def main(argv=None) -> int:
                 cfg = a.scratch / f"mergekit-{method}.yml"
                 cfg.write_text(mergekit_config(a, method, base, agents))
                 cmd = mergekit_cmd(a, cfg, out)
+            busy = (wait_idle(a.wait_idle, a.idle_threshold) if a.wait_idle
+                    else system_busy(0.5))
+            if busy >= a.idle_threshold:
+                print(f"  warning: machine busy before the run ({busy:.2f} cores in use by other "
+                      f"work); timings will be inflated", flush=True)
             print(f"  [{side} {method} run {i + 1}/{a.repeat}] {shlex.join(cmd)}", flush=True)
             r = run_measured(cmd, a.scratch / f"{side}-{method}.log", a.poll_ms / 1000,
                              a.timeout)
@@ -480,9 +523,14 @@ def main(argv=None) -> int:
                                        if k in mr}
                     except Exception:
                         pass
+            r["busy_before_cores"] = round(busy, 2)
             print(f"    -> {'ok' if r['ok'] else 'FAILED: ' + r.get('error', '')}"
-                  f"  {r.get('wall_s', 0):.2f} s, peak anon {fmt_mb(r.get('peak_anon_mb'))}",
-                  flush=True)
+                  f"  {r.get('wall_s', 0):.2f} s, peak anon {fmt_mb(r.get('peak_anon_mb'))}, "
+                  f"cpu {r.get('cpu_user_s', 0) + r.get('cpu_sys_s', 0):.1f} s; other work "
+                  f"used {r.get('other_cores', 0):.2f} cores meanwhile", flush=True)
+            if r.get("other_cores", 0) >= a.idle_threshold:
+                print("      warning: other processes competed for the CPU during this run",
+                      flush=True)
             if not r["ok"] and r.get("log_tail"):
                 print("      " + "\n      ".join(r["log_tail"]), flush=True)
             runs.append(r)
@@ -533,14 +581,16 @@ def main(argv=None) -> int:
             if r is None:
                 return f"{'-':>9}{'-':>11}{'-':>9}"
             ok = r.get("ok")
-            return (f"{fmt_s(r):>9}{fmt_mb(r.get('peak_anon_mb')) if ok else '-':>11}"
+            t = fmt_s(r) + ("*" if ok and r.get("other_cores", 0) >= a.idle_threshold else "")
+            return (f"{t:>9}{fmt_mb(r.get('peak_anon_mb')) if ok else '-':>11}"
                     f"{(str(r.get('vs_io_floor')) + 'x') if ok else '-':>9}")
         sp = f"{e['speedup']}x" if "speedup" in e else "-"
         mr = f"{e['mem_ratio']}x" if "mem_ratio" in e else "-"
         print(f"{e['ours_method'] or '-':<16}{cols(o)}   {e['mergekit_method'] or '-':<16}"
               f"{cols(k)}   {sp:>9}{mr:>10}")
     print("\nspeed-up = mergekit time / ours; mem ratio = mergekit peak anon / ours; "
-          "xIO = time / I/O floor")
+          "xIO = time / I/O floor; * = other processes used >= "
+          f"{a.idle_threshold} cores during that run (time inflated)")
     print(f"results: {json_path}")
     json_path.write_text(json.dumps(results, indent=2))
     return 0

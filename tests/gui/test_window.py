@@ -34,6 +34,7 @@ def test_add_sources_by_drop_then_analyse_shows_charts_and_table(qtbot, window, 
     report = window.report
     assert report is not None and report.names == ["coder", "tool", "memory"]
     assert window.analysis.table.rowCount() == 3
+    qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)  # charts after the first are drawn one per turn
     assert len(window.analysis.overlap.pies) == 3
     assert window.analysis.overlap.pies[2].values == [float(v) for v in report.agents[2].overlap]
     bars = [i for i in window.analysis.density.plot.items if type(i).__name__ == "BarGraphItem"]
