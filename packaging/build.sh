@@ -120,7 +120,10 @@ Comment: bundles CPython, PyTorch (BSD-3-Clause), Qt / PySide6 (LGPL-3.0), pyqtg
 EOF
 chmod -R u+rwX,go+rX,go-w "$STAGE"
 INSTALLED_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
-# Qt's xcb platform plugin needs these X/GL libraries for the window; the command line needs only libc.
+# PyInstaller bundles every library the bundle links except the base system (glibc) and the GL / X
+# / Wayland client libraries, which must come from the machine (measured with ldd and objdump -T:
+# the newest symbol versions used are GLIBC_2.36, GLIBCXX_3.4.30 (libstdc++ is bundled), so the
+# package needs Debian 12 / Ubuntu 22.10 or newer). The command line loads no Qt at all.
 cat > "$STAGE/DEBIAN/control" <<EOF
 Package: ram-desktop
 Version: $VERSION
@@ -128,10 +131,9 @@ Section: science
 Priority: optional
 Architecture: amd64
 Installed-Size: $INSTALLED_KB
-Depends: libc6 (>= 2.28)
-Recommends: libgl1, libegl1, libfontconfig1, libfreetype6, libxkbcommon0, libxkbcommon-x11-0, libdbus-1-3,
- libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1, libxcb-shape0, libxcb-xkb1, libxcb-randr0,
- libxcb-render-util0, libxcb-image0, libx11-xcb1, desktop-file-utils, hicolor-icon-theme
+Depends: libc6 (>= 2.36), libgl1, libegl1, libxcb1
+Recommends: libxcb-icccm4, libxcb-keysyms1, libdrm2, libwayland-client0, libwayland-cursor0,
+ libwayland-egl1, hicolor-icon-theme, desktop-file-utils
 Maintainer: RAM Desktop developers <ram-desktop@users.noreply.github.com>
 Homepage: https://arxiv.org/abs/2601.13572
 Description: merge RL-trained LLM agents with RAM / RAM+ (desktop app and ram-merge CLI)
