@@ -3,7 +3,7 @@
 #   1. builds dist/ram-desktop/ with packaging/build.sh (bundle only; reuses build/pyinstaller-venv
 #      and PyInstaller's cache when present; PACKAGES=1 to also make the .tar.gz and .deb),
 #   2. runs the frozen executable with an empty environment and no Python on PATH
-#      (env -i PATH=<empty dir>): demo, merge, probe through the ram-desktop name, recipe replay
+#      (env -i PATH=<empty dir>): --bundle-check (Qt offscreen, icons, pyqtgraph, chart export), demo, merge, probe through the ram-desktop name, recipe replay
 #      (bit-identical shards), bad inputs (exit 2, one `error:` line, no traceback, nothing written),
 #   3. when the source has `ram-desktop --self-test` (round 2), runs it on the offscreen platform.
 # Exit 0 when everything passed; otherwise the first failing check is printed with its output.
@@ -62,6 +62,9 @@ fi
 
 D=$TMP/demo
 check "ram-merge --version" 0 ram-merge --version
+# Qt offscreen + bundled icons + pyqtgraph's by-name imports + chart PNG export (packaging/entry.py)
+check "ram-desktop --bundle-check" 0 ram-desktop --bundle-check
+[[ "$CHECK_OK" == 1 ]] && say "    $(tail -1 "$TMP/out")"
 check "ram-merge demo" 0 ram-merge demo "$D"
 [[ "$CHECK_OK" == 1 ]] || exit 1
 AGENTS=()
