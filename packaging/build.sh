@@ -15,6 +15,11 @@
 #   BUILD_VENV=DIR         build venv location (default build/pyinstaller-venv)
 #   PACKAGES=0             build only the bundle, not the .tar.gz and .deb (what CI uses)
 #   CLEAN=1                drop PyInstaller's cache and the venv stamp first (a from-scratch build)
+#   TORCH_INDEX_URL=URL    extra index for torch: https://download.pytorch.org/whl/cpu on a machine
+#                          where PyPI's torch==2.13.0 (the CUDA build on Linux) would be picked;
+#                          this machine resolves 2.13.0+cpu from its configured wheels without it
+#   ALLOW_CUDA=1           accept a CUDA torch (the CUDA variant; see packaging/README.md)
+#   MAX_BUNDLE_MB=1000     fail when the unpacked bundle is larger
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -38,12 +43,15 @@ if [[ "${CLEAN:-0}" == 1 ]]; then
 fi
 
 # --- 1. build environment ------------------------------------------------------------------------
-want_stamp=$(cat constraints.txt packaging/constraints-build.txt pyproject.toml | sha256sum | cut -c1-16)
+TORCH_INDEX_ARGS=()
+[[ -n "${TORCH_INDEX_URL:-}" ]] && TORCH_INDEX_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
+want_stamp=$( (cat constraints.txt packaging/constraints-build.txt pyproject.toml; echo "${TORCH_INDEX_URL:-}") \
+    | sha256sum | cut -c1-16)
 if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" ]]; then
     say "creating build venv $VENV with $($PYTHON --version 2>&1)"
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${TORCH_INDEX_ARGS[@]}" \
         -c constraints.txt -c packaging/constraints-build.txt \
         pyinstaller pyinstaller-hooks-contrib setuptools \
         torch safetensors huggingface_hub pyyaml tqdm numpy PySide6_Essentials pyqtgraph
@@ -79,8 +87,9 @@ rm -rf dist/ram-desktop
 ln -sfn ram-desktop dist/ram-desktop/ram-merge  # entry.py runs the CLI when called by this name
 BUNDLE_BYTES=$(du -sb dist/ram-desktop | cut -f1)
 say "bundle dist/ram-desktop: $(( BUNDLE_BYTES / 1000000 )) MB unpacked"
-if (( BUNDLE_BYTES >= 1000000000 )); then
-    echo "error: the bundle is over 1 GB unpacked" >&2
+MAX_BUNDLE_MB=${MAX_BUNDLE_MB:-1000}  # the CPU bundle's budget; a CUDA build sets its own
+if (( BUNDLE_BYTES >= MAX_BUNDLE_MB * 1000000 )); then
+    echo "error: the bundle is over $MAX_BUNDLE_MB MB unpacked" >&2
     exit 1
 fi
 got=$(dist/ram-desktop/ram-merge --version)
