@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# CI check of the frozen build, meant to run right after the test suite:
+#   1. builds dist/ram-desktop/ with packaging/build.sh (bundle only; reuses build/pyinstaller-venv
+#      and PyInstaller's cache when present; PACKAGES=1 to also make the .tar.gz and .deb),
+#   2. runs the frozen executable with an empty environment and no Python on PATH
+#      (env -i PATH=<empty dir>): --bundle-check (Qt offscreen, icons, pyqtgraph, chart export), demo, merge, probe through the ram-desktop name, recipe replay
+#      (bit-identical shards), bad inputs (exit 2, one `error:` line, no traceback, nothing written),
+#   3. when the source has `ram-desktop --self-test` (round 2), runs it on the offscreen platform.
+# Exit 0 when everything passed; otherwise the first failing check is printed with its output.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+say() { printf '[bundle-test %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*" >&2; }
+
+if [[ "${SKIP_BUILD:-0}" != 1 ]]; then
+    PACKAGES=${PACKAGES:-0} packaging/build.sh
+fi
+BUNDLE=$PWD/dist/ram-desktop
+[[ -x "$BUNDLE/ram-desktop" && -L "$BUNDLE/ram-merge" ]] || { echo "FAIL: no bundle at $BUNDLE" >&2; exit 1; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ram-bundle-test.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+EMPTY_PATH=$TMP/empty-path  # PATH holds one empty folder: no python, no shell tools
+mkdir -p "$EMPTY_PATH" "$TMP/home"
+FAILS=0
+
+# frozen NAME ARGS...: run bundle executable NAME with nothing inherited; stdout+stderr to $TMP/out
+frozen() {
+    local name=$1; shift
+    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 "$BUNDLE/$name" "$@" >"$TMP/out" 2>&1
+}
+check() {  # check DESCRIPTION EXPECTED_RC NAME ARGS...; sets CHECK_OK, counts failures, never aborts
+    local what=$1 want=$2; shift 2
+    local rc=0
+    frozen "$@" || rc=$?
+    CHECK_OK=0
+    if [[ "$rc" != "$want" ]]; then
+        echo "FAIL: $what: exit $rc, expected $want" >&2
+        sed 's/^/    | /' "$TMP/out" | tail -20 >&2
+        FAILS=$((FAILS + 1))
+        return 0
+    fi
+    CHECK_OK=1
+    say "ok: $what (exit $rc)"
+}
+bad_input() {  # bad_input DESCRIPTION ARGS...: exit 2, an `error:` line, no traceback
+    local what=$1; shift
+    check "$what" 2 ram-merge "$@"
+    [[ "$CHECK_OK" == 1 ]] || return 0
+    if ! grep -q '^error: ' "$TMP/out" || grep -q 'Traceback' "$TMP/out"; then
+        echo "FAIL: $what: expected one 'error:' line and no traceback" >&2
+        sed 's/^/    | /' "$TMP/out" >&2
+        FAILS=$((FAILS + 1))
+    fi
+}
+
+# No interpreter reachable, and the bundle does not lean on one.
+if env -i PATH="$EMPTY_PATH" /bin/sh -c 'command -v python3 || command -v python' >/dev/null 2>&1; then
+    echo "FAIL: a python is on the test PATH" >&2; exit 1
+fi
+
+D=$TMP/demo
+check "ram-merge --version" 0 ram-merge --version
+# Qt offscreen + bundled icons + pyqtgraph's by-name imports + chart PNG export (packaging/entry.py)
+check "ram-desktop --bundle-check" 0 ram-desktop --bundle-check
+[[ "$CHECK_OK" == 1 ]] && say "    $(tail -1 "$TMP/out")"
+check "ram-merge demo" 0 ram-merge demo "$D"
+[[ "$CHECK_OK" == 1 ]] || exit 1
+AGENTS=()
+for dir in "$D"/*/; do
+    dir=${dir%/}
+    [[ "$(basename "$dir")" == base ]] || AGENTS+=("$dir")
+done
+(( ${#AGENTS[@]} >= 2 )) || { echo "FAIL: demo wrote ${#AGENTS[@]} agents" >&2; exit 1; }
+check "ram-merge merge (ram-plus, ${#AGENTS[@]} agents)" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --out "$D/merged"
+for f in config.json merge-report.json ram-recipe.yaml README.md; do
+    [[ -s "$D/merged/$f" ]] || { echo "FAIL: merged output lacks $f" >&2; FAILS=$((FAILS + 1)); }
+done
+ls "$D/merged"/*.safetensors >/dev/null 2>&1 || { echo "FAIL: merged output has no .safetensors" >&2; FAILS=$((FAILS + 1)); }
+grep -q '"ram-probe/1"' "$D/merged/merge-report.json" || { echo "FAIL: merge-report.json lacks ram-probe/1" >&2; FAILS=$((FAILS + 1)); }
+check "ram-desktop probe --json (CLI through the app's name)" 0 ram-desktop -q probe "$D/base" "${AGENTS[@]}" --json "$TMP/probe.json"
+[[ -s "$TMP/probe.json" ]] || { echo "FAIL: probe --json wrote nothing" >&2; FAILS=$((FAILS + 1)); }
+check "ram-merge run recipe (replay)" 0 ram-merge -q run "$D/merged/ram-recipe.yaml" --out "$D/replayed"
+for shard in "$D/merged"/*.safetensors; do
+    cmp -s "$shard" "$D/replayed/$(basename "$shard")" \
+        || { echo "FAIL: replayed $(basename "$shard") differs from the first merge" >&2; FAILS=$((FAILS + 1)); }
+done
+check "ram-merge merge --method ram --out-dtype float32" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --method ram --out-dtype float32 --out "$D/ram"
+
+# Bad input: exit 2, one `error:` line, nothing written.
+bad_input "missing base path" merge "$D/no-such-model" "${AGENTS[@]}" --out "$D/bad1"
+printf 'not a safetensors file at all' > "$TMP/corrupt.safetensors"
+bad_input "corrupt safetensors agent" merge "$D/base" "$TMP/corrupt.safetensors" --out "$D/bad2"
+bad_input "existing output without --overwrite" merge "$D/base" "${AGENTS[@]}" --out "$D/merged"
+bad_input "usage error (no arguments)" merge
+bad_input "unknown method" merge "$D/base" "${AGENTS[@]}" --method nope --out "$D/bad3"
+for out in bad1 bad2 bad3; do
+    [[ ! -e "$D/$out" ]] || { echo "FAIL: a failed merge left $D/$out behind" >&2; FAILS=$((FAILS + 1)); }
+done
+if ls -d "$D"/*.partial-* >/dev/null 2>&1; then
+    echo "FAIL: a failed merge left a .partial folder" >&2; FAILS=$((FAILS + 1))
+fi
+
+# Round 2: the window's self-test, once the source has it.
+if grep -rqs -- '--self-test' ram_desktop/gui ram_desktop/__main__.py; then
+    rc=0
+    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen \
+        "$BUNDLE/ram-desktop" --self-test >"$TMP/out" 2>&1 || rc=$?
+    if [[ "$rc" == 0 ]]; then
+        say "ok: ram-desktop --self-test: $(tail -1 "$TMP/out")"
+    else
+        echo "FAIL: ram-desktop --self-test exited $rc" >&2; sed 's/^/    | /' "$TMP/out" | tail -30 >&2
+        FAILS=$((FAILS + 1))
+    fi
+else
+    say "skip: ram-desktop --self-test (not in this source yet)"
+fi
+
+SIZE_MB=$(( $(du -sb "$BUNDLE" | cut -f1) / 1000000 ))
+if (( FAILS )); then
+    say "FAILED: $FAILS check(s); bundle $SIZE_MB MB"
+    exit 1
+fi
+say "all bundle checks passed; bundle $SIZE_MB MB unpacked"

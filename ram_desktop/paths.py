@@ -1,0 +1,204 @@
+"""Where RAM Desktop keeps user files, finds its resources, and sends output when it has no console.
+
+Qt-free on purpose: the core and the command line use it too (``QStandardPaths`` is Qt). The rules
+follow the platforms' conventions, the same ones ``platformdirs`` implements:
+
+=========  ==========================================  ==================================  =====================================
+           Linux (XDG)                                 macOS                               Windows
+=========  ==========================================  ==================================  =====================================
+data       ``$XDG_DATA_HOME/ram-desktop``              ``~/Library/Application Support/``  ``%LOCALAPPDATA%\\RAM Desktop``
+           (``~/.local/share/ram-desktop``)            ``RAM Desktop``
+config     ``$XDG_CONFIG_HOME/ram-desktop``            ``~/Library/Application Support/``  ``%APPDATA%\\RAM Desktop``
+           (``~/.config/ram-desktop``)                 ``RAM Desktop``
+cache      ``$XDG_CACHE_HOME/ram-desktop``             ``~/Library/Caches/RAM Desktop``    ``%LOCALAPPDATA%\\RAM Desktop\\Cache``
+           (``~/.cache/ram-desktop``)
+log        ``$XDG_STATE_HOME/ram-desktop/log``         ``~/Library/Logs/RAM Desktop``      ``%LOCALAPPDATA%\\RAM Desktop\\Logs``
+           (``~/.local/state/ram-desktop/log``)
+=========  ==========================================  ==================================  =====================================
+
+An XDG variable counts only when it holds an absolute path (the XDG spec says to ignore relative
+ones). Nothing is created until a caller asks with ``create=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+APP_NAME = "RAM Desktop"  # macOS / Windows folder name
+APP_ID = "ram-desktop"  # Linux folder name, executable and .desktop id
+LOG_FILE = "ram-desktop.log"
+LOG_MAX_BYTES = 5_000_000  # rotated once (to .1) above this size
+
+__all__ = [
+    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir",
+    "is_frozen", "bundle_dir", "resources_dir", "resource_path", "guard_stdio",
+]
+
+
+def _platform() -> str:
+    if sys.platform.startswith("win"):
+        return "windows"
+    if sys.platform == "darwin":
+        return "macos"
+    return "linux"  # and the other Unix systems, which follow XDG too
+
+
+def _xdg(var: str, default: str) -> Path:
+    value = os.environ.get(var, "")
+    return Path(value) if value and os.path.isabs(value) else Path.home() / default
+
+
+def _windows_dir(var: str) -> Path:
+    value = os.environ.get(var, "")
+    if value:
+        return Path(value)
+    return Path.home() / "AppData" / ("Roaming" if var == "APPDATA" else "Local")
+
+
+def _ready(path: Path, create: bool) -> Path:
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def user_data_dir(create: bool = False) -> Path:
+    """Folder for files the user would not want to lose (recent recipes, probe cache index)."""
+    kind = _platform()
+    if kind == "windows":
+        path = _windows_dir("LOCALAPPDATA") / APP_NAME
+    elif kind == "macos":
+        path = Path.home() / "Library" / "Application Support" / APP_NAME
+    else:
+        path = _xdg("XDG_DATA_HOME", ".local/share") / APP_ID
+    return _ready(path, create)
+
+
+def user_config_dir(create: bool = False) -> Path:
+    """Folder for settings."""
+    kind = _platform()
+    if kind == "windows":
+        path = _windows_dir("APPDATA") / APP_NAME
+    elif kind == "macos":
+        path = Path.home() / "Library" / "Application Support" / APP_NAME
+    else:
+        path = _xdg("XDG_CONFIG_HOME", ".config") / APP_ID
+    return _ready(path, create)
+
+
+def user_cache_dir(create: bool = False) -> Path:
+    """Folder for data that can be rebuilt (probe results, exported chart previews)."""
+    kind = _platform()
+    if kind == "windows":
+        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Cache"
+    elif kind == "macos":
+        path = Path.home() / "Library" / "Caches" / APP_NAME
+    else:
+        path = _xdg("XDG_CACHE_HOME", ".cache") / APP_ID
+    return _ready(path, create)
+
+
+def user_log_dir(create: bool = False) -> Path:
+    """Folder for log files (the windowed build's stdout / stderr go here)."""
+    kind = _platform()
+    if kind == "windows":
+        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Logs"
+    elif kind == "macos":
+        path = Path.home() / "Library" / "Logs" / APP_NAME
+    else:
+        path = _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log"
+    return _ready(path, create)
+
+
+# --- resources -----------------------------------------------------------------------------------
+
+
+def is_frozen() -> bool:
+    """True inside a PyInstaller bundle."""
+    return bool(getattr(sys, "frozen", False)) and hasattr(sys, "_MEIPASS")
+
+
+def bundle_dir() -> Path | None:
+    """The unpacked bundle's root (``sys._MEIPASS``: ``_internal/`` of a one-folder build), or None."""
+    return Path(sys._MEIPASS) if is_frozen() else None  # type: ignore[attr-defined]
+
+
+def _resource_candidates() -> list[Path]:
+    here = Path(__file__).resolve().parent
+    found: list[Path] = []
+    if is_frozen():
+        found.append(Path(sys._MEIPASS) / "resources")  # type: ignore[attr-defined]
+    found.append(here.parent / "resources")  # a source checkout or editable install: <repo>/resources
+    found.append(here / "resources")  # package data, if a wheel ever ships it
+    return found
+
+
+def resources_dir() -> Path | None:
+    """The first folder that holds the application's resources (icons, .desktop file), or None."""
+    for candidate in _resource_candidates():
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def resource_path(name: str) -> Path:
+    """The path of one resource file, frozen or not; FileNotFoundError names every place looked in.
+
+    A non-editable wheel install does not carry ``resources/``: callers should treat icons as
+    optional (``try: ... except FileNotFoundError``) so that the window still opens.
+    """
+    for candidate in _resource_candidates():
+        path = candidate / name
+        if path.exists():
+            return path
+    looked = ", ".join(str(c) for c in _resource_candidates())
+    raise FileNotFoundError(f"resource {name!r} not found (looked in {looked})")
+
+
+# --- no console ----------------------------------------------------------------------------------
+
+
+def _open_log() -> object | None:
+    try:
+        folder = user_log_dir(create=True)
+        path = folder / LOG_FILE
+        if path.exists() and path.stat().st_size > LOG_MAX_BYTES:
+            os.replace(path, path.with_name(LOG_FILE + ".1"))
+        return open(path, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
+    except OSError:
+        return None
+
+
+def guard_stdio() -> Path | None:
+    """Give ``sys.stdout`` / ``sys.stderr`` somewhere to go when a windowed build has none.
+
+    A windowed PyInstaller build (Windows, the macOS .app), ``pythonw`` and a desktop launcher may
+    start the process with ``sys.stdout`` / ``sys.stderr`` set to None, and then the first print(),
+    logging handler or tqdm bar raises. Each missing stream is pointed at the log file in
+    :func:`user_log_dir` (appended, line buffered, rotated once at 5 MB), or at ``os.devnull`` when
+    that folder cannot be written. Streams that exist are left alone. Returns the log file's path
+    when one was opened, else None. Safe to call more than once.
+    """
+    if sys.stdout is not None and sys.stderr is not None:
+        return None
+    stream = _open_log()
+    log_path = Path(getattr(stream, "name", "")) if stream is not None else None
+    if stream is None:
+        stream = open(os.devnull, "w", encoding="utf-8")
+    if sys.stdout is None:
+        sys.stdout = stream  # type: ignore[assignment]
+    if sys.stderr is None:
+        sys.stderr = stream  # type: ignore[assignment]
+        try:  # a hard crash (segfault in a native library) still leaves a trace in the log
+            import faulthandler
+
+            faulthandler.enable(stream)  # type: ignore[arg-type]
+        except (OSError, ValueError, AttributeError):
+            pass
+    if log_path is not None:
+        import datetime
+
+        print(f"--- {APP_ID} started {datetime.datetime.now().isoformat(timespec='seconds')} "
+              f"(pid {os.getpid()}, frozen={is_frozen()}) ---", file=stream)
+    return log_path
