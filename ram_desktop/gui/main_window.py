@@ -293,6 +293,9 @@ class MainWindow(QMainWindow):
             self.resize(1360, 860)
             self.left_splitter.setSizes([330, 400])
             self.right_splitter.setSizes([560, 170, 100])
+        screen = self.screen().availableGeometry() if self.screen() is not None else None
+        if screen is not None and (self.width() > screen.width() or self.height() > screen.height()):
+            self.resize(min(self.width(), screen.width()), min(self.height(), screen.height()))
         for key, splitter in (("window/splitter", self.splitter), ("window/left", self.left_splitter),
                               ("window/right", self.right_splitter)):
             state = self.settings.value(key)
