@@ -91,7 +91,7 @@ def _drive(tmp: Path, deadline: float) -> str:
     # Qt's own warnings (the offscreen plugin's "does not support propagateSizeHints()") would break the
     # one-line output: swallow them for the length of the test.
     qt_messages: list[str] = []
-    qInstallMessageHandler(lambda kind, context, message: qt_messages.append(message))
+    previous_handler = qInstallMessageHandler(lambda kind, context, message: qt_messages.append(message))
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "ram-desktop"])
     icon_ok = app_module.setup_application(app)
     if paths.is_frozen() and not icon_ok:
@@ -170,6 +170,7 @@ def _drive(tmp: Path, deadline: float) -> str:
                 f"in {merge_s:.1f} s, {len(names)} charts {chart_bytes // 1000} KB, all in {total_s:.1f} s")
     finally:
         sys.excepthook = previous_hook
+        qInstallMessageHandler(previous_handler)
         if window.job is not None:
             window.cancel()
             _wait(app, lambda: window.job is None, time.monotonic() + 10, "the job to cancel")
@@ -180,8 +181,9 @@ def _drive(tmp: Path, deadline: float) -> str:
 
 def run(timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """The self-test. Returns the exit code (0 ok, 1 failed) after printing one line."""
-    os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before any QApplication exists
     tmp = Path(tempfile.mkdtemp(prefix="ram-desktop-selftest-"))
+    saved_env = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "RAM_DESKTOP_CACHE")}
+    os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before any QApplication exists
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # the probe cache too stays out of the user's folders
     finished = threading.Event()
 
@@ -203,5 +205,10 @@ def run(timeout: float = DEFAULT_TIMEOUT_S) -> int:
     finally:
         finished.set()
         shutil.rmtree(tmp, ignore_errors=True)
+        for key, value in saved_env.items():  # when called in process (tests), leave the environment as it was
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     print(line, flush=True)
     return code
