@@ -81,3 +81,18 @@ def test_self_test_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
         "self-test failed: simulated: the output folder lacks config.json"]
     assert list(tmp_path.iterdir()) == []
     assert os.environ.get("RAM_DESKTOP_CACHE") == cache_before  # environment restored
+
+
+def test_setup_application_desktop_id_and_optional_icon(qapp, monkeypatch):
+    from ram_desktop import paths
+    from ram_desktop.gui import app as app_module
+
+    assert app_module.setup_application(qapp) is True  # a source checkout has resources/
+    assert qapp.desktopFileName() == "ram-desktop"
+    assert not qapp.windowIcon().isNull()
+
+    def nowhere(name):
+        raise FileNotFoundError(name)
+
+    monkeypatch.setattr(paths, "resource_path", nowhere)  # a non-editable wheel: no resources/
+    assert app_module.setup_application(qapp) is False  # no icon, no exception
