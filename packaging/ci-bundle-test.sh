@@ -5,7 +5,8 @@
 #   2. runs the frozen executable with an empty environment and no Python on PATH
 #      (env -i PATH=<empty dir>): --bundle-check (Qt offscreen, icons, pyqtgraph, chart export), demo, merge, probe through the ram-desktop name, recipe replay
 #      (bit-identical shards), bad inputs (exit 2, one `error:` line, no traceback, nothing written),
-#   3. when the source has `ram-desktop --self-test` (round 2), runs it on the offscreen platform.
+#   3. runs the window frozen: `ram-desktop --self-test` (it forces the offscreen platform itself) and
+#      `ram-desktop --demo --screenshot` (offscreen; SCREENSHOT_OUT=FILE keeps a copy of the PNG).
 # Exit 0 when everything passed; otherwise the first failing check is printed with its output.
 set -euo pipefail
 
@@ -102,19 +103,36 @@ if ls -d "$D"/*.partial-* >/dev/null 2>&1; then
     echo "FAIL: a failed merge left a .partial folder" >&2; FAILS=$((FAILS + 1))
 fi
 
-# Round 2: the window's self-test, once the source has it.
+# The window, frozen: --self-test (offscreen: demo agents -> analysis -> RAM+ float32 merge -> chart
+# export -> output checks; one line) and a --demo screenshot.
 if grep -rqs -- '--self-test' ram_desktop/gui ram_desktop/__main__.py; then
     rc=0
-    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen \
+    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 \
         "$BUNDLE/ram-desktop" --self-test >"$TMP/out" 2>&1 || rc=$?
-    if [[ "$rc" == 0 ]]; then
-        say "ok: ram-desktop --self-test: $(tail -1 "$TMP/out")"
+    if [[ "$rc" == 0 ]] && grep -q '^self-test ok: ' "$TMP/out"; then
+        say "ok: ram-desktop --self-test: $(grep '^self-test ok: ' "$TMP/out")"
     else
         echo "FAIL: ram-desktop --self-test exited $rc" >&2; sed 's/^/    | /' "$TMP/out" | tail -30 >&2
         FAILS=$((FAILS + 1))
     fi
 else
     say "skip: ram-desktop --self-test (not in this source yet)"
+fi
+rc=0
+env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen \
+    "$BUNDLE/ram-desktop" --demo --screenshot "$TMP/window.png" >"$TMP/out" 2>&1 || rc=$?
+if [[ "$rc" != 0 ]]; then
+    echo "FAIL: ram-desktop --demo --screenshot exited $rc" >&2; sed 's/^/    | /' "$TMP/out" | tail -30 >&2
+    FAILS=$((FAILS + 1))
+else
+    shot_bytes=$(stat -c %s "$TMP/window.png" 2>/dev/null || echo 0)
+    if [[ "$(head -c 8 "$TMP/window.png" 2>/dev/null | od -An -tx1 | tr -d ' \n')" != 89504e470d0a1a0a ]] \
+        || (( shot_bytes < 20000 )); then
+        echo "FAIL: the frozen screenshot is not a PNG of a drawn window ($shot_bytes bytes)" >&2; FAILS=$((FAILS + 1))
+    else
+        say "ok: ram-desktop --demo --screenshot: window PNG $(( shot_bytes / 1000 )) KB"
+        if [[ -n "${SCREENSHOT_OUT:-}" ]]; then cp "$TMP/window.png" "$SCREENSHOT_OUT"; fi
+    fi
 fi
 
 SIZE_MB=$(( $(du -sb "$BUNDLE" | cut -f1) / 1000000 ))

@@ -26,7 +26,8 @@ def _invoked_as_cli() -> bool:
 def bundle_check() -> int:
     """``ram-desktop --bundle-check``: can this bundle run the window? (packaging's own smoke test)
 
-    Until the GUI has its ``--self-test``, this proves what the frozen GUI will need: Qt's offscreen
+    A narrower check than the window's ``--self-test`` (which drives the real window end to end); it
+    still names the failing piece directly when a Qt plugin or resource is missing: Qt's offscreen
     platform plugin loads, the SVG and PNG icons load from the bundled resources, pyqtgraph imports the
     modules it loads by name (plot menus, exporters), a chart renders and exports to PNG, and the user
     folders resolve. Prints one line and exits 0, or prints the reason and exits 1.

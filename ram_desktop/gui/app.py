@@ -1,5 +1,6 @@
 """``ram-desktop``: open the window. ``--demo`` loads and analyses the built-in demo agents;
-``--screenshot FILE`` saves the window after the analysis and exits; a recipe path opens it."""
+``--screenshot FILE`` saves the window after the analysis and exits; a recipe path opens it;
+``--self-test`` drives the whole flow offscreen and checks it (:mod:`ram_desktop.gui.selftest`)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--screenshot", type=Path, metavar="FILE",
                         help="with --demo or a recipe: save a PNG of the window after the analysis and exit")
     parser.add_argument("--size", default="1360x860", help="window size for --screenshot (default 1360x860)")
+    parser.add_argument("--self-test", action="store_true",
+                        help="offscreen: analyse and merge the demo agents through the window, check the output, "
+                             "print one line and exit 0 (or 1 with the reason)")
     parser.add_argument("--version", action="version", version=f"ram-desktop {__version__}")
     return parser
+
+
+def setup_application(app) -> bool:
+    """Names, the .desktop id and the window icon of the application; True when the icon loaded.
+
+    The icon is optional: a non-editable wheel install does not carry ``resources/``.
+    """
+    from PySide6.QtGui import QIcon
+
+    from .. import paths
+    from . import charts
+
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationDisplayName("RAM Desktop")
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName(paths.APP_ID)  # Wayland / X11 match the window to ram-desktop.desktop
+    charts.configure()
+    for name in ("ram-desktop.svg", "ram-desktop.png"):
+        try:
+            icon = QIcon(str(paths.resource_path(name)))
+        except FileNotFoundError:
+            continue
+        if not icon.pixmap(64, 64).isNull():  # the file exists and Qt's image plugins can read it
+            app.setWindowIcon(icon)
+            return True
+    log.debug("no window icon found; going on without one")
+    return False
 
 
 def install_excepthook() -> None:
@@ -52,6 +84,10 @@ def install_excepthook() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.self_test:
+        from .selftest import run as self_test
+
+        return self_test()
     if args.screenshot and not (args.demo or args.recipe):
         print("error: --screenshot needs --demo or a recipe", file=sys.stderr)
         return 2
@@ -62,15 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the desktop application needs PySide6 and pyqtgraph: pip install 'ram-desktop[gui]'",
               file=sys.stderr)
         return 2
-    from . import charts
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
-    app.setOrganizationName(ORGANIZATION)
-    app.setApplicationName(APPLICATION)
-    app.setApplicationDisplayName("RAM Desktop")
-    app.setApplicationVersion(__version__)
-    charts.configure()
+    setup_application(app)
     if not args.screenshot:
         install_excepthook()
     window = MainWindow(QSettings())
@@ -126,4 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point (``ram-desktop``; also ``python -m ram_desktop`` with no arguments)."""
+    from ..paths import guard_stdio
+
+    guard_stdio()  # a windowed build / Windows gui-script has no console: stdout and stderr go to the log
     sys.exit(main())

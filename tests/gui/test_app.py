@@ -43,3 +43,56 @@ def test_core_imports_without_qt(tmp_path):
             "assert not [m for m in sys.modules if m.startswith(('PySide6.', 'pyqtgraph.'))]\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_self_test_from_source(tmp_path):
+    """``python -m ram_desktop --self-test``: one ok line, exit 0, no Qt noise, its temp folders removed."""
+    env = dict(os.environ, RAM_DESKTOP_CACHE=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path / "tmp"))
+    env.pop("QT_QPA_PLATFORM", None)  # the self-test forces offscreen itself
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "--self-test"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("self-test ok: analysed 3 agents, merged "), proc.stdout
+    assert "with RAM+" in lines[0] and "float32" in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []  # its temporary folder is gone
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "config").exists()  # user folders untouched
+
+
+def test_self_test_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
+    """A failing check prints `self-test failed: <reason>` and exits 1 (in process: a broken output check)."""
+    from ram_desktop.gui import selftest
+
+    def broken(out):
+        raise selftest.SelfTestError("simulated: the output folder lacks config.json")
+
+    monkeypatch.setattr(selftest, "_check_output", broken)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    cache_before = os.environ.get("RAM_DESKTOP_CACHE")
+    code = selftest.run(timeout=120)
+    assert code == 1
+    assert capsys.readouterr().out.strip().splitlines() == [
+        "self-test failed: simulated: the output folder lacks config.json"]
+    assert list(tmp_path.iterdir()) == []
+    assert os.environ.get("RAM_DESKTOP_CACHE") == cache_before  # environment restored
+
+
+def test_setup_application_desktop_id_and_optional_icon(qapp, monkeypatch):
+    from ram_desktop import paths
+    from ram_desktop.gui import app as app_module
+
+    assert app_module.setup_application(qapp) is True  # a source checkout has resources/
+    assert qapp.desktopFileName() == "ram-desktop"
+    assert not qapp.windowIcon().isNull()
+
+    def nowhere(name):
+        raise FileNotFoundError(name)
+
+    monkeypatch.setattr(paths, "resource_path", nowhere)  # a non-editable wheel: no resources/
+    assert app_module.setup_application(qapp) is False  # no icon, no exception
