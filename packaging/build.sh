@@ -140,8 +140,9 @@ Section: science
 Priority: optional
 Architecture: amd64
 Installed-Size: $INSTALLED_KB
-Depends: libc6 (>= 2.36), libgl1, libegl1, libxcb1
-Recommends: libxcb-icccm4, libxcb-keysyms1, libdrm2, libwayland-client0, libwayland-cursor0,
+Depends: libc6 (>= 2.36), libgl1, libegl1, libxcb1, libxcb-cursor0, libxcb-icccm4, libxcb-keysyms1,
+ libxkbcommon-x11-0
+Recommends: libdrm2, libwayland-client0, libwayland-cursor0,
  libwayland-egl1, hicolor-icon-theme, desktop-file-utils
 Maintainer: RAM Desktop developers <ram-desktop@users.noreply.github.com>
 Homepage: https://arxiv.org/abs/2601.13572
