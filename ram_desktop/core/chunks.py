@@ -87,6 +87,8 @@ class Chunk:
     workspace: Workspace | None = field(default=None, repr=False)
     _abs: torch.Tensor | None = field(default=None, repr=False)
     _pattern: torch.Tensor | None = field(default=None, repr=False)
+    # set by methods.selective_merge when it rescales: Σ_t [m_t]·τ_t before the pattern factors
+    unscaled: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:

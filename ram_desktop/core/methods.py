@@ -165,7 +165,11 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
     factor = chunk._buffer("factor", size, dtype)
     if lambdas is not None:
-        total.mul_(torch.index_select(mul, 0, pattern, out=factor))
+        # scaled into its own buffer: Σ_t [m_t]·τ_t stays available (``chunk.unscaled``), and where one
+        # agent updates it is that agent's τ, which the merge pass's exact survival count needs
+        chunk.unscaled = total
+        total = torch.mul(total, torch.index_select(mul, 0, pattern, out=factor),
+                          out=chunk._buffer("scaled", size, dtype))
     if n > 1:
         total.div_(torch.index_select(div, 0, pattern, out=factor))
     return total

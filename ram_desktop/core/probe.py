@@ -360,13 +360,27 @@ def rescale_changes(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
 
     ``merged`` is θ as written (base + λ_t·τ_t rounded once); the RAM value is rounded the same way
     (float32 sum, one rounding on store), so this counts exactly what the RAM+ rescale changed.
+    With the update pattern and ``chunk.unscaled`` (Σ_t [m_t]·τ_t, which is τ_t where only agent t
+    updates) this is a few full-width operations and one bincount of pattern + 2^N·[changed]; the
+    elements of other patterns land in bins that are not read.
     """
     n = chunk.n_agents
-    if n > PATTERN_MAX_AGENTS:
-        owner = torch.where(chunk.counts == 1, torch.argmax(chunk.masks.to(torch.int8), 0).to(torch.int32), -1)
-    else:
-        agent_of, = _pattern_luts(n, str(chunk.pattern.device))
-        owner = torch.index_select(agent_of, 0, chunk.pattern)
+    if n > PATTERN_MAX_AGENTS or chunk.unscaled is None:
+        return _rescale_changes_gather(chunk, merged)
+    size = tuple(merged.shape)
+    ram = torch.add(chunk.base, chunk.unscaled, out=chunk._buffer("ram", size, merged.dtype))  # θ_RAM, rounded once
+    changed = torch.ne(ram, merged, out=chunk._buffer("changed", size, torch.bool))
+    keys = torch.add(chunk.pattern, changed, alpha=1 << n, out=chunk._buffer("keys", size, torch.int32))
+    hist = torch.bincount(keys, minlength=2 << n).cpu()
+    unique = _unique_patterns(n)
+    moved = hist[unique + (1 << n)]
+    return torch.stack([moved, hist[unique] + moved])
+
+
+def _rescale_changes_gather(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
+    """``rescale_changes`` for many agents (no pattern), from the unique elements gathered."""
+    n = chunk.n_agents
+    owner = torch.where(chunk.counts == 1, torch.argmax(chunk.masks.to(torch.int8), 0).to(torch.int32), -1)
     idx = _flatnonzero(owner >= 0)
     if idx.numel() == 0:
         return torch.zeros(2, n, dtype=torch.int64)
