@@ -149,11 +149,11 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     dtype, device = chunk.base.dtype, chunk.base.device
     pattern = chunk.pattern
     size = (chunk.base.numel(),)
-    # [m_t]·τ_t as a multiply by the mask (several times faster than torch.where on CPU). It gives −0
+    # [m_t]·τ_t as a multiply by the 0/1 mask values (several times faster than torch.where on CPU). It gives −0
     # instead of +0 where a negative τ is masked out; adding +0 at the end restores the reference's
     # bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign of an
     # all-zero result (only possible where no agent updates), and x + (+0) = x for every other x.
-    active = torch.mul(chunk.taus, chunk.masks, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
+    active = torch.mul(chunk.taus, chunk.mask_values, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
     total = chunk._buffer("total", size, dtype)
     if n == 1:
         torch.add(active[0], 0.0, out=total)
