@@ -317,7 +317,12 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
         taus = workspace.get("taus", (len(agent_raws), n), job.compute_dtype, device)
     for t, raw in enumerate(agent_raws):
         m = raw.numel()
-        if m == n:
+        if m == n and workspace is not None and raw.dtype != taus.dtype:
+            # widen into the reused buffer, then subtract in place: the same float arithmetic as the
+            # mixed-dtype subtraction, without the temporary it allocates (and page-faults) per call
+            taus[t].copy_(raw)
+            taus[t].sub_(base)
+        elif m == n:
             torch.sub(raw, base, out=taus[t])
         else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
             torch.sub(raw, base[:m], out=taus[t, :m])
