@@ -159,10 +159,13 @@ class Chunk:
         return self._pattern
 
     def all_finite(self) -> bool:
-        """True when no task vector entry is NaN or ±Inf (one reduction over |τ|)."""
+        """True when no task vector entry is NaN or ±Inf (one reduction over τ). A sum of finite values
+        may overflow to ±Inf: that only sends the caller to its slower per-agent check."""
         if self.taus.numel() == 0:
             return True
-        return bool(torch.isfinite(self.abs_taus.max()))
+        if self._abs is not None:
+            return bool(torch.isfinite(self._abs.max()))
+        return bool(torch.isfinite(self.taus.sum()))
 
 
 class SliceReader:
