@@ -153,15 +153,13 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     # instead of +0 where a negative τ is masked out; adding +0 at the end restores the reference's
     # bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign of an
     # all-zero result (only possible where no agent updates), and x + (+0) = x for every other x.
-    active = torch.mul(chunk.taus, chunk.mask_values, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
-    total = chunk._buffer("total", size, dtype)
-    if n == 1:
-        torch.add(active[0], 0.0, out=total)
-    else:
-        torch.add(active[0], active[1], out=total)
-        for t in range(2, n):
-            total.add_(active[t])
-        total.add_(0.0)
+    # total = ((τ_0·m_0 + τ_1·m_1) + τ_2·m_2) + ..., the products fused into the sums with addcmul: a
+    # product by 0.0 or 1.0 is exact, so a fused multiply-add rounds exactly like the separate ops.
+    m = chunk.mask_values
+    total = torch.mul(chunk.taus[0], m[0], out=chunk._buffer("total", size, dtype))
+    for t in range(1, n):
+        total.addcmul_(chunk.taus[t], m[t])
+    total.add_(0.0)
     mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
     factor = chunk._buffer("factor", size, dtype)
     if lambdas is not None:
