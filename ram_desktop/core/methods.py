@@ -169,7 +169,12 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
         total = torch.mul(total, torch.index_select(mul, 0, pattern, out=factor),
                           out=chunk._buffer("scaled", size, dtype))
     if n > 1:
-        total.div_(torch.index_select(div, 0, pattern, out=factor))
+        # B[p] = max(1, popcount p) is Σ_t m_t clamped at 1: the same small integers as the table, summed
+        # from the 0/1 mask values with vectorised adds (cheaper than a second lookup)
+        count = torch.add(m[0], m[1], out=chunk._buffer("count", size, dtype))
+        for t in range(2, n):
+            count.add_(m[t])
+        total.div_(count.clamp_min_(1.0))
     return total
 
 
