@@ -328,3 +328,19 @@ def test_ties_after_a_cached_probe(models, tmp_path, caplog):
     caplog.set_level("INFO", logger="ram_desktop")
     _check_against_reference(tmp_path, base_dir, agent_dirs, "ties", {"ties_scope": "model", "density": 0.1})
     assert "reusing the cached probe" in caplog.text
+
+
+@pytest.mark.parametrize("method", ["average", "task-arithmetic", "dare-ta", "dare-ties"])
+def test_thread_safe_baselines_do_not_depend_on_threads(models, tmp_path, monkeypatch, method):
+    """Average, Task Arithmetic and DARE are pure per chunk and run in parallel compute threads: the
+    output is the same bits with one thread and with several, whatever the chunk size."""
+    assert get_method(method).extra.get("thread_safe")
+    base_dir, agent_dirs = models
+    outputs = []
+    for i, (threads, chunk) in enumerate([("1", 1 << 22), ("3", 1000), ("2", 7)]):
+        monkeypatch.setenv("RAM_DESKTOP_THREADS", threads)
+        out = tmp_path / f"out{i}"
+        merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method, params={},
+                           chunk_elements=chunk, device="cpu"))
+        outputs.append((out / "model.safetensors").read_bytes())
+    assert outputs[0] == outputs[1] == outputs[2]

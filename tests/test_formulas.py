@@ -173,3 +173,52 @@ def test_method_registry_schema():
     assert [p.name for p in plus.params] == ["r", "alpha"]
     assert plus.resolve({}) == {"r": 0.1, "alpha": 2.0}
     assert get_method("ram-plus-soft").resolve({"r": 0.3}) == {"r": 0.3}
+
+
+@pytest.mark.parametrize("method,out_dtype", [("ram-plus", "bfloat16"), ("ram-plus-soft", "float16")])
+def test_report_survival_is_an_exact_count(models, tmp_path, method, out_dtype):
+    """merge-report.json's rescale_survival_share is counted in the merge pass for the actual λ and output
+    dtype: it equals a direct whole-tensor count of unique elements whose rescaled value differs after
+    rounding from the RAM value."""
+    base_dir, agent_dirs = models
+    result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method,
+                                out_dtype=out_dtype, use_cache=False))
+    dtype = getattr(torch, out_dtype)
+    tv = ref.task_vectors(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs])
+    expected = []
+    for t, lam in enumerate(result.lambdas):
+        changed = total = 0
+        for name, (b, taus) in tv.items():
+            masks = [abs(x) > EPS for x in taus]
+            c = sum(m.astype(int) for m in masks)
+            bt, tt = torch.from_numpy(b), torch.from_numpy(taus[t])
+            sel = torch.from_numpy(masks[t] & (c == 1))
+            ram = (bt + tt)[sel].to(dtype)
+            plus = (bt + torch.tensor(lam, dtype=torch.float32) * tt)[sel].to(dtype)
+            changed += int((ram != plus).sum())
+            total += int(sel.sum())
+        expected.append(changed / total if total else None)
+    assert result.report["rescale_survival_share"] == {out_dtype: expected}
+    assert any(e for e in expected)
+
+
+def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path, caplog):
+    """The merge's pass 1 caches a probe without the λ* histograms; Analyze (engine.probe) computes it
+    completely instead of reusing it, and a later merge reuses the complete one."""
+    base_dir, agent_dirs = models
+    agents = [str(a) for a in agent_dirs]
+    caplog.set_level("INFO", logger="ram_desktop")
+    first = merge(MergeRequest(str(base_dir), agents, tmp_path / "a", "ram-plus"))
+    assert not first.probe.has_survival and first.probe.survival == {}
+    assert first.report["has_survival"] is False
+    caplog.clear()
+    analyzed = probe(str(base_dir), agents)
+    assert "reusing the cached probe" not in caplog.text
+    assert analyzed.has_survival and set(analyzed.survival) == {"bfloat16", "float16", "float32"}
+    assert [a.overlap for a in analyzed.agents] == [a.overlap for a in first.probe.agents]
+    caplog.clear()
+    again = merge(MergeRequest(str(base_dir), agents, tmp_path / "b", "ram-plus"))
+    assert "reusing the cached probe" in caplog.text
+    assert again.probe.has_survival
+    assert again.report["rescale_survival_share"] == first.report["rescale_survival_share"]
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()

@@ -373,10 +373,12 @@ SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, a
 register(MergeMethod(
     "average", "Average", "θ_pre + mean of the task vectors (plain weight averaging).",
     (), average_merge,
+    extra={"thread_safe": True},  # pure per chunk: the result depends only on the chunk
 ))
 register(MergeMethod(
     "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
     (_scale(0.3, TABLE_11_SCALE),), task_arithmetic_merge,
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
@@ -390,10 +392,13 @@ register(MergeMethod(
     (DROP, SEED, _scale(0.3, None)),
     dare_ta_merge,
     prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+    # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
+    extra={"thread_safe": True},
 ))
 register(MergeMethod(
     "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
     (DROP, SEED, _scale(1.0, None)),
     dare_ties_merge,
     prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+    extra={"thread_safe": True},
 ))

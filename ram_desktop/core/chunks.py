@@ -87,6 +87,9 @@ class Chunk:
     workspace: Workspace | None = field(default=None, repr=False)
     _abs: torch.Tensor | None = field(default=None, repr=False)
     _pattern: torch.Tensor | None = field(default=None, repr=False)
+    _mask_values: torch.Tensor | None = field(default=None, repr=False)
+    # set by methods.selective_merge when it rescales: Σ_t [m_t]·τ_t before the pattern factors
+    unscaled: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:
@@ -105,9 +108,28 @@ class Chunk:
         return self._abs
 
     @property
+    def mask_values(self) -> torch.Tensor:
+        """The masks [|τ| > ε] as 0.0 / 1.0 in the compute dtype (computed once).
+
+        Comparing into a float output and multiplying float by float are vectorised on CPU, unlike a
+        bool output or a float × bool product (measured: 0.3 vs 1.3 ns and 0.6 vs 2.6 ns per element
+        for three agents); the comparison is the same (ε in the compute dtype), so every use gives
+        the same bits as the bool masks.
+        """
+        if self._mask_values is None:
+            out = self._buffer("mask_values", tuple(self.taus.shape), self.taus.dtype)
+            if self._abs is not None:
+                torch.gt(self._abs, self.eps, out=out)
+            else:  # |τ| straight into the output buffer, compared in place
+                torch.abs(self.taus, out=out).gt_(self.eps)
+            self._mask_values = out
+        return self._mask_values
+
+    @property
     def masks(self) -> torch.Tensor:
         if self._masks is None:
-            self._masks = torch.gt(self.abs_taus, self.eps, out=self._buffer("masks", tuple(self.taus.shape), torch.bool))
+            out = self._buffer("masks", tuple(self.taus.shape), torch.bool)
+            self._masks = out.copy_(self.mask_values)  # 1.0 -> True, 0.0 -> False
         return self._masks
 
     @property
@@ -123,19 +145,27 @@ class Chunk:
         if self._pattern is None:
             if self.n_agents > PATTERN_MAX_AGENTS:
                 raise ValueError(f"update patterns need at most {PATTERN_MAX_AGENTS} agents")
-            masks = self.masks
+            # Σ_t m_t·2^t summed in the compute dtype (exact: integers below 2^16) and converted once
+            m = self.mask_values
             p = self._buffer("pattern", (self.taus.shape[1],), torch.int32)
-            p.copy_(masks[0])
-            for t in range(1, self.n_agents):
-                p.add_(masks[t], alpha=1 << t)
+            if self.n_agents == 1:
+                p.copy_(m[0])
+            else:
+                acc = torch.add(m[0], m[1], alpha=2, out=self._buffer("pattern_acc", (self.taus.shape[1],), m.dtype))
+                for t in range(2, self.n_agents):
+                    acc.add_(m[t], alpha=1 << t)
+                p.copy_(acc)
             self._pattern = p
         return self._pattern
 
     def all_finite(self) -> bool:
-        """True when no task vector entry is NaN or ±Inf (one reduction over |τ|)."""
+        """True when no task vector entry is NaN or ±Inf (one reduction over τ). A sum of finite values
+        may overflow to ±Inf: that only sends the caller to its slower per-agent check."""
         if self.taus.numel() == 0:
             return True
-        return bool(torch.isfinite(self.abs_taus.max()))
+        if self._abs is not None:
+            return bool(torch.isfinite(self._abs.max()))
+        return bool(torch.isfinite(self.taus.sum()))
 
 
 class SliceReader:
@@ -290,7 +320,12 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
         taus = workspace.get("taus", (len(agent_raws), n), job.compute_dtype, device)
     for t, raw in enumerate(agent_raws):
         m = raw.numel()
-        if m == n:
+        if m == n and workspace is not None and raw.dtype != taus.dtype:
+            # widen into the reused buffer, then subtract in place: the same float arithmetic as the
+            # mixed-dtype subtraction, without the temporary it allocates (and page-faults) per call
+            taus[t].copy_(raw)
+            taus[t].sub_(base)
+        elif m == n:
             torch.sub(raw, base, out=taus[t])
         else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
             torch.sub(raw, base[:m], out=taus[t, :m])

@@ -27,7 +27,7 @@ from .events import Reporter
 from .methods import Collector, MergeMethod, get_method
 from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .plan import MergePlan, make_plan
-from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .probe import ProbeAccumulator, ProbeReport, load_cached, rescale_changes, save_cached
 from .recipe import Recipe, parse_size
 from .sources import Checkpoint, open_checkpoint
 
@@ -92,11 +92,11 @@ def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
 
 def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter,
                chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, collector: Collector | None = None,
-               accumulate: bool = True, stage: str = "probe") -> ProbeReport | None:
+               accumulate: bool = True, stage: str = "probe", survival: bool = True) -> ProbeReport | None:
     """Pass 1: stream every mergeable tensor and accumulate the whole-model statistics
-    (and a method's collector). With ``accumulate=False`` only the collector runs; progress events
-    carry ``stage``."""
-    acc = ProbeAccumulator(plan, eps) if accumulate else None
+    (and a method's collector). With ``accumulate=False`` only the collector runs; with
+    ``survival=False`` only the counts (no λ* histograms); progress events carry ``stage``."""
+    acc = ProbeAccumulator(plan, eps, survival) if accumulate else None
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
@@ -133,16 +133,20 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
 
 
 def _probe_plan(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter, use_cache: bool,
-                chunk_elements: int, collector: Collector | None = None) -> ProbeReport:
-    """The probe from the cache when possible; a collector still gets its own pass over the data."""
+                chunk_elements: int, collector: Collector | None = None, survival: bool = True) -> ProbeReport:
+    """The probe from the cache when possible; a collector still gets its own pass over the data.
+
+    ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
+    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them is
+    computed again, completely."""
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
-    if cached is not None and len(cached.agents) == plan.n_agents:
+    if cached is not None and len(cached.agents) == plan.n_agents and (cached.has_survival or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         if collector is not None:
             probe_pass(plan, eps, device, reporter, chunk_elements, collector, accumulate=False)
         return cached.renamed(plan.names, [a.display for a in plan.agents])
     start = time.perf_counter()
-    report = probe_pass(plan, eps, device, reporter, chunk_elements, collector)
+    report = probe_pass(plan, eps, device, reporter, chunk_elements, collector, survival=survival)
     assert report is not None
     log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors, time.perf_counter() - start)
     save_cached(report)
@@ -217,7 +221,9 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     collector = method.collector(params, plan) if method.collector else None
     if method.needs_probe(params) or collector is not None:
         t0 = time.perf_counter()
-        probe_report = _probe_plan(plan, eps, device, reporter, request.use_cache, request.chunk_elements, collector)
+        # the merge needs only the counts; the rounding survival is counted exactly in pass 2
+        probe_report = _probe_plan(plan, eps, device, reporter, request.use_cache, request.chunk_elements, collector,
+                                   survival=False)
         passes = 1
         while collector is not None and getattr(collector, "next_pass", None) is not None and collector.next_pass():
             passes += 1  # the collector needs another look at the data (TIES refines its exact cut)
@@ -230,8 +236,9 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     with staging_folder(out) as tmp:
         shards = ShardSet(tmp, plan, shard_bytes)
         try:
-            fused = _merge_pass(plan, method, context, eps, device, shards, reporter, request.chunk_elements,
-                                accumulate=probe_report is None)
+            fused, survival = _merge_pass(plan, method, context, eps, device, shards, reporter,
+                                          request.chunk_elements, accumulate=probe_report is None,
+                                          count_survival=method.lambdas is not None)
         except BaseException:
             shards.abort()
             raise
@@ -243,7 +250,7 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
         lambdas = method.lambdas(params, probe_report) if method.lambdas else [1.0] * plan.n_agents
         timings["total_s"] = time.perf_counter() - start
         report = merge_report(plan, request, params, probe_report, lambdas, device, timings, shards.files,
-                              shards.bytes_written)
+                              shards.bytes_written, survival)
         _write_extras(tmp, plan, request, params, probe_report, lambdas, report)
     seconds = time.perf_counter() - start
     log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, method.name, out, seconds)
@@ -302,38 +309,50 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
 
 
 def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
-                shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool) -> ProbeReport | None:
-    """Pass 2 (or the only pass, accumulating the probe on the way when no probe was needed first).
+                shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool,
+                count_survival: bool = False) -> tuple[ProbeReport | None, dict[str, list[float | None]]]:
+    """Pass 2 (or the only pass, accumulating the probe's counts on the way when no probe was needed first).
 
     Reading runs ahead in a background thread and writing behind in another, so the compute
     thread only computes; θ = base + τ_merged is rounded once, straight into the output dtype.
+    With ``count_survival`` (RAM+, RAM+s) it also counts, per output dtype and agent, the unique
+    elements whose written value differs from the unscaled RAM value: the exact rounding survival
+    of this merge's λ, returned as shares (None for an agent without unique elements).
     """
-    acc = ProbeAccumulator(plan, eps) if accumulate else None
+    from .output import DTYPE_NAMES
+
+    acc = ProbeAccumulator(plan, eps, survival=False) if accumulate else None
+    changes: dict[torch.dtype, torch.Tensor] = {}
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
     workers = compute_workers(device) if method.extra.get("thread_safe") else 1
 
-    def work(item: tuple) -> tuple[int, int, torch.Tensor]:
+    def work(item: tuple) -> tuple[int, int, torch.Tensor, torch.Tensor | None]:
         index, span, base, agents = item
         job = plan.jobs[index]
         if not job.mergeable:
-            return index, span.numel, base
+            return index, span.numel, base, None
         chunk = make_chunk(index, job, span, base, agents, eps, _workspace())
         if acc is not None:
             _check_finite(chunk, plan)
             acc.add(chunk)
         merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
         torch.add(chunk.base, method.merge(chunk, context), out=merged)  # θ = base + τ_merged, rounded once
-        return index, span.numel, merged
+        return index, span.numel, merged, rescale_changes(chunk, merged) if count_survival else None
 
     with BackgroundWriter(shards) as writer:
         items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device)
-        for index, numel, merged in ordered_map(work, items, workers):
+        for index, numel, merged, changed in ordered_map(work, items, workers):
             writer.write(index, merged)
+            if changed is not None:
+                dtype = plan.jobs[index].out_dtype
+                changes[dtype] = changes[dtype] + changed if dtype in changes else changed
             done += numel
             reporter.progress("merge", done, total, "elements")
-    return acc.report() if acc is not None else None
+    survival = {DTYPE_NAMES.get(d, str(d)): [c / u if u else None for c, u in zip(*counts.tolist())]
+                for d, counts in changes.items()}
+    return (acc.report() if acc is not None else None), survival
 
 
 class BackgroundWriter:
@@ -385,7 +404,7 @@ class BackgroundWriter:
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
                  lambdas: list[float], device: torch.device, timings: dict[str, float], files: list[str],
-                 bytes_written: int) -> dict:
+                 bytes_written: int, survival: dict[str, list[float | None]] | None = None) -> dict:
     """The probe report plus what the merge did (SPEC.md section 2)."""
     import huggingface_hub
     import safetensors
@@ -394,9 +413,10 @@ def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_rep
     out_names = {j.out_dtype for j in plan.mergeable_jobs}
     from .output import DTYPE_NAMES
 
-    survival = {}
-    for name in {DTYPE_NAMES.get(d) for d in out_names} & set(probe_report.survival):
-        survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
+    if not survival:  # not counted in the merge pass: read off the λ* histograms when the probe has them
+        survival = {}
+        for name in {DTYPE_NAMES.get(d) for d in out_names} & set(probe_report.survival):
+            survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
     report.update({
         "method": request.method,
         "method_params": params,

@@ -149,25 +149,32 @@ def selective_merge(chunk: Chunk, lambdas: list[float] | None) -> torch.Tensor:
     dtype, device = chunk.base.dtype, chunk.base.device
     pattern = chunk.pattern
     size = (chunk.base.numel(),)
-    # [m_t]·τ_t as a multiply by the mask (several times faster than torch.where on CPU). It gives −0
+    # [m_t]·τ_t as a multiply by the 0/1 mask values (several times faster than torch.where on CPU). It gives −0
     # instead of +0 where a negative τ is masked out; adding +0 at the end restores the reference's
     # bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign of an
     # all-zero result (only possible where no agent updates), and x + (+0) = x for every other x.
-    active = torch.mul(chunk.taus, chunk.masks, out=chunk._buffer("active", tuple(chunk.taus.shape), dtype))
-    total = chunk._buffer("total", size, dtype)
-    if n == 1:
-        torch.add(active[0], 0.0, out=total)
-    else:
-        torch.add(active[0], active[1], out=total)
-        for t in range(2, n):
-            total.add_(active[t])
-        total.add_(0.0)
+    # total = ((τ_0·m_0 + τ_1·m_1) + τ_2·m_2) + ..., the products fused into the sums with addcmul: a
+    # product by 0.0 or 1.0 is exact, so a fused multiply-add rounds exactly like the separate ops.
+    m = chunk.mask_values
+    total = torch.mul(chunk.taus[0], m[0], out=chunk._buffer("total", size, dtype))
+    for t in range(1, n):
+        total.addcmul_(chunk.taus[t], m[t])
+    total.add_(0.0)
     mul, div = _pattern_factors(n, tuple(lambdas) if lambdas is not None else None, dtype, device)
     factor = chunk._buffer("factor", size, dtype)
     if lambdas is not None:
-        total.mul_(torch.index_select(mul, 0, pattern, out=factor))
+        # scaled into its own buffer: Σ_t [m_t]·τ_t stays available (``chunk.unscaled``), and where one
+        # agent updates it is that agent's τ, which the merge pass's exact survival count needs
+        chunk.unscaled = total
+        total = torch.mul(total, torch.index_select(mul, 0, pattern, out=factor),
+                          out=chunk._buffer("scaled", size, dtype))
     if n > 1:
-        total.div_(torch.index_select(div, 0, pattern, out=factor))
+        # B[p] = max(1, popcount p) is Σ_t m_t clamped at 1: the same small integers as the table, summed
+        # from the 0/1 mask values with vectorised adds (cheaper than a second lookup)
+        count = torch.add(m[0], m[1], out=chunk._buffer("count", size, dtype))
+        for t in range(2, n):
+            count.add_(m[t])
+        total.div_(count.clamp_min_(1.0))
     return total
 
 

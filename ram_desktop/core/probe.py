@@ -65,6 +65,9 @@ class ProbeReport:
     survival: dict[str, list[list[int]]]  # dtype -> per agent histogram of λ* (see survival_share)
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
+    # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
+    # ``survival`` is then empty, and the Analyze step (engine.probe) computes a complete probe instead.
+    has_survival: bool = True
 
     @property
     def names(self) -> list[str]:
@@ -77,6 +80,8 @@ class ProbeReport:
         From the λ* histogram: an element counts when λ ≥ the upper edge of its λ* bin, so the
         share is exact up to the bin width of 0.002 in λ.
         """
+        if not self.has_survival:
+            raise ValueError("this probe was computed without the rounding-survival histograms")
         hist = self.survival[dtype][agent]
         total = sum(hist)
         if total == 0:
@@ -109,6 +114,7 @@ class ProbeReport:
             "layers": self.layers(),
             "modules": self.modules(),
             "tensor_stats": [asdict(t) for t in self.tensor_stats],
+            "has_survival": self.has_survival,
             "rescale_survival": {"step": SURVIVAL_STEP, "bins": SURVIVAL_BINS, "hist": self.survival},
         }
 
@@ -120,14 +126,14 @@ class ProbeReport:
                              a["density"]) for a in data["agents"]]
         return cls(data["eps"], data["params"], data["tensors"], agents,
                    [TensorStats(**t) for t in data["tensor_stats"]], data["rescale_survival"]["hist"],
-                   data.get("fingerprint", ""), data.get("warnings", []))
+                   data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)))
 
     def renamed(self, names: list[str], sources: list[str]) -> "ProbeReport":
         """The same statistics under other agent names (a cached probe reused with new names)."""
         agents = [AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
                   for a, n, s in zip(self.agents, names, sources)]
         return ProbeReport(self.eps, self.params, self.tensors, agents, self.tensor_stats, self.survival,
-                           self.fingerprint, self.warnings)
+                           self.fingerprint, self.warnings, self.has_survival)
 
 
 def _strip(name: str) -> str:
@@ -236,9 +242,10 @@ class ProbeAccumulator:
         for a in agents:
             if a.updated == 0:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
-        survival = {d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
+        survival = ({d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
+                    if self.with_survival else {})
         return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
-                           plan.fingerprint(), warnings)
+                           plan.fingerprint(), warnings, self.with_survival)
 
 
 @functools.lru_cache(maxsize=None)
@@ -331,7 +338,12 @@ def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
 
 
 def save_cached(report: ProbeReport) -> None:
+    """Cache a probe; one without the survival histograms never replaces a complete one."""
     path = cache_dir() / f"{report.fingerprint}-{report.eps!r}.json"
+    if not report.has_survival:
+        existing = load_cached(report.fingerprint, report.eps)
+        if existing is not None and existing.has_survival:
+            return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -339,3 +351,45 @@ def save_cached(report: ProbeReport) -> None:
         tmp.replace(path)
     except OSError:
         pass  # the cache is an optimisation; a read-only home must not fail a merge
+
+
+def rescale_changes(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
+    """Exact rounding survival of one merged chunk: ``[2, N]`` int64, row 0 the number of each agent's
+    unique elements whose merged (rescaled) value differs from the unscaled RAM value round(x + τ)
+    in the output dtype of ``merged``, row 1 the number of its unique elements.
+
+    ``merged`` is θ as written (base + λ_t·τ_t rounded once); the RAM value is rounded the same way
+    (float32 sum, one rounding on store), so this counts exactly what the RAM+ rescale changed.
+    With the update pattern and ``chunk.unscaled`` (Σ_t [m_t]·τ_t, which is τ_t where only agent t
+    updates) this is a few full-width operations and one bincount of pattern + 2^N·[changed]; the
+    elements of other patterns land in bins that are not read.
+    """
+    n = chunk.n_agents
+    if n > PATTERN_MAX_AGENTS or chunk.unscaled is None:
+        return _rescale_changes_gather(chunk, merged)
+    size = tuple(merged.shape)
+    ram = torch.add(chunk.base, chunk.unscaled, out=chunk._buffer("ram", size, merged.dtype))  # θ_RAM, rounded once
+    changed = torch.ne(ram, merged, out=chunk._buffer("changed", size, torch.bool))
+    keys = torch.add(chunk.pattern, changed, alpha=1 << n, out=chunk._buffer("keys", size, torch.int32))
+    hist = torch.bincount(keys, minlength=2 << n).cpu()
+    unique = _unique_patterns(n)
+    moved = hist[unique + (1 << n)]
+    return torch.stack([moved, hist[unique] + moved])
+
+
+def _rescale_changes_gather(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
+    """``rescale_changes`` for many agents (no pattern), from the unique elements gathered."""
+    n = chunk.n_agents
+    owner = torch.where(chunk.counts == 1, torch.argmax(chunk.masks.to(torch.int8), 0).to(torch.int32), -1)
+    idx = _flatnonzero(owner >= 0)
+    if idx.numel() == 0:
+        return torch.zeros(2, n, dtype=torch.int64)
+    agent = owner.index_select(0, idx).long()
+    base = chunk.base
+    x = base.index_select(0, idx)
+    tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
+    ram = torch.empty(idx.shape, dtype=merged.dtype, device=merged.device)
+    torch.add(x, tau, out=ram)  # θ_RAM, rounded once like the merge
+    changed = torch.ne(ram, merged.reshape(-1).index_select(0, idx))
+    out = torch.stack([torch.bincount(agent[changed], minlength=n), torch.bincount(agent, minlength=n)])
+    return out.cpu()
