@@ -15,7 +15,7 @@ import torch
 
 from ram_desktop.cli import build_parser, main
 from ram_desktop.core.baselines import (TiesContext, TrimCollector, dare_uniform, keep_count, mix32)
-from ram_desktop.core.chunks import Chunk, SliceReader, iter_chunks, make_chunk
+from ram_desktop.core.chunks import Chunk, make_chunk, prefetch_chunks
 from ram_desktop.core.engine import MergeRequest, merge, open_sources, probe_pass
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import get_method
@@ -112,10 +112,9 @@ def _trim_masks(base_dir, agent_dirs, density, scope, chunk_elements=1 << 22):
     ctx = TiesContext(collector.finish(), 1.0)
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     parts: dict[str, list[torch.Tensor]] = {}
-    with SliceReader() as reader:
-        for index, span, b, a in iter_chunks(plan, jobs, reader, chunk_elements, EPS, cpu):
-            chunk = make_chunk(index, plan.jobs[index], span, b, a, EPS)
-            parts.setdefault(chunk.name, []).append(torch.stack(ctx.trim_masks(chunk)))
+    for index, span, b, a in prefetch_chunks(plan, jobs, chunk_elements, cpu):
+        chunk = make_chunk(index, plan.jobs[index], span, b, a, EPS)
+        parts.setdefault(chunk.name, []).append(torch.stack(ctx.trim_masks(chunk)))
     return {name: torch.cat(p, dim=1).numpy() for name, p in parts.items()}, plan, passes
 
 

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core.engine import MergeRequest, merge, probe
+from ram_desktop.core.engine import MergeRequest, merge
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.sources import open_checkpoint
 
 from . import reference as ref
-from .conftest import SMALL_CONFIG, make_models
+from .conftest import make_models
 
 EPS = 1e-5
 

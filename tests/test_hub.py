@@ -18,8 +18,8 @@ from ram_desktop.core.events import Reporter
 from ram_desktop.core.hub import parse_spec
 from ram_desktop.core.sources import open_checkpoint
 
-from .conftest import make_models, tree_snapshot
-from .hubcache import FakeHub, not_found, populate, repo_dir, sha_of
+from .conftest import make_models
+from .hubcache import FakeHub, not_found, populate, sha_of
 
 SHAS = {name: sha_of(name) for name in ("base", "alpha", "beta", "gamma")}
 
@@ -219,7 +219,7 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
 
 def test_cancel_during_download_leaves_no_output(tmp_path, cache, monkeypatch):
     base, agents = make_models(tmp_path / "local")
-    hub = FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})
+    FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})  # serves the repos
     reporter = Reporter()
     seen = []
 
@@ -239,7 +239,7 @@ def test_cancel_during_download_leaves_no_output(tmp_path, cache, monkeypatch):
 def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch, caplog, capsys):
     secret, env_secret = "hf_explicitSECRETtoken123", "hf_environmentSECRET456"
     base, agents = make_models(tmp_path / "local")
-    hub = FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})
+    FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})  # serves the repos
     monkeypatch.setenv("HF_TOKEN", env_secret)
     caplog.set_level("DEBUG")
     request = MergeRequest("org/base", ["org/alpha", "org/beta"], tmp_path / "out", token=secret)

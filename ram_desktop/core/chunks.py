@@ -212,16 +212,6 @@ def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader,
             yield index, span, base, agents
 
 
-def iter_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int, eps: float,
-                device: torch.device) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
-    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on ``device`` (in order, inline)."""
-    for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
-        if device.type != "cpu":
-            base = base.to(device, non_blocking=True)
-            agents = [a.to(device, non_blocking=True) for a in agents]
-        yield index, span, base, agents
-
-
 class _Stop(Exception):
     pass
 
@@ -274,7 +264,8 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
 
 def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, device: torch.device,
                     depth: int = PREFETCH_DEPTH) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
-    """Like ``iter_chunks``, with reading (and the host→device copy) done in a background thread.
+    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on ``device``, in order,
+    read (and copied to the device) ahead in a background thread.
 
     On CUDA the slices are staged in pinned host memory and copied on a separate stream with
     ``non_blocking=True``; the consumer's stream waits for that copy before using the tensors.
