@@ -239,7 +239,7 @@ def test_cancel_during_download_leaves_no_output(tmp_path, cache, monkeypatch):
 def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch, caplog, capsys):
     secret, env_secret = "hf_explicitSECRETtoken123", "hf_environmentSECRET456"
     base, agents = make_models(tmp_path / "local")
-    FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})  # serves the repos
+    hub = FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})
     monkeypatch.setenv("HF_TOKEN", env_secret)
     caplog.set_level("DEBUG")
     request = MergeRequest("org/base", ["org/alpha", "org/beta"], tmp_path / "out", token=secret)
