@@ -21,6 +21,7 @@ import torch
 
 from .. import __version__
 from .card import model_card
+from . import kernels
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, make_chunk, prefetch_chunks
 from .errors import InputError
 from .events import Reporter
@@ -102,9 +103,19 @@ def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Repo
     done = 0
     reporter.progress(stage, 0, total, "elements")
     workers = compute_workers(device) if collector is None else 1  # a collector sees chunks in order
+    # the counts in one fused pass over memory (kernels.py); the λ* histograms and collectors use torch
+    fused = acc is not None and not acc.with_survival and collector is None and _use_kernels(device)
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
+        if fused:
+            counted = kernels.count_patterns(base, agents, eps, plan.jobs[index].compute_dtype)
+            if counted is not None:
+                hist, finite = counted
+                if not finite:  # names the agent and tensor
+                    _check_finite(make_chunk(index, plan.jobs[index], span, base, agents, eps), plan)
+                acc.add_pattern_counts(index, hist)
+                return span.numel
         chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, _workspace())
         _check_finite(chunk, plan)
         if acc is not None:
@@ -283,6 +294,11 @@ def compute_workers(device: torch.device) -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _use_kernels(device: torch.device) -> bool:
+    """The fused numba kernels run CPU passes (``RAM_DESKTOP_KERNELS=0`` or no numba: the torch path)."""
+    return device.type == "cpu" and kernels.available()
+
+
 def _single_threaded() -> None:
     torch.set_num_threads(1)
 
@@ -327,12 +343,24 @@ def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, 
     done = 0
     reporter.progress("merge", 0, total, "elements")
     workers = compute_workers(device) if method.extra.get("thread_safe") else 1
+    fused = _use_kernels(device) and method.extra.get("kernel") in ("ram", "ram-plus")
+    lambdas = [float(x) for x in context] if fused and method.extra["kernel"] == "ram-plus" else None
 
     def work(item: tuple) -> tuple[int, int, torch.Tensor, torch.Tensor | None]:
         index, span, base, agents = item
         job = plan.jobs[index]
         if not job.mergeable:
             return index, span.numel, base, None
+        if fused:  # one pass over memory (kernels.py): the same bits as the torch formulation below
+            done = kernels.selective_merge_into(base, agents, eps, job.compute_dtype, job.out_dtype, lambdas,
+                                                acc is not None, count_survival)
+            if done is not None:
+                merged, hist, finite, changed = done
+                if acc is not None:
+                    if not finite:  # names the agent and tensor
+                        _check_finite(make_chunk(index, job, span, base, agents, eps), plan)
+                    acc.add_pattern_counts(index, hist)
+                return index, span.numel, merged, changed
         chunk = make_chunk(index, job, span, base, agents, eps, _workspace())
         if acc is not None:
             _check_finite(chunk, plan)

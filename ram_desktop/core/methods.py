@@ -221,7 +221,7 @@ ALPHA = Param("alpha", float, 2.0, "upper clip α of the overlap-unique ratio ρ
 register(MergeMethod(
     "ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).",
     (), lambda chunk, ctx: selective_merge(chunk, None),
-    extra={"thread_safe": True},
+    extra={"thread_safe": True, "kernel": "ram"},  # kernel: CPU passes use kernels.selective_merge_into
 ))
 register(MergeMethod(
     "ram-plus", "RAM+", "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
@@ -230,7 +230,7 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_lambdas,
-    extra={"thread_safe": True},
+    extra={"thread_safe": True, "kernel": "ram-plus"},  # the context is λ per agent
 ))
 register(MergeMethod(
     "ram-plus-soft", "RAM+s", "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
@@ -239,7 +239,7 @@ register(MergeMethod(
     prepare=lambda params, probe, collected: ram_plus_soft_lambdas(params, probe),
     needs_probe=lambda params: True,
     lambdas=ram_plus_soft_lambdas,
-    extra={"thread_safe": True},
+    extra={"thread_safe": True, "kernel": "ram-plus"},
 ))
 
 

@@ -176,9 +176,7 @@ class ProbeAccumulator:
         # agent t's overlap[k] sums the patterns that contain t and have k+1 bits set.
         pattern = chunk.pattern
         hist = torch.bincount(pattern, minlength=1 << n).cpu()
-        table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
-        table = table.reshape(n, n + 1)
-        self._add_overlap(chunk.job_index, table)
+        self.add_pattern_counts(chunk.job_index, hist)
         if self.with_survival and int(hist[_unique_patterns(n)].sum()) > 0:
             # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
             # and its agent, and one bincount for all agents and dtypes.
@@ -192,6 +190,14 @@ class ProbeAccumulator:
             keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
             counts = torch.bincount(keys, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
             self._add_survival(counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+
+    def add_pattern_counts(self, job_index: int, hist: torch.Tensor | np.ndarray) -> None:
+        """Add one chunk's counts from its update-pattern histogram (2^N bins; also what the fused
+        kernels return): agent t's overlap[k] sums the patterns that contain t and have k+1 bits set."""
+        n = self.n
+        hist = torch.as_tensor(hist, dtype=torch.int64)
+        table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
+        self._add_overlap(job_index, table.reshape(n, n + 1))
 
     def _add_overlap(self, job_index: int, table: torch.Tensor) -> None:
         with self._lock:
