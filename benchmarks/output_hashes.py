@@ -7,8 +7,9 @@ agents: run it before and after a change to the engine and diff the two JSON fil
     python benchmarks/output_hashes.py --work /tmp/hashes --json after.json
     diff before.json after.json      # empty: every output is bit-identical
 
-Only weight files are hashed (``*.safetensors`` and the index): the report carries timings and the
-card carries paths, which change from run to run by design. The inputs are generated once into
+Only weights are hashed, twice: each weight file (``*.safetensors`` and the index, so the layout
+counts) and each tensor's values wherever it is stored. The report carries timings and the card
+carries paths, which change from run to run by design. The inputs are generated once into
 ``--work`` and reused; ``--params`` sets the synthetic agents' size (default 20M per model, which
 already spans several chunks per tensor and two shards).
 """
@@ -49,9 +50,22 @@ def run(args: list[str]) -> None:
         sys.exit(f"ram-merge {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
 
 
-def weight_hashes(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
-            if p.name.endswith(".safetensors") or p.name == "model.safetensors.index.json"}
+def weight_hashes(folder: Path) -> dict[str, dict[str, str]]:
+    """``files``: each weight file's sha-256 (layout included); ``tensors``: each tensor's dtype, shape and
+    sha-256 of its bytes, whichever file holds it (the values alone)."""
+    from safetensors import safe_open
+
+    files, tensors = {}, {}
+    for p in sorted(folder.iterdir()):
+        if p.name.endswith(".safetensors") or p.name == "model.safetensors.index.json":
+            files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.name.endswith(".safetensors"):
+            with safe_open(str(p), framework="pt") as f:
+                for name in f.keys():
+                    t = f.get_tensor(name)
+                    raw = t.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
+                    tensors[name] = f"{t.dtype}{list(t.shape)}:{hashlib.sha256(raw).hexdigest()}"
+    return {"files": files, "tensors": dict(sorted(tensors.items()))}
 
 
 def input_sets(work: Path, params: str) -> dict[str, tuple[Path, list[Path]]]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import engine, kernels
+from ram_desktop.core import kernels, passes
 from ram_desktop.core.engine import MergeRequest, merge
 
 from .conftest import make_models
@@ -238,7 +238,7 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
     outputs = {}
     for use in (True, False):
-        monkeypatch.setattr(engine, "_use_kernels", lambda device, use=use: use and device.type == "cpu")
+        monkeypatch.setattr(passes, "use_kernels", lambda device, use=use: use and device.type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
         result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method,

@@ -244,8 +244,8 @@ def _jit():
 
         As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
         only agent t updates (RAM+; ×1 for RAM) and ÷ max(1, c); multiplying or dividing by 1 is
-        exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Optionally the pattern histogram (a merge
-        that needed no probe first; returns the number of blocks with a non-finite τ then) and the
+        exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Returns the number of blocks with a
+        non-finite τ. Optionally the pattern histogram (a merge that needed no probe first) and the
         exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique elements whose rounded
         value the rescale changed / all its unique elements (``probe.rescale_changes``)."""
         n = base.shape[0]
@@ -282,7 +282,7 @@ def _jit():
                         mv += np.int64(pattern[j] == flagged)
                     surv[0, t] += mv
                     surv[1, t] += u + mv
-        return bad if want_hist else 0
+        return bad
 
     return {"count": count_kernel, "merge": merge_kernel, "to_bf16": float_to_bf16, "to_half": float_to_half,
             "from_bf16": bf16_to_float,
@@ -353,8 +353,8 @@ def selective_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
                          compute_dtype: torch.dtype, out_dtype: torch.dtype, lambdas: list[float] | None,
                          want_hist: bool, want_survival: bool
                          ) -> tuple[torch.Tensor, np.ndarray | None, bool, torch.Tensor | None] | None:
-    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype``; with ``want_hist`` also
-    the pattern histogram and whether τ is finite; with ``want_survival`` (and λ) the ``[2, N]`` int64
+    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype``, and whether every τ is
+    finite; with ``want_hist`` also the pattern histogram; with ``want_survival`` (and λ) the ``[2, N]`` int64
     rescale survival counts of ``probe.rescale_changes``. None when the kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
     if ops is None or out_dtype not in FLOATS:
