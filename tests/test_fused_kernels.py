@@ -242,7 +242,7 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
         result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method,
-                                    out_dtype=out_dtype, chunk_elements=999, shard_size="40KB"))
+                                    out_dtype=out_dtype, chunk_elements=999, shard_size="4KB"))
         files = sorted(p.name for p in out.glob("*.safetensors"))
         outputs[use] = ({f: (out / f).read_bytes() for f in files}, result.report["rescale_survival_share"],
                         [a.overlap for a in result.probe.agents])

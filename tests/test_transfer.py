@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+import pytest
 import torch
 from safetensors import safe_open
 
@@ -78,8 +79,13 @@ class FakeDeviceModule:
         return self.compute
 
 
-def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["torch", "fused-kernels"])
+def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch, fused):
     base, agents = models
+    if not fused:
+        monkeypatch.setattr(passes_module, "use_kernels", lambda device: False)
+    elif not passes_module.kernels.available():
+        pytest.skip("numba not installed")
     reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",
                                    out_dtype="float32", chunk_elements=300, use_cache=False))
 
@@ -124,6 +130,13 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
         return real_load(plan, job_index, span, base_raw, agent_raws, eps, workspace)
 
     monkeypatch.setattr(passes_module, "load_chunk", load_chunk)
+    real_fused = passes_module._fused_merges
+
+    def fused_merges(plan, index, span, base_raw, agent_raws, eps, variants, accumulator):
+        rec.add("compute", index, span.offset)  # the fused kernels compute here instead of through load_chunk
+        return real_fused(plan, index, span, base_raw, agent_raws, eps, variants, accumulator)
+
+    monkeypatch.setattr(passes_module, "_fused_merges", fused_merges)
     real_write = ShardSet.write
 
     def write(self, job_index, data):
