@@ -1,0 +1,269 @@
+"""The numba code of the fused CPU kernels (see ``kernels.py``, which imports this module lazily).
+
+Module-level functions with ``cache=True``: numba keeps the compiled machine code next to this file
+(or in ``NUMBA_CACHE_DIR``), so only the first run on a machine pays for compiling.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+jit = functools.partial(numba.njit, nogil=True, cache=True)
+
+
+@jit
+
+
+def half_to_float(h):
+    h = np.int64(h)
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    if e == 0x1F:
+        bits = sign | 0x7F800000 | (m << 13)
+    elif e == 0:
+        if m == 0:
+            bits = sign
+        else:
+            e2 = 113
+            while (m & 0x400) == 0:
+                m <<= 1
+                e2 -= 1
+            bits = sign | (e2 << 23) | ((m & 0x3FF) << 13)
+    else:
+        bits = sign | ((e + 112) << 23) | (m << 13)
+    return np.uint32(bits).view(np.float32)
+
+
+@jit
+
+
+def bf16_to_float(h):
+    return np.uint32(np.int64(h) << 16).view(np.float32)
+
+
+def widen(v):  # pragma: no cover - replaced by the overload in compiled code
+    raise NotImplementedError
+
+
+@overload(widen)
+
+
+def _widen(v):
+    """The compute value of one stored element: bfloat16 bits arrive as uint16, float16 bits as
+    int16 (so the dtype is known when compiling), other floats as themselves."""
+    if v == types.uint16:
+        return lambda v: bf16_to_float(v)
+    if v == types.int16:
+        return lambda v: half_to_float(v)
+    return lambda v: v
+
+
+@jit
+
+
+def float_to_bf16(x):
+    """float32 → bfloat16 bits, round to nearest even (NaN → 0x7FC0, as torch)."""
+    if x != x:
+        return np.int64(0x7FC0)
+    u = np.int64(np.float32(x).view(np.uint32))
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@jit
+
+
+def float_to_half(x):
+    """float32 → float16 bits, round to nearest even, overflow to ±inf (NaN → sign | 0x7E00, as torch)."""
+    u = np.int64(np.float32(x).view(np.uint32))
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    if a > 0x7F800000:
+        return sign | 0x7E00
+    if a >= 0x477FF000:  # ≥ 65520 (the tie between 65504 and 2^16 rounds to even: inf)
+        return sign | 0x7C00
+    if a >= 0x38800000:  # a normal float16: rebias, round 23 → 10 mantissa bits
+        a -= 0x38000000
+        return sign | ((a + 0xFFF + ((a >> 13) & 1)) >> 13)
+    if a < 0x33000000:  # below 2^-25 (2^-25 itself is a tie to the even 0)
+        return sign
+    e = a >> 23
+    m = (a & 0x7FFFFF) | 0x800000
+    shift = 126 - e  # value = m · 2^(e−150) = (m >> shift) units of 2^-24, 14 ≤ shift ≤ 24
+    q = m >> shift
+    rem = m & ((1 << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    if rem > half or (rem == half and (q & 1) == 1):
+        q += 1
+    return sign | q
+
+
+def store(out, i, x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(store)
+
+
+def _store(out, i, x):
+    """Round the compute value x once to the output dtype (bfloat16 as uint16 bits, float16 as
+    int16 bits, float64 → float32 first as torch's conversion does) and store it at out[i]."""
+    if out.dtype == types.uint16:
+        def impl(out, i, x):
+            out[i] = np.uint16(float_to_bf16(np.float32(x)))
+        return impl
+    if out.dtype == types.int16:
+        def impl(out, i, x):
+            out[i] = np.int16(float_to_half(np.float32(x)))
+        return impl
+    if out.dtype == types.float32:
+        def impl(out, i, x):
+            out[i] = np.float32(x)
+        return impl
+
+    def impl(out, i, x):
+        out[i] = x
+    return impl
+
+
+def rounded(out, x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(rounded)
+
+
+def _rounded(out, x):
+    """x rounded to ``out``'s dtype, as a float (for value comparisons: +0 equals −0)."""
+    if out.dtype == types.uint16:
+        return lambda out, x: bf16_to_float(float_to_bf16(np.float32(x)))
+    if out.dtype == types.int16:
+        return lambda out, x: half_to_float(float_to_half(np.float32(x)))
+    if out.dtype == types.float32:
+        return lambda out, x: np.float32(x)
+    return lambda out, x: x
+
+
+@jit
+
+
+def popcount(p):
+    p = p - ((p >> 1) & 0x55555555)
+    p = (p & 0x33333333) + ((p >> 2) & 0x33333333)
+    p = (p + (p >> 4)) & 0x0F0F0F0F
+    return (p * 0x01010101) >> 24
+
+
+@jit
+
+
+def pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
+    """For elements start .. start+length−1, in agent order 0..N−1 (each loop vectorises):
+    xb = base, total = Σ_t τ_t·[m_t] from +0, pattern = Σ_t m_t·2^t. Returns True when every τ
+    is finite."""
+    zero = eps - eps
+    bad = np.int32(0)  # an integer reduction (a float one could not be vectorised without reordering)
+    b = base[start:start + length]
+    for j in range(length):
+        xb[j] = widen(b[j])
+        total[j] = zero
+        pattern[j] = 0
+    for t in range(len(agents)):
+        a = agents[t][start:start + length]
+        bit = np.int32(1 << t)
+        for j in range(length):
+            v = widen(a[j]) - xb[j]
+            m = abs(v) > eps
+            total[j] = total[j] + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
+            pattern[j] = pattern[j] | (bit if m else np.int32(0))
+            bad |= np.int32(v - v != zero)  # ±inf − ±inf and NaN − NaN are NaN
+    return bad == 0
+
+
+@jit
+
+
+def histogram_block(pattern, length, hist):
+    """hist[k, p] += 1 for each element's pattern, four interleaved rows (no store-to-load stall)."""
+    j = 0
+    while j + 4 <= length:
+        hist[0, pattern[j]] += 1
+        hist[1, pattern[j + 1]] += 1
+        hist[2, pattern[j + 2]] += 1
+        hist[3, pattern[j + 3]] += 1
+        j += 4
+    while j < length:
+        hist[0, pattern[j]] += 1
+        j += 1
+
+
+@jit
+
+
+def count_kernel(base, agents, eps, one, hist, xb, total, pattern):
+    """Pass 1: hist[k, p] += number of elements with update pattern p (summed over k by the
+    caller). Returns the number of blocks with a non-finite τ (the caller then reports the tensor)."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    bad = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        if not pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
+            bad += 1
+        histogram_block(pattern, length, hist)
+    return bad
+
+
+@jit
+
+
+def merge_kernel(base, agents, eps, one, lam, use_lam, out, hist, want_hist, surv, want_surv,
+                 xb, total, pattern):
+    """Pass 2: θ = base + equation 7, rounded once into ``out``.
+
+    As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
+    only agent t updates (RAM+; ×1 for RAM) and ÷ max(1, c); multiplying or dividing by 1 is
+    exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Returns the number of blocks with a
+    non-finite τ. Optionally the pattern histogram (a merge that needed no probe first) and the
+    exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique elements whose rounded
+    value the rescale changed / all its unique elements (``probe.rescale_changes``)."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    nagents = len(agents)
+    zero = eps - eps
+    bad = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        if not pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
+            bad += 1
+        if want_hist:
+            histogram_block(pattern, length, hist)
+        o = out[start:start + length]
+        for j in range(length):
+            p = pattern[j]
+            c = popcount(p)
+            factor = lam[p] if use_lam else one  # λ_t for the one-agent pattern 2^t, else 1
+            divisor = zero + np.float32(c if c > 1 else 1)
+            merged = xb[j] + (total[j] * factor) / divisor
+            store(o, j, merged)
+            if want_surv:
+                # flag the unique elements whose rounded value the rescale moved (bit N of the pattern)
+                moved = rounded(o, xb[j] + total[j]) != rounded(o, merged)
+                pattern[j] = p | (np.int32(1 << nagents) if moved else np.int32(0))
+        if want_surv:
+            for t in range(nagents):
+                unique = np.int32(1 << t)
+                flagged = np.int32((1 << t) | (1 << nagents))
+                u = 0
+                mv = 0
+                for j in range(length):
+                    u += np.int64(pattern[j] == unique)
+                    mv += np.int64(pattern[j] == flagged)
+                surv[0, t] += mv
+                surv[1, t] += u + mv
+    return bad
