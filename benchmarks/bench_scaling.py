@@ -132,8 +132,11 @@ def plot(results: list[dict], path: Path) -> None:
                    symbol="s", symbolBrush="g", name="I/O floor (read inputs once)")
     plot_item.setLogMode(y=True)  # the I/O floor is an order of magnitude above a compute-bound merge
     plot_item.showGrid(x=True, y=True, alpha=0.3)
-    plot_item.layout.setContentsMargins(10, 20, 10, 10)
-    exporter = pyqtgraph.exporters.ImageExporter(plot_item)
+    plot_item.layout.setContentsMargins(10, 10, 10, 10)
+    widget.show()  # offscreen: lays the scene out at the widget size before exporting
+    app.processEvents()
+    # the whole scene, not the plot item: an item export clips the title drawn above the item's rect
+    exporter = pyqtgraph.exporters.ImageExporter(widget.scene())
     exporter.parameters()["width"] = 900
     exporter.export(str(path))
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
-from huggingface_hub import ModelCard, ModelCardData
+from typing import TYPE_CHECKING
 
 from .methods import get_method
 from .plan import MergePlan
 from .probe import ProbeReport
+
+if TYPE_CHECKING:
+    from huggingface_hub import ModelCard
 
 
 def _hub_base_id(plan: MergePlan) -> str | None:
@@ -19,7 +22,9 @@ def _hub_base_id(plan: MergePlan) -> str | None:
 
 
 def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[float], probe: ProbeReport,
-               out_dtype: str) -> ModelCard:
+               out_dtype: str) -> "ModelCard":
+    from huggingface_hub import ModelCard, ModelCardData  # ~0.2 s of imports, paid only when a card is written
+
     method = get_method(method_name)
     data = ModelCardData(
         base_model=_hub_base_id(plan),
