@@ -8,7 +8,7 @@ bits directly and do, per element, what those operations do, in the same IEEE or
   values are widened exactly from their bits;
 * m_t = |τ_t| > ε with ε rounded to the compute dtype (as torch compares a tensor with a scalar);
 * the update pattern p = Σ_t m_t·2^t and its histogram (``ProbeAccumulator``'s counts);
-* equation 7 exactly as ``methods.selective_merge`` computes it: s = Σ_t [m_t]·τ_t from +0 in agent
+* equation 7 exactly as ``methods.ram.selective_merge`` computes it: s = Σ_t [m_t]·τ_t from +0 in agent
   order 0..N−1, then s·λ_t where one agent updates (RAM+), s / c where c ≥ 2 agents do, +0 where
   none does; θ = base + that, rounded once to the output dtype (round-to-nearest-even on the bits,
   equal to torch's conversion; float64 goes through float32 first, as torch's does);
@@ -19,13 +19,14 @@ No fastmath, no fused multiply-add contraction (numba's default), so every value
 as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
 chunk-level compute threads provide the parallelism, so results never depend on thread count.
 
-``available()`` is False when numba cannot be imported; the engine then keeps the torch path,
+``available()`` is False when numba cannot be used; the passes then keep the torch path,
 which also stays the reference and the CUDA path.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 
@@ -34,17 +35,21 @@ import torch
 
 from .chunks import PATTERN_MAX_AGENTS
 
+log = logging.getLogger("ram_desktop")
+
 FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
 
 @functools.lru_cache(maxsize=None)
 def available() -> bool:
-    """Whether the fused kernels can run here (numba importable and not disabled by RAM_DESKTOP_KERNELS=0)."""
+    """Whether the fused kernels can run here: numba importable, its cache usable (a frozen bundle must
+    ship ``kernel_code.py`` as source), and not disabled by ``RAM_DESKTOP_KERNELS=0``."""
     if os.environ.get("RAM_DESKTOP_KERNELS", "1") == "0":
         return False
     try:
         _jit()
-    except ImportError:
+    except Exception as e:  # ImportError, or numba's "no locator available" for a missing source file
+        log.info("fused CPU kernels unavailable (%s); using the torch path", e)
         return False
     return True
 
