@@ -248,3 +248,28 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
                         [a.overlap for a in result.probe.agents])
     assert len(outputs[True][0]) >= 2
     assert outputs[True] == outputs[False]
+
+
+def test_kernels_fall_back_when_numba_cannot_be_set_up(monkeypatch):
+    def broken():
+        raise RuntimeError("cannot cache function: no locator available")
+
+    kernels.available.cache_clear()
+    monkeypatch.setattr(kernels, "_jit", broken)
+    try:
+        assert kernels.available() is False
+        assert passes.use_kernels(torch.device("cpu")) is False
+    finally:
+        monkeypatch.undo()
+        kernels.available.cache_clear()
+    assert kernels.available() is True
+
+
+def test_kernels_can_be_switched_off(monkeypatch):
+    kernels.available.cache_clear()
+    monkeypatch.setenv("RAM_DESKTOP_KERNELS", "0")
+    try:
+        assert kernels.available() is False
+    finally:
+        monkeypatch.undo()
+        kernels.available.cache_clear()
