@@ -238,15 +238,17 @@ def test_slices_the_kernels_do_not_cover_fall_back():
 
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, "base"), (torch.float16, "bfloat16"),
                                              (torch.float32, "float16"), (torch.float64, "base")])
-@pytest.mark.parametrize("method", ["ram", "ram-plus", "ram-plus-soft"])
-def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, method):
+@pytest.mark.parametrize("method,params", [("ram", {}), ("ram-plus", {}), ("ram-plus-soft", {}),
+                                           ("dare-ta", {"drop": 0.3, "seed": 5, "scale": 0.7}),
+                                           ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3})])
+def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
     outputs = {}
     for use in (True, False):
         monkeypatch.setattr(passes, "use_kernels", lambda device, use=use: use and device.type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
-        result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method,
+        result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method, params=params,
                                     out_dtype=out_dtype, chunk_elements=999, shard_size="4KB"))
         files = sorted(p.name for p in out.glob("*.safetensors"))
         outputs[use] = ({f: (out / f).read_bytes() for f in files}, result.report["rescale_survival_share"],

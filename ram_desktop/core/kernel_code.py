@@ -267,3 +267,67 @@ def merge_kernel(base, agents, eps, one, lam, use_lam, out, hist, want_hist, sur
                 surv[0, t] += mv
                 surv[1, t] += u + mv
     return bad
+
+
+@jit
+def mix32(x):
+    """lowbias32 (Wellons) of 0 ≤ x < 2³² held in an int64 (every product < 2⁶³)."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    x ^= x >> 16
+    return x
+
+
+@jit
+def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values):
+    """θ = base + DARE-TA (``ties`` False) or DARE-TIES merged task vector, rounded once into ``out``,
+    as ``methods.baselines`` computes them: per agent, u = mix32(mix32((i mod 2³²) XOR a_t) XOR
+    (i div 2³²) XOR b_t) for the flat position i = first + k, kept where u ≥ threshold as τ / (1 − p)
+    (``keep_scale``), else +0; TA: (Σ_t from +0)·λ; TIES: sign of the sum (≥ 0 is +), the mean of the
+    values agreeing with it (÷ max(1, count)), ·λ. Returns the number of blocks with a non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    zero = keep_scale - keep_scale
+    one = zero + np.float32(1)
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+        for t in range(len(agents)):
+            a = agents[t][start:start + length]
+            ka = keys_a[t]
+            kb = keys_b[t]
+            v_t = values[t]
+            for j in range(length):
+                i = first + start + j
+                x = mix32((i & 0xFFFFFFFF) ^ ka)
+                x = mix32(x ^ ((i >> 32) ^ kb))
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                v = tau / keep_scale if x >= threshold else zero
+                v_t[j] = v
+                total[j] = total[j] + v
+        if bad != 0:
+            bad_blocks += 1
+        o = out[start:start + length]
+        if not ties:
+            for j in range(length):
+                store(o, j, xb[j] + total[j] * scale)
+            continue
+        for j in range(length):
+            positive = total[j] >= zero
+            acc = zero
+            count = zero
+            for t in range(len(agents)):
+                v = values[t, j]
+                agree = (v if positive else -v) > zero  # negation is exact; zeros never agree
+                acc = acc + (v if agree else zero)
+                count = count + (one if agree else zero)
+            store(o, j, xb[j] + (acc / (count if count > one else one)) * scale)
+    return bad_blocks

@@ -71,7 +71,7 @@ def _jit() -> dict:
     from . import kernel_code as k
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
-            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float}
+            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel}
 
 
 def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
@@ -101,10 +101,16 @@ class _Buffers(threading.local):
     """Per-thread block buffers (a few KiB each), reused across calls."""
 
     def get(self, dtype: type) -> tuple[np.ndarray, ...]:
-        cache = self.__dict__.setdefault("cache", {})
+        cache = self.__dict__.setdefault("blocks", {})
         if dtype not in cache:
             cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int32))
         return cache[dtype]
+
+    def values(self, n_agents: int, dtype: type) -> np.ndarray:
+        cache = self.__dict__.setdefault("value_rows", {})
+        if (n_agents, dtype) not in cache:
+            cache[(n_agents, dtype)] = np.empty((n_agents, BLOCK), dtype)
+        return cache[(n_agents, dtype)]
 
 
 _BUFFERS = _Buffers()
@@ -156,3 +162,24 @@ def selective_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
                           want_hist, surv, count_survival, *_BUFFERS.get(cdt))
     return (merged, (hist.sum(0) if want_hist else None), bad == 0,
             torch.from_numpy(surv) if count_survival else None)
+
+
+def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], first: int, keys: list[tuple[int, int]],
+                    threshold: int, drop: float, scale: float, ties: bool, compute_dtype: torch.dtype,
+                    out_dtype: torch.dtype) -> tuple[torch.Tensor, bool] | None:
+    """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
+    ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
+    ``baselines.dare_keys``. None when the kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or out_dtype not in FLOATS:
+        return None
+    base, agents = ops
+    cdt = _compute_np(compute_dtype)
+    xb, total, _ = _BUFFERS.get(cdt)
+    values = _BUFFERS.values(len(agents), cdt)
+    merged = torch.empty(base_raw.shape, dtype=out_dtype)
+    keys_a = np.array([k[0] for k in keys], np.int64)
+    keys_b = np.array([k[1] for k in keys], np.int64)
+    bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
+                         ties, as_bits(merged), xb, total, values)
+    return merged, bad == 0

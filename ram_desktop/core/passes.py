@@ -184,6 +184,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
 
 def _fusable(variant: Variant) -> bool:
     observer = variant.observer
+    if variant.method.fused in ("dare-ta", "dare-ties"):
+        return observer is None
     return variant.method.fused in ("ram", "ram-plus") and (observer is None or hasattr(observer, "add_counts"))
 
 
@@ -194,6 +196,12 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
     job = plan.jobs[index]
     outputs = []
     for k, variant in enumerate(variants):
+        if variant.method.fused in ("dare-ta", "dare-ties"):
+            merged = _fused_dare(plan, index, span, base, agents, eps, variant, accumulator if k == 0 else None)
+            if merged is None:
+                return None
+            outputs.append(merged)
+            continue
         lambdas = [float(x) for x in variant.context] if variant.method.fused == "ram-plus" else None
         counting = accumulator is not None and k == 0
         done = kernels.selective_merge_into(base, agents, eps, job.compute_dtype, job.out_dtype, lambdas,
@@ -209,6 +217,27 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
             variant.observer.add_counts(merged.dtype, changed)
         outputs.append(merged)
     return outputs
+
+
+def _fused_dare(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
+                variant: Variant, accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
+    """DARE-TA / DARE-TIES of one chunk through ``kernels.dare_merge_into`` (and the probe's counts
+    through ``kernels.count_patterns`` when no probe ran first)."""
+    from .methods.baselines import dare_keys, drop_threshold
+
+    job, ctx = plan.jobs[index], variant.context
+    keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(agents))]
+    done = kernels.dare_merge_into(base, agents, span.offset, keys, drop_threshold(ctx.drop), ctx.drop, ctx.scale,
+                                   variant.method.fused == "dare-ties", job.compute_dtype, job.out_dtype)
+    counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
+    if done is None or (accumulator is not None and counted is None):
+        return None
+    merged, finite = done
+    if not finite:
+        load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
+    if accumulator is not None:
+        accumulator.add_pattern_counts(index, counted[0])
+    return merged
 
 
 class BackgroundWriter:

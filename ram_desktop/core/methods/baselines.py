@@ -395,6 +395,7 @@ METHODS = (
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
         # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
         thread_safe=True,
+        fused="dare-ta",  # CPU passes: kernels.dare_merge_into, the same bits
     ),
     MergeMethod(
         "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
@@ -402,5 +403,6 @@ METHODS = (
         dare_ties_merge,
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
         thread_safe=True,
+        fused="dare-ties",
     ),
 )
