@@ -77,13 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-size", default="5GB", help="largest output shard (default 5GB)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
-    p = sub.add_parser("run", help="run a ram-recipe.yaml")
+    p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
     p = sub.add_parser("demo", help="write the built-in demo base and agents")
     p.add_argument("dir", type=Path)
+
+    p = sub.add_parser("export-mergekit", help="write the closest mergekit YAML for a recipe, differences as comments")
+    p.add_argument("recipe", type=Path)
+    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+
+    p = sub.add_parser("publish", help="upload a merged output folder to a new Hugging Face Hub repository")
+    p.add_argument("dir", type=Path, help="the output folder of a merge (with its README.md model card)")
+    p.add_argument("repo_id", metavar="org/name")
+    p.add_argument("--private", action="store_true", help="create the repository private")
     return parser
 
 
@@ -183,8 +192,30 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         request = engine.MergeRequest(args.base, args.agents, args.out, args.method, params, _names(args.names),
                                       args.eps, args.device, args.out_dtype, args.shard_size, args.overwrite,
                                       vocab=args.vocab)
+    elif args.command == "export-mergekit":
+        from .core.mergekit_config import to_mergekit
+
+        text = to_mergekit(Recipe.load(args.recipe))
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            try:
+                args.out.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
+        return EXIT_OK
+    elif args.command == "publish":
+        from .core.publish import publish
+
+        print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
+        return EXIT_OK
     else:
-        request = engine.MergeRequest.from_recipe(Recipe.load(args.recipe), args.out, overwrite=args.overwrite)
+        from .core.mergekit_config import load_recipe_or_mergekit
+
+        loaded = load_recipe_or_mergekit(args.recipe)
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        request = engine.MergeRequest.from_recipe(loaded.recipe, args.out, overwrite=args.overwrite)
     result = engine.merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
