@@ -20,6 +20,7 @@ from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..core.probe import ProbeReport, cache_dir
 from ..core.recipe import Recipe
+from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
 from .method_panel import MethodPanel
@@ -168,14 +169,19 @@ class MainWindow(QMainWindow):
         self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")
         self.open_card_button = QPushButton("Open model card")
+        self.publish_button = QPushButton("Publish to Hub…")
+        self.publish_button.setToolTip("Create a Hugging Face repository and upload the merged model with its card")
         result_buttons = QHBoxLayout()
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
+        result_buttons.addWidget(self.publish_button)
         result_buttons.addStretch(1)
         result_layout.addWidget(self.result_text)
         result_layout.addLayout(result_buttons)
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
+        self.publish_button.clicked.connect(lambda: ecosystem.publish_dialog(self))
 
         run_row = QHBoxLayout()
         run_row.addWidget(self.analyse_button)
@@ -246,11 +252,18 @@ class MainWindow(QMainWindow):
         self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.import_mergekit_dialog(self))
+        self.export_mergekit_action = QAction("Export &mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.export_mergekit_dialog(self))
         self.recent_menu = file_menu.addMenu("Open &recent")
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.import_mergekit_action)
+        file_menu.addAction(self.export_mergekit_action)
         file_menu.addSeparator()
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
@@ -356,7 +369,8 @@ class MainWindow(QMainWindow):
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
-        for action in (self.open_action, self.save_action, self.demo_action, self.export_action):
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action,
+                       self.import_mergekit_action, self.export_mergekit_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
 
@@ -583,6 +597,7 @@ class MainWindow(QMainWindow):
         self.result_text.setText("Merging…")
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
@@ -614,6 +629,7 @@ class MainWindow(QMainWindow):
         self.result_text.setOpenExternalLinks(True)
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
+        self.publish_button.setEnabled((result.out / "README.md").is_file())
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
@@ -731,6 +747,21 @@ class MainWindow(QMainWindow):
             return False
         try:
             recipe = Recipe.load(Path(path))
+        except InputError as e:
+            self.show_error(str(e))
+            log.error(str(e))
+            return False
+        if not self.apply_recipe(recipe, str(path)):
+            return False
+        self.recipe_path = Path(path)
+        self._add_recent(Path(path).resolve())
+        self.setWindowTitle(f"RAM Desktop — {Path(path).name}")
+        log.info("opened recipe %s", path)
+        return True
+
+    def apply_recipe(self, recipe: Recipe, where: str) -> bool:
+        """Put a recipe's method, settings and sources into the window (a recipe file or an imported config)."""
+        try:
             self.method.set_method(recipe.method, {})
             self.method.current.resolve(recipe.params)
         except InputError as e:
@@ -738,7 +769,7 @@ class MainWindow(QMainWindow):
             log.error(str(e))
             return False
         except ValueError:
-            self.show_error(f"{path}: unknown method {recipe.method!r}")
+            self.show_error(f"{where}: unknown method {recipe.method!r}")
             return False
         self.method.set_method(recipe.method, recipe.params)
         self.method.eps.setText(repr(float(recipe.eps)))
@@ -747,10 +778,6 @@ class MainWindow(QMainWindow):
         self.method.set_device(recipe.device)
         self.method.out_dir.setText(recipe.out or "")
         self.set_sources(recipe.base, recipe.agents, recipe.names)
-        self.recipe_path = Path(path)
-        self._add_recent(Path(path).resolve())
-        self.setWindowTitle(f"RAM Desktop — {Path(path).name}")
-        log.info("opened recipe %s", path)
         return True
 
     def current_recipe(self) -> Recipe:
