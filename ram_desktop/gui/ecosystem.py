@@ -136,7 +136,7 @@ class PublishDialog(QDialog):
             ok = True
         except InputError:
             ok = False
-        self.publish_button.setEnabled(ok and (self._job is None))
+        self.publish_button.setEnabled(ok and self._job is None and self.url is None)
 
     def start(self) -> None:
         """Create the repository and upload, in a worker thread (the dialog stays open)."""
