@@ -169,8 +169,7 @@ def prepare_sources(base: str, agents: list[str], reporter: Reporter, token: str
         plan = precheck(base, agents, token, names, out_dtype, vocab, out)
     except InputError as e:
         if "cannot reach the Hugging Face Hub" in str(e):
-            log.warning("the Hub cannot be reached to check sources before downloading (%s)", e)
-            return
+            return  # opening the sources says it (or falls back to a cached snapshot with a warning)
         raise
     if plan is not None:
         download_all([base, *agents], reporter, token)
