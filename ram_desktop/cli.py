@@ -12,8 +12,9 @@ from typing import Sequence
 from . import __version__
 from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
+from .core import defaults
 from .core.methods import METHODS, Param
-from .core.plan import OUT_DTYPES
+from .core.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -49,9 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("base", help="base model: folder, .safetensors file, or Hub id org/name[@rev]")
         p.add_argument("agents", nargs="+", help="agent checkpoints fine-tuned from the base")
         p.add_argument("--names", help="comma-separated agent names (default: folder names)")
-        p.add_argument("--eps", type=float, default=1e-5, help="update threshold ε (default 1e-5)")
-        p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-        p.add_argument("--vocab", default="exact", choices=["exact", "common"],
+        p.add_argument("--eps", type=float, default=defaults.EPS, help=f"update threshold ε (default {defaults.EPS:g})")
+        p.add_argument("--device", default=defaults.DEVICE, help="auto, cpu, cuda or cuda:N (default auto)")
+        p.add_argument("--vocab", default=defaults.VOCAB, choices=list(VOCAB_MODES),
                        help="vocabulary-size differences between base and agents: exact (default) refuses them; "
                             "common merges the shared rows and keeps the base's rows for the rest")
 
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_methods_epilog())
     sources(p)
     p.add_argument("--out", type=Path, required=True, help="output folder (must not exist or be empty)")
-    p.add_argument("--method", default="ram-plus", choices=list(METHODS), help="merge method (default ram-plus)")
+    p.add_argument("--method", default=defaults.METHOD, choices=list(METHODS),
+                   help=f"merge method (default {defaults.METHOD})")
     for name, takers in method_flags().items():
         first = takers[0][1]
         kwargs = {"choices": first.choices} if first.choices else {}
@@ -73,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         text = " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
         p.add_argument(first.flag, dest=f"param_{name}", metavar=name.upper(), type=first.kind, default=None,
                        help=text, **kwargs)
-    p.add_argument("--out-dtype", default="base", choices=list(OUT_DTYPES), help="output dtype (default: the base's)")
-    p.add_argument("--shard-size", default="5GB", help="largest output shard (default 5GB)")
+    p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
+                   help="output dtype (default: the base's)")
+    p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
@@ -167,6 +170,7 @@ def _setup_logging(quiet: bool) -> None:
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core import engine
     from .core.recipe import Recipe
+    from .core.session import Session
 
     if args.command == "demo":
         from .core.demo import write_demo
@@ -188,10 +192,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         print(format_probe(report))
         return EXIT_OK
     if args.command == "merge":
-        params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
-        request = engine.MergeRequest(args.base, args.agents, args.out, args.method, params, _names(args.names),
-                                      args.eps, args.device, args.out_dtype, args.shard_size, args.overwrite,
-                                      vocab=args.vocab)
+        session = session_from_args(args)
     elif args.command == "export-mergekit":
         from .core.mergekit_config import to_mergekit
 
@@ -215,11 +216,21 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         loaded = load_recipe_or_mergekit(args.recipe)
         for warning in loaded.warnings:
             log.warning("%s", warning)
-        request = engine.MergeRequest.from_recipe(loaded.recipe, args.out, overwrite=args.overwrite)
-    result = engine.merge(request, reporter)
+        session = Session.from_recipe(loaded.recipe)
+    result = engine.merge(session.to_request(args.out, overwrite=args.overwrite), reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
+
+
+def session_from_args(args: argparse.Namespace):
+    """The Session that ``merge``'s flags describe."""
+    from .core.session import Session
+
+    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    return Session(base=args.base, agents=list(args.agents), names=_names(args.names), method=args.method,
+                   params=params, eps=args.eps, device=args.device, out_dtype=args.out_dtype,
+                   shard_size=args.shard_size, out=str(args.out), vocab=args.vocab)
 
 
 def _names(text: str | None) -> list[str] | None:

@@ -12,7 +12,7 @@ most ``MAX_PARALLEL``) with one combined ``download`` progress (bytes of all rep
 cancelling stops every transfer at its next progress update. The huggingface_hub cache keeps finished
 files and partial ``.incomplete`` ones, so a later run resumes.
 
-Every call goes through ``huggingface_hub.get_safetensors_metadata`` and ``core.hub`` (tests replace
+Every call goes through ``huggingface_hub.get_safetensors_metadata`` and ``core.formats.hub`` (tests replace
 the huggingface_hub attributes).
 """
 
@@ -28,12 +28,12 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from . import hub
+from .formats import hub
 from .errors import Cancelled, InputError
 from .events import CancelToken, ProgressEvent, Reporter
 from .plan import MergePlan, make_plan
-from .safetensors_io import DTYPES, TensorInfo
-from .sources import HUB_ID, Checkpoint
+from .formats import HUB_ID, Checkpoint, TensorInfo
+from .formats.base import DTYPES
 
 log = logging.getLogger("ram_desktop")
 
@@ -119,7 +119,7 @@ def precheck(base: str, agents: list[str], token: str | None = None, names: list
     remote_specs = [s for s in specs if is_hub_source(s)]
     if not remote_specs or hub.is_offline():
         return None
-    from .sources import open_checkpoint
+    from .formats import open_checkpoint
 
     opened: dict[str, Checkpoint] = dict(local or {})
     remotes: list[RemoteSource] = []

@@ -17,7 +17,7 @@ import huggingface_hub as hf
 
 from .errors import InputError
 from .events import Reporter
-from .hub import REPO_ID, hub_error
+from .formats.hub import REPO_ID, hub_error
 
 log = logging.getLogger("ram_desktop")
 

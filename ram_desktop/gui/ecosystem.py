@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -31,20 +31,19 @@ from ..core.mergekit_config import load_mergekit, to_mergekit
 from ..core.publish import check_repo_id, has_stored_token, publish
 from .worker import Job
 
-if TYPE_CHECKING:
-    from .main_window import MainWindow
+MainWindow = Any  # the main window (not imported: main_window imports this module)
 
 log = logging.getLogger("ram_desktop")
 YAML_FILTER = "mergekit configs (*.yaml *.yml);;All files (*)"
 
 
-def import_mergekit_dialog(window: "MainWindow") -> None:
+def import_mergekit_dialog(window: MainWindow) -> None:
     path, _ = QFileDialog.getOpenFileName(window, "Import mergekit YAML", window.sources.browse_dir, YAML_FILTER)
     if path:
         import_mergekit(window, Path(path))
 
 
-def import_mergekit(window: "MainWindow", path: Path) -> bool:
+def import_mergekit(window: MainWindow, path: Path) -> bool:
     """Load a mergekit configuration into the window like a recipe; what differs from mergekit is shown."""
     if window.busy():
         return False
@@ -65,14 +64,14 @@ def import_mergekit(window: "MainWindow", path: Path) -> bool:
     return True
 
 
-def export_mergekit_dialog(window: "MainWindow") -> None:
+def export_mergekit_dialog(window: MainWindow) -> None:
     start = str(Path(window.sources.browse_dir) / "mergekit.yaml")
     path, _ = QFileDialog.getSaveFileName(window, "Export mergekit YAML", start, YAML_FILTER)
     if path:
         export_mergekit(window, Path(path))
 
 
-def export_mergekit(window: "MainWindow", path: Path) -> bool:
+def export_mergekit(window: MainWindow, path: Path) -> bool:
     if window.sources.base is None or not window.sources.agents:
         window.show_error("add a base and at least one agent before exporting a mergekit config")
         return False
@@ -185,7 +184,7 @@ class PublishDialog(QDialog):
         super().done(code)
 
 
-def publish_dialog(window: "MainWindow") -> None:
+def publish_dialog(window: MainWindow) -> None:
     if window.result is None:
         return
     PublishDialog(window, window.result.out, repo_id="").exec()

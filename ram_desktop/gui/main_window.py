@@ -24,7 +24,8 @@ from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
 from .method_panel import MethodPanel
-from .sources_panel import SourcesPanel, human_bytes
+from ..core.output import human_bytes
+from .sources_panel import SourcesPanel
 from .worker import Job, LogBridge
 
 log = logging.getLogger("ram_desktop")

@@ -13,21 +13,14 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLay
 
 from ..core.errors import RamError
 from ..core.events import CancelToken, ProgressEvent, Reporter
-from ..core.sources import Checkpoint, open_checkpoint
+from ..core.formats import Checkpoint, open_checkpoint
+from ..core.output import human_bytes
 from .charts import agent_color
 from .hub_dialog import HubDialog
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
 OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor("#666666")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
 
 
 def default_name(spec: str) -> str:
