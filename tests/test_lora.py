@@ -198,3 +198,18 @@ def test_adapter_as_base_is_refused(lora_models, tmp_path, capsys):
     _, agent_dirs, _ = lora_models
     assert main(["-q", "merge", str(agent_dirs[0]), str(agent_dirs[2]), "--out", str(tmp_path / "o")]) == 2
     assert "cannot be the base" in capsys.readouterr().err
+
+
+def test_adapter_from_the_hub(lora_models, tmp_path, monkeypatch):
+    """An adapter repository on the Hub (adapter_config.json is downloaded with it) merges like the local folder."""
+    from tests.hubcache import FakeHub, sha_of
+
+    base_dir, agent_dirs, _ = lora_models
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    hub = FakeHub(monkeypatch, {"org/base": (base_dir, sha_of("base")), "org/plain": (agent_dirs[0], sha_of("plain"))})
+    merge(MergeRequest("org/base", ["org/plain"], tmp_path / "hub-out", "ram", out_dtype="float32"))
+    assert "adapter_config.json" in hub.downloads
+    merge(MergeRequest(str(base_dir), [str(agent_dirs[0])], tmp_path / "local-out", "ram", out_dtype="float32"))
+    a, b = ref.load_model(tmp_path / "hub-out"), ref.load_model(tmp_path / "local-out")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

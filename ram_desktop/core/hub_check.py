@@ -66,6 +66,9 @@ def remote_source(spec: str, token: str | None = None) -> RemoteSource | None:
     (pickle checkpoints cannot be read remotely: they are checked after their download)."""
     repo_id, revision = hub.parse_spec(spec)
     listing = hub.list_repo_files(repo_id, revision, token)
+    if "adapter_config.json" in listing.sizes:
+        log.info("%s: a LoRA adapter is checked against its base after downloading (it is small)", repo_id)
+        return None
     if listing.weights_format != "safetensors":
         log.info("%s: %s weights cannot be checked before downloading", repo_id, listing.weights_format)
         return None
