@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import huggingface_hub as hf
+import torch
 import yaml
 from PySide6.QtCore import Qt
 
@@ -103,3 +104,42 @@ def test_publish_button_uploads_the_result_and_keeps_no_token(qtbot, window, dem
     assert SECRET.encode() not in stored  # not in QSettings (settings.ini), outputs, recipes or the upload
     assert all(SECRET not in str(settings.value(k)) for k in settings.allKeys())
     assert SECRET not in window.log_view.toPlainText()
+
+
+def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tmp_path):
+    """Dropping a PEFT adapter folder next to full agents: it opens, analyses and merges."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from ram_desktop.core.formats.safetensors_format import read_header
+    from tests.gui.conftest import drop_paths
+
+    base, agents = demo_models
+    tensors, _ = read_header(base / "model.safetensors")
+    targets = [n for n in tensors if n.endswith("self_attn.q_proj.weight")]
+    assert targets
+    g = torch.Generator().manual_seed(11)
+    factors = {}
+    for name in targets:
+        out, inp = tensors[name].shape
+        module = "base_model.model." + name[: -len(".weight")]
+        factors[f"{module}.lora_A.weight"] = torch.randn((2, inp), generator=g)
+        factors[f"{module}.lora_B.weight"] = torch.randn((out, 2), generator=g) * 0.01
+    adapter = tmp_path / "q-lora"
+    adapter.mkdir()
+    save_file(factors, str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text(json.dumps(
+        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "base_model_name_or_path": str(base),
+         "target_modules": ["q_proj"]}))
+    drop_paths(window.sources, [base, agents[0], adapter])
+    qtbot.waitUntil(lambda: window.sources.all_ready() and window.analyse_button.isEnabled(), timeout=10000)
+    analyse(qtbot, window)
+    assert window.report is not None and window.report.names[-1] == "q-lora"
+    assert window.report.agents[-1].density > 0
+    window.method.out_dir.setText(str(tmp_path / "merged"))
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"], window.message.text.text()
+    assert (tmp_path / "merged" / "model.safetensors").is_file()
+
