@@ -372,7 +372,7 @@ def to_mergekit(recipe: Recipe) -> str:
         raise InputError(f"method {m} has no mergekit equivalent")
     if recipe.vocab != "exact":
         notes.append("vocab: common (merge shared vocabulary rows) has no mergekit equivalent here")
-    notes.append(f"shard size {recipe.shard_size}: pass mergekit-yaml --max-shard-size; device {recipe.device}: "
+    notes.append(f"shard size {recipe.shard_size}: see mergekit-yaml --out-shard-size; device {recipe.device}: "
                  "pass --cuda for a GPU")
 
     data: dict[str, Any] = {"merge_method": method, "base_model": recipe.base, "models": []}
