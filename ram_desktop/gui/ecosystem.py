@@ -59,7 +59,14 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
     for warning in imported.warnings:
         log.warning("%s", warning)
     if imported.warnings:
-        window.show_warning("Imported from mergekit; differences: " + " · ".join(imported.warnings))
+        text = "Imported from mergekit; differences: " + " · ".join(imported.warnings)
+        window.show_warning(text)
+
+        def show_again(_ok: bool) -> None:  # the analysis that loading starts clears the message bar
+            window.analysis_finished.disconnect(show_again)
+            window.show_warning(text)
+
+        window.analysis_finished.connect(show_again)
     log.info("imported mergekit config %s as %s", path, imported.recipe.method)
     return True
 

@@ -34,6 +34,8 @@ def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_pat
     assert window.method.params()["density"] == 0.3 and window.method.params()["scale"] == 0.8
     assert window.sources.base.spec == str(base) and [r.spec for r in window.sources.agents] == list(map(str, agents))
     assert "int(k·n)" in window.message.text.text()
+    qtbot.waitUntil(lambda: window.report is not None and not window.busy(), timeout=30000)
+    qtbot.waitUntil(lambda: window.message.isVisible() and "int(k·n)" in window.message.text.text(), timeout=5000)
     assert "(mergekit)" in window.windowTitle()
     assert window.recipe_path is None  # Save recipe never overwrites the mergekit file
 
