@@ -103,42 +103,66 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
         scorer.check(suite)
     resolved = [_resolve(ref, reporter) for ref in refs]
 
-    total = len(refs) * sum(len(s) for s in suites)
-    done = 0
-    generated = 0
-    reporter.progress(STAGE, 0, total, "examples", "starting")
+    progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
+    progress.report("starting")
     completions: list[list[list[str]]] = []
+    rewards: list[list[list[float]]] = []
     for ref, folder, _ in resolved:
-        reporter.progress(STAGE, done, total, "examples", f"loading {ref.name}")
-        per_suite: list[list[str]] = []
-        with _loaded(folder, ref.name, torch_device) as (model, tokenizer):
-            model_start, model_tokens, model_done = time.perf_counter(), 0, 0
-            for suite in suites:
-                prompts = prompt_ids(tokenizer, suite, ref.name)
-                texts = [""] * len(prompts)
-                for indices, outputs, tokens in _generate(model, tokenizer, prompts, suite.max_new_tokens,
-                                                          batch_size, torch_device, reporter):
-                    for i, text in zip(indices, outputs):
-                        texts[i] = text
-                    done += len(indices)
-                    model_done += len(indices)
-                    model_tokens += tokens
-                    generated += tokens
-                    elapsed = max(time.perf_counter() - model_start, 1e-9)
-                    reporter.progress(STAGE, done, total, "examples",
-                                      f"{ref.name} · {suite.name} · {model_done / elapsed:.2f} examples/s · "
-                                      f"{model_tokens / elapsed:.1f} tokens/s")
-                per_suite.append(texts)
-        completions.append(per_suite)
-
-    rewards = [[scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, per_suite)]
-               for per_suite in completions]
+        completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
+        gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
+        if torch_device.type == "cuda":
+            torch.cuda.empty_cache()
+        # scored now, so a reward function that fails stops the run after the first model, not the last
+        rewards.append([scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, completions[-1])])
     scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
     return EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
         suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
         scores=scores, seconds=time.perf_counter() - start, device=str(torch_device), versions=versions(),
-        completions=completions, rewards=rewards, generated_tokens=generated)
+        completions=completions, rewards=rewards, generated_tokens=progress.tokens)
+
+
+class _Progress:
+    """Examples done across models and suites, reported after every batch with this model's rates."""
+
+    def __init__(self, reporter: Reporter, total: int) -> None:
+        self.reporter, self.total, self.done, self.tokens = reporter, total, 0, 0
+        self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
+
+    def report(self, detail: str) -> None:
+        self.reporter.progress(STAGE, self.done, self.total, "examples", detail)
+
+    def start_model(self) -> None:
+        self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
+
+    def batch(self, model: str, suite: str, examples: int, tokens: int) -> None:
+        self.done += examples
+        self.tokens += tokens
+        self.model_done += examples
+        self.model_tokens += tokens
+        elapsed = max(time.perf_counter() - self.model_start, 1e-9)
+        self.report(f"{model} · {suite} · {self.model_done / elapsed:.2f} examples/s · "
+                    f"{self.model_tokens / elapsed:.1f} tokens/s")
+
+
+def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int,
+              progress: _Progress) -> list[list[str]]:
+    """Load one model, generate the completions of every suite (in suite order), free the model."""
+    progress.report(f"loading {ref.name}")
+    per_suite: list[list[str]] = []
+    with _loaded(folder, ref.name, device) as (model, tokenizer):
+        progress.start_model()
+        for suite in suites:
+            prompts = prompt_ids(tokenizer, suite, ref.name)
+            texts = [""] * len(prompts)
+            for indices, outputs, tokens in _generate(model, tokenizer, prompts, suite.max_new_tokens, batch_size,
+                                                      device, progress.reporter):
+                for i, text in zip(indices, outputs):
+                    texts[i] = text
+                progress.batch(ref.name, suite.name, len(indices), tokens)
+            per_suite.append(texts)
+        del model, tokenizer
+    return per_suite
 
 
 def versions() -> dict[str, str]:
@@ -251,16 +275,13 @@ def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any
         model.eval()
         yield model, tokenizer
     finally:
-        del model
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        del model  # the caller drops its own references; evaluate() collects once _complete returns
 
 
 def _check_loading_info(info: dict[str, Any], where: str) -> None:
     """transformers fills weights the checkpoint lacks (or has in another shape) with random values and
     only logs it; an evaluation of such a model would be meaningless, so it is refused."""
-    mismatched = list(info.get("mismatched_keys") or [])
+    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda item: item[0])
     if mismatched:
         name, stored, expected = mismatched[0]
         raise InputError(f"{where}: tensor {name} has shape {list(stored)} in the checkpoint but config.json "

@@ -158,7 +158,9 @@ def _read_yaml(file: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise InputError(f"{file}: expected keys such as name: and scorer:, found {type(data).__name__}")
-    key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in node.value} if isinstance(node, yaml.MappingNode) else {}
+    pairs = node.value if isinstance(node, yaml.MappingNode) else []
+    key_lines = {str(k.value): k.start_mark.line + 1 for k, _ in pairs}
+    written = {str(k.value): v.value for k, v in pairs if isinstance(v, yaml.ScalarNode)}  # as typed: name: 2024
 
     def bad(key: str, what: str) -> InputError:
         return InputError(f"{file}, line {key_lines.get(key, '?')}: {key}: {what}")
@@ -168,6 +170,8 @@ def _read_yaml(file: Path) -> dict[str, Any]:
         key = str(key)
         if key not in YAML_KEYS:
             raise bad(key, f"unknown key; a suite.yaml takes {', '.join(YAML_KEYS)}")
+        if key == "name" and value is not None and not isinstance(value, (str, list, dict)):
+            value = written.get(key, str(value))
         if key in ("name", "scorer") and (not isinstance(value, str) or not value.strip()):
             raise bad(key, f"expected text, found {value!r}")
         if key == "name":
