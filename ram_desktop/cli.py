@@ -121,7 +121,7 @@ class _ProgressBar:
         bar = self.bars.get(event.stage)
         if bar is None:
             bar = tqdm(total=event.total, desc=event.stage, unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
-                       unit_scale=True, file=sys.stderr, leave=True, dynamic_ncols=True)
+                       unit_scale=event.unit != "examples", file=sys.stderr, leave=True, dynamic_ncols=True)
             self.bars[event.stage] = bar
         if event.total != bar.total:  # type: ignore[attr-defined]
             bar.total = event.total  # type: ignore[attr-defined]  # a download's total grows as files are listed

@@ -37,8 +37,8 @@ def lms(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @functools.lru_cache(maxsize=None)
-def _tokenizer():
-    return build_tokenizer()
+def _tokenizer(qwen2_pipeline: bool = True):
+    return build_tokenizer(qwen2_pipeline=qwen2_pipeline)
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,11 +46,11 @@ def _model(folder: Path):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
-def reference(folder: Path, text: str, max_new_tokens: int) -> tuple[str, bool]:
+def reference(folder: Path, text: str, max_new_tokens: int, qwen2_pipeline: bool = True) -> tuple[str, bool]:
     """Greedy decoding written out: one example, no padding, no KV cache, the argmax of the last
     position's logits at each step, tokenized with the tokenizer object built in tinylm (not the
     saved one). Returns the completion and whether it stopped at the end-of-sequence token."""
-    tok = _tokenizer()
+    tok = _tokenizer(qwen2_pipeline)
     eos = tok.token_to_id("<|im_end|>")
     ids, new = tok.encode(text).ids, []
     model = _model(folder)
@@ -155,6 +155,23 @@ def test_chat_template_on_and_off(lms, tmp_path):
 
     result = evaluate(model_refs([plain]), [suites["auto"]], batch_size=2)  # no template: raw prompt
     assert result.completions == [[[reference(plain, f"{SYSTEM}\n\n{p}", 6)[0] for p in PROMPTS[:4]]]]
+
+
+def test_tokenizer_json_as_written_when_transformers_substitutes_one(tmp_path, caplog):
+    """A qwen2 folder whose tokenizer_config.json declares the generic class but whose tokenizer.json is
+    not Qwen2's: transformers 5 would load Qwen2Tokenizer (different ids for " 42"); the runner uses the
+    file as written and says so."""
+    folder = write_tiny_lm(tmp_path / "gpt2-style", chat_template=False, seed=2, qwen2_pipeline=False)
+    built = _tokenizer(False)
+    assert transformers.AutoTokenizer.from_pretrained(folder)("the number 42")["input_ids"] != \
+        built.encode("the number 42").ids  # the substitution this guards against
+    prompts = ["Remember the number 42", "What is 2 + 3? The answer is", "the number 42 and 42"]
+    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in prompts],
+                                   "max_new_tokens: 6\n"))
+    with caplog.at_level("WARNING", logger="ram_desktop"):
+        result = evaluate(model_refs([folder]), [suite], batch_size=2)
+    assert result.completions == [[[reference(folder, p, 6, qwen2_pipeline=False)[0] for p in prompts]]]
+    assert "using tokenizer.json as written" in caplog.text and "gpt2-style" in caplog.text
 
 
 def test_chat_template_true_without_one_is_refused(lms, tmp_path, capsys):

@@ -24,13 +24,17 @@ CORPUS = ["What is 2 + 3? The answer is 5.", "Say hello to the world, then stop.
           "Question: how many legs does a cat have? Answer: 4"]
 
 
-def build_tokenizer(vocab_size: int = 320) -> Tokenizer:
-    """A byte-level BPE with Qwen2's normalizer and pre-tokenizer, trained on ``CORPUS``."""
+def build_tokenizer(vocab_size: int = 320, qwen2_pipeline: bool = True) -> Tokenizer:
+    """A byte-level BPE trained on ``CORPUS``, with Qwen2's normalizer and pre-tokenizer (or, with
+    ``qwen2_pipeline=False``, GPT-2's byte-level pre-tokenizer, which keeps digits with a leading space)."""
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    if qwen2_pipeline:
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
@@ -39,14 +43,16 @@ def build_tokenizer(vocab_size: int = 320) -> Tokenizer:
 
 
 def write_tiny_lm(folder: Path, chat_template: bool = True, seed: int = 0, layers: int = 2,
-                  hidden: int = 64, init_std: float = 0.5, eos_scale: float = 2.0) -> Path:
+                  hidden: int = 64, init_std: float = 0.5, eos_scale: float = 2.0,
+                  qwen2_pipeline: bool = True) -> Path:
     """A random-weight Qwen2 model + the tokenizer above (optionally with a chat template), saved with
     ``save_pretrained``. ``init_std`` above transformers' 0.02 spreads the logits so greedy choices are
     far from ties; ``eos_scale`` enlarges the end-of-sequence row of the output layer so that some
-    completions stop early and others run to the token limit."""
+    completions stop early and others run to the token limit. ``qwen2_pipeline=False`` gives a
+    tokenizer that transformers' Qwen2Tokenizer would encode differently."""
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-    tok = build_tokenizer()
+    tok = build_tokenizer(qwen2_pipeline=qwen2_pipeline)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     if chat_template:
         fast.chat_template = CHAT_TEMPLATE

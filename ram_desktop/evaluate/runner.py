@@ -96,6 +96,7 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
         raise InputError(f"batch size must be a whole number of at least 1, got {batch_size!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"limit must be a whole number of at least 1, got {limit!r}")
+    require_transformers()
     torch_device = resolve_device(device)
     suites = [s.head(limit) for s in suites]
     scorers = [make_scorer(s.scorer_spec) for s in suites]
@@ -163,6 +164,16 @@ def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.de
             per_suite.append(texts)
         del model, tokenizer
     return per_suite
+
+
+def require_transformers() -> None:
+    """Evaluation runs on transformers (the ``eval`` extra); say so instead of a bare ImportError."""
+    try:
+        import tokenizers  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise InputError(f"evaluation needs transformers and tokenizers ({e}); install them with "
+                         f"pip install 'ram-desktop[eval]'") from None
 
 
 def versions() -> dict[str, str]:
@@ -258,7 +269,9 @@ def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any
     try:
         with _quiet_transformers():
             try:
-                tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+                tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
+            except InputError:
+                raise
             except Exception as e:
                 raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
                                  f"{_first_line(e)})") from None
@@ -276,6 +289,37 @@ def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any
         yield model, tokenizer
     finally:
         del model  # the caller drops its own references; evaluate() collects once _complete returns
+
+
+GENERIC_TOKENIZERS = ("PreTrainedTokenizerFast", "TokenizersBackend")
+PROBE_TEXT = "The agent calls a tool: search('weather', 42) -> 3.14\n\n  Done! It's DONE. é 中 #7"
+
+
+def _as_declared(folder: Path, tokenizer: Any, where: str) -> Any:
+    """The tokenizer the folder declares when transformers substituted another that encodes differently.
+
+    transformers 5 loads any tokenizer of a model type it knows (e.g. ``qwen2``) with that type's own
+    class, which rebuilds the normalizer and pre-tokenizer instead of reading them from
+    ``tokenizer.json``. When ``tokenizer_config.json`` declares the generic class (the file as written)
+    and the substitute encodes a probe text differently, the file as written is used, with a warning.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    if type(tokenizer).__name__ in GENERIC_TOKENIZERS or not (folder / "tokenizer.json").is_file():
+        return tokenizer
+    try:
+        declared = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return tokenizer
+    if declared not in GENERIC_TOKENIZERS:
+        return tokenizer
+    as_written = PreTrainedTokenizerFast.from_pretrained(folder)
+    if as_written(PROBE_TEXT, add_special_tokens=False)["input_ids"] == tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+        return tokenizer
+    log.warning("%s: transformers would load the tokenizer as %s, which encodes differently from the folder's "
+                "tokenizer.json; using tokenizer.json as written (tokenizer_config.json declares %s)", where,
+                type(tokenizer).__name__, declared)
+    return as_written
 
 
 def _check_loading_info(info: dict[str, Any], where: str) -> None:
