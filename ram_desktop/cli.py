@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="write the built-in demo base and agents")
     p.add_argument("dir", type=Path)
+
+    p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
+    p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
+    p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE",
+                   help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml")
+    p.add_argument("--names", help="comma-separated model names (default: folder names)")
+    p.add_argument("--json", type=Path, help="write the ram-eval/1 results to this file")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
     return parser
 
 
@@ -113,8 +123,8 @@ class _ProgressBar:
 
         bar = self.bars.get(event.stage)
         if bar is None:
-            bar = tqdm(total=event.total, desc=event.stage, unit="B" if event.unit == "B" else "el",
-                       unit_scale=True, file=sys.stderr, leave=True, dynamic_ncols=True)
+            bar = tqdm(total=event.total, desc=event.stage, unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
+                       unit_scale=event.unit != "examples", file=sys.stderr, leave=True, dynamic_ncols=True)
             self.bars[event.stage] = bar
         if event.total != bar.total:  # type: ignore[attr-defined]
             bar.total = event.total  # type: ignore[attr-defined]  # a download's total grows as files are listed
@@ -172,6 +182,8 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
             print(f"demo agent: {a}")
         print(f"try: ram-merge merge {base} {' '.join(map(str, agents))} --out {Path(args.dir) / 'merged'}")
         return EXIT_OK
+    if args.command == "eval":
+        return _eval(args, reporter)
     if args.command == "probe":
         report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
@@ -200,6 +212,20 @@ def session_from_args(args: argparse.Namespace):
     return Session(base=args.base, agents=list(args.agents), names=_names(args.names), method=args.method,
                    params=params, eps=args.eps, device=args.device, out_dtype=args.out_dtype,
                    shard_size=args.shard_size, out=str(args.out), vocab=args.vocab)
+
+
+def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .evaluate import check_json_path, evaluate, load_suite, model_refs
+
+    suites = [load_suite(s) for s in args.suite]
+    models = model_refs(args.models, _names(args.names))
+    if args.json:
+        check_json_path(args.json)
+    result = evaluate(models, suites, args.device, args.batch_size, args.limit, reporter)
+    if args.json:
+        result.write_json(args.json)
+    print(result.table())
+    return EXIT_OK
 
 
 def _names(text: str | None) -> list[str] | None:
