@@ -29,6 +29,7 @@ from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..core.mergekit_config import load_mergekit, to_mergekit
 from ..core.publish import check_repo_id, has_stored_token, publish
+from ..core.session import Session
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -49,12 +50,13 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         return False
     try:
         imported = load_mergekit(Path(path))
+        session = Session.from_recipe(imported.recipe)
+        session.resolved_params()  # validated whole before any widget changes
     except InputError as e:
         window.show_error(str(e))
         log.error(str(e))
         return False
-    if not window.apply_recipe(imported.recipe, str(path)):
-        return False
+    window.apply_session(session)
     window.setWindowTitle(f"RAM Desktop — {Path(path).name} (mergekit)")
     for warning in imported.warnings:
         log.warning("%s", warning)
