@@ -213,3 +213,17 @@ def test_adapter_from_the_hub(lora_models, tmp_path, monkeypatch):
     merge(MergeRequest(str(base_dir), [str(agent_dirs[0])], tmp_path / "local-out", "ram", out_dtype="float32"))
     a, b = ref.load_model(tmp_path / "hub-out"), ref.load_model(tmp_path / "local-out")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_editing_the_adapter_config_invalidates_the_cached_probe(lora_models, tmp_path):
+    from ram_desktop.core.engine import probe
+
+    base_dir, agent_dirs, _ = lora_models
+    adapter = tmp_path / "plain"
+    shutil.copytree(agent_dirs[0], adapter)
+    before = probe(str(base_dir), [str(adapter)]).agents[0].density
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    config["lora_alpha"] = 1e-9  # τ far below ε almost everywhere
+    (adapter / "adapter_config.json").write_text(json.dumps(config))
+    after = probe(str(base_dir), [str(adapter)]).agents[0].density
+    assert before > 0.01 and after < before / 10

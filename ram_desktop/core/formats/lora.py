@@ -195,7 +195,9 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
             raise InputError(f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
                              f"{list(info.shape)}; it was trained on another base")
         tensors[target] = TensorInfo(target, info.dtype, info.shape, delta)
-    return Checkpoint(adapter.spec, folder, [folder / ADAPTER_WEIGHTS, *base.files], tensors, config=base.config,
+    # the config is listed too: its scale changes τ, so an edit must invalidate a cached probe
+    files = [folder / ADAPTER_WEIGHTS, folder / ADAPTER_CONFIG, *base.files]
+    return Checkpoint(adapter.spec, folder, files, tensors, config=base.config,
                       revision=adapter.revision, repo_id=adapter.repo_id, metadata=dict(adapter.metadata))
 
 
