@@ -22,10 +22,16 @@ def all_modules() -> dict[str, Path]:
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The ``ram_desktop`` modules ``name`` imports anywhere in its source (``from X import Y`` counts
-    as an import of ``X.Y`` when that is a module, else of ``X``)."""
+    as an import of ``X.Y`` when that is a module, else of ``X``); imports under ``if TYPE_CHECKING:``
+    are for type checkers only and never run, so they do not count."""
     is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)}
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -42,6 +48,11 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 found.add(sub if sub in modules else target)
     found.discard(name)
     return {m for m in found if m in modules}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
