@@ -21,6 +21,7 @@ import torch
 from . import kernels
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, load_chunk, prefetch_chunks
 from .events import Reporter
+from .formats import lora
 from .methods import Collector, MergeMethod, Observer
 from .output import ShardSet
 from .plan import MergePlan
@@ -100,7 +101,7 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
-        if counting is not None:
+        if counting is not None and _stored_agents(plan.jobs[index]):
             counted = kernels.count_patterns(base, agents, eps, plan.jobs[index].compute_dtype)
             if counted is not None:
                 hist, finite = counted
@@ -182,6 +183,12 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
         writer.stop()
 
 
+def _stored_agents(job: Any) -> bool:
+    """The kernels form τ = agent − base from stored weights; a LoRA agent's slice is already its τ
+    (``chunks.make_chunk``), so such jobs take the torch path."""
+    return not any(lora.is_delta_file(a.file) for a in job.agents)
+
+
 def _fusable(variant: Variant) -> bool:
     observer = variant.observer
     if variant.method.fused in ("dare-ta", "dare-ties"):
@@ -194,6 +201,8 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
     """Every variant of one chunk through ``kernels.selective_merge_into`` (one pass over memory each);
     None when the kernels do not cover this chunk (the torch path then runs it)."""
     job = plan.jobs[index]
+    if not _stored_agents(job):
+        return None
     outputs = []
     for k, variant in enumerate(variants):
         if variant.method.fused in ("dare-ta", "dare-ties"):
