@@ -280,3 +280,17 @@ def test_kernels_can_be_switched_off(monkeypatch):
     finally:
         monkeypatch.undo()
         kernels.available.cache_clear()
+
+
+def test_disabled_block_keeps_the_torch_path_on_this_thread():
+    import threading
+
+    cpu = torch.device("cpu")
+    seen = []
+    with kernels.disabled():
+        assert passes.use_kernels(cpu) is False
+        other = threading.Thread(target=lambda: seen.append(passes.use_kernels(cpu)))
+        other.start()
+        other.join()
+    assert seen == [True]  # only the thread that entered the block
+    assert passes.use_kernels(cpu) is True

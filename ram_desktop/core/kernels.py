@@ -25,10 +25,12 @@ which also stays the reference and the CUDA path.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import threading
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -52,6 +54,28 @@ def available() -> bool:
         log.info("fused CPU kernels unavailable (%s); using the torch path", e)
         return False
     return True
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Passes started by this thread inside the block use the torch path and never import numba.
+
+    For the GUI: importing numba and loading a compiled kernel hold the GIL for ~0.1–0.3 s at a time
+    (C calls into LLVM), which would freeze the window's event loop during its first merge."""
+    previous = getattr(_local, "off", False)
+    _local.off = True
+    try:
+        yield
+    finally:
+        _local.off = previous
+
+
+def enabled_here() -> bool:
+    """False inside ``disabled()`` on this thread."""
+    return not getattr(_local, "off", False)
 
 
 def as_bits(t: torch.Tensor) -> np.ndarray:

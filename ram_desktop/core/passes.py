@@ -56,8 +56,9 @@ def compute_workers(device: torch.device) -> int:
 
 def use_kernels(device: torch.device) -> bool:
     """CPU passes run the fused numba kernels where they apply (``kernels.py``; ``RAM_DESKTOP_KERNELS=0``
-    or no numba: the torch formulation, which stays the reference and the GPU path)."""
-    return device.type == "cpu" and kernels.available()
+    or no numba, or inside ``kernels.disabled()``: the torch formulation, which stays the reference and the
+    GPU path)."""
+    return device.type == "cpu" and kernels.enabled_here() and kernels.available()
 
 
 def _single_threaded() -> None:

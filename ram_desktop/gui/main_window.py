@@ -629,7 +629,7 @@ class MainWindow(QMainWindow):
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
-        self._start("merge", lambda reporter: engine.merge(request, reporter), lambda r: self._merged(r, key))
+        self._start("merge", lambda reporter: _merge_without_kernels(request, reporter), lambda r: self._merged(r, key))
 
     def _merged(self, result: engine.MergeResult, key: tuple) -> None:
         self._merge_status = "done"
@@ -853,3 +853,12 @@ def wait_until(condition: Callable[[], bool], timeout: float, app) -> bool:
         app.processEvents()
         time.sleep(0.005)
     return True
+
+
+def _merge_without_kernels(request, reporter):
+    """The window merges on the torch path: loading numba's kernels holds the GIL long enough to freeze
+    the event loop (core/kernels.py ``disabled``); ``ram-merge`` uses the kernels."""
+    from ..core import kernels
+
+    with kernels.disabled():
+        return engine.merge(request, reporter)
