@@ -15,8 +15,8 @@ from ram_desktop.cli import main
 from ram_desktop.core.engine import MergeRequest, merge, probe
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.hub import parse_spec
-from ram_desktop.core.sources import open_checkpoint
+from ram_desktop.core.formats.hub import parse_spec
+from ram_desktop.core.formats import open_checkpoint
 
 from .conftest import make_models
 from .hubcache import FakeHub, not_found, populate, sha_of
@@ -272,7 +272,7 @@ def test_progress_class_fits_huggingface_hub_progress_machinery(cache):
     from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
     from huggingface_hub.utils.tqdm import _get_progress_bar_context
 
-    from ram_desktop.core.hub import _Download
+    from ram_desktop.core.formats.hub import _Download
 
     events = []
     reporter = Reporter(events.append)

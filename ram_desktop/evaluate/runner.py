@@ -36,7 +36,7 @@ from .. import __version__
 from ..core.engine import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
-from ..core.sources import open_checkpoint
+from ..core.formats import open_checkpoint
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
 from .suites import Suite
