@@ -54,7 +54,8 @@ if [[ ! -x "$VENV/bin/python" || "$(cat "$STAMP" 2>/dev/null)" != "$want_stamp" 
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${TORCH_INDEX_ARGS[@]}" \
         -c constraints.txt -c packaging/constraints-build.txt \
         pyinstaller pyinstaller-hooks-contrib setuptools \
-        torch safetensors huggingface_hub pyyaml tqdm numpy PySide6_Essentials pyqtgraph
+        torch safetensors huggingface_hub pyyaml tqdm numpy PySide6_Essentials pyqtgraph \
+        numba llvmlite transformers tokenizers jinja2
     echo "$want_stamp" > "$STAMP"
 else
     say "reusing build venv $VENV"
@@ -70,10 +71,10 @@ rm -rf build/lib build/bdist.* ./*.egg-info
     -c constraints.txt -c packaging/constraints-build.txt .
 rm -rf build/lib build/bdist.* ./*.egg-info
 VERSION=$(cd /tmp && "$ROOT/$PY" -c 'import ram_desktop; print(ram_desktop.__version__)')
-if "$PY" -c 'import transformers' 2>/dev/null; then
-    echo "error: transformers is installed in the build venv; it must not end up in the bundle" >&2
-    exit 1
-fi
+# numba (the fused CPU kernels) and transformers + tokenizers + jinja2 (`ram-merge eval`) are bundled:
+# without numba the frozen engine silently falls back to the slower torch path.
+"$PY" -c 'import numba, llvmlite, transformers, tokenizers, jinja2' \
+    || { echo "error: the build venv lacks numba / transformers / tokenizers / jinja2" >&2; exit 1; }
 if "$PY" -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else 1)'; then :; else
     [[ "${ALLOW_CUDA:-0}" == 1 ]] || { echo "error: the build venv has a CUDA torch; set ALLOW_CUDA=1 for the CUDA variant" >&2; exit 1; }
 fi
@@ -124,8 +125,9 @@ Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: ram-desktop
 License: Apache-2.0
 Comment: bundles CPython, PyTorch (BSD-3-Clause), Qt / PySide6 (LGPL-3.0), pyqtgraph (MIT), NumPy
- (BSD-3-Clause), safetensors and huggingface_hub (Apache-2.0); their licence files are in
- /opt/ram-desktop/_internal/*.dist-info.
+ (BSD-3-Clause), numba and llvmlite (BSD-2-Clause; LLVM: Apache-2.0 WITH LLVM-exception),
+ safetensors, huggingface_hub, transformers, tokenizers and regex (Apache-2.0), Jinja2 and
+ MarkupSafe (BSD-3-Clause); their licence files are in /opt/ram-desktop/_internal/*.dist-info.
 EOF
 chmod -R u+rwX,go+rX,go-w "$STAGE"
 INSTALLED_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)
@@ -151,7 +153,7 @@ Description: merge RL-trained LLM agents with RAM / RAM+ (desktop app and ram-me
  model into one generalist model with Reinforced Agent Merging (RAM / RAM+, arXiv 2601.13572)
  or a classic baseline (average, task arithmetic, TIES, DARE), and shows how dense and how
  overlapping the agents' task vectors are. Self-contained: bundles Python, CPU PyTorch and Qt
- under /opt/ram-desktop.
+ under /opt/ram-desktop; evaluates models with transformers (ram-merge eval / compare).
 EOF
 rm -f "$DEB"
 dpkg-deb --root-owner-group -Zgzip -z6 --build "$STAGE" "$DEB" >/dev/null
