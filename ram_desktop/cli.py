@@ -88,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write the built-in demo base and agents")
     p.add_argument("dir", type=Path)
 
+    p = sub.add_parser("fisher", help="estimate an agent's diagonal Fisher information on its calibration suite")
+    p.add_argument("agent", help="agent model folder (Hugging Face layout) or Hub id org/name[@rev]")
+    p.add_argument("--suite", required=True, metavar="SUITE", help="calibration suite (JSONL file or suite folder)")
+    p.add_argument("--out", type=Path, required=True, help="output folder for fisher.safetensors and fisher.json")
+    p.add_argument("--examples", type=int, default=256, help="calibration examples (default 256; paper 256-2048)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--shard-size", default="5GB", help="largest Fisher shard (default 5GB)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+
     p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
     p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE",
@@ -105,6 +114,8 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     shard size, overwrite."""
     for name, takers in method_flags().items():
         first = takers[0][1]
+        if first.flag in p._option_string_actions:  # compare's own --suite (evaluation) keeps its meaning
+            continue
         kwargs = {"choices": first.choices} if first.choices else {}
         by_text: dict[str, list[str]] = {}
         for method_name, prm in takers:
@@ -202,6 +213,8 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_OK
     if args.command == "eval":
         return _eval(args, reporter)
+    if args.command == "fisher":
+        return _fisher(args, reporter)
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
@@ -218,7 +231,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         session = session_from_args(args)
     else:
         session = Session.from_recipe(Recipe.load(args.recipe))
-    result = engine.merge(session.to_request(args.out, overwrite=args.overwrite), reporter)
+    request = session.to_request(args.out, overwrite=args.overwrite)  # every input checked before any estimate
+    if session.method == "fisher":
+        from .evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
+    result = engine.merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
@@ -249,6 +267,16 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
         print(result.evaluation.table())
     drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
     print(f"compared {len(variants)} variants in {args.out} ({COMPARE_JSON}{drawn})")
+    return EXIT_OK
+
+
+def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .evaluate.fisher import write_fisher
+
+    info = write_fisher(args.agent, args.suite, args.out, args.examples, args.device, reporter, args.overwrite,
+                        args.shard_size)
+    print(f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
+          f"{info['completion_tokens']} completion tokens, {info['seconds']:.1f} s -> {args.out}")
     return EXIT_OK
 
 
