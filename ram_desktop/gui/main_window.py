@@ -32,7 +32,7 @@ from .worker import Job, LogBridge
 
 log = logging.getLogger("ram_desktop")
 MAX_RECENT = 8
-STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "download": "Downloading", "resolve": "Resolving"}
+STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating Fisher", "download": "Downloading", "resolve": "Resolving"}
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
@@ -95,6 +95,16 @@ class MessageBar(QWidget):
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
         self.text.setText(prefix + text)
         self.show()
+
+
+def _merge_with_fisher(request: engine.MergeRequest, reporter) -> engine.MergeResult:
+    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
+    agent's Fisher, with its own progress stage."""
+    if request.method == "fisher":
+        from ..evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
+    return engine.merge(request, reporter)
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -373,6 +383,7 @@ class MainWindow(QMainWindow):
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
     def _sources_changed(self) -> None:
+        self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
             self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
@@ -614,7 +625,7 @@ class MainWindow(QMainWindow):
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
-        self._start("merge", lambda reporter: engine.merge(request, reporter), lambda r: self._merged(r, key))
+        self._start("merge", lambda reporter: _merge_with_fisher(request, reporter), lambda r: self._merged(r, key))
 
     def _merged(self, result: engine.MergeResult, key: tuple) -> None:
         self._merge_status = "done"
@@ -814,7 +825,7 @@ def _amount(value: float, unit: str) -> str:
     for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.1f} {suffix} {unit}"
-    return f"{value:.0f} {unit}"
+    return f"{value:.2f} {unit}" if 0 < value < 10 and value != int(value) else f"{value:.0f} {unit}"
 
 
 def _duration(seconds: float) -> str:
