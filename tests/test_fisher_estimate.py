@@ -141,6 +141,12 @@ def test_merge_with_suites_computes_then_reuses_the_cache(tmp_path, lm, monkeypa
     assert main([*argv, "--out", str(tmp_path / "m2")]) == 0, capsys.readouterr().err
     assert len(calls) == 2
     assert (tmp_path / "m1" / "model.safetensors").read_bytes() == (tmp_path / "m2" / "model.safetensors").read_bytes()
+    # the recipe the merge wrote names the suites: running it reuses the cache too
+    recipe = (tmp_path / "m1" / "ram-recipe.yaml").read_text()
+    assert str(suites[0]) in recipe
+    assert main(["-q", "run", str(tmp_path / "m1" / "ram-recipe.yaml"), "--out", str(tmp_path / "m4")]) == 0
+    assert len(calls) == 2
+    assert (tmp_path / "m4" / "model.safetensors").read_bytes() == (tmp_path / "m1" / "model.safetensors").read_bytes()
     # another number of examples is another estimate
     argv[argv.index("--examples") + 1] = "1"
     assert main([*argv, "--out", str(tmp_path / "m3")]) == 0

@@ -369,10 +369,17 @@ def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str]
     resolved = get_method(method).resolve(params)
     suites = resolved.get("suite")
     if not suites:
+        if resolved.get("fisher"):  # local folders by absolute path, so the written recipe runs from anywhere
+            return dict(params, fisher=[_absolute(f) for f in resolved["fisher"]])
         return params
     if len(suites) != len(agents):
         raise InputError(f"{len(suites)} calibration suites for {len(agents)} agents; give one --suite per agent, "
                          f"comma-separated, in agent order")
     loaded = [load_suite(s) for s in suites]  # every suite checked before the first estimate starts
     folders = [str(cached_fisher(a, s, resolved["examples"], device, reporter)) for a, s in zip(agents, loaded)]
-    return dict(params, fisher=folders)
+    return dict(params, suite=[_absolute(s) for s in suites], fisher=folders)
+
+
+def _absolute(path: str) -> str:
+    local = Path(path).expanduser()
+    return str(local.resolve()) if local.exists() else path
