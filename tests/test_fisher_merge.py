@@ -211,3 +211,21 @@ def test_fisher_value_not_a_fisher(capsys, tmp_path, fisher_inputs, value):
     save_file(tensors, str(file))
     assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders))),
                    str(folders[1]), name)
+
+
+def test_compare_fisher_variants_equal_separate_merges(tmp_path, capsys):
+    """``compare`` takes --fisher (and --scale) as shared values for its fisher variants; each variant's
+    weights are those of a separate merge."""
+    from ram_desktop.cli import main
+
+    base_dir, agent_dirs = make_models(tmp_path / "in")
+    folders, _ = random_fishers(agent_dirs, tmp_path)
+    fisher_flag = ",".join(map(str, folders))
+    argv = [str(base_dir), *map(str, agent_dirs), "--fisher", fisher_flag, "--out-dtype", "float32"]
+    assert main(["-q", "compare", *argv, "--out", str(tmp_path / "cmp"), "--scale", "0.6",
+                 "--variant", "fisher", "--variant", "fisher:scale=0.25,name=quarter", "--variant", "ram"]) == 0, \
+        capsys.readouterr().err
+    for name, scale in (("fisher", "0.6"), ("quarter", "0.25")):
+        assert main(["-q", "merge", *argv, "--method", "fisher", "--scale", scale, "--out", str(tmp_path / name)]) == 0
+        assert (tmp_path / "cmp" / name / "model.safetensors").read_bytes() == \
+            (tmp_path / name / "model.safetensors").read_bytes()
