@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -54,6 +55,17 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def demo_suites(folder: Path, agents: list) -> list[str] | None:
+    """The demo agents' suites from ``demo.json`` (SPEC section 9), in the order of ``agents``; None when the
+    demo has no manifest or it does not name a suite for every agent."""
+    try:
+        manifest = json.loads((folder / "demo.json").read_text(encoding="utf-8"))
+        by_path = {(folder / a["path"]).resolve(): folder / a["suite"] for a in manifest["agents"]}
+        return [str(by_path[Path(a).resolve()]) for a in agents]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def free_folder(path: Path) -> Path:
@@ -745,12 +757,14 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
+            self.method.set_agent_defaults("suite", demo_suites(Path(base).parent, agents))
             self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self._start("demo", lambda reporter: ensure_demo(), loaded)
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
+        self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
         self.sources.clear()
         self.report, self.report_key = None, None
         self.analysis.show_report(None)

@@ -216,6 +216,7 @@ class MethodPanel(QWidget):
         self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
         self._agent_names: list[str] = []
+        self._agent_defaults: dict[str, list[str]] = {}  # per-agent parameter -> default values (the demo's suites)
 
         self.eps = QLineEdit(repr(defaults.EPS))
         self.eps.setToolTip("Update threshold ε: an element counts as updated when |θ_agent − θ_base| > ε "
@@ -276,6 +277,8 @@ class MethodPanel(QWidget):
         self.summary.setText(method.summary)
         for i, p in enumerate(method.params):
             field = PerAgentField(p, self._agent_names) if p.per_agent else ParamField(p)
+            if p.per_agent and self._agent_defaults.get(p.name):
+                field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
             label = QLabel(p.name)
             label.setToolTip(field.widget.toolTip())
@@ -292,6 +295,17 @@ class MethodPanel(QWidget):
         for field in self.fields.values():
             if isinstance(field, PerAgentField):
                 field.widget.set_names(self._agent_names)
+
+    def set_agent_defaults(self, name: str, values: list[str] | None) -> None:
+        """Default values of a per-agent parameter (e.g. the demo agents' suites as Fisher calibration
+        data), shown whenever a method with that parameter is picked; None forgets them."""
+        if values:
+            self._agent_defaults[name] = list(values)
+        else:
+            self._agent_defaults.pop(name, None)
+        field = self.fields.get(name)
+        if isinstance(field, PerAgentField) and (values or field.value() is None):
+            field.set_value(values or [])
 
     def params(self) -> dict[str, Any]:
         return {name: f.value() for name, f in self.fields.items()}

@@ -72,7 +72,9 @@ def test_fisher_merge_from_suites_in_the_window(qtbot, window, fisher_inputs, tm
 
 
 def test_cancel_during_the_fisher_estimate(qtbot, window, fisher_inputs, tmp_path):
-    base, agents, suites = fisher_inputs
+    base, agents, _ = fisher_inputs
+    # long suites, so the cancel (delivered through the GUI thread) lands while the first estimate runs
+    suites = [write_suite(tmp_path / f"long{t}", PROMPTS * 8) for t in range(2)]
     out = tmp_path / "merged"
     _choose_fisher(qtbot, window, base, agents, suites, out)
     spy = ProgressSpy(window, lambda event: window.cancel() if event.stage == "fisher" and event.done >= 1 else None)
@@ -82,3 +84,22 @@ def test_cancel_during_the_fisher_estimate(qtbot, window, fisher_inputs, tmp_pat
     assert blocker.args == ["cancelled"]
     assert not out.exists() and not list(tmp_path.glob("merged.partial-*"))
     assert not fisher_module.cache_root().exists() or not [p for p in fisher_module.cache_root().iterdir()]
+
+
+def test_demo_suites_are_the_default_calibration_data(qtbot, window, fisher_inputs, tmp_path, monkeypatch):
+    """A demo with demo.json (SPEC section 9) fills each agent's suite row when Fisher merging is picked."""
+    from ram_desktop.gui import main_window
+
+    base, agents, suites = fisher_inputs
+    manifest = {"base": "base", "agents": [{"name": a.name, "path": a.name, "suite": s.name}
+                                            for a, s in zip(agents, suites)]}
+    (tmp_path / "demo.json").write_text(json.dumps(manifest))
+    monkeypatch.setattr(main_window, "ensure_demo", lambda: (base, agents))
+    window.load_demo()
+    qtbot.waitUntil(lambda: window.sources.all_ready() and not window.busy(), timeout=20000)
+    window.method.set_method("fisher")
+    assert window.method.params()["suite"] == [str(s) for s in suites]
+    window.method.set_method("ram")
+    window.set_sources(str(base), [str(a) for a in agents], None, analyse=False)  # not the demo any more
+    window.method.set_method("fisher")
+    assert window.method.params()["suite"] is None
