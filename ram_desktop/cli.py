@@ -121,7 +121,8 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         for method_name, prm in takers:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
-        p.add_argument(first.flag, dest=f"param_{name}", metavar=name.upper(), type=first.kind, default=None,
+        metavar = f"{name.upper()},..." if first.per_agent else name.upper()
+        p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=first.kind, default=None,
                        help=text, **kwargs)
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
                    help="output dtype (default: the base's)")

@@ -73,8 +73,9 @@ class Param:
 
     def describe(self) -> str:
         """One line for help texts and tooltips: help, default, allowed and paper ranges."""
-        parts = [self.help + (" (one per agent, comma-separated, in agent order)" if self.per_agent else ""),
-                 f"default {self.default}"]
+        parts = [self.help + (" (one per agent, comma-separated, in agent order)" if self.per_agent else "")]
+        if self.default is not None:
+            parts.append(f"default {self.default}")
         if self.choices:
             parts.append("one of " + "|".join(self.choices))
         elif self.minimum is not None or self.maximum is not None:
