@@ -215,9 +215,12 @@ def _accumulators(model: Any, ckpt: Checkpoint) -> tuple[dict[int, tuple[torch.n
         if id(p) not in accumulators:
             accumulators[id(p)] = (p, torch.zeros(p.shape, dtype=torch.float32))
         names_of.setdefault(id(p), []).append(pname)
-    if not accumulators:
-        raise InputError(f"{ckpt.display}: none of the checkpoint's tensor names is a parameter of the model "
-                         f"transformers loaded; the Fisher file could not carry the agent's names")
+    unstored = sorted({id(p): n for n, p in model.named_parameters() if id(p) not in accumulators}.values())
+    if unstored:  # transformers renamed tensors on load: F could not be written under the agent's names
+        more = f" and {len(unstored) - 5} more" if len(unstored) > 5 else ""
+        raise InputError(f"{ckpt.display}: the model transformers loaded has parameters the checkpoint does not store "
+                         f"under that name ({', '.join(unstored[:5])}{more}); the Fisher file must carry the "
+                         f"agent's tensor names, so this architecture is not supported for Fisher merging yet")
     return accumulators, names_of
 
 
