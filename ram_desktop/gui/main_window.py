@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -33,7 +34,7 @@ from .worker import Job, LogBridge
 
 log = logging.getLogger("ram_desktop")
 MAX_RECENT = 8
-STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "download": "Downloading", "resolve": "Resolving"}
+STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating Fisher", "download": "Downloading", "resolve": "Resolving"}
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
@@ -55,6 +56,17 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def demo_suites(folder: Path, agents: list) -> list[str] | None:
+    """The demo agents' suites from ``demo.json`` (SPEC section 9), in the order of ``agents``; None when the
+    demo has no manifest or it does not name a suite for every agent."""
+    try:
+        manifest = json.loads((folder / "demo.json").read_text(encoding="utf-8"))
+        by_path = {(folder / a["path"]).resolve(): folder / a["suite"] for a in manifest["agents"]}
+        return [str(by_path[Path(a).resolve()]) for a in agents]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def free_folder(path: Path) -> Path:
@@ -96,6 +108,16 @@ class MessageBar(QWidget):
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
         self.text.setText(prefix + text)
         self.show()
+
+
+def _merge_with_fisher(request: engine.MergeRequest, reporter) -> engine.MergeResult:
+    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
+    agent's Fisher, with its own progress stage."""
+    if request.method == "fisher":
+        from ..evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
+    return _merge_without_kernels(request, reporter)
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -387,6 +409,7 @@ class MainWindow(QMainWindow):
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
     def _sources_changed(self) -> None:
+        self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
             self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
@@ -629,7 +652,7 @@ class MainWindow(QMainWindow):
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
-        self._start("merge", lambda reporter: _merge_without_kernels(request, reporter), lambda r: self._merged(r, key))
+        self._start("merge", lambda reporter: _merge_with_fisher(request, reporter), lambda r: self._merged(r, key))
 
     def _merged(self, result: engine.MergeResult, key: tuple) -> None:
         self._merge_status = "done"
@@ -750,12 +773,14 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
+            self.method.set_agent_defaults("suite", demo_suites(Path(base).parent, agents))
             self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self._start("demo", lambda reporter: ensure_demo(), loaded)
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
+        self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
         self.sources.clear()
         self.report, self.report_key = None, None
         self.analysis.show_report(None)
@@ -830,7 +855,7 @@ def _amount(value: float, unit: str) -> str:
     for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.1f} {suffix} {unit}"
-    return f"{value:.0f} {unit}"
+    return f"{value:.2f} {unit}" if 0 < value < 10 and value != int(value) else f"{value:.0f} {unit}"
 
 
 def _duration(seconds: float) -> str:
