@@ -53,7 +53,7 @@ def with_section(card: str, section: str) -> str:
     elif start >= 0:
         start += 1
     if start < 0:
-        return card.rstrip("\n") + "\n\n" + section
+        return card.rstrip("\n") + "\n\n" + section if card.strip() else section
     following = _NEXT_HEADING.search(card, start + len(SECTION))
     end = following.start() if following else len(card)
     return card[:start] + section + ("\n" + card[end:] if following else "")
