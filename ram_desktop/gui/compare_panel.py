@@ -168,7 +168,7 @@ class ComparePanel(QWidget):
         for row in self.rows.values():
             row.check.setEnabled(not running)
         suites = self.evaluate.checked_suites()
-        self.summary.setText(f"Scored on {len(suites)} suite{'s' * (len(suites) != 1)}: "
+        self.summary.setText(f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
                              + ", ".join(s.name for s in suites) if suites else
                              "No suite ticked in Evaluate: the variants are merged, not scored.")
 
@@ -228,8 +228,8 @@ class ComparePanel(QWidget):
         if result.evaluation is not None:
             kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges):]}
             self.evaluate.show_result(result.evaluation, kinds)
-        seconds = sum(m.seconds for m in result.merges[:1])
-        self.run.end(f"{len(result.merges)} variants merged into {result.folder} ({seconds:.1f} s)"
+        seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
+        self.run.end(f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
                      + (" and scored — see Evaluate" if result.evaluation is not None else ""), True)
         log.info("compare done: %s", result.folder)
 

@@ -34,7 +34,8 @@ from .worker import Job
 log = logging.getLogger("ram_desktop")
 BUILTIN_SCORERS = ("exact", "contains", "number", "regex:")
 MERGED_KINDS = ("merged", "variant")
-KIND_LABELS = {"base": "base", "agent": "agent", "merged": "merged", "variant": "variant", "other": "model"}
+KIND_LABELS = {"base": "base model", "agent": "agent", "merged": "merged model", "variant": "compare variant",
+               "other": "model folder"}
 MERGED_COLORS = ["#111111", "#6d4c41", "#3949ab", "#00897b", "#c0ca33", "#d81b60", "#546e7a", "#fb8c00"]
 BEST_BRUSH = QColor("#e3f2e1")
 DEMO_MANIFEST = "demo.json"
@@ -81,7 +82,13 @@ def eta_text(label: str, event: ProgressEvent, stage_start: tuple[float, int]) -
     return text
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _duration(seconds: float) -> str:
+    if seconds < 10:
+        return f"{seconds:.1f} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     minutes, secs = divmod(int(seconds), 60)
@@ -142,13 +149,13 @@ class RunBar(QWidget):
         self.label.setText(text)
 
 
-class ScoresChart(pg.PlotWidget):
-    """Grouped bars: one group per suite, one bar per model, in the model's colour."""
+class ScoresChart(pg.GraphicsLayoutWidget):
+    """Grouped bars: one group per suite, one bar per model, in the model's colour; the legend beside."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumHeight(200)
-        plot = self.getPlotItem()
+        self.plot = plot = self.addPlot(row=0, col=0)
         plot.setMenuEnabled(False)
         plot.hideButtons()
         plot.getViewBox().setMouseEnabled(False, False)
@@ -156,13 +163,14 @@ class ScoresChart(pg.PlotWidget):
         plot.setLabel("left", "mean reward")
         plot.getAxis("bottom").setHeight(34)
         self.bars: list[pg.BarGraphItem] = []
-        self.legend = plot.addLegend(offset=(-6, 6), labelTextColor=FOREGROUND, brush=pg.mkBrush(255, 255, 255, 220),
-                                     pen=pg.mkPen("#cccccc"), labelTextSize="8pt", verSpacing=-6)
+        self.legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="8pt", verSpacing=-6)
+        self.ci.addItem(self.legend, row=0, col=1)
+        self.ci.layout.setColumnStretchFactor(0, 1)
         self.show_scores([], [], [], [])
 
     def show_scores(self, models: list[str], colors: list[QColor], suites: list[str],
                     scores: list[list[float]]) -> None:
-        plot = self.getPlotItem()
+        plot = self.plot
         for item in self.bars:
             plot.removeItem(item)
         self.bars = []
@@ -174,13 +182,13 @@ class ScoresChart(pg.PlotWidget):
             item = pg.BarGraphItem(x=xs, height=[scores[m][s] for s in range(n_suites)], width=width * 0.92,
                                    brush=pg.mkBrush(color), pen=pg.mkPen(color.darker(130)), name=name)
             plot.addItem(item)
+            self.legend.addItem(item, name)
             self.bars.append(item)
         self.legend.setVisible(bool(models))
         plot.getAxis("bottom").setTicks([[(s, name) for s, name in enumerate(suites)]])
         top = max([1.0, *(v for row in scores for v in row)])
-        # headroom above the bars for the legend, which sits inside the plot's top right corner
-        plot.setYRange(0, top * (1.12 + 0.075 * n_models), padding=0)
-        plot.setXRange(-0.6, max(n_suites, 1) - 0.4 + (0.9 if n_models else 0), padding=0)
+        plot.setYRange(0, top * 1.05, padding=0)
+        plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
         plot.setTitle("Scores per suite" if models else "Scores per suite — run an evaluation", color=FOREGROUND,
                       size="10pt")
 
@@ -210,7 +218,7 @@ class EvaluatePanel(QWidget):
 
         # suites
         self.suite_table = QTableWidget(0, 4)
-        self.suite_table.setHorizontalHeaderLabels(["Suite", "Examples", "Scorer", "What scores it"])
+        self.suite_table.setHorizontalHeaderLabels(["Suite", "Examples", "Scorer", "Scored by"])
         self.suite_table.verticalHeader().setVisible(False)
         self.suite_table.setSelectionBehavior(QAbstractItemView.SelectRows)
         header = self.suite_table.horizontalHeader()
@@ -218,7 +226,7 @@ class EvaluatePanel(QWidget):
         header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
         header.setSectionResizeMode(2, QHeaderView.Interactive)
         header.setStretchLastSection(True)
-        self.suite_table.setColumnWidth(2, 130)
+        self.suite_table.setColumnWidth(2, 110)
         self.suite_table.setToolTip("Tick the suites to run. Scorer: exact, contains, number, regex:PATTERN or "
                                     "python:FILE.py:FUNCTION (a TRL reward function; it runs only when you "
                                     "click Evaluate)")
@@ -276,6 +284,8 @@ class EvaluatePanel(QWidget):
         # results
         self.table = QTableWidget(0, 0)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
         self.note = QLabel("No scores yet.")
         self.note.setWordWrap(True)
@@ -287,10 +297,10 @@ class EvaluatePanel(QWidget):
         export_row.addWidget(self.export_csv_button)
         export_row.addWidget(self.export_png_button)
         self.chart = ScoresChart()
-        results = QSplitter(Qt.Horizontal)
+        self.results_splitter = results = QSplitter(Qt.Horizontal)
         results.addWidget(self.table)
         results.addWidget(self.chart)
-        results.setStretchFactor(0, 1)
+        results.setStretchFactor(0, 0)
         results.setStretchFactor(1, 1)
         results_box = QWidget()
         results_layout = QVBoxLayout(results_box)
@@ -456,7 +466,7 @@ class EvaluatePanel(QWidget):
 
     def _set_item(self, item: QListWidgetItem, entry: ModelEntry) -> None:
         item.setData(Qt.UserRole, entry)
-        item.setText(f"{entry.name}  ·  {KIND_LABELS.get(entry.kind, entry.kind)}")
+        item.setText(f"{entry.name}  —  {KIND_LABELS.get(entry.kind, entry.kind)}")
         item.setToolTip(entry.source)
 
     def set_session_models(self, base: str | None, agents: list[tuple[str, str]]) -> None:
@@ -560,7 +570,8 @@ class EvaluatePanel(QWidget):
         result, written = value
         self._status = "done"
         self.show_result(result)
-        text = f"Scored {len(result.models)} models on {len(result.suites)} suites in {_duration(result.seconds)}"
+        text = (f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
+                f"in {_duration(result.seconds)}")
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
             log.info("scores written into %s (eval.json and the model card's Evaluation section)",
@@ -638,17 +649,16 @@ class EvaluatePanel(QWidget):
         self.table.clear()
         self.table.setRowCount(len(result.models))
         self.table.setColumnCount(len(heads) + 1)
-        self.table.setHorizontalHeaderLabels(["kind", *heads])
-        self.table.setVerticalHeaderLabels([m.name for m in result.models])
+        self.table.setHorizontalHeaderLabels(["model", *heads])
         best = self.best_merged()
         bold = QFont(self.table.font())
         bold.setBold(True)
         colors = self.model_colors()
         for r, (model, row) in enumerate(zip(result.models, result.scores)):
-            kind = QTableWidgetItem(KIND_LABELS.get(self.kinds.get(model.source, "other"), "model"))
-            kind.setForeground(QBrush(colors[r].darker(115)))
-            kind.setToolTip(model.source)
-            self.table.setItem(r, 0, kind)
+            name = QTableWidgetItem(model.name)
+            name.setForeground(QBrush(colors[r].darker(110)))
+            name.setToolTip(f"{KIND_LABELS.get(self.kinds.get(model.source, 'other'))}: {model.source}")
+            self.table.setItem(r, 0, name)
             for c, value in enumerate([*row, _mean(row)]):
                 item = QTableWidgetItem(f"{value:.3f}")
                 item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
@@ -659,6 +669,13 @@ class EvaluatePanel(QWidget):
                 self.table.setItem(r, c + 1, item)
         self.table.resizeColumnsToContents()
         self.table.horizontalHeader().setStretchLastSection(False)
+        # the table as wide as its columns (the chart takes the rest), at most half the pane
+        width = sum(self.table.columnWidth(c) for c in range(self.table.columnCount())) + 2 * self.table.frameWidth()
+        width += self.table.verticalScrollBar().sizeHint().width()
+        total = sum(self.results_splitter.sizes())
+        if total > 0:
+            table_width = min(width, total // 2)
+            self.results_splitter.setSizes([table_width, total - table_width])
         self.chart.show_scores([m.name for m in result.models], colors, [s.name for s in result.suites],
                                result.scores)
         marked = "Bold on green: the best merged model per suite and on average. " if any(

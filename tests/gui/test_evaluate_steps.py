@@ -61,13 +61,13 @@ def add_suite_by_dialog(qtbot, window, monkeypatch, path: Path) -> None:
 
 def table_values(panel) -> dict[str, list[str]]:
     t = panel.table
-    return {t.verticalHeaderItem(r).text(): [t.item(r, c).text() for c in range(1, t.columnCount())]
+    return {t.item(r, 0).text(): [t.item(r, c).text() for c in range(1, t.columnCount())]
             for r in range(t.rowCount())}
 
 
 def bold_cells(panel) -> set[tuple[str, int]]:
     t = panel.table
-    return {(t.verticalHeaderItem(r).text(), c) for r in range(t.rowCount()) for c in range(1, t.columnCount())
+    return {(t.item(r, 0).text(), c) for r in range(t.rowCount()) for c in range(1, t.columnCount())
             if t.item(r, c).font().bold()}
 
 
