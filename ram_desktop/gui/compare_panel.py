@@ -17,7 +17,7 @@ from ..core.methods import METHODS
 from ..core.session import Session, Variant
 from ..evaluate.card import record_evaluation
 from ..evaluate.compare import CompareResult, compare
-from .evaluate_panel import EvaluatePanel, ModelEntry, RunBar
+from .evaluate_panel import EvaluatePanel, ModelEntry, RunBar, import_transformers
 from .worker import Job
 
 log = logging.getLogger("ram_desktop")
@@ -193,6 +193,8 @@ class ComparePanel(QWidget):
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> CompareResult:
+            if suites:
+                import_transformers([session.base])  # the variants share the base's architecture
             result = compare(session, variants, folder, suites, reporter=reporter, device=device, batch_size=batch,
                              limit=limit, token=token, **options)
             if result.evaluation is not None:
