@@ -180,6 +180,10 @@ class MainWindow(QMainWindow):
         result_buttons = QHBoxLayout()
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
+        self.evaluate_result_button = QPushButton("Evaluate it →")
+        self.evaluate_result_button.setToolTip("Score the merged model, the base and the agents on suites (step 6)")
+        self.evaluate_result_button.setEnabled(False)
+        result_buttons.addWidget(self.evaluate_result_button)
         result_buttons.addStretch(1)
         result_layout.addWidget(self.result_text)
         result_layout.addLayout(result_buttons)
@@ -262,6 +266,7 @@ class MainWindow(QMainWindow):
         self.compare.session_fn = self._checked_session
         self.compare.token_fn = lambda: self.sources.hub_token
         self.compare.options_fn = lambda: {"chunk_elements": self.chunk_elements}
+        self.evaluate_result_button.clicked.connect(lambda: self.steps.setCurrentWidget(self.evaluate))
         self.compare.compare_finished.connect(
             lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None)
 
@@ -675,6 +680,7 @@ class MainWindow(QMainWindow):
         self.result_text.setOpenExternalLinks(True)
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
+        self.evaluate_result_button.setEnabled(True)
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 

@@ -90,7 +90,9 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
     assert merged.args == ["done"], window.message.text.text()
     panel = window.evaluate
-    window.steps.setCurrentWidget(panel)
+    assert window.steps.currentWidget() is window.analysis
+    qtbot.mouseClick(window.evaluate_result_button, Qt.LeftButton)
+    assert window.steps.currentWidget() is panel
     add_suite_by_dialog(qtbot, window, monkeypatch, suite)
     assert panel.suite_table.item(0, 0).text() == "toy" and panel.suite_table.item(0, 1).text() == "6"
     assert panel.suite_table.cellWidget(0, 2).currentText() == "contains"
