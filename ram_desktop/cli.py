@@ -80,13 +80,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
     merge_options(p, "shared defaults for every variant whose method takes them; ")
 
-    p = sub.add_parser("run", help="run a ram-recipe.yaml")
+    p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
     p = sub.add_parser("demo", help="write the built-in demo base and agents")
     p.add_argument("dir", type=Path)
+
+    p = sub.add_parser("export-mergekit", help="write the closest mergekit YAML for a recipe, differences as comments")
+    p.add_argument("recipe", type=Path)
+    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+
+    p = sub.add_parser("publish", help="upload a merged output folder to a new Hugging Face Hub repository")
+    p.add_argument("dir", type=Path, help="the output folder of a merge (with its README.md model card)")
+    p.add_argument("repo_id", metavar="org/name")
+    p.add_argument("--private", action="store_true", help="create the repository private")
 
     p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
@@ -216,8 +225,30 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_OK
     if args.command == "merge":
         session = session_from_args(args)
+    elif args.command == "export-mergekit":
+        from .core.mergekit_config import to_mergekit
+
+        text = to_mergekit(Recipe.load(args.recipe))
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            try:
+                args.out.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
+        return EXIT_OK
+    elif args.command == "publish":
+        from .core.publish import publish
+
+        print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
+        return EXIT_OK
     else:
-        session = Session.from_recipe(Recipe.load(args.recipe))
+        from .core.mergekit_config import load_recipe_or_mergekit
+
+        loaded = load_recipe_or_mergekit(args.recipe)
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        session = Session.from_recipe(loaded.recipe)
     result = engine.merge(session.to_request(args.out, overwrite=args.overwrite), reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")

@@ -398,3 +398,42 @@ def test_evaluate_api_checks(lms, tmp_path):
         evaluate([], [suite])
     with pytest.raises(InputError, match="no models"):
         model_refs([])
+
+
+def test_thread_setting_gives_the_same_completions_and_is_restored(lms, tmp_path, monkeypatch):
+    chat, _ = lms
+    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]],
+                                   "max_new_tokens: 5\n"))
+    before = torch.get_num_threads()
+    seen = []
+    original = transformers.GenerationMixin.generate
+
+    def generate(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
+    monkeypatch.setenv("RAM_DESKTOP_THREADS", "1")
+    single = evaluate(model_refs([chat]), [suite], batch_size=2)
+    monkeypatch.delenv("RAM_DESKTOP_THREADS")
+    default = evaluate(model_refs([chat]), [suite], batch_size=2, threads=None)
+    assert seen == [1, 1, before, before] and torch.get_num_threads() == before
+    assert single.completions == default.completions == [[[reference(chat, chat_text(p), 5)[0] for p in PROMPTS[:3]]]]
+    with pytest.raises(InputError, match="threads"):
+        evaluate(model_refs([chat]), [suite], threads=0)
+
+
+@pytest.mark.parametrize("error, fragment", [
+    (torch.OutOfMemoryError("CUDA out of memory"), "out of memory generating a batch of 2 prompts"),
+    (RuntimeError("index out of range in self"), "generation failed (RuntimeError: index out of range in self)"),
+])
+def test_generation_failure_names_model_and_suite(lms, tmp_path, monkeypatch, capsys, error, fragment):
+    chat, _ = lms
+    suite = write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]], "name: gen\n")
+
+    def generate(self, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
+    assert_refused(capsys, tmp_path, [str(chat), "--suite", str(suite), "--batch-size", "2"],
+                   "model chat, suite 'gen'", fragment)

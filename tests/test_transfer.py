@@ -40,7 +40,7 @@ class FakeDeviceModule:
         self.current: list = [self.compute]
 
     def Stream(self, name: str = "copy"):  # noqa: N802 (the torch API's name)
-        rec, module = self.rec, self
+        rec = self.rec
 
         class FakeStream:
             def __init__(self) -> None:

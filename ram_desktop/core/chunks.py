@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import torch
 
 from .errors import InputError
-from .formats import open_slices
+from .formats import lora, open_slices
 from .plan import MergePlan, TensorJob
 from .transfer import Transfer
 
@@ -306,7 +306,9 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
         taus = workspace.get("taus", (len(agent_raws), n), job.compute_dtype, device)
     for t, raw in enumerate(agent_raws):
         m = raw.numel()
-        if m == n and workspace is not None and raw.dtype != taus.dtype:
+        if lora.is_delta_file(job.agents[t].file):  # a LoRA agent's slice is already its task vector
+            taus[t].copy_(raw)
+        elif m == n and workspace is not None and raw.dtype != taus.dtype:
             # widen into the reused buffer, then subtract in place: the same float arithmetic as the
             # mixed-dtype subtraction, without the temporary it allocates (and page-faults) per call
             taus[t].copy_(raw)

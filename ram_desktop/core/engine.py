@@ -81,6 +81,17 @@ def open_sources(base: str, agents: list[str], reporter: Reporter,
     return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
 
 
+def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: str | None, names: list[str] | None,
+                       out_dtype: str, vocab: str, out: Path | None) -> None:
+    """Hub sources: plan from their remote headers, then download them concurrently (``hub_check``)."""
+    from .formats import HUB_ID
+
+    if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in [base, *agents]):
+        from .hub_check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources
+
+        prepare_sources(base, agents, reporter, token, names, out_dtype, vocab, out)
+
+
 def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = defaults.EPS,
           device: str = defaults.DEVICE, reporter: Reporter | None = None, use_cache: bool = True,
           chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None,
@@ -89,6 +100,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
+    _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
     return _probe_plan(plan, eps, Transfer(resolve_device(device)), reporter, use_cache, chunk_elements)
@@ -204,6 +216,8 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     outs = [Path(s.out) for s in specs]
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
+    _check_hub_sources(request.base, request.agents, reporter, request.token, request.names, request.out_dtype,
+                       request.vocab, outs[0])
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
     plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
     outs = [check_output(o, [base, *agents], request.overwrite, plan.out_bytes * len(outs)) for o in outs]

@@ -11,7 +11,7 @@ import torch
 
 from .errors import InputError
 from .formats.base import SCALED_FLOAT_CODES, TensorInfo
-from .formats import Checkpoint
+from .formats import Checkpoint, lora
 
 log = logging.getLogger("ram_desktop")
 
@@ -140,6 +140,7 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
     if len(set(names)) != len(names) or not all(names):
         raise InputError(f"agent names must be unique and non-empty: {', '.join(names)}")
 
+    agents = lora.bind_all(base, agents)  # LoRA adapters become agents with τ = scale·B·A
     warnings: list[str] = []
     aligned = [_aligned_tensors(base, a, warnings) for a in agents]
     _check_tensor_sets(base, agents, aligned)

@@ -15,9 +15,14 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   ``Scorer.check(suite)`` refuses a suite it cannot score (missing answers);
   ``Scorer.score(suite, completions)`` validates the rewards (InputError naming suite and function).
 - ``model_refs(sources, names=None) -> list[ModelRef]``: names for model folders / Hub ids.
-- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None) -> EvalResult``:
+- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None)
+  -> EvalResult``: ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
-  ``Reporter.progress("evaluate", done, total, "examples", detail)``, cancel between batches.
+  ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",
+  "generating with NAME", then per batch "NAME · SUITE · x examples/s · y tokens/s"), cancel
+  between batches (``Cancelled``). ``threads``: torch CPU threads (default ``RAM_DESKTOP_THREADS``
+  or torch's own).
+- ``check_json_path(path)``: refuse an unwritable ``--json`` target before any work.
 - ``EvalResult``: ``models``, ``suites`` (``SuiteSummary``), ``scores[model][suite]``,
   ``completions`` and ``rewards`` per model, suite and example, ``seconds``, ``device``,
   ``versions``, ``generated_tokens``; ``to_json()`` (``ram-eval/1``), ``write_json(path)`` (atomic),

@@ -24,6 +24,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import platform
 import time
 from pathlib import Path
@@ -37,7 +38,7 @@ from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.formats import open_checkpoint
 from .results import EvalResult, ModelRef, SuiteSummary
-from .scorers import Scorer, make_scorer
+from .scorers import make_scorer
 from .suites import Suite
 
 log = logging.getLogger("ram_desktop")
@@ -78,16 +79,21 @@ def _default_name(source: str) -> str:
 
 
 def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], device: str = "auto",
-             batch_size: int = 8, limit: int | None = None, reporter: Reporter | None = None) -> EvalResult:
+             batch_size: int = 8, limit: int | None = None, reporter: Reporter | None = None,
+             threads: int | None = None) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
     examples of each suite. Python scorers are loaded (their files run) here, before any model.
+    ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
+    torch's own setting); restored afterwards.
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
     a scorer that fails) and ``Cancelled`` when the reporter's token is cancelled.
     """
     reporter = reporter or Reporter()
     start = time.perf_counter()
-    refs = [m if isinstance(m, ModelRef) else model_refs([m])[0] for m in models]
+    plain = iter(model_refs([m for m in models if not isinstance(m, ModelRef)]) if not all(
+        isinstance(m, ModelRef) for m in models) else [])
+    refs = [m if isinstance(m, ModelRef) else next(plain) for m in models]
     if not refs:
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
     if not suites:
@@ -114,20 +120,44 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
     # model among it; 0.1 ms once transformers is warm). What is frozen is long-lived (modules, the caller's
     # objects) and stays frozen: unfreezing would hand the caller the full collection this avoids.
     gc.freeze()
-    for ref, folder, _ in resolved:
-        completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
-        gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
-        gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
-        if torch_device.type == "cuda":
-            torch.cuda.empty_cache()
-        # scored now, so a reward function that fails stops the run after the first model, not the last
-        rewards.append([scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, completions[-1])])
+    with _torch_threads(threads):
+        for ref, folder, _ in resolved:
+            completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
+            gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
+            gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
+            if torch_device.type == "cuda":
+                torch.cuda.empty_cache()
+            # scored now, so a reward function that fails stops the run after the first model, not the last
+            rewards.append([scorer.score(suite, texts)
+                            for scorer, suite, texts in zip(scorers, suites, completions[-1])])
     scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
     return EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
         suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
         scores=scores, seconds=time.perf_counter() - start, device=str(torch_device), versions=versions(),
         completions=completions, rewards=rewards, generated_tokens=progress.tokens)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` CPU threads (or ``RAM_DESKTOP_THREADS``); torch's setting is restored after.
+
+    Generation is many small operations with a barrier each: on a machine that other programs keep
+    busy, one thread is often several times faster than all cores (see benchmarks/README.md)."""
+    if threads is None:
+        env = os.environ.get("RAM_DESKTOP_THREADS", "").strip()
+        threads = int(env) if env.isdigit() and int(env) > 0 else None
+    if threads is None:
+        yield
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError(f"threads must be a whole number of at least 1, got {threads!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 class _Progress:
@@ -159,12 +189,14 @@ def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.de
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
     with _loaded(folder, ref.name, device) as (model, tokenizer):
+        progress.report(f"generating with {ref.name}")
         progress.start_model()
         for suite in suites:
             prompts = prompt_ids(tokenizer, suite, ref.name)
             texts = [""] * len(prompts)
+            where = f"model {ref.name}, suite {suite.name!r}"
             for indices, outputs, tokens in _generate(model, tokenizer, prompts, suite.max_new_tokens, batch_size,
-                                                      device, progress.reporter):
+                                                      device, progress.reporter, where):
                 for i, text in zip(indices, outputs):
                     texts[i] = text
                 progress.batch(ref.name, suite.name, len(indices), tokens)
@@ -388,7 +420,7 @@ def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
-              device: torch.device, reporter: Reporter) -> Iterator[tuple[list[int], list[str], int]]:
+              device: torch.device, reporter: Reporter, where: str) -> Iterator[tuple[list[int], list[str], int]]:
     """Greedy completions in batches: yields (example indices, completion texts, generated tokens)."""
     from transformers import GenerationConfig
 
@@ -408,9 +440,15 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_toke
             ids = prompts[i]
             input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
             attention[row, width - len(ids):] = 1
-        with torch.inference_mode(), _quiet_transformers():
-            output = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                    generation_config=config)
+        try:
+            with torch.inference_mode(), _quiet_transformers():
+                output = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                        generation_config=config)
+        except torch.OutOfMemoryError:
+            raise InputError(f"{where}: out of memory generating a batch of {len(indices)} prompts of up to "
+                             f"{width} tokens on {device}; use a smaller --batch-size") from None
+        except (RuntimeError, ValueError, IndexError) as e:
+            raise InputError(f"{where}: generation failed ({type(e).__name__}: {_first_line(e)})") from None
         texts, tokens = [], 0
         for row in output[:, width:].tolist():
             stop = next((k for k, t in enumerate(row) if t in stops), None)

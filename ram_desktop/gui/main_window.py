@@ -23,6 +23,7 @@ from ..core.probe import ProbeReport, cache_dir
 from ..core import defaults
 from ..core.plan import OUT_DTYPES, VOCAB_MODES
 from ..core.recipe import Recipe
+from . import ecosystem
 from ..core.session import Session
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
@@ -177,9 +178,12 @@ class MainWindow(QMainWindow):
         self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")
         self.open_card_button = QPushButton("Open model card")
+        self.publish_button = QPushButton("Publish to Hub…")
+        self.publish_button.setToolTip("Create a Hugging Face repository and upload the merged model with its card")
         result_buttons = QHBoxLayout()
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
+        result_buttons.addWidget(self.publish_button)
         self.evaluate_result_button = QPushButton("Evaluate it →")
         self.evaluate_result_button.setToolTip("Score the merged model, the base and the agents on suites (step 6)")
         self.evaluate_result_button.setEnabled(False)
@@ -189,6 +193,8 @@ class MainWindow(QMainWindow):
         result_layout.addLayout(result_buttons)
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
+        self.publish_button.clicked.connect(lambda: ecosystem.publish_dialog(self))
 
         run_row = QHBoxLayout()
         run_row.addWidget(self.analyse_button)
@@ -279,11 +285,18 @@ class MainWindow(QMainWindow):
         self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.import_mergekit_dialog(self))
+        self.export_mergekit_action = QAction("Export &mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.export_mergekit_dialog(self))
         self.recent_menu = file_menu.addMenu("Open &recent")
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.import_mergekit_action)
+        file_menu.addAction(self.export_mergekit_action)
         file_menu.addSeparator()
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
@@ -390,7 +403,8 @@ class MainWindow(QMainWindow):
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
-        for action in (self.open_action, self.save_action, self.demo_action, self.export_action):
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action,
+                       self.import_mergekit_action, self.export_mergekit_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
         own = self.job is not None or self.chart_job is not None
@@ -648,6 +662,7 @@ class MainWindow(QMainWindow):
         self.result_text.setText("Merging…")
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
@@ -680,6 +695,7 @@ class MainWindow(QMainWindow):
         self.result_text.setOpenExternalLinks(True)
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
+        self.publish_button.setEnabled((result.out / "README.md").is_file())
         self.evaluate_result_button.setEnabled(True)
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)

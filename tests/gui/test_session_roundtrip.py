@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QLineEdit, QSpinBox
+from PySide6.QtWidgets import QComboBox, QLineEdit
 
 from ram_desktop.cli import main as cli_main
 from ram_desktop.core.methods import METHODS

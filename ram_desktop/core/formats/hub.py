@@ -47,7 +47,7 @@ log = logging.getLogger("ram_desktop")
 
 EXTRA_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
                "added_tokens.json", "vocab.*", "merges.txt", "*.tiktoken", "spiece.model", "sentencepiece*.model",
-               "chat_template*", "preprocessor_config.json")
+               "chat_template*", "preprocessor_config.json", "adapter_config.json")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_REVISION = "main"

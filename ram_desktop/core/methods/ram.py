@@ -15,7 +15,6 @@ from ..chunks import PATTERN_MAX_AGENTS, Chunk
 from .base import MergeMethod, Param
 
 if TYPE_CHECKING:
-    from ..plan import MergePlan
     from ..probe import ProbeReport
 
 
