@@ -13,7 +13,6 @@ import csv
 import gc
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
