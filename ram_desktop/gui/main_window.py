@@ -12,7 +12,8 @@ from typing import Any, Callable
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QGroupBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from .. import __version__
 from ..core import engine
@@ -27,6 +28,8 @@ from . import ecosystem
 from ..core.session import Session
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
+from .compare_panel import ComparePanel
+from .evaluate_panel import EvaluatePanel, ModelEntry
 from .method_panel import MethodPanel
 from ..core.output import human_bytes
 from .sources_panel import SourcesPanel
@@ -161,6 +164,8 @@ class MainWindow(QMainWindow):
         self.sources = SourcesPanel()
         self.analysis = AnalysisPanel()
         self.method = MethodPanel()
+        self.evaluate = EvaluatePanel()
+        self.compare = ComparePanel(self.evaluate)
         self.log_view = QPlainTextEdit()
         self.log_view.setReadOnly(True)
         self.log_view.setMaximumBlockCount(5000)
@@ -201,6 +206,10 @@ class MainWindow(QMainWindow):
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
         result_buttons.addWidget(self.publish_button)
+        self.evaluate_result_button = QPushButton("Evaluate it →")
+        self.evaluate_result_button.setToolTip("Score the merged model, the base and the agents on suites (step 6)")
+        self.evaluate_result_button.setEnabled(False)
+        result_buttons.addWidget(self.evaluate_result_button)
         result_buttons.addStretch(1)
         result_layout.addWidget(self.result_text)
         result_layout.addLayout(result_buttons)
@@ -227,7 +236,12 @@ class MainWindow(QMainWindow):
         left.setStretchFactor(0, 1)
         left.setStretchFactor(1, 0)
         right = QSplitter(Qt.Vertical)
-        right.addWidget(_group("2 · Analysis — density, overlap, ρ and λ", self.analysis))
+        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
+        self.steps = QTabWidget()
+        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, ρ and λ")
+        self.steps.addTab(self.evaluate, "6 · Evaluate")
+        self.steps.addTab(self.compare, "7 · Compare")
+        right.addWidget(self.steps)
         right.addWidget(_group("4 · Merge", run_box))
         right.addWidget(_group("5 · Result", self.result_panel))
         right.setStretchFactor(0, 3)
@@ -265,9 +279,24 @@ class MainWindow(QMainWindow):
         self.method.device.currentIndexChanged.connect(
             lambda _: self.settings.setValue("device", self.method.device.currentData()))
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
+        self._connect_evaluation()
 
         self._restore_settings()
         self._update_actions()
+
+    def _connect_evaluation(self) -> None:
+        """Evaluate and Compare: messages into the bar, one job at a time across the window."""
+        for panel in (self.evaluate, self.compare):
+            panel.error.connect(lambda m: self.show_error(m))
+            panel.info.connect(lambda m: self.show_info(m))
+            panel.busy_changed.connect(self._update_actions)
+        self.evaluate.device_fn = lambda: self.method.device.currentData()
+        self.compare.session_fn = self._checked_session
+        self.compare.token_fn = lambda: self.sources.hub_token
+        self.compare.options_fn = lambda: {"chunk_elements": self.chunk_elements}
+        self.evaluate_result_button.clicked.connect(lambda: self.steps.setCurrentWidget(self.evaluate))
+        self.compare.compare_finished.connect(
+            lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None)
 
     # --- menu and settings --------------------------------------------------------------------
     def _build_menu(self) -> None:
@@ -357,9 +386,10 @@ class MainWindow(QMainWindow):
         self.settings.sync()
 
     def closeEvent(self, event) -> None:  # noqa: N802
-        if self.job is not None and self.job.is_running():
-            self.job.cancel()
-            self.job.wait(15000)
+        for job in (self.job, self.evaluate.job, self.compare.job):
+            if job is not None and job.is_running():
+                job.cancel()
+                job.wait(15000)
         self.sources.cancel_downloads()
         self.sources.wait_idle(5000)
         self.save_settings()
@@ -385,7 +415,7 @@ class MainWindow(QMainWindow):
 
     # --- state --------------------------------------------------------------------------------
     def busy(self) -> bool:
-        return self.job is not None or self.chart_job is not None
+        return self.job is not None or self.chart_job is not None or self.evaluate.busy() or self.compare.busy()
 
     def _update_actions(self) -> None:
         busy = self.busy()
@@ -399,6 +429,9 @@ class MainWindow(QMainWindow):
                        self.import_mergekit_action, self.export_mergekit_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+        own = self.job is not None or self.chart_job is not None
+        self.evaluate.set_blocked(own or self.compare.busy())
+        self.compare.set_blocked(own or self.evaluate.busy())
 
     def _source_key(self) -> tuple:
         return (self.sources.base.spec if self.sources.base else None,
@@ -413,6 +446,10 @@ class MainWindow(QMainWindow):
         base = self.sources.base
         if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
             self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
+        if base is not None and base.checkpoint is not None and not self.compare.folder.text().strip():
+            self.compare.folder.setText(str(free_folder(base.checkpoint.folder.parent / "compare")))
+        self.evaluate.set_session_models(base.spec if base else None,
+                                         list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
         if self.report is not None:
             if self._source_key() == self.report_key:
                 if self.report.names != self.sources.names:  # a rename: same statistics, new labels
@@ -663,6 +700,7 @@ class MainWindow(QMainWindow):
             self.analysis.show_report(result.probe)
             self._method_changed()
         self._show_result(result, [])
+        self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
         self._pending_charts = self._chart_targets(result.out)
         self._saved_charts = []
 
@@ -681,6 +719,7 @@ class MainWindow(QMainWindow):
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
         self.publish_button.setEnabled((result.out / "README.md").is_file())
+        self.evaluate_result_button.setEnabled(True)
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
@@ -775,6 +814,8 @@ class MainWindow(QMainWindow):
             self.set_sources(str(base), [str(a) for a in agents], None)
             self.method.set_agent_defaults("suite", demo_suites(Path(base).parent, agents))
             self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
+            self.compare.folder.setText(str(free_folder(Path(base).parent / "compare")))
+            self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self._start("demo", lambda reporter: ensure_demo(), loaded)
