@@ -1,0 +1,64 @@
+"""The built-in demo: a small real model and three agents RL-trained from it, with their test suites.
+
+The files ship under ``ram_desktop/resources/demo/`` (``reproduction/`` regenerates them): a
+character-level Qwen2ForCausalLM base trained from scratch on three toy agent tasks, and one agent
+per task trained from it with GRPO and saved in bf16 (SPEC.md section 9). ``write_demo`` copies them
+out with ``demo.json``:
+
+    {"base": "base", "agents": [{"name": "coder", "path": "coder", "suite": "suites/code"}, ...]}
+
+The synthetic generator the demo used to be lives on in ``synthetic.py`` (tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .errors import InputError
+from .synthetic import (  # noqa: F401  (re-exported: older callers import them from here)
+    CONFIG, SEED, bf16_ulp, demo_shapes, generate_tensors, rl_update, write_model, write_tokenizer,
+)
+
+MANIFEST = "demo.json"
+AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned
+
+
+def demo_resources() -> Path:
+    """The shipped demo folder (in a source checkout, a wheel, or the frozen bundle)."""
+    return Path(__file__).resolve().parent.parent / "resources" / "demo"
+
+
+def read_manifest(folder: Path | str) -> dict:
+    """``demo.json`` of a demo folder, its paths resolved against the folder."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+        return {"base": folder / data["base"],
+                "agents": [{"name": a["name"], "path": folder / a["path"], "suite": folder / a["suite"]}
+                           for a in data["agents"]]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path}: not a readable demo manifest ({exc}); run `ram-merge demo DIR` again") from exc
+
+
+def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[Path]]:
+    """Write the demo (``base/``, one folder per agent, ``suites/``, ``demo.json``) under ``folder``.
+
+    Returns (base, agents). ``seed`` is accepted for older callers and ignored: the shipped demo is
+    seed 0 of ``reproduction/``.
+    """
+    source = demo_resources()
+    if not (source / MANIFEST).is_file():
+        raise InputError(f"the built-in demo is missing from {source}: reinstall RAM Desktop")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for item in sorted(source.iterdir()):
+        target = folder / item.name
+        if item.is_dir():
+            shutil.copytree(item, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(item, target)
+    manifest = read_manifest(folder)
+    return manifest["base"], [a["path"] for a in manifest["agents"]]
