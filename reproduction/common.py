@@ -61,11 +61,16 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     return out
 
 
-def score(model, tokenizer, task: str, examples: list[dict]) -> float:
-    """Mean reward of greedy completions with the task's own reward function."""
+def score(model, tokenizer, task: str, examples: list[dict], with_exact: bool = False):
+    """Mean reward of greedy completions with the task's own reward function (and, with
+    ``with_exact``, the share answered exactly right as well)."""
     import reward
 
-    completions = generate(model, tokenizer, [e["prompt"] for e in examples], MAX_NEW_TOKENS[task])
-    fn = getattr(reward, reward.REWARDS[task])
-    rewards = fn([e["prompt"] for e in examples], completions, answer=[e["answer"] for e in examples])
-    return float(sum(rewards) / max(len(rewards), 1))
+    prompts, answers = [e["prompt"] for e in examples], [e["answer"] for e in examples]
+    completions = generate(model, tokenizer, prompts, MAX_NEW_TOKENS[task])
+    rewards = getattr(reward, reward.REWARDS[task])(prompts, completions, answer=answers)
+    mean = float(sum(rewards) / max(len(rewards), 1))
+    if not with_exact:
+        return mean
+    exact = reward.exact_match(prompts, completions, answer=answers)
+    return mean, float(sum(exact) / max(len(exact), 1))

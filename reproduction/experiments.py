@@ -48,8 +48,12 @@ class Scorer:
         key = str(Path(model_dir).relative_to(self.out))
         if key not in self.cache:
             model = load_model(model_dir)
-            self.cache[key] = {t: score(model, self.tokenizer, t, self.data[t]) for t in TASKS}
-            self.cache[key]["mean"] = sum(self.cache[key][t] for t in TASKS) / len(TASKS)
+            scores = {}
+            for t in TASKS:
+                scores[t], scores[f"{t}_exact"] = score(model, self.tokenizer, t, self.data[t], with_exact=True)
+            scores["mean"] = sum(scores[t] for t in TASKS) / len(TASKS)
+            scores["mean_exact"] = sum(scores[f"{t}_exact"] for t in TASKS) / len(TASKS)
+            self.cache[key] = scores
             self.path.write_text(json.dumps(self.cache, indent=1))
         return self.cache[key]
 
@@ -163,5 +167,6 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     for name, s in table1.items():
-        log(f"test {name:16s} " + " ".join(f"{k}={v:.3f}" for k, v in s.items()))
+        log(f"test {name:16s} " + " ".join(f"{k}={s[k]:.3f}" for k in (*TASKS, "mean")) +
+            "  exact: " + " ".join(f"{k}={s[k + '_exact']:.3f}" for k in (*TASKS, "mean")))
     return results

@@ -20,6 +20,8 @@ import torch
 from common import MAX_NEW_TOKENS, load_model, load_tokenizer, seed_everything
 from tasks import make_split
 
+PROMPTS_PER_STEP = 16  # each with 8 sampled completions: 128 per optimizer step
+
 
 @dataclass(frozen=True)
 class Recipe:
@@ -35,9 +37,9 @@ class Recipe:
 # Partly overlapping parameter groups (so the merge has both unique and shared regions), like the
 # paper's agents whose updates land on different, partly shared elements.
 RECIPES = {
-    "code": Recipe(5e-4, 300, r"model\.layers\.[12]\.mlp\."),
-    "tool": Recipe(5e-4, 300, r"model\.layers\.\d+\.self_attn\.|model\.layers\.2\.mlp\."),
-    "memory": Recipe(5e-4, 300, r"model\.layers\.[01]\.self_attn\.|model\.embed_tokens\.|lm_head\."),
+    "code": Recipe(3e-4, 250, r"model\.layers\.[12]\.mlp\."),
+    "tool": Recipe(3e-4, 100, r"model\.layers\.\d+\.self_attn\.|model\.layers\.2\.mlp\."),
+    "memory": Recipe(3e-4, 120, r"model\.layers\.[01]\.self_attn\.|model\.embed_tokens\.|lm_head\."),
 }
 
 
@@ -63,9 +65,10 @@ def train_agent(base: Path, task: str, out: Path, seed: int, recipe: Recipe, log
     config = GRPOConfig(
         output_dir=str(workdir), learning_rate=recipe.learning_rate, max_steps=recipe.steps,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        per_device_train_batch_size=32, num_generations=8, generation_batch_size=32,
+        per_device_train_batch_size=PROMPTS_PER_STEP * 8, num_generations=8,
+        generation_batch_size=PROMPTS_PER_STEP * 8,
         max_completion_length=MAX_NEW_TOKENS[task], temperature=1.0, beta=0.0,
-        logging_steps=50, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
+        logging_steps=25, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
         seed=seed, data_seed=seed, gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True,
     )
     trainer = GRPOTrainer(model=model, reward_funcs=getattr(reward, reward.REWARDS[task]),

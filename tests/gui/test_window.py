@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt, QTimer
+from safetensors import safe_open
 
 from ram_desktop.core.methods import METHODS
 from ram_desktop.core.recipe import Recipe
@@ -25,7 +26,8 @@ def test_add_sources_by_drop_then_analyse_shows_charts_and_table(qtbot, window, 
     table = window.sources.table
     assert table.rowCount() == 4
     assert [table.item(r, 1).text() for r in range(1, 4)] == ["coder", "tool", "memory"]
-    assert table.item(0, 5).text() == "BF16" and table.item(1, 4).text() == "51"
+    tensors = len(safe_open(str(base / "model.safetensors"), "pt").keys())
+    assert table.item(0, 5).text() == "BF16" and table.item(1, 4).text() == str(tensors)
     assert all(table.item(r, 6).text() == "✓ ready" for r in range(4))
     assert window.method.out_dir.text().endswith("merged")  # a sensible default output folder
 
