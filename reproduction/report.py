@@ -56,7 +56,7 @@ def density_table(runs: list[dict]) -> str:
         for a in r["probe"]:
             rec = r["recipes"][a["name"]]
             rho = "∞" if a["rho"] is None else f"{a['rho']:.2f}"
-            rows.append(f"| {r['seed']} | {a['name']} | `{rec['trainable']}` ({rec['trained_parameters']:,} of {r['params']:,}) | "
+            rows.append(f"| {r['seed']} | {a['name']} | `{rec['trainable'].replace('|', chr(92) + '|')}` ({rec['trained_parameters']:,} of {r['params']:,}) | "
                         f"{rec['learning_rate']:g} | {rec['steps']} | {100 * a['density']:.1f} % | {a['unique']:,} | {a['shared']:,} | {rho} |")
     return "\n".join(rows)
 
