@@ -1,8 +1,9 @@
-"""The built-in demo: a small Qwen2-style base and three RL-like agents, generated deterministically.
+"""Synthetic RL-like checkpoints: a small Qwen2-style base and agents, generated deterministically.
 
-The task vectors mimic the paper's agents (section 3.2): updates of one to three bf16 ulps; one
-agent very sparse (about 3 %) and mostly overlapping the others, two dense (about 46 % and 54 %)
-with large unique shares.
+Nothing here is learned: the task vectors only mimic the paper's agents' statistics (section 3.2):
+updates of one to three bf16 ulps; one agent very sparse (about 3 %) and mostly overlapping the
+others, two dense (about 46 % and 54 %) with large unique shares. Tests and benchmarks use them as
+fixtures of known shape; the built-in demo (``demo.py``) ships real RL-trained agents instead.
 """
 
 from __future__ import annotations
@@ -155,8 +156,8 @@ def write_tokenizer(folder: Path, vocab_size: int) -> None:
         {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}))
 
 
-def write_demo(folder: Path | str, seed: int = SEED) -> tuple[Path, list[Path]]:
-    """Write ``base/`` and one folder per agent under ``folder``; return (base, agents)."""
+def write_synthetic(folder: Path | str, seed: int = SEED) -> tuple[Path, list[Path]]:
+    """Write a synthetic ``base/`` and one folder per agent under ``folder``; return (base, agents)."""
     folder = Path(folder)
     base, agents = generate_tensors(demo_shapes(), seed)
     base_dir = write_model(folder / "base", base)
