@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
-    p = sub.add_parser("demo", help="write the built-in demo base and agents")
+    p = sub.add_parser("demo", help="write the built-in demo: base, three RL-trained agents, their test suites, demo.json")
     p.add_argument("dir", type=Path)
 
     p = sub.add_parser("fisher", help="estimate an agent's diagonal Fisher information on its calibration suite")
@@ -215,10 +215,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "demo":
         from .core.demo import write_demo
 
+        from .core.demo import read_manifest
+
         base, agents = write_demo(args.dir)
         print(f"demo base: {base}")
-        for a in agents:
-            print(f"demo agent: {a}")
+        for a in read_manifest(args.dir)["agents"]:
+            print(f"demo agent: {a['path']}  (suite {a['suite']})")
         print(f"try: ram-merge merge {base} {' '.join(map(str, agents))} --out {Path(args.dir) / 'merged'}")
         return EXIT_OK
     if args.command == "eval":

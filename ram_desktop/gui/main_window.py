@@ -46,7 +46,7 @@ def demo_folder() -> Path:
 
 
 def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
-    """The built-in demo base and agents, generated once into the cache and reused."""
+    """The built-in demo (real base, three RL-trained agents, suites), copied once into the cache and reused."""
     from ..core.demo import AGENTS, write_demo
 
     folder = folder or demo_folder()
@@ -306,7 +306,7 @@ class MainWindow(QMainWindow):
         self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
         self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
-        self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
         self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
                                               triggered=lambda: ecosystem.import_mergekit_dialog(self))
         self.export_mergekit_action = QAction("Export &mergekit YAML…", self,
