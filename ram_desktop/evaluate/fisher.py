@@ -44,13 +44,12 @@ from typing import Any, Callable
 
 import torch
 
-from .. import __version__
 from ..core.engine import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.formats import Checkpoint, open_checkpoint
 from ..core.formats.safetensors_format import SafetensorsStreamWriter
-from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE, open_fisher
+from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
 from ..core.output import check_output, staging_folder
 from ..core.recipe import parse_size
 from .runner import (_as_declared, _check_loading_info, _first_line, _quiet_transformers, check_loadable, prompt_ids,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import gc
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxL
                                QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSizePolicy,
                                QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
+from ..core.demo import MANIFEST, read_manifest
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..evaluate import EvalResult, ModelRef, Suite, SuiteSummary, evaluate, load_suite
@@ -39,7 +39,6 @@ KIND_LABELS = {"base": "base model", "agent": "agent", "merged": "merged model",
                "other": "model folder"}
 MERGED_COLORS = ["#111111", "#6d4c41", "#3949ab", "#00897b", "#c0ca33", "#d81b60", "#546e7a", "#fb8c00"]
 BEST_BRUSH = QColor("#e3f2e1")
-DEMO_MANIFEST = "demo.json"
 
 
 @dataclass(frozen=True)
@@ -53,18 +52,11 @@ class ModelEntry:
 
 def demo_suites(folder: Path) -> list[Path]:
     """The agents' suites a demo folder's ``demo.json`` names (SPEC section 9), in its order; [] without one."""
-    manifest = Path(folder) / DEMO_MANIFEST
-    if not manifest.is_file():
+    if not (Path(folder) / MANIFEST).is_file():
         return []
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        paths = [a["suite"] for a in data.get("agents", []) if a.get("suite")]
-    except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
-        raise InputError(f"{manifest}: not a demo manifest ({e}); expected "
-                         '{"base": ..., "agents": [{"name", "path", "suite"}]}') from None
     seen: list[Path] = []
-    for p in paths:
-        path = (Path(folder) / p).resolve()
+    for agent in read_manifest(folder)["agents"]:
+        path = Path(agent["suite"]).resolve()
         if path not in seen:
             seen.append(path)
     return seen

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import time
@@ -47,11 +46,12 @@ def demo_folder() -> Path:
 
 def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     """The built-in demo (real base, three RL-trained agents, suites), copied once into the cache and reused."""
-    from ..core.demo import AGENTS, write_demo
+    from ..core.demo import AGENTS, MANIFEST, write_demo
 
     folder = folder or demo_folder()
     base, agents = folder / "base", [folder / name for name in AGENTS]
-    if all((p / "config.json").is_file() for p in [base, *agents]) and (base / "model.safetensors").is_file():
+    ready = [(p / "config.json").is_file() for p in [base, *agents]] + [(folder / MANIFEST).is_file()]
+    if all(ready) and (base / "model.safetensors").is_file():  # (a cache from before the real demo has no manifest)
         return base, agents
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -64,11 +64,12 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
 def demo_suites(folder: Path, agents: list) -> list[str] | None:
     """The demo agents' suites from ``demo.json`` (SPEC section 9), in the order of ``agents``; None when the
     demo has no manifest or it does not name a suite for every agent."""
+    from ..core.demo import read_manifest
+
     try:
-        manifest = json.loads((folder / "demo.json").read_text(encoding="utf-8"))
-        by_path = {(folder / a["path"]).resolve(): folder / a["suite"] for a in manifest["agents"]}
+        by_path = {Path(a["path"]).resolve(): a["suite"] for a in read_manifest(folder)["agents"]}
         return [str(by_path[Path(a).resolve()]) for a in agents]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (InputError, KeyError):
         return None
 
 

@@ -62,7 +62,8 @@ def test_fisher_merge_from_suites_in_the_window(qtbot, window, fisher_inputs, tm
     with qtbot.waitSignal(window.merge_finished, timeout=120000) as blocker:
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
     assert blocker.args == ["done"], window.message.text.text()
-    assert any(stage == "fisher" and text.startswith("Estimating Fisher: 1 examples of 2") for stage, text in stages), stages
+    assert any(stage == "fisher" and text.startswith("Estimating Fisher: ") for stage, text in stages), stages
+    assert ("fisher", "Estimating Fisher: 2 examples of 2 examples") in stages  # the last event always arrives
     assert stages.index(next(s for s in stages if s[0] == "merge")) > stages.index(next(s for s in stages if s[0] == "fisher"))
     report = json.loads((out / "merge-report.json").read_text())
     assert report["method"] == "fisher" and report["method_params"]["suite"] == [str(s) for s in suites]
