@@ -140,7 +140,7 @@ def _probe_plan(plan: MergePlan, eps: float, device: torch.device, reporter: Rep
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them is
     computed again, completely."""
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
-    if cached is not None and len(cached.agents) == plan.n_agents and (cached.has_survival or not survival):
+    if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         if collector is not None:
             probe_pass(plan, eps, device, reporter, chunk_elements, collector, accumulate=False)

@@ -1,0 +1,384 @@
+"""Statistics for visual inspection (SPEC.md section 10), gathered in the Analyze probe pass.
+
+Per chunk, from the masks m_t = [|τ_t| > ε] the probe already has:
+
+* **intersections**: the update-pattern histogram (pattern p = Σ_t m_t·2^t) summed over the model;
+  every non-empty pattern with a non-zero count is one set of agents and how many elements exactly
+  that set updates.
+* **pairs**: for agents a, b, ``both`` = Σ_i m_a·m_b and ``same_sign`` = how many of those have
+  τ_a and τ_b of the same sign. With s_t = sign(τ_t)·m_t ∈ {−1, 0, 1}, m·mᵀ gives ``both`` and
+  s·sᵀ gives same − opposite, so same = (both + s·sᵀ) / 2: two small matrix products per chunk,
+  exact (0/±1 products summed in float32 stay integers below 2^24 for chunks under 2^24 elements).
+* **update mass**: M[t, k] = Σ_i |τ_t,i|·m_t,i·[c_i = k+1], agent t's L1 update mass split by how
+  many agents update the element (c_i = Σ_t m_t,i), one [N, n] × [n, N] product per chunk.
+* **ulp histogram**: each updated element's |τ| in ulps of the base value in the stored dtype,
+  binned by powers of two: bin b ≥ 1 holds 2^(b−1) ≤ |τ| / ulp(θ_pre) < 2^b (bin 1 is one ulp,
+  bin 2 two or three ...). From the float exponents: b = E(|τ|) − E(θ_pre) + p, with E the biased
+  exponent of the compute dtype and p the stored significand bits (8 bf16, 11 f16, 24 f32, 53 f64).
+  For a change within one binade this is the bit length of |bits(agent) − bits(base)|; a step down
+  across a power of two (half an ulp of the base) counts as one ulp, as its bit distance is 1.
+  Bases below the smallest normal of the stored dtype use that dtype's subnormal spacing; bases
+  below 2^(p−127) (bf16: ~1.5e−36, mostly exact zeros) use 2^(p−127)'s ulp, which moves only
+  updates smaller than 2^−64 out of the top bin. Updates whose |τ| is itself subnormal in the
+  compute dtype (possible only with ε = 0) are counted in bin 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .chunks import Chunk
+
+ULP_BINS = 65  # bin 0: below the smallest normal |τ|; bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
+STORED_SIGNIFICAND = {"BF16": 8, "F16": 11, "F32": 24, "F64": 53}
+STORED_MIN_EXPONENT = {"F16": 113}  # f16's smallest normal is 2^−14 = float32 biased exponent 113
+EXACT_FLOAT32_SUM = 1 << 24
+
+
+@dataclass
+class InspectStats:
+    """Whole-model statistics for the inspection views; agent indices refer to the report's agents."""
+
+    patterns: list[int] | None  # count per update pattern 0 .. 2^N − 1 (None above 16 agents)
+    both: list[list[int]]  # [a][b]: elements both update (diagonal: updated)
+    same_sign: list[list[int]]  # [a][b]: of those, how many with τ of the same sign
+    mass: list[list[float]]  # [t][k]: L1 mass of agent t's updates shared by exactly k+1 agents
+    ulps: list[list[int]]  # [t][b]: updated elements per ulp bin (see the module docstring)
+
+    def intersections(self, names: list[str]) -> list[dict] | None:
+        """Every non-empty set of agents with a non-zero count of elements that exactly it updates."""
+        if self.patterns is None:
+            return None
+        out = []
+        for p, count in enumerate(self.patterns):
+            if p and count:
+                out.append({"agents": [names[t] for t in range(len(names)) if p >> t & 1], "count": int(count)})
+        return out
+
+    def pairs(self, names: list[str]) -> list[dict]:
+        n = len(names)
+        return [{"agents": [names[a], names[b]], "both": self.both[a][b], "same_sign": self.same_sign[a][b]}
+                for a in range(n) for b in range(a + 1, n)]
+
+    def to_json(self, names: list[str]) -> dict:
+        return {
+            "intersections": self.intersections(names),
+            "pairs": self.pairs(names),
+            "update_mass": {"by_overlap": self.mass},
+            "ulp_histogram": {"bins": ulp_bin_labels(), "counts": self.ulps},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, names: list[str]) -> "InspectStats | None":
+        """The statistics back from a report; None when the report predates them."""
+        if "pairs" not in data or "ulp_histogram" not in data or "update_mass" not in data:
+            return None
+        n = len(names)
+        index = {name: t for t, name in enumerate(names)}
+        patterns = None
+        if data.get("intersections") is not None:
+            patterns = [0] * (1 << n)
+            for entry in data["intersections"]:
+                patterns[sum(1 << index[a] for a in entry["agents"])] = int(entry["count"])
+        both = [[0] * n for _ in range(n)]
+        same = [[0] * n for _ in range(n)]
+        for entry in data["pairs"]:
+            a, b = (index[x] for x in entry["agents"])
+            both[a][b] = both[b][a] = int(entry["both"])
+            same[a][b] = same[b][a] = int(entry["same_sign"])
+        mass = [list(map(float, row)) for row in data["update_mass"]["by_overlap"]]
+        ulps = [list(map(int, row)) for row in data["ulp_histogram"]["counts"]]
+        for t in range(n):  # the diagonal: every updated element "shares" with itself, same sign
+            both[t][t] = same[t][t] = sum(ulps[t])
+        return cls(patterns, both, same, mass, ulps)
+
+
+def ulp_bin_labels() -> list[str]:
+    labels = ["<1"]
+    for b in range(1, ULP_BINS - 1):
+        lo, hi = 1 << (b - 1), (1 << b) - 1
+        labels.append(str(lo) if lo == hi else f"{lo}-{hi}")
+    labels.append(f">={1 << (ULP_BINS - 2)}")
+    return labels
+
+
+class InspectAccumulator:
+    """Sums the per-chunk inspection statistics (thread-safe: chunks may arrive from several threads)."""
+
+    def __init__(self, n_agents: int, stored_dtypes: list[str]) -> None:
+        self.n = n_agents
+        self.stored = stored_dtypes  # per job: the base tensor's safetensors dtype code
+        self._patterns = torch.zeros(1 << n_agents, dtype=torch.int64) if n_agents <= 16 else None
+        self._both = torch.zeros(n_agents, n_agents, dtype=torch.int64)
+        self._signed = torch.zeros(n_agents, n_agents, dtype=torch.int64)
+        self._mass = torch.zeros(n_agents, n_agents, dtype=torch.float64)
+        self._ulps = torch.zeros(n_agents, ULP_BINS, dtype=torch.int64)
+        self._lock = threading.Lock()
+
+    def add_patterns(self, hist: torch.Tensor) -> None:
+        """The probe's per-chunk pattern histogram (2^N bins, on the CPU)."""
+        if self._patterns is not None:
+            with self._lock:
+                self._patterns += hist
+
+    def add(self, chunk: Chunk) -> None:
+        n, size = self.n, chunk.taus.shape[1]
+        if size == 0:
+            return
+        taus, m = chunk.taus, chunk.mask_values
+        dtype = taus.dtype if size < EXACT_FLOAT32_SUM or taus.dtype == torch.float64 else torch.float64
+        # τ·m (the masked update), its magnitude and its sign in {−1, 0, 1}
+        masked = torch.mul(taus, m, out=chunk._buffer("inspect_masked", tuple(taus.shape), taus.dtype))
+        mag = torch.abs(masked, out=chunk._buffer("inspect_abs", tuple(taus.shape), taus.dtype))
+        sign = torch.sign(masked, out=masked)
+        m_, s_ = (m, sign) if dtype == taus.dtype else (m.to(dtype), sign.to(dtype))
+        both = torch.mm(m_, m_.t())
+        signed = torch.mm(s_, s_.t())
+        # overlap count c_i as one-hot columns [c = 1], ..., [c = N]: masses by overlap in one product
+        count = chunk._buffer("inspect_count", (size,), taus.dtype)
+        torch.sum(m, 0, out=count)
+        onehot = chunk._buffer("inspect_onehot", (n, size), taus.dtype)
+        for k in range(n):
+            torch.eq(count, k + 1, out=onehot[k])
+        mass = torch.mm(mag, onehot.t()).to(torch.float64)
+        ulps = self._ulp_histogram(chunk, mag)
+        with self._lock:
+            self._both += both.round().to(torch.int64).cpu()
+            self._signed += signed.round().to(torch.int64).cpu()
+            self._mass += mass.cpu()
+            self._ulps += ulps
+
+    def _ulp_histogram(self, chunk: Chunk, mag: torch.Tensor) -> torch.Tensor:
+        stored = self.stored[chunk.job_index]
+        if mag.dtype == torch.float64:
+            int_dtype, shift, mask = torch.int64, 52, 0x7FF
+        else:
+            int_dtype, shift, mask = torch.int32, 23, 0xFF
+        bits = STORED_SIGNIFICAND.get(stored, 53 if mag.dtype == torch.float64 else 24)
+        size = chunk.taus.shape[1]
+        # E(θ_pre) clamped below at the stored dtype's smallest normal and at p, minus p: bin = E(|τ|) − this
+        base_e = torch.bitwise_right_shift(chunk.base.view(int_dtype), shift,
+                                           out=chunk._buffer("inspect_base_e", (size,), int_dtype))
+        base_e.bitwise_and_(mask).clamp_(min=max(STORED_MIN_EXPONENT.get(stored, 1), bits)).sub_(bits)
+        keys = torch.bitwise_right_shift(mag.view(int_dtype), shift,
+                                         out=chunk._buffer("inspect_keys", tuple(mag.shape), int_dtype))
+        out = torch.zeros(self.n, ULP_BINS, dtype=torch.int64)
+        tmp = chunk._buffer("inspect_tmp", (size,), int_dtype)
+        for t in range(self.n):
+            e = keys[t]  # E(|τ·m|): 0 where not updated (and for subnormal |τ|)
+            torch.sub(e, base_e, out=tmp).clamp_(1, ULP_BINS - 1)
+            torch.minimum(tmp, e, out=tmp)  # 0 stays 0: not updated; E ≥ p ≥ any bin otherwise
+            out[t] = torch.bincount(tmp, minlength=ULP_BINS).cpu()[:ULP_BINS]
+        return out
+
+    def finish(self, updated: list[int]) -> InspectStats:
+        """``updated``: each agent's updated count (bin 0 is what the other bins leave of it)."""
+        both = self._both.tolist()
+        signed = self._signed.tolist()
+        same = [[(both[a][b] + signed[a][b]) // 2 for b in range(self.n)] for a in range(self.n)]
+        ulps = self._ulps.tolist()
+        for t in range(self.n):
+            ulps[t][0] = updated[t] - sum(ulps[t][1:])
+        patterns = self._patterns.tolist() if self._patterns is not None else None
+        return InspectStats(patterns, both, same, self._mass.tolist(), ulps)
+
+
+# --- layer × module grid ---------------------------------------------------------------------------
+
+LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks|block)\.(\d+)\.")
+MODULE_KINDS = [  # (column, pattern on the tensor name), first match wins
+    ("embeddings", re.compile(r"embed|wte|wpe|word_embeddings|tok_embeddings")),
+    ("q", re.compile(r"(^|\.)(q_proj|query|q|wq)(\.|$)")),
+    ("k", re.compile(r"(^|\.)(k_proj|key|k|wk)(\.|$)")),
+    ("v", re.compile(r"(^|\.)(v_proj|value|v|wv)(\.|$)")),
+    ("qkv", re.compile(r"(^|\.)(qkv_proj|query_key_value|c_attn|Wqkv|W_pack)(\.|$)")),
+    ("o", re.compile(r"(^|\.)(o_proj|out_proj|dense|c_proj|wo)(\.|$)(?!.*mlp)")),
+    ("gate", re.compile(r"(^|\.)(gate_proj|w1|gate_up_proj)(\.|$)")),
+    ("up", re.compile(r"(^|\.)(up_proj|w3|fc1|c_fc|dense_h_to_4h)(\.|$)")),
+    ("down", re.compile(r"(^|\.)(down_proj|w2|fc2|dense_4h_to_h)(\.|$)")),
+    ("norms", re.compile(r"norm|ln_")),
+    ("lm_head", re.compile(r"lm_head|embed_out|(^|\.)output\.weight$")),
+]
+COLUMN_ORDER = [kind for kind, _ in MODULE_KINDS]
+OTHER_ROW = "other"
+
+
+def module_kind(name: str) -> str:
+    """The heat map column of a tensor: q, k, v, o, gate, up, down, norms, embeddings ... or its own short name."""
+    if "mlp" in name and re.search(r"(^|\.)(c_proj|dense)(\.|$)", name):
+        return "down"
+    for kind, pattern in MODULE_KINDS:
+        if pattern.search(name):
+            return kind
+    parts = [p for p in name.split(".") if p not in ("weight", "bias")]
+    return parts[-1] if parts else name
+
+
+def layer_of(name: str) -> int | None:
+    m = LAYER_INDEX.search(name)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class ModuleGrid:
+    """Counts per (row, column): rows are layers 0..L−1 (then ``other`` for tensors outside layers),
+    columns the module kinds present. ``params[r][c]``, ``updated[t][r][c]``, ``unique[t][r][c]``;
+    ``tensors[r][c]`` lists the tensor names in a cell."""
+
+    rows: list[str]
+    columns: list[str]
+    params: list[list[int]]
+    updated: list[list[list[int]]]
+    unique: list[list[list[int]]]
+    tensors: list[list[list[str]]]
+
+    def density(self, agent: int) -> list[list[float | None]]:
+        return [[u / p if p else None for u, p in zip(urow, prow)]
+                for urow, prow in zip(self.updated[agent], self.params)]
+
+    def unique_share(self, agent: int) -> list[list[float | None]]:
+        """unique / updated per cell: how much of the agent's update there no other agent touches."""
+        return [[q / u if u else None for q, u in zip(qrow, urow)]
+                for qrow, urow in zip(self.unique[agent], self.updated[agent])]
+
+
+def module_grid(tensor_stats: list, n_agents: int) -> ModuleGrid:
+    """The layer × module grid of a probe's per-tensor statistics (``TensorStats``)."""
+    layers = sorted({i for t in tensor_stats if (i := layer_of(t.name)) is not None})
+    has_other = any(layer_of(t.name) is None for t in tensor_stats)
+    rows = [str(i) for i in layers] + ([OTHER_ROW] if has_other else [])
+    row_of = {i: r for r, i in enumerate(layers)}
+    kinds: list[str] = []
+    for t in tensor_stats:
+        k = module_kind(t.name)
+        if k not in kinds:
+            kinds.append(k)
+    columns = [k for k in COLUMN_ORDER if k in kinds] + [k for k in kinds if k not in COLUMN_ORDER]
+    col_of = {k: c for c, k in enumerate(columns)}
+    R, C = len(rows), len(columns)
+    params = [[0] * C for _ in range(R)]
+    updated = [[[0] * C for _ in range(R)] for _ in range(n_agents)]
+    unique = [[[0] * C for _ in range(R)] for _ in range(n_agents)]
+    tensors: list[list[list[str]]] = [[[] for _ in range(C)] for _ in range(R)]
+    for t in tensor_stats:
+        layer = layer_of(t.name)
+        r = row_of[layer] if layer is not None else R - 1
+        c = col_of[module_kind(t.name)]
+        params[r][c] += t.params
+        tensors[r][c].append(t.name)
+        for a in range(n_agents):
+            updated[a][r][c] += t.updated[a]
+            unique[a][r][c] += t.unique[a]
+    return ModuleGrid(rows, columns, params, updated, unique, tensors)
+
+
+# --- what each method would keep ---------------------------------------------------------------------
+
+KEEP_METHODS = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties")
+ESTIMATED = frozenset({"ties", "dare-ta", "dare-ties"})
+
+
+def would_keep(report, method: str, params: dict) -> list[float | None]:
+    """Per agent: the share of its update mass that ``method`` keeps in the merged model.
+
+    Update mass of agent t: M_t = Σ_i |τ_t,i| over the elements it updates (|τ_t,i| > ε). A method
+    whose merged task vector is τ_merged,i = Σ_t w_t,i·τ_t,i keeps Σ_i w_t,i·|τ_t,i| of it; the share
+    is that over M_t. Exact for RAM (w = 1 where t alone updates, 1/c where c agents do), RAM+ and
+    RAM+s (λ_t instead of 1 on unique elements), Average (w = 1/N) and Task Arithmetic (w = λ).
+    Expected values (``ESTIMATED``) for DARE-TA (each element kept with probability 1 − p and scaled
+    by 1/(1 − p): λ in expectation), and estimates for TIES and DARE-TIES (see ``_election_weight``).
+    None for an agent with no updates, or when the report lacks the statistics.
+    """
+    stats = getattr(report, "inspect", None)
+    n = len(report.agents)
+    if stats is None or n == 0:
+        return [None] * n
+    totals = [sum(row) for row in stats.mass]
+    ram = [sum(row[k] / (k + 1) for k in range(n)) for row in stats.mass]
+    shares: list[float]
+    if method == "ram":
+        shares = ram
+    elif method in ("ram-plus", "ram-plus-soft"):
+        from .methods import get_method
+
+        lambdas = get_method(method).lambdas(get_method(method).resolve(params), report)
+        shares = [r + (lam - 1.0) * row[0] for r, lam, row in zip(ram, lambdas, stats.mass)]
+    elif method == "average":
+        shares = [tot / n for tot in totals]
+    elif method == "task-arithmetic":
+        shares = [tot * params.get("scale", 0.3) for tot in totals]
+    elif method == "dare-ta":
+        shares = [tot * params.get("scale", 0.3) for tot in totals]
+    elif method in ("ties", "dare-ties"):
+        agree = _agreement(stats, n)
+        if method == "ties":
+            trim = _trim_keep(report, params.get("density", 0.2), params.get("ties_scope", "tensor"))
+            others = [(sum(trim) - trim[t]) / (n - 1) if n > 1 else 1.0 for t in range(n)]
+            present, own = others, trim
+            scale = params.get("scale", 1.0)
+        else:
+            p = params.get("drop", 0.5)
+            present, own = [1.0 - p] * n, [1.0] * n  # kept with probability 1 − p, scaled by 1/(1 − p)
+            scale = params.get("scale", 1.0)
+        shares = [scale * own[t] * sum(stats.mass[t][k] * _election_weight(k, agree[t], present[t]) for k in range(n))
+                  for t in range(n)]
+    else:
+        return [None] * n
+    return [s / tot if tot > 0 else None for s, tot in zip(shares, totals)]
+
+
+def _agreement(stats: InspectStats, n: int) -> list[float]:
+    """Per agent: the share of its shared elements' partners whose τ has the same sign (from ``pairs``)."""
+    out = []
+    for t in range(n):
+        both = sum(stats.both[t][s] for s in range(n) if s != t)
+        same = sum(stats.same_sign[t][s] for s in range(n) if s != t)
+        out.append(same / both if both else 1.0)
+    return out
+
+
+def _trim_keep(report, density: float, scope: str) -> list[float]:
+    """TIES's trim: per agent, the share of its updated elements among the ⌊k·n⌋ it keeps per scope,
+    counting them as if every updated element outranked every non-updated one (it does: |τ| > ε ≥
+    the rest) and as if magnitudes were equal among updated ones (the trim keeps the largest, so
+    the share of mass it keeps is at least this)."""
+    from .baselines import keep_count
+
+    n = len(report.agents)
+    if scope == "model":
+        k = keep_count(density, report.params)
+        return [min(a.updated, k) / a.updated if a.updated else 0.0 for a in report.agents]
+    kept = [0] * n
+    for t_stats in report.tensor_stats:
+        k = keep_count(density, t_stats.params)
+        for t in range(n):
+            kept[t] += min(t_stats.updated[t], k)
+    return [kept[t] / a.updated if a.updated else 0.0 for t, a in enumerate(report.agents)]
+
+
+def _election_weight(k: int, agree: float, present: float) -> float:
+    """Expected weight TIES's sign election and disjoint mean give an element that agent t shares
+    with k others (k = 0: unique, kept whole). Each other agent is present with probability
+    ``present`` (survives its trim or DARE drop) and, when present, agrees in sign with probability
+    ``agree``, independently; magnitudes are taken as equal, so the elected sign is the majority's
+    (a tie is a coin flip). If t's sign is elected with j agreeing partners present, t gets 1/(j+1)."""
+    if k == 0:
+        return 1.0
+    total = 0.0
+    p_agree, p_dis, p_abs = present * agree, present * (1.0 - agree), 1.0 - present
+    for j in range(k + 1):
+        for d in range(k - j + 1):
+            prob = (math.comb(k, j) * math.comb(k - j, d) * p_agree ** j * p_dis ** d * p_abs ** (k - j - d))
+            if j + 1 > d:
+                win = 1.0
+            elif j + 1 == d:
+                win = 0.5
+            else:
+                win = 0.0
+            total += prob * win / (j + 1)
+    return total
