@@ -9,9 +9,8 @@ Per chunk, from the masks m_t = [|τ_t| > ε] the probe already has:
   τ_a and τ_b of the same sign. With s_t = sign(τ_t)·m_t ∈ {−1, 0, 1}, m·mᵀ gives ``both`` and
   s·sᵀ gives same − opposite, so same = (both + s·sᵀ) / 2: two small matrix products per chunk,
   exact (0/±1 products summed in float32 stay integers below 2^24 for chunks under 2^24 elements).
-* **update mass**: M[t, k] = Σ_i |τ_t,i|·m_t,i·[c_i = k+1], agent t's L1 update mass split by how
-  many agents update the element (c_i = Σ_t m_t,i), one [N, n] × [n, N] product per chunk.
-* **ulp histogram**: each updated element's |τ| in ulps of the base value in the stored dtype,
+* **ulp histogram**: on every ULP_STRIDE-th element of each tensor (flat index ≡ 0 mod 8, so the
+  sample does not depend on chunking; 1/8 of the cost of counting all), each updated element's |τ| in ulps of the base value in the stored dtype,
   binned by powers of two: bin b ≥ 1 holds 2^(b−1) ≤ |τ| / ulp(θ_pre) < 2^b (bin 1 is one ulp,
   bin 2 two or three ...). From the float exponents: b = E(|τ|) − E(θ_pre) + p, with E the biased
   exponent of the compute dtype and p the stored significand bits (8 bf16, 11 f16, 24 f32, 53 f64).
@@ -19,12 +18,14 @@ Per chunk, from the masks m_t = [|τ_t| > ε] the probe already has:
   across a power of two (half an ulp of the base) counts as one ulp, as its bit distance is 1.
   Bases below the smallest normal of the stored dtype use that dtype's subnormal spacing; bases
   below 2^(p−127) (bf16: ~1.5e−36, mostly exact zeros) use 2^(p−127)'s ulp, which moves only
-  updates smaller than 2^−64 out of the top bin. Updates whose |τ| is itself subnormal in the
-  compute dtype (possible only with ε = 0) are counted in bin 0.
+  updates smaller than 2^−64 out of the top bin. Computed as r = |τ|·2^k (k per element, an exact
+  power-of-two scale), bin = the float exponent of r; an update with r below the smallest normal
+  float (possible only when an agent is stored finer than its base) is counted in bin 0.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -34,10 +35,12 @@ import torch
 
 from .chunks import Chunk
 
-ULP_BINS = 65  # bin 0: below the smallest normal |τ|; bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
+ULP_STRIDE = 8  # the ulp histogram counts every 8th element of each tensor (flat index ≡ 0 mod 8)
+ULP_BINS = 65  # bin 0: under 2^−126 ulps (exotic); bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
 STORED_SIGNIFICAND = {"BF16": 8, "F16": 11, "F32": 24, "F64": 53}
 STORED_MIN_EXPONENT = {"F16": 113}  # f16's smallest normal is 2^−14 = float32 biased exponent 113
 EXACT_FLOAT32_SUM = 1 << 24
+JOINT_MAX_AGENTS = 8  # up to this many agents, signs and patterns share one 4^N-bin histogram
 
 
 @dataclass
@@ -47,8 +50,7 @@ class InspectStats:
     patterns: list[int] | None  # count per update pattern 0 .. 2^N − 1 (None above 16 agents)
     both: list[list[int]]  # [a][b]: elements both update (diagonal: updated)
     same_sign: list[list[int]]  # [a][b]: of those, how many with τ of the same sign
-    mass: list[list[float]]  # [t][k]: L1 mass of agent t's updates shared by exactly k+1 agents
-    ulps: list[list[int]]  # [t][b]: updated elements per ulp bin (see the module docstring)
+    ulps: list[list[int]]  # [t][b]: sampled updated elements per ulp bin (see the module docstring)
 
     def intersections(self, names: list[str]) -> list[dict] | None:
         """Every non-empty set of agents with a non-zero count of elements that exactly it updates."""
@@ -69,14 +71,13 @@ class InspectStats:
         return {
             "intersections": self.intersections(names),
             "pairs": self.pairs(names),
-            "update_mass": {"by_overlap": self.mass},
-            "ulp_histogram": {"bins": ulp_bin_labels(), "counts": self.ulps},
+            "ulp_histogram": {"stride": ULP_STRIDE, "bins": ulp_bin_labels(), "counts": self.ulps},
         }
 
     @classmethod
-    def from_json(cls, data: dict, names: list[str]) -> "InspectStats | None":
+    def from_json(cls, data: dict, names: list[str], updated_counts: list[int]) -> "InspectStats | None":
         """The statistics back from a report; None when the report predates them."""
-        if "pairs" not in data or "ulp_histogram" not in data or "update_mass" not in data:
+        if "pairs" not in data or "ulp_histogram" not in data:
             return None
         n = len(names)
         index = {name: t for t, name in enumerate(names)}
@@ -91,11 +92,10 @@ class InspectStats:
             a, b = (index[x] for x in entry["agents"])
             both[a][b] = both[b][a] = int(entry["both"])
             same[a][b] = same[b][a] = int(entry["same_sign"])
-        mass = [list(map(float, row)) for row in data["update_mass"]["by_overlap"]]
         ulps = [list(map(int, row)) for row in data["ulp_histogram"]["counts"]]
-        for t in range(n):  # the diagonal: every updated element "shares" with itself, same sign
-            both[t][t] = same[t][t] = sum(ulps[t])
-        return cls(patterns, both, same, mass, ulps)
+        for t, updated in enumerate(updated_counts):  # the diagonal: every updated element, same sign as itself
+            both[t][t] = same[t][t] = updated
+        return cls(patterns, both, same, ulps)
 
 
 def ulp_bin_labels() -> list[str]:
@@ -114,78 +114,139 @@ class InspectAccumulator:
         self.n = n_agents
         self.stored = stored_dtypes  # per job: the base tensor's safetensors dtype code
         self._patterns = torch.zeros(1 << n_agents, dtype=torch.int64) if n_agents <= 16 else None
+        self._joint = torch.zeros(1 << (2 * n_agents), dtype=torch.int64) if n_agents <= JOINT_MAX_AGENTS else None
         self._both = torch.zeros(n_agents, n_agents, dtype=torch.int64)
         self._signed = torch.zeros(n_agents, n_agents, dtype=torch.int64)
-        self._mass = torch.zeros(n_agents, n_agents, dtype=torch.float64)
         self._ulps = torch.zeros(n_agents, ULP_BINS, dtype=torch.int64)
         self._lock = threading.Lock()
 
-    def add_patterns(self, hist: torch.Tensor) -> None:
-        """The probe's per-chunk pattern histogram (2^N bins, on the CPU)."""
-        if self._patterns is not None:
-            with self._lock:
-                self._patterns += hist
+    def pattern_histogram(self, chunk: Chunk) -> torch.Tensor:
+        """The probe's per-chunk update-pattern histogram (2^N bins, CPU), counted together with the
+        signs: one bincount of key = p + 2^N·q, with q = Σ_t [τ_t > ε]·2^t the agents whose update is
+        positive (up to ``JOINT_MAX_AGENTS``; above, the pattern alone and the signs by products)."""
+        n = self.n
+        pattern = chunk.pattern
+        if n > JOINT_MAX_AGENTS:
+            hist = torch.bincount(pattern, minlength=1 << n).cpu()
+            self.add(chunk, hist)
+            return hist
+        taus = chunk.taus
+        size = taus.shape[1]
+        positive = torch.gt(taus, chunk.eps, out=chunk._buffer("inspect_positive", tuple(taus.shape), taus.dtype))
+        acc = torch.mul(positive[0], float(1 << n), out=chunk._buffer("inspect_acc", (size,), taus.dtype))
+        for t in range(1, n):
+            acc.add_(positive[t], alpha=float(1 << (n + t)))
+        acc.add_(pattern)  # exact: integers below 2^16 in the compute dtype
+        keys = chunk._buffer("inspect_keys", (size,), torch.int32)
+        keys.copy_(acc)
+        joint = torch.bincount(keys, minlength=1 << (2 * n)).cpu()
+        self.add(chunk, joint)
+        return joint.view(1 << n, 1 << n).sum(0)
 
-    def add(self, chunk: Chunk) -> None:
+    def add(self, chunk: Chunk, hist: torch.Tensor | None = None) -> None:
+        """Add a chunk: ``hist`` is its joint (sign, pattern) histogram (N ≤ ``JOINT_MAX_AGENTS``), its
+        pattern histogram (N ≤ 16), or None (more agents)."""
         n, size = self.n, chunk.taus.shape[1]
         if size == 0:
             return
-        taus, m = chunk.taus, chunk.mask_values
-        dtype = taus.dtype if size < EXACT_FLOAT32_SUM or taus.dtype == torch.float64 else torch.float64
-        # τ·m (the masked update), its magnitude and its sign in {−1, 0, 1}
-        masked = torch.mul(taus, m, out=chunk._buffer("inspect_masked", tuple(taus.shape), taus.dtype))
-        mag = torch.abs(masked, out=chunk._buffer("inspect_abs", tuple(taus.shape), taus.dtype))
-        sign = torch.sign(masked, out=masked)
-        m_, s_ = (m, sign) if dtype == taus.dtype else (m.to(dtype), sign.to(dtype))
-        both = torch.mm(m_, m_.t())
-        signed = torch.mm(s_, s_.t())
-        # overlap count c_i as one-hot columns [c = 1], ..., [c = N]: masses by overlap in one product
-        count = chunk._buffer("inspect_count", (size,), taus.dtype)
-        torch.sum(m, 0, out=count)
-        onehot = chunk._buffer("inspect_onehot", (n, size), taus.dtype)
-        for k in range(n):
-            torch.eq(count, k + 1, out=onehot[k])
-        mass = torch.mm(mag, onehot.t()).to(torch.float64)
-        ulps = self._ulp_histogram(chunk, mag)
+        signed = both = None
+        if n > JOINT_MAX_AGENTS:
+            taus, m = chunk.taus, chunk.mask_values
+            sign = torch.mul(taus, m, out=chunk._buffer("inspect_sign", tuple(taus.shape), taus.dtype)).sign_()
+            exact = size < EXACT_FLOAT32_SUM or taus.dtype == torch.float64
+            s_ = sign if exact else sign.to(torch.float64)
+            signed = torch.mm(s_, s_.t()).round().to(torch.int64).cpu()
+            if hist is None:
+                m_ = m if exact else m.to(torch.float64)
+                both = torch.mm(m_, m_.t()).round().to(torch.int64).cpu()
+        ulps = self._ulp_histogram(chunk)
         with self._lock:
-            self._both += both.round().to(torch.int64).cpu()
-            self._signed += signed.round().to(torch.int64).cpu()
-            self._mass += mass.cpu()
-            self._ulps += ulps
+            if hist is not None:
+                if n <= JOINT_MAX_AGENTS:
+                    self._joint += hist
+                else:
+                    self._patterns += hist
+            if both is not None:
+                self._both += both
+            if signed is not None:
+                self._signed += signed
+            if ulps is not None:
+                self._ulps += ulps
 
-    def _ulp_histogram(self, chunk: Chunk, mag: torch.Tensor) -> torch.Tensor:
-        stored = self.stored[chunk.job_index]
-        if mag.dtype == torch.float64:
-            int_dtype, shift, mask = torch.int64, 52, 0x7FF
+    @staticmethod
+    def _inverse_ulp(base: torch.Tensor, stored: str) -> torch.Tensor:
+        """1 / ulp(θ_pre) in the stored dtype, per element, as a power of two in the compute dtype:
+        ulp = 2^(E − bias − p + 1) with E = max(E(θ_pre), smallest normal, p)."""
+        if base.dtype == torch.float64:
+            int_dtype, shift, mask, bias = torch.int64, 52, 0x7FF, 1023
         else:
-            int_dtype, shift, mask = torch.int32, 23, 0xFF
-        bits = STORED_SIGNIFICAND.get(stored, 53 if mag.dtype == torch.float64 else 24)
-        size = chunk.taus.shape[1]
-        # E(θ_pre) clamped below at the stored dtype's smallest normal and at p, minus p: bin = E(|τ|) − this
-        base_e = torch.bitwise_right_shift(chunk.base.view(int_dtype), shift,
-                                           out=chunk._buffer("inspect_base_e", (size,), int_dtype))
-        base_e.bitwise_and_(mask).clamp_(min=max(STORED_MIN_EXPONENT.get(stored, 1), bits)).sub_(bits)
-        keys = torch.bitwise_right_shift(mag.view(int_dtype), shift,
-                                         out=chunk._buffer("inspect_keys", tuple(mag.shape), int_dtype))
+            int_dtype, shift, mask, bias = torch.int32, 23, 0xFF, 127
+        bits = STORED_SIGNIFICAND.get(stored, 53 if base.dtype == torch.float64 else 24)
+        e = torch.bitwise_right_shift(base.contiguous().view(int_dtype), shift)
+        e.bitwise_and_(mask).clamp_(min=max(STORED_MIN_EXPONENT.get(stored, 1), bits))
+        # biased exponent of 2^−(E − bias − p + 1) is 2·bias − 1 + p − E, always inside the normal range
+        torch.sub(2 * bias - 1 + bits, e, out=e).bitwise_left_shift_(shift)
+        return e.view(base.dtype)
+
+    def _ulp_histogram(self, chunk: Chunk) -> torch.Tensor | None:
+        """Per agent: counts per ulp bin of the sampled elements (flat index ≡ 0 mod ULP_STRIDE in the
+        tensor): |τ·m| scaled by 1/ulp(θ_pre), binned by its float exponent E: bin = clamp(E − bias + 1,
+        1, ULP_BINS − 1) for E > 0; bin 0 is what is left of the sampled updated elements (E = 0:
+        r below the smallest normal float; the elements not updated land there too and are not counted)."""
+        first = -chunk.offset % ULP_STRIDE
+        if first >= chunk.taus.shape[1]:
+            return None
+        taus = chunk.taus[:, first::ULP_STRIDE]
+        m = chunk.mask_values[:, first::ULP_STRIDE]
+        inv_ulp = self._inverse_ulp(chunk.base[first::ULP_STRIDE], self.stored[chunk.job_index])
+        ratio = torch.mul(taus, m).abs_().mul_(inv_ulp)
+        if ratio.dtype == torch.float64:
+            int_dtype, shift, bias, levels = torch.int64, 52, 1023, 2048
+        else:
+            int_dtype, shift, bias, levels = torch.int32, 23, 127, 256
+        keys = ratio.view(int_dtype).bitwise_right_shift_(shift)  # ratio ≥ 0: the biased exponent
         out = torch.zeros(self.n, ULP_BINS, dtype=torch.int64)
-        tmp = chunk._buffer("inspect_tmp", (size,), int_dtype)
+        lut = _exponent_bins(levels, bias)
+        updated = m.sum(1).round().to(torch.int64).cpu()
         for t in range(self.n):
-            e = keys[t]  # E(|τ·m|): 0 where not updated (and for subnormal |τ|)
-            torch.sub(e, base_e, out=tmp).clamp_(1, ULP_BINS - 1)
-            torch.minimum(tmp, e, out=tmp)  # 0 stays 0: not updated; E ≥ p ≥ any bin otherwise
-            out[t] = torch.bincount(tmp, minlength=ULP_BINS).cpu()[:ULP_BINS]
+            out[t].index_add_(0, lut, torch.bincount(keys[t], minlength=levels).cpu())
+            out[t, 0] = updated[t] - out[t, 1:].sum()  # bin 0 received the elements not updated as well
         return out
 
     def finish(self, updated: list[int]) -> InspectStats:
-        """``updated``: each agent's updated count (bin 0 is what the other bins leave of it)."""
+        """``updated``: each agent's updated count (the diagonal of ``both`` without a pattern histogram)."""
+        if self._joint is not None:  # key = p + 2^N·q: pattern p, positive agents q ⊆ p
+            n = self.n
+            joint = self._joint.view(1 << n, 1 << n)  # [q, p]
+            self._patterns = joint.sum(0)
+            p = torch.arange(1 << n)
+            q = p[:, None]
+            for a in range(n):
+                for b in range(a, n):
+                    member = ((p >> a) & (p >> b) & 1).bool()[None, :].expand(1 << n, -1)
+                    agree = (((q >> a) ^ (q >> b)) & 1) == 0
+                    self._both[a, b] = self._both[b, a] = int(joint[member].sum())
+                    same = int(joint[member & agree].sum())
+                    self._signed[a, b] = self._signed[b, a] = 2 * same - int(self._both[a, b])
+        elif self._patterns is not None:
+            p = torch.arange(1 << self.n)
+            for a in range(self.n):
+                for b in range(a, self.n):
+                    member = ((p >> a) & (p >> b) & 1).bool()
+                    self._both[a, b] = self._both[b, a] = int(self._patterns[member].sum())
         both = self._both.tolist()
         signed = self._signed.tolist()
         same = [[(both[a][b] + signed[a][b]) // 2 for b in range(self.n)] for a in range(self.n)]
         ulps = self._ulps.tolist()
-        for t in range(self.n):
-            ulps[t][0] = updated[t] - sum(ulps[t][1:])
         patterns = self._patterns.tolist() if self._patterns is not None else None
-        return InspectStats(patterns, both, same, self._mass.tolist(), ulps)
+        return InspectStats(patterns, both, same, ulps)
+
+
+@functools.lru_cache(maxsize=None)
+def _exponent_bins(levels: int, bias: int) -> torch.Tensor:
+    """Biased exponent of |τ|/ulp -> ulp bin: 0 for 0 (not updated), else clamp(E − bias + 1, 1, ULP_BINS − 1)."""
+    e = torch.arange(levels, dtype=torch.int64)
+    return torch.where(e == 0, 0, (e - bias + 1).clamp(1, ULP_BINS - 1))
 
 
 # --- layer × module grid ---------------------------------------------------------------------------
@@ -286,47 +347,47 @@ ESTIMATED = frozenset({"ties", "dare-ta", "dare-ties"})
 def would_keep(report, method: str, params: dict) -> list[float | None]:
     """Per agent: the share of its update mass that ``method`` keeps in the merged model.
 
-    Update mass of agent t: M_t = Σ_i |τ_t,i| over the elements it updates (|τ_t,i| > ε). A method
-    whose merged task vector is τ_merged,i = Σ_t w_t,i·τ_t,i keeps Σ_i w_t,i·|τ_t,i| of it; the share
-    is that over M_t. Exact for RAM (w = 1 where t alone updates, 1/c where c agents do), RAM+ and
-    RAM+s (λ_t instead of 1 on unique elements), Average (w = 1/N) and Task Arithmetic (w = λ).
-    Expected values (``ESTIMATED``) for DARE-TA (each element kept with probability 1 − p and scaled
-    by 1/(1 − p): λ in expectation), and estimates for TIES and DARE-TIES (see ``_election_weight``).
-    None for an agent with no updates, or when the report lacks the statistics.
+    Update mass of agent t: the elements it updates (|τ_t,i| > ε), each one unit. A method whose
+    merged task vector is τ_merged,i = Σ_t w_t,i·τ_t,i keeps w_t,i of unit i (the fraction of the
+    agent's own update at i that the merged model carries); the share is the mean of w_t,i over the
+    agent's updated elements. Exact for RAM (w = 1 where t alone updates, 1/c where c agents do),
+    RAM+ and RAM+s (λ_t instead of 1 where t alone updates), Average (w = 1/N) and Task Arithmetic
+    (w = λ). Expected value for DARE-TA (each element kept with probability 1 − p and scaled by
+    1/(1 − p): λ). Estimates for TIES and DARE-TIES (``ESTIMATED``; see ``_trim_keep`` and
+    ``_election_weight``). None for an agent with no updates, or, for TIES and DARE-TIES, when the
+    report lacks the pair statistics.
     """
-    stats = getattr(report, "inspect", None)
     n = len(report.agents)
-    if stats is None or n == 0:
-        return [None] * n
-    totals = [sum(row) for row in stats.mass]
-    ram = [sum(row[k] / (k + 1) for k in range(n)) for row in stats.mass]
+    totals = [a.updated for a in report.agents]
+    ram = [sum(a.overlap[k] / (k + 1) for k in range(n)) for a in report.agents]
     shares: list[float]
     if method == "ram":
         shares = ram
     elif method in ("ram-plus", "ram-plus-soft"):
         from .methods import get_method
 
-        lambdas = get_method(method).lambdas(get_method(method).resolve(params), report)
-        shares = [r + (lam - 1.0) * row[0] for r, lam, row in zip(ram, lambdas, stats.mass)]
+        m = get_method(method)
+        lambdas = m.lambdas(m.resolve(params), report)
+        shares = [r + (lam - 1.0) * a.unique for r, lam, a in zip(ram, lambdas, report.agents)]
     elif method == "average":
         shares = [tot / n for tot in totals]
-    elif method == "task-arithmetic":
-        shares = [tot * params.get("scale", 0.3) for tot in totals]
-    elif method == "dare-ta":
+    elif method in ("task-arithmetic", "dare-ta"):
         shares = [tot * params.get("scale", 0.3) for tot in totals]
     elif method in ("ties", "dare-ties"):
+        stats = getattr(report, "inspect", None)
+        if stats is None:
+            return [None] * n
         agree = _agreement(stats, n)
         if method == "ties":
             trim = _trim_keep(report, params.get("density", 0.2), params.get("ties_scope", "tensor"))
-            others = [(sum(trim) - trim[t]) / (n - 1) if n > 1 else 1.0 for t in range(n)]
-            present, own = others, trim
-            scale = params.get("scale", 1.0)
-        else:
+            present = [(sum(trim) - trim[t]) / (n - 1) if n > 1 else 1.0 for t in range(n)]
+            own = trim
+        else:  # each element kept with probability 1 − p and scaled by 1/(1 − p): 1 in expectation
             p = params.get("drop", 0.5)
-            present, own = [1.0 - p] * n, [1.0] * n  # kept with probability 1 − p, scaled by 1/(1 − p)
-            scale = params.get("scale", 1.0)
-        shares = [scale * own[t] * sum(stats.mass[t][k] * _election_weight(k, agree[t], present[t]) for k in range(n))
-                  for t in range(n)]
+            present, own = [1.0 - p] * n, [1.0] * n
+        scale = params.get("scale", 1.0)
+        shares = [scale * own[t] * sum(a.overlap[k] * _election_weight(k, agree[t], present[t]) for k in range(n))
+                  for t, a in enumerate(report.agents)]
     else:
         return [None] * n
     return [s / tot if tot > 0 else None for s, tot in zip(shares, totals)]
@@ -344,9 +405,8 @@ def _agreement(stats: InspectStats, n: int) -> list[float]:
 
 def _trim_keep(report, density: float, scope: str) -> list[float]:
     """TIES's trim: per agent, the share of its updated elements among the ⌊k·n⌋ it keeps per scope,
-    counting them as if every updated element outranked every non-updated one (it does: |τ| > ε ≥
-    the rest) and as if magnitudes were equal among updated ones (the trim keeps the largest, so
-    the share of mass it keeps is at least this)."""
+    (every updated element outranks every other one: |τ| > ε ≥ the rest). Exact for the count of
+    kept elements; it ignores which of an agent's elements the trim drops (the smallest ones)."""
     from .baselines import keep_count
 
     n = len(report.agents)

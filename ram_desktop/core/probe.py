@@ -137,7 +137,7 @@ class ProbeReport:
         return cls(data["eps"], data["params"], data["tensors"], agents,
                    [TensorStats(**t) for t in data["tensor_stats"]], data["rescale_survival"]["hist"],
                    data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)),
-                   InspectStats.from_json(data, [a.name for a in agents]))
+                   InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]))
 
     def renamed(self, names: list[str], sources: list[str]) -> "ProbeReport":
         """The same statistics under other agent names (a cached probe reused with new names)."""
@@ -188,10 +188,10 @@ class ProbeAccumulator:
         # One bincount of the update pattern p_i = Σ_t m_t,i·2^t gives every count at once:
         # agent t's overlap[k] sums the patterns that contain t and have k+1 bits set.
         pattern = chunk.pattern
-        hist = torch.bincount(pattern, minlength=1 << n).cpu()
-        if self.inspect is not None:
-            self.inspect.add_patterns(hist)
-            self.inspect.add(chunk)
+        if self.inspect is not None:  # the same histogram, counted together with the signs
+            hist = self.inspect.pattern_histogram(chunk)
+        else:
+            hist = torch.bincount(pattern, minlength=1 << n).cpu()
         table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
         table = table.reshape(n, n + 1)
         self._add_overlap(chunk.job_index, table)
