@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QT
 from ..core.methods import MergeMethod
 from ..core.probe import SURVIVAL_DTYPES, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
+from .inspect_charts import IntersectionChart, ModuleHeatmaps, PairsChart, TensorTable, UlpHistogram, WouldKeepChart
 
 TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -52,13 +53,31 @@ class AnalysisPanel(QWidget):
         self.density = DensityChart()
         self.overlap = OverlapPies()
         self.layers = LayerDensityChart()
-        self.tabs.addTab(self.density, "Density")
-        self.tabs.addTab(self.overlap, "Overlap")
-        self.tabs.addTab(self.layers, "Per layer")
-        self.tabs.setTabToolTip(0, "Share of all elements each agent changes; dark = only this agent changes it")
-        self.tabs.setTabToolTip(1, "For each agent: how many of its updates no other agent touches (unique) "
-                                   "and how many it shares with 1, 2 ... other agents")
-        self.tabs.setTabToolTip(2, "Density per transformer layer or module kind")
+        self.heatmap = ModuleHeatmaps()
+        self.tensors = TensorTable()
+        self.intersections = IntersectionChart()
+        self.pairs = PairsChart()
+        self.ulps = UlpHistogram()
+        self.would_keep = WouldKeepChart()
+        views = [
+            (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
+            (self.overlap, "Overlap", "For each agent: how many of its updates no other agent touches (unique) "
+                                      "and how many it shares with 1, 2 ... other agents"),
+            (self.heatmap, "Layers × modules", "Where each agent learned: a layer × module heat map per agent of "
+                                               "density or unique share; hover a cell for its numbers"),
+            (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
+            (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
+            (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
+            (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
+            (self.would_keep, "Would keep", "Before merging: the share of each agent's updates each method keeps; "
+                                            "follows the method form as you change it"),
+            (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
+        ]
+        for index, (widget, title, tip) in enumerate(views):
+            self.tabs.addTab(widget, title)
+            self.tabs.setTabToolTip(index, tip)
+        self.tabs.setUsesScrollButtons(True)
+        self.charts = [w for w, _, _ in views]
         layout.addWidget(self.tabs, 3)
 
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
@@ -111,7 +130,7 @@ class AnalysisPanel(QWidget):
         self.report = report
         self.placeholder.setVisible(report is None)
         self.tabs.setEnabled(report is not None)
-        charts = [self.density, self.overlap, self.layers]
+        charts = self.charts
         current = self.tabs.currentIndex()
         order = [charts[current]] + [c for i, c in enumerate(charts) if i != current]
         order[0].show_report(report)
@@ -146,6 +165,8 @@ class AnalysisPanel(QWidget):
             self.lambdas = method.lambdas(params, report) if method.lambdas else None
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             self.lambdas = None
+        self.would_keep.set_method(method.name, params)
+        self.ulps.set_dtype(SAFETENSORS_DTYPES.get(base_dtype or ""))
         dtype = survival_dtype(out_dtype, base_dtype)
         self.survival, self.overall_survival = rescale_survival(report, self.lambdas, dtype)
         self.table.setRowCount(len(report.agents))

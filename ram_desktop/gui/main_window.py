@@ -195,7 +195,7 @@ class MainWindow(QMainWindow):
         left.setStretchFactor(0, 1)
         left.setStretchFactor(1, 0)
         right = QSplitter(Qt.Vertical)
-        right.addWidget(_group("2 · Analysis — density, overlap, ρ and λ", self.analysis))
+        right.addWidget(_group("2 · Analysis — density, overlap, where, which, how much; ρ and λ", self.analysis))
         right.addWidget(_group("4 · Merge", run_box))
         right.addWidget(_group("5 · Result", self.result_panel))
         right.setStretchFactor(0, 3)
@@ -243,7 +243,8 @@ class MainWindow(QMainWindow):
         self.open_action = QAction("&Open recipe…", self, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
         self.save_action = QAction("&Save recipe…", self, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
         self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
-        self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
+        self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
+                                      "ulps, would keep, per layer) into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
         self.recent_menu = file_menu.addMenu("Open &recent")
@@ -620,9 +621,16 @@ class MainWindow(QMainWindow):
     def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
         if self.report is None:
             return []
-        return [(Path(folder) / "density.png", self.analysis.density),
-                (Path(folder) / "overlap.png", self.analysis.overlap),
-                (Path(folder) / "layers.png", self.analysis.layers.graphics)]
+        a = self.analysis
+        return [(Path(folder) / "density.png", a.density),
+                (Path(folder) / "overlap.png", a.overlap),
+                (Path(folder) / "layers.png", a.layers.graphics),
+                (Path(folder) / "heatmap.png", a.heatmap),
+                (Path(folder) / "tensors.png", a.tensors),
+                (Path(folder) / "intersections.png", a.intersections),
+                (Path(folder) / "pairs.png", a.pairs),
+                (Path(folder) / "ulps.png", a.ulps),
+                (Path(folder) / "would-keep.png", a.would_keep)]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
         """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms

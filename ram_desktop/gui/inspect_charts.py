@@ -1,0 +1,540 @@
+"""Inspection views of a probe report (SPEC.md section 10): where (layer × module heat maps, a
+per-tensor table), which (UpSet-style intersections), agreement (pairs and signs), how much (ulp
+histogram) and what each method would keep. Every agent keeps its colour from ``charts.agent_color``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
+
+from ..core.inspection import ESTIMATED, KEEP_METHODS, layer_of, module_grid, module_kind, ulp_bin_labels, would_keep
+from ..core.methods import get_method
+from ..core.probe import ProbeReport
+from .charts import FOREGROUND, _html, _plot, agent_color, shade
+
+SHORT_COLUMNS = {"embeddings": "emb", "norms": "norm", "lm_head": "head"}
+SHORT_METHODS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Avg", "task-arithmetic": "TA",
+                 "ties": "TIES", "dare-ta": "DARE-TA", "dare-ties": "DARE-TIES"}
+MAX_SETS = 24  # intersections drawn in the UpSet chart (the largest); the rest are summarised
+
+
+def _compact(count: float) -> str:
+    for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(count) >= size:
+            return f"{count / size:.1f}{suffix}"
+    return f"{count:.0f}"
+
+
+def _percent(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def _empty(plot: pg.PlotItem, text: str) -> None:
+    plot.clear()
+    plot.getAxis("bottom").setTicks([[]])
+    plot.getAxis("left").setTicks(None)
+    label = pg.TextItem(text, color=FOREGROUND, anchor=(0.5, 0.5))
+    label.setPos(0.5, 0.5)
+    plot.addItem(label)
+    plot.setXRange(0, 1, padding=0)
+    plot.setYRange(0, 1, padding=0)
+
+
+# --- where: layer × module heat maps ----------------------------------------------------------------
+
+class ModuleHeatmaps(QWidget):
+    """One heat map per agent: rows are layers, columns module kinds; colour = density or unique share."""
+
+    METRICS = ("density", "unique share")
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Colour"))
+        self.metric_choice = QComboBox()
+        self.metric_choice.addItems(["density (share of elements updated)", "unique share (of the agent's updates)"])
+        self.metric_choice.setToolTip("Density: updated / elements in the cell. Unique share: of the agent's updates in "
+                               "the cell, how many no other agent touches (RAM keeps them whole)")
+        self.metric_choice.currentIndexChanged.connect(lambda _: self.show_report(self.report))
+        row.addWidget(self.metric_choice)
+        row.addStretch(1)
+        layout.addLayout(row)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setMinimumHeight(200)
+        layout.addWidget(self.graphics, 1)
+        self.readout = QLabel("Hover a cell to read its numbers.")
+        self.readout.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        # a fixed height: hover text changes must not re-lay out (and re-render) the charts
+        self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
+        self.readout.setWordWrap(True)
+        layout.addWidget(self.readout)
+        self.report: ProbeReport | None = None
+        self.grid = None
+        self.plots: list[pg.PlotItem] = []
+        self.images: list[pg.ImageItem] = []
+        self.graphics.scene().sigMouseMoved.connect(self._hover)
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        self.graphics.clear()
+        self.plots, self.images = [], []
+        if report is None or not report.agents or not report.tensor_stats:
+            self.grid = None
+            self.graphics.addLabel("Run the analysis to see where in the network each agent learned", color=FOREGROUND)
+            return
+        grid = self.grid = module_grid(report.tensor_stats, len(report.agents))
+        by_density = self.metric_choice.currentIndex() == 0
+        values = [np.array([[np.nan if v is None else v for v in row]
+                            for row in (grid.density(t) if by_density else grid.unique_share(t))], dtype=float)
+                  for t in range(len(report.agents))]
+        top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
+        levels = (0.0, top if by_density and top > 0 else 1.0)
+        cmap = pg.colormap.get("viridis")
+        title = "Density per layer and module" if by_density else "Unique share of each agent's updates per layer and module"
+        self.graphics.addLabel(title, colspan=len(report.agents) + 1, size="10pt", color=FOREGROUND)
+        self.graphics.nextRow()
+        rows, cols = len(grid.rows), len(grid.columns)
+        for t, agent in enumerate(report.agents):
+            plot = _plot(self.graphics)
+            plot.setTitle(f"<b>{_html(agent.name)}</b>", color=agent_color(t).name(), size="9pt")
+            image = pg.ImageItem(values[t], axisOrder="row-major")
+            image.setColorMap(cmap)
+            image.setLevels(levels)
+            image.setRect(0, 0, cols, rows)
+            plot.addItem(image)
+            plot.invertY(True)
+            plot.setXRange(0, cols, padding=0)
+            plot.setYRange(0, rows, padding=0)
+            plot.getAxis("bottom").setTicks([[(c + 0.5, SHORT_COLUMNS.get(name, name))
+                                              for c, name in enumerate(grid.columns)]])
+            plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
+            step = max(1, rows // 16)
+            left = [(r + 0.5, name if name != "other" else "other") for r, name in enumerate(grid.rows) if r % step == 0
+                    or name == "other"]
+            plot.getAxis("left").setTicks([left])
+            plot.getAxis("left").setStyle(tickFont=QFont("", 7))
+            if t == 0:
+                plot.setLabel("left", "layer")
+            else:
+                plot.getAxis("left").setWidth(28)
+            self.plots.append(plot)
+            self.images.append(image)
+        bar = pg.ColorBarItem(values=levels, colorMap=cmap, interactive=False, width=12,
+                              label="density" if by_density else "unique share")
+        bar.setImageItem(self.images)
+        self.graphics.addItem(bar)
+        self.colorbar = bar
+
+    def cell_at(self, scene_pos) -> tuple[int, int, int] | None:
+        """(agent, row, column) under a scene position, or None."""
+        if self.grid is None:
+            return None
+        for t, plot in enumerate(self.plots):
+            if not plot.sceneBoundingRect().contains(scene_pos):
+                continue
+            point = plot.vb.mapSceneToView(scene_pos)
+            c, r = int(math.floor(point.x())), int(math.floor(point.y()))
+            if 0 <= r < len(self.grid.rows) and 0 <= c < len(self.grid.columns):
+                return t, r, c
+        return None
+
+    def describe(self, t: int, r: int, c: int) -> str:
+        grid, report = self.grid, self.report
+        assert grid is not None and report is not None
+        params, updated, unique = grid.params[r][c], grid.updated[t][r][c], grid.unique[t][r][c]
+        row = grid.rows[r]
+        where = f"layer {row}" if row != "other" else "outside the layers"
+        tensors = ", ".join(grid.tensors[r][c]) or "no tensor"
+        if not params:
+            return f"<b>{_html(report.agents[t].name)}</b> · {where} · {grid.columns[c]}: no tensor here"
+        return (f"<b>{_html(report.agents[t].name)}</b> · {where} · <b>{grid.columns[c]}</b>: density "
+                f"{_percent(updated / params, 2)} ({updated:,} of {params:,} elements), unique share "
+                f"{_percent(unique / updated if updated else None)} ({unique:,})<br>"
+                f"<span style='color:#666'>{_html(tensors)}</span>")
+
+    def _hover(self, scene_pos) -> None:
+        cell = self.cell_at(scene_pos)
+        if cell is not None:
+            self.readout.setText(self.describe(*cell))
+
+
+# --- where: the per-tensor table ---------------------------------------------------------------------
+
+class _SortItem(QTableWidgetItem):
+    """A cell shown as text and sorted by a number (None sorts first)."""
+
+    def __init__(self, text: str, key: float | str | None) -> None:
+        super().__init__(text)
+        self.key = key
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:  # noqa: D105
+        a, b = self.key, getattr(other, "key", None)
+        if isinstance(a, str) or isinstance(b, str):
+            return str(a) < str(b)
+        return (-math.inf if a is None else a) < (-math.inf if b is None else b)
+
+
+class TensorTable(QWidget):
+    """Every merged tensor with its layer, module kind, size and, per agent, density and unique share;
+    click a header to sort, type to filter by name."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("Filter tensors by name, e.g. layers.3. or down_proj")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self._apply_filter)
+        row.addWidget(self.filter, 1)
+        self.count = QLabel()
+        row.addWidget(self.count)
+        layout.addLayout(row)
+        self.table = QTableWidget(0, 0)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setAlternatingRowColors(True)
+        self.table.setSortingEnabled(True)
+        layout.addWidget(self.table, 1)
+        self.report: ProbeReport | None = None
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        table = self.table
+        table.setSortingEnabled(False)
+        table.clear()
+        if report is None:
+            table.setRowCount(0)
+            table.setColumnCount(0)
+            self.count.setText("")
+            return
+        names = report.names
+        headers = ["Tensor", "Layer", "Module", "Elements"]
+        for name in names:
+            headers += [f"{name}\ndensity", f"{name}\nunique"]
+        table.setColumnCount(len(headers))
+        table.setHorizontalHeaderLabels(headers)
+        for col in range(4, len(headers)):
+            t = (col - 4) // 2
+            table.horizontalHeaderItem(col).setForeground(QBrush(agent_color(t)))
+            table.horizontalHeaderItem(col).setToolTip(
+                "Share of the tensor's elements this agent updates" if col % 2 == 0 else
+                "Of this agent's updates in the tensor, the share no other agent touches")
+        table.setRowCount(len(report.tensor_stats))
+        right = Qt.AlignRight | Qt.AlignVCenter
+        for r, stats in enumerate(report.tensor_stats):
+            layer = layer_of(stats.name)
+            name = _SortItem(stats.name.removeprefix("model."), stats.name)
+            name.setToolTip(stats.name)
+            cells = [name,
+                     _SortItem(str(layer) if layer is not None else "—", layer if layer is not None else -1),
+                     _SortItem(module_kind(stats.name), module_kind(stats.name)),
+                     _SortItem(f"{stats.params:,}", stats.params)]
+            for t in range(len(names)):
+                density = stats.updated[t] / stats.params if stats.params else None
+                share = stats.unique[t] / stats.updated[t] if stats.updated[t] else None
+                cells += [_SortItem(_percent(density, 2), density), _SortItem(_percent(share), share)]
+            for c, item in enumerate(cells):
+                if c >= 3:
+                    item.setTextAlignment(right)
+                table.setItem(r, c, item)
+        header = table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Interactive)
+        table.setColumnWidth(0, 250)
+        table.setSortingEnabled(True)
+        self._apply_filter(self.filter.text())
+
+    def _apply_filter(self, text: str) -> None:
+        text = text.strip().lower()
+        shown = 0
+        for r in range(self.table.rowCount()):
+            item = self.table.item(r, 0)
+            hide = bool(text) and item is not None and text not in item.text().lower()
+            self.table.setRowHidden(r, hide)
+            shown += not hide
+        self.count.setText(f"{shown} of {self.table.rowCount()} tensors" if self.report else "")
+
+    def column_values(self, column: int) -> list[str]:
+        return [self.table.item(r, column).text() for r in range(self.table.rowCount())]
+
+
+# --- which: UpSet-style intersections -----------------------------------------------------------------
+
+class IntersectionChart(pg.GraphicsLayoutWidget):
+    """UpSet-style: bars of how many elements exactly each set of agents updates (largest first),
+    above a matrix whose filled dots name the set."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(200)
+        self.bars = _plot(self, row=0, col=0)
+        self.matrix = _plot(self, row=1, col=0)
+        self.matrix.setXLink(self.bars)
+        self.ci.layout.setRowStretchFactor(0, 3)
+        self.ci.layout.setRowStretchFactor(1, 1)
+        self.sets: list[dict] = []
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.matrix.clear()
+        stats = report.inspect if report is not None else None
+        sets = stats.intersections(report.names) if stats is not None else None
+        if not sets:
+            self.sets = []
+            _empty(self.bars, "Run the analysis to see which agents update the same elements"
+                   if report is None or stats is not None else "Analyze again to count the intersections")
+            self.matrix.hide()
+            return
+        self.matrix.show()
+        names = report.names
+        n = len(names)
+        ordered = sorted(sets, key=lambda e: (-e["count"], len(e["agents"])))
+        self.sets = ordered[:MAX_SETS]
+        rest = ordered[MAX_SETS:]
+        plot = self.bars
+        plot.clear()
+        plot.setTitle("Which agents update the same elements: elements updated by exactly this set", size="10pt")
+        plot.setLabel("left", "elements", units="% of all")
+        xs = list(range(len(self.sets)))
+        heights = [100.0 * e["count"] / report.params for e in self.sets]
+        colors = [agent_color(names.index(e["agents"][0])) if len(e["agents"]) == 1 else QColor("#555555")
+                  for e in self.sets]
+        plot.addItem(pg.BarGraphItem(x=xs, height=heights, width=0.7, brushes=colors, pens=colors))
+        for x, e, h in zip(xs, self.sets, heights):
+            label = pg.TextItem(_compact(e["count"]), color=FOREGROUND, anchor=(0.5, 1.0))
+            label.setPos(x, h)
+            plot.addItem(label)
+        plot.getAxis("bottom").setTicks([[]])
+        plot.setXRange(-0.6, len(xs) - 0.4, padding=0)
+        plot.setYRange(0, max(heights) * 1.15 or 1, padding=0)
+        plot.setLabel("bottom", "one colour: only that agent (unique); grey: shared by the dotted agents"
+                      + (f"; {len(rest)} smaller sets not shown ({_compact(sum(e['count'] for e in rest))} elements)"
+                         if rest else ""))
+        m = self.matrix
+        for x, e in enumerate(self.sets):
+            members = [names.index(a) for a in e["agents"]]
+            if len(members) > 1:
+                m.plot([x, x], [min(members), max(members)], pen=pg.mkPen("#555555", width=2))
+        for t in range(n):
+            xs_in = [x for x, e in enumerate(self.sets) if names[t] in e["agents"]]
+            xs_out = [x for x, e in enumerate(self.sets) if names[t] not in e["agents"]]
+            m.plot(xs_out, [t] * len(xs_out), pen=None, symbol="o", symbolSize=9, symbolBrush="#dddddd",
+                   symbolPen="#dddddd")
+            m.plot(xs_in, [t] * len(xs_in), pen=None, symbol="o", symbolSize=10, symbolBrush=agent_color(t),
+                   symbolPen=agent_color(t))
+        m.invertY(True)
+        m.setYRange(-0.6, n - 0.4, padding=0)
+        m.getAxis("left").setTicks([[(t, name) for t, name in enumerate(names)]])
+        m.getAxis("bottom").setTicks([[]])
+        m.getAxis("bottom").setHeight(6)
+        width = max(m.getAxis("left").width(), 60)
+        for p in (plot, m):
+            p.getAxis("left").setWidth(width)
+
+
+# --- agreement: pairs ----------------------------------------------------------------------------------
+
+class PairsChart(pg.GraphicsLayoutWidget):
+    """Per pair of agents: the elements both update, split into same sign and opposite sign."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(180)
+        self.plot = _plot(self)
+        self.pairs: list[dict] = []
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        plot = self.plot
+        plot.clear()
+        stats = report.inspect if report is not None else None
+        if stats is None or len(report.agents) < 2:
+            self.pairs = []
+            _empty(plot, "Run the analysis with two or more agents to see where they agree in sign"
+                   if report is None or stats is not None else "Analyze again to count sign agreement")
+            return
+        self.pairs = stats.pairs(report.names)
+        ys = list(range(len(self.pairs)))
+        same = [100.0 * p["same_sign"] / report.params for p in self.pairs]
+        opposite = [100.0 * (p["both"] - p["same_sign"]) / report.params for p in self.pairs]
+        plot.setTitle("Sign agreement: elements both agents update, same sign (green) vs opposite (red)", size="10pt")
+        plot.addItem(pg.BarGraphItem(x0=[0] * len(ys), y=ys, height=0.6, width=same, brush="#2a9d8f", pen="#2a9d8f"))
+        plot.addItem(pg.BarGraphItem(x0=same, y=ys, height=0.6, width=opposite, brush="#e4572e", pen="#e4572e"))
+        top = max((s + o for s, o in zip(same, opposite)), default=0.0) or 1.0
+        for y, p, s, o in zip(ys, self.pairs, same, opposite):
+            agree = p["same_sign"] / p["both"] if p["both"] else None
+            text = f"  {_percent(agree)} agree · {p['both']:,} shared"
+            label = pg.TextItem(text, color=FOREGROUND, anchor=(0.0, 0.5))
+            label.setPos(s + o, y)
+            plot.addItem(label)
+        plot.invertY(True)
+        plot.setYRange(-0.6, len(ys) - 0.4, padding=0)
+        plot.setXRange(0, top * 1.6, padding=0)
+        plot.getAxis("left").setTicks([[(y, " & ".join(p["agents"])) for y, p in zip(ys, self.pairs)]])
+        plot.setLabel("bottom", "elements both agents update, % of all elements")
+        self.setToolTip("Where shared updates mostly agree in sign, RAM's mean of them loses little; where they "
+                        "conflict, TIES elects a sign per element")
+
+
+# --- how much: update sizes in ulps -------------------------------------------------------------------
+
+class UlpHistogram(pg.GraphicsLayoutWidget):
+    """Per agent: the share of its updates that are 1 ulp, 2–3 ulps, 4–7 ... of the base value."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(180)
+        self.plot = _plot(self)
+        self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+        self.shares: list[list[float]] = []
+        self.dtype: str | None = None  # the base's stored dtype, for the axis label
+        self.report: ProbeReport | None = None
+        self.show_report(None)
+
+    def set_dtype(self, dtype: str | None) -> None:
+        if dtype != self.dtype:
+            self.dtype = dtype
+            self.show_report(self.report)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        dtype = self.dtype
+        plot = self.plot
+        plot.clear()
+        self.legend.clear()
+        stats = report.inspect if report is not None else None
+        if stats is None:
+            self.shares = []
+            _empty(plot, "Run the analysis to see how large the updates are"
+                   if report is None else "Analyze again to measure update sizes")
+            return
+        counts = np.array(stats.ulps, dtype=float)
+        totals = counts.sum(1, keepdims=True)
+        shares = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+        used = [b for b in range(counts.shape[1]) if counts[:, b].any()] or [1]
+        lo, hi = min(used), max(used)
+        bins = list(range(lo, hi + 1))
+        self.shares = shares[:, lo:hi + 1].tolist()
+        n = len(report.agents)
+        width = 0.8 / n
+        labels = ulp_bin_labels()
+        for t, agent in enumerate(report.agents):
+            xs = [i - 0.4 + width * (t + 0.5) for i in range(len(bins))]
+            color = agent_color(t)
+            plot.addItem(pg.BarGraphItem(x=xs, height=[100 * shares[t, b] for b in bins], width=width * 0.92,
+                                         brush=color, pen=color))
+            self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
+        unit = f"{dtype} ulps" if dtype else "ulps of the stored dtype"
+        plot.setTitle(f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
+        plot.setLabel("left", "share of the agent's updates", units="%")
+        plot.setLabel("bottom", f"{unit} (every 8th element counted)")
+        self.setToolTip("An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
+                        "RAM+'s rescale survives only in a finer output dtype (float32)")
+        plot.getAxis("bottom").setTicks([[(i, labels[b]) for i, b in enumerate(bins)]])
+        plot.setXRange(-0.6, len(bins) - 0.4, padding=0)
+        plot.setYRange(0, 100 * float(shares.max() or 1.0) * 1.3, padding=0)
+        self.legend.setColumnCount(n)
+
+
+# --- what each method would keep ------------------------------------------------------------------------
+
+class WouldKeepChart(pg.GraphicsLayoutWidget):
+    """Grouped bars: per method, the share of each agent's update mass the merged model keeps."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(180)
+        self.plot = _plot(self)
+        self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+        self.report: ProbeReport | None = None
+        self.method = "ram-plus"
+        self.params: dict = {}
+        self.values: dict[str, list[float | None]] = {}
+        self.show_report(None)
+
+    def show_report(self, report: ProbeReport | None) -> None:
+        self.report = report
+        self._draw()
+
+    def set_method(self, method: str, params: dict) -> None:
+        """The method picked in the form and its parameters: its bars use them (the others, defaults)."""
+        self.method, self.params = method, dict(params)
+        self._draw()
+
+    def compute(self) -> dict[str, list[float | None]]:
+        report = self.report
+        assert report is not None
+        out = {}
+        for name in KEEP_METHODS:
+            method = get_method(name)
+            try:
+                params = method.resolve(self.params if name == self.method else {})
+            except Exception:  # a field being typed: the defaults until it is valid again
+                params = method.resolve({})
+            out[name] = would_keep(report, name, params)
+        return out
+
+    def _draw(self) -> None:
+        plot = self.plot
+        plot.clear()
+        self.legend.clear()
+        report = self.report
+        if report is None or not report.agents:
+            self.values = {}
+            _empty(plot, "Run the analysis to see how much of each agent each method would keep")
+            return
+        self.values = self.compute()
+        n = len(report.agents)
+        width = 0.8 / n
+        top = 1.0
+        for t, agent in enumerate(report.agents):
+            color = agent_color(t)
+            xs, hs, brushes = [], [], []
+            for i, name in enumerate(KEEP_METHODS):
+                value = self.values[name][t]
+                if value is None:
+                    continue
+                xs.append(i - 0.4 + width * (t + 0.5))
+                hs.append(100 * value)
+                brushes.append(color if name not in ESTIMATED else shade(color, 1, 3))
+                top = max(top, value)
+            plot.addItem(pg.BarGraphItem(x=xs, height=hs, width=width * 0.92, brushes=brushes, pen=color))
+            self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
+        if self.method in KEEP_METHODS:
+            i = KEEP_METHODS.index(self.method)
+            region = pg.LinearRegionItem((i - 0.48, i + 0.48), movable=False, brush=QColor(255, 220, 120, 60),
+                                         pen=pg.mkPen(None))
+            region.setZValue(-10)
+            plot.addItem(region)
+            for t in range(n):
+                value = self.values[self.method][t]
+                if value is not None:
+                    label = pg.TextItem(f"{100 * value:.0f}%", color=FOREGROUND, anchor=(0.5, 1.0))
+                    label.setPos(i - 0.4 + width * (t + 0.5), 100 * value)
+                    plot.addItem(label)
+        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
+        ticks = [(i, SHORT_METHODS[name] + (" ≈" if name in ESTIMATED else "")) for i, name in enumerate(KEEP_METHODS)]
+        plot.getAxis("bottom").setTicks([ticks])
+        plot.getAxis("bottom").setStyle(tickFont=QFont("", 8))
+        plot.setTitle("What each method would keep: share of each agent's updates carried into the merge", size="10pt")
+        plot.setLabel("left", "kept", units="%")
+        plot.setLabel("bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
+        self.setToolTip("Share of each agent's updated elements the merged model carries (mean fraction of its own "
+                        "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
+                        "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults.")
+        plot.setXRange(-0.6, len(KEEP_METHODS) - 0.4, padding=0)
+        plot.setYRange(0, 100 * top * 1.3, padding=0)
+        self.legend.setColumnCount(n)
