@@ -53,9 +53,10 @@ def _reference(base: Path, agents: list[Path], eps: float = EPS) -> dict:
                 joint = masks[x] & masks[y]
                 both[x, y] += int(joint.sum())
                 same[x, y] += int((joint & (np.sign(taus[x]) == np.sign(taus[y]))).sum())
-            # every 8th element of the tensor: |τ| in ulps of the base value in bf16,
+            # every 8th row of the tensor (element of a 1-D one): |τ| in ulps of the base value in bf16,
             # ulp = 2^(floor(log2 |b|) − 7), bin = floor(log2 ratio) + 1
-            sel = masks[x] & (np.arange(bf.size) % 8 == 0)
+            row = int(np.prod(bt.shape[1:])) if bt.dim() > 1 else 1
+            sel = masks[x] & ((np.arange(bf.size) // row) % 8 == 0)
             _, e = np.frexp(np.abs(bf[sel]).astype(np.float64))
             e = np.maximum(np.where(bf[sel] == 0, -1000, e - 1), -119)
             ratio = np.abs(taus[x][sel]).astype(np.float64) / np.exp2(e - 7.0)

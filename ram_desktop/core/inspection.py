@@ -9,8 +9,9 @@ Per chunk, from the masks m_t = [|τ_t| > ε] the probe already has:
   τ_a and τ_b of the same sign. With s_t = sign(τ_t)·m_t ∈ {−1, 0, 1}, m·mᵀ gives ``both`` and
   s·sᵀ gives same − opposite, so same = (both + s·sᵀ) / 2: two small matrix products per chunk,
   exact (0/±1 products summed in float32 stay integers below 2^24 for chunks under 2^24 elements).
-* **ulp histogram**: on every ULP_STRIDE-th element of each tensor (flat index ≡ 0 mod 8, so the
-  sample does not depend on chunking; 1/8 of the cost of counting all), each updated element's |τ| in ulps of the base value in the stored dtype,
+* **ulp histogram**: on every ULP_STRIDE-th row of each tensor (row index ≡ 0 mod 8 along dim 0; every
+  8th element of a 1-D tensor), so the sample does not depend on chunking and costs 1/8 of counting
+  every element: each updated element's |τ| in ulps of the base value in the stored dtype,
   binned by powers of two: bin b ≥ 1 holds 2^(b−1) ≤ |τ| / ulp(θ_pre) < 2^b (bin 1 is one ulp,
   bin 2 two or three ...). From the float exponents: b = E(|τ|) − E(θ_pre) + p, with E the biased
   exponent of the compute dtype and p the stored significand bits (8 bf16, 11 f16, 24 f32, 53 f64).
@@ -35,7 +36,7 @@ import torch
 
 from .chunks import Chunk
 
-ULP_STRIDE = 8  # the ulp histogram counts every 8th element of each tensor (flat index ≡ 0 mod 8)
+ULP_STRIDE = 8  # the ulp histogram counts every 8th row of each tensor (every 8th element of a 1-D one)
 ULP_BINS = 65  # bin 0: under 2^−126 ulps (exotic); bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
 STORED_SIGNIFICAND = {"BF16": 8, "F16": 11, "F32": 24, "F64": 53}
 STORED_MIN_EXPONENT = {"F16": 113}  # f16's smallest normal is 2^−14 = float32 biased exponent 113
@@ -110,9 +111,10 @@ def ulp_bin_labels() -> list[str]:
 class InspectAccumulator:
     """Sums the per-chunk inspection statistics (thread-safe: chunks may arrive from several threads)."""
 
-    def __init__(self, n_agents: int, stored_dtypes: list[str]) -> None:
+    def __init__(self, n_agents: int, stored_dtypes: list[str], row_sizes: list[int]) -> None:
         self.n = n_agents
         self.stored = stored_dtypes  # per job: the base tensor's safetensors dtype code
+        self.row_sizes = row_sizes  # per job: elements per row along dim 0 (1 for 1-D tensors)
         self._patterns = torch.zeros(1 << n_agents, dtype=torch.int64) if n_agents <= 16 else None
         self._joint = torch.zeros(1 << (2 * n_agents), dtype=torch.int64) if n_agents <= JOINT_MAX_AGENTS else None
         self._both = torch.zeros(n_agents, n_agents, dtype=torch.int64)
@@ -133,12 +135,12 @@ class InspectAccumulator:
         taus = chunk.taus
         size = taus.shape[1]
         positive = torch.gt(taus, chunk.eps, out=chunk._buffer("inspect_positive", tuple(taus.shape), taus.dtype))
-        acc = torch.mul(positive[0], float(1 << n), out=chunk._buffer("inspect_acc", (size,), taus.dtype))
-        for t in range(1, n):
-            acc.add_(positive[t], alpha=float(1 << (n + t)))
-        acc.add_(pattern)  # exact: integers below 2^16 in the compute dtype
+        # key = p + Σ_t [τ_t > ε]·2^(N+t): the sign part as one matrix-vector product (exact small integers)
+        _, high = _key_weights(n, str(taus.device), taus.dtype)
+        acc = torch.mv(positive.t(), high, out=chunk._buffer("inspect_acc", (size,), taus.dtype))
         keys = chunk._buffer("inspect_keys", (size,), torch.int32)
         keys.copy_(acc)
+        keys.add_(pattern)
         joint = torch.bincount(keys, minlength=1 << (2 * n)).cpu()
         self.add(chunk, joint)
         return joint.view(1 << n, 1 << n).sum(0)
@@ -189,17 +191,25 @@ class InspectAccumulator:
         return e.view(base.dtype)
 
     def _ulp_histogram(self, chunk: Chunk) -> torch.Tensor | None:
-        """Per agent: counts per ulp bin of the sampled elements (flat index ≡ 0 mod ULP_STRIDE in the
-        tensor): |τ·m| scaled by 1/ulp(θ_pre), binned by its float exponent E: bin = clamp(E − bias + 1,
-        1, ULP_BINS − 1) for E > 0; bin 0 is what is left of the sampled updated elements (E = 0:
-        r below the smallest normal float; the elements not updated land there too and are not counted)."""
-        first = -chunk.offset % ULP_STRIDE
-        if first >= chunk.taus.shape[1]:
+        """Per agent: counts per ulp bin of the sampled elements (the tensor's rows whose index is a
+        multiple of ULP_STRIDE; every 8th element of a 1-D tensor): |τ·m| scaled by 1/ulp(θ_pre), binned
+        by its float exponent E: bin = clamp(E − bias + 1, 1, ULP_BINS − 1) for E > 0; bin 0 is what is
+        left of the sampled updated elements (E = 0: r below the smallest normal float; the elements not
+        updated land there too and are not counted)."""
+        row = self.row_sizes[chunk.job_index]
+        size = chunk.taus.shape[1]
+        if row == 0 or size % row:
             return None
-        taus = chunk.taus[:, first::ULP_STRIDE]
-        m = chunk.mask_values[:, first::ULP_STRIDE]
-        inv_ulp = self._inverse_ulp(chunk.base[first::ULP_STRIDE], self.stored[chunk.job_index])
-        ratio = torch.mul(taus, m).abs_().mul_(inv_ulp)
+        first = -(chunk.offset // row) % ULP_STRIDE
+        rows = size // row
+        if first >= rows:
+            return None
+        # whole rows: each sampled row is contiguous, so the operations stay vectorised
+        taus = chunk.taus.view(self.n, rows, row)[:, first::ULP_STRIDE]
+        m = chunk.mask_values.view(self.n, rows, row)[:, first::ULP_STRIDE]
+        base = chunk.base.view(rows, row)[first::ULP_STRIDE]
+        inv_ulp = self._inverse_ulp(base, self.stored[chunk.job_index])
+        ratio = torch.mul(taus, m).abs_().mul_(inv_ulp).reshape(self.n, -1)
         if ratio.dtype == torch.float64:
             int_dtype, shift, bias, levels = torch.int64, 52, 1023, 2048
         else:
@@ -207,7 +217,7 @@ class InspectAccumulator:
         keys = ratio.view(int_dtype).bitwise_right_shift_(shift)  # ratio ≥ 0: the biased exponent
         out = torch.zeros(self.n, ULP_BINS, dtype=torch.int64)
         lut = _exponent_bins(levels, bias)
-        updated = m.sum(1).round().to(torch.int64).cpu()
+        updated = m.reshape(self.n, -1).sum(1).round().to(torch.int64).cpu()
         for t in range(self.n):
             out[t].index_add_(0, lut, torch.bincount(keys[t], minlength=levels).cpu())
             out[t, 0] = updated[t] - out[t, 1:].sum()  # bin 0 received the elements not updated as well
@@ -240,6 +250,12 @@ class InspectAccumulator:
         ulps = self._ulps.tolist()
         patterns = self._patterns.tolist() if self._patterns is not None else None
         return InspectStats(patterns, both, same, ulps)
+
+
+@functools.lru_cache(maxsize=None)
+def _key_weights(n: int, device: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    low = torch.tensor([float(1 << t) for t in range(n)], dtype=dtype, device=device)
+    return low, low * float(1 << n)
 
 
 @functools.lru_cache(maxsize=None)

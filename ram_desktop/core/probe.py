@@ -178,7 +178,9 @@ class ProbeAccumulator:
         self._nonfinite: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # add() may run in several compute threads
         # the inspection views' statistics come with the complete (Analyze) probe only
-        self.inspect = (InspectAccumulator(self.n, [j.base.dtype for j in plan.jobs]) if survival else None)
+        self.inspect = (InspectAccumulator(self.n, [j.base.dtype for j in plan.jobs],
+                                           [math.prod(j.shape[1:]) if j.shape else 1 for j in plan.jobs])
+                        if survival else None)
 
     def add(self, chunk: Chunk) -> None:
         n = self.n
