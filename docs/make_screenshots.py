@@ -24,8 +24,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 def hover_cell(app, heatmap, agent: int, row: int, column: int) -> None:
     """Move the mouse over a heat map cell, as a user does (the read-out follows the pointer)."""
-    plot = heatmap.plots[agent]
-    scene = plot.vb.mapViewToScene(QPointF(column + 0.5, row + 0.5))
+    scene = heatmap.cell_center(agent, row, column)
     view = heatmap.graphics
     pos = QPointF(view.mapFromScene(scene))
     event = QMouseEvent(QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton,
@@ -75,7 +74,7 @@ def main() -> int:
         if widget is window.analysis.heatmap:  # show the hover read-out of one cell
             hover_cell(app, widget, 1, 3, 1)
         if widget is window.analysis.tensors:  # sorted by the first agent's unique share
-            widget.table.sortItems(5, Qt.DescendingOrder)
+            widget.table.sortByColumn(5, Qt.DescendingOrder)
         shot(name)
     tabs.setCurrentIndex(0)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -78,6 +79,10 @@ class AnalysisPanel(QWidget):
             self.tabs.setTabToolTip(index, tip)
         self.tabs.setUsesScrollButtons(True)
         self.charts = [w for w, _, _ in views]
+        self.tabs.currentChanged.connect(self._tab_shown)
+        # while this returns True (the window runs a merge), charts not on screen wait: building one is
+        # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
+        self.hold: Callable[[], bool] = lambda: False
         layout.addWidget(self.tabs, 3)
 
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
@@ -141,11 +146,24 @@ class AnalysisPanel(QWidget):
     def _next_chart(self) -> None:
         if not self._chart_queue:
             return
+        if self.hold():
+            QTimer.singleShot(100, self._next_chart)
+            return
         chart, report = self._chart_queue.pop(0)
         if report is self.report:
             chart.show_report(report)
         if self._chart_queue:
             QTimer.singleShot(0, self._next_chart)
+
+    def _tab_shown(self, index: int) -> None:
+        """A chart still waiting in the queue is drawn as soon as its tab is shown."""
+        widget = self.tabs.widget(index)
+        for i, (chart, report) in enumerate(self._chart_queue):
+            if chart is widget:
+                del self._chart_queue[i]
+                if report is self.report:
+                    chart.show_report(report)
+                return
 
     def charts_ready(self) -> bool:
         return not self._chart_queue

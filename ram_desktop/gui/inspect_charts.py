@@ -9,12 +9,12 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
-from PySide6.QtWidgets import (QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
 
-from ..core.inspection import ESTIMATED, KEEP_METHODS, layer_of, module_grid, module_kind, ulp_bin_labels, would_keep
+from ..core.inspection import (ESTIMATED, KEEP_METHODS, OTHER_ROW, layer_of, module_grid, module_kind,
+                               ulp_bin_labels, would_keep)
 from ..core.methods import get_method
 from ..core.probe import ProbeReport
 from .charts import FOREGROUND, _html, _plot, agent_color, shade
@@ -50,9 +50,11 @@ def _empty(plot: pg.PlotItem, text: str) -> None:
 # --- where: layer × module heat maps ----------------------------------------------------------------
 
 class ModuleHeatmaps(QWidget):
-    """One heat map per agent: rows are layers, columns module kinds; colour = density or unique share."""
+    """One heat map per agent, side by side in one plot: rows are layers, columns module kinds;
+    colour = density or unique share. The plot and the colour bar are built once; a report only
+    replaces the images and labels, so showing one costs a few milliseconds."""
 
-    METRICS = ("density", "unique share")
+    GAP = 1  # empty columns between two agents' maps
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -63,7 +65,7 @@ class ModuleHeatmaps(QWidget):
         self.metric_choice = QComboBox()
         self.metric_choice.addItems(["density (share of elements updated)", "unique share (of the agent's updates)"])
         self.metric_choice.setToolTip("Density: updated / elements in the cell. Unique share: of the agent's updates in "
-                               "the cell, how many no other agent touches (RAM keeps them whole)")
+                                      "the cell, how many no other agent touches (RAM keeps them whole)")
         self.metric_choice.currentIndexChanged.connect(lambda _: self.show_report(self.report))
         row.addWidget(self.metric_choice)
         row.addStretch(1)
@@ -77,21 +79,30 @@ class ModuleHeatmaps(QWidget):
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
         self.readout.setWordWrap(True)
         layout.addWidget(self.readout)
+        self.plot = _plot(self.graphics, row=0, col=0)
+        self.plot.invertY(True)
+        self.plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
+        self.plot.getAxis("left").setStyle(tickFont=QFont("", 7))
+        self.cmap = pg.colormap.get("viridis")
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
+        self.graphics.addItem(self.colorbar, row=0, col=1)
         self.report: ProbeReport | None = None
         self.grid = None
-        self.plots: list[pg.PlotItem] = []
         self.images: list[pg.ImageItem] = []
         self.graphics.scene().sigMouseMoved.connect(self._hover)
         self.show_report(None)
 
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
-        self.graphics.clear()
-        self.plots, self.images = [], []
+        plot = self.plot
+        plot.clear()
+        self.images = []
         if report is None or not report.agents or not report.tensor_stats:
             self.grid = None
-            self.graphics.addLabel("Run the analysis to see where in the network each agent learned", color=FOREGROUND)
+            _empty(plot, "Run the analysis to see where in the network each agent learned")
+            plot.invertY(False)
             return
+        plot.invertY(True)
         grid = self.grid = module_grid(report.tensor_stats, len(report.agents))
         by_density = self.metric_choice.currentIndex() == 0
         values = [np.array([[np.nan if v is None else v for v in row]
@@ -99,61 +110,58 @@ class ModuleHeatmaps(QWidget):
                   for t in range(len(report.agents))]
         top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
         levels = (0.0, top if by_density and top > 0 else 1.0)
-        cmap = pg.colormap.get("viridis")
-        title = "Density per layer and module" if by_density else "Unique share of each agent's updates per layer and module"
-        self.graphics.addLabel(title, colspan=len(report.agents) + 1, size="10pt", color=FOREGROUND)
-        self.graphics.nextRow()
         rows, cols = len(grid.rows), len(grid.columns)
+        width = cols + self.GAP
+        ticks = []
         for t, agent in enumerate(report.agents):
-            plot = _plot(self.graphics)
-            plot.setTitle(f"<b>{_html(agent.name)}</b>", color=agent_color(t).name(), size="9pt")
             image = pg.ImageItem(values[t], axisOrder="row-major")
-            image.setColorMap(cmap)
+            image.setColorMap(self.cmap)
             image.setLevels(levels)
-            image.setRect(0, 0, cols, rows)
+            image.setRect(t * width, 0, cols, rows)
             plot.addItem(image)
-            plot.invertY(True)
-            plot.setXRange(0, cols, padding=0)
-            plot.setYRange(0, rows, padding=0)
-            plot.getAxis("bottom").setTicks([[(c + 0.5, SHORT_COLUMNS.get(name, name))
-                                              for c, name in enumerate(grid.columns)]])
-            plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
-            step = max(1, rows // 16)
-            left = [(r + 0.5, name if name != "other" else "other") for r, name in enumerate(grid.rows) if r % step == 0
-                    or name == "other"]
-            plot.getAxis("left").setTicks([left])
-            plot.getAxis("left").setStyle(tickFont=QFont("", 7))
-            if t == 0:
-                plot.setLabel("left", "layer")
-            else:
-                plot.getAxis("left").setWidth(28)
-            self.plots.append(plot)
             self.images.append(image)
-        bar = pg.ColorBarItem(values=levels, colorMap=cmap, interactive=False, width=12,
-                              label="density" if by_density else "unique share")
-        bar.setImageItem(self.images)
-        self.graphics.addItem(bar)
-        self.colorbar = bar
+            name = pg.TextItem(f"<b>{_html(agent.name)}</b>", anchor=(0.5, 1.0))
+            name.setHtml(f"<b style='color:{agent_color(t).name()}'>{_html(agent.name)}</b>")
+            name.setPos(t * width + cols / 2, 0)
+            plot.addItem(name)
+            ticks += [(t * width + c + 0.5, SHORT_COLUMNS.get(kind, kind)) for c, kind in enumerate(grid.columns)]
+        self.colorbar.setLevels(levels)
+        self.colorbar.setImageItem(self.images)
+        self.colorbar.axis.setLabel("density" if by_density else "unique share")
+        plot.setTitle("Density per layer and module" if by_density else
+                      "Unique share of each agent's updates per layer and module", size="10pt")
+        plot.getAxis("bottom").setTicks([ticks])
+        step = max(1, rows // 16)
+        plot.getAxis("left").setTicks([[(r + 0.5, name) for r, name in enumerate(grid.rows)
+                                        if r % step == 0 or name == OTHER_ROW]])
+        plot.setLabel("left", "layer")
+        plot.setXRange(-0.2, len(report.agents) * width - self.GAP + 0.2, padding=0)
+        plot.setYRange(-0.12 * rows - 0.6, rows, padding=0)  # room for the agent names above the maps
 
     def cell_at(self, scene_pos) -> tuple[int, int, int] | None:
         """(agent, row, column) under a scene position, or None."""
-        if self.grid is None:
+        if self.grid is None or not self.plot.sceneBoundingRect().contains(scene_pos):
             return None
-        for t, plot in enumerate(self.plots):
-            if not plot.sceneBoundingRect().contains(scene_pos):
-                continue
-            point = plot.vb.mapSceneToView(scene_pos)
-            c, r = int(math.floor(point.x())), int(math.floor(point.y()))
-            if 0 <= r < len(self.grid.rows) and 0 <= c < len(self.grid.columns):
-                return t, r, c
+        point = self.plot.vb.mapSceneToView(scene_pos)
+        cols, rows = len(self.grid.columns), len(self.grid.rows)
+        x, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        t, c = divmod(x, cols + self.GAP)
+        if 0 <= t < len(self.images) and 0 <= c < cols and 0 <= r < rows:
+            return t, r, c
         return None
+
+    def cell_center(self, agent: int, row: int, column: int):
+        """The scene position of a cell's centre (for tests and screenshots)."""
+        assert self.grid is not None
+        x = agent * (len(self.grid.columns) + self.GAP) + column + 0.5
+        return self.plot.vb.mapViewToScene(pg.Point(x, row + 0.5))
 
     def describe(self, t: int, r: int, c: int) -> str:
         grid, report = self.grid, self.report
         assert grid is not None and report is not None
         params, updated, unique = grid.params[r][c], grid.updated[t][r][c], grid.unique[t][r][c]
         row = grid.rows[r]
-        where = f"layer {row}" if row != "other" else "outside the layers"
+        where = f"layer {row}" if row != OTHER_ROW else "outside the layers"
         tensors = ", ".join(grid.tensors[r][c]) or "no tensor"
         if not params:
             return f"<b>{_html(report.agents[t].name)}</b> · {where} · {grid.columns[c]}: no tensor here"
@@ -170,23 +178,91 @@ class ModuleHeatmaps(QWidget):
 
 # --- where: the per-tensor table ---------------------------------------------------------------------
 
-class _SortItem(QTableWidgetItem):
-    """A cell shown as text and sorted by a number (None sorts first)."""
+def _role(role) -> int:
+    return role if type(role) is int else int(role.value if hasattr(role, "value") else role)
 
-    def __init__(self, text: str, key: float | str | None) -> None:
-        super().__init__(text)
-        self.key = key
 
-    def __lt__(self, other: QTableWidgetItem) -> bool:  # noqa: D105
-        a, b = self.key, getattr(other, "key", None)
-        if isinstance(a, str) or isinstance(b, str):
-            return str(a) < str(b)
-        return (-math.inf if a is None else a) < (-math.inf if b is None else b)
+_DISPLAY, _ALIGN, _TOOLTIP = (_role(r) for r in (Qt.DisplayRole, Qt.TextAlignmentRole, Qt.ToolTipRole))
+_SORT = _role(Qt.UserRole) + 1
+_ROLES = frozenset({_DISPLAY, _ALIGN, _TOOLTIP, _SORT})
+_RIGHT = _role(Qt.AlignRight) | _role(Qt.AlignVCenter)
+_FOREGROUND = _role(Qt.ForegroundRole)
+_HEADER_ROLES = frozenset({_DISPLAY, _FOREGROUND, _TOOLTIP})
+
+
+class TensorModel(QAbstractTableModel):
+    """The per-tensor statistics as a table model: text for display, numbers for sorting (``SORT_ROLE``)."""
+
+    SORT_ROLE = Qt.UserRole + 1
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.rows: list[tuple[list[str], list]] = []
+        self.headers: list[str] = []
+        self.agents = 0
+
+    def set_report(self, report: ProbeReport | None) -> None:
+        self.beginResetModel()
+        self.rows, self.headers, self.agents = [], [], 0
+        if report is not None:
+            self.agents = len(report.agents)
+            self.headers = ["Tensor", "Layer", "Module", "Elements"]
+            for name in report.names:
+                self.headers += [f"{name}\ndensity", f"{name}\nunique"]
+            for stats in report.tensor_stats:
+                layer = layer_of(stats.name)
+                kind = module_kind(stats.name)
+                texts = [stats.name.removeprefix("model."), str(layer) if layer is not None else "—", kind,
+                         f"{stats.params:,}"]
+                keys: list = [stats.name, layer if layer is not None else -1, kind, stats.params]
+                for t in range(self.agents):
+                    density = stats.updated[t] / stats.params if stats.params else None
+                    share = stats.unique[t] / stats.updated[t] if stats.updated[t] else None
+                    texts += [_percent(density, 2), _percent(share)]
+                    keys += [-1.0 if density is None else density, -1.0 if share is None else share]
+                self.rows.append((texts, keys))
+        self.endResetModel()
+
+    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+        return 0 if parent.isValid() else len(self.headers)
+
+    def data(self, index, role=Qt.DisplayRole):
+        # roles compared as plain ints: comparing Qt's enum objects costs tens of microseconds per call,
+        # and a table view asks for several roles per visible cell on every paint
+        role = _role(role)
+        if role not in _ROLES:
+            return None
+        row, col = index.row(), index.column()
+        texts, keys = self.rows[row]
+        if role == _DISPLAY:
+            return texts[col]
+        if role == _SORT:
+            return keys[col]
+        if role == _ALIGN:
+            return _RIGHT if col >= 3 else None
+        return keys[0] if col == 0 else None  # tooltip: the full tensor name
+
+    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
+        role = _role(role)
+        if role not in _HEADER_ROLES or orientation != Qt.Horizontal:
+            return None
+        if role == _DISPLAY:
+            return self.headers[section]
+        if section < 4:
+            return None
+        if role == _FOREGROUND:
+            return QBrush(agent_color((section - 4) // 2))
+        return ("Share of the tensor's elements this agent updates" if section % 2 == 0 else
+                "Of this agent's updates in the tensor, the share no other agent touches")
 
 
 class TensorTable(QWidget):
     """Every merged tensor with its layer, module kind, size and, per agent, density and unique share;
-    click a header to sort, type to filter by name."""
+    click a header to sort, type to filter by name. A model and a sort/filter proxy: nothing is built
+    per cell, so thousands of tensors show at once."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -196,79 +272,47 @@ class TensorTable(QWidget):
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Filter tensors by name, e.g. layers.3. or down_proj")
         self.filter.setClearButtonEnabled(True)
-        self.filter.textChanged.connect(self._apply_filter)
         row.addWidget(self.filter, 1)
         self.count = QLabel()
         row.addWidget(self.count)
         layout.addLayout(row)
-        self.table = QTableWidget(0, 0)
+        self.model = TensorModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(TensorModel.SORT_ROLE)
+        self.proxy.setFilterKeyColumn(0)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseInsensitive)
+        self.filter.textChanged.connect(self._apply_filter)
+        self.table = QTableView()
+        self.table.setModel(self.proxy)
         self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().lineSpacing() + 6)
+        self.table.setSelectionBehavior(QTableView.SelectRows)
         self.table.setAlternatingRowColors(True)
         self.table.setSortingEnabled(True)
+        self.table.sortByColumn(-1, Qt.AscendingOrder)  # model order until a header is clicked
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.Interactive)
+        header.setStretchLastSection(False)
         layout.addWidget(self.table, 1)
         self.report: ProbeReport | None = None
 
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
-        table = self.table
-        table.setSortingEnabled(False)
-        table.clear()
-        if report is None:
-            table.setRowCount(0)
-            table.setColumnCount(0)
-            self.count.setText("")
-            return
-        names = report.names
-        headers = ["Tensor", "Layer", "Module", "Elements"]
-        for name in names:
-            headers += [f"{name}\ndensity", f"{name}\nunique"]
-        table.setColumnCount(len(headers))
-        table.setHorizontalHeaderLabels(headers)
-        for col in range(4, len(headers)):
-            t = (col - 4) // 2
-            table.horizontalHeaderItem(col).setForeground(QBrush(agent_color(t)))
-            table.horizontalHeaderItem(col).setToolTip(
-                "Share of the tensor's elements this agent updates" if col % 2 == 0 else
-                "Of this agent's updates in the tensor, the share no other agent touches")
-        table.setRowCount(len(report.tensor_stats))
-        right = Qt.AlignRight | Qt.AlignVCenter
-        for r, stats in enumerate(report.tensor_stats):
-            layer = layer_of(stats.name)
-            name = _SortItem(stats.name.removeprefix("model."), stats.name)
-            name.setToolTip(stats.name)
-            cells = [name,
-                     _SortItem(str(layer) if layer is not None else "—", layer if layer is not None else -1),
-                     _SortItem(module_kind(stats.name), module_kind(stats.name)),
-                     _SortItem(f"{stats.params:,}", stats.params)]
-            for t in range(len(names)):
-                density = stats.updated[t] / stats.params if stats.params else None
-                share = stats.unique[t] / stats.updated[t] if stats.updated[t] else None
-                cells += [_SortItem(_percent(density, 2), density), _SortItem(_percent(share), share)]
-            for c, item in enumerate(cells):
-                if c >= 3:
-                    item.setTextAlignment(right)
-                table.setItem(r, c, item)
-        header = table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.Interactive)
-        table.setColumnWidth(0, 250)
-        table.setSortingEnabled(True)
+        self.model.set_report(report)
+        if report is not None:
+            self.table.setColumnWidth(0, 250)
+            for col in range(1, self.model.columnCount()):
+                self.table.setColumnWidth(col, 64 if col < 3 else 84)
         self._apply_filter(self.filter.text())
 
     def _apply_filter(self, text: str) -> None:
-        text = text.strip().lower()
-        shown = 0
-        for r in range(self.table.rowCount()):
-            item = self.table.item(r, 0)
-            hide = bool(text) and item is not None and text not in item.text().lower()
-            self.table.setRowHidden(r, hide)
-            shown += not hide
-        self.count.setText(f"{shown} of {self.table.rowCount()} tensors" if self.report else "")
+        self.proxy.setFilterFixedString(text.strip())
+        self.count.setText(f"{self.proxy.rowCount()} of {self.model.rowCount()} tensors" if self.report else "")
 
     def column_values(self, column: int) -> list[str]:
-        return [self.table.item(r, column).text() for r in range(self.table.rowCount())]
+        """The column as shown (sorted and filtered)."""
+        return [self.proxy.data(self.proxy.index(r, column)) for r in range(self.proxy.rowCount())]
 
 
 # --- which: UpSet-style intersections -----------------------------------------------------------------
@@ -324,17 +368,24 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
                       + (f"; {len(rest)} smaller sets not shown ({_compact(sum(e['count'] for e in rest))} elements)"
                          if rest else ""))
         m = self.matrix
+        # one line item for the set connectors and one scatter for every dot (few items: fast to build)
+        xs_line, ys_line = [], []
         for x, e in enumerate(self.sets):
             members = [names.index(a) for a in e["agents"]]
             if len(members) > 1:
-                m.plot([x, x], [min(members), max(members)], pen=pg.mkPen("#555555", width=2))
-        for t in range(n):
-            xs_in = [x for x, e in enumerate(self.sets) if names[t] in e["agents"]]
-            xs_out = [x for x, e in enumerate(self.sets) if names[t] not in e["agents"]]
-            m.plot(xs_out, [t] * len(xs_out), pen=None, symbol="o", symbolSize=9, symbolBrush="#dddddd",
-                   symbolPen="#dddddd")
-            m.plot(xs_in, [t] * len(xs_in), pen=None, symbol="o", symbolSize=10, symbolBrush=agent_color(t),
-                   symbolPen=agent_color(t))
+                xs_line += [x, x]
+                ys_line += [min(members), max(members)]
+        if xs_line:
+            m.addItem(pg.PlotDataItem(xs_line, ys_line, connect="pairs", pen=pg.mkPen("#555555", width=2)))
+        spots = []
+        grey = pg.mkBrush("#dddddd")
+        brushes = [pg.mkBrush(agent_color(t)) for t in range(n)]
+        for x, e in enumerate(self.sets):
+            for t in range(n):
+                member = names[t] in e["agents"]
+                spots.append({"pos": (x, t), "size": 10 if member else 9, "brush": brushes[t] if member else grey,
+                              "pen": None})
+        m.addItem(pg.ScatterPlotItem(spots=spots))
         m.invertY(True)
         m.setYRange(-0.6, n - 0.4, padding=0)
         m.getAxis("left").setTicks([[(t, name) for t, name in enumerate(names)]])

@@ -233,6 +233,7 @@ class MainWindow(QMainWindow):
         self.method.device.currentIndexChanged.connect(
             lambda _: self.settings.setValue("device", self.method.device.currentData()))
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
+        self.analysis.hold = lambda: self.job is not None and self.job_kind == "merge"
 
         self._restore_settings()
         self._update_actions()
@@ -598,7 +599,7 @@ class MainWindow(QMainWindow):
             self.analysis.show_report(result.probe)
             self._method_changed()
         self._show_result(result, [])
-        self._pending_charts = self._chart_targets(result.out)
+        self._pending_charts = self._chart_targets(result.out, every_view=False)
         self._saved_charts = []
 
     def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
@@ -618,11 +619,13 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
-    def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
+    def _chart_targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
+        """Where each analysis view is saved. A merge's output folder gets the overview (density,
+        overlap, per layer, heat map, would keep); File ▸ Export charts gets every view."""
         if self.report is None:
             return []
         a = self.analysis
-        return [(Path(folder) / "density.png", a.density),
+        views = [(Path(folder) / "density.png", a.density),
                 (Path(folder) / "overlap.png", a.overlap),
                 (Path(folder) / "layers.png", a.layers.graphics),
                 (Path(folder) / "heatmap.png", a.heatmap),
@@ -631,6 +634,8 @@ class MainWindow(QMainWindow):
                 (Path(folder) / "pairs.png", a.pairs),
                 (Path(folder) / "ulps.png", a.ulps),
                 (Path(folder) / "would-keep.png", a.would_keep)]
+        overview = {"density.png", "overlap.png", "layers.png", "heatmap.png", "would-keep.png"}
+        return views if every_view else [(p, w) for p, w in views if p.name in overview]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
         """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
