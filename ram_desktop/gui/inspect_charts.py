@@ -19,7 +19,8 @@ from ..core.methods import get_method
 from ..core.probe import ProbeReport
 from .charts import FOREGROUND, _html, _plot, agent_color, shade
 
-SHORT_COLUMNS = {"embeddings": "emb", "norms": "norm", "lm_head": "head"}
+SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
+COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
 SHORT_METHODS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Avg", "task-arithmetic": "TA",
                  "ties": "TIES", "dare-ta": "DARE-TA", "dare-ties": "DARE-TIES"}
 MAX_SETS = 24  # intersections drawn in the UpSet chart (the largest); the rest are summarised
@@ -85,6 +86,7 @@ class ModuleHeatmaps(QWidget):
         self.plot.getAxis("left").setStyle(tickFont=QFont("", 7))
         self.cmap = pg.colormap.get("viridis")
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
+        self.colorbar.axis.enableAutoSIPrefix(False)
         self.graphics.addItem(self.colorbar, row=0, col=1)
         self.report: ProbeReport | None = None
         self.grid = None
@@ -135,6 +137,9 @@ class ModuleHeatmaps(QWidget):
         plot.getAxis("left").setTicks([[(r + 0.5, name) for r, name in enumerate(grid.rows)
                                         if r % step == 0 or name == OTHER_ROW]])
         plot.setLabel("left", "layer")
+        shown = [SHORT_COLUMNS.get(kind, kind) for kind in grid.columns]
+        legend = ", ".join(f"{k} = {COLUMN_LEGEND[k]}" for k in dict.fromkeys(shown) if k in COLUMN_LEGEND)
+        plot.setLabel("bottom", f"module ({legend})" if legend else "module")
         plot.setXRange(-0.2, len(report.agents) * width - self.GAP + 0.2, padding=0)
         plot.setYRange(-0.12 * rows - 0.6, rows, padding=0)  # room for the agent names above the maps
 
