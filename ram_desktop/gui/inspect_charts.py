@@ -133,7 +133,7 @@ class ModuleHeatmaps(QWidget):
         plot.setTitle("Density per layer and module" if by_density else
                       "Unique share of each agent's updates per layer and module", size="10pt")
         plot.getAxis("bottom").setTicks([ticks])
-        step = max(1, rows // 16)
+        step = 1 if rows <= 12 else math.ceil(rows / 10)  # about ten layer labels, never overlapping
         plot.getAxis("left").setTicks([[(r + 0.5, name) for r, name in enumerate(grid.rows)
                                         if r % step == 0 or name == OTHER_ROW]])
         plot.setLabel("left", "layer")
