@@ -137,8 +137,8 @@ def _probe_plan(plan: MergePlan, eps: float, device: torch.device, reporter: Rep
     """The probe from the cache when possible; a collector still gets its own pass over the data.
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
-    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them is
-    computed again, completely."""
+    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
+    without the inspection statistics (an older cache) is computed again, completely."""
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
     if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)

@@ -79,6 +79,8 @@ class AnalysisPanel(QWidget):
             self.tabs.setTabToolTip(index, tip)
         self.tabs.setUsesScrollButtons(True)
         self.charts = [w for w, _, _ in views]
+        self.eager = {self.density, self.overlap, self.layers}
+        self._deferred: dict = {}
         self.tabs.currentChanged.connect(self._tab_shown)
         # while this returns True (the window runs a merge), charts not on screen wait: building one is
         # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
@@ -123,6 +125,11 @@ class AnalysisPanel(QWidget):
         layout.addWidget(self.stale)
 
         self._chart_queue: list = []
+        # the panel's own timer (not QTimer.singleShot): it dies with the panel, so a queue left behind
+        # by a closed window never draws into deleted charts
+        self._chart_timer = QTimer(self)
+        self._chart_timer.setSingleShot(True)
+        self._chart_timer.timeout.connect(self._next_chart)
         self.report: ProbeReport | None = None
         self.lambdas: list[float] | None = None
         self.survival: list[float | None] = []
@@ -137,33 +144,60 @@ class AnalysisPanel(QWidget):
         self.tabs.setEnabled(report is not None)
         charts = self.charts
         current = self.tabs.currentIndex()
-        order = [charts[current]] + [c for i, c in enumerate(charts) if i != current]
-        order[0].show_report(report)
-        self._chart_queue = [(c, report) for c in order[1:]]
-        QTimer.singleShot(0, self._next_chart)
+        charts[current].show_report(report)
+        # the overview charts are drawn ahead, one per turn; the inspection views when their tab is
+        # first shown or they are exported (each draw costs Qt calls: see inspect_charts._label)
+        self._chart_queue = [(c, report) for i, c in enumerate(charts) if i != current and c in self.eager]
+        self._deferred = {c: report for i, c in enumerate(charts) if i != current and c not in self.eager}
+        if self.would_keep in self._deferred:
+            self.would_keep.set_report(report)  # its numbers follow the method form even while hidden
+        self._chart_timer.start(0)
         self.set_stale(None)
 
     def _next_chart(self) -> None:
         if not self._chart_queue:
             return
         if self.hold():
-            QTimer.singleShot(100, self._next_chart)
+            self._chart_timer.start(100)
             return
         chart, report = self._chart_queue.pop(0)
         if report is self.report:
             chart.show_report(report)
         if self._chart_queue:
-            QTimer.singleShot(0, self._next_chart)
+            self._chart_timer.start(0)
 
     def _tab_shown(self, index: int) -> None:
         """A chart still waiting in the queue is drawn as soon as its tab is shown."""
         widget = self.tabs.widget(index)
+        self._draw_deferred(widget)
         for i, (chart, report) in enumerate(self._chart_queue):
             if chart is widget:
                 del self._chart_queue[i]
                 if report is self.report:
                     chart.show_report(report)
                 return
+
+    def _draw_deferred(self, widget: QWidget) -> bool:
+        for chart in list(self._deferred):
+            if chart is widget or chart.isAncestorOf(widget):
+                report = self._deferred.pop(chart)
+                if report is self.report:
+                    chart.show_report(report)
+                return True
+        ensure = getattr(widget, "ensure_current", None)
+        return bool(ensure()) if ensure is not None else False
+
+    def draw_now(self, widget: QWidget) -> bool:
+        """Draw the queued chart that is or holds ``widget`` now; False when it is already drawn."""
+        if self._draw_deferred(widget):
+            return True
+        for i, (chart, report) in enumerate(self._chart_queue):
+            if chart is widget or chart.isAncestorOf(widget):
+                del self._chart_queue[i]
+                if report is self.report:
+                    chart.show_report(report)
+                return True
+        return False
 
     def charts_ready(self) -> bool:
         return not self._chart_queue

@@ -23,6 +23,8 @@ SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down"
 COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
 SHORT_METHODS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Avg", "task-arithmetic": "TA",
                  "ties": "TIES", "dare-ta": "DARE-TA", "dare-ties": "DARE-TIES"}
+# _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
+# every Qt call that returns nothing costs PySide6 6.12.0 a reference to None (see _label).
 MAX_SETS = 24  # intersections drawn in the UpSet chart (the largest); the rest are summarised
 
 
@@ -35,6 +37,21 @@ def _compact(count: float) -> str:
 
 def _percent(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{100 * value:.{digits}f} %"
+
+
+def _label(plot: pg.PlotItem, where: str, text: str, **style) -> None:
+    """``setTitle`` / ``setLabel`` only when the text changes: each call costs several Qt calls, and
+    PySide6 6.12.0 drops a reference to Python's None on every one that returns nothing (it crashes
+    Python 3.11 once None's count runs out), so charts redrawn while the user types must not repeat them."""
+    cache = plot.__dict__.setdefault("_ram_labels", {})
+    key = (text, tuple(sorted(style.items())))
+    if cache.get(where) == key:
+        return
+    cache[where] = key
+    if where == "title":
+        plot.setTitle(text, **style)
+    else:
+        plot.setLabel(where, text, **style)
 
 
 def _empty(plot: pg.PlotItem, text: str) -> None:
@@ -80,30 +97,36 @@ class ModuleHeatmaps(QWidget):
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
         self.readout.setWordWrap(True)
         layout.addWidget(self.readout)
-        self.plot = _plot(self.graphics, row=0, col=0)
-        self.plot.invertY(True)
-        self.plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
-        self.plot.getAxis("left").setStyle(tickFont=QFont("", 7))
-        self.cmap = pg.colormap.get("viridis")
-        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
-        self.colorbar.axis.enableAutoSIPrefix(False)
-        self.graphics.addItem(self.colorbar, row=0, col=1)
+        self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy)
         self.report: ProbeReport | None = None
         self.grid = None
         self.images: list[pg.ImageItem] = []
         self.graphics.scene().sigMouseMoved.connect(self._hover)
         self.show_report(None)
 
+    def _build(self) -> None:
+        self.plot = _plot(self.graphics, row=0, col=0)
+        self.plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
+        self.plot.getAxis("left").setStyle(tickFont=QFont("", 7))
+        self.cmap = pg.colormap.get("viridis")
+        self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
+        self.colorbar.axis.enableAutoSIPrefix(False)
+        self.graphics.addItem(self.colorbar, row=0, col=1)
+
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
-        plot = self.plot
-        plot.clear()
         self.images = []
         if report is None or not report.agents or not report.tensor_stats:
             self.grid = None
-            _empty(plot, "Run the analysis to see where in the network each agent learned")
-            plot.invertY(False)
+            if self.plot is not None:
+                self.plot.clear()
+                self.plot.invertY(False)
+                _empty(self.plot, "Run the analysis to see where in the network each agent learned")
             return
+        if self.plot is None:
+            self._build()
+        plot = self.plot
+        plot.clear()
         plot.invertY(True)
         grid = self.grid = module_grid(report.tensor_stats, len(report.agents))
         by_density = self.metric_choice.currentIndex() == 0
@@ -129,23 +152,24 @@ class ModuleHeatmaps(QWidget):
             ticks += [(t * width + c + 0.5, SHORT_COLUMNS.get(kind, kind)) for c, kind in enumerate(grid.columns)]
         self.colorbar.setLevels(levels)
         self.colorbar.setImageItem(self.images)
-        self.colorbar.axis.setLabel("density" if by_density else "unique share")
-        plot.setTitle("Density per layer and module" if by_density else
-                      "Unique share of each agent's updates per layer and module", size="10pt")
+        if self.colorbar.axis.labelText != ("density" if by_density else "unique share"):
+            self.colorbar.axis.setLabel("density" if by_density else "unique share")
+        _label(plot, "title", "Density per layer and module" if by_density else
+               "Unique share of each agent's updates per layer and module", size="10pt")
         plot.getAxis("bottom").setTicks([ticks])
         step = 1 if rows <= 12 else math.ceil(rows / 10)  # about ten layer labels, never overlapping
         plot.getAxis("left").setTicks([[(r + 0.5, name) for r, name in enumerate(grid.rows)
                                         if r % step == 0 or name == OTHER_ROW]])
-        plot.setLabel("left", "layer")
+        _label(plot, "left", "layer")
         shown = [SHORT_COLUMNS.get(kind, kind) for kind in grid.columns]
         legend = ", ".join(f"{k} = {COLUMN_LEGEND[k]}" for k in dict.fromkeys(shown) if k in COLUMN_LEGEND)
-        plot.setLabel("bottom", f"module ({legend})" if legend else "module")
+        _label(plot, "bottom", f"module ({legend})" if legend else "module")
         plot.setXRange(-0.2, len(report.agents) * width - self.GAP + 0.2, padding=0)
         plot.setYRange(-0.12 * rows - 0.6, rows, padding=0)  # room for the agent names above the maps
 
     def cell_at(self, scene_pos) -> tuple[int, int, int] | None:
         """(agent, row, column) under a scene position, or None."""
-        if self.grid is None or not self.plot.sceneBoundingRect().contains(scene_pos):
+        if self.grid is None or self.plot is None or not self.plot.sceneBoundingRect().contains(scene_pos):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
         cols, rows = len(self.grid.columns), len(self.grid.rows)
@@ -329,15 +353,22 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumHeight(200)
+        self.bars: pg.PlotItem | None = None  # built with the first report (see _lazy)
+        self.sets: list[dict] = []
+
+    def _build(self) -> None:
         self.bars = _plot(self, row=0, col=0)
         self.matrix = _plot(self, row=1, col=0)
         self.matrix.setXLink(self.bars)
         self.ci.layout.setRowStretchFactor(0, 3)
         self.ci.layout.setRowStretchFactor(1, 1)
-        self.sets: list[dict] = []
-        self.show_report(None)
 
     def show_report(self, report: ProbeReport | None) -> None:
+        if report is None and self.bars is None:
+            self.sets = []
+            return
+        if self.bars is None:
+            self._build()
         self.matrix.clear()
         stats = report.inspect if report is not None else None
         sets = stats.intersections(report.names) if stats is not None else None
@@ -355,8 +386,8 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         rest = ordered[MAX_SETS:]
         plot = self.bars
         plot.clear()
-        plot.setTitle("Which agents update the same elements: elements updated by exactly this set", size="10pt")
-        plot.setLabel("left", "elements", units="% of all")
+        _label(plot, "title", "Which agents update the same elements: elements updated by exactly this set", size="10pt")
+        _label(plot, "left", "elements", units="% of all")
         xs = list(range(len(self.sets)))
         heights = [100.0 * e["count"] / report.params for e in self.sets]
         colors = [agent_color(names.index(e["agents"][0])) if len(e["agents"]) == 1 else QColor("#555555")
@@ -369,7 +400,7 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         plot.getAxis("bottom").setTicks([[]])
         plot.setXRange(-0.6, len(xs) - 0.4, padding=0)
         plot.setYRange(0, max(heights) * 1.15 or 1, padding=0)
-        plot.setLabel("bottom", "one colour: only that agent (unique); grey: shared by the dotted agents"
+        _label(plot, "bottom", "one colour: only that agent (unique); grey: shared by the dotted agents"
                       + (f"; {len(rest)} smaller sets not shown ({_compact(sum(e['count'] for e in rest))} elements)"
                          if rest else ""))
         m = self.matrix
@@ -409,11 +440,15 @@ class PairsChart(pg.GraphicsLayoutWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumHeight(180)
-        self.plot = _plot(self)
+        self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy)
         self.pairs: list[dict] = []
-        self.show_report(None)
 
     def show_report(self, report: ProbeReport | None) -> None:
+        if report is None and self.plot is None:
+            self.pairs = []
+            return
+        if self.plot is None:
+            self.plot = _plot(self)
         plot = self.plot
         plot.clear()
         stats = report.inspect if report is not None else None
@@ -426,7 +461,7 @@ class PairsChart(pg.GraphicsLayoutWidget):
         ys = list(range(len(self.pairs)))
         same = [100.0 * p["same_sign"] / report.params for p in self.pairs]
         opposite = [100.0 * (p["both"] - p["same_sign"]) / report.params for p in self.pairs]
-        plot.setTitle("Sign agreement: elements both agents update, same sign (green) vs opposite (red)", size="10pt")
+        _label(plot, "title", "Sign agreement: elements both agents update, same sign (green) vs opposite (red)", size="10pt")
         plot.addItem(pg.BarGraphItem(x0=[0] * len(ys), y=ys, height=0.6, width=same, brush="#2a9d8f", pen="#2a9d8f"))
         plot.addItem(pg.BarGraphItem(x0=same, y=ys, height=0.6, width=opposite, brush="#e4572e", pen="#e4572e"))
         top = max((s + o for s, o in zip(same, opposite)), default=0.0) or 1.0
@@ -440,7 +475,7 @@ class PairsChart(pg.GraphicsLayoutWidget):
         plot.setYRange(-0.6, len(ys) - 0.4, padding=0)
         plot.setXRange(0, top * 1.6, padding=0)
         plot.getAxis("left").setTicks([[(y, " & ".join(p["agents"])) for y, p in zip(ys, self.pairs)]])
-        plot.setLabel("bottom", "elements both agents update, % of all elements")
+        _label(plot, "bottom", "elements both agents update, % of all elements")
         self.setToolTip("Where shared updates mostly agree in sign, RAM's mean of them loses little; where they "
                         "conflict, TIES elects a sign per element")
 
@@ -453,12 +488,10 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumHeight(180)
-        self.plot = _plot(self)
-        self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+        self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy)
         self.shares: list[list[float]] = []
         self.dtype: str | None = None  # the base's stored dtype, for the axis label
         self.report: ProbeReport | None = None
-        self.show_report(None)
 
     def set_dtype(self, dtype: str | None) -> None:
         if dtype != self.dtype:
@@ -468,6 +501,12 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
         dtype = self.dtype
+        if report is None and self.plot is None:
+            self.shares = []
+            return
+        if self.plot is None:
+            self.plot = _plot(self)
+            self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
         plot = self.plot
         plot.clear()
         self.legend.clear()
@@ -494,9 +533,9 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
                                          brush=color, pen=color))
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
         unit = f"{dtype} ulps" if dtype else "ulps of the stored dtype"
-        plot.setTitle(f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
-        plot.setLabel("left", "share of the agent's updates", units="%")
-        plot.setLabel("bottom", f"{unit} (every 8th element counted)")
+        _label(plot, "title", f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
+        _label(plot, "left", "share of the agent's updates", units="%")
+        _label(plot, "bottom", f"{unit} (every 8th row counted)")
         self.setToolTip("An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
                         "RAM+'s rescale survives only in a finer output dtype (float32)")
         plot.getAxis("bottom").setTicks([[(i, labels[b]) for i, b in enumerate(bins)]])
@@ -513,22 +552,44 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumHeight(180)
-        self.plot = _plot(self)
-        self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+        self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy)
         self.report: ProbeReport | None = None
         self.method = "ram-plus"
         self.params: dict = {}
         self.values: dict[str, list[float | None]] = {}
-        self.show_report(None)
 
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
+        self.values = self.compute() if report is not None and report.agents else {}
         self._draw()
 
+    def set_report(self, report: ProbeReport | None) -> None:
+        """Take the report's numbers now and draw them when shown (the panel defers hidden views)."""
+        self.report = report
+        self.values = self.compute() if report is not None and report.agents else {}
+        self._dirty = True
+
     def set_method(self, method: str, params: dict) -> None:
-        """The method picked in the form and its parameters: its bars use them (the others, defaults)."""
+        """The method picked in the form and its parameters: its bars use them (the others, defaults).
+        The numbers follow at once; the bars are redrawn now if shown, else when next shown or exported."""
         self.method, self.params = method, dict(params)
-        self._draw()
+        if self.report is not None and self.report.agents:
+            self.values = self.compute()
+        if self.isVisible():
+            self._draw()
+        else:
+            self._dirty = True
+
+    def ensure_current(self) -> bool:
+        """Redraw if the form changed while hidden; True when it did."""
+        if getattr(self, "_dirty", False):
+            self._draw()
+            return True
+        return False
+
+    def showEvent(self, event) -> None:  # noqa: N802
+        self.ensure_current()
+        super().showEvent(event)
 
     def compute(self) -> dict[str, list[float | None]]:
         report = self.report
@@ -544,6 +605,12 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         return out
 
     def _draw(self) -> None:
+        self._dirty = False
+        if self.report is None and self.plot is None:
+            return
+        if self.plot is None:
+            self.plot = _plot(self)
+            self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
         plot = self.plot
         plot.clear()
         self.legend.clear()
@@ -552,7 +619,6 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             self.values = {}
             _empty(plot, "Run the analysis to see how much of each agent each method would keep")
             return
-        self.values = self.compute()
         n = len(report.agents)
         width = 0.8 / n
         top = 1.0
@@ -585,9 +651,9 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         ticks = [(i, SHORT_METHODS[name] + (" ≈" if name in ESTIMATED else "")) for i, name in enumerate(KEEP_METHODS)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.getAxis("bottom").setStyle(tickFont=QFont("", 8))
-        plot.setTitle("What each method would keep: share of each agent's updates carried into the merge", size="10pt")
-        plot.setLabel("left", "kept", units="%")
-        plot.setLabel("bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
+        _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")
+        _label(plot, "left", "kept", units="%")
+        _label(plot, "bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
         self.setToolTip("Share of each agent's updated elements the merged model carries (mean fraction of its own "
                         "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
                         "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults.")

@@ -233,7 +233,9 @@ class MainWindow(QMainWindow):
         self.method.device.currentIndexChanged.connect(
             lambda _: self.settings.setValue("device", self.method.device.currentData()))
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
-        self.analysis.hold = lambda: self.job is not None and self.job_kind == "merge"
+        # charts not on screen wait while a merge runs and while its charts are saved (see AnalysisPanel.hold)
+        self.analysis.hold = lambda: ((self.job is not None and self.job_kind == "merge") or bool(self._pending_charts)
+                                      or self.chart_job is not None)
 
         self._restore_settings()
         self._update_actions()
@@ -640,11 +642,12 @@ class MainWindow(QMainWindow):
     def _save_next_chart(self, then: Callable[[], None]) -> None:
         """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
         each, one per event-loop turn); PNG encoding and writing happen in a worker thread."""
-        if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
-            QTimer.singleShot(0, lambda: self._save_next_chart(then))
-            return
         if self._pending_charts:
-            path, widget = self._pending_charts.pop(0)
+            path, widget = self._pending_charts[0]
+            if self.analysis.draw_now(widget):  # not drawn yet: drawn in this turn, saved in the next
+                QTimer.singleShot(0, lambda: self._save_next_chart(then))
+                return
+            self._pending_charts.pop(0)
             self._chart_images.append((path, widget.grab().toImage()))
             QTimer.singleShot(0, lambda: self._save_next_chart(then))
             return
@@ -684,6 +687,7 @@ class MainWindow(QMainWindow):
         """Save the analysis charts as PNG files into ``folder`` now; return their names."""
         names = []
         for path, widget in self._chart_targets(folder):
+            self.analysis.draw_now(widget)  # a view still waiting in the drawing queue
             try:
                 export_png(widget, path)
                 names.append(path.name)

@@ -86,6 +86,8 @@ def test_tensor_table_sorts_by_clicking_a_header_and_filters(qtbot, analysed):
 def test_sets_and_signs_show_the_report(analysed):
     window = analysed
     data = window.report.to_json()
+    for view in (window.analysis.intersections, window.analysis.pairs, window.analysis.ulps):
+        window.analysis.tabs.setCurrentWidget(view)  # views are drawn when their tab is first shown
     chart = window.analysis.intersections
     assert sorted(e["count"] for e in chart.sets) == sorted(e["count"] for e in data["intersections"])[-len(chart.sets):]
     assert chart.sets[0]["count"] == max(e["count"] for e in data["intersections"])
@@ -97,6 +99,7 @@ def test_sets_and_signs_show_the_report(analysed):
 def test_would_keep_follows_the_method_form_live(qtbot, analysed):
     window = analysed
     chart = window.analysis.would_keep
+    window.analysis.tabs.setCurrentWidget(chart)
     report = window.report
     assert chart.method == "ram-plus"
     before = chart.values["ram-plus"]
@@ -138,6 +141,9 @@ def test_a_report_without_the_new_statistics_shows_a_hint(qtbot, analysed):
     old = ProbeReport.from_json(json.loads(json.dumps(data)))
     window.analysis.show_report(old)
     qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)
+    for view in (window.analysis.intersections, window.analysis.pairs, window.analysis.ulps,
+                 window.analysis.heatmap):
+        window.analysis.tabs.setCurrentWidget(view)
     assert window.analysis.intersections.sets == [] and window.analysis.pairs.pairs == []
     assert window.analysis.ulps.shares == []
     assert window.analysis.heatmap.grid is not None  # from the per-tensor counts every report has
