@@ -623,7 +623,8 @@ class MainWindow(QMainWindow):
 
     def _chart_targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
         """Where each analysis view is saved. A merge's output folder gets the overview (density,
-        overlap, per layer, heat map, would keep); File ▸ Export charts gets every view."""
+        overlap, per layer: drawn ahead, so saving them never stalls the window); File ▸ Export charts
+        gets every view."""
         if self.report is None:
             return []
         a = self.analysis
@@ -636,7 +637,7 @@ class MainWindow(QMainWindow):
                 (Path(folder) / "pairs.png", a.pairs),
                 (Path(folder) / "ulps.png", a.ulps),
                 (Path(folder) / "would-keep.png", a.would_keep)]
-        overview = {"density.png", "overlap.png", "layers.png", "heatmap.png", "would-keep.png"}
+        overview = {"density.png", "overlap.png", "layers.png"}
         return views if every_view else [(p, w) for p, w in views if p.name in overview]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
