@@ -12,8 +12,9 @@ from typing import Sequence
 from . import __version__
 from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
+from .core import defaults
 from .core.methods import METHODS, Param
-from .core.plan import OUT_DTYPES
+from .core.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -49,9 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("base", help="base model: folder, .safetensors file, or Hub id org/name[@rev]")
         p.add_argument("agents", nargs="+", help="agent checkpoints fine-tuned from the base")
         p.add_argument("--names", help="comma-separated agent names (default: folder names)")
-        p.add_argument("--eps", type=float, default=1e-5, help="update threshold ε (default 1e-5)")
-        p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-        p.add_argument("--vocab", default="exact", choices=["exact", "common"],
+        p.add_argument("--eps", type=float, default=defaults.EPS, help=f"update threshold ε (default {defaults.EPS:g})")
+        p.add_argument("--device", default=defaults.DEVICE, help="auto, cpu, cuda or cuda:N (default auto)")
+        p.add_argument("--vocab", default=defaults.VOCAB, choices=list(VOCAB_MODES),
                        help="vocabulary-size differences between base and agents: exact (default) refuses them; "
                             "common merges the shared rows and keeps the base's rows for the rest")
 
@@ -63,28 +64,67 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=_methods_epilog())
     sources(p)
     p.add_argument("--out", type=Path, required=True, help="output folder (must not exist or be empty)")
-    p.add_argument("--method", default="ram-plus", choices=list(METHODS), help="merge method (default ram-plus)")
-    for name, takers in method_flags().items():
-        first = takers[0][1]
-        kwargs = {"choices": first.choices} if first.choices else {}
-        by_text: dict[str, list[str]] = {}
-        for method_name, prm in takers:
-            by_text.setdefault(prm.describe(), []).append(method_name)
-        text = " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
-        p.add_argument(first.flag, dest=f"param_{name}", metavar=name.upper(), type=first.kind, default=None,
-                       help=text, **kwargs)
-    p.add_argument("--out-dtype", default="base", choices=list(OUT_DTYPES), help="output dtype (default: the base's)")
-    p.add_argument("--shard-size", default="5GB", help="largest output shard (default 5GB)")
-    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    p.add_argument("--method", default=defaults.METHOD, choices=list(METHODS),
+                   help=f"merge method (default {defaults.METHOD})")
+    merge_options(p)
 
-    p = sub.add_parser("run", help="run a ram-recipe.yaml")
+    p = sub.add_parser("compare", help="merge several variants from one read of the inputs, then score them",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_methods_epilog())
+    sources(p)
+    p.add_argument("--out", type=Path, required=True, help="folder for one output folder per variant and compare.json")
+    p.add_argument("--variant", action="append", required=True, metavar="SPEC",
+                   help="METHOD or METHOD:key=value,...[,name=NAME], e.g. ram-plus:r=0.2,alpha=1.0 (repeat)")
+    p.add_argument("--suite", action="append", default=[], metavar="SUITE",
+                   help="evaluate base, agents and variants on this suite (repeat); see ram-merge eval")
+    p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
+    p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
+    merge_options(p, "shared defaults for every variant whose method takes them; ")
+
+    p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
     p = sub.add_parser("demo", help="write the built-in demo base and agents")
     p.add_argument("dir", type=Path)
+
+    p = sub.add_parser("export-mergekit", help="write the closest mergekit YAML for a recipe, differences as comments")
+    p.add_argument("recipe", type=Path)
+    p.add_argument("--out", type=Path, help="file to write (default: stdout)")
+
+    p = sub.add_parser("publish", help="upload a merged output folder to a new Hugging Face Hub repository")
+    p.add_argument("dir", type=Path, help="the output folder of a merge (with its README.md model card)")
+    p.add_argument("repo_id", metavar="org/name")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+
+    p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
+    p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
+    p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE",
+                   help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml")
+    p.add_argument("--names", help="comma-separated model names (default: folder names)")
+    p.add_argument("--json", type=Path, help="write the ram-eval/1 results to this file")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
+    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
     return parser
+
+
+def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The flags ``merge`` and ``compare`` share: every method parameter (from the schemas), output dtype,
+    shard size, overwrite."""
+    for name, takers in method_flags().items():
+        first = takers[0][1]
+        kwargs = {"choices": first.choices} if first.choices else {}
+        by_text: dict[str, list[str]] = {}
+        for method_name, prm in takers:
+            by_text.setdefault(prm.describe(), []).append(method_name)
+        text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
+        p.add_argument(first.flag, dest=f"param_{name}", metavar=name.upper(), type=first.kind, default=None,
+                       help=text, **kwargs)
+    p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
+                   help="output dtype (default: the base's)")
+    p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
 
 def _methods_epilog() -> str:
@@ -110,8 +150,8 @@ class _ProgressBar:
 
         bar = self.bars.get(event.stage)
         if bar is None:
-            bar = tqdm(total=event.total, desc=event.stage, unit="B" if event.unit == "B" else "el",
-                       unit_scale=True, file=sys.stderr, leave=True, dynamic_ncols=True)
+            bar = tqdm(total=event.total, desc=event.stage, unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
+                       unit_scale=event.unit != "examples", file=sys.stderr, leave=True, dynamic_ncols=True)
             self.bars[event.stage] = bar
         if event.total != bar.total:  # type: ignore[attr-defined]
             bar.total = event.total  # type: ignore[attr-defined]  # a download's total grows as files are listed
@@ -158,6 +198,7 @@ def _setup_logging(quiet: bool) -> None:
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core import engine
     from .core.recipe import Recipe
+    from .core.session import Session
 
     if args.command == "demo":
         from .core.demo import write_demo
@@ -168,6 +209,10 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
             print(f"demo agent: {a}")
         print(f"try: ram-merge merge {base} {' '.join(map(str, agents))} --out {Path(args.dir) / 'merged'}")
         return EXIT_OK
+    if args.command == "eval":
+        return _eval(args, reporter)
+    if args.command == "compare":
+        return _compare(args, reporter)
     if args.command == "probe":
         report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
@@ -179,15 +224,76 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         print(format_probe(report))
         return EXIT_OK
     if args.command == "merge":
-        params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
-        request = engine.MergeRequest(args.base, args.agents, args.out, args.method, params, _names(args.names),
-                                      args.eps, args.device, args.out_dtype, args.shard_size, args.overwrite,
-                                      vocab=args.vocab)
+        session = session_from_args(args)
+    elif args.command == "export-mergekit":
+        from .core.mergekit_config import to_mergekit
+
+        text = to_mergekit(Recipe.load(args.recipe))
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            try:
+                args.out.write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
+        return EXIT_OK
+    elif args.command == "publish":
+        from .core.publish import publish
+
+        print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
+        return EXIT_OK
     else:
-        request = engine.MergeRequest.from_recipe(Recipe.load(args.recipe), args.out, overwrite=args.overwrite)
-    result = engine.merge(request, reporter)
+        from .core.mergekit_config import load_recipe_or_mergekit
+
+        loaded = load_recipe_or_mergekit(args.recipe)
+        for warning in loaded.warnings:
+            log.warning("%s", warning)
+        session = Session.from_recipe(loaded.recipe)
+    result = engine.merge(session.to_request(args.out, overwrite=args.overwrite), reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
+    return EXIT_OK
+
+
+def session_from_args(args: argparse.Namespace):
+    """The Session that ``merge``'s flags describe."""
+    from .core.session import Session
+
+    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    return Session(base=args.base, agents=list(args.agents), names=_names(args.names),
+                   method=getattr(args, "method", defaults.METHOD),
+                   params=params, eps=args.eps, device=args.device, out_dtype=args.out_dtype,
+                   shard_size=args.shard_size, out=str(args.out), vocab=args.vocab)
+
+
+def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .core.session import Variant
+    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, compare
+
+    variants = [Variant.parse(text) for text in args.variant]
+    result = compare(session_from_args(args), variants, args.out, args.suite, overwrite=args.overwrite,
+                     reporter=reporter, batch_size=args.batch_size, limit=args.limit)
+    print(format_probe(result.merges[0].probe))
+    for variant, merged in zip(variants, result.merges):
+        print(f"{variant.name}: {merged.report['method']} {merged.report['method_params']} -> {merged.out}")
+    if result.evaluation is not None:
+        print(result.evaluation.table())
+    drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
+    print(f"compared {len(variants)} variants in {args.out} ({COMPARE_JSON}{drawn})")
+    return EXIT_OK
+
+
+def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .evaluate import check_json_path, evaluate, load_suite, model_refs
+
+    suites = [load_suite(s) for s in args.suite]
+    models = model_refs(args.models, _names(args.names))
+    if args.json:
+        check_json_path(args.json)
+    result = evaluate(models, suites, args.device, args.batch_size, args.limit, reporter)
+    if args.json:
+        result.write_json(args.json)
+    print(result.table())
     return EXIT_OK
 
 

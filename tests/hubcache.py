@@ -4,12 +4,18 @@ and a fake Hub (model_info + hf_hub_download) that serves those folders into the
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import struct
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import huggingface_hub as hf
 from huggingface_hub.hf_api import RepoSibling
+from huggingface_hub.utils import SafetensorsFileMetadata, SafetensorsRepoMetadata
+from huggingface_hub.utils import TensorInfo as SafetensorsTensorInfo
 
 
 def repo_dir(cache: Path, repo_id: str) -> Path:
@@ -61,6 +67,12 @@ class FakeHub:
         monkeypatch.setenv("HF_HUB_OFFLINE", "0")
         monkeypatch.setattr(hf, "model_info", self.model_info)
         monkeypatch.setattr(hf, "hf_hub_download", self.hf_hub_download)
+        monkeypatch.setattr(hf, "get_safetensors_metadata", self.get_safetensors_metadata)
+        self.metadata_requests: list[str] = []
+        self.step_delay = 0.0  # seconds per 1000-byte step of a download (to overlap concurrent downloads)
+        self._lock = threading.Lock()
+        self.active = 0
+        self.max_active = 0
 
     def _files(self, repo_id: str) -> dict[str, bytes]:
         folder, _ = self.repos[repo_id]
@@ -83,13 +95,44 @@ class FakeHub:
         _, sha = self.repos[repo_id]
         assert revision == sha, "downloads must be pinned to the resolved commit"
         data = self._files(repo_id)[filename]
-        if tqdm_class is not None:
-            bar = tqdm_class(total=len(data), initial=0, desc=filename, unit="B", unit_scale=True)
-            for i in range(0, len(data), 1000):
-                bar.update(min(1000, len(data) - i))
-            bar.close()
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            if tqdm_class is not None:
+                bar = tqdm_class(total=len(data), initial=0, desc=filename, unit="B", unit_scale=True)
+                for i in range(0, len(data), 1000):
+                    if self.step_delay:
+                        time.sleep(self.step_delay)
+                    bar.update(min(1000, len(data) - i))
+                bar.close()
+        finally:
+            with self._lock:
+                self.active -= 1
         self.downloads.append(filename)
         return str(add_file(Path(cache_dir), repo_id, sha, filename, data))
+
+
+    def get_safetensors_metadata(self, repo_id, *, revision=None, token=None, **kw):
+        """The safetensors headers of the served folder, as huggingface_hub returns them (no weights read)."""
+        self.tokens.append(token)
+        self.metadata_requests.append(repo_id)
+        if repo_id not in self.repos:
+            raise not_found(hf.errors.RepositoryNotFoundError, repo_id)
+        folder, sha = self.repos[repo_id]
+        assert revision == sha, "header reads must be pinned to the resolved commit"
+        files = {}
+        for f in sorted(folder.glob("*.safetensors")):
+            raw = f.read_bytes()
+            n = struct.unpack("<Q", raw[:8])[0]
+            header = json.loads(raw[8:8 + n])
+            meta = header.pop("__metadata__", {}) or {}
+            files[f.name] = SafetensorsFileMetadata(metadata=meta, tensors={
+                name: SafetensorsTensorInfo(dtype=t["dtype"], shape=t["shape"], data_offsets=tuple(t["data_offsets"]))
+                for name, t in header.items()})
+        weight_map = {name: fn for fn, fm in files.items() for name in fm.tensors}
+        return SafetensorsRepoMetadata(metadata=None, sharded=len(files) > 1, weight_map=weight_map,
+                                       files_metadata=files)
 
 
 def not_found(cls, repo_id: str, status: int = 404):

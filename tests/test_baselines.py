@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from ram_desktop.cli import build_parser, main
-from ram_desktop.core.baselines import (TiesContext, TrimCollector, dare_uniform, keep_count, mix32)
+from ram_desktop.core.methods.baselines import (TiesContext, TrimCollector, dare_uniform, keep_count, mix32)
 from ram_desktop.core.chunks import Chunk, make_chunk, prefetch_chunks
-from ram_desktop.core.engine import MergeRequest, merge, open_sources, probe_pass
+from ram_desktop.core.engine import MergeRequest, merge, open_sources
+from ram_desktop.core.passes import probe_pass
+from ram_desktop.core.transfer import Transfer
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import get_method
 from ram_desktop.core.plan import make_plan
@@ -103,12 +105,12 @@ def _trim_masks(base_dir, agent_dirs, density, scope, chunk_elements=1 << 22):
     base, agents = open_sources(*_dirs(base_dir, agent_dirs), Reporter())
     plan = make_plan(base, agents)
     collector = TrimCollector(density, scope, plan)
-    cpu = torch.device("cpu")
+    cpu = Transfer(torch.device("cpu"))
     passes = 1
-    probe_pass(plan, EPS, cpu, Reporter(), chunk_elements, collector, accumulate=False)
+    probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements, ordered=True)
     while collector.next_pass():
         passes += 1
-        probe_pass(plan, EPS, cpu, Reporter(), chunk_elements, collector, accumulate=False)
+        probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements, ordered=True)
     ctx = TiesContext(collector.finish(), 1.0)
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     parts: dict[str, list[torch.Tensor]] = {}
@@ -333,7 +335,7 @@ def test_ties_after_a_cached_probe(models, tmp_path, caplog):
 def test_thread_safe_baselines_do_not_depend_on_threads(models, tmp_path, monkeypatch, method):
     """Average, Task Arithmetic and DARE are pure per chunk and run in parallel compute threads: the
     output is the same bits with one thread and with several, whatever the chunk size."""
-    assert get_method(method).extra.get("thread_safe")
+    assert get_method(method).thread_safe
     base_dir, agent_dirs = models
     outputs = []
     for i, (threads, chunk) in enumerate([("1", 1 << 22), ("3", 1000), ("2", 7)]):

@@ -62,7 +62,7 @@ def test_merge_output_folder(capsys, tmp_path, models):
     assert set(merged) == set(index["weight_map"]) == set(load_model(base))
     assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in merged.values())
     for shard in shards:  # every shard within budget unless one tensor alone exceeds it
-        from ram_desktop.core.safetensors_io import read_header
+        from ram_desktop.core.formats.safetensors_format import read_header
 
         tensors, meta = read_header(out / shard)
         assert meta == {"format": "pt"}
@@ -193,16 +193,19 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
 
 
 def test_core_imports_without_qt(tmp_path):
-    """ram_desktop.core must never import Qt (ARCHITECTURE.md: the one rule between layers)."""
+    """ram_desktop.core and ram_desktop.evaluate must never import Qt (ARCHITECTURE.md: the one rule
+    between layers)."""
     code = ("import sys\n"
             "class Block:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
             "        if name.split('.')[0] in ('PySide6', 'shiboken6', 'pyqtgraph', 'PyQt5', 'PyQt6'):\n"
             "            raise ImportError('Qt is blocked: ' + name)\n"
             "sys.meta_path.insert(0, Block())\n"
-            "import pkgutil, importlib, ram_desktop.core as core, ram_desktop.cli\n"
-            "for m in pkgutil.walk_packages(core.__path__, 'ram_desktop.core.'):\n"
-            "    importlib.import_module(m.name)\n"
+            "import pkgutil, importlib, ram_desktop.core as core, ram_desktop.evaluate as evaluate, ram_desktop.cli\n"
+            "for package in (core, evaluate):\n"
+            "    for m in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+            "        importlib.import_module(m.name)\n"
+            "import transformers, transformers.generation\n"
             "print('ok')\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr

@@ -15,8 +15,8 @@ from ram_desktop.cli import main
 from ram_desktop.core.engine import MergeRequest, merge, probe
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.hub import parse_spec
-from ram_desktop.core.sources import open_checkpoint
+from ram_desktop.core.formats.hub import parse_spec
+from ram_desktop.core.formats import open_checkpoint
 
 from .conftest import make_models
 from .hubcache import FakeHub, not_found, populate, sha_of
@@ -200,12 +200,18 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
               "special_tokens_map.json"}
     base_files = sorted(needed | {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
                                   "model-00002-of-00002.safetensors"})
-    assert sorted(hub.downloads[:len(base_files)]) == base_files
+    assert sorted(hub.downloads) == sorted(base_files * 4)  # the four repositories download concurrently
     assert not {"README.md", "original/consolidated.pth", "pytorch_model.bin", "onnx/model.onnx"} & set(hub.downloads)
     downloads = [e for e in events if e.stage == "download"]
     assert downloads and all(e.unit == "B" for e in downloads)
-    ends = [e for e in downloads if e.done == e.total and e.detail.endswith("done")]
-    assert len({e.detail.split(":")[0] for e in ends}) == 4  # each repository reached its total
+    ends = [e for e in downloads if e.detail.endswith("done")]
+    assert len({e.detail.split(":")[0] for e in ends}) == 4  # each repository finished
+    # one combined progress: bytes of all repositories (config.json came with the header check, the index
+    # is read before the shard list is known)
+    served = sum(len(d) for repo in repos for n, d in hub._files(repo).items()
+                 if n in set(base_files) - {"config.json", "model.safetensors.index.json"})
+    assert downloads[-1].done == downloads[-1].total == served
+    assert all(a.done <= b.done for a, b in zip(downloads, downloads[1:]))
     assert any("model-00001-of-00002.safetensors" in e.detail and "MB of" in e.detail for e in downloads)
     assert result.report["sources"]["base"] == f"org/base@{repos['org/base'][1]}"
     # equal to the local merge
@@ -272,7 +278,7 @@ def test_progress_class_fits_huggingface_hub_progress_machinery(cache):
     from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
     from huggingface_hub.utils.tqdm import _get_progress_bar_context
 
-    from ram_desktop.core.hub import _Download
+    from ram_desktop.core.formats.hub import _Download
 
     events = []
     reporter = Reporter(events.append)

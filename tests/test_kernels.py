@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ram_desktop.core.chunks import Chunk, Workspace
-from ram_desktop.core.methods import _selective_merge_masks, selective_merge
+from ram_desktop.core.methods.ram import _selective_merge_masks, selective_merge
 
 
 def _tricky(n_agents: int, n: int = 4096, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,7 +40,7 @@ def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[fl
 # Merged with RAM Desktop: {method.label}
 
 This model merges {plan.n_agents} reinforcement-learning-trained agents into their common base with
-**{method.label}** ({method.summary}) — *Behavior Knowledge Merge in Reinforced Agentic Models*,
+**{method.label}** ({method.summary.rstrip(".")}) — *Behavior Knowledge Merge in Reinforced Agentic Models*,
 arXiv 2601.13572.
 
 - Base: `{plan.base.display}`

@@ -1,7 +1,7 @@
 """Streaming reads: split each tensor into row slices of bounded size and read them with ``get_slice``.
 
-Reading runs in a background thread (``prefetch``) so the next slice is read (and, on a GPU, copied
-to the device from pinned memory) while this one is computed. Per-chunk temporaries live in a
+Reading runs in a background thread (``prefetch_chunks``) so the next slice is read (and, on a GPU,
+copied to the device through ``transfer.Transfer``) while this one is computed. Per-chunk temporaries live in a
 ``Workspace`` that is reused from chunk to chunk, so a pass allocates no new large buffers after
 its first chunk and its memory is bounded by the chunk size.
 """
@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
-from safetensors import safe_open
 
+from .errors import InputError
+from .formats import lora, open_slices
 from .plan import MergePlan, TensorJob
+from .transfer import Transfer
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 19  # 512 Ki elements per input slice: ~2 MiB per float32 copy, cache-sized
 PATTERN_MAX_AGENTS = 16  # up to this many agents, the update pattern Σ m_t·2^t fits a small lookup table
@@ -88,14 +90,15 @@ class Chunk:
     _abs: torch.Tensor | None = field(default=None, repr=False)
     _pattern: torch.Tensor | None = field(default=None, repr=False)
     _mask_values: torch.Tensor | None = field(default=None, repr=False)
-    # set by methods.selective_merge when it rescales: Σ_t [m_t]·τ_t before the pattern factors
-    unscaled: torch.Tensor | None = field(default=None, repr=False)
+    _masked_sum: torch.Tensor | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:
         return self.taus.shape[0]
 
-    def _buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def scratch(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A scratch buffer for this chunk's computations (reused from chunk to chunk with a workspace):
+        valid until the same name is asked for again, so never keep it past this chunk."""
         if self.workspace is None:
             return torch.empty(shape, dtype=dtype, device=self.taus.device)
         return self.workspace.get(name, shape, dtype, self.taus.device)
@@ -104,7 +107,7 @@ class Chunk:
     def abs_taus(self) -> torch.Tensor:
         """|τ| (computed once)."""
         if self._abs is None:
-            self._abs = torch.abs(self.taus, out=self._buffer("abs", tuple(self.taus.shape), self.taus.dtype))
+            self._abs = torch.abs(self.taus, out=self.scratch("abs", tuple(self.taus.shape), self.taus.dtype))
         return self._abs
 
     @property
@@ -117,7 +120,7 @@ class Chunk:
         the same bits as the bool masks.
         """
         if self._mask_values is None:
-            out = self._buffer("mask_values", tuple(self.taus.shape), self.taus.dtype)
+            out = self.scratch("mask_values", tuple(self.taus.shape), self.taus.dtype)
             if self._abs is not None:
                 torch.gt(self._abs, self.eps, out=out)
             else:  # |τ| straight into the output buffer, compared in place
@@ -128,7 +131,7 @@ class Chunk:
     @property
     def masks(self) -> torch.Tensor:
         if self._masks is None:
-            out = self._buffer("masks", tuple(self.taus.shape), torch.bool)
+            out = self.scratch("masks", tuple(self.taus.shape), torch.bool)
             self._masks = out.copy_(self.mask_values)  # 1.0 -> True, 0.0 -> False
         return self._masks
 
@@ -136,7 +139,7 @@ class Chunk:
     def counts(self) -> torch.Tensor:
         if self._counts is None:
             self._counts = torch.sum(self.masks, 0, dtype=torch.int32,
-                                     out=self._buffer("counts", (self.taus.shape[1],), torch.int32))
+                                     out=self.scratch("counts", (self.taus.shape[1],), torch.int32))
         return self._counts
 
     @property
@@ -147,16 +150,36 @@ class Chunk:
                 raise ValueError(f"update patterns need at most {PATTERN_MAX_AGENTS} agents")
             # Σ_t m_t·2^t summed in the compute dtype (exact: integers below 2^16) and converted once
             m = self.mask_values
-            p = self._buffer("pattern", (self.taus.shape[1],), torch.int32)
+            p = self.scratch("pattern", (self.taus.shape[1],), torch.int32)
             if self.n_agents == 1:
                 p.copy_(m[0])
             else:
-                acc = torch.add(m[0], m[1], alpha=2, out=self._buffer("pattern_acc", (self.taus.shape[1],), m.dtype))
+                acc = torch.add(m[0], m[1], alpha=2, out=self.scratch("pattern_acc", (self.taus.shape[1],), m.dtype))
                 for t in range(2, self.n_agents):
                     acc.add_(m[t], alpha=1 << t)
                 p.copy_(acc)
             self._pattern = p
         return self._pattern
+
+    @property
+    def masked_sum(self) -> torch.Tensor:
+        """Σ_t [m_t]·τ_t, agents in order 0..N−1 (computed once; read-only for its users). Where exactly
+        one agent t updates an element it is τ_t, where none does it is +0.
+
+        [m_t]·τ_t is a multiply by the 0/1 mask values (several times faster than torch.where on CPU).
+        It gives −0 instead of +0 where a negative τ is masked out; adding +0 at the end restores the
+        reference's bits: a sum of ±0 and nonzero terms differs from the +0-based sum only by the sign
+        of an all-zero result (only possible where no agent updates), and x + (+0) = x for every other
+        x. The products are fused into the sums with addcmul: a product by 0.0 or 1.0 is exact, so a
+        fused multiply-add rounds exactly like the separate operations.
+        """
+        if self._masked_sum is None:
+            m = self.mask_values
+            total = torch.mul(self.taus[0], m[0], out=self.scratch("masked_sum", (self.taus.shape[1],), self.taus.dtype))
+            for t in range(1, self.n_agents):
+                total.addcmul_(self.taus[t], m[t])
+            self._masked_sum = total.add_(0.0)
+        return self._masked_sum
 
     def all_finite(self) -> bool:
         """True when no task vector entry is NaN or ±Inf (one reduction over τ). A sum of finite values
@@ -184,21 +207,11 @@ class SliceReader:
     def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor:
         handle = self._handles.get(file)
         if handle is None:
-            handle = self._stack.enter_context(_open_weights(file))
+            handle = self._stack.enter_context(open_slices(file))
             self._handles[file] = handle
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)
         return handle.get_slice(name)[span.start:span.stop].reshape(-1)
-
-
-def _open_weights(file: Path):
-    """A safetensors file through ``safe_open``; anything else is a PyTorch pickle (``pickle_io.PickleHandle``,
-    which keeps the file's memory-mapped state dict for the pass)."""
-    if file.suffix == ".safetensors" or file.resolve().suffix == ".safetensors":
-        return safe_open(str(file), framework="pt")
-    from .pickle_io import PickleHandle
-
-    return PickleHandle(file)
 
 
 def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader,
@@ -262,37 +275,19 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
         thread.join()
 
 
-def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, device: torch.device,
+def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
                     depth: int = PREFETCH_DEPTH) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
-    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on ``device``, in order,
-    read (and copied to the device) ahead in a background thread.
-
-    On CUDA the slices are staged in pinned host memory and copied on a separate stream with
-    ``non_blocking=True``; the consumer's stream waits for that copy before using the tensors.
-    """
-    cuda = device.type == "cuda"
-    copy_stream = torch.cuda.Stream(device) if cuda else None
+    """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
+    in order, read and copied ahead in a background thread (``transfer.send`` there,
+    ``transfer.receive`` here)."""
 
     def produce(put: Callable[[object], None]) -> None:
         with SliceReader() as reader:
             for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
-                if cuda:
-                    host = [t.pin_memory() for t in [base, *agents]]
-                    with torch.cuda.stream(copy_stream):
-                        moved = [t.to(device, non_blocking=True) for t in host]
-                        event = torch.cuda.Event()
-                        event.record(copy_stream)
-                    put((index, span, moved, event, host))
-                else:
-                    put((index, span, [base, *agents], None, None))
+                put((index, span, transfer.send([base, *agents])))
 
-    for index, span, tensors, event, host in _background(produce, depth):
-        if event is not None:
-            stream = torch.cuda.current_stream(device)
-            stream.wait_event(event)
-            for t in tensors:
-                t.record_stream(stream)  # allocated on the copy stream, used on the compute stream
-            del host  # the copy has been ordered before any use; pinned staging may be freed after it
+    for index, span, staged in _background(produce, depth):
+        tensors = transfer.receive(staged)
         yield index, span, tensors[0], tensors[1:]
 
 
@@ -311,7 +306,9 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
         taus = workspace.get("taus", (len(agent_raws), n), job.compute_dtype, device)
     for t, raw in enumerate(agent_raws):
         m = raw.numel()
-        if m == n and workspace is not None and raw.dtype != taus.dtype:
+        if lora.is_delta_file(job.agents[t].file):  # a LoRA agent's slice is already its task vector
+            taus[t].copy_(raw)
+        elif m == n and workspace is not None and raw.dtype != taus.dtype:
             # widen into the reused buffer, then subtract in place: the same float arithmetic as the
             # mixed-dtype subtraction, without the temporary it allocates (and page-faults) per call
             taus[t].copy_(raw)
@@ -322,3 +319,16 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
             torch.sub(raw, base[:m], out=taus[t, :m])
             taus[t, m:] = 0
     return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace)
+
+
+def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
+               eps: float, workspace: Workspace | None = None) -> Chunk:
+    """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
+    probe included): no task-vector entry is NaN or ±Inf."""
+    chunk = make_chunk(job_index, plan.jobs[job_index], span, base_raw, agent_raws, eps, workspace)
+    if not chunk.all_finite():
+        for t in range(chunk.n_agents):
+            if not bool(torch.isfinite(chunk.taus[t]).all()):
+                raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
+                                 "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
+    return chunk

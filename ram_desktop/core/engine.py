@@ -1,6 +1,5 @@
-"""The executor: open sources, plan, probe (pass 1), merge (pass 2, or one fused pass), write.
-
-It owns reading, device transfer, progress and cancellation; methods only compute on chunks.
+"""The executor: open sources, plan, probe (pass 1), merge (pass 2, or one pass that also counts),
+write. It composes the passes of ``passes``; methods only compute on chunks.
 """
 
 from __future__ import annotations
@@ -9,27 +8,28 @@ import json
 import logging
 import os
 import platform
-import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 
 from .. import __version__
+from . import defaults
 from .card import model_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, make_chunk, prefetch_chunks
+from .chunks import DEFAULT_CHUNK_ELEMENTS
 from .errors import InputError
 from .events import Reporter
-from .methods import Collector, MergeMethod, get_method
-from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .methods import Collector, get_method
+from .output import DTYPE_NAMES, ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .passes import Variant, merge_pass, probe_pass
 from .plan import MergePlan, make_plan
-from .probe import ProbeAccumulator, ProbeReport, load_cached, rescale_changes, save_cached
+from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
-from .sources import Checkpoint, open_checkpoint
+from .transfer import Transfer
+from .formats import Checkpoint, open_checkpoint
 
 log = logging.getLogger("ram_desktop")
 
@@ -81,80 +81,69 @@ def open_sources(base: str, agents: list[str], reporter: Reporter,
     return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
 
 
-def _check_finite(chunk: Chunk, plan: MergePlan) -> None:
-    if chunk.all_finite():
-        return
-    for t in range(chunk.n_agents):
-        if not bool(torch.isfinite(chunk.taus[t]).all()):
-            raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
-                             "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
+def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: str | None, names: list[str] | None,
+                       out_dtype: str, vocab: str, out: Path | None) -> None:
+    """Hub sources: plan from their remote headers, then download them concurrently (``hub_check``)."""
+    from .formats import HUB_ID
+
+    if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in [base, *agents]):
+        from .hub_check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources
+
+        prepare_sources(base, agents, reporter, token, names, out_dtype, vocab, out)
 
 
-def probe_pass(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter,
-               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, collector: Collector | None = None,
-               accumulate: bool = True, stage: str = "probe", survival: bool = True) -> ProbeReport | None:
-    """Pass 1: stream every mergeable tensor and accumulate the whole-model statistics
-    (and a method's collector). With ``accumulate=False`` only the collector runs; with
-    ``survival=False`` only the counts (no λ* histograms); progress events carry ``stage``."""
-    acc = ProbeAccumulator(plan, eps, survival) if accumulate else None
-    jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
-    total = sum(plan.jobs[i].numel for i in jobs)
-    done = 0
-    reporter.progress(stage, 0, total, "elements")
-    workers = compute_workers(device) if collector is None else 1  # a collector sees chunks in order
-
-    def work(item: tuple) -> int:
-        index, span, base, agents = item
-        chunk = make_chunk(index, plan.jobs[index], span, base, agents, eps, _workspace())
-        _check_finite(chunk, plan)
-        if acc is not None:
-            acc.add(chunk)
-        if collector is not None:
-            collector.add(chunk)
-        return span.numel
-
-    for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, device), workers):
-        done += numel
-        reporter.progress(stage, done, total, "elements")
-    return acc.report() if acc is not None else None
-
-
-def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = 1e-5,
-          device: str = "auto", reporter: Reporter | None = None, use_cache: bool = True,
+def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = defaults.EPS,
+          device: str = defaults.DEVICE, reporter: Reporter | None = None, use_cache: bool = True,
           chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None,
-          vocab: str = "exact") -> ProbeReport:
+          vocab: str = defaults.VOCAB) -> ProbeReport:
     """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
+    _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
-    return _probe_plan(plan, eps, resolve_device(device), reporter, use_cache, chunk_elements)
+    return _probe_plan(plan, eps, Transfer(resolve_device(device)), reporter, use_cache, chunk_elements)
 
 
-def _probe_plan(plan: MergePlan, eps: float, device: torch.device, reporter: Reporter, use_cache: bool,
-                chunk_elements: int, collector: Collector | None = None, survival: bool = True) -> ProbeReport:
-    """The probe from the cache when possible; a collector still gets its own pass over the data.
+def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
+                chunk_elements: int, collectors: list[Collector] = (), survival: bool = True) -> ProbeReport:
+    """The probe from the cache when possible, then every collector's passes (each needs the data in
+    order, and as many passes as it asks for).
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
     without the inspection statistics (an older cache) is computed again, completely."""
+    collectors = list(collectors)
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
     if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
-        if collector is not None:
-            probe_pass(plan, eps, device, reporter, chunk_elements, collector, accumulate=False)
-        return cached.renamed(plan.names, [a.display for a in plan.agents])
-    start = time.perf_counter()
-    report = probe_pass(plan, eps, device, reporter, chunk_elements, collector, survival=survival)
-    assert report is not None
-    log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors, time.perf_counter() - start)
-    save_cached(report)
-    return report
+        report = cached.renamed(plan.names, [a.display for a in plan.agents])
+        if collectors:
+            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=True)
+    else:
+        start = time.perf_counter()
+        accumulator = ProbeAccumulator(plan, eps, survival)
+        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, ordered=bool(collectors))
+        report = accumulator.report()
+        log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors,
+                 time.perf_counter() - start)
+        save_cached(report)
+    passes = 1
+    refining = collectors
+    while True:
+        refining = [c for c in refining if c.next_pass()]
+        if not refining:
+            return report
+        passes += 1  # a collector needs another look at the data (TIES refines its exact cut)
+        probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}", ordered=True)
 
 
 def _check_eps(eps: float) -> float:
-    eps = float(eps)
+    try:
+        eps = float(eps)
+    except (TypeError, ValueError):
+        raise InputError(f"--eps must be a non-negative number, got {eps!r}") from None
     if not (eps >= 0.0 and eps < float("inf")):
         raise InputError(f"--eps must be a non-negative number, got {eps}")
     return eps
@@ -162,34 +151,25 @@ def _check_eps(eps: float) -> float:
 
 @dataclass
 class MergeRequest:
-    """Everything a merge needs; the CLI, the GUI and recipes all build one of these."""
+    """Everything a merge needs; ``session.Session.to_request`` builds one for the CLI, the GUI and recipes."""
 
     base: str
     agents: list[str]
     out: Path
-    method: str = "ram-plus"
+    method: str = defaults.METHOD
     params: dict[str, Any] = field(default_factory=dict)
     names: list[str] | None = None
-    eps: float = 1e-5
-    device: str = "auto"
-    out_dtype: str = "base"
-    shard_size: str = "5GB"
+    eps: float = defaults.EPS
+    device: str = defaults.DEVICE
+    out_dtype: str = defaults.OUT_DTYPE
+    shard_size: str = defaults.SHARD_SIZE
     overwrite: bool = False
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
     use_cache: bool = True
-    vocab: str = "exact"  # "common": merge the vocabulary rows base and agents share (plan.make_plan)
+    vocab: str = defaults.VOCAB  # "common": merge the vocabulary rows base and agents share (plan.make_plan)
     # Hub token for this run only (None: HF_TOKEN or the stored login). Never written to a recipe, report,
     # card or log, and kept out of repr().
     token: str | None = field(default=None, repr=False, compare=False)
-
-    @classmethod
-    def from_recipe(cls, recipe: Recipe, out: Path | None = None, **overrides: Any) -> "MergeRequest":
-        target = out or (Path(recipe.out) if recipe.out else None)
-        if target is None:
-            raise InputError("the recipe names no output folder; pass --out DIR")
-        overrides.setdefault("vocab", recipe.vocab)
-        return cls(recipe.base, recipe.agents, Path(target), recipe.method, dict(recipe.params), recipe.names,
-                   recipe.eps, recipe.device, recipe.out_dtype, recipe.shard_size, **overrides)
 
 
 @dataclass
@@ -203,203 +183,91 @@ class MergeResult:
     warnings: list[str]
 
 
+@dataclass(frozen=True)
+class VariantSpec:
+    """One merge of several from one read of the inputs: a method, its parameters and its output folder."""
+
+    method: str
+    params: dict[str, Any]
+    out: Path
+
+
 def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResult:
     """Merge base and agents into ``request.out``; nothing is written unless the whole merge succeeds."""
+    return merge_variants(request, [VariantSpec(request.method, dict(request.params), Path(request.out))], reporter)[0]
+
+
+def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Reporter | None = None,
+                   ) -> list[MergeResult]:
+    """Merge base and agents with every variant from one read of the inputs: one probe (when any variant
+    needs it) and every collector's passes, then one merge pass in which each chunk is merged by every
+    variant and written by that variant's own writer. ``request`` gives the inputs and every shared
+    setting; its method, parameters and output are replaced by each spec's. Every output folder is
+    complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
     reporter = reporter or Reporter()
     start = time.perf_counter()
-    method = get_method(request.method)
-    params = method.resolve(request.params)
+    if not specs:
+        raise InputError("no variants to merge; give at least one method")
+    methods = [get_method(s.method) for s in specs]
+    params = [m.resolve(s.params) for m, s in zip(methods, specs)]
     eps = _check_eps(request.eps)
     shard_bytes = parse_size(request.shard_size)
-    device = resolve_device(request.device)
+    transfer = Transfer(resolve_device(request.device))
+    outs = [Path(s.out) for s in specs]
+    if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
+        raise InputError("two variants name the same output folder; give each its own")
+    _check_hub_sources(request.base, request.agents, reporter, request.token, request.names, request.out_dtype,
+                       request.vocab, outs[0])
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
     plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
-    out = check_output(Path(request.out), [base, *agents], request.overwrite, plan.out_bytes)
+    outs = [check_output(o, [base, *agents], request.overwrite, plan.out_bytes * len(outs)) for o in outs]
 
-    probe_report = None
     timings: dict[str, float] = {}
-    collector = method.collector(params, plan) if method.collector else None
-    if method.needs_probe(params) or collector is not None:
+    collectors = [m.collector(p, plan) if m.collector else None for m, p in zip(methods, params)]
+    probe_report = None
+    if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
         t0 = time.perf_counter()
-        # the merge needs only the counts; the rounding survival is counted exactly in pass 2
-        probe_report = _probe_plan(plan, eps, device, reporter, request.use_cache, request.chunk_elements, collector,
-                                   survival=False)
-        passes = 1
-        while collector is not None and getattr(collector, "next_pass", None) is not None and collector.next_pass():
-            passes += 1  # the collector needs another look at the data (TIES refines its exact cut)
-            probe_pass(plan, eps, device, reporter, request.chunk_elements, collector, accumulate=False,
-                       stage=f"refine {passes}")
+        # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
+        probe_report = _probe_plan(plan, eps, transfer, reporter, request.use_cache, request.chunk_elements,
+                                   [c for c in collectors if c is not None], survival=False)
         timings["probe_s"] = time.perf_counter() - t0
-    context = method.prepare(params, probe_report, collector.finish() if collector else None)
+    contexts = [m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)]
 
     t0 = time.perf_counter()
-    with staging_folder(out) as tmp:
-        shards = ShardSet(tmp, plan, shard_bytes)
+    with ExitStack() as stack:
+        folders = [stack.enter_context(staging_folder(o)) for o in outs]
+        variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
+                    for m, p, ctx, folder in zip(methods, params, contexts, folders)]
+        accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
         try:
-            fused, survival = _merge_pass(plan, method, context, eps, device, shards, reporter,
-                                          request.chunk_elements, accumulate=probe_report is None,
-                                          count_survival=method.lambdas is not None)
+            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator)
         except BaseException:
-            shards.abort()
+            for v in variants:
+                v.shards.abort()
             raise
-        shards.close()
-        probe_report = probe_report or fused
+        for v in variants:
+            v.shards.close()
+        if accumulator is not None:
+            probe_report = accumulator.report()
+            save_cached(probe_report)
         timings["merge_s"] = time.perf_counter() - t0
-        if fused is not None:
-            save_cached(fused)
-        lambdas = method.lambdas(params, probe_report) if method.lambdas else [1.0] * plan.n_agents
-        timings["total_s"] = time.perf_counter() - start
-        report = merge_report(plan, request, params, probe_report, lambdas, device, timings, shards.files,
-                              shards.bytes_written, survival)
-        _write_extras(tmp, plan, request, params, probe_report, lambdas, report)
+        results = []
+        for spec, v, folder, out in zip(specs, variants, folders, outs):
+            lambdas = v.method.lambdas(v.params, probe_report) if v.method.lambdas else [1.0] * plan.n_agents
+            survival = v.observer.finish() if v.observer is not None else None
+            timings["total_s"] = time.perf_counter() - start
+            variant_request = replace(request, method=spec.method, params=v.params, out=out)
+            report = merge_report(plan, variant_request, v.params, probe_report, lambdas, transfer.device, timings,
+                                  v.shards.files, v.shards.bytes_written, survival)
+            _write_extras(folder, plan, variant_request, v.params, probe_report, lambdas, report)
+            results.append(MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written,
+                                       probe_report.warnings))
     seconds = time.perf_counter() - start
-    log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, method.name, out, seconds)
-    return MergeResult(out, report, probe_report, lambdas, seconds, shards.bytes_written, probe_report.warnings)
-
-
-_local = threading.local()
-
-
-def _workspace() -> Workspace:
-    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk)."""
-    ws = getattr(_local, "workspace", None)
-    if ws is None:
-        ws = _local.workspace = Workspace()
-    return ws
-
-
-def compute_workers(device: torch.device) -> int:
-    """Compute threads for a CPU pass: one per available core (``RAM_DESKTOP_THREADS`` overrides),
-    each running torch single-threaded on whole chunks. Chunk-level threads need no barrier per
-    operation, so they keep working when other programs load the machine. GPU passes use one."""
-    if device.type != "cpu":
-        return 1
-    env = os.environ.get("RAM_DESKTOP_THREADS")
-    if env and env.isdigit() and int(env) > 0:
-        return int(env)
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:
-        return max(1, os.cpu_count() or 1)
-
-
-def _single_threaded() -> None:
-    torch.set_num_threads(1)
-
-
-def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
-    """``map(fn, items)`` computed by ``workers`` threads, results in input order, at most
-    ``workers + 1`` items in flight. With one worker it runs inline (torch keeps its own threads)."""
-    if workers <= 1:
-        for item in items:
-            yield fn(item)
-        return
-    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_single_threaded) as pool:
-        pending: deque = deque()
-        try:
-            for item in items:
-                pending.append(pool.submit(fn, item))
-                if len(pending) > workers:
-                    yield pending.popleft().result()
-            while pending:
-                yield pending.popleft().result()
-        finally:
-            for future in pending:
-                future.cancel()
-
-
-def _merge_pass(plan: MergePlan, method: MergeMethod, context: Any, eps: float, device: torch.device,
-                shards: ShardSet, reporter: Reporter, chunk_elements: int, accumulate: bool,
-                count_survival: bool = False) -> tuple[ProbeReport | None, dict[str, list[float | None]]]:
-    """Pass 2 (or the only pass, accumulating the probe's counts on the way when no probe was needed first).
-
-    Reading runs ahead in a background thread and writing behind in another, so the compute
-    thread only computes; θ = base + τ_merged is rounded once, straight into the output dtype.
-    With ``count_survival`` (RAM+, RAM+s) it also counts, per output dtype and agent, the unique
-    elements whose written value differs from the unscaled RAM value: the exact rounding survival
-    of this merge's λ, returned as shares (None for an agent without unique elements).
-    """
-    from .output import DTYPE_NAMES
-
-    acc = ProbeAccumulator(plan, eps, survival=False) if accumulate else None
-    changes: dict[torch.dtype, torch.Tensor] = {}
-    total = sum(j.numel for j in plan.jobs)
-    done = 0
-    reporter.progress("merge", 0, total, "elements")
-    workers = compute_workers(device) if method.extra.get("thread_safe") else 1
-
-    def work(item: tuple) -> tuple[int, int, torch.Tensor, torch.Tensor | None]:
-        index, span, base, agents = item
-        job = plan.jobs[index]
-        if not job.mergeable:
-            return index, span.numel, base, None
-        chunk = make_chunk(index, job, span, base, agents, eps, _workspace())
-        if acc is not None:
-            _check_finite(chunk, plan)
-            acc.add(chunk)
-        merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-        torch.add(chunk.base, method.merge(chunk, context), out=merged)  # θ = base + τ_merged, rounded once
-        return index, span.numel, merged, rescale_changes(chunk, merged) if count_survival else None
-
-    with BackgroundWriter(shards) as writer:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, device)
-        for index, numel, merged, changed in ordered_map(work, items, workers):
-            writer.write(index, merged)
-            if changed is not None:
-                dtype = plan.jobs[index].out_dtype
-                changes[dtype] = changes[dtype] + changed if dtype in changes else changed
-            done += numel
-            reporter.progress("merge", done, total, "elements")
-    survival = {DTYPE_NAMES.get(d, str(d)): [c / u if u else None for c, u in zip(*counts.tolist())]
-                for d, counts in changes.items()}
-    return (acc.report() if acc is not None else None), survival
-
-
-class BackgroundWriter:
-    """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
-
-    Device tensors are copied to the host in that thread. An error in the writer is raised in the
-    caller at its next ``write`` or on exit; on exit the queue is drained (or abandoned on error).
-    """
-
-    DEPTH = 4
-
-    def __init__(self, shards: ShardSet) -> None:
-        import queue
-        import threading
-
-        self._shards = shards
-        self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="ram-desktop-writer", daemon=True)
-
-    def __enter__(self) -> "BackgroundWriter":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self._error is not None:
-                continue  # keep draining so the producer never blocks
-            try:
-                index, data = item
-                self._shards.write(index, data.cpu() if data.device.type != "cpu" else data)
-            except BaseException as e:
-                self._error = e
-
-    def write(self, index: int, data: torch.Tensor) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put((index, data))
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        if exc_type is None and self._error is not None:
-            raise self._error
+    for result in results:
+        result.seconds = seconds
+        log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out,
+                 seconds)
+    return results
 
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
@@ -411,8 +279,6 @@ def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_rep
 
     report = probe_report.to_json()
     out_names = {j.out_dtype for j in plan.mergeable_jobs}
-    from .output import DTYPE_NAMES
-
     if not survival:  # not counted in the merge pass: read off the λ* histograms when the probe has them
         survival = {}
         for name in {DTYPE_NAMES.get(d) for d in out_names} & set(probe_report.survival):

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import uuid
 from contextlib import contextmanager
 from fnmatch import fnmatch
@@ -15,19 +16,28 @@ from typing import Iterator
 import torch
 
 from .errors import InputError
+from .formats import Checkpoint
+from .formats.base import INDEX_FILE
+from .formats.safetensors_format import SafetensorsStreamWriter
 from .plan import MergePlan
-from .safetensors_io import SafetensorsStreamWriter
-from .sources import Checkpoint
 
 log = logging.getLogger("ram_desktop")
 
-INDEX_FILE = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
                    "*.tiktoken", "spiece.model", "sentencepiece*.model", "generation_config.json",
                    "chat_template*", "preprocessor_config.json")
 DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
                torch.float64: "float64"}
 DISK_MARGIN = 64 * 2**20
+
+
+def human_bytes(n: float) -> str:
+    """A byte count in the unit that fits: 512 B, 3.4 KB, 12.0 MB, 1.5 GB (decimal, as disk tools show)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"
 
 
 def input_paths(ckpt: Checkpoint) -> list[Path]:
@@ -54,8 +64,9 @@ def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_by
         anchor = anchor.parent
     free = shutil.disk_usage(anchor).free
     if free < needed_bytes + DISK_MARGIN:
-        raise InputError(f"not enough free disk at {anchor}: the merge needs {needed_bytes / 1e9:.2f} GB, "
-                         f"{free / 1e9:.2f} GB are free; free space or choose another output folder")
+        raise InputError(f"not enough free disk at {anchor}: the merge needs {human_bytes(needed_bytes + DISK_MARGIN)} "
+                         f"(output and a safety margin), {human_bytes(free)} are free; free space or choose another "
+                         "output folder")
     return out
 
 
@@ -126,15 +137,78 @@ class ShardSet:
         return self.names + ([INDEX_FILE] if len(self.layout) > 1 else [])
 
 
+OWNER_FILE = ".ram-desktop-owner"  # JSON {"pid", "started", "host"} of the run that writes the staging folder
+STAGING = ".partial-"
+
+
+def _process_start(pid: int) -> str | None:
+    """An identity of the running process ``pid`` that a reused pid does not share (its start time in
+    clock ticks since boot, from /proc), "" where the platform gives none, None when no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[19].decode()  # field 22 of the full line: starttime
+    except FileNotFoundError:
+        return None
+    except (OSError, IndexError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except OSError:  # exists, owned by someone else
+        pass
+    return ""
+
+
+def _owner_alive(marker: Path) -> bool:
+    try:
+        owner = json.loads(marker.read_text())
+        pid, started, host = int(owner["pid"]), str(owner["started"]), str(owner["host"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # unreadable: it may be being written right now; never remove what we cannot judge
+    if host != socket.gethostname():
+        return True  # another machine's run on a shared disk: its process cannot be seen from here
+    now = _process_start(pid)
+    return now is not None and (now == started or not now or not started)
+
+
+def remove_orphaned_staging(parent: Path) -> list[Path]:
+    """Remove the staging folders in ``parent`` whose owner process is gone (a run killed outright);
+    folders without our owner marker, and those of live runs, are left alone. Returns what was removed."""
+    removed = []
+    try:
+        candidates = [p for p in parent.iterdir() if STAGING in p.name and p.is_dir()]
+    except OSError:
+        return removed
+    for folder in candidates:
+        marker = folder / OWNER_FILE
+        if marker.is_file() and not _owner_alive(marker):
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists():
+                log.warning("removed %s, left behind by a merge that was killed (its process %s is gone)", folder,
+                            json.loads(marker.read_text()).get("pid") if marker.exists() else "")
+                removed.append(folder)
+    return removed
+
+
 @contextmanager
 def staging_folder(out: Path) -> Iterator[Path]:
     """A temporary sibling ``<out>.partial-XXXX`` that replaces ``out`` only when the body completes;
-    on any exception (cancel, error, Ctrl-C) it is removed and ``out`` is left as it was."""
+    on any exception (cancel, error, Ctrl-C) it is removed and ``out`` is left as it was.
+
+    It holds an owner marker (pid, process start time, host), so that a later run writing beside it
+    can tell a folder left by a killed run (removed, and logged) from one a live run owns (kept)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.partial-{uuid.uuid4().hex[:8]}")
+    remove_orphaned_staging(out.parent)
+    tmp = out.with_name(f"{out.name}{STAGING}{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
+    pid = os.getpid()
+    (tmp / OWNER_FILE).write_text(json.dumps({"pid": pid, "started": _process_start(pid) or "",
+                                              "host": socket.gethostname()}))
     try:
         yield tmp
+        (tmp / OWNER_FILE).unlink()
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .errors import InputError
-from .safetensors_io import TensorInfo
-from .sources import Checkpoint
+from .formats.base import SCALED_FLOAT_CODES, TensorInfo
+from .formats import Checkpoint, lora
 
 log = logging.getLogger("ram_desktop")
 
@@ -140,13 +140,18 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
     if len(set(names)) != len(names) or not all(names):
         raise InputError(f"agent names must be unique and non-empty: {', '.join(names)}")
 
+    agents = lora.bind_all(base, agents)  # LoRA adapters become agents with τ = scale·B·A
     warnings: list[str] = []
     aligned = [_aligned_tensors(base, a, warnings) for a in agents]
     _check_tensor_sets(base, agents, aligned)
+    _refuse_scaled_floats([base, *agents], [base.tensors, *aligned])
     jobs: list[TensorJob] = []
     mixed: set[str] = set()
     vocab_problems: list[str] = []
-    for name, b in base.tensors.items():
+    # jobs in tensor-name order: how a checkpoint is split into files (and the order within them) never
+    # changes a result, the output's layout, or which element is "earliest" (TIES's ties at the cut)
+    for name in sorted(base.tensors):
+        b = base.tensors[name]
         infos = tuple(m[name] for m in aligned)
         for ckpt, info in zip(agents, infos):
             if info.shape != b.shape and _vocab_rows_differ(name, b, info, base, ckpt):
@@ -229,6 +234,20 @@ def _aligned_tensors(base: Checkpoint, agent: Checkpoint, warnings: list[str]) -
                 warnings.append(f"{agent.display} has an untied {output} but the base ties it to {source}; the "
                                 f"merged model stays tied and this agent's {output} is not merged")
     return tensors
+
+
+def _refuse_scaled_floats(checkpoints: list[Checkpoint], tables: list[dict[str, TensorInfo]]) -> None:
+    """FP8 and other scaled float formats store values that only mean something with their scale tensors;
+    merging them as stored would be wrong and copying them from the base would drop every agent's update."""
+    for ckpt, tensors in zip(checkpoints, tables):
+        scaled = sorted(n for n, t in tensors.items() if t.dtype in SCALED_FLOAT_CODES)
+        if scaled:
+            first = tensors[scaled[0]]
+            raise InputError(
+                f"{ckpt.display}: {_listing(scaled)} tensors are stored as {first.dtype} (first in {first.file.name}), "
+                "a scaled float format RAM Desktop cannot merge exactly; dequantise the checkpoints to bf16 or "
+                "float32 first (e.g. load and save_pretrained with torch_dtype=torch.bfloat16)"
+            )
 
 
 def _vocab_rows_differ(name: str, b: TensorInfo, info: TensorInfo, base: Checkpoint, agent: Checkpoint) -> bool:

@@ -202,7 +202,7 @@ class ProbeAccumulator:
             # and its agent, and one bincount for all agents and dtypes.
             base = chunk.base
             agent_of, = _pattern_luts(n, str(pattern.device))
-            owner = torch.index_select(agent_of, 0, pattern, out=chunk._buffer("owner", tuple(pattern.shape), torch.int32))
+            owner = torch.index_select(agent_of, 0, pattern, out=chunk.scratch("owner", tuple(pattern.shape), torch.int32))
             idx = _flatnonzero(owner >= 0)
             agent = owner.index_select(0, idx).long()
             x = base.index_select(0, idx)
@@ -318,6 +318,11 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
     inf = torch.tensor(math.inf, dtype=tau.dtype, device=tau.device)
     toward = torch.copysign(inf, tau)
     scale = torch.reciprocal(tau).mul_(1.0 / SURVIVAL_STEP)  # 1 / (τ·STEP)
+    if not bool(torch.isfinite(scale).all()):
+        # a subnormal τ (possible at ε = 0) overflows 1/τ; the largest finite value keeps every ratio's
+        # sign and clip, and a zero numerator (exactly at the midpoint) gives 0 instead of 0·inf = NaN
+        big = torch.finfo(tau.dtype).max
+        scale.nan_to_num_(posinf=big, neginf=-big)
     # keys are built in the compute dtype (exact integers: at most N·3·BINS < 2^24) and converted once
     offset = (torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS).to(tau.dtype)  # += BINS per dtype
     limit = float(total.abs().max()) if total.numel() else 0.0
@@ -381,17 +386,17 @@ def rescale_changes(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
 
     ``merged`` is θ as written (base + λ_t·τ_t rounded once); the RAM value is rounded the same way
     (float32 sum, one rounding on store), so this counts exactly what the RAM+ rescale changed.
-    With the update pattern and ``chunk.unscaled`` (Σ_t [m_t]·τ_t, which is τ_t where only agent t
+    With the update pattern and ``chunk.masked_sum`` (Σ_t [m_t]·τ_t, which is τ_t where only agent t
     updates) this is a few full-width operations and one bincount of pattern + 2^N·[changed]; the
     elements of other patterns land in bins that are not read.
     """
     n = chunk.n_agents
-    if n > PATTERN_MAX_AGENTS or chunk.unscaled is None:
+    if n > PATTERN_MAX_AGENTS:
         return _rescale_changes_gather(chunk, merged)
     size = tuple(merged.shape)
-    ram = torch.add(chunk.base, chunk.unscaled, out=chunk._buffer("ram", size, merged.dtype))  # θ_RAM, rounded once
-    changed = torch.ne(ram, merged, out=chunk._buffer("changed", size, torch.bool))
-    keys = torch.add(chunk.pattern, changed, alpha=1 << n, out=chunk._buffer("keys", size, torch.int32))
+    ram = torch.add(chunk.base, chunk.masked_sum, out=chunk.scratch("ram", size, merged.dtype))  # θ_RAM, rounded once
+    changed = torch.ne(ram, merged, out=chunk.scratch("changed", size, torch.bool))
+    keys = torch.add(chunk.pattern, changed, alpha=1 << n, out=chunk.scratch("keys", size, torch.int32))
     hist = torch.bincount(keys, minlength=2 << n).cpu()
     unique = _unique_patterns(n)
     moved = hist[unique + (1 << n)]

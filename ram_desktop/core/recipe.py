@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from . import defaults
 from .errors import InputError
 
 FORMAT = "ram-recipe/1"
@@ -36,15 +37,15 @@ def parse_size(text: str | int) -> int:
 class Recipe:
     base: str
     agents: list[str]
-    method: str = "ram-plus"
+    method: str = defaults.METHOD
     params: dict[str, Any] = field(default_factory=dict)
     names: list[str] | None = None
-    eps: float = 1e-5
-    out_dtype: str = "base"
-    shard_size: str = "5GB"
-    device: str = "auto"
+    eps: float = defaults.EPS
+    out_dtype: str = defaults.OUT_DTYPE
+    shard_size: str = defaults.SHARD_SIZE
+    device: str = defaults.DEVICE
     out: str | None = None
-    vocab: str = "exact"  # "common": merge shared vocabulary rows (written only when not the default)
+    vocab: str = defaults.VOCAB  # "common": merge shared vocabulary rows (written only when not the default)
 
     def to_yaml(self) -> str:
         data = {
@@ -59,7 +60,7 @@ class Recipe:
             "shard_size": self.shard_size,
             "device": self.device,
         }
-        if self.vocab != "exact":
+        if self.vocab != defaults.VOCAB:
             data["vocab"] = self.vocab
         if self.out:
             data["output"] = self.out
@@ -95,15 +96,15 @@ class Recipe:
             return cls(
                 base=str(data["base"]),
                 agents=sources,
-                method=str(data.get("method", "ram-plus")),
+                method=str(data.get("method", defaults.METHOD)),
                 params=params,
                 names=[str(n) for n in names] if len(names) == len(sources) and all(names) else None,
-                eps=float(data.get("eps", 1e-5)),
-                out_dtype=str(data.get("out_dtype", "base")),
-                shard_size=str(data.get("shard_size", "5GB")),
-                device=str(data.get("device", "auto")),
+                eps=float(data.get("eps", defaults.EPS)),
+                out_dtype=str(data.get("out_dtype", defaults.OUT_DTYPE)),
+                shard_size=str(data.get("shard_size", defaults.SHARD_SIZE)),
+                device=str(data.get("device", defaults.DEVICE)),
                 out=str(data["output"]) if data.get("output") else None,
-                vocab=str(data.get("vocab", "exact")),
+                vocab=str(data.get("vocab", defaults.VOCAB)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise InputError(f"{where}: incomplete recipe ({e.__class__.__name__}: {e}); needs base and agents") from None

@@ -9,12 +9,12 @@ Public API (everything else is private)::
                                   # MergeRequest(token=token); never store it in settings, recipes or logs
     dialog.repo_id()              # "org/name" as typed (stripped)
     dialog.revision()             # "" when left empty (= the default branch)
-    dialog.listing()              # core.hub.RepoFiles of the last successful listing, or None
+    dialog.listing()              # core.formats.hub.RepoFiles of the last successful listing, or None
                                   # (.sha, .sizes, .expected, .expected_bytes, .weights_format)
 
 Behaviour:
 
-- When online, it lists the revision's files with their sizes through ``core.hub.list_repo_files``
+- When online, it lists the revision's files with their sizes through ``core.formats.hub.list_repo_files``
   (huggingface_hub ``model_info`` with file metadata) — when the repository or revision field is left,
   or with "List files" — in a background thread, so the window never stalls. Files a merge downloads
   are ticked and their total size shown with the resolved commit. Hub errors (not found, gated,
@@ -24,15 +24,13 @@ Behaviour:
 - OK is enabled once the repository id is well formed; listing is informative and not required.
 - The token field echoes as a password; the token lives only in this dialog object.
 
-The dialog imports ``ram_desktop.core.hub`` (and so huggingface_hub) but nothing else from the window;
+The dialog imports ``ram_desktop.core.formats.hub`` (and so huggingface_hub) but nothing else from the window;
 it is self-contained.
 """
 
 from __future__ import annotations
 
-import threading
-
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -48,8 +46,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import hub
+from ..core.formats import hub
 from ..core.errors import InputError
+from .worker import Job
 
 
 def _size(n: int | None) -> str:
@@ -59,12 +58,6 @@ def _size(n: int | None) -> str:
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n} B"
-
-
-class _Bridge(QObject):
-    """Carries a listing from the worker thread to the dialog's thread (queued signal)."""
-
-    done = Signal(int, object)  # generation, RepoFiles or error message (str)
 
 
 class HubDialog(QDialog):
@@ -83,8 +76,6 @@ class HubDialog(QDialog):
         self.resize(620, 460)
         self._generation = 0
         self._listing: hub.RepoFiles | None = None
-        self._bridge = _Bridge(self)
-        self._bridge.done.connect(self._on_listed)
 
         self.repo_edit = QLineEdit(repo_id)
         self.repo_edit.setPlaceholderText("org/name, e.g. Qwen/Qwen2.5-7B-Instruct")
@@ -174,19 +165,17 @@ class HubDialog(QDialog):
         self.list_button.setEnabled(False)
         self._set_status(f"Asking the Hub for the files of {repo_id}…", error=False)
 
-        def work() -> None:
+        def deliver(result: object) -> None:
             try:
-                result: object = hub.list_repo_files(repo_id, revision, token)
-            except InputError as e:
-                result = str(e)
-            except Exception as e:  # noqa: BLE001 — shown in the dialog, never a traceback
-                result = f"{repo_id}: cannot list files ({type(e).__name__})"
-            try:
-                self._bridge.done.emit(generation, result)
+                self._on_listed(generation, result)
             except RuntimeError:
                 pass  # the dialog was closed and deleted while the Hub answered
 
-        threading.Thread(target=work, name="hub-list", daemon=True).start()
+        job = Job(lambda reporter: hub.list_repo_files(repo_id, revision, token))  # outlives a closed dialog
+        job.succeeded.connect(deliver)
+        job.failed.connect(deliver)
+        job.crashed.connect(lambda message, details: deliver(f"{repo_id}: cannot list files ({message})"))
+        job.start()
 
     # ------------------------------------------------------------------ private
 

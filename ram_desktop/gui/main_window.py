@@ -19,11 +19,16 @@ from ..core.chunks import DEFAULT_CHUNK_ELEMENTS
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..core.probe import ProbeReport, cache_dir
+from ..core import defaults
+from ..core.plan import OUT_DTYPES, VOCAB_MODES
 from ..core.recipe import Recipe
+from . import ecosystem
+from ..core.session import Session
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
 from .method_panel import MethodPanel
-from .sources_panel import SourcesPanel, human_bytes
+from ..core.output import human_bytes
+from .sources_panel import SourcesPanel
 from .worker import Job, LogBridge
 
 log = logging.getLogger("ram_desktop")
@@ -168,14 +173,19 @@ class MainWindow(QMainWindow):
         self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")
         self.open_card_button = QPushButton("Open model card")
+        self.publish_button = QPushButton("Publish to Hub…")
+        self.publish_button.setToolTip("Create a Hugging Face repository and upload the merged model with its card")
         result_buttons = QHBoxLayout()
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
+        result_buttons.addWidget(self.publish_button)
         result_buttons.addStretch(1)
         result_layout.addWidget(self.result_text)
         result_layout.addLayout(result_buttons)
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
+        self.publish_button.clicked.connect(lambda: ecosystem.publish_dialog(self))
 
         run_row = QHBoxLayout()
         run_row.addWidget(self.analyse_button)
@@ -250,11 +260,18 @@ class MainWindow(QMainWindow):
                                       "ulps, would keep, per layer) into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.import_mergekit_dialog(self))
+        self.export_mergekit_action = QAction("Export &mergekit YAML…", self,
+                                              triggered=lambda: ecosystem.export_mergekit_dialog(self))
         self.recent_menu = file_menu.addMenu("Open &recent")
         quit_action = QAction("&Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.import_mergekit_action)
+        file_menu.addAction(self.export_mergekit_action)
         file_menu.addSeparator()
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
@@ -360,7 +377,8 @@ class MainWindow(QMainWindow):
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
-        for action in (self.open_action, self.save_action, self.demo_action, self.export_action):
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action,
+                       self.import_mergekit_action, self.export_mergekit_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
 
@@ -507,16 +525,44 @@ class MainWindow(QMainWindow):
             self.progress_label.setText("Cancelling…")
 
     # --- the flow -----------------------------------------------------------------------------
-    def _read_eps(self) -> float | None:
+    def session(self) -> Session:
+        """The Session the widgets describe (the window's one way to a request or a recipe). Raises
+        ``InputError`` when ε is not a number."""
         try:
             eps = self.method.eps_value()
-            if not eps >= 0 or eps == float("inf"):
-                raise ValueError
-            return eps
         except ValueError:
-            self.show_error(f"threshold ε {self.method.eps.text()!r} is not a non-negative number; "
-                            "write it like 1e-5")
+            raise InputError(f"threshold ε {self.method.eps.text()!r} is not a non-negative number; "
+                             "write it like 1e-5") from None
+        return Session(base=self.sources.base.spec if self.sources.base else "",
+                       agents=[r.spec for r in self.sources.agents], names=self.sources.names or None,
+                       method=self.method.current.name, params=self.method.params(), eps=eps,
+                       device=self.method.device.currentData(), out_dtype=self.method.out_dtype.currentData(),
+                       shard_size=self.method.shard_size.text().strip() or defaults.SHARD_SIZE,
+                       out=self.method.out_dir.text().strip() or None, vocab=self.method.vocab.currentData())
+
+    def _checked_session(self) -> Session | None:
+        """The Session, validated as the engine will validate it (ε, parameters); None after showing why not."""
+        try:
+            session = self.session()
+            if not (session.eps >= 0 and session.eps != float("inf")):
+                raise InputError(f"threshold ε {self.method.eps.text()!r} is not a non-negative number; "
+                                 "write it like 1e-5")
+            session.resolved_params()
+        except InputError as e:
+            self.show_error(str(e))
             return None
+        return session
+
+    def apply_session(self, session: Session) -> None:
+        """Show a Session in the widgets (after it was validated: this step cannot fail halfway)."""
+        self.method.set_method(session.method, session.params)
+        self.method.eps.setText(repr(float(session.eps)))
+        self.method.set_out_dtype(session.out_dtype)
+        self.method.set_vocab(session.vocab)
+        self.method.shard_size.setText(str(session.shard_size))
+        self.method.set_device(session.device)
+        self.method.out_dir.setText(session.out or "")
+        self.set_sources(session.base, session.agents, session.names)
 
     def analyse(self) -> None:
         if self.busy():
@@ -524,20 +570,17 @@ class MainWindow(QMainWindow):
         if not self.sources.all_ready():
             self.show_error("add a base and at least one agent that open without errors, then Analyze")
             return
-        eps = self._read_eps()
-        if eps is None:
+        session = self._checked_session()
+        if session is None:
             return
         self.message.hide()
-        base = self.sources.base.spec
-        agents = [r.spec for r in self.sources.agents]
-        names = self.sources.names
-        device = self.method.device.currentData()
         key = self._source_key()
         chunk = self.chunk_elements
         token = self.sources.hub_token
 
         def run(reporter):
-            return engine.probe(base, agents, names, eps, device, reporter, chunk_elements=chunk, token=token)
+            return engine.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+                                chunk_elements=chunk, token=token, vocab=session.vocab)
 
         def done(report: ProbeReport) -> None:
             self.report, self.report_key = report, key
@@ -559,14 +602,13 @@ class MainWindow(QMainWindow):
         if not self.sources.all_ready():
             self.show_error("add a base and at least one agent that open without errors, then Merge")
             return
-        eps = self._read_eps()
-        if eps is None:
+        session = self._checked_session()
+        if session is None:
             return
-        out_text = self.method.out_dir.text().strip()
-        if not out_text:
+        if not session.out:
             self.show_error("choose an output folder (section 3) before merging")
             return
-        out = Path(out_text).expanduser()
+        out = Path(session.out).expanduser()
         overwrite = False
         if out.is_dir() and any(out.iterdir()):
             answer = QMessageBox.question(self, "Replace the output folder?",
@@ -575,18 +617,19 @@ class MainWindow(QMainWindow):
             if answer != QMessageBox.Yes:
                 return
             overwrite = True
+        try:
+            request = session.to_request(out, overwrite=overwrite, token=self.sources.hub_token,
+                                         chunk_elements=self.chunk_elements)
+        except InputError as e:
+            self.show_error(str(e))
+            return
         self.message.hide()
-        request = engine.MergeRequest(
-            base=self.sources.base.spec, agents=[r.spec for r in self.sources.agents], out=out,
-            method=self.method.current.name, params=self.method.params(), names=self.sources.names, eps=eps,
-            device=self.method.device.currentData(), out_dtype=self.method.out_dtype.currentData(),
-            shard_size=self.method.shard_size.text().strip() or "5GB", overwrite=overwrite,
-            chunk_elements=self.chunk_elements, token=self.sources.hub_token)
         self._merge_status = "failed"
         self.result = None
         self.result_text.setText("Merging…")
         self.open_folder_button.setEnabled(False)
         self.open_card_button.setEnabled(False)
+        self.publish_button.setEnabled(False)
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
@@ -618,6 +661,7 @@ class MainWindow(QMainWindow):
         self.result_text.setOpenExternalLinks(True)
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
+        self.publish_button.setEnabled((result.out / "README.md").is_file())
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
@@ -745,26 +789,24 @@ class MainWindow(QMainWindow):
             self.open_recipe(Path(path))
 
     def open_recipe(self, path: Path) -> bool:
+        """Load a recipe into the window: every value is checked first, so a bad recipe changes nothing."""
         if self.busy():
             return False
         try:
-            recipe = Recipe.load(Path(path))
-            self.method.set_method(recipe.method, {})
-            self.method.current.resolve(recipe.params)
+            session = Session.from_recipe(Recipe.load(Path(path)))
+            session.resolved_params()  # unknown method or parameter, out-of-range value
+            if session.out_dtype not in OUT_DTYPES:
+                raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of "
+                                 f"{', '.join(OUT_DTYPES)}")
+            if session.vocab not in VOCAB_MODES:
+                raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
+            if not (session.eps >= 0 and session.eps != float("inf")):
+                raise InputError(f"{path}: eps must be a non-negative number, got {session.eps}")
+            self.apply_session(session)
         except InputError as e:
             self.show_error(str(e))
             log.error(str(e))
             return False
-        except ValueError:
-            self.show_error(f"{path}: unknown method {recipe.method!r}")
-            return False
-        self.method.set_method(recipe.method, recipe.params)
-        self.method.eps.setText(repr(float(recipe.eps)))
-        self.method.set_out_dtype(recipe.out_dtype)
-        self.method.shard_size.setText(recipe.shard_size)
-        self.method.set_device(recipe.device)
-        self.method.out_dir.setText(recipe.out or "")
-        self.set_sources(recipe.base, recipe.agents, recipe.names)
         self.recipe_path = Path(path)
         self._add_recent(Path(path).resolve())
         self.setWindowTitle(f"RAM Desktop — {Path(path).name}")
@@ -772,13 +814,8 @@ class MainWindow(QMainWindow):
         return True
 
     def current_recipe(self) -> Recipe:
-        eps = self._read_eps()
-        return Recipe(base=self.sources.base.spec if self.sources.base else "",
-                      agents=[r.spec for r in self.sources.agents], method=self.method.current.name,
-                      params=self.method.params(), names=self.sources.names,
-                      eps=eps if eps is not None else 1e-5, out_dtype=self.method.out_dtype.currentData(),
-                      shard_size=self.method.shard_size.text().strip() or "5GB",
-                      device=self.method.device.currentData(), out=self.method.out_dir.text().strip() or None)
+        """The recipe of what the window shows (parameters resolved); raises ``InputError`` when a value is bad."""
+        return self.session().to_recipe()
 
     def save_recipe_dialog(self) -> None:
         start = str(self.recipe_path) if self.recipe_path else str(Path(self.sources.browse_dir) / "ram-recipe.yaml")
@@ -792,6 +829,9 @@ class MainWindow(QMainWindow):
             return False
         try:
             self.current_recipe().save(Path(path))
+        except InputError as e:
+            self.show_error(str(e))
+            return False
         except OSError as e:
             self.show_error(f"{path}: cannot write the recipe ({e.strerror})")
             return False

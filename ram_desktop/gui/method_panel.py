@@ -5,23 +5,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QRegularExpression, Signal
+from PySide6.QtGui import QRegularExpressionValidator
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
                                QPushButton, QSpinBox, QWidget)
 
+from ..core import defaults
 from ..core.engine import list_devices
 from ..core.methods import METHODS, MergeMethod, Param
-from ..core.plan import OUT_DTYPES
+from ..core.plan import OUT_DTYPES, VOCAB_MODES
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
                 "float32": "float32 (keeps RAM+ rescaling)"}
+VOCAB_LABELS = {"exact": "exact (refuse different vocabulary sizes)",
+                "common": "common rows (merge the shared rows, keep the base's for the rest)"}
+INT32 = (-2**31, 2**31 - 1)
 
 
-def _decimals(p: Param) -> int:
-    text = repr(float(p.default))
-    if "e" in text:
-        return 8
-    return max(3, min(6, len(text.split(".")[1]) + 2))
+class PreciseSpinBox(QDoubleSpinBox):
+    """A float spin box that keeps what the user or a recipe gave (12 decimals, so 0.1234 stays 0.1234 and
+    is not rounded to 0.123) and shows it without trailing zeros."""
+
+    DECIMALS = 12
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setDecimals(self.DECIMALS)
+
+    def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt's name)
+        text = f"{value:.{self.DECIMALS}f}".rstrip("0")
+        return text + "0" if text.endswith(".") else text
+
+
+def _fits_int32(param: Param) -> bool:
+    low = param.minimum if param.minimum is not None else INT32[0]
+    high = param.maximum if param.maximum is not None else INT32[1]
+    return INT32[0] <= low and high <= INT32[1]
 
 
 class ParamField:
@@ -35,16 +54,18 @@ class ParamField:
             w.addItems(list(param.choices))
             w.setCurrentText(str(param.default))
             self.changed = w.currentTextChanged
-        elif param.kind is int:
-            w = QSpinBox()  # a 32-bit range; larger values (e.g. 64-bit seeds) come from recipes or the CLI
-            low = int(param.minimum) if param.minimum is not None else -2**31
-            high = int(param.maximum) if param.maximum is not None else 2**31 - 1
-            w.setRange(max(low, -2**31), min(high, 2**31 - 1))
+        elif param.kind is int and _fits_int32(param):
+            w = QSpinBox()
+            w.setRange(int(param.minimum) if param.minimum is not None else INT32[0],
+                       int(param.maximum) if param.maximum is not None else INT32[1])
             w.setValue(int(param.default))
             self.changed = w.valueChanged
+        elif param.kind is int:  # wider than a QSpinBox (e.g. a 64-bit seed): digits, range checked by the core
+            w = QLineEdit(str(param.default))
+            w.setValidator(QRegularExpressionValidator(QRegularExpression(r"-?\d{0,20}")))
+            self.changed = w.textChanged
         elif param.kind is float:
-            w = QDoubleSpinBox()
-            w.setDecimals(_decimals(param))
+            w = PreciseSpinBox()
             w.setRange(param.minimum if param.minimum is not None else -1e12,
                        param.maximum if param.maximum is not None else 1e12)
             w.setSingleStep(0.01 if (param.maximum or 1e9) <= 10 else 0.1)
@@ -64,7 +85,13 @@ class ParamField:
             return w.currentText()
         if isinstance(w, (QSpinBox, QDoubleSpinBox)):
             return w.value()
-        return self.param.kind(w.text()) if w.text().strip() else self.param.default
+        text = w.text().strip()
+        if not text:
+            return self.param.default
+        try:
+            return self.param.kind(text)
+        except ValueError:
+            return text  # the core's validation names the parameter and what it needs
 
     def set_value(self, value: Any) -> None:
         w = self.widget
@@ -102,7 +129,7 @@ class MethodPanel(QWidget):
         self.fields: dict[str, ParamField] = {}
         self._param_rows: list[QWidget] = []
 
-        self.eps = QLineEdit("1e-05")
+        self.eps = QLineEdit(repr(defaults.EPS))
         self.eps.setToolTip("Update threshold ε: an element counts as updated when |θ_agent − θ_base| > ε "
                             "(default 1e-5). Changing it needs a new analysis.")
         self.device = QComboBox()
@@ -115,7 +142,13 @@ class MethodPanel(QWidget):
             self.out_dtype.addItem(DTYPE_LABELS.get(name, name), name)
         self.out_dtype.setToolTip("Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
                                   "most of RAM+'s rescaling rounds away; float32 keeps it")
-        self.shard_size = QLineEdit("5GB")
+        self.vocab = QComboBox()
+        for name in VOCAB_MODES:
+            self.vocab.addItem(VOCAB_LABELS.get(name, name), name)
+        self.vocab.setToolTip("When an agent's embedding or output head has more or fewer vocabulary rows than the "
+                              "base's: exact refuses the merge; common merges the rows they share (only right when "
+                              "the agent's tokenizer extends the base's)")
+        self.shard_size = QLineEdit(defaults.SHARD_SIZE)
         self.shard_size.setToolTip("Largest output shard, like 5GB, 500MB or 2GiB")
         self.out_dir = QLineEdit()
         self.out_dir.setPlaceholderText("output folder (must not exist, or be empty)")
@@ -130,6 +163,7 @@ class MethodPanel(QWidget):
         self.form.addRow("Threshold ε", self.eps)
         self.form.addRow("Device", self.device)
         self.form.addRow("Output dtype", self.out_dtype)
+        self.form.addRow("Vocabulary", self.vocab)
         self.form.addRow("Shard size", self.shard_size)
         self.form.addRow("Output folder", out_row)
         self._fixed_rows = self.form.rowCount()
@@ -137,7 +171,7 @@ class MethodPanel(QWidget):
         self.method.currentIndexChanged.connect(self._rebuild)
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
-        index = self.method.findData("ram-plus")
+        index = self.method.findData(defaults.METHOD)
         self.method.setCurrentIndex(index if index >= 0 else 0)
         self._rebuild()
 
@@ -188,6 +222,11 @@ class MethodPanel(QWidget):
         index = self.out_dtype.findData(name)
         if index >= 0:
             self.out_dtype.setCurrentIndex(index)
+
+    def set_vocab(self, mode: str) -> None:
+        index = self.vocab.findData(mode)
+        if index >= 0:
+            self.vocab.setCurrentIndex(index)
 
     def _browse_out(self) -> None:
         start = self.out_dir.text() or ""

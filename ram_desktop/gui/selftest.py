@@ -85,7 +85,7 @@ def _drive(tmp: Path, deadline: float) -> str:
 
     from .. import paths
     from ..core.demo import write_demo
-    from . import app as app_module
+    from .application import setup_application
     from .main_window import MainWindow
 
     # Qt's own warnings (the offscreen plugin's "does not support propagateSizeHints()") would break the
@@ -93,7 +93,7 @@ def _drive(tmp: Path, deadline: float) -> str:
     qt_messages: list[str] = []
     previous_handler = qInstallMessageHandler(lambda kind, context, message: qt_messages.append(message))
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "ram-desktop"])
-    icon_ok = app_module.setup_application(app)
+    icon_ok = setup_application(app)
     if paths.is_frozen() and not icon_ok:
         raise SelfTestError("the bundled window icon (resources/ram-desktop.svg) did not load")
     if app.platformName() != "offscreen":

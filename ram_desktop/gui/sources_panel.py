@@ -5,29 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal, Slot
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout,
                                QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
-from ..core.errors import RamError
-from ..core.events import CancelToken, ProgressEvent, Reporter
-from ..core.sources import Checkpoint, open_checkpoint
+from ..core.events import ProgressEvent
+from ..core.formats import Checkpoint, open_checkpoint
+from ..core.output import human_bytes
 from .charts import agent_color
 from .hub_dialog import HubDialog
+from .worker import Job
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
 OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor("#666666")
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
 
 
 def default_name(spec: str) -> str:
@@ -53,41 +46,6 @@ class Row:
         return self.checkpoint is not None
 
 
-class _OpenSignals(QObject):
-    opened = Signal(int, object)  # generation, Checkpoint
-    failed = Signal(int, str)
-    progress = Signal(int, str)  # generation, status text (Hub downloads)
-
-
-class _OpenTask(QRunnable):
-    """Open one source off the GUI thread; Hub sources download with progress and can be cancelled."""
-
-    def __init__(self, spec: str, generation: int, token: str | None = None) -> None:
-        super().__init__()
-        self.spec, self.generation, self.token = spec, generation, token
-        self.signals = _OpenSignals()
-        self.cancel = CancelToken()
-        self._last_percent = -1
-
-    def _progress(self, event: ProgressEvent) -> None:
-        percent = int(event.fraction * 100)
-        if event.stage == "download" and percent != self._last_percent:
-            self._last_percent = percent
-            self.signals.progress.emit(self.generation, f"downloading {percent}%")
-
-    def run(self) -> None:
-        try:
-            ckpt = open_checkpoint(self.spec, Reporter(self._progress, self.cancel), token=self.token)
-        except RamError as e:
-            self.signals.failed.emit(self.generation, str(e))
-        except OSError as e:
-            self.signals.failed.emit(self.generation, f"{e.filename or self.spec}: {e.strerror or e}")
-        except Exception as e:  # noqa: BLE001 — shown in the row; never an unhandled exception in a pool thread
-            self.signals.failed.emit(self.generation, f"cannot open {self.spec}: {type(e).__name__}: {e}")
-        else:
-            self.signals.opened.emit(self.generation, ckpt)
-
-
 class SourcesPanel(QWidget):
     """Base + agents. Emits ``changed`` whenever the set, order or names change, ``error`` with a message
     when a source cannot be opened, and ``browse_dir_changed`` with the last folder used."""
@@ -104,11 +62,8 @@ class SourcesPanel(QWidget):
         self.browse_dir = str(Path.home())
         self._generation = 0
         self._pending: dict[int, Row] = {}
-        self._signals: dict[int, _OpenSignals] = {}
-        self._tasks: dict[int, _OpenTask] = {}
+        self._jobs: dict[int, Job] = {}  # generation -> the job opening that row
         self.hub_token: str | None = None  # from the Hub dialog, for this session only
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(2)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -200,9 +155,9 @@ class SourcesPanel(QWidget):
         if row is None:
             return
         removed = self.base if row == 0 else self.agents[row - 1]
-        task = self._tasks.get(removed.generation) if removed is not None else None
-        if task is not None:
-            task.cancel.cancel()
+        job = self._jobs.get(removed.generation) if removed is not None else None
+        if job is not None:
+            job.cancel()
         if row == 0:
             self.base = None
         else:
@@ -242,26 +197,25 @@ class SourcesPanel(QWidget):
         self._generation += 1
         row.generation = self._generation
         self._pending[row.generation] = row
-        task = _OpenTask(row.spec, row.generation, self.hub_token)
-        task.signals.opened.connect(self._opened)
-        task.signals.failed.connect(self._failed)
-        task.signals.progress.connect(self._progressed)
-        self._tasks[row.generation] = task
-        self._signals[row.generation] = task.signals  # kept alive until the result is delivered
-        self.pool.start(task)
+        spec, token, generation = row.spec, self.hub_token, row.generation
+        job = Job(lambda reporter: open_checkpoint(spec, reporter, token=token), self)
+        job.succeeded.connect(lambda ckpt: self._opened(generation, ckpt))
+        job.failed.connect(lambda message: self._failed(generation, message))
+        job.crashed.connect(lambda message, details: self._failed(generation, f"cannot open {spec}: {message}"))
+        job.cancelled.connect(lambda: self._failed(generation, f"{spec}: cancelled"))
+        job.progress.connect(lambda event: self._progressed(generation, event))
+        job.finished.connect(lambda: self._jobs.pop(generation, None))
+        self._jobs[generation] = job
+        job.start()
         return row
 
-    @Slot(int, str)
-    def _progressed(self, generation: int, text: str) -> None:
+    def _progressed(self, generation: int, event: ProgressEvent) -> None:
         row = self._pending.get(generation)
-        if row is not None:
-            row.status = text
+        if row is not None and event.stage == "download":
+            row.status = f"downloading {int(event.fraction * 100)}%"
             self._refresh()
 
-    @Slot(int, object)
     def _opened(self, generation: int, ckpt: Checkpoint) -> None:
-        self._tasks.pop(generation, None)
-        self._signals.pop(generation, None)
         row = self._pending.pop(generation, None)
         if row is None:
             return
@@ -269,10 +223,7 @@ class SourcesPanel(QWidget):
         self._refresh()
         self.changed.emit()
 
-    @Slot(int, str)
     def _failed(self, generation: int, message: str) -> None:
-        self._tasks.pop(generation, None)
-        self._signals.pop(generation, None)
         row = self._pending.pop(generation, None)
         if row is None:
             return
@@ -282,7 +233,11 @@ class SourcesPanel(QWidget):
         self.error.emit(message)
 
     def wait_idle(self, ms: int = 10000) -> bool:
-        return self.pool.waitForDone(ms)
+        """Wait until every source being opened is done (tests, closing the window)."""
+        for job in list(self._jobs.values()):
+            if not job.wait(ms):
+                return False
+        return True
 
     # --- view ---------------------------------------------------------------------------------
     def _rows(self) -> list[tuple[str, Row | None]]:
@@ -414,8 +369,8 @@ class SourcesPanel(QWidget):
 
     def cancel_downloads(self) -> None:
         """Stop every source still being opened (a Hub download in progress stops at the next update)."""
-        for task in self._tasks.values():
-            task.cancel.cancel()
+        for job in self._jobs.values():
+            job.cancel()
 
     def dragEnterEvent(self, event) -> None:  # noqa: N802
         if event.mimeData().hasUrls():

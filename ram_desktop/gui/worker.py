@@ -73,16 +73,33 @@ class Worker(QObject):
 
 
 class Job(QObject):
-    """Owns a worker and its thread; both are cleaned up when the work ends (``finished``)."""
+    """Owns a worker and its thread; both are cleaned up when the work ends (``finished``).
 
+    The GUI's one way to run work in the background (analysis, merge, chart export, opening sources,
+    listing Hub files). A job without a parent keeps itself alive until it finishes, so a dialog that
+    is closed while its job runs never destroys a running thread."""
+
+    # the worker's signals, re-emitted by the job in the GUI thread: connect plain functions and lambdas
+    # here (connected to the worker's own signals they would run in the worker thread)
+    progress = Signal(object)
+    succeeded = Signal(object)
+    failed = Signal(str)
+    crashed = Signal(str, str)
+    cancelled = Signal()
     finished = Signal()
+    _detached: set["Job"] = set()
 
     def __init__(self, fn: Callable[[Reporter], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
+        if parent is None:
+            Job._detached.add(self)
+            self.finished.connect(lambda: Job._detached.discard(self))
         self.worker = Worker(fn)
         self.thread = QThread()
         self.thread.setObjectName("ram-desktop-worker")
         self.worker.moveToThread(self.thread)
+        for name in ("progress", "succeeded", "failed", "crashed", "cancelled"):
+            getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
         self.thread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
         self.worker.done.connect(self.thread.quit, Qt.DirectConnection)

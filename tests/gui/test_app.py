@@ -85,7 +85,7 @@ def test_self_test_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
 
 def test_setup_application_desktop_id_and_optional_icon(qapp, monkeypatch):
     from ram_desktop import paths
-    from ram_desktop.gui import app as app_module
+    from ram_desktop.gui import application as app_module
 
     assert app_module.setup_application(qapp) is True  # a source checkout has resources/
     assert qapp.desktopFileName() == "ram-desktop"

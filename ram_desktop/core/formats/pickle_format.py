@@ -8,12 +8,11 @@ pickle's small record and tensor data is paged in as slices are read; legacy (pr
 mapped and are loaded whole.
 
 ``PickleHandle`` mimics the part of ``safetensors.safe_open`` the streaming reader uses
-(``get_slice(name)[a:b]`` and ``get_tensor``), so ``chunks.SliceReader`` serves ``.bin`` slices too.
+(``get_slice(name)[a:b]`` and ``get_tensor``), so the streaming reader serves ``.bin`` slices too.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
 import zipfile
@@ -21,15 +20,11 @@ from pathlib import Path
 
 import torch
 
-from .errors import InputError
-from .safetensors_io import CODES, TensorInfo
-from .sources import Checkpoint, _read_config, contained
+from ..errors import InputError
+from .base import CODES, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, index_shards, read_config
 
 log = logging.getLogger("ram_desktop")
 
-PICKLE_INDEX = "pytorch_model.bin.index.json"
-PICKLE_SINGLE = "pytorch_model.bin"
-PICKLE_NAMES = (PICKLE_INDEX, PICKLE_SINGLE)
 WRAPPER_KEYS = ("state_dict", "model_state_dict")  # {"state_dict": {...}, ...} as training frameworks save
 
 
@@ -55,20 +50,9 @@ def open_pickle_file(path: Path, spec: str) -> Checkpoint:
 
 
 def _open_index(folder: Path, index: Path, spec: str) -> Checkpoint:
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise InputError(f"{index}: not a valid index (needs a JSON object with a \"weight_map\")") from None
-    files = []
-    for name in names:
-        if not contained(folder, name):
-            raise InputError(f"{index}: names {name!r}, which is outside the model folder; refusing to read it")
-        file = folder / name
-        if not file.is_file():
-            raise InputError(f"{index}: names shard {name!r}, which is missing from {folder}; re-download it")
-        files.append(file)
-    return _open_files(folder, files, spec)
+    ckpt = _open_files(folder, index_shards(index), spec)
+    check_index_covers(index, ckpt.tensors)
+    return ckpt
 
 
 def _open_files(folder: Path, files: list[Path], spec: str) -> Checkpoint:
@@ -84,7 +68,7 @@ def _open_files(folder: Path, files: list[Path], spec: str) -> Checkpoint:
         del state
     if not tensors:
         raise InputError(f"{folder}: the checkpoint holds no tensors")
-    return Checkpoint(spec, folder, files, tensors, _read_config(folder), metadata={"format": "pt"})
+    return Checkpoint(spec, folder, files, tensors, read_config(folder), metadata={"format": "pt"})
 
 
 def load_state_dict(file: Path) -> dict[str, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""Safetensors headers (read and validated without touching tensor data) and a streaming writer.
+"""Safetensors checkpoints: folders (single file or sharded with an index) and single files; headers
+read and validated without touching tensor data; slices through ``safe_open``; a streaming writer.
 
 Reading tensor data goes through ``safetensors.safe_open(...).get_slice``. Two things here are
 written by hand, each for a reason: the header check, so that a corrupt file gets a message
@@ -12,57 +13,15 @@ from __future__ import annotations
 import json
 import math
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import torch
 
-from .errors import InputError
+from ..errors import InputError
+from .base import CODES, DTYPES, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers, index_shards, read_config
 
-DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
-}
-CODES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
-FLOAT_CODES = frozenset({"F64", "F32", "F16", "BF16"})
 MAX_HEADER_BYTES = 100 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor as its header describes it."""
-
-    name: str
-    dtype: str  # safetensors code, e.g. "BF16"
-    shape: tuple[int, ...]
-    file: Path
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * self.torch_dtype.itemsize
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in FLOAT_CODES
 
 
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
@@ -117,6 +76,53 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
             )
         tensors[name] = info
     return tensors, {str(k): str(v) for k, v in metadata.items()}
+
+
+def weight_files(folder: Path) -> list[Path] | None:
+    """The safetensors files of a model folder, or None when it has none (another format may apply)."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        return index_shards(index)
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    candidates = sorted(folder.glob("*.safetensors"))
+    if len(candidates) == 1:
+        return [candidates[0]]
+    if len(candidates) > 1:
+        raise InputError(
+            f"{folder}: has {len(candidates)} .safetensors files but no {INDEX_FILE} saying how they form one "
+            "model; point at one file or add the index"
+        )
+    return None
+
+
+def open_folder(folder: Path, files: list[Path], spec: str) -> Checkpoint:
+    """A model folder whose weights are ``files`` (from ``weight_files``): every header read and checked,
+    and, when sharded, every tensor the index names found in the shard it names."""
+    tensors: dict[str, TensorInfo] = {}
+    metadata: dict[str, str] = {}
+    for file in files:
+        shard_tensors, shard_meta = read_header(file)
+        for name in shard_tensors.keys() & tensors.keys():
+            raise InputError(f"{folder}: tensor {name!r} appears in both {tensors[name].file.name} and {file.name}")
+        tensors.update(shard_tensors)
+        metadata.update(shard_meta)
+    if (folder / INDEX_FILE).is_file():
+        check_index_covers(folder / INDEX_FILE, tensors)
+    return Checkpoint(spec, folder, files, tensors, read_config(folder), metadata=metadata)
+
+
+def open_file(path: Path, spec: str) -> Checkpoint:
+    """One ``.safetensors`` file (config and tokenizer, if any, from its folder)."""
+    tensors, metadata = read_header(path)
+    return Checkpoint(spec, path, [path], tensors, read_config(path.parent), metadata=metadata)
+
+
+def open_slices(file: Path):
+    """The file's slice reader (``get_slice(name)[a:b]``, ``get_tensor(name)``) as a context manager."""
+    from safetensors import safe_open
+
+    return safe_open(str(file), framework="pt")
 
 
 class SafetensorsStreamWriter:

@@ -28,7 +28,6 @@ Every call into huggingface_hub goes through the module attributes ``huggingface
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -39,17 +38,16 @@ from pathlib import Path
 import huggingface_hub as hf
 from huggingface_hub import errors as hf_errors
 
-from .errors import Cancelled, InputError
-from .events import Reporter
-from .sources import INDEX_FILE, SINGLE_FILE, Checkpoint, contained, open_local
+from ..errors import Cancelled, InputError
+from ..events import Reporter
+from .base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
+from .local import open_local
 
 log = logging.getLogger("ram_desktop")
 
-BIN_INDEX = "pytorch_model.bin.index.json"
-BIN_SINGLE = "pytorch_model.bin"
 EXTRA_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
                "added_tokens.json", "vocab.*", "merges.txt", "*.tiktoken", "spiece.model", "sentencepiece*.model",
-               "chat_template*", "preprocessor_config.json")
+               "chat_template*", "preprocessor_config.json", "adapter_config.json")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_REVISION = "main"
@@ -135,10 +133,10 @@ def needed_files(names: list[str]) -> tuple[list[str], str]:
         weights, fmt = [SINGLE_FILE], "safetensors"
     elif len(safetensors) == 1:
         weights, fmt = safetensors, "safetensors"
-    elif BIN_INDEX in root:
-        weights, fmt = [BIN_INDEX], "bin"
-    elif BIN_SINGLE in root:
-        weights, fmt = [BIN_SINGLE], "bin"
+    elif PICKLE_INDEX in root:
+        weights, fmt = [PICKLE_INDEX], "bin"
+    elif PICKLE_SINGLE in root:
+        weights, fmt = [PICKLE_SINGLE], "bin"
     else:
         raise InputError("has no weights RAM Desktop can read (model.safetensors, model.safetensors.index.json, "
                          "pytorch_model.bin or pytorch_model.bin.index.json at the repository root)")
@@ -146,14 +144,7 @@ def needed_files(names: list[str]) -> tuple[list[str], str]:
 
 
 def _index_shards(index_file: Path, where: str) -> list[str]:
-    try:
-        names = sorted(set(json.loads(index_file.read_text())["weight_map"].values()))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise InputError(f"{where}: {index_file.name} is not a valid index (needs a \"weight_map\")") from None
-    for name in names:
-        if not contained(index_file.parent, name):
-            raise InputError(f"{where}: {index_file.name} names {name!r}, outside the repository; refusing it")
-    return names
+    return sorted(set(read_index(index_file, f"{where}: {index_file.name}").values()))
 
 
 # --------------------------------------------------------------------------------------------------- errors

@@ -50,8 +50,8 @@ from typing import Any, Hashable
 import numpy as np
 import torch
 
-from .chunks import Chunk
-from .methods import MergeMethod, Param, register
+from ..chunks import Chunk
+from .base import MergeMethod, Param
 
 RADIX_BITS = 16
 RADIX = 1 << RADIX_BITS
@@ -370,35 +370,37 @@ DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is 
 SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)",
              0, 2**64 - 1)
 
-register(MergeMethod(
-    "average", "Average", "θ_pre + mean of the task vectors (plain weight averaging).",
-    (), average_merge,
-    extra={"thread_safe": True},  # pure per chunk: the result depends only on the chunk
-))
-register(MergeMethod(
-    "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
-    (_scale(0.3, TABLE_11_SCALE),), task_arithmetic_merge,
-    extra={"thread_safe": True},
-))
-register(MergeMethod(
-    "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
-    (DENSITY, _scale(1.0, TABLE_11_SCALE), TIES_SCOPE),
-    ties_merge,
-    prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
-    collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
-))
-register(MergeMethod(
-    "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
-    (DROP, SEED, _scale(0.3, None)),
-    dare_ta_merge,
-    prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-    # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
-    extra={"thread_safe": True},
-))
-register(MergeMethod(
-    "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
-    (DROP, SEED, _scale(1.0, None)),
-    dare_ties_merge,
-    prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-    extra={"thread_safe": True},
-))
+METHODS = (
+    MergeMethod(
+        "average", "Average", "θ_pre + mean of the task vectors (plain weight averaging).",
+        (), average_merge,
+        thread_safe=True,  # pure per chunk: the result depends only on the chunk
+    ),
+    MergeMethod(
+        "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
+        (_scale(0.3, TABLE_11_SCALE),), task_arithmetic_merge,
+        thread_safe=True,
+    ),
+    MergeMethod(
+        "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
+        (DENSITY, _scale(1.0, TABLE_11_SCALE), TIES_SCOPE),
+        ties_merge,
+        prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
+        collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
+    ),
+    MergeMethod(
+        "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
+        (DROP, SEED, _scale(0.3, None)),
+        dare_ta_merge,
+        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
+        thread_safe=True,
+    ),
+    MergeMethod(
+        "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
+        (DROP, SEED, _scale(1.0, None)),
+        dare_ties_merge,
+        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+        thread_safe=True,
+    ),
+)

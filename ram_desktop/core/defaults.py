@@ -1,0 +1,10 @@
+"""The one set of defaults shared by the Session, the engine request and the recipe file."""
+
+from __future__ import annotations
+
+METHOD = "ram-plus"
+EPS = 1e-5
+DEVICE = "auto"
+OUT_DTYPE = "base"
+SHARD_SIZE = "5GB"
+VOCAB = "exact"

@@ -1,0 +1,180 @@
+"""What every checkpoint format shares: the tensor table entry, the ``Checkpoint``, the file-name
+constants, index parsing and path containment. Imports nothing else of the formats package."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import InputError
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+DTYPES: dict[str, torch.dtype] = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+}
+CODES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+FLOAT_CODES = frozenset({"F64", "F32", "F16", "BF16"})  # what the engine computes exactly
+SCALED_FLOAT_CODES = frozenset({"F8_E4M3", "F8_E5M2"})  # floats it cannot: refused, never copied as if unchanged
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as its header describes it."""
+
+    name: str
+    dtype: str  # safetensors code, e.g. "BF16"
+    shape: tuple[int, ...]
+    file: Path
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.torch_dtype.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self.dtype in FLOAT_CODES
+
+
+@dataclass
+class Checkpoint:
+    """A base model or an agent, resolved to local files and read as far as its headers."""
+
+    spec: str  # what the user typed
+    path: Path  # local folder, or the single weights file
+    files: list[Path]
+    tensors: dict[str, TensorInfo]
+    config: dict | None = None
+    revision: str | None = None  # resolved Hub commit, when the source came from the Hub
+    repo_id: str | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def folder(self) -> Path:
+        """The folder holding config and tokenizer files (the file's parent for a single file)."""
+        return self.path if self.path.is_dir() else self.path.parent
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    @property
+    def n_params(self) -> int:
+        return sum(t.numel for t in self.tensors.values())
+
+    @property
+    def dtype(self) -> str:
+        """The most common floating dtype by element count (e.g. "BF16"), or "-" when none."""
+        counts: Counter[str] = Counter()
+        for t in self.tensors.values():
+            if t.is_float:
+                counts[t.dtype] += t.numel
+        return counts.most_common(1)[0][0] if counts else "-"
+
+    @property
+    def display(self) -> str:
+        """How the source appears in reports and cards: the Hub id with its commit, or the path."""
+        if self.repo_id:
+            return f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
+        return str(self.path)
+
+
+def contained(folder: Path, name: str) -> bool:
+    """Whether ``folder / name`` stays inside ``folder`` as written (no absolute path, no ``..`` escape).
+
+    Checked on the path as written, so that shards which are symlinks (the Hugging Face cache links
+    snapshot files to blobs/) are accepted, while "../x" is not."""
+    if os.path.isabs(name):
+        return False
+    root = os.path.normpath(str(folder))
+    norm = os.path.normpath(os.path.join(str(folder), name))
+    return os.path.commonpath([norm, root]) == root and norm != root
+
+
+def read_index(index: Path, where: str | None = None) -> dict[str, str]:
+    """The ``weight_map`` (tensor name → shard file name) of a sharded checkpoint's index, validated:
+    a JSON object with a ``weight_map`` object whose keys and values are strings, every shard inside
+    the folder. ``where`` names the source in messages (default: the index path)."""
+    where = where or str(index)
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InputError(f"{where}: not a valid index (needs a JSON object with a \"weight_map\")") from None
+    if not isinstance(weight_map, dict):
+        raise InputError(f"{where}: not a valid index (its \"weight_map\" must map tensor names to file names)")
+    for name, file in weight_map.items():
+        if not isinstance(file, str) or not file:
+            raise InputError(f"{where}: the index maps tensor {name!r} to {file!r}, which is not a file name; "
+                             "re-download or re-save the checkpoint")
+        if not contained(index.parent, file):
+            raise InputError(f"{where}: names {file!r}, which is outside the model folder; refusing to read it")
+    return weight_map
+
+
+def index_shards(index: Path, where: str | None = None) -> list[Path]:
+    """The shard files an index names, each checked to exist (not resolved: errors name the file, not a
+    cache blob)."""
+    folder = index.parent
+    files = []
+    for name in sorted(set(read_index(index, where).values())):
+        file = folder / os.path.normpath(name)
+        if not file.is_file():
+            raise InputError(f"{where or index}: names shard {name!r}, which is missing from {folder}; re-download it")
+        files.append(file)
+    return files
+
+
+def check_index_covers(index: Path, tensors: dict[str, TensorInfo]) -> None:
+    """Every tensor the index names is held by the shard it names; raise naming the first few that are not."""
+    folder = index.parent
+    problems = []
+    for name, file in read_index(index).items():
+        info = tensors.get(name)
+        if info is None:
+            problems.append(f"{name!r} (no shard holds it; the index says {file})")
+        elif os.path.normpath(str(folder / file)) != os.path.normpath(str(info.file)):
+            problems.append(f"{name!r} (the index says {file}, but it is in {info.file.name})")
+    if problems:
+        shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
+        raise InputError(f"{index}: the index names {len(problems)} tensor(s) its shards do not hold as it says: "
+                         f"{shown}; the checkpoint is incomplete or the index is stale — re-download or re-save it")
+
+
+def read_config(folder: Path) -> dict | None:
+    config = folder / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        value = json.loads(config.read_text())
+        return value if isinstance(value, dict) else None
+    except ValueError:
+        raise InputError(f"{config}: invalid JSON; fix or remove it") from None

@@ -1,0 +1,269 @@
+"""PEFT LoRA adapters as agents.
+
+A folder with ``adapter_config.json`` and ``adapter_model.safetensors`` is an agent whose task vector is
+τ = scale · B·A for every adapted weight (scale = lora_alpha / r, or lora_alpha / √r with
+``use_rslora``; ``rank_pattern`` / ``alpha_pattern`` override r and alpha per module) and 0 for every
+other tensor. τ is never formed whole: the engine reads row slices, and a slice of rows
+``start:stop`` of τ is scale · (B[start:stop] · A) (for ``fan_in_fan_out`` layers and embeddings,
+whose weight is the transpose, scale · (B · A[:, start:stop])ᵀ), computed in float32 from the stored
+factors, so memory stays bounded by the chunk (plus the small factor A or B).
+
+``bind(adapter, base)`` turns an opened adapter into an agent aligned with the base: adapted tensors
+read from a virtual weights file ``<adapter>/adapter_model.lora-delta`` (``open_delta``) whose slices
+are already task vectors (the chunk builder copies them instead of subtracting the base), the others
+read the base's own values (τ = 0 exactly). The adapter's base must be the plan's base: the shapes
+must match, and ``base_model_name_or_path`` must name it (same path, Hub id, or folder name).
+
+Refused, naming the key: DoRA (``lora_magnitude_vector``), ``modules_to_save`` copies, trained biases,
+and any tensor that is not a LoRA factor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ..errors import InputError
+from .base import Checkpoint, TensorInfo
+from .safetensors_format import read_header
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+DELTA_FILE = "adapter_model.lora-delta"
+DELTA_SUFFIX = ".lora-delta"
+PREFIX = "base_model.model."
+FACTOR = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|"
+                    r"^(?P<emodule>.+)\.(?P<ekind>lora_embedding_A|lora_embedding_B)$")
+
+
+def is_adapter_folder(path: Path) -> bool:
+    path = Path(path)
+    return path.is_dir() and (path / ADAPTER_CONFIG).is_file() and (path / ADAPTER_WEIGHTS).is_file()
+
+
+def is_delta_file(file: Path) -> bool:
+    return Path(file).name == DELTA_FILE
+
+
+def is_lora(ckpt: Checkpoint) -> bool:
+    """An opened adapter (not yet bound to a base)."""
+    return is_adapter_folder(ckpt.path) and all(t.file.name == ADAPTER_WEIGHTS for t in ckpt.tensors.values())
+
+
+@dataclass(frozen=True)
+class LoraFactors:
+    """The factors of one adapted weight ``target`` (a base tensor name)."""
+
+    target: str
+    a_name: str
+    b_name: str
+    rank: int
+    scale: float
+    transposed: bool  # weight = (B·A)ᵀ: fan_in_fan_out layers and embeddings
+    shape: tuple[int, ...]  # the weight's shape
+
+
+def read_config(folder: Path) -> dict:
+    try:
+        config = json.loads((Path(folder) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"{folder / ADAPTER_CONFIG}: cannot read the adapter config ({e})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{folder / ADAPTER_CONFIG}: not a PEFT adapter config")
+    peft_type = str(config.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise InputError(f"{folder / ADAPTER_CONFIG}: peft_type {peft_type} is not LoRA; only LoRA adapters can be "
+                         "merged as agents")
+    if config.get("use_dora"):
+        raise InputError(f"{folder / ADAPTER_CONFIG}: use_dora: DoRA adapters rescale the weight's norm and have no "
+                         "task vector B·A; merge the adapter into its base first (peft merge_and_unload)")
+    return config
+
+
+def _pattern_value(patterns: dict, module: str, default: float) -> float:
+    """PEFT's ``rank_pattern`` / ``alpha_pattern``: the first key that matches the end of the module name."""
+    for key, value in (patterns or {}).items():
+        if re.match(rf"(.*\.)?{key}$", module):
+            return value
+    return default
+
+
+def factors(folder: Path, tensors: dict[str, TensorInfo], config: dict) -> dict[str, LoraFactors]:
+    """Group the adapter's tensors into (A, B) pairs per adapted weight, with their scale."""
+    where = Path(folder) / ADAPTER_WEIGHTS
+    pairs: dict[str, dict[str, str]] = {}
+    embedding: set[str] = set()
+    for name in tensors:
+        m = FACTOR.match(name)
+        if m is None:
+            if "lora_magnitude_vector" in name:
+                raise InputError(f"{where}: {name!r} is a DoRA magnitude; DoRA adapters cannot be merged as task "
+                                 "vectors — merge the adapter into its base first")
+            if ".base_layer." in name:
+                raise InputError(f"{where}: tensor {name!r} is a full copy of a base layer (peft's "
+                                 "save_embedding_layers); if the vocabulary was not resized, save the adapter again "
+                                 "with save_embedding_layers=False, else merge it into its base and use the full model")
+            what = "a modules_to_save copy" if "modules_to_save" in name or not name.startswith(PREFIX) else \
+                "a trained bias or other full tensor" if name.endswith(".bias") else "not a LoRA factor"
+            raise InputError(f"{where}: tensor {name!r} is {what}; only lora_A / lora_B factors can be merged as an "
+                             "agent (merge the adapter into its base and use the full model instead)")
+        module = m.group("module") or m.group("emodule")
+        kind = (m.group("kind") or m.group("ekind")).replace("lora_embedding_", "lora_")
+        if m.group("emodule"):
+            embedding.add(module)
+        pairs.setdefault(module, {})[kind] = name
+    out: dict[str, LoraFactors] = {}
+    for module, pair in pairs.items():
+        if set(pair) != {"lora_A", "lora_B"}:
+            missing = ({"lora_A", "lora_B"} - set(pair)).pop()
+            raise InputError(f"{where}: module {module!r} has no {missing} factor")
+        a, b = tensors[pair["lora_A"]], tensors[pair["lora_B"]]
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            raise InputError(f"{where}: module {module!r}: only linear and embedding LoRA factors (2-D) are supported, "
+                             f"got {list(a.shape)} and {list(b.shape)}")
+        transposed = module in embedding or bool(config.get("fan_in_fan_out"))
+        if module in embedding:  # A [r, num_embeddings], B [dim, r]: weight [num_embeddings, dim]
+            rank, shape = a.shape[0], (a.shape[1], b.shape[0])
+        else:  # A [r, in], B [out, r]: weight [out, in] (or [in, out] with fan_in_fan_out)
+            rank = a.shape[0]
+            shape = (a.shape[1], b.shape[0]) if transposed else (b.shape[0], a.shape[1])
+        if b.shape[1] != rank:
+            raise InputError(f"{where}: module {module!r}: lora_B has {b.shape[1]} columns but lora_A has {rank} rows")
+        bare = module[len(PREFIX):] if module.startswith(PREFIX) else module
+        alpha = float(_pattern_value(config.get("alpha_pattern"), bare, config.get("lora_alpha", rank)))
+        r = int(_pattern_value(config.get("rank_pattern"), bare, config.get("r", rank)))
+        if r != rank:
+            raise InputError(f"{where}: module {module!r} has rank {rank} but the config says r = {r}")
+        scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
+        target = bare + ".weight"
+        out[target] = LoraFactors(target, pair["lora_A"], pair["lora_B"], rank, scale, transposed, shape)
+    return out
+
+
+def open_adapter(folder: Path, spec: str) -> Checkpoint:
+    """An adapter folder as a checkpoint of its own factors (the sources panel shows those); ``bind`` it."""
+    folder = Path(folder).resolve()
+    config = read_config(folder)
+    tensors, metadata = read_header(folder / ADAPTER_WEIGHTS)
+    factors(folder, tensors, config)  # every tensor is a LoRA factor
+    return Checkpoint(spec, folder, [folder / ADAPTER_WEIGHTS], tensors, config=None, metadata=metadata)
+
+
+def _names_base(recorded: str, base: Checkpoint) -> bool:
+    """Whether ``base_model_name_or_path`` names the plan's base: same path, same Hub id, or same last name."""
+    recorded = recorded.strip().rstrip("/")
+    if not recorded:
+        return True
+    candidates = {str(base.path).rstrip("/"), base.spec.strip().rstrip("/"), base.path.name}
+    if base.repo_id:
+        candidates |= {base.repo_id, base.repo_id.split("/")[-1]}
+    try:
+        if Path(recorded).expanduser().exists() and Path(recorded).expanduser().resolve() == base.path.resolve():
+            return True
+    except OSError:
+        pass
+    recorded_id = recorded.split("@")[0]
+    return recorded_id in candidates or recorded_id.split("/")[-1] in {c.split("/")[-1] for c in candidates}
+
+
+def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
+    """The adapter as an agent of ``base``: adapted tensors from the virtual delta file, the rest the base's."""
+    folder = adapter.path
+    if is_lora(base):
+        raise InputError(f"{base.display}: a LoRA adapter cannot be the base; the base must be a full model")
+    config = read_config(folder)
+    recorded = str(config.get("base_model_name_or_path") or "")
+    if not _names_base(recorded, base):
+        raise InputError(f"{folder}: the adapter was trained on {recorded!r} (adapter_config.json "
+                         f"base_model_name_or_path) but the base is {base.display}; use that base, or fix the config "
+                         "if it is the same model under another name")
+    pairs = factors(folder, adapter.tensors, config)
+    tensors = dict(base.tensors)
+    delta = folder / DELTA_FILE
+    for target, f in pairs.items():
+        info = base.tensors.get(target)
+        if info is None:
+            raise InputError(f"{folder}: the adapter changes {target!r}, which the base {base.display} does not have; "
+                             "it was trained on another architecture")
+        if tuple(info.shape) != f.shape:
+            raise InputError(f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
+                             f"{list(info.shape)}; it was trained on another base")
+        tensors[target] = TensorInfo(target, info.dtype, info.shape, delta)
+    # the config is listed too: its scale changes τ, so an edit must invalidate a cached probe
+    files = [folder / ADAPTER_WEIGHTS, folder / ADAPTER_CONFIG, *base.files]
+    return Checkpoint(adapter.spec, folder, files, tensors, config=base.config,
+                      revision=adapter.revision, repo_id=adapter.repo_id, metadata=dict(adapter.metadata))
+
+
+def bind_all(base: Checkpoint, agents: list[Checkpoint]) -> list[Checkpoint]:
+    """Every adapter among ``agents`` bound to ``base`` (others unchanged); an adapter as base is an error."""
+    if is_lora(base):
+        raise InputError(f"{base.display}: a LoRA adapter cannot be the base; the base must be a full model")
+    return [bind(a, base) if is_lora(a) else a for a in agents]
+
+
+class _DeltaSlice:
+    def __init__(self, handle: "DeltaHandle", target: str) -> None:
+        self.handle, self.target = handle, target
+
+    def __getitem__(self, rows: slice) -> torch.Tensor:
+        return self.handle.rows(self.target, rows.start or 0, rows.stop)
+
+
+class DeltaHandle:
+    """Slices of τ = scale·B·A for the adapter's weights (``SliceReader`` reads it like a weights file)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.config = read_config(self.folder)
+        tensors, _ = read_header(self.folder / ADAPTER_WEIGHTS)
+        self.pairs = factors(self.folder, tensors, self.config)
+        self._file = safe_open(str(self.folder / ADAPTER_WEIGHTS), framework="pt")
+        self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
+        self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)
+
+    def __enter__(self) -> "DeltaHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._whole.clear()
+        close = getattr(self._file, "__exit__", None)
+        if close is not None:
+            close(None, None, None)
+
+    def get_slice(self, target: str) -> _DeltaSlice:
+        return _DeltaSlice(self, target)
+
+    def get_tensor(self, target: str) -> torch.Tensor:
+        return self.rows(target, 0, self.pairs[target].shape[0])
+
+    def rows(self, target: str, start: int, stop: int | None) -> torch.Tensor:
+        """Rows ``start:stop`` of the weight's task vector, float32."""
+        f = self.pairs[target]
+        stop = f.shape[0] if stop is None else min(stop, f.shape[0])
+        if not f.transposed:  # τ[start:stop] = scale · (B[start:stop] · A)
+            a = self._factor(f.a_name)
+            b = self._file.get_slice(f.b_name)[start:stop].to(torch.float32)
+            out = torch.matmul(b, a)
+        else:  # τ = (B·A)ᵀ: τ[start:stop] = scale · (B · A[:, start:stop])ᵀ (the same products as peft's)
+            b = self._factor(f.b_name)
+            a = self._file.get_slice(f.a_name)[:, start:stop].to(torch.float32)
+            out = torch.matmul(b, a).t().contiguous()
+        out.mul_(f.scale)
+        self.largest = max(self.largest, out.numel())
+        return out
+
+    def _factor(self, name: str) -> torch.Tensor:
+        if name not in self._whole:
+            self._whole[name] = self._file.get_tensor(name).to(torch.float32)
+        return self._whole[name]
+
+
+def open_delta(file: Path) -> DeltaHandle:
+    return DeltaHandle(Path(file).parent)

@@ -1,0 +1,23 @@
+"""Merge methods: one module per family on the contract in ``base``; this module is the registry.
+
+Adding a method touches only its family's module (or a new one listed in ``_FAMILIES``): the CLI
+flags, the GUI form, the recipe and the engine all read the registry.
+"""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from . import baselines, ram
+from .base import Collector, MergeMethod, Observer, Param
+
+__all__ = ["METHODS", "Collector", "MergeMethod", "Observer", "Param", "get_method"]
+
+_FAMILIES = (ram, baselines)
+METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
+
+
+def get_method(name: str) -> MergeMethod:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise InputError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}") from None

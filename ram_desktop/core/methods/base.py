@@ -1,0 +1,136 @@
+"""The contract every merge method fulfils; the engine reads these typed fields instead of flags.
+
+A method is a value: its parameter schema (the CLI flags and the GUI form are generated from it),
+whether it needs the whole-model probe before merging, an optional collector of further pass-1
+statistics, whether chunks may be merged in parallel, a ``prepare`` that turns parameters and
+statistics into the merge context, and a pure ``merge(chunk, context) -> τ_merged``. ``merge`` returns
+a value and never writes into the chunk for another module to read. An optional ``observer`` watches
+every merged chunk (RAM+'s exact rounding survival count).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+import torch
+
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    from ..chunks import Chunk
+    from ..plan import MergePlan
+    from ..probe import ProbeReport
+
+
+@dataclass(frozen=True)
+class Param:
+    """One method parameter: its type, default, allowed range and the help shown as a tooltip."""
+
+    name: str
+    kind: type  # float, int or str
+    default: Any
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    paper_range: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def validate(self, value: Any) -> Any:
+        try:
+            if self.kind is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            value = self.kind(value)
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"{self.flag} must be a {self.kind.__name__}, got {value!r}") from None
+        if self.kind is float and not math.isfinite(value):
+            raise InputError(f"{self.flag} must be a finite number, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise InputError(f"{self.flag} must be one of {', '.join(self.choices)}, got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise InputError(f"{self.flag} must be at least {self.minimum}, got {value}")
+        if self.maximum is not None and value > self.maximum:
+            raise InputError(f"{self.flag} must be at most {self.maximum}, got {value}")
+        return value
+
+    def describe(self) -> str:
+        """One line for help texts and tooltips: help, default, allowed and paper ranges."""
+        parts = [self.help, f"default {self.default}"]
+        if self.choices:
+            parts.append("one of " + "|".join(self.choices))
+        elif self.minimum is not None or self.maximum is not None:
+            parts.append(f"allowed {self.minimum if self.minimum is not None else '-inf'}.."
+                         f"{self.maximum if self.maximum is not None else 'inf'}")
+        if self.paper_range:
+            parts.append(f"paper search range {self.paper_range}")
+        return "; ".join(parts)
+
+
+class Collector(Protocol):
+    """Whole-model statistics a method gathers in pass 1 beyond the probe (e.g. TIES's magnitude cut).
+
+    ``next_pass()`` is called after each full pass over the data; True asks the engine to feed every
+    chunk once more, in the same order, before ``finish`` (TIES refines its exact cut this way)."""
+
+    def add(self, chunk: "Chunk") -> None: ...
+
+    def next_pass(self) -> bool: ...
+
+    def finish(self) -> Any: ...
+
+
+class Observer(Protocol):
+    """Watches each merged chunk: ``observe(chunk, context, merged)`` with ``merged`` the output slice as
+    written (θ rounded to the output dtype). It may run in several compute threads at once."""
+
+    def observe(self, chunk: "Chunk", context: Any, merged: torch.Tensor) -> None: ...
+
+    def finish(self) -> Any: ...
+
+
+def _params_only(params: dict, probe: "ProbeReport | None", collected: Any) -> Any:
+    return params
+
+
+def _never(params: dict) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class MergeMethod:
+    """A registered method (see the module docstring).
+
+    ``needs_probe(params)``: ``prepare`` needs the whole-model probe before the merge pass (two passes
+    unless a cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached;
+    its ``finish()`` result reaches ``prepare(params, probe, collected)``. ``lambdas(params, probe)``:
+    the per-agent scale of unique updates, for reports and cards (None: every λ is 1).
+    ``thread_safe``: ``merge`` depends on nothing but the chunk and the context, so chunks may be merged
+    in parallel and in any order.
+    """
+
+    name: str
+    label: str
+    summary: str
+    params: tuple[Param, ...]
+    merge: Callable[["Chunk", Any], torch.Tensor]
+    prepare: Callable[[dict, "ProbeReport | None", Any], Any] = _params_only
+    needs_probe: Callable[[dict], bool] = _never
+    collector: Callable[[dict, "MergePlan"], Collector] | None = None
+    lambdas: Callable[[dict, "ProbeReport"], list[float]] | None = None
+    observer: Callable[[dict, "MergePlan"], Observer] | None = None
+    thread_safe: bool = False
+
+    def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Defaults filled in, values validated; unknown names are an error."""
+        known = {p.name: p for p in self.params}
+        unknown = [k for k, v in given.items() if k not in known and v is not None]
+        if unknown:
+            raise InputError(f"method {self.name} takes no parameter {', '.join(unknown)}; "
+                             f"its parameters: {', '.join(known) or 'none'}")
+        return {name: p.validate(given[name]) if given.get(name) is not None else p.default
+                for name, p in known.items()}

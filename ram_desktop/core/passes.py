@@ -1,0 +1,203 @@
+"""Streaming passes: a reader (``chunks.prefetch_chunks`` through a ``Transfer``), per-chunk work on
+compute threads, and sinks (the probe accumulator, a method's collector or observer, shard writers).
+
+``probe_pass`` feeds every chunk to statistics sinks; ``merge_pass`` merges every chunk with each
+``Variant`` (one or several methods and parameter sets, from one read of the inputs) and hands each
+result to that variant's own writer. The engine composes these; it threads no flags through them.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, load_chunk, prefetch_chunks
+from .events import Reporter
+from .methods import Collector, MergeMethod, Observer
+from .output import ShardSet
+from .plan import MergePlan
+from .probe import ProbeAccumulator
+from .transfer import Transfer
+
+_local = threading.local()
+
+
+def _workspace() -> Workspace:
+    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk)."""
+    ws = getattr(_local, "workspace", None)
+    if ws is None:
+        ws = _local.workspace = Workspace()
+    return ws
+
+
+def compute_workers(device: torch.device) -> int:
+    """Compute threads for a CPU pass: one per available core (``RAM_DESKTOP_THREADS`` overrides),
+    each running torch single-threaded on whole chunks. Chunk-level threads need no barrier per
+    operation, so they keep working when other programs load the machine. GPU passes use one."""
+    if device.type != "cpu":
+        return 1
+    env = os.environ.get("RAM_DESKTOP_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _single_threaded() -> None:
+    torch.set_num_threads(1)
+
+
+def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
+    """``map(fn, items)`` computed by ``workers`` threads, results in input order, at most
+    ``workers + 1`` items in flight. With one worker it runs inline (torch keeps its own threads)."""
+    if workers <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_single_threaded) as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
+               sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+               stage: str = "probe", ordered: bool = False) -> None:
+    """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
+    the chunks in plan order (a collector), so the pass computes on one thread."""
+    jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
+    total = sum(plan.jobs[i].numel for i in jobs)
+    done = 0
+    reporter.progress(stage, 0, total, "elements")
+    workers = 1 if ordered else compute_workers(transfer.device)
+
+    def work(item: tuple) -> int:
+        index, span, base, agents = item
+        chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
+        for sink in sinks:
+            sink.add(chunk)
+        return span.numel
+
+    for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, transfer), workers):
+        done += numel
+        reporter.progress(stage, done, total, "elements")
+
+
+@dataclass
+class Variant:
+    """One output of a merge pass: a method with resolved parameters and its prepared context, the
+    shards it writes to, and its observer (if the method has one)."""
+
+    method: MergeMethod
+    params: dict
+    context: Any
+    shards: ShardSet
+    observer: Observer | None = None
+
+
+def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: Transfer, reporter: Reporter,
+               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None) -> None:
+    """Read every tensor once; merge each chunk with every variant (θ = base + τ_merged, rounded once
+    to the output dtype) and write it to that variant's shards, in order, from a writer thread.
+    Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
+    collects the probe's counts on the way."""
+    total = sum(j.numel for j in plan.jobs)
+    done = 0
+    reporter.progress("merge", 0, total, "elements")
+    parallel = all(v.method.thread_safe for v in variants)
+    workers = compute_workers(transfer.device) if parallel else 1
+
+    def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
+        index, span, base, agents = item
+        job = plan.jobs[index]
+        if not job.mergeable:
+            return index, span.numel, [base] * len(variants)
+        chunk: Chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
+        if accumulator is not None:
+            accumulator.add(chunk)
+        outputs = []
+        for variant in variants:
+            merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
+            torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
+            if variant.observer is not None:
+                variant.observer.observe(chunk, variant.context, merged)
+            outputs.append(merged)
+        return index, span.numel, outputs
+
+    writers = [BackgroundWriter(v.shards) for v in variants]
+    for writer in writers:
+        writer.start()
+    try:
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer)
+        for index, numel, outputs in ordered_map(work, items, workers):
+            for writer, merged in zip(writers, outputs):
+                writer.write(index, merged)
+            done += numel
+            reporter.progress("merge", done, total, "elements")
+    except BaseException:
+        for writer in writers:
+            writer.stop(error=True)
+        raise
+    for writer in writers:
+        writer.stop()
+
+
+class BackgroundWriter:
+    """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
+
+    Device tensors are copied to the host in that thread. An error in the writer is raised in the
+    caller at its next ``write`` or at ``stop``; on an error stop the queue is abandoned.
+    """
+
+    DEPTH = 4
+
+    def __init__(self, shards: ShardSet) -> None:
+        self._shards = shards
+        self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="ram-desktop-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if self._error is not None:
+                continue  # keep draining so the producer never blocks
+            try:
+                index, data = item
+                self._shards.write(index, data.cpu() if data.device.type != "cpu" else data)
+            except BaseException as e:
+                self._error = e
+
+    def write(self, index: int, data: torch.Tensor) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put((index, data))
+
+    def stop(self, error: bool = False) -> None:
+        """Drain and join; raises the writer's own error unless stopping because of another one."""
+        self._queue.put(None)
+        self._thread.join()
+        if not error and self._error is not None:
+            raise self._error

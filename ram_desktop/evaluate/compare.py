@@ -1,0 +1,112 @@
+"""``ram-merge compare``: merge several variants from one read of the inputs, then (with suites) score
+the base, every agent and every variant, and draw the comparison (SPEC section 6).
+
+``DIR/<variant>/`` is a complete output folder for each variant; ``DIR/compare.json`` lists the
+variants and, when suites were given, carries the ``ram-eval/1`` keys of the evaluation;
+``DIR/compare.png`` draws the scores as grouped bars (suites × models).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..core.engine import MergeResult, merge_variants
+from ..core.errors import InputError
+from ..core.events import Reporter
+from ..core.session import Session, Variant
+from .results import EvalResult, ModelRef
+
+log = logging.getLogger("ram_desktop")
+COMPARE_JSON = "compare.json"
+COMPARE_PNG = "compare.png"
+
+
+@dataclass
+class CompareResult:
+    folder: Path
+    variants: list[Variant]
+    merges: list[MergeResult]
+    evaluation: EvalResult | None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"variants": [{"name": v.name, "method": m.report["method"],
+                                              "params": m.report["method_params"]}
+                                             for v, m in zip(self.variants, self.merges)]}
+        if self.evaluation is not None:
+            data.update(self.evaluation.to_json())
+        return data
+
+
+def compare(session: Session, variants: Sequence[Variant], folder: str | Path, suites: Sequence[str | Path] = (),
+            overwrite: bool = False, reporter: Reporter | None = None, device: str | None = None,
+            batch_size: int = 8, limit: int | None = None, token: str | None = None,
+            **engine_options: Any) -> CompareResult:
+    """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
+    ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
+    checked before anything is merged."""
+    from . import evaluate, load_suite
+
+    reporter = reporter or Reporter()
+    if not variants:
+        raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
+    folder = Path(folder).expanduser()
+    loaded = [load_suite(s) for s in suites]
+    for suite in loaded:
+        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+    specs = session.variant_specs(list(variants), folder)
+    request = session.to_request(folder, overwrite=overwrite, token=token, **engine_options)
+    merges = merge_variants(request, specs, reporter)
+    evaluation = None
+    if loaded:
+        models = [ModelRef("base", session.base)]
+        names = merges[0].probe.names
+        models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
+        models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
+        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter)
+    result = CompareResult(folder, list(variants), merges, evaluation)
+    _write_json(folder / COMPARE_JSON, result.to_json())
+    if evaluation is not None:
+        draw_scores(evaluation, folder / COMPARE_PNG)
+    return result
+
+
+def _write_json(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def draw_scores(result: EvalResult, path: Path) -> bool:
+    """Grouped bars (one group per suite, one bar per model) as a PNG, with matplotlib's headless
+    backend; False (and a log line) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: %s not drawn (pip install 'ram-desktop[eval]')", path.name)
+        return False
+    n_models, n_suites = len(result.models), len(result.suites)
+    width = 0.8 / max(n_models, 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + n_suites * (0.5 + 0.32 * n_models)), 4.2), dpi=120)
+    for m, model in enumerate(result.models):
+        xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
+        ax.bar(xs, [result.scores[m][s] for s in range(n_suites)], width, label=model.name)
+    ax.set_xticks(range(n_suites), [s.name for s in result.suites])
+    ax.set_ylabel("mean reward")
+    ax.set_ylim(0, max(1.0, max((v for row in result.scores for v in row), default=1.0)) * 1.08)
+    ax.set_title("Scores per suite: base, agents and merged variants")
+    ax.legend(fontsize=8, ncol=2, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,455 @@
+"""Generate and score: every model on every suite, greedy, batched, through ``transformers``.
+
+- One model in memory at a time, freed before the next is loaded.
+- bfloat16 on CUDA, float32 on the CPU.
+- Prompts are left-padded into batches (longest first, so the slowest batch comes early and the
+  ETA errs on the safe side); completions are returned in suite order.
+- A suite's ``chat_template``: ``true`` formats each prompt (after an optional system message) with
+  the tokenizer's chat template and asks for the assistant's turn; ``auto`` does so when the
+  tokenizer has one; ``false`` (or ``auto`` without one) tokenizes the raw prompt with the
+  tokenizer's special tokens (e.g. BOS), the system prompt put before it, separated by a blank line.
+- Greedy means plain greedy: the model's own sampling settings (temperature, top-p, repetition
+  penalty) are ignored. Generation stops at ``max_new_tokens`` or at any end-of-sequence token the
+  model's generation config, its config or its tokenizer names.
+- ``trust_remote_code`` is never set: a model (or tokenizer) that needs its repository's own code is
+  refused with ``InputError``, as is anything ``transformers`` cannot load.
+- Progress: ``Reporter.progress("evaluate", done_examples, total_examples, "examples", detail)``
+  after every batch (detail: model, suite, examples/s and generated tokens/s); cancelling stops at
+  the next batch boundary with ``Cancelled``. Nothing is written by this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from .. import __version__
+from ..core.engine import resolve_device
+from ..core.errors import InputError
+from ..core.events import Reporter
+from ..core.formats import open_checkpoint
+from .results import EvalResult, ModelRef, SuiteSummary
+from .scorers import make_scorer
+from .suites import Suite
+
+log = logging.getLogger("ram_desktop")
+STAGE = "evaluate"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
+
+
+def model_refs(sources: Sequence[str | Path], names: Sequence[str] | None = None) -> list[ModelRef]:
+    """Name the models: ``names`` when given (one per source, distinct), else each folder's name (or
+    the Hub repository's), with ``-2``, ``-3`` ... added where two would be the same."""
+    sources = [str(s).strip() for s in sources]
+    if not sources:
+        raise InputError("no models to evaluate; name at least one model folder or Hub id")
+    if names is not None:
+        names = [n.strip() for n in names]
+        if len(names) != len(sources):
+            raise InputError(f"{len(names)} names for {len(sources)} models; give one name per model")
+        if any(not n for n in names):
+            raise InputError("a model name is empty")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InputError(f"model name {dupes[0]!r} is given twice; names must differ")
+        return [ModelRef(n, s) for n, s in zip(names, sources)]
+    refs: list[ModelRef] = []
+    seen: dict[str, int] = {}
+    for source in sources:
+        base = _default_name(source)
+        seen[base] = seen.get(base, 0) + 1
+        refs.append(ModelRef(base if seen[base] == 1 else f"{base}-{seen[base]}", source))
+    return refs
+
+
+def _default_name(source: str) -> str:
+    path = Path(source).expanduser()
+    if path.exists():
+        return path.resolve().name or source
+    return source.removeprefix("hf://").split("@")[0].rstrip("/").split("/")[-1] or source
+
+
+def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], device: str = "auto",
+             batch_size: int = 8, limit: int | None = None, reporter: Reporter | None = None,
+             threads: int | None = None) -> EvalResult:
+    """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
+    examples of each suite. Python scorers are loaded (their files run) here, before any model.
+    ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
+    torch's own setting); restored afterwards.
+
+    Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
+    a scorer that fails) and ``Cancelled`` when the reporter's token is cancelled.
+    """
+    reporter = reporter or Reporter()
+    start = time.perf_counter()
+    plain = iter(model_refs([m for m in models if not isinstance(m, ModelRef)]) if not all(
+        isinstance(m, ModelRef) for m in models) else [])
+    refs = [m if isinstance(m, ModelRef) else next(plain) for m in models]
+    if not refs:
+        raise InputError("no models to evaluate; name at least one model folder or Hub id")
+    if not suites:
+        raise InputError("no suites to evaluate on; give at least one --suite")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"batch size must be a whole number of at least 1, got {batch_size!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"limit must be a whole number of at least 1, got {limit!r}")
+    require_transformers()
+    torch_device = resolve_device(device)
+    suites = [s.head(limit) for s in suites]
+    scorers = [make_scorer(s.scorer_spec) for s in suites]
+    for scorer, suite in zip(scorers, suites):
+        scorer.check(suite)
+    resolved = [_resolve(ref, reporter) for ref in refs]
+
+    progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
+    progress.report("starting")
+    completions: list[list[list[str]]] = []
+    rewards: list[list[list[float]]] = []
+    with _torch_threads(threads):
+        for ref, folder, _ in resolved:
+            completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
+            gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
+            if torch_device.type == "cuda":
+                torch.cuda.empty_cache()
+            # scored now, so a reward function that fails stops the run after the first model, not the last
+            rewards.append([scorer.score(suite, texts)
+                            for scorer, suite, texts in zip(scorers, suites, completions[-1])])
+    scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
+    return EvalResult(
+        models=[ModelRef(ref.name, display) for ref, _, display in resolved],
+        suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
+        scores=scores, seconds=time.perf_counter() - start, device=str(torch_device), versions=versions(),
+        completions=completions, rewards=rewards, generated_tokens=progress.tokens)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` CPU threads (or ``RAM_DESKTOP_THREADS``); torch's setting is restored after.
+
+    Generation is many small operations with a barrier each: on a machine that other programs keep
+    busy, one thread is often several times faster than all cores (see benchmarks/README.md)."""
+    if threads is None:
+        env = os.environ.get("RAM_DESKTOP_THREADS", "").strip()
+        threads = int(env) if env.isdigit() and int(env) > 0 else None
+    if threads is None:
+        yield
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise InputError(f"threads must be a whole number of at least 1, got {threads!r}")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class _Progress:
+    """Examples done across models and suites, reported after every batch with this model's rates."""
+
+    def __init__(self, reporter: Reporter, total: int) -> None:
+        self.reporter, self.total, self.done, self.tokens = reporter, total, 0, 0
+        self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
+
+    def report(self, detail: str) -> None:
+        self.reporter.progress(STAGE, self.done, self.total, "examples", detail)
+
+    def start_model(self) -> None:
+        self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
+
+    def batch(self, model: str, suite: str, examples: int, tokens: int) -> None:
+        self.done += examples
+        self.tokens += tokens
+        self.model_done += examples
+        self.model_tokens += tokens
+        elapsed = max(time.perf_counter() - self.model_start, 1e-9)
+        self.report(f"{model} · {suite} · {self.model_done / elapsed:.2f} examples/s · "
+                    f"{self.model_tokens / elapsed:.1f} tokens/s")
+
+
+def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int,
+              progress: _Progress) -> list[list[str]]:
+    """Load one model, generate the completions of every suite (in suite order), free the model."""
+    progress.report(f"loading {ref.name}")
+    per_suite: list[list[str]] = []
+    with _loaded(folder, ref.name, device) as (model, tokenizer):
+        progress.report(f"generating with {ref.name}")
+        progress.start_model()
+        for suite in suites:
+            prompts = prompt_ids(tokenizer, suite, ref.name)
+            texts = [""] * len(prompts)
+            where = f"model {ref.name}, suite {suite.name!r}"
+            for indices, outputs, tokens in _generate(model, tokenizer, prompts, suite.max_new_tokens, batch_size,
+                                                      device, progress.reporter, where):
+                for i, text in zip(indices, outputs):
+                    texts[i] = text
+                progress.batch(ref.name, suite.name, len(indices), tokens)
+            per_suite.append(texts)
+        del model, tokenizer
+    return per_suite
+
+
+def require_transformers() -> None:
+    """Evaluation runs on transformers (the ``eval`` extra); say so instead of a bare ImportError."""
+    try:
+        import tokenizers  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise InputError(f"evaluation needs transformers and tokenizers ({e}); install them with "
+                         f"pip install 'ram-desktop[eval]'") from None
+
+
+def versions() -> dict[str, str]:
+    import tokenizers
+    import transformers
+
+    return {"ram_desktop": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__, "python": platform.python_version()}
+
+
+def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
+    """The model's local folder (a Hub id is downloaded into the Hugging Face cache) and how results
+    name its source, after checking it is something ``transformers`` may load without remote code."""
+    ckpt = open_checkpoint(ref.source, reporter)
+    if not ckpt.path.is_dir():
+        raise InputError(f"{ref.source}: evaluation needs a model folder (config.json, tokenizer and weights), "
+                         f"not a single weights file")
+    check_loadable(ckpt.path, ref.name)
+    return ref, ckpt.path, ckpt.display
+
+
+def check_loadable(folder: Path, name: str) -> None:
+    """Refuse, before loading anything, a model folder that ``transformers`` cannot load without
+    running the repository's own code: no config.json, an unknown model type, an ``auto_map``."""
+    from transformers import CONFIG_MAPPING
+
+    where = f"model {name} ({folder})"
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise InputError(f"{where}: no config.json; transformers needs it to load the model")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{where}: config.json cannot be read ({e})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"{where}: config.json is not a JSON object")
+    model_type = config.get("model_type")
+    known = isinstance(model_type, str) and model_type in CONFIG_MAPPING
+    if not known and "auto_map" in config:
+        raise InputError(f"{where}: needs the code in its own repository (config.json has auto_map and model type "
+                         f"{model_type!r}, which transformers does not know); evaluation never runs a model's own "
+                         f"code (trust_remote_code)")
+    if not known:
+        raise InputError(f"{where}: transformers does not know the model type {model_type!r} in config.json; "
+                         f"it cannot be loaded")
+    if not any((folder / f).is_file() for f in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
+        raise InputError(f"{where}: no tokenizer ({', '.join(TOKENIZER_FILES[:3])} ...); evaluation needs the "
+                         f"model's tokenizer: copy the base model's tokenizer files into the folder")
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        try:
+            tok = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise InputError(f"{where}: tokenizer_config.json cannot be read ({e})") from None
+        if isinstance(tok, dict) and "auto_map" in tok and not _known_tokenizer_class(tok.get("tokenizer_class")):
+            raise InputError(f"{where}: its tokenizer needs the code in its own repository (tokenizer_config.json "
+                             f"has auto_map and tokenizer class {tok.get('tokenizer_class')!r}); evaluation never "
+                             f"runs a model's own code (trust_remote_code)")
+
+
+def _known_tokenizer_class(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    return any(tokenizer_class_from_name(n) is not None for n in (name, name.removesuffix("Fast")))
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' own progress bars and warnings would interleave with the faces' progress."""
+    from transformers.utils import logging as hf_logging
+
+    level, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@contextlib.contextmanager
+def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any, Any]]:
+    """The model (eval mode, on ``device``) and tokenizer of ``folder``; freed on exit."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    where = f"model {name} ({folder})"
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = None
+    try:
+        with _quiet_transformers():
+            try:
+                tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
+            except InputError:
+                raise
+            except Exception as e:
+                raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
+                                 f"{_first_line(e)})") from None
+            try:
+                # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
+                model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
+                                                                   ignore_mismatched_sizes=True,
+                                                                   output_loading_info=True)
+            except Exception as e:
+                raise InputError(f"{where}: transformers cannot load it as a causal language model "
+                                 f"({type(e).__name__}: {_first_line(e)})") from None
+        _check_loading_info(info, where)
+        model.to(device)
+        model.eval()
+        yield model, tokenizer
+    finally:
+        del model  # the caller drops its own references; evaluate() collects once _complete returns
+
+
+GENERIC_TOKENIZERS = ("PreTrainedTokenizerFast", "TokenizersBackend")
+PROBE_TEXT = "The agent calls a tool: search('weather', 42) -> 3.14\n\n  Done! It's DONE. é 中 #7"
+
+
+def _as_declared(folder: Path, tokenizer: Any, where: str) -> Any:
+    """The tokenizer the folder declares when transformers substituted another that encodes differently.
+
+    transformers 5 loads any tokenizer of a model type it knows (e.g. ``qwen2``) with that type's own
+    class, which rebuilds the normalizer and pre-tokenizer instead of reading them from
+    ``tokenizer.json``. When ``tokenizer_config.json`` declares the generic class (the file as written)
+    and the substitute encodes a probe text differently, the file as written is used, with a warning.
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    if type(tokenizer).__name__ in GENERIC_TOKENIZERS or not (folder / "tokenizer.json").is_file():
+        return tokenizer
+    try:
+        declared = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+    except (OSError, ValueError, AttributeError):
+        return tokenizer
+    if declared not in GENERIC_TOKENIZERS:
+        return tokenizer
+    as_written = PreTrainedTokenizerFast.from_pretrained(folder)
+    if as_written(PROBE_TEXT, add_special_tokens=False)["input_ids"] == tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+        return tokenizer
+    log.warning("%s: transformers would load the tokenizer as %s, which encodes differently from the folder's "
+                "tokenizer.json; using tokenizer.json as written (tokenizer_config.json declares %s)", where,
+                type(tokenizer).__name__, declared)
+    return as_written
+
+
+def _check_loading_info(info: dict[str, Any], where: str) -> None:
+    """transformers fills weights the checkpoint lacks (or has in another shape) with random values and
+    only logs it; an evaluation of such a model would be meaningless, so it is refused."""
+    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda item: item[0])
+    if mismatched:
+        name, stored, expected = mismatched[0]
+        raise InputError(f"{where}: tensor {name} has shape {list(stored)} in the checkpoint but config.json "
+                         f"implies {list(expected)} ({len(mismatched)} tensor(s) differ); the weights do not match "
+                         f"the config")
+    missing = sorted(info.get("missing_keys") or [])
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise InputError(f"{where}: the checkpoint lacks {', '.join(missing[:5])}{more}, which config.json's "
+                         f"model needs; transformers would fill them with random values")
+
+
+def use_chat_template(tokenizer: Any, suite: Suite, model_name: str) -> bool:
+    """Whether ``suite``'s prompts go through ``tokenizer``'s chat template."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if suite.chat_template == "true" and not has_template:
+        raise InputError(f"suite {suite.name!r} asks for the chat template (chat_template: true) but the tokenizer "
+                         f"of model {model_name} has none; set chat_template: auto or false in "
+                         f"{suite.config_file or 'suite.yaml'}")
+    return suite.chat_template == "true" or (suite.chat_template == "auto" and has_template)
+
+
+def prompt_ids(tokenizer: Any, suite: Suite, model_name: str) -> list[list[int]]:
+    """The token ids of every prompt of ``suite`` as ``model_name``'s tokenizer sees it."""
+    if use_chat_template(tokenizer, suite, model_name):
+        system = [{"role": "system", "content": suite.system}] if suite.system else []
+        try:
+            texts = [tokenizer.apply_chat_template(system + [{"role": "user", "content": p}], tokenize=False,
+                                                   add_generation_prompt=True) for p in suite.prompts]
+        except Exception as e:
+            raise InputError(f"model {model_name}: its chat template failed on suite {suite.name!r} "
+                             f"({type(e).__name__}: {_first_line(e)})") from None
+        encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    else:
+        texts = [f"{suite.system}\n\n{p}" if suite.system else p for p in suite.prompts]
+        encoded = [tokenizer(t)["input_ids"] for t in texts]
+    for ids, line in zip(encoded, suite.lines):
+        if not ids:
+            raise InputError(f"{suite.data_file}, line {line}: the prompt gives no tokens with the tokenizer of "
+                             f"model {model_name}")
+    return [list(ids) for ids in encoded]
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Every end-of-sequence id named by the generation config, the model config and the tokenizer."""
+    ids: list[int] = []
+    for value in (getattr(model.generation_config, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+                  tokenizer.eos_token_id):
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, int) and v not in ids:
+                ids.append(v)
+    return ids
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
+              device: torch.device, reporter: Reporter, where: str) -> Iterator[tuple[list[int], list[str], int]]:
+    """Greedy completions in batches: yields (example indices, completion texts, generated tokens)."""
+    from transformers import GenerationConfig
+
+    stops = stop_token_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
+    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+                              eos_token_id=stops or None, pad_token_id=pad,
+                              bos_token_id=getattr(model.generation_config, "bos_token_id", None))
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    for first in range(0, len(order), batch_size):
+        reporter.check()
+        indices = order[first:first + batch_size]
+        width = max(len(prompts[i]) for i in indices)
+        input_ids = torch.full((len(indices), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(indices), width), dtype=torch.long)
+        for row, i in enumerate(indices):
+            ids = prompts[i]
+            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids):] = 1
+        try:
+            with torch.inference_mode(), _quiet_transformers():
+                output = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
+                                        generation_config=config)
+        except torch.OutOfMemoryError:
+            raise InputError(f"{where}: out of memory generating a batch of {len(indices)} prompts of up to "
+                             f"{width} tokens on {device}; use a smaller --batch-size") from None
+        except (RuntimeError, ValueError, IndexError) as e:
+            raise InputError(f"{where}: generation failed ({type(e).__name__}: {_first_line(e)})") from None
+        texts, tokens = [], 0
+        for row in output[:, width:].tolist():
+            stop = next((k for k, t in enumerate(row) if t in stops), None)
+            tokens += len(row) if stop is None else stop + 1  # the end-of-sequence token was generated too
+            texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
+        yield indices, texts, tokens
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"

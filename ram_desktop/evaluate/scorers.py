@@ -1,0 +1,273 @@
+"""Scorers: how a completion earns a reward.
+
+A scorer has the TRL GRPO reward signature ``f(prompts, completions, **columns) -> list[float]``:
+``prompts`` and ``completions`` are lists of strings and every extra column of the suite (``answer``
+and anything else a row carries) arrives as a keyword argument holding one value per example.
+
+Built-in scorers give 0 or 1 and compare with the ``answer`` column:
+
+- ``exact``: the completion, whitespace-stripped, equals the answer (also stripped);
+- ``contains``: the stripped answer occurs in the completion;
+- ``number``: the first number in the completion equals the answer numerically
+  (``1,000`` = ``1000``, ``2.50`` = ``2.5``, ``1e3`` = ``1000``);
+- ``regex:PATTERN``: the stripped completion matches PATTERN as a whole (``re.fullmatch``); the
+  answer is not used.
+
+An answer that is a JSON list accepts any of its items (exact, contains, number).
+
+``python:FILE.py:FUNCTION`` is the user's own reward function, e.g. the one an agent was trained
+with. Parsing a spec (``parse_scorer``, done when a suite is opened) only checks the text and that
+the file exists; the file is executed by ``make_scorer``, which only an evaluation calls, so opening
+a suite or a recipe never runs code. ``ScorerSpec.file`` says which file will run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+import numbers
+import re
+import sys
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+
+from ..core.errors import InputError
+
+if TYPE_CHECKING:
+    from .suites import Suite
+
+ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
+BUILTIN = ("exact", "contains", "number")
+FORMS = "exact, contains, number, regex:PATTERN or python:FILE.py:FUNCTION"
+NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?")
+_module_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class ScorerSpec:
+    """A parsed scorer spec; nothing has been executed. For ``python`` scorers ``file`` is the file
+    an evaluation will run and ``function`` the name it will call."""
+
+    kind: ScorerKind
+    text: str
+    pattern: str | None = None
+    file: Path | None = None
+    function: str | None = None
+
+    @property
+    def needs_answer(self) -> bool:
+        return self.kind in BUILTIN
+
+    def describe(self) -> str:
+        """One line for a window or a log: what scores the suite, and which file runs for a python scorer."""
+        if self.kind == "python":
+            return f"python reward function {self.function}() in {self.file} (runs when the evaluation starts)"
+        if self.kind == "regex":
+            return f"regex full match of {self.pattern!r}"
+        return self.kind
+
+
+def parse_scorer(text: str, base_dir: Path | None = None) -> ScorerSpec:
+    """Check a scorer spec without running anything. A python scorer's file is resolved against
+    ``base_dir`` (the suite's folder; the current folder when None) and must exist."""
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"empty scorer; use {FORMS}")
+    text = text.strip()
+    if text in BUILTIN:
+        return ScorerSpec(text, text)  # type: ignore[arg-type]
+    kind, sep, rest = text.partition(":")
+    if sep and kind == "regex":
+        try:
+            re.compile(rest)
+        except re.error as e:
+            raise InputError(f"scorer {text!r}: not a valid regular expression ({e})") from None
+        return ScorerSpec("regex", text, pattern=rest)
+    if sep and kind == "python":
+        file_text, sep2, function = rest.rpartition(":")
+        if not sep2 or not file_text.endswith(".py") or not function.isidentifier():
+            raise InputError(f"scorer {text!r}: write a python scorer as python:FILE.py:FUNCTION")
+        file = Path(file_text).expanduser()
+        if not file.is_absolute():
+            file = (base_dir or Path.cwd()) / file
+        file = file.resolve()
+        if not file.is_file():
+            raise InputError(f"scorer {text!r}: no such file {file}")
+        return ScorerSpec("python", text, file=file, function=function)
+    raise InputError(f"unknown scorer {text!r}; use {FORMS}")
+
+
+class Scorer:
+    """A callable with the TRL reward signature; ``spec`` says what it is."""
+
+    def __init__(self, spec: ScorerSpec, function: Callable[..., Any]) -> None:
+        self.spec = spec
+        self.function = function
+
+    @property
+    def name(self) -> str:
+        """How messages name the scorer: the built-in's name, or ``FUNCTION in FILE``."""
+        if self.spec.kind == "python":
+            return f"function {self.spec.function} in {self.spec.file}"
+        return f"scorer {self.spec.text!r}"
+
+    def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float]:
+        return self.function(prompts, completions, **columns)
+
+    def check(self, suite: "Suite") -> None:
+        """Refuse a suite this scorer cannot score before anything is generated: a built-in scorer
+        needs an answer on every row (a number for ``number``)."""
+        if not self.spec.needs_answer:
+            return
+        answers = suite.columns.get("answer")
+        for i, line in enumerate(suite.lines):
+            answer = answers[i] if answers is not None else None
+            if answer is None or answer == []:
+                raise InputError(f"{suite.data_file}, line {line}: no \"answer\"; the {self.spec.kind} scorer "
+                                 f"compares the completion with it")
+            if self.spec.kind == "number":
+                for item in answer if isinstance(answer, list) else [answer]:
+                    if _answer_number(item) is None:
+                        raise InputError(f"{suite.data_file}, line {line}: the answer {item!r} is not a number; "
+                                         f"the number scorer needs one")
+
+    def score(self, suite: "Suite", completions: Sequence[str]) -> list[float]:
+        """Rewards for ``completions`` of ``suite``'s prompts (in order), checked: one finite number each.
+
+        A scorer that raises or returns anything else becomes an ``InputError`` naming the suite and
+        the function."""
+        n = len(suite.prompts)
+        if len(completions) != n:
+            raise ValueError(f"{len(completions)} completions for {n} prompts")
+        where = f"suite {suite.name!r} ({suite.data_file}): {self.name}"
+        try:
+            rewards = self(list(suite.prompts), list(completions), **{k: list(v) for k, v in suite.columns.items()})
+        except InputError:
+            raise
+        except Exception as e:
+            raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
+        if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
+            rewards = rewards.tolist()  # a numpy array or torch tensor
+        if not isinstance(rewards, (list, tuple)):
+            raise InputError(f"{where} returned {type(rewards).__name__}; a reward function returns a list with "
+                             f"one number per completion ({n})")
+        if len(rewards) != n:
+            raise InputError(f"{where} returned {len(rewards)} scores for {n} completions; it must return one "
+                             f"per completion")
+        values = []
+        for i, r in enumerate(rewards):
+            value = _as_float(r)
+            if value is None or not math.isfinite(value):
+                raise InputError(f"{where} returned {r!r} as the score of example {i + 1} "
+                                 f"({suite.data_file}, line {suite.lines[i]}); scores must be finite numbers")
+            values.append(value)
+        return values
+
+
+def make_scorer(spec: str | ScorerSpec, base_dir: Path | None = None) -> Scorer:
+    """The scorer for ``spec``. A ``python:`` scorer's file is executed here (the user's own code):
+    call this only when an evaluation starts."""
+    if isinstance(spec, str):
+        spec = parse_scorer(spec, base_dir)
+    if spec.kind == "exact":
+        return Scorer(spec, _per_example(lambda c, a: c.strip() == _answer_text(a).strip()))
+    if spec.kind == "contains":
+        return Scorer(spec, _per_example(lambda c, a: _answer_text(a).strip() in c))
+    if spec.kind == "number":
+        return Scorer(spec, _per_example(_same_number))
+    if spec.kind == "regex":
+        pattern = re.compile(spec.pattern or "")
+        return Scorer(spec, lambda prompts, completions, **_: [float(pattern.fullmatch(c.strip()) is not None)
+                                                               for c in completions])
+    return Scorer(spec, _load_function(spec))
+
+
+def _per_example(match: Callable[[str, Any], bool]) -> Callable[..., list[float]]:
+    """A reward function from a per-example comparison with the answer; a list answer accepts any item."""
+
+    def reward(prompts: list[str], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
+        return [float(any(match(c, item) for item in (a if isinstance(a, list) else [a])))
+                for c, a in zip(completions, answer)]
+
+    return reward
+
+
+def _answer_text(answer: Any) -> str:
+    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+
+
+def _answer_number(answer: Any) -> Decimal | None:
+    if isinstance(answer, bool):
+        return None
+    if isinstance(answer, (int, float)):
+        text = repr(answer)
+    elif isinstance(answer, str):
+        text = answer.strip().replace(",", "")
+    else:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def first_number(completion: str) -> Decimal | None:
+    """The first number written in ``completion`` (thousands separators allowed), or None."""
+    m = NUMBER.search(completion)
+    return Decimal(m.group(0).replace(",", "")) if m else None
+
+
+def _same_number(completion: str, answer: Any) -> bool:
+    found, expected = first_number(completion), _answer_number(answer)
+    return found is not None and expected is not None and found == expected
+
+
+def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
+    """Execute the scorer's file as a fresh module and return its function (the file's folder is on
+    ``sys.path`` while it loads, so it can import its neighbours)."""
+    file, name = spec.file, spec.function
+    assert file is not None and name is not None
+    if not file.is_file():
+        raise InputError(f"scorer {spec.text!r}: no such file {file}")
+    stem = re.sub(r"\W", "_", file.stem)
+    module_name = f"_ram_eval_scorer_{next(_module_counter)}_{stem}"
+    import_spec = importlib.util.spec_from_file_location(module_name, file)
+    if import_spec is None or import_spec.loader is None:
+        raise InputError(f"scorer {spec.text!r}: {file} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(import_spec)
+    sys.modules[module_name] = module
+    sys.path.insert(0, str(file.parent))
+    try:
+        import_spec.loader.exec_module(module)
+    except Exception as e:
+        sys.modules.pop(module_name, None)
+        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {_first_line(e)}") from None
+    finally:
+        try:
+            sys.path.remove(str(file.parent))
+        except ValueError:
+            pass
+    function = getattr(module, name, None)
+    if function is None:
+        raise InputError(f"{file}: has no function {name!r} (scorer {spec.text!r})")
+    if not callable(function):
+        raise InputError(f"{file}: {name!r} is not a function (scorer {spec.text!r})")
+    return function
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a numpy scalar or 0-d tensor
+        item = value.item()
+        return float(item) if isinstance(item, numbers.Real) else None
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"

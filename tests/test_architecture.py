@@ -1,0 +1,105 @@
+"""The layering rules of docs/engine.md, checked on the source: no import cycle anywhere in
+``ram_desktop`` (imports at module level and inside functions alike)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ram_desktop"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The ``ram_desktop`` modules ``name`` imports anywhere in its source (``from X import Y`` counts
+    as an import of ``X.Y`` when that is a module, else of ``X``); imports under ``if TYPE_CHECKING:``
+    are for type checkers only and never run, so they do not count."""
+    is_package = path.name == "__init__.py"
+    tree = ast.parse(path.read_text(), str(path))
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                 for stmt in block.body for n in ast.walk(stmt)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                target = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("ram_desktop"):
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in modules else target)
+    found.discard(name)
+    return {m for m in found if m in modules}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_walker_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycles_in_ram_desktop():
+    modules = all_modules()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    assert "ram_desktop.core.formats.base" in graph["ram_desktop.core.formats.hub"]  # the walker sees imports
+    assert "ram_desktop.core.formats.hub" in graph["ram_desktop.core.formats"]  # ... function-level ones too
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_core_never_imports_the_faces():
+    modules = all_modules()
+    for name, path in modules.items():
+        if name.startswith(("ram_desktop.core", "ram_desktop.evaluate")):
+            faces = {m for m in imports_of(name, path, modules)
+                     if m.startswith(("ram_desktop.gui", "ram_desktop.cli"))}
+            assert not faces, f"{name} imports {faces}"
+            assert "PySide6" not in path.read_text(), name
