@@ -134,11 +134,11 @@ class InspectAccumulator:
             return hist
         taus = chunk.taus
         size = taus.shape[1]
-        positive = torch.gt(taus, chunk.eps, out=chunk._buffer("inspect_positive", tuple(taus.shape), taus.dtype))
+        positive = torch.gt(taus, chunk.eps, out=chunk.scratch("inspect_positive", tuple(taus.shape), taus.dtype))
         # key = p + Σ_t [τ_t > ε]·2^(N+t): the sign part as one matrix-vector product (exact small integers)
         _, high = _key_weights(n, str(taus.device), taus.dtype)
-        acc = torch.mv(positive.t(), high, out=chunk._buffer("inspect_acc", (size,), taus.dtype))
-        keys = chunk._buffer("inspect_keys", (size,), torch.int32)
+        acc = torch.mv(positive.t(), high, out=chunk.scratch("inspect_acc", (size,), taus.dtype))
+        keys = chunk.scratch("inspect_keys", (size,), torch.int32)
         keys.copy_(acc)
         keys.add_(pattern)
         joint = torch.bincount(keys, minlength=1 << (2 * n)).cpu()
@@ -154,7 +154,7 @@ class InspectAccumulator:
         signed = both = None
         if n > JOINT_MAX_AGENTS:
             taus, m = chunk.taus, chunk.mask_values
-            sign = torch.mul(taus, m, out=chunk._buffer("inspect_sign", tuple(taus.shape), taus.dtype)).sign_()
+            sign = torch.mul(taus, m, out=chunk.scratch("inspect_sign", tuple(taus.shape), taus.dtype)).sign_()
             exact = size < EXACT_FLOAT32_SUM or taus.dtype == torch.float64
             s_ = sign if exact else sign.to(torch.float64)
             signed = torch.mm(s_, s_.t()).round().to(torch.int64).cpu()
@@ -423,7 +423,7 @@ def _trim_keep(report, density: float, scope: str) -> list[float]:
     """TIES's trim: per agent, the share of its updated elements among the ⌊k·n⌋ it keeps per scope,
     (every updated element outranks every other one: |τ| > ε ≥ the rest). Exact for the count of
     kept elements; it ignores which of an agent's elements the trim drops (the smallest ones)."""
-    from .baselines import keep_count
+    from .methods.baselines import keep_count
 
     n = len(report.agents)
     if scope == "model":
