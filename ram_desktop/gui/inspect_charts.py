@@ -13,8 +13,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
 
-from ..core.inspection import (ESTIMATED, KEEP_METHODS, OTHER_ROW, layer_of, module_grid, module_kind,
-                               ulp_bin_labels, would_keep)
+from ..core.inspection import OTHER_ROW, layer_of, module_grid, module_kind, ulp_bin_labels
+from ..core.would_keep import ESTIMATED, KEEP_METHODS, would_keep
 from ..core.methods import get_method
 from ..core.probe import ProbeReport
 from .charts import FOREGROUND, _html, _plot, agent_color, shade

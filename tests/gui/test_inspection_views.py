@@ -9,7 +9,8 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QImage, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
-from ram_desktop.core.inspection import module_grid, would_keep
+from ram_desktop.core.inspection import module_grid
+from ram_desktop.core.would_keep import would_keep
 from ram_desktop.core.probe import ProbeReport
 
 from .conftest import analyse, load_sources
