@@ -18,8 +18,19 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parent))
 
-from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtCore import QEvent, QPointF, QSettings, Qt  # noqa: E402
+from PySide6.QtGui import QMouseEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
+
+
+def hover_cell(app, heatmap, agent: int, row: int, column: int) -> None:
+    """Move the mouse over a heat map cell, as a user does (the read-out follows the pointer)."""
+    scene = heatmap.cell_center(agent, row, column)
+    view = heatmap.graphics
+    pos = QPointF(view.mapFromScene(scene))
+    event = QMouseEvent(QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton,
+                        Qt.NoModifier)
+    app.sendEvent(view.viewport(), event)
 
 
 def main() -> int:
@@ -60,9 +71,19 @@ def main() -> int:
     shot("2-analysis")
     window.analysis.tabs.setCurrentIndex(1)
     shot("2b-overlap")
-    window.analysis.tabs.setCurrentIndex(2)
-    shot("2c-layers")
-    window.analysis.tabs.setCurrentIndex(0)
+    tabs = window.analysis.tabs
+    views = [("2c-heatmap", window.analysis.heatmap), ("2d-tensors", window.analysis.tensors),
+             ("2e-sets", window.analysis.intersections), ("2f-signs", window.analysis.pairs),
+             ("2g-ulps", window.analysis.ulps), ("2h-would-keep", window.analysis.would_keep),
+             ("2i-layers", window.analysis.layers)]
+    for name, widget in views:
+        tabs.setCurrentWidget(widget)
+        if widget is window.analysis.heatmap:  # show the hover read-out of one cell
+            hover_cell(app, widget, 1, 3, 1)
+        if widget is window.analysis.tensors:  # sorted by the first agent's unique share
+            widget.table.sortByColumn(5, Qt.DescendingOrder)
+        shot(name)
+    tabs.setCurrentIndex(0)
 
     window.chunk_elements = 256  # slow the tiny demo merge down so that it can be photographed
     window.method.set_out_dtype("float32")

@@ -112,11 +112,11 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
     order, and as many passes as it asks for).
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
-    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them is
-    computed again, completely."""
+    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
+    without the inspection statistics (an older cache) is computed again, completely."""
     collectors = list(collectors)
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
-    if cached is not None and len(cached.agents) == plan.n_agents and (cached.has_survival or not survival):
+    if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:

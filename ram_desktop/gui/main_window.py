@@ -239,7 +239,7 @@ class MainWindow(QMainWindow):
         right = QSplitter(Qt.Vertical)
         # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
         self.steps = QTabWidget()
-        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, ρ and λ")
+        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
         right.addWidget(self.steps)
@@ -281,6 +281,9 @@ class MainWindow(QMainWindow):
             lambda _: self.settings.setValue("device", self.method.device.currentData()))
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
         self._connect_evaluation()
+        # charts not on screen wait while a merge runs and while its charts are saved (see AnalysisPanel.hold)
+        self.analysis.hold = lambda: ((self.job is not None and self.job_kind == "merge") or bool(self._pending_charts)
+                                      or self.chart_job is not None)
 
         self._restore_settings()
         self._update_actions()
@@ -305,7 +308,8 @@ class MainWindow(QMainWindow):
         self.open_action = QAction("&Open recipe…", self, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
         self.save_action = QAction("&Save recipe…", self, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
         self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
-        self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
+        self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
+                                      "ulps, would keep, per layer) into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
         self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
         self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
@@ -702,7 +706,7 @@ class MainWindow(QMainWindow):
             self._method_changed()
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
-        self._pending_charts = self._chart_targets(result.out)
+        self._pending_charts = self._chart_targets(result.out, every_view=False)
         self._saved_charts = []
 
     def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
@@ -724,21 +728,34 @@ class MainWindow(QMainWindow):
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
-    def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
+    def _chart_targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
+        """Where each analysis view is saved. A merge's output folder gets the overview (density,
+        overlap, per layer: drawn ahead, so saving them never stalls the window); File ▸ Export charts
+        gets every view."""
         if self.report is None:
             return []
-        return [(Path(folder) / "density.png", self.analysis.density),
-                (Path(folder) / "overlap.png", self.analysis.overlap),
-                (Path(folder) / "layers.png", self.analysis.layers.graphics)]
+        a = self.analysis
+        views = [(Path(folder) / "density.png", a.density),
+                (Path(folder) / "overlap.png", a.overlap),
+                (Path(folder) / "layers.png", a.layers.graphics),
+                (Path(folder) / "heatmap.png", a.heatmap),
+                (Path(folder) / "tensors.png", a.tensors),
+                (Path(folder) / "intersections.png", a.intersections),
+                (Path(folder) / "pairs.png", a.pairs),
+                (Path(folder) / "ulps.png", a.ulps),
+                (Path(folder) / "would-keep.png", a.would_keep)]
+        overview = {"density.png", "overlap.png", "layers.png"}
+        return views if every_view else [(p, w) for p, w in views if p.name in overview]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
         """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
         each, one per event-loop turn); PNG encoding and writing happen in a worker thread."""
-        if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
-            QTimer.singleShot(0, lambda: self._save_next_chart(then))
-            return
         if self._pending_charts:
-            path, widget = self._pending_charts.pop(0)
+            path, widget = self._pending_charts[0]
+            if self.analysis.draw_now(widget):  # not drawn yet: drawn in this turn, saved in the next
+                QTimer.singleShot(0, lambda: self._save_next_chart(then))
+                return
+            self._pending_charts.pop(0)
             self._chart_images.append((path, widget.grab().toImage()))
             QTimer.singleShot(0, lambda: self._save_next_chart(then))
             return
@@ -778,6 +795,7 @@ class MainWindow(QMainWindow):
         """Save the analysis charts as PNG files into ``folder`` now; return their names."""
         names = []
         for path, widget in self._chart_targets(folder):
+            self.analysis.draw_now(widget)  # a view still waiting in the drawing queue
             try:
                 export_png(widget, path)
                 names.append(path.name)
