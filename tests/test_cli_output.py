@@ -130,7 +130,7 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
             "import ram_desktop.core.engine as e; e.DEFAULT_CHUNK_ELEMENTS = 64; "
             "e.MergeRequest.__dataclass_fields__['chunk_elements'].default = 64; "
             "from ram_desktop.cli import entry; sys.argv[0] = 'ram-merge'; entry()")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAM_DESKTOP_KERNELS="0")  # the torch path: slow enough at 64 elements
     proc = subprocess.Popen([sys.executable, "-c", code, "merge", str(base), *map(str, agents), "--out", str(out),
                              "--method", "ram"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
