@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,23 +15,6 @@ pytest.importorskip("pytestqt")
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-
-# PySide6 6.12.0 (the pinned version) drops one reference to Python's None on every call of a Qt
-# method that returns nothing (and to True / False for some that return a bool) (measured: 200,000 calls of QWidget.setMinimumHeight crash Python 3.11
-# with "none_dealloc"; 6.11.0 does not). A whole GUI test session makes enough such calls to run None's
-# count out. Until the pin moves, the session takes spare references that it never gives back (a list
-# would return them at exit, before Qt's last objects are freed), so that the suite measures the
-# application, not that bug. (Python 3.12+ makes None immortal; nothing to do there.)
-if sys.version_info < (3, 12):
-    import ctypes
-
-    _incref = ctypes.pythonapi.Py_IncRef
-    _incref.argtypes = [ctypes.py_object]
-    for _ in range(1_000_000):
-        _incref(None)
-        _incref(True)  # bool results lose references the same way
-        _incref(False)
 
 
 @pytest.fixture(scope="session")
