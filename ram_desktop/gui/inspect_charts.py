@@ -17,7 +17,7 @@ from ..core.inspection import OTHER_ROW, layer_of, module_grid, module_kind, ulp
 from ..core.would_keep import ESTIMATED, KEEP_METHODS, would_keep
 from ..core.methods import get_method
 from ..core.probe import ProbeReport
-from .charts import FOREGROUND, _html, _plot, agent_color, shade
+from .charts import FOREGROUND, _html, _plot, agent_color, shade, small_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
 COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
@@ -106,8 +106,8 @@ class ModuleHeatmaps(QWidget):
 
     def _build(self) -> None:
         self.plot = _plot(self.graphics, row=0, col=0)
-        self.plot.getAxis("bottom").setStyle(tickFont=QFont("", 7))
-        self.plot.getAxis("left").setStyle(tickFont=QFont("", 7))
+        self.plot.getAxis("bottom").setStyle(tickFont=small_font(7))
+        self.plot.getAxis("left").setStyle(tickFont=small_font(7))
         self.cmap = pg.colormap.get("viridis")
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
         self.colorbar.axis.enableAutoSIPrefix(False)
@@ -650,7 +650,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
         ticks = [(i, SHORT_METHODS[name] + (" ≈" if name in ESTIMATED else "")) for i, name in enumerate(KEEP_METHODS)]
         plot.getAxis("bottom").setTicks([ticks])
-        plot.getAxis("bottom").setStyle(tickFont=QFont("", 8))
+        plot.getAxis("bottom").setStyle(tickFont=small_font(8))
         _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")
         _label(plot, "left", "kept", units="%")
         _label(plot, "bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
