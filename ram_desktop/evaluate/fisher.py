@@ -52,8 +52,7 @@ from ..core.formats.safetensors_format import SafetensorsStreamWriter
 from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
 from ..core.output import check_output, staging_folder
 from ..core.recipe import parse_size
-from .runner import (_as_declared, _check_loading_info, _first_line, _quiet_transformers, check_loadable, prompt_ids,
-                     require_transformers, stop_token_ids)
+from .runner import _quiet_transformers, check_loadable, load_model, prompt_ids, require_transformers, stop_token_ids
 from .suites import Suite, load_suite
 
 log = logging.getLogger("ram_desktop")
@@ -173,26 +172,7 @@ def _versions() -> dict[str, str]:
 
 def _load(folder: Path, name: str, device: torch.device) -> tuple[Any, Any]:
     """The model in float32, in eval mode (no dropout), with gradients on every parameter."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    where = f"model {name} ({folder})"
-    with _quiet_transformers():
-        try:
-            tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
-        except InputError:
-            raise
-        except Exception as e:
-            raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
-                             f"{_first_line(e)})") from None
-        try:
-            model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, trust_remote_code=False,
-                                                               ignore_mismatched_sizes=True, output_loading_info=True)
-        except Exception as e:
-            raise InputError(f"{where}: transformers cannot load it as a causal language model "
-                             f"({type(e).__name__}: {_first_line(e)})") from None
-    _check_loading_info(info, where)
-    model.to(device)
-    model.eval()
+    model, tokenizer = load_model(folder, name, device, torch.float32)
     for p in model.parameters():
         p.requires_grad_(True)
     return model, tokenizer
