@@ -2,7 +2,7 @@
 
 import sys
 
-CLI_COMMANDS = {"probe", "merge", "run", "demo", "eval", "compare", "export-mergekit", "publish", "--version", "-h", "--help", "-q", "--quiet"}
+CLI_COMMANDS = {"probe", "merge", "run", "demo", "eval", "compare", "export-mergekit", "publish", "fisher", "--version", "-h", "--help", "-q", "--quiet"}
 
 
 def main() -> None:

@@ -85,8 +85,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
-    p = sub.add_parser("demo", help="write the built-in demo base and agents")
+    p = sub.add_parser("demo", help="write the built-in demo: base, three RL-trained agents, their test suites, demo.json")
     p.add_argument("dir", type=Path)
+
+    p = sub.add_parser("fisher", help="estimate an agent's diagonal Fisher information on its calibration suite")
+    p.add_argument("agent", help="agent model folder (Hugging Face layout) or Hub id org/name[@rev]")
+    p.add_argument("--suite", required=True, metavar="SUITE", help="calibration suite (JSONL file or suite folder)")
+    p.add_argument("--out", type=Path, required=True, help="output folder for fisher.safetensors and fisher.json")
+    p.add_argument("--examples", type=int, default=256, help="calibration examples (default 256; paper 256-2048)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--shard-size", default="5GB", help="largest Fisher shard (default 5GB)")
+    p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
     p = sub.add_parser("export-mergekit", help="write the closest mergekit YAML for a recipe, differences as comments")
     p.add_argument("recipe", type=Path)
@@ -114,12 +123,15 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     shard size, overwrite."""
     for name, takers in method_flags().items():
         first = takers[0][1]
+        if first.flag in p._option_string_actions:  # compare's own --suite (evaluation) keeps its meaning
+            continue
         kwargs = {"choices": first.choices} if first.choices else {}
         by_text: dict[str, list[str]] = {}
         for method_name, prm in takers:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
-        p.add_argument(first.flag, dest=f"param_{name}", metavar=name.upper(), type=first.kind, default=None,
+        metavar = f"{name.upper()},..." if first.per_agent else name.upper()
+        p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=first.kind, default=None,
                        help=text, **kwargs)
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
                    help="output dtype (default: the base's)")
@@ -203,14 +215,18 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "demo":
         from .core.demo import write_demo
 
+        from .core.demo import read_manifest
+
         base, agents = write_demo(args.dir)
         print(f"demo base: {base}")
-        for a in agents:
-            print(f"demo agent: {a}")
+        for a in read_manifest(args.dir)["agents"]:
+            print(f"demo agent: {a['path']}  (suite {a['suite']})")
         print(f"try: ram-merge merge {base} {' '.join(map(str, agents))} --out {Path(args.dir) / 'merged'}")
         return EXIT_OK
     if args.command == "eval":
         return _eval(args, reporter)
+    if args.command == "fisher":
+        return _fisher(args, reporter)
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
@@ -249,7 +265,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         for warning in loaded.warnings:
             log.warning("%s", warning)
         session = Session.from_recipe(loaded.recipe)
-    result = engine.merge(session.to_request(args.out, overwrite=args.overwrite), reporter)
+    request = session.to_request(args.out, overwrite=args.overwrite)  # every input checked before any estimate
+    if session.method == "fisher":
+        from .evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
+    result = engine.merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
@@ -280,6 +301,16 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
         print(result.evaluation.table())
     drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
     print(f"compared {len(variants)} variants in {args.out} ({COMPARE_JSON}{drawn})")
+    return EXIT_OK
+
+
+def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .evaluate.fisher import write_fisher
+
+    info = write_fisher(args.agent, args.suite, args.out, args.examples, args.device, reporter, args.overwrite,
+                        args.shard_size)
+    print(f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
+          f"{info['completion_tokens']} completion tokens, {info['seconds']:.1f} s -> {args.out}")
     return EXIT_OK
 
 

@@ -91,6 +91,8 @@ class Chunk:
     _pattern: torch.Tensor | None = field(default=None, repr=False)
     _mask_values: torch.Tensor | None = field(default=None, repr=False)
     _masked_sum: torch.Tensor | None = field(default=None, repr=False)
+    # per-agent auxiliary slices (``MergeMethod.aux_inputs``): key -> one raw slice per agent, as stored
+    aux: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
 
     @property
     def n_agents(self) -> int:
@@ -222,6 +224,9 @@ def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader,
             # each source is read under its own tensor name (a tied lm_head is read from the embedding)
             base = reader.read(job.base.file, job.base.name, span, job.shape)
             agents = [reader.read(a.file, a.name, span, job.shape) for a in job.agents] if job.mergeable else []
+            if job.mergeable:  # auxiliary per-agent inputs follow the agents, in plan.aux order
+                agents += [reader.read(a.file, a.name, span, a.shape)
+                           for aux in plan.aux.values() for a in aux.tensors[index]]
             yield index, span, base, agents
 
 
@@ -324,8 +329,13 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
 def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
                eps: float, workspace: Workspace | None = None) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
-    probe included): no task-vector entry is NaN or ±Inf."""
+    probe included): no task-vector entry is NaN or ±Inf. Slices after the agents' are the plan's auxiliary
+    inputs (``plan.aux``, in its order), handed to the chunk as ``chunk.aux``."""
+    n = plan.n_agents if plan.jobs[job_index].mergeable else len(agent_raws)
+    agent_raws, aux_raws = agent_raws[:n], agent_raws[n:]
     chunk = make_chunk(job_index, plan.jobs[job_index], span, base_raw, agent_raws, eps, workspace)
+    for k, key in enumerate(plan.aux):
+        chunk.aux[key] = aux_raws[k * n:(k + 1) * n]
     if not chunk.all_finite():
         for t in range(chunk.n_agents):
             if not bool(torch.isfinite(chunk.taus[t]).all()):

@@ -25,7 +25,7 @@ from .events import Reporter
 from .methods import Collector, get_method
 from .output import DTYPE_NAMES, ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .passes import Variant, merge_pass, probe_pass
-from .plan import MergePlan, make_plan
+from .plan import AuxInput, MergePlan, check_aux, make_plan
 from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
 from .transfer import Transfer
@@ -112,11 +112,11 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
     order, and as many passes as it asks for).
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
-    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them is
-    computed again, completely."""
+    do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
+    without the inspection statistics (an older cache) is computed again, completely."""
     collectors = list(collectors)
     cached = load_cached(plan.fingerprint(), eps) if use_cache else None
-    if cached is not None and len(cached.agents) == plan.n_agents and (cached.has_survival or not survival):
+    if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:
@@ -220,7 +220,9 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
                        request.vocab, outs[0])
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
     plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
-    outs = [check_output(o, [base, *agents], request.overwrite, plan.out_bytes * len(outs)) for o in outs]
+    aux = _aux_inputs(plan, methods, params)
+    inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
+    outs = [check_output(o, inputs, request.overwrite, plan.out_bytes * len(outs)) for o in outs]
 
     timings: dict[str, float] = {}
     collectors = [m.collector(p, plan) if m.collector else None for m, p in zip(methods, params)]
@@ -239,6 +241,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
                     for m, p, ctx, folder in zip(methods, params, contexts, folders)]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
+        plan.aux.update(aux)  # read beside the agents in the merge pass only (the probe pass needs none)
         try:
             merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator)
         except BaseException:
@@ -268,6 +271,19 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out,
                  seconds)
     return results
+
+
+def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str, AuxInput]:
+    """Every variant's per-agent auxiliary checkpoints (``MergeMethod.aux_inputs``), opened (headers only)
+    and checked against the plan before anything is read or written."""
+    aux: dict[str, AuxInput] = {}
+    for method, p in zip(methods, params):
+        if method.aux_inputs is None:
+            continue
+        for key, checkpoints in method.aux_inputs(p).items():
+            if key not in aux:
+                aux[key] = check_aux(plan, key, checkpoints, method.label)
+    return aux
 
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,

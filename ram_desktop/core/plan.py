@@ -63,6 +63,7 @@ class MergePlan:
     jobs: list[TensorJob]
     out_dtype: str
     warnings: list[str] = field(default_factory=list)
+    aux: dict[str, "AuxInput"] = field(default_factory=dict)  # per-agent auxiliary inputs (``attach_aux``)
 
     @property
     def n_agents(self) -> int:
@@ -98,6 +99,53 @@ class MergePlan:
         for job in self.mergeable_jobs:
             h.update(f"{job.name}{job.shape}".encode())
         return h.hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class AuxInput:
+    """Per-agent auxiliary tensors read beside the agents (e.g. each agent's Fisher information):
+    for every mergeable job, one tensor per agent with that agent's tensor name and shape."""
+
+    key: str
+    what: str  # how messages name these files, e.g. "Fisher"
+    checkpoints: tuple[Checkpoint, ...]
+    tensors: dict[int, tuple[TensorInfo, ...]]  # job index -> one per agent
+
+
+def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: str) -> AuxInput:
+    """Check per-agent auxiliary checkpoints against the plan (the reader streams them once they are
+    in ``plan.aux[key]``: the engine puts them there for the pass that needs them).
+
+    Agent t's file must hold a floating tensor for every tensor the plan merges, under the name and
+    with the shape agent t stores it, and nothing the agent does not store; otherwise ``InputError``
+    naming the file, the tensors and both shapes."""
+    if len(checkpoints) != plan.n_agents:
+        raise InputError(f"{len(checkpoints)} {what} files for {plan.n_agents} agents; give one per agent, "
+                         f"in agent order ({', '.join(plan.names)})")
+    tensors: dict[int, list[TensorInfo]] = {i: [] for i, j in enumerate(plan.jobs) if j.mergeable}
+    for t, (agent, ckpt) in enumerate(zip(plan.agents, checkpoints)):
+        where = f"{what} file {ckpt.display} of agent {plan.names[t]!r}"
+        needed = {plan.jobs[i].agents[t].name for i in tensors}
+        missing = sorted(needed - ckpt.tensors.keys())
+        extra = sorted(ckpt.tensors.keys() - {n for n, i in agent.tensors.items() if i.is_float})
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"lacks {_listing(missing)}")
+            if extra:
+                parts.append(f"has tensors the agent does not ({_listing(extra)})")
+            raise InputError(f"{where} {' and '.join(parts)}; it was not computed for this agent — "
+                             f"compute it again for {agent.display}")
+        for i in tensors:
+            info = plan.jobs[i].agents[t]
+            aux = ckpt.tensors[info.name]
+            if aux.shape != info.shape:
+                raise InputError(f"{where}: tensor {info.name!r} has shape {list(aux.shape)} but "
+                                 f"{list(info.shape)} in the agent {agent.display}; compute it again for this agent")
+            if not aux.is_float:
+                raise InputError(f"{where}: tensor {info.name!r} is {aux.dtype}, not a floating-point tensor")
+            tensors[i].append(aux)
+    return AuxInput(key, what, tuple(checkpoints), {i: tuple(v) for i, v in tensors.items()})
 
 
 def default_names(agents: list[Checkpoint]) -> list[str]:

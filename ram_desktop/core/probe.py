@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .chunks import PATTERN_MAX_AGENTS, Chunk
+from .inspection import InspectAccumulator, InspectStats
 from .plan import MergePlan
 
 FORMAT = "ram-probe/1"
@@ -68,6 +69,14 @@ class ProbeReport:
     # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
     # ``survival`` is then empty, and the Analyze step (engine.probe) computes a complete probe instead.
     has_survival: bool = True
+    # the inspection views' statistics (SPEC.md section 10); None in a probe computed without them
+    # (the merge's pass 1) and in a cached report written before they existed
+    inspect: InspectStats | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Everything the Analyze step shows: the λ* histograms and the inspection statistics."""
+        return self.has_survival and self.inspect is not None
 
     @property
     def names(self) -> list[str]:
@@ -116,6 +125,7 @@ class ProbeReport:
             "tensor_stats": [asdict(t) for t in self.tensor_stats],
             "has_survival": self.has_survival,
             "rescale_survival": {"step": SURVIVAL_STEP, "bins": SURVIVAL_BINS, "hist": self.survival},
+            **(self.inspect.to_json(self.names) if self.inspect is not None else {}),
         }
 
     @classmethod
@@ -126,14 +136,15 @@ class ProbeReport:
                              a["density"]) for a in data["agents"]]
         return cls(data["eps"], data["params"], data["tensors"], agents,
                    [TensorStats(**t) for t in data["tensor_stats"]], data["rescale_survival"]["hist"],
-                   data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)))
+                   data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)),
+                   InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]))
 
     def renamed(self, names: list[str], sources: list[str]) -> "ProbeReport":
         """The same statistics under other agent names (a cached probe reused with new names)."""
         agents = [AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
                   for a, n, s in zip(self.agents, names, sources)]
         return ProbeReport(self.eps, self.params, self.tensors, agents, self.tensor_stats, self.survival,
-                           self.fingerprint, self.warnings, self.has_survival)
+                           self.fingerprint, self.warnings, self.has_survival, self.inspect)
 
 
 def _strip(name: str) -> str:
@@ -166,6 +177,10 @@ class ProbeAccumulator:
         self._survival_all = torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
         self._nonfinite: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # add() may run in several compute threads
+        # the inspection views' statistics come with the complete (Analyze) probe only
+        self.inspect = (InspectAccumulator(self.n, [j.base.dtype for j in plan.jobs],
+                                           [math.prod(j.shape[1:]) if j.shape else 1 for j in plan.jobs])
+                        if survival else None)
 
     def add(self, chunk: Chunk) -> None:
         n = self.n
@@ -175,7 +190,10 @@ class ProbeAccumulator:
         # One bincount of the update pattern p_i = Σ_t m_t,i·2^t gives every count at once:
         # agent t's overlap[k] sums the patterns that contain t and have k+1 bits set.
         pattern = chunk.pattern
-        hist = torch.bincount(pattern, minlength=1 << n).cpu()
+        if self.inspect is not None:  # the same histogram, counted together with the signs
+            hist = self.inspect.pattern_histogram(chunk)
+        else:
+            hist = torch.bincount(pattern, minlength=1 << n).cpu()
         self.add_pattern_counts(chunk.job_index, hist)
         if self.with_survival and int(hist[_unique_patterns(n)].sum()) > 0:
             # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
@@ -217,6 +235,8 @@ class ProbeAccumulator:
         keys = masks * counts + torch.arange(n, device=counts.device, dtype=torch.int32)[:, None] * (n + 1)
         hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1).cpu()
         self._add_overlap(chunk.job_index, hist)
+        if self.inspect is not None:
+            self.inspect.add(chunk)
         if self.with_survival:
             unique = counts == 1
             for t in range(n):
@@ -250,8 +270,9 @@ class ProbeAccumulator:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
         survival = ({d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
                     if self.with_survival else {})
+        inspect = self.inspect.finish([a.updated for a in agents]) if self.inspect is not None else None
         return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
-                           plan.fingerprint(), warnings, self.with_survival)
+                           plan.fingerprint(), warnings, self.with_survival, inspect)
 
 
 @functools.lru_cache(maxsize=None)

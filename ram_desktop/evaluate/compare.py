@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -20,6 +20,7 @@ from ..core.engine import MergeResult, merge_variants
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.session import Session, Variant
+from .fisher import resolve_fisher_params
 from .results import EvalResult, ModelRef
 
 log = logging.getLogger("ram_desktop")
@@ -43,24 +44,27 @@ class CompareResult:
         return data
 
 
-def compare(session: Session, variants: Sequence[Variant], folder: str | Path, suites: Sequence[str | Path] = (),
+def compare(session: Session, variants: Sequence[Variant], folder: str | Path, suites: Sequence[Any] = (),
             overwrite: bool = False, reporter: Reporter | None = None, device: str | None = None,
             batch_size: int = 8, limit: int | None = None, token: str | None = None,
             **engine_options: Any) -> CompareResult:
     """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
     ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
     checked before anything is merged."""
-    from . import evaluate, load_suite
+    from . import Suite, evaluate, load_suite
 
     reporter = reporter or Reporter()
     if not variants:
         raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
     folder = Path(folder).expanduser()
-    loaded = [load_suite(s) for s in suites]
+    loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
     for suite in loaded:
         suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
     specs = session.variant_specs(list(variants), folder)
-    request = session.to_request(folder, overwrite=overwrite, token=token, **engine_options)
+    # the shared parameters reach the variants through their specs; the session's own method need not take them
+    request = replace(session, params={}).to_request(folder, overwrite=overwrite, token=token, **engine_options)
+    specs = [replace(spec, params=resolve_fisher_params(spec.method, spec.params, session.agents, session.device,
+                                                        reporter)) for spec in specs]
     merges = merge_variants(request, specs, reporter)
     evaluation = None
     if loaded:

@@ -114,10 +114,17 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
     progress.report("starting")
     completions: list[list[list[str]]] = []
     rewards: list[list[list[float]]] = []
+    # A full collection scans every object of the process (modules, a window's widgets) while holding the
+    # GIL: 0.3-0.6 s with transformers imported, in which a window cannot draw. Frozen objects are left out
+    # of every later collection, so the collections after each model scan only what was made since (the
+    # model among it; 0.1 ms once transformers is warm). What is frozen is long-lived (modules, the caller's
+    # objects) and stays frozen: unfreezing would hand the caller the full collection this avoids.
+    gc.freeze()
     with _torch_threads(threads):
         for ref, folder, _ in resolved:
             completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
             gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
+            gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
             # scored now, so a reward function that fails stops the run after the first model, not the last
@@ -290,34 +297,41 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-@contextlib.contextmanager
-def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any, Any]]:
-    """The model (eval mode, on ``device``) and tokenizer of ``folder``; freed on exit."""
+def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    """The causal LM of ``folder`` (in ``dtype``, eval mode, on ``device``) and its tokenizer, through
+    transformers, never with the repository's own code; every failure is an ``InputError`` naming the
+    model. Evaluation and the Fisher estimate both load models this way."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     where = f"model {name} ({folder})"
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    with _quiet_transformers():
+        try:
+            tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
+        except InputError:
+            raise
+        except Exception as e:
+            raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
+                             f"{_first_line(e)})") from None
+        try:
+            # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
+            model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
+                                                               ignore_mismatched_sizes=True,
+                                                               output_loading_info=True)
+        except Exception as e:
+            raise InputError(f"{where}: transformers cannot load it as a causal language model "
+                             f"({type(e).__name__}: {_first_line(e)})") from None
+    _check_loading_info(info, where)
+    model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+@contextlib.contextmanager
+def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any, Any]]:
+    """The model for generation (bf16 on CUDA, float32 on CPU) and its tokenizer; freed on exit."""
     model = None
     try:
-        with _quiet_transformers():
-            try:
-                tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
-            except InputError:
-                raise
-            except Exception as e:
-                raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
-                                 f"{_first_line(e)})") from None
-            try:
-                # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
-                model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
-                                                                   ignore_mismatched_sizes=True,
-                                                                   output_loading_info=True)
-            except Exception as e:
-                raise InputError(f"{where}: transformers cannot load it as a causal language model "
-                                 f"({type(e).__name__}: {_first_line(e)})") from None
-        _check_loading_info(info, where)
-        model.to(device)
-        model.eval()
+        model, tokenizer = load_model(folder, name, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
         yield model, tokenizer
     finally:
         del model  # the caller drops its own references; evaluate() collects once _complete returns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -12,6 +13,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QT
 from ..core.methods import MergeMethod
 from ..core.probe import SURVIVAL_DTYPES, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
+from .inspect_charts import IntersectionChart, ModuleHeatmaps, PairsChart, TensorTable, UlpHistogram, WouldKeepChart
 
 TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -52,13 +54,37 @@ class AnalysisPanel(QWidget):
         self.density = DensityChart()
         self.overlap = OverlapPies()
         self.layers = LayerDensityChart()
-        self.tabs.addTab(self.density, "Density")
-        self.tabs.addTab(self.overlap, "Overlap")
-        self.tabs.addTab(self.layers, "Per layer")
-        self.tabs.setTabToolTip(0, "Share of all elements each agent changes; dark = only this agent changes it")
-        self.tabs.setTabToolTip(1, "For each agent: how many of its updates no other agent touches (unique) "
-                                   "and how many it shares with 1, 2 ... other agents")
-        self.tabs.setTabToolTip(2, "Density per transformer layer or module kind")
+        self.heatmap = ModuleHeatmaps()
+        self.tensors = TensorTable()
+        self.intersections = IntersectionChart()
+        self.pairs = PairsChart()
+        self.ulps = UlpHistogram()
+        self.would_keep = WouldKeepChart()
+        views = [
+            (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
+            (self.overlap, "Overlap", "For each agent: how many of its updates no other agent touches (unique) "
+                                      "and how many it shares with 1, 2 ... other agents"),
+            (self.heatmap, "Layers × modules", "Where each agent learned: a layer × module heat map per agent of "
+                                               "density or unique share; hover a cell for its numbers"),
+            (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
+            (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
+            (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
+            (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
+            (self.would_keep, "Would keep", "Before merging: the share of each agent's updates each method keeps; "
+                                            "follows the method form as you change it"),
+            (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
+        ]
+        for index, (widget, title, tip) in enumerate(views):
+            self.tabs.addTab(widget, title)
+            self.tabs.setTabToolTip(index, tip)
+        self.tabs.setUsesScrollButtons(True)
+        self.charts = [w for w, _, _ in views]
+        self.eager = {self.density, self.overlap, self.layers}
+        self._deferred: dict = {}
+        self.tabs.currentChanged.connect(self._tab_shown)
+        # while this returns True (the window runs a merge), charts not on screen wait: building one is
+        # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
+        self.hold: Callable[[], bool] = lambda: False
         layout.addWidget(self.tabs, 3)
 
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
@@ -99,6 +125,11 @@ class AnalysisPanel(QWidget):
         layout.addWidget(self.stale)
 
         self._chart_queue: list = []
+        # the panel's own timer (not QTimer.singleShot): it dies with the panel, so a queue left behind
+        # by a closed window never draws into deleted charts
+        self._chart_timer = QTimer(self)
+        self._chart_timer.setSingleShot(True)
+        self._chart_timer.timeout.connect(self._next_chart)
         self.report: ProbeReport | None = None
         self.lambdas: list[float] | None = None
         self.survival: list[float | None] = []
@@ -111,22 +142,62 @@ class AnalysisPanel(QWidget):
         self.report = report
         self.placeholder.setVisible(report is None)
         self.tabs.setEnabled(report is not None)
-        charts = [self.density, self.overlap, self.layers]
+        charts = self.charts
         current = self.tabs.currentIndex()
-        order = [charts[current]] + [c for i, c in enumerate(charts) if i != current]
-        order[0].show_report(report)
-        self._chart_queue = [(c, report) for c in order[1:]]
-        QTimer.singleShot(0, self._next_chart)
+        charts[current].show_report(report)
+        # the overview charts are drawn ahead, one per turn; the inspection views when their tab is
+        # first shown or they are exported (each draw costs Qt calls: see inspect_charts._label)
+        self._chart_queue = [(c, report) for i, c in enumerate(charts) if i != current and c in self.eager]
+        self._deferred = {c: report for i, c in enumerate(charts) if i != current and c not in self.eager}
+        if self.would_keep in self._deferred:
+            self.would_keep.set_report(report)  # its numbers follow the method form even while hidden
+        self._chart_timer.start(0)
         self.set_stale(None)
 
     def _next_chart(self) -> None:
         if not self._chart_queue:
             return
+        if self.hold():
+            self._chart_timer.start(100)
+            return
         chart, report = self._chart_queue.pop(0)
         if report is self.report:
             chart.show_report(report)
         if self._chart_queue:
-            QTimer.singleShot(0, self._next_chart)
+            self._chart_timer.start(0)
+
+    def _tab_shown(self, index: int) -> None:
+        """A chart still waiting in the queue is drawn as soon as its tab is shown."""
+        widget = self.tabs.widget(index)
+        self._draw_deferred(widget)
+        for i, (chart, report) in enumerate(self._chart_queue):
+            if chart is widget:
+                del self._chart_queue[i]
+                if report is self.report:
+                    chart.show_report(report)
+                return
+
+    def _draw_deferred(self, widget: QWidget) -> bool:
+        for chart in list(self._deferred):
+            if chart is widget or chart.isAncestorOf(widget):
+                report = self._deferred.pop(chart)
+                if report is self.report:
+                    chart.show_report(report)
+                return True
+        ensure = getattr(widget, "ensure_current", None)
+        return bool(ensure()) if ensure is not None else False
+
+    def draw_now(self, widget: QWidget) -> bool:
+        """Draw the queued chart that is or holds ``widget`` now; False when it is already drawn."""
+        if self._draw_deferred(widget):
+            return True
+        for i, (chart, report) in enumerate(self._chart_queue):
+            if chart is widget or chart.isAncestorOf(widget):
+                del self._chart_queue[i]
+                if report is self.report:
+                    chart.show_report(report)
+                return True
+        return False
 
     def charts_ready(self) -> bool:
         return not self._chart_queue
@@ -146,6 +217,8 @@ class AnalysisPanel(QWidget):
             self.lambdas = method.lambdas(params, report) if method.lambdas else None
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             self.lambdas = None
+        self.would_keep.set_method(method.name, params)
+        self.ulps.set_dtype(SAFETENSORS_DTYPES.get(base_dtype or ""))
         dtype = survival_dtype(out_dtype, base_dtype)
         self.survival, self.overall_survival = rescale_survival(report, self.lambdas, dtype)
         self.table.setRowCount(len(report.agents))

@@ -100,6 +100,14 @@ class PieItem(pg.GraphicsObject):
         return QRectF(-1, -1, 2, 2)
 
 
+def small_font(points: int) -> QFont:
+    """The application's font at ``points`` size (a font built from an empty family name crashes
+    axis painting with PySide6 6.11 and earlier)."""
+    font = QFont()
+    font.setPointSize(points)
+    return font
+
+
 def overlap_labels(n_agents: int) -> list[str]:
     labels = ["unique"]
     for k in range(1, n_agents):

@@ -11,7 +11,8 @@ from typing import Any, Callable
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QGroupBox, QHBoxLayout, QLabel, QMainWindow, QMessageBox,
-                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QVBoxLayout, QWidget)
+                               QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy, QSplitter, QTabWidget, QVBoxLayout,
+                               QWidget)
 
 from .. import __version__
 from ..core import engine
@@ -26,6 +27,8 @@ from . import ecosystem
 from ..core.session import Session
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
+from .compare_panel import ComparePanel
+from .evaluate_panel import EvaluatePanel, ModelEntry
 from .method_panel import MethodPanel
 from ..core.output import human_bytes
 from .sources_panel import SourcesPanel
@@ -33,7 +36,7 @@ from .worker import Job, LogBridge
 
 log = logging.getLogger("ram_desktop")
 MAX_RECENT = 8
-STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "download": "Downloading", "resolve": "Resolving"}
+STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating Fisher", "download": "Downloading", "resolve": "Resolving"}
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
@@ -42,12 +45,13 @@ def demo_folder() -> Path:
 
 
 def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
-    """The built-in demo base and agents, generated once into the cache and reused."""
-    from ..core.demo import AGENTS, write_demo
+    """The built-in demo (real base, three RL-trained agents, suites), copied once into the cache and reused."""
+    from ..core.demo import AGENTS, MANIFEST, write_demo
 
     folder = folder or demo_folder()
     base, agents = folder / "base", [folder / name for name in AGENTS]
-    if all((p / "config.json").is_file() for p in [base, *agents]) and (base / "model.safetensors").is_file():
+    ready = [(p / "config.json").is_file() for p in [base, *agents]] + [(folder / MANIFEST).is_file()]
+    if all(ready) and (base / "model.safetensors").is_file():  # (a cache from before the real demo has no manifest)
         return base, agents
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -55,6 +59,18 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def demo_suites(folder: Path, agents: list) -> list[str] | None:
+    """The demo agents' suites from ``demo.json`` (SPEC section 9), in the order of ``agents``; None when the
+    demo has no manifest or it does not name a suite for every agent."""
+    from ..core.demo import read_manifest
+
+    try:
+        by_path = {Path(a["path"]).resolve(): a["suite"] for a in read_manifest(folder)["agents"]}
+        return [str(by_path[Path(a).resolve()]) for a in agents]
+    except (InputError, KeyError):
+        return None
 
 
 def free_folder(path: Path) -> Path:
@@ -98,6 +114,16 @@ class MessageBar(QWidget):
         self.show()
 
 
+def _merge_with_fisher(request: engine.MergeRequest, reporter) -> engine.MergeResult:
+    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
+    agent's Fisher, with its own progress stage."""
+    if request.method == "fisher":
+        from ..evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
+    return _merge_without_kernels(request, reporter)
+
+
 def _group(title: str, widget: QWidget) -> QGroupBox:
     box = QGroupBox(title)
     box.setStyleSheet("QGroupBox { font-weight: bold; } QGroupBox * { font-weight: normal; }")
@@ -139,6 +165,8 @@ class MainWindow(QMainWindow):
         self.sources = SourcesPanel()
         self.analysis = AnalysisPanel()
         self.method = MethodPanel()
+        self.evaluate = EvaluatePanel()
+        self.compare = ComparePanel(self.evaluate)
         self.log_view = QPlainTextEdit()
         self.log_view.setReadOnly(True)
         self.log_view.setMaximumBlockCount(5000)
@@ -179,6 +207,10 @@ class MainWindow(QMainWindow):
         result_buttons.addWidget(self.open_folder_button)
         result_buttons.addWidget(self.open_card_button)
         result_buttons.addWidget(self.publish_button)
+        self.evaluate_result_button = QPushButton("Evaluate it →")
+        self.evaluate_result_button.setToolTip("Score the merged model, the base and the agents on suites (step 6)")
+        self.evaluate_result_button.setEnabled(False)
+        result_buttons.addWidget(self.evaluate_result_button)
         result_buttons.addStretch(1)
         result_layout.addWidget(self.result_text)
         result_layout.addLayout(result_buttons)
@@ -205,7 +237,12 @@ class MainWindow(QMainWindow):
         left.setStretchFactor(0, 1)
         left.setStretchFactor(1, 0)
         right = QSplitter(Qt.Vertical)
-        right.addWidget(_group("2 · Analysis — density, overlap, ρ and λ", self.analysis))
+        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
+        self.steps = QTabWidget()
+        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
+        self.steps.addTab(self.evaluate, "6 · Evaluate")
+        self.steps.addTab(self.compare, "7 · Compare")
+        right.addWidget(self.steps)
         right.addWidget(_group("4 · Merge", run_box))
         right.addWidget(_group("5 · Result", self.result_panel))
         right.setStretchFactor(0, 3)
@@ -243,9 +280,27 @@ class MainWindow(QMainWindow):
         self.method.device.currentIndexChanged.connect(
             lambda _: self.settings.setValue("device", self.method.device.currentData()))
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
+        self._connect_evaluation()
+        # charts not on screen wait while a merge runs and while its charts are saved (see AnalysisPanel.hold)
+        self.analysis.hold = lambda: ((self.job is not None and self.job_kind == "merge") or bool(self._pending_charts)
+                                      or self.chart_job is not None)
 
         self._restore_settings()
         self._update_actions()
+
+    def _connect_evaluation(self) -> None:
+        """Evaluate and Compare: messages into the bar, one job at a time across the window."""
+        for panel in (self.evaluate, self.compare):
+            panel.error.connect(lambda m: self.show_error(m))
+            panel.info.connect(lambda m: self.show_info(m))
+            panel.busy_changed.connect(self._update_actions)
+        self.evaluate.device_fn = lambda: self.method.device.currentData()
+        self.compare.session_fn = self._checked_session
+        self.compare.token_fn = lambda: self.sources.hub_token
+        self.compare.options_fn = lambda: {"chunk_elements": self.chunk_elements}
+        self.evaluate_result_button.clicked.connect(lambda: self.steps.setCurrentWidget(self.evaluate))
+        self.compare.compare_finished.connect(
+            lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None)
 
     # --- menu and settings --------------------------------------------------------------------
     def _build_menu(self) -> None:
@@ -253,9 +308,10 @@ class MainWindow(QMainWindow):
         self.open_action = QAction("&Open recipe…", self, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
         self.save_action = QAction("&Save recipe…", self, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
         self.export_action = QAction("&Export charts as PNG…", self, triggered=self.export_charts_dialog)
-        self.export_action.setToolTip("Save the density, overlap and per-layer charts into a folder")
+        self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
+                                      "ulps, would keep, per layer) into a folder")
         self.demo_action = QAction("Load &demo agents", self, triggered=self.load_demo)
-        self.demo_action.setToolTip("Small generated base and three RL-like agents: merge them within a minute")
+        self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
         self.import_mergekit_action = QAction("&Import mergekit YAML…", self,
                                               triggered=lambda: ecosystem.import_mergekit_dialog(self))
         self.export_mergekit_action = QAction("Export &mergekit YAML…", self,
@@ -335,9 +391,10 @@ class MainWindow(QMainWindow):
         self.settings.sync()
 
     def closeEvent(self, event) -> None:  # noqa: N802
-        if self.job is not None and self.job.is_running():
-            self.job.cancel()
-            self.job.wait(15000)
+        for job in (self.job, self.evaluate.job, self.compare.job):
+            if job is not None and job.is_running():
+                job.cancel()
+                job.wait(15000)
         self.sources.cancel_downloads()
         self.sources.wait_idle(5000)
         self.save_settings()
@@ -363,7 +420,7 @@ class MainWindow(QMainWindow):
 
     # --- state --------------------------------------------------------------------------------
     def busy(self) -> bool:
-        return self.job is not None or self.chart_job is not None
+        return self.job is not None or self.chart_job is not None or self.evaluate.busy() or self.compare.busy()
 
     def _update_actions(self) -> None:
         busy = self.busy()
@@ -377,6 +434,9 @@ class MainWindow(QMainWindow):
                        self.import_mergekit_action, self.export_mergekit_action):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+        own = self.job is not None or self.chart_job is not None
+        self.evaluate.set_blocked(own or self.compare.busy())
+        self.compare.set_blocked(own or self.evaluate.busy())
 
     def _source_key(self) -> tuple:
         return (self.sources.base.spec if self.sources.base else None,
@@ -387,9 +447,14 @@ class MainWindow(QMainWindow):
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
     def _sources_changed(self) -> None:
+        self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
             self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
+        if base is not None and base.checkpoint is not None and not self.compare.folder.text().strip():
+            self.compare.folder.setText(str(free_folder(base.checkpoint.folder.parent / "compare")))
+        self.evaluate.set_session_models(base.spec if base else None,
+                                         list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
         if self.report is not None:
             if self._source_key() == self.report_key:
                 if self.report.names != self.sources.names:  # a rename: same statistics, new labels
@@ -629,7 +694,7 @@ class MainWindow(QMainWindow):
         self._last_request = request
         key = self._source_key()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
-        self._start("merge", lambda reporter: _merge_without_kernels(request, reporter), lambda r: self._merged(r, key))
+        self._start("merge", lambda reporter: _merge_with_fisher(request, reporter), lambda r: self._merged(r, key))
 
     def _merged(self, result: engine.MergeResult, key: tuple) -> None:
         self._merge_status = "done"
@@ -640,7 +705,8 @@ class MainWindow(QMainWindow):
             self.analysis.show_report(result.probe)
             self._method_changed()
         self._show_result(result, [])
-        self._pending_charts = self._chart_targets(result.out)
+        self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
+        self._pending_charts = self._chart_targets(result.out, every_view=False)
         self._saved_charts = []
 
     def _show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
@@ -658,24 +724,38 @@ class MainWindow(QMainWindow):
         self.open_folder_button.setEnabled(True)
         self.open_card_button.setEnabled((result.out / "README.md").is_file())
         self.publish_button.setEnabled((result.out / "README.md").is_file())
+        self.evaluate_result_button.setEnabled(True)
         self.settings.setValue("paths/last_output", str(result.out))
         self.statusBar().showMessage(f"Merged into {result.out}", 15000)
 
-    def _chart_targets(self, folder: Path) -> list[tuple[Path, QWidget]]:
+    def _chart_targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
+        """Where each analysis view is saved. A merge's output folder gets the overview (density,
+        overlap, per layer: drawn ahead, so saving them never stalls the window); File ▸ Export charts
+        gets every view."""
         if self.report is None:
             return []
-        return [(Path(folder) / "density.png", self.analysis.density),
-                (Path(folder) / "overlap.png", self.analysis.overlap),
-                (Path(folder) / "layers.png", self.analysis.layers.graphics)]
+        a = self.analysis
+        views = [(Path(folder) / "density.png", a.density),
+                (Path(folder) / "overlap.png", a.overlap),
+                (Path(folder) / "layers.png", a.layers.graphics),
+                (Path(folder) / "heatmap.png", a.heatmap),
+                (Path(folder) / "tensors.png", a.tensors),
+                (Path(folder) / "intersections.png", a.intersections),
+                (Path(folder) / "pairs.png", a.pairs),
+                (Path(folder) / "ulps.png", a.ulps),
+                (Path(folder) / "would-keep.png", a.would_keep)]
+        overview = {"density.png", "overlap.png", "layers.png"}
+        return views if every_view else [(p, w) for p, w in views if p.name in overview]
 
     def _save_next_chart(self, then: Callable[[], None]) -> None:
         """Save the pending charts, then call ``then``. The GUI thread only renders them (a few ms
         each, one per event-loop turn); PNG encoding and writing happen in a worker thread."""
-        if not self.analysis.charts_ready():  # a chart still being drawn: save it once it is
-            QTimer.singleShot(0, lambda: self._save_next_chart(then))
-            return
         if self._pending_charts:
-            path, widget = self._pending_charts.pop(0)
+            path, widget = self._pending_charts[0]
+            if self.analysis.draw_now(widget):  # not drawn yet: drawn in this turn, saved in the next
+                QTimer.singleShot(0, lambda: self._save_next_chart(then))
+                return
+            self._pending_charts.pop(0)
             self._chart_images.append((path, widget.grab().toImage()))
             QTimer.singleShot(0, lambda: self._save_next_chart(then))
             return
@@ -715,6 +795,7 @@ class MainWindow(QMainWindow):
         """Save the analysis charts as PNG files into ``folder`` now; return their names."""
         names = []
         for path, widget in self._chart_targets(folder):
+            self.analysis.draw_now(widget)  # a view still waiting in the drawing queue
             try:
                 export_png(widget, path)
                 names.append(path.name)
@@ -750,12 +831,16 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
+            self.method.set_agent_defaults("suite", demo_suites(Path(base).parent, agents))
             self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
+            self.compare.folder.setText(str(free_folder(Path(base).parent / "compare")))
+            self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self._start("demo", lambda reporter: ensure_demo(), loaded)
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
+        self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
         self.sources.clear()
         self.report, self.report_key = None, None
         self.analysis.show_report(None)
@@ -830,7 +915,7 @@ def _amount(value: float, unit: str) -> str:
     for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.1f} {suffix} {unit}"
-    return f"{value:.0f} {unit}"
+    return f"{value:.2f} {unit}" if 0 < value < 10 and value != int(value) else f"{value:.0f} {unit}"
 
 
 def _duration(seconds: float) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
 from PySide6.QtGui import QRegularExpressionValidator
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QHBoxLayout, QLabel, QLineEdit,
-                               QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QHBoxLayout, QLabel,
+                               QLineEdit, QPushButton, QSpinBox, QWidget)
 
 from ..core import defaults
 from ..core.engine import list_devices
@@ -105,6 +105,93 @@ class ParamField:
             w.setText(str(value))
 
 
+class PerAgentWidget(QWidget):
+    """One line edit (with a browse button) per agent for a per-agent parameter (``Param.per_agent``), e.g.
+    Fisher merging's calibration suite of each agent. Values are kept by agent position, so they survive
+    the agent list being filled in after a recipe set them."""
+
+    changed = Signal()
+
+    def __init__(self, param: Param, names: list[str]) -> None:
+        super().__init__()
+        self.param = param
+        self._values: list[str] = []
+        self._names: list[str] = []
+        self._grid = QGridLayout(self)
+        self._grid.setContentsMargins(0, 0, 0, 0)
+        self.edits: list[QLineEdit] = []
+        self.set_names(names)
+
+    def set_names(self, names: list[str]) -> None:
+        self._names = list(names)
+        while self._grid.count():
+            item = self._grid.takeAt(0)
+            if item.widget() is not None:
+                item.widget().deleteLater()
+        self.edits = []
+        rows = max(len(self._names), len(self._values), 1)
+        for row in range(rows):
+            name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
+            label = QLabel(name)
+            edit = QLineEdit(self._values[row] if row < len(self._values) else "")
+            edit.setObjectName(f"param_{self.param.name}_{row}")
+            edit.setPlaceholderText("suite file or folder" if self.param.name == "suite" else "folder")
+            edit.setToolTip(f"<b>{self.param.name}</b> of agent {name}: {self.param.describe()}")
+            edit.textChanged.connect(lambda text, r=row: self._edited(r, text))
+            browse = QPushButton("…")
+            browse.setFixedWidth(32)
+            browse.setToolTip(f"Choose the {self.param.name} of agent {name}")
+            browse.clicked.connect(lambda _=False, r=row: self._browse(r))
+            self._grid.addWidget(label, row, 0)
+            self._grid.addWidget(edit, row, 1)
+            self._grid.addWidget(browse, row, 2)
+            self.edits.append(edit)
+
+    def _edited(self, row: int, text: str) -> None:
+        while len(self._values) <= row:
+            self._values.append("")
+        self._values[row] = text
+        self.changed.emit()
+
+    def _browse(self, row: int) -> None:
+        start = self.edits[row].text() or ""
+        if self.param.name == "suite":
+            path, _ = QFileDialog.getOpenFileName(self, "Calibration suite", start,
+                                                  "Suites (*.jsonl suite.yaml);;All files (*)")
+        else:
+            path = QFileDialog.getExistingDirectory(self, self.param.name, start)
+        if path:
+            self.edits[row].setText(path)
+
+    def value(self) -> list[str] | None:
+        values = [v.strip() for v in self._values]
+        while values and not values[-1]:
+            values.pop()
+        return values or None
+
+    def set_value(self, value: Any) -> None:
+        values = value.split(",") if isinstance(value, str) else list(value or [])
+        self._values = [str(v) for v in values]
+        self.set_names(self._names)
+
+
+class PerAgentField:
+    """``ParamField``'s counterpart for a per-agent parameter."""
+
+    def __init__(self, param: Param, names: list[str]) -> None:
+        self.param = param
+        self.widget = PerAgentWidget(param, names)
+        self.widget.setObjectName(f"param_{param.name}")
+        self.widget.setToolTip(f"<b>{param.name}</b>: {param.describe()}")
+        self.changed = self.widget.changed
+
+    def value(self) -> list[str] | None:
+        return self.widget.value()
+
+    def set_value(self, value: Any) -> None:
+        self.widget.set_value(value)
+
+
 class MethodPanel(QWidget):
     """Emits ``changed`` when the method, a parameter, ε or the output dtype changes (λ table and the
     RAM+ rounding warning follow instantly)."""
@@ -126,8 +213,10 @@ class MethodPanel(QWidget):
         self.summary.setStyleSheet("color: #555;")
         self.form.addRow("Method", self.method)
         self.form.addRow("", self.summary)
-        self.fields: dict[str, ParamField] = {}
+        self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
+        self._agent_names: list[str] = []
+        self._agent_defaults: dict[str, list[str]] = {}  # per-agent parameter -> default values (the demo's suites)
 
         self.eps = QLineEdit(repr(defaults.EPS))
         self.eps.setToolTip("Update threshold ε: an element counts as updated when |θ_agent − θ_base| > ε "
@@ -187,7 +276,9 @@ class MethodPanel(QWidget):
         method = self.current
         self.summary.setText(method.summary)
         for i, p in enumerate(method.params):
-            field = ParamField(p)
+            field = PerAgentField(p, self._agent_names) if p.per_agent else ParamField(p)
+            if p.per_agent and self._agent_defaults.get(p.name):
+                field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
             label = QLabel(p.name)
             label.setToolTip(field.widget.toolTip())
@@ -195,6 +286,26 @@ class MethodPanel(QWidget):
             self.fields[p.name] = field
             self._param_rows.append(field.widget)
         self.changed.emit()
+
+    def set_agent_names(self, names: list[str]) -> None:
+        """The agents per-agent parameters have one entry for (one row each, in agent order)."""
+        if names == self._agent_names:
+            return
+        self._agent_names = list(names)
+        for field in self.fields.values():
+            if isinstance(field, PerAgentField):
+                field.widget.set_names(self._agent_names)
+
+    def set_agent_defaults(self, name: str, values: list[str] | None) -> None:
+        """Default values of a per-agent parameter (e.g. the demo agents' suites as Fisher calibration
+        data), shown whenever a method with that parameter is picked; None forgets them."""
+        if values:
+            self._agent_defaults[name] = list(values)
+        else:
+            self._agent_defaults.pop(name, None)
+        field = self.fields.get(name)
+        if isinstance(field, PerAgentField) and (values or field.value() is None):
+            field.set_value(values or [])
 
     def params(self) -> dict[str, Any]:
         return {name: f.value() for name, f in self.fields.items()}

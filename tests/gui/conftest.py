@@ -24,6 +24,14 @@ def demo_models(tmp_path_factory) -> tuple[Path, list[Path]]:
     return write_demo(tmp_path_factory.mktemp("demo"))
 
 
+@pytest.fixture(scope="session")
+def synthetic_models(tmp_path_factory) -> tuple[Path, list[Path]]:
+    """The larger synthetic agents (858k elements each): merges that last long enough to cancel or time."""
+    from ram_desktop.core.synthetic import write_synthetic
+
+    return write_synthetic(tmp_path_factory.mktemp("synthetic"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _qt_settings_sandbox(tmp_path_factory):
     """Whatever Qt writes through a default QSettings lands in a temporary folder, never the user's."""

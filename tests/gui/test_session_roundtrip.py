@@ -18,7 +18,7 @@ from .conftest import load_sources
 
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
 TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
-         "seed": str(2**63 + 12345), "ties_scope": "model"}
+         "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300"}
 
 
 def weights(folder: Path) -> dict[str, bytes]:
@@ -48,7 +48,19 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     base, agents = inputs
     load_sources(qtbot, window, base, agents)
     window.method.set_method(method)
+    per_agent = {}
+    if method == "fisher":  # one Fisher folder per agent, typed into the form's row of each agent
+        from ..test_fisher_merge import random_fishers
+
+        folders, _ = random_fishers(agents, tmp_path / "fisher")
+        per_agent = {"fisher": [str(f) for f in folders], "suite": None}
     for name, field in window.method.fields.items():
+        if field.param.per_agent:
+            assert len(field.widget.edits) == len(agents)
+            for edit, text in zip(field.widget.edits, per_agent[name] or []):
+                type_into(qtbot, edit, text)
+            assert field.value() == per_agent[name]
+            continue
         type_into(qtbot, field.widget, TYPED[name])
         assert str(field.value()) == TYPED[name], (name, field.value())
     window.method.vocab.setCurrentIndex(window.method.vocab.findData("common"))
@@ -66,7 +78,10 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     data = yaml.safe_load(saved.read_text())
     assert data["vocab"] == "common" and data["eps"] == 2e-05 and data["shard_size"] == "40KB"
     for name in window.method.fields:
-        assert str(data["parameters"][name]) == TYPED[name]
+        if name in per_agent:
+            assert data["parameters"][name] == per_agent[name]
+        else:
+            assert str(data["parameters"][name]) == TYPED[name]
     assert cli_main(["-q", "run", str(saved), "--out", str(tmp_path / "cli")]) == 0
     assert weights(tmp_path / "cli") == weights(out)
     assert len(weights(out)) > 2  # sharded: the shard size reached the engine

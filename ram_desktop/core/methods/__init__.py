@@ -7,12 +7,12 @@ flags, the GUI form, the recipe and the engine all read the registry.
 from __future__ import annotations
 
 from ..errors import InputError
-from . import baselines, ram
+from . import baselines, fisher, ram
 from .base import Collector, MergeMethod, Observer, Param
 
 __all__ = ["METHODS", "Collector", "MergeMethod", "Observer", "Param", "get_method"]
 
-_FAMILIES = (ram, baselines)
+_FAMILIES = (ram, baselines, fisher)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
 
 

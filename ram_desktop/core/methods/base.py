@@ -20,6 +20,7 @@ from ..errors import InputError
 
 if TYPE_CHECKING:
     from ..chunks import Chunk
+    from ..formats import Checkpoint
     from ..plan import MergePlan
     from ..probe import ProbeReport
 
@@ -36,12 +37,24 @@ class Param:
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
     paper_range: str | None = None
+    per_agent: bool = False  # a list with one value per agent, in agent order (CLI: comma-separated)
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
     def validate(self, value: Any) -> Any:
+        if self.per_agent:
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, (list, tuple)):
+                raise InputError(f"{self.flag} takes one value per agent, comma-separated; got {value!r}")
+            items = [i.strip() if isinstance(i, str) else i for i in items]
+            if not items or any(i == "" or i is None for i in items):
+                raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")
+            return [self._validate_one(i) for i in items]
+        return self._validate_one(value)
+
+    def _validate_one(self, value: Any) -> Any:
         try:
             if self.kind is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
@@ -60,7 +73,9 @@ class Param:
 
     def describe(self) -> str:
         """One line for help texts and tooltips: help, default, allowed and paper ranges."""
-        parts = [self.help, f"default {self.default}"]
+        parts = [self.help + (" (one per agent, comma-separated, in agent order)" if self.per_agent else "")]
+        if self.default is not None:
+            parts.append(f"default {self.default}")
         if self.choices:
             parts.append("one of " + "|".join(self.choices))
         elif self.minimum is not None or self.maximum is not None:
@@ -112,6 +127,10 @@ class MergeMethod:
     ``thread_safe``: ``merge`` depends on nothing but the chunk and the context, so chunks may be merged
     in parallel and in any order. ``fused``: CPU passes may run this method as a fused kernel
     (``kernels.py``; "ram": λ = 1, "ram-plus": the context is λ per agent), the same bits as ``merge``.
+    ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints (Fisher
+    information), opened (headers only), whose tensors carry the agents' names and shapes; the engine
+    checks them against the plan and the reader streams their slices beside the agents', so ``merge``
+    finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order).
     """
 
     name: str
@@ -126,6 +145,7 @@ class MergeMethod:
     observer: Callable[[dict, "MergePlan"], Observer] | None = None
     thread_safe: bool = False
     fused: str | None = None
+    aux_inputs: Callable[[dict], dict[str, list["Checkpoint"]]] | None = None
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in, values validated; unknown names are an error."""

@@ -1,0 +1,83 @@
+"""Scores into a merged model's folder: an "Evaluation" section in its model card (README.md) and
+``eval.json`` (``ram-eval/1``) beside it (SPEC section 6)."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from ..core.errors import InputError
+from .results import EvalResult
+
+EVAL_JSON = "eval.json"
+MERGE_REPORT = "merge-report.json"
+SECTION = "## Evaluation"
+_NEXT_HEADING = re.compile(r"^#{1,2} ", re.M)
+
+
+def merged_folders(result: EvalResult) -> list[tuple[int, Path]]:
+    """(model index, folder) of every evaluated model that is a RAM Desktop output (holds a merge report)."""
+    out = []
+    for index, model in enumerate(result.models):
+        folder = Path(model.source).expanduser()
+        if (folder / MERGE_REPORT).is_file():
+            out.append((index, folder))
+    return out
+
+
+def evaluation_section(result: EvalResult, highlight: int | None = None) -> str:
+    """The card's section: a Markdown table (models × suites and their mean), ``highlight``'s row in bold."""
+    heads = [f"{s.name} ({s.examples})" for s in result.suites]
+    lines = [SECTION, "",
+             f"Mean reward per suite (greedy decoding, {result.device}, "
+             f"{sum(s.examples for s in result.suites)} examples per model; scorers: "
+             + ", ".join(f"{s.name}: `{s.scorer}`" for s in result.suites) + ").", "",
+             "| model | " + " | ".join(heads) + " | mean |",
+             "|---" * (len(heads) + 2) + "|"]
+    for m, (model, row) in enumerate(zip(result.models, result.scores)):
+        cells = [model.name, *(f"{v:.3f}" for v in row), f"{sum(row) / len(row):.3f}" if row else "—"]
+        if m == highlight:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Full result: `{EVAL_JSON}` (ram-eval/1).", ""]
+    return "\n".join(lines)
+
+
+def with_section(card: str, section: str) -> str:
+    """``card`` with its Evaluation section replaced by ``section`` (appended when it has none)."""
+    start = card.find("\n" + SECTION + "\n")
+    if card.startswith(SECTION + "\n"):
+        start = 0
+    elif start >= 0:
+        start += 1
+    if start < 0:
+        return card.rstrip("\n") + "\n\n" + section if card.strip() else section
+    following = _NEXT_HEADING.search(card, start + len(SECTION))
+    end = following.start() if following else len(card)
+    return card[:start] + section + ("\n" + card[end:] if following else "")
+
+
+def record_evaluation(result: EvalResult) -> list[Path]:
+    """Write ``eval.json`` and the card's Evaluation section into every merged model's folder that
+    ``result`` scored; return those folders."""
+    written = []
+    for index, folder in merged_folders(result):
+        result.write_json(folder / EVAL_JSON)
+        card = folder / "README.md"
+        text = card.read_text(encoding="utf-8") if card.is_file() else ""
+        _write_text(card, with_section(text, evaluation_section(result, index)))
+        written.append(folder)
+    return written
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write ({e.strerror})") from None

@@ -1,0 +1,367 @@
+"""The diagonal Fisher information of an agent on its own calibration prompts (SPEC.md section 7; no Qt).
+
+Estimator (``ESTIMATOR``): the empirical Fisher of the agent's own greedy completions. Example i is
+the suite's prompt x_i, formatted exactly as evaluation formats it (chat template, system prompt), and
+the agent's greedy completion ŷ_i of it (plain greedy, up to the suite's ``max_new_tokens``, the
+end-of-sequence token included when generated). It contributes the square of the gradient of the
+completion's log-likelihood,
+
+    g_i = ∇_θ log p_θ(ŷ_i | x_i) = ∇_θ Σ_k log p_θ(ŷ_i,k | x_i, ŷ_i,<k),     F = (1/n) Σ_i g_i ⊙ g_i,
+
+over the first n = min(examples, len(suite)) prompts, one example per forward and backward pass
+(batch size 1: a squared per-example gradient cannot be read off a batch's summed gradient).
+Why greedy rather than labels sampled from the output distribution (Matena & Raffel): the
+completion is the behaviour RL trained the agent to produce, so F weights the parameters that
+behaviour depends on; and it is deterministic, so an estimate is reproducible and cacheable. See
+docs/methods.md.
+
+Memory: each parameter's squared gradient is added to a float32 host accumulator the moment autograd
+has finished it (``register_post_accumulate_grad_hook``) and the gradient is freed right there, so
+gradients for the whole model are never held at once: beyond the weights, the accumulator and the
+activations, the peak holds about one parameter's gradient (and its square on a GPU).
+
+The model runs in float32 (CPU and GPU alike). Files: ``fisher.safetensors`` (or
+``fisher-0000i-of-0000n.safetensors`` + ``fisher.safetensors.index.json`` above the shard size), float32,
+one tensor per floating tensor of the agent's checkpoint under its name (0 for a stored tensor that is
+no trainable parameter), and ``fisher.json``. ``cached_fisher`` keeps estimates under
+``<cache>/fisher/<key>`` (key: agent files' fingerprint, suite contents, examples, estimator).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..core.engine import resolve_device
+from ..core.errors import InputError
+from ..core.events import Reporter
+from ..core.formats import Checkpoint, open_checkpoint
+from ..core.formats.safetensors_format import SafetensorsStreamWriter
+from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
+from ..core.output import check_output, staging_folder
+from ..core.recipe import parse_size
+from .runner import _quiet_transformers, check_loadable, load_model, prompt_ids, require_transformers, stop_token_ids
+from .suites import Suite, load_suite
+
+log = logging.getLogger("ram_desktop")
+
+STAGE = "fisher"
+ESTIMATOR = "empirical-greedy/1"
+FORMAT = "ram-fisher/1"
+FISHER_JSON = "fisher.json"
+DEFAULT_EXAMPLES = 256
+DEFAULT_SHARD = "5GB"
+
+
+@dataclass
+class FisherEstimate:
+    """F per checkpoint tensor name (float32, on the host) and what produced it."""
+
+    tensors: dict[str, torch.Tensor]
+    info: dict[str, Any]
+
+
+def agent_fingerprint(ckpt: Checkpoint) -> str:
+    """The agent's files (paths, sizes, modification times), Hub revision and tensor table."""
+    h = hashlib.sha256()
+    for f in ckpt.files:
+        st = f.stat()
+        h.update(f"{f}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    h.update((ckpt.revision or "").encode())
+    for name in sorted(ckpt.tensors):
+        info = ckpt.tensors[name]
+        h.update(f"{name}{info.shape}{info.dtype}".encode())
+    return h.hexdigest()[:32]
+
+
+def suite_fingerprint(suite: Suite) -> str:
+    """What the examples are: the data file's and suite.yaml's bytes."""
+    h = hashlib.sha256()
+    for f in (suite.data_file, suite.config_file):
+        h.update(b"\0")
+        if f is not None:
+            h.update(Path(f).read_bytes())
+    return h.hexdigest()[:32]
+
+
+def _check_examples(examples: Any) -> int:
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise InputError(f"--examples must be a whole number of at least 1, got {examples!r}")
+    return examples
+
+
+def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = DEFAULT_EXAMPLES,
+                    device: str = "auto", reporter: Reporter | None = None) -> FisherEstimate:
+    """The diagonal Fisher of ``agent`` on the first ``examples`` prompts of ``suite`` (module docstring).
+
+    Progress: ``Reporter.progress("fisher", done, total, "examples", detail)`` after every example;
+    cancelling stops at the next example with ``Cancelled``."""
+    reporter = reporter or Reporter()
+    start = time.perf_counter()
+    examples = _check_examples(examples)
+    suite = suite if isinstance(suite, Suite) else load_suite(suite)
+    require_transformers()
+    torch_device = resolve_device(device)
+    ckpt = open_checkpoint(str(agent), reporter)
+    if not ckpt.path.is_dir():
+        raise InputError(f"{agent}: the Fisher estimate needs a model folder (config.json, tokenizer and weights), "
+                         f"not a single weights file")
+    name = ckpt.path.name
+    check_loadable(ckpt.path, name)
+    used = suite.head(examples)
+    n = len(used)
+    reporter.progress(STAGE, 0, n, "examples", f"loading {name}")
+    model, tokenizer = _load(ckpt.path, name, torch_device)
+    try:
+        accumulators, names_of = _accumulators(model, ckpt)
+        hooks = [p.register_post_accumulate_grad_hook(_square_into(acc))
+                 for p, acc in accumulators.values()]
+        try:
+            prompts = prompt_ids(tokenizer, used, name)
+            stops = stop_token_ids(model, tokenizer)
+            tokens = 0
+            for i, ids in enumerate(prompts):
+                reporter.check()
+                tokens += _example(model, ids, stops, used.max_new_tokens, torch_device)
+                elapsed = max(time.perf_counter() - start, 1e-9)
+                reporter.progress(STAGE, i + 1, n, "examples", f"{name} · {suite.name} · {(i + 1) / elapsed:.2f} examples/s")
+        finally:
+            for h in hooks:
+                h.remove()
+        tensors: dict[str, torch.Tensor] = {}
+        for pid, (_, acc) in accumulators.items():
+            acc.div_(n)
+            for tensor_name in names_of[pid]:
+                tensors[tensor_name] = acc
+        for tensor_name, info in ckpt.tensors.items():
+            if info.is_float and tensor_name not in tensors:  # a stored buffer: no gradient, no information
+                tensors[tensor_name] = torch.zeros(info.shape, dtype=torch.float32)
+    finally:
+        del model
+        gc.collect()
+        if torch_device.type == "cuda":
+            torch.cuda.empty_cache()
+    info = {
+        "format": FORMAT, "agent": ckpt.display, "agent_fingerprint": agent_fingerprint(ckpt),
+        "suite": {"name": suite.name, "source": str(suite.source), "fingerprint": suite_fingerprint(suite)},
+        "examples": n, "examples_requested": examples, "estimator": ESTIMATOR,
+        "completion_tokens": tokens, "device": str(torch_device), "dtype": "float32",
+        "seconds": round(time.perf_counter() - start, 3),
+        "versions": _versions(),
+    }
+    return FisherEstimate(tensors, info)
+
+
+def _versions() -> dict[str, str]:
+    from .runner import versions
+
+    return versions()
+
+
+def _load(folder: Path, name: str, device: torch.device) -> tuple[Any, Any]:
+    """The model in float32, in eval mode (no dropout), with gradients on every parameter."""
+    model, tokenizer = load_model(folder, name, device, torch.float32)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    return model, tokenizer
+
+
+def _accumulators(model: Any, ckpt: Checkpoint) -> tuple[dict[int, tuple[torch.nn.Parameter, torch.Tensor]],
+                                                         dict[int, list[str]]]:
+    """One float32 host accumulator per distinct parameter, and the checkpoint names each one answers
+    (a tied parameter answers every name it is stored under)."""
+    accumulators: dict[int, tuple[torch.nn.Parameter, torch.Tensor]] = {}
+    names_of: dict[int, list[str]] = {}
+    stored = {n for n, i in ckpt.tensors.items() if i.is_float}
+    for pname, p in model.named_parameters(remove_duplicate=False):
+        if pname not in stored:
+            continue
+        if tuple(p.shape) != ckpt.tensors[pname].shape:
+            raise InputError(f"{ckpt.display}: tensor {pname} has shape {list(ckpt.tensors[pname].shape)} in the "
+                             f"checkpoint but {list(p.shape)} in the loaded model")
+        if id(p) not in accumulators:
+            accumulators[id(p)] = (p, torch.zeros(p.shape, dtype=torch.float32))
+        names_of.setdefault(id(p), []).append(pname)
+    unstored = sorted({id(p): n for n, p in model.named_parameters() if id(p) not in accumulators}.values())
+    if unstored:  # transformers renamed tensors on load: F could not be written under the agent's names
+        more = f" and {len(unstored) - 5} more" if len(unstored) > 5 else ""
+        raise InputError(f"{ckpt.display}: the model transformers loaded has parameters the checkpoint does not store "
+                         f"under that name ({', '.join(unstored[:5])}{more}); the Fisher file must carry the "
+                         f"agent's tensor names, so this architecture is not supported for Fisher merging yet")
+    return accumulators, names_of
+
+
+def _square_into(acc: torch.Tensor) -> Callable[[torch.Tensor], None]:
+    """A post-accumulate-grad hook: acc += grad², then the gradient is freed."""
+
+    def hook(param: torch.Tensor) -> None:
+        grad = param.grad
+        if grad is not None:
+            if grad.device.type == "cpu":
+                acc.addcmul_(grad, grad)
+            else:
+                acc.add_(grad.square().to("cpu", torch.float32))
+        param.grad = None
+
+    return hook
+
+
+def _example(model: Any, prompt: list[int], stops: list[int], max_new_tokens: int, device: torch.device) -> int:
+    """One example: the greedy completion of ``prompt``, then one backward pass of its log-likelihood.
+    Returns the completion's length in tokens."""
+    from transformers import GenerationConfig
+
+    ids = torch.tensor([prompt], dtype=torch.long, device=device)
+    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+                              eos_token_id=stops or None, pad_token_id=stops[0] if stops else 0,
+                              bos_token_id=getattr(model.generation_config, "bos_token_id", None))
+    with torch.no_grad(), _quiet_transformers():
+        output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    completion = output[0, len(prompt):].tolist()
+    stop = next((k for k, t in enumerate(completion) if t in stops), None)
+    completion = completion if stop is None else completion[:stop + 1]
+    if not completion:
+        return 0
+    full = torch.tensor([prompt + completion], dtype=torch.long, device=device)
+    logits = model(input_ids=full).logits[0, len(prompt) - 1:-1].float()
+    target = full[0, len(prompt):]
+    log_likelihood = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum()
+    log_likelihood.backward()  # the hooks square each gradient into its accumulator and free it
+    return len(completion)
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+def _layout(entries: list[tuple[str, tuple[int, ...]]], shard_bytes: int) -> list[list[tuple[str, tuple[int, ...]]]]:
+    shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+    used = 0
+    for name, shape in entries:
+        size = math.prod(shape) * 4
+        if shards[-1] and used + size > shard_bytes:
+            shards.append([])
+            used = 0
+        shards[-1].append((name, shape))
+        used += size
+    return shards
+
+
+def write_fisher_files(folder: Path, estimate: FisherEstimate, shard_size: str | int = DEFAULT_SHARD) -> list[str]:
+    """Write ``estimate`` into ``folder`` (which exists): float32 safetensors, sharded with an index above
+    ``shard_size``, and ``fisher.json``. Returns the weight file names."""
+    entries = [(n, tuple(estimate.tensors[n].shape)) for n in sorted(estimate.tensors)]
+    shards = _layout(entries, parse_size(shard_size))
+    names = [SINGLE_FILE] if len(shards) == 1 else \
+        [f"fisher-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    for file, shard in zip(names, shards):
+        writer = SafetensorsStreamWriter(folder / file, [(n, torch.float32, s) for n, s in shard],
+                                         {"format": "pt", "ram_desktop": FORMAT})
+        for n, _ in shard:
+            writer.write(estimate.tensors[n].contiguous())
+        writer.close()
+    if len(shards) > 1:
+        total = sum(math.prod(s) * 4 for _, s in entries)
+        index = {"metadata": {"total_size": total},
+                 "weight_map": {n: f for f, shard in zip(names, shards) for n, _ in shard}}
+        (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
+    info = dict(estimate.info, files=names + ([INDEX_FILE] if len(shards) > 1 else []))
+    (folder / FISHER_JSON).write_text(json.dumps(info, indent=1) + "\n")
+    return names
+
+
+def write_fisher(agent: str | Path, suite: Suite | str | Path, out: str | Path, examples: int = DEFAULT_EXAMPLES,
+                 device: str = "auto", reporter: Reporter | None = None, overwrite: bool = False,
+                 shard_size: str | int = DEFAULT_SHARD) -> dict[str, Any]:
+    """``ram-merge fisher``: estimate and write into ``out`` (staged; nothing written on error or cancel)."""
+    reporter = reporter or Reporter()
+    suite = suite if isinstance(suite, Suite) else load_suite(suite)
+    _check_examples(examples)
+    ckpt = open_checkpoint(str(agent), reporter)
+    size = sum(i.numel for i in ckpt.tensors.values() if i.is_float) * 4
+    out = check_output(Path(out), [ckpt], overwrite, size)
+    estimate = estimate_fisher(agent, suite, examples, device, reporter)
+    with staging_folder(out) as folder:
+        write_fisher_files(folder, estimate, shard_size)
+    return estimate.info
+
+
+# --- cache ---------------------------------------------------------------------------------------
+
+def cache_root() -> Path:
+    from ..core.probe import cache_dir
+
+    return cache_dir().parent / "fisher"
+
+
+def cache_key(ckpt: Checkpoint, suite: Suite, examples: int) -> str:
+    text = f"{ESTIMATOR}\0{agent_fingerprint(ckpt)}\0{suite_fingerprint(suite)}\0{examples}"
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = DEFAULT_EXAMPLES,
+                  device: str = "auto", reporter: Reporter | None = None) -> Path:
+    """The Fisher folder of ``agent`` on ``suite``: from the cache when an estimate with the same agent
+    fingerprint, suite contents, examples and estimator exists, else estimated and cached."""
+    reporter = reporter or Reporter()
+    suite = suite if isinstance(suite, Suite) else load_suite(suite)
+    examples = _check_examples(examples)
+    ckpt = open_checkpoint(str(agent), reporter)
+    folder = cache_root() / cache_key(ckpt, suite, examples)
+    if (folder / FISHER_JSON).is_file():
+        log.info("reusing the cached Fisher of %s on suite %s (%d examples): %s", ckpt.display, suite.name,
+                 examples, folder)
+        return folder
+    estimate = estimate_fisher(agent, suite, examples, device, reporter)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f"{folder.name}.partial-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    try:
+        write_fisher_files(tmp, estimate)
+        if folder.exists():  # another run finished the same estimate meanwhile
+            shutil.rmtree(tmp)
+        else:
+            os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("Fisher of %s on suite %s: %d examples in %.1f s, cached in %s", ckpt.display, suite.name,
+             estimate.info["examples"], estimate.info["seconds"], folder)
+    return folder
+
+
+def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str], device: str = "auto",
+                          reporter: Reporter | None = None) -> dict[str, Any]:
+    """For ``--method fisher`` with ``suite``: the parameters with ``fisher`` set to each agent's cached
+    (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
+    if method != "fisher":
+        return params
+    from ..core.methods import get_method
+
+    resolved = get_method(method).resolve(params)
+    suites = resolved.get("suite")
+    if not suites:
+        if resolved.get("fisher"):  # local folders by absolute path, so the written recipe runs from anywhere
+            return dict(params, fisher=[_absolute(f) for f in resolved["fisher"]])
+        return params
+    if len(suites) != len(agents):
+        raise InputError(f"{len(suites)} calibration suites for {len(agents)} agents; give one --suite per agent, "
+                         f"comma-separated, in agent order")
+    loaded = [load_suite(s) for s in suites]  # every suite checked before the first estimate starts
+    folders = [str(cached_fisher(a, s, resolved["examples"], device, reporter)) for a, s in zip(agents, loaded)]
+    return dict(params, suite=[_absolute(s) for s in suites], fisher=folders)
+
+
+def _absolute(path: str) -> str:
+    local = Path(path).expanduser()
+    return str(local.resolve()) if local.exists() else path

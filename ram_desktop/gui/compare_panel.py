@@ -1,0 +1,265 @@
+"""The Compare step: tick methods and parameter values (an r sweep, a TA scale sweep, …) and merge them
+all as one ``evaluate.compare.compare`` call — one read of the inputs — then score base, agents and
+every variant on the Evaluate step's suites, side by side in its table (SPEC sections 3 and 6)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
+                               QPushButton, QScrollArea, QVBoxLayout, QWidget)
+
+from ..core.errors import InputError
+from ..core.methods import METHODS
+from ..core.session import Session, Variant
+from ..evaluate.card import record_evaluation
+from ..evaluate.compare import CompareResult, compare
+from .evaluate_panel import EvaluatePanel, ModelEntry, RunBar, import_transformers
+from .worker import Job
+
+log = logging.getLogger("ram_desktop")
+# the sweeps offered ticked-off: the paper's Table 2 r sweep, a Task Arithmetic scale sweep
+SWEEPS = {"ram-plus": ("r", "0, 0.05, 0.1, 0.15, 0.2"), "task-arithmetic": ("scale", "0.3, 0.5, 1.0"),
+          "ties": ("density", "0.2"), "dare-ta": ("drop", "0.5"), "dare-ties": ("drop", "0.5"),
+          "ram-plus-soft": ("r", "0.1")}
+
+
+class MethodRow:
+    """One method: a tick, the parameter to sweep and its values (comma-separated)."""
+
+    def __init__(self, name: str) -> None:
+        method = METHODS[name]
+        self.name = name
+        self.check = QCheckBox(method.label)
+        self.check.setToolTip(method.summary)
+        self.param = QComboBox()
+        self.values = QLineEdit()
+        if method.params:
+            for p in method.params:
+                self.param.addItem(p.name, p.name)
+                self.param.setItemData(self.param.count() - 1, p.help, Qt.ToolTipRole)
+            param, values = SWEEPS.get(name, (method.params[0].name, repr(method.params[0].default)))
+            self.param.setCurrentIndex(max(0, self.param.findData(param)))
+            self.values.setText(values)
+            self.values.setToolTip("Values to try, separated by commas; one variant each. Other parameters: "
+                                   "the Method step's values where the method has them, else its defaults")
+        else:
+            self.param.setEnabled(False)
+            self.values.setEnabled(False)
+            self.values.setPlaceholderText("no parameters")
+
+    def variants(self) -> list[Variant]:
+        """The ticked variants; ``InputError`` naming the method for a bad value."""
+        if not self.check.isChecked():
+            return []
+        if not self.param.isEnabled():
+            return [Variant.parse(self.name)]
+        values = [v.strip() for v in self.values.text().replace(";", ",").split(",") if v.strip()]
+        if not values:
+            raise InputError(f"{self.check.text()}: give at least one {self.param.currentData()} value, or untick it")
+        return [Variant.parse(f"{self.name}:{self.param.currentData()}={v}") for v in values]
+
+
+class ComparePanel(QWidget):
+    """Signals: ``compare_finished(status)`` ("done", "cancelled", "failed"), ``busy_changed``, ``error``."""
+
+    compare_finished = Signal(str)
+    busy_changed = Signal()
+    error = Signal(str)
+    info = Signal(str)
+
+    def __init__(self, evaluate_panel: EvaluatePanel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.evaluate = evaluate_panel
+        self.session_fn: Callable[[], Session | None] = lambda: None
+        self.token_fn: Callable[[], str | None] = lambda: None
+        self.options_fn: Callable[[], dict] = dict
+        self.job: Job | None = None
+        self.blocked = False
+        self.last: CompareResult | None = None
+        self._status = ""
+
+        grid = QGridLayout()
+        grid.setHorizontalSpacing(10)
+        grid.addWidget(_head("Method"), 0, 0)
+        grid.addWidget(_head("Sweep"), 0, 1)
+        grid.addWidget(_head("Values"), 0, 2)
+        self.rows: dict[str, MethodRow] = {}
+        for i, name in enumerate(METHODS, start=1):
+            row = MethodRow(name)
+            self.rows[name] = row
+            grid.addWidget(row.check, i, 0)
+            grid.addWidget(row.param, i, 1)
+            grid.addWidget(row.values, i, 2)
+            row.check.toggled.connect(lambda _: self._update_actions())
+        grid.setColumnStretch(2, 1)
+        grid.setRowStretch(len(METHODS) + 1, 1)  # rows stay at the top
+        methods = QWidget()
+        methods.setLayout(grid)
+        scroll = QScrollArea()
+        scroll.setWidget(methods)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QScrollArea.NoFrame)
+
+        self.folder = QLineEdit()
+        self.folder.setPlaceholderText("folder for the variants (must not exist, or be empty)")
+        self.folder.setToolTip("Each variant is merged into FOLDER/<variant>; compare.json and compare.png go here")
+        browse = QPushButton("…")
+        browse.setFixedWidth(32)
+        browse.clicked.connect(self._browse)
+        folder_row = QHBoxLayout()
+        folder_row.addWidget(QLabel("Output folder"))
+        folder_row.addWidget(self.folder, 1)
+        folder_row.addWidget(browse)
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setStyleSheet("color: #555;")
+        self.run = RunBar("Run compare")
+        self.run.start_button.setToolTip("Merge every ticked variant from one read of the inputs, then score "
+                                         "base, agents and variants on the Evaluate step's ticked suites")
+        intro = QLabel("Tick methods and the values to sweep. All variants are merged in one pass over the inputs "
+                       "(the sources and the Method step's settings), then scored with the Evaluate step's "
+                       "ticked suites; the scores appear side by side in its table.")
+        intro.setWordWrap(True)
+        intro.setStyleSheet("color: #555;")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(intro)
+        layout.addWidget(scroll, 1)
+        layout.addLayout(folder_row)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.run)
+        self.run.start_button.clicked.connect(self.start)
+        self.run.cancel_button.clicked.connect(self.cancel)
+        self.folder.textChanged.connect(lambda _: self._update_actions())
+        self.evaluate.suites_loaded.connect(self._update_actions)
+        self.evaluate.suite_table.itemChanged.connect(lambda _: self._update_actions())
+        self.rows["ram-plus"].check.setChecked(True)
+        self._update_actions()
+
+    def variants(self) -> list[Variant]:
+        return [v for row in self.rows.values() for v in row.variants()]
+
+    def tick(self, method: str, values: str | None = None, param: str | None = None) -> None:
+        """Tick a method with these values (tests and scripts)."""
+        row = self.rows[method]
+        row.check.setChecked(True)
+        if param is not None:
+            row.param.setCurrentIndex(row.param.findData(param))
+        if values is not None:
+            row.values.setText(values)
+
+    def busy(self) -> bool:
+        return self.job is not None
+
+    def set_blocked(self, blocked: bool) -> None:
+        self.blocked = blocked
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        running = self.job is not None
+        ticked = any(r.check.isChecked() for r in self.rows.values())
+        self.run.start_button.setEnabled(not running and not self.blocked and ticked
+                                         and bool(self.folder.text().strip()))
+        self.run.cancel_button.setEnabled(running)
+        for row in self.rows.values():
+            row.check.setEnabled(not running)
+        suites = self.evaluate.checked_suites()
+        self.summary.setText(f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
+                             + ", ".join(s.name for s in suites) if suites else
+                             "No suite ticked in Evaluate: the variants are merged, not scored.")
+
+    def start(self) -> bool:
+        if self.job is not None or self.blocked:
+            return False
+        session = self.session_fn()
+        if session is None:
+            return False
+        try:
+            variants = self.variants()
+            if not variants:
+                raise InputError("tick at least one method to compare")
+            session.variant_specs(variants, self.folder.text().strip())  # duplicate names, before any work
+        except InputError as e:
+            self.error.emit(str(e))
+            return False
+        folder = Path(self.folder.text().strip()).expanduser()
+        suites = self.evaluate.checked_suites()
+        device, batch = session.device, self.evaluate.batch_size.value()
+        limit, token, options = self.evaluate.limit.value() or None, self.token_fn(), self.options_fn()
+        log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
+
+        def run(reporter) -> CompareResult:
+            if suites:
+                import_transformers([session.base])  # the variants share the base's architecture
+            result = compare(session, variants, folder, suites, reporter=reporter, device=device, batch_size=batch,
+                             limit=limit, token=token, **options)
+            if result.evaluation is not None:
+                record_evaluation(result.evaluation)
+            return result
+
+        self._status = "failed"
+        self.job = Job(run, self)
+        self.job.progress.connect(self.run.show_progress)
+        self.job.succeeded.connect(self._succeeded)
+        self.job.failed.connect(self._failed)
+        self.job.crashed.connect(lambda m, d: self._failed(f"unexpected error: {m}. This is a bug in RAM Desktop; "
+                                                           "the log has the details.", d))
+        self.job.cancelled.connect(self._cancelled)
+        self.job.finished.connect(self._finished)
+        self.run.begin(f"Preparing {len(variants)} variants…")
+        self._update_actions()
+        self.busy_changed.emit()
+        self.job.start()
+        return True
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.run.cancel_button.setEnabled(False)
+            self.run.label.setText("Cancelling…")
+
+    def _succeeded(self, result: CompareResult) -> None:
+        self._status = "done"
+        self.last = result
+        for merge in result.merges:
+            self.evaluate.add_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
+        if result.evaluation is not None:
+            kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges):]}
+            self.evaluate.show_result(result.evaluation, kinds)
+        seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
+        self.run.end(f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
+                     + (" and scored — see Evaluate" if result.evaluation is not None else ""), True)
+        log.info("compare done: %s", result.folder)
+
+    def _failed(self, message: str, details: str = "") -> None:
+        log.error(message + (f"\n{details}" if details else ""))
+        self.error.emit(message)
+        self.run.end("Stopped by an error (see above)", False)
+
+    def _cancelled(self) -> None:
+        self._status = "cancelled"
+        log.info("compare cancelled")
+        self.info.emit("Compare cancelled: a cancelled merge leaves no variant folder; variants merged before an "
+                       "evaluation was cancelled stay, without scores.")
+        self.run.end("Cancelled", False)
+
+    def _finished(self) -> None:
+        self.job = None
+        self._update_actions()
+        self.busy_changed.emit()
+        self.compare_finished.emit(self._status)
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Folder for the variants", self.folder.text() or str(Path.home()))
+        if folder:
+            self.folder.setText(folder)
+
+
+def _head(text: str) -> QLabel:
+    label = QLabel(text)
+    label.setStyleSheet("font-weight: bold; color: #444;")
+    return label

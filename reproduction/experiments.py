@@ -1,0 +1,172 @@
+"""Stage 3: probe the agents, merge with every method through the CLI, score, and write the results.
+
+Baselines are searched over the paper's Table 11 ranges with the setting chosen on the validation
+split (mean over the three tasks); every chosen model is then scored on the test split. Scoring is
+greedy decoding with the tasks' own reward functions (``common.score``); the same suites load in
+``ram-merge eval``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from common import load_model, load_tokenizer, read_jsonl, score
+from tasks import TASKS
+
+TA_SCALES = [0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Table 11
+TIES_DENSITIES = [0.1, 0.2, 0.3]
+DARE_DROPS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
+EPS = 1e-5
+
+
+def cli(*args: str) -> None:
+    from ram_desktop.cli import main
+
+    code = main(["-q", *args])
+    if code != 0:
+        raise RuntimeError(f"ram-merge {' '.join(args)} exited {code}")
+
+
+class Scorer:
+    """Scores models on suites, caching results in ``scores.json`` so a resumed run skips them."""
+
+    def __init__(self, out: Path, split: str, smoke: bool):
+        self.out, self.split = out, split
+        self.path = out / f"scores-{split}.json"
+        self.cache: dict = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.data = {t: read_jsonl(out / "suites" / f"{t}-{split}" / "data.jsonl") for t in TASKS}
+        self.tokenizer = load_tokenizer(out / "base")
+
+    def __call__(self, model_dir: Path) -> dict[str, float]:
+        key = str(Path(model_dir).relative_to(self.out))
+        if key not in self.cache:
+            model = load_model(model_dir)
+            scores = {}
+            for t in TASKS:
+                scores[t], scores[f"{t}_exact"] = score(model, self.tokenizer, t, self.data[t], with_exact=True)
+            scores["mean"] = sum(scores[t] for t in TASKS) / len(TASKS)
+            scores["mean_exact"] = sum(scores[f"{t}_exact"] for t in TASKS) / len(TASKS)
+            self.cache[key] = scores
+            self.path.write_text(json.dumps(self.cache, indent=1))
+        return self.cache[key]
+
+
+def merge(out: Path, name: str, method: str, *flags: str) -> Path:
+    folder = out / "merges" / name
+    if not (folder / "model.safetensors").exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        cli("merge", str(out / "base"), *(str(out / t) for t in TASKS), "--names", ",".join(TASKS),
+            "--method", method, *flags, "--out", str(folder))
+    return folder
+
+
+def search(out: Path, val: Scorer, method: str, grid: list[dict], log) -> dict:
+    """Merge every setting, pick the best validation mean; returns the chosen setting and folder."""
+    best = None
+    for params in grid:
+        name = method + "".join(f"_{k}{v}" for k, v in params.items())
+        flags = [x for k, v in params.items() for x in (f"--{k}", str(v))]
+        folder = merge(out, name, method, *flags)
+        s = val(folder)
+        if best is None or s["mean"] > best["val"]["mean"] + 1e-12:
+            best = {"method": method, "params": params, "folder": folder, "val": s}
+    log(f"{method}: chose {best['params']} (validation mean {best['val']['mean']:.3f} over {len(grid)} settings)")
+    return best
+
+
+def unique_region_models(out: Path, log) -> dict[str, Path]:
+    """Figure 3: each agent's unique updates alone added to the base, and the same divided by N."""
+    base = load_file(str(out / "base" / "model.safetensors"))
+    agents = {t: load_file(str(out / t / "model.safetensors")) for t in TASKS}
+    made = {}
+    for t in TASKS:
+        for diluted in (False, True):
+            folder = out / "unique" / (f"{t}-diluted" if diluted else t)
+            made[folder.name] = folder
+            if (folder / "model.safetensors").exists():
+                continue
+            tensors = {}
+            for name, b in base.items():
+                taus = {a: agents[a][name].float() - b.float() for a in TASKS}
+                others = torch.zeros_like(b, dtype=torch.bool)
+                for a in TASKS:
+                    if a != t:
+                        others |= taus[a].abs() > EPS
+                unique = (taus[t].abs() > EPS) & ~others
+                step = torch.where(unique, taus[t], torch.zeros_like(taus[t])) / (len(TASKS) if diluted else 1)
+                tensors[name] = (b.float() + step).to(b.dtype)
+            folder.mkdir(parents=True, exist_ok=True)
+            for f in (out / "base").iterdir():
+                if f.name != "model.safetensors" and f.is_file():
+                    shutil.copy(f, folder / f.name)
+            save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return made
+
+
+def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
+    t = time.time()
+    probe_json = out / "probe.json"
+    if not probe_json.exists():
+        cli("probe", str(out / "base"), *(str(out / t) for t in TASKS), "--names", ",".join(TASKS),
+            "--json", str(probe_json))
+    probe = json.loads(probe_json.read_text())
+    for a in probe["agents"]:
+        log(f"probe {a['name']}: density {a['density']:.3f}, unique {a['unique']}, shared {a['shared']}, "
+            f"rho {a['rho']}")
+    timings["probe"] = time.time() - t
+
+    t = time.time()
+    val, test = Scorer(out, "validation", smoke), Scorer(out, "test", smoke)
+    scales = TA_SCALES[-2:] if smoke else TA_SCALES
+    densities = TIES_DENSITIES[:1] if smoke else TIES_DENSITIES
+    drops = DARE_DROPS[::4] if smoke else DARE_DROPS
+    chosen = {
+        "ram": {"method": "ram", "params": {}, "folder": merge(out, "ram", "ram")},
+        "ram-plus": {"method": "ram-plus", "params": {"r": 0.1, "alpha": 2.0},
+                     "folder": merge(out, "ram-plus", "ram-plus", "--r", "0.1", "--alpha", "2.0")},
+        "ram-plus-soft": {"method": "ram-plus-soft", "params": {"r": 0.1},
+                          "folder": merge(out, "ram-plus-soft", "ram-plus-soft", "--r", "0.1")},
+        "average": {"method": "average", "params": {}, "folder": merge(out, "average", "average")},
+    }
+    chosen["task-arithmetic"] = search(out, val, "task-arithmetic", [{"scale": s} for s in scales], log)
+    chosen["ties"] = search(out, val, "ties", [{"density": d, "scale": s} for d in densities for s in scales], log)
+    # DARE: the drop rate searched over 0.1..0.9 at the scaling term chosen for its partner method
+    chosen["dare-ta"] = search(out, val, "dare-ta",
+                               [{"drop": p, "scale": chosen["task-arithmetic"]["params"]["scale"]} for p in drops], log)
+    chosen["dare-ties"] = search(out, val, "dare-ties",
+                                 [{"drop": p, "scale": chosen["ties"]["params"]["scale"]} for p in drops], log)
+    timings["merges+validation"] = time.time() - t
+
+    t = time.time()
+    table1 = {"base": test(out / "base")}
+    for task in TASKS:
+        table1[task] = test(out / task)
+    for name, c in chosen.items():
+        table1[name] = test(c["folder"])
+    table2 = {}
+    for r in (R_SWEEP[::2] if smoke else R_SWEEP):
+        folder = merge(out, f"ram-plus_r{r}", "ram-plus", "--r", str(r), "--alpha", "2.0")
+        table2[str(r)] = test(folder)
+    figure3 = {name: test(folder) for name, folder in unique_region_models(out, log).items()}
+    timings["test"] = time.time() - t
+
+    results = {
+        "seed": json.loads((out / "code" / "recipe.json").read_text())["seed"],
+        "probe": [{k: a[k] for k in ("name", "density", "unique", "shared", "rho")} for a in probe["agents"]],
+        "params": probe["params"],
+        "recipes": {t: json.loads((out / t / "recipe.json").read_text()) for t in TASKS},
+        "chosen": {n: {"method": c["method"], "params": c["params"]} for n, c in chosen.items()},
+        "table1": table1, "table2": table2, "figure3": figure3,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    for name, s in table1.items():
+        log(f"test {name:16s} " + " ".join(f"{k}={s[k]:.3f}" for k in (*TASKS, "mean")) +
+            "  exact: " + " ".join(f"{k}={s[k + '_exact']:.3f}" for k in (*TASKS, "mean")))
+    return results

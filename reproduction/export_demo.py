@@ -1,0 +1,42 @@
+"""Copy one run's base, agents and test suites into the app's built-in demo (ram_desktop/resources/demo).
+
+    python reproduction/export_demo.py runs/seed0
+
+Agent folders are named after what they are (coder, tool, memory); each suite is the task's test
+split with the reward file its ``suite.yaml`` names. Only the files a model folder needs are copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEST = ROOT / "ram_desktop" / "resources" / "demo"
+AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # demo agent name -> task
+MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+               "tokenizer_config.json", "special_tokens_map.json", "recipe.json")
+
+
+def export(run: Path, dest: Path = DEST) -> Path:
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name, src in [("base", run / "base"), *((a, run / t) for a, t in AGENTS.items())]:
+        (dest / name).mkdir()
+        for f in MODEL_FILES:
+            if (src / f).exists():
+                shutil.copy(src / f, dest / name / f)
+    for task in AGENTS.values():
+        shutil.copytree(run / "suites" / f"{task}-test", dest / "suites" / task)
+    manifest = {"base": "base", "agents": [{"name": a, "path": a, "suite": f"suites/{t}"} for a, t in AGENTS.items()]}
+    (dest / "demo.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return dest
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("run", type=Path)
+    print(export(ap.parse_args().run))
