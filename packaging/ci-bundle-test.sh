@@ -5,7 +5,7 @@
 #   2. runs the frozen executable with an empty environment and no Python on PATH
 #      (env -i PATH=<empty dir>): --bundle-check (Qt offscreen, icons, pyqtgraph, chart export), demo, merge, probe through the ram-desktop name, recipe replay
 #      (bit-identical shards), --kernel-check (numba kernels in use, cache outside the bundle), eval and
-#      compare of tiny transformers models (tokenizer + chat template), bad inputs (exit 2, one `error:` line, no traceback, nothing written),
+#      compare of the demo's models on its suites, bad inputs (exit 2, one `error:` line, no traceback, nothing written),
 #   3. runs the window frozen: `ram-desktop --self-test` (it forces the offscreen platform itself) and
 #      `ram-desktop --demo --screenshot` (offscreen; SCREENSHOT_OUT=FILE keeps a copy of the PNG).
 # Exit 0 when everything passed; otherwise the first failing check is printed with its output.
@@ -72,7 +72,8 @@ check "ram-merge demo" 0 ram-merge demo "$D"
 AGENTS=()
 for dir in "$D"/*/; do
     dir=${dir%/}
-    [[ "$(basename "$dir")" == base ]] || AGENTS+=("$dir")
+    # agents: model folders other than base (the demo also writes suites/)
+    [[ "$(basename "$dir")" != base && -f "$dir/config.json" ]] && AGENTS+=("$dir")
 done
 (( ${#AGENTS[@]} >= 2 )) || { echo "FAIL: demo wrote ${#AGENTS[@]} agents" >&2; exit 1; }
 check "ram-merge merge (ram-plus, ${#AGENTS[@]} agents)" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --out "$D/merged"
@@ -101,39 +102,25 @@ if find "$BUNDLE" -name '*.nbi' | grep -q .; then
     echo "FAIL: numba wrote its cache inside the bundle (read-only when installed)" >&2; FAILS=$((FAILS + 1))
 fi
 
-# `ram-merge eval` and `compare`, frozen (transformers, tokenizers, jinja2 chat templates): tiny Qwen2
-# models with a real BPE tokenizer and a chat template, written by the build venv's transformers
-# (tests/tinylm.py), evaluated on a two-example suite; compare merges two of them and evaluates all.
-E=$TMP/eval
-BUILD_PY=${BUILD_VENV:-build/pyinstaller-venv}/bin/python
-mkdir -p "$E/suite"
-printf '%s\n' '{"prompt": "What is 2 + 3?", "answer": "5"}' '{"prompt": "Say hello to the world.", "answer": "hello"}' \
-    > "$E/suite/data.jsonl"
-printf 'name: smoke\nmax_new_tokens: 8\n' > "$E/suite/suite.yaml"
-if PYTHONPATH=$PWD "$BUILD_PY" -c 'import sys; from pathlib import Path; from tests.tinylm import write_tiny_lm
-for name, seed in (("base", 0), ("agent1", 1), ("agent2", 2)): write_tiny_lm(Path(sys.argv[1]) / name, seed=seed)' \
-    "$E" >"$TMP/out" 2>&1; then
-    check "ram-merge eval (tiny LM, chat template)" 0 ram-merge -q eval "$E/base" --suite "$E/suite" --json "$E/eval.json"
-    if [[ "$CHECK_OK" == 1 ]]; then
-        if grep -q '^model .*smoke (2)' "$TMP/out" && grep -q '^base  *[0-9.]*$' "$TMP/out" \
-            && grep -q '"ram-eval/1"' "$E/eval.json"; then
-            say "    $(tr '\n' ' ' < "$TMP/out")"
-        else
-            echo "FAIL: frozen eval printed no score table or wrote no ram-eval/1 JSON" >&2
-            sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
-        fi
-    fi
-    check "ram-merge compare (RAM+ variant, evaluated)" 0 ram-merge -q compare "$E/base" "$E/agent1" "$E/agent2" \
-        --variant ram-plus --suite "$E/suite" --out "$E/cmp"
-    if [[ "$CHECK_OK" == 1 ]] && { ! grep -q '^ram-plus  *[0-9.]*$' "$TMP/out" || [[ ! -s "$E/cmp/compare.json" ]]; }; then
-        echo "FAIL: frozen compare printed no ram-plus score or wrote no compare.json" >&2
+# `ram-merge eval` and `compare`, frozen (transformers, tokenizers, the suites' python reward files):
+# the demo's real base and RL-trained agents on their own suites (first examples only, for time).
+check "ram-merge eval (demo base + coder on the code suite)" 0 ram-merge -q eval "$D/base" "$D/coder" \
+    --suite "$D/suites/code" --limit 4 --json "$TMP/eval.json"
+if [[ "$CHECK_OK" == 1 ]]; then
+    if grep -q '^model ' "$TMP/out" && grep -q '^coder  *[0-9.]*$' "$TMP/out" && grep -q '"ram-eval/1"' "$TMP/eval.json"; then
+        say "    $(tr '\n' ' ' < "$TMP/out")"
+    else
+        echo "FAIL: frozen eval printed no score table or wrote no ram-eval/1 JSON" >&2
         sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
     fi
-    bad_input "eval: missing suite" eval "$E/base" --suite "$E/no-such-suite"
-else
-    echo "FAIL: could not write the tiny evaluation models with $BUILD_PY" >&2
-    sed 's/^/    | /' "$TMP/out" | tail -20 >&2; FAILS=$((FAILS + 1))
 fi
+check "ram-merge compare (demo, RAM+ variant, evaluated)" 0 ram-merge -q compare "$D/base" "${AGENTS[@]}" \
+    --variant ram-plus --suite "$D/suites/code" --limit 2 --out "$TMP/cmp"
+if [[ "$CHECK_OK" == 1 ]] && { ! grep -q '^ram-plus  *[0-9.]*$' "$TMP/out" || [[ ! -s "$TMP/cmp/compare.json" ]]; }; then
+    echo "FAIL: frozen compare printed no ram-plus score or wrote no compare.json" >&2
+    sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
+fi
+bad_input "eval: missing suite" eval "$D/base" --suite "$D/no-such-suite"
 
 # Bad input: exit 2, one `error:` line, nothing written.
 bad_input "missing base path" merge "$D/no-such-model" "${AGENTS[@]}" --out "$D/bad1"
