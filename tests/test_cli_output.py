@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from ram_desktop.cli import main

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ram_desktop.core import engine
-from ram_desktop.core.demo import demo_shapes, write_model
+from ram_desktop.core.synthetic import demo_shapes, write_model
 from ram_desktop.core.inspection import ULP_BINS, module_grid
 from ram_desktop.core.would_keep import would_keep
 from ram_desktop.core.probe import ProbeReport, cache_dir

@@ -17,9 +17,6 @@ import shutil
 from pathlib import Path
 
 from .errors import InputError
-from .synthetic import (  # noqa: F401  (re-exported: older callers import them from here)
-    CONFIG, SEED, bf16_ulp, demo_shapes, generate_tensors, rl_update, write_model, write_tokenizer,
-)
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned
