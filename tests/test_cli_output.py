@@ -125,7 +125,10 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
     base, agents = make_models(tmp_path / "in", config=big)
     out = tmp_path / "out"
     # a tiny chunk size makes the merge slow enough to interrupt
-    code = ("import sys, ram_desktop.core.chunks as c; c.DEFAULT_CHUNK_ELEMENTS = 64; "
+    # Ctrl-C in a terminal: SIGINT raises KeyboardInterrupt (a runner that starts tests in the background
+    # may hand the child SIGINT ignored, as shells do for background jobs)
+    code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "import sys, ram_desktop.core.chunks as c; c.DEFAULT_CHUNK_ELEMENTS = 64; "
             "import ram_desktop.core.engine as e; e.DEFAULT_CHUNK_ELEMENTS = 64; "
             "e.MergeRequest.__dataclass_fields__['chunk_elements'].default = 64; "
             "from ram_desktop.cli import entry; sys.argv[0] = 'ram-merge'; entry()")
