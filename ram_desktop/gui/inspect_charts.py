@@ -67,6 +67,16 @@ def _empty(plot: pg.PlotItem, text: str) -> None:
 
 # --- where: layer × module heat maps ----------------------------------------------------------------
 
+def _cleared_plot_with_legend(chart) -> pg.PlotItem:
+    """The chart's plot and legend (made on first use, as ``chart.plot`` / ``chart.legend``), emptied."""
+    if chart.plot is None:
+        chart.plot = _plot(chart)
+        chart.legend = chart.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+    chart.plot.clear()
+    chart.legend.clear()
+    return chart.plot
+
+
 class ModuleHeatmaps(QWidget):
     """One heat map per agent, side by side in one plot: rows are layers, columns module kinds;
     colour = density or unique share. The plot and the colour bar are built once; a report only
@@ -504,12 +514,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         if report is None and self.plot is None:
             self.shares = []
             return
-        if self.plot is None:
-            self.plot = _plot(self)
-            self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
-        plot = self.plot
-        plot.clear()
-        self.legend.clear()
+        plot = _cleared_plot_with_legend(self)
         stats = report.inspect if report is not None else None
         if stats is None:
             self.shares = []
@@ -608,12 +613,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         self._dirty = False
         if self.report is None and self.plot is None:
             return
-        if self.plot is None:
-            self.plot = _plot(self)
-            self.legend = self.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
-        plot = self.plot
-        plot.clear()
-        self.legend.clear()
+        plot = _cleared_plot_with_legend(self)
         report = self.report
         if report is None or not report.agents:
             self.values = {}
