@@ -331,3 +331,185 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
                 count = count + (one if agree else zero)
             store(o, j, xb[j] + (acc / (count if count > one else one)) * scale)
     return bad_blocks
+
+
+
+# --- the Analyze probe: counts, signs, λ* survival keys and the ulp sample in one pass -------------
+
+def like(x, v):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(like)
+def _like(x, v):
+    """v converted to x's float type (widening a float32 to float64 is exact)."""
+    if x == types.float32:
+        return lambda x, v: np.float32(v)
+    return lambda x, v: np.float64(v)
+
+
+def float_bits(x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(float_bits)
+def _float_bits(x):
+    """The IEEE bits of a float32 / float64 as an int64."""
+    if x == types.float32:
+        return lambda x: np.int64(np.float32(x).view(np.uint32))
+    return lambda x: np.float64(x).view(np.int64)
+
+
+def power_of_two(x, e):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(power_of_two)
+def _power_of_two(x, e):
+    """The float of x's type whose bits are the biased exponent e alone: 2^(e − bias)."""
+    if x == types.float32:
+        return lambda x, e: np.uint32(e << 23).view(np.float32)
+    return lambda x, e: np.int64(e << 52).view(np.float64)
+
+
+def exponent_layout(x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(exponent_layout)
+def _exponent_layout(x):
+    """(bias, shift, field mask) of the biased exponent of x's float type."""
+    if x == types.float32:
+        return lambda x: (127, 23, 0xFF)
+    return lambda x: (1023, 52, 0x7FF)
+
+
+@jit
+def next_bits(bits, up, sign_mask, inf_bits):
+    """nextafter(v, ±inf) on the bits of a 16- or 32-bit float v, torch's (musl's) rule: ±inf toward
+    itself stays, ±0 steps to the smallest subnormal of the target's sign, otherwise the bit pattern
+    moves one unit away from zero (toward the target) or toward zero."""
+    magnitude = bits & (sign_mask - 1)
+    negative = (bits & sign_mask) != 0
+    if magnitude == inf_bits and negative != up:
+        return bits
+    if magnitude == 0:
+        return np.int64(1) if up else sign_mask | 1
+    if negative == up:
+        return bits - 1
+    return bits + 1
+
+
+@jit
+def rounded_and_neighbour(total, up, d):
+    """total rounded to survival dtype d (0 bfloat16, 1 float16, 2 float32; a float64 goes through
+    float32 first, as torch converts) and that value's neighbour toward +inf (``up``) or −inf, both as
+    float32 (exact)."""
+    f = np.float32(total)
+    if d == 0:
+        r = float_to_bf16(f)
+        return bf16_to_float(r), bf16_to_float(next_bits(r, up, np.int64(0x8000), np.int64(0x7F80)))
+    if d == 1:
+        r = float_to_half(f)
+        return half_to_float(r), half_to_float(next_bits(r, up, np.int64(0x8000), np.int64(0x7C00)))
+    r = np.int64(f.view(np.uint32))
+    return f, np.uint32(next_bits(r, up, np.int64(0x80000000), np.int64(0x7F800000))).view(np.float32)
+
+
+@jit
+def lambda_star_bin(x, tau, total, scale, up, d, half, last):
+    """The λ* bin of one unique element for survival dtype d, as ``probe._lambda_star_keys`` computes it
+    (same operations, order and dtype): y0 = round(x + τ) in dtype d, h = half the signed gap to its
+    neighbour toward τ's sign, bin = clamp(ceil(((y0 − x) − τ + h)·scale), 0, last), NaN (y0 or its
+    neighbour overflowed) in the last bin. ``scale`` = 1/(τ·STEP) as the caller computed it."""
+    zero = half - half
+    y, n = rounded_and_neighbour(total, up, d)
+    y0 = like(x, y)
+    h = (like(x, n) - y0) * half
+    num = np.ceil((((y0 - x) - tau) + h) * scale)
+    if num != num:
+        return np.int64(last)
+    if num < zero:
+        return np.int64(0)
+    if num > last:
+        return np.int64(last)
+    return np.int64(num)
+
+
+@jit
+def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint, surv,
+                   row, first_row, stride, sig_bits, min_exponent, ulps, xb, total, key):
+    """The complete (Analyze) probe of one slice in one pass over memory, as ``ProbeAccumulator`` and
+    ``InspectAccumulator`` compute it with torch:
+
+    * joint[k, p + 2^N·q] += 1 per element (summed over k by the caller): p the update pattern
+      Σ_t [|τ_t| > ε]·2^t, q the agents whose τ_t > ε (ε in the compute dtype);
+    * surv[t, d, bin] += 1 for every element only agent t updates (agent_of[p] = t): the λ* bin of
+      survival dtype d (``lambda_star_bin``), from τ_t = Σ_s [m_s]·τ_s (exact where one agent updates);
+    * ulps[t, bin] += 1 for each sampled element agent t updates (rows first_row, first_row + stride, ..
+      of ``row`` elements; row = 0: none): |τ_t|·2^k with 2^k = 1/ulp of the base value in the stored
+      dtype (``sig_bits`` significand bits, exponent at least ``min_exponent``), bin = the biased exponent
+      of that product − bias + 1 clipped to 1 .. 64, 0 for a subnormal product.
+
+    Returns the number of blocks with a non-finite τ (the caller then reports the tensor)."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    nagents = len(agents)
+    zero = eps - eps
+    half = one / (one + one)
+    bad_blocks = 0
+    found = np.zeros(3, np.int64)
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+            key[j] = 0
+        for t in range(nagents):
+            a = agents[t][start:start + length]
+            bit = np.int32(1 << t)
+            sign_bit = np.int32(1 << (t + nagents))
+            for j in range(length):
+                v = widen(a[j]) - xb[j]
+                m = abs(v) > eps
+                total[j] = total[j] + v * (one if m else zero)
+                key[j] = key[j] | (bit if m else np.int32(0)) | (sign_bit if v > eps else np.int32(0))
+                bad |= np.int32(v - v != zero)
+        if bad != 0:
+            bad_blocks += 1
+            continue  # the caller raises; nothing of this slice is kept
+        histogram_block(key, length, joint)
+        for j in range(length):
+            t = agent_of[key[j]]
+            if t < 0:
+                continue
+            x = xb[j]
+            tau = total[j]
+            s = x + tau
+            up = tau > zero
+            scale = one / tau * inv_step
+            if scale - scale != zero:  # ±inf (a tiny τ): the largest finite value of τ's sign
+                scale = big if scale > zero else -big
+            surv[t, 0, lambda_star_bin(x, tau, s, scale, up, 0, half, last)] += 1
+            surv[t, 1, lambda_star_bin(x, tau, s, scale, up, 1, half, last)] += 1
+            surv[t, 2, lambda_star_bin(x, tau, s, scale, up, 2, half, last)] += 1
+    if bad_blocks or row == 0:
+        return bad_blocks
+    # the ulp sample: every stride-th row, recomputing τ from the stored bits (1/stride of the elements)
+    bias, shift, field = exponent_layout(zero)
+    lowest = max(min_exponent, sig_bits)
+    for r in range(first_row, n // row, stride):
+        for i in range(r * row, (r + 1) * row):
+            x = like(zero, widen(base[i]))  # the compute dtype, as xb
+            e = (float_bits(x) >> shift) & field
+            if e < lowest:
+                e = lowest
+            inv_ulp = power_of_two(x, 2 * bias - 1 + sig_bits - e)
+            for t in range(nagents):
+                v = widen(agents[t][i]) - x
+                if abs(v) > eps:
+                    k = (float_bits(abs(v) * inv_ulp) >> shift) & field
+                    ulps[t, 0 if k == 0 else min(max(k - bias + 1, 1), ulps.shape[1] - 1)] += 1
+    return bad_blocks

@@ -30,6 +30,7 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -95,7 +96,8 @@ def _jit() -> dict:
     from . import kernel_code as k
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
-            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel}
+            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
+            "analyze": k.analyze_kernel}
 
 
 def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
@@ -207,3 +209,61 @@ def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], firs
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
                          ties, as_bits(merged), xb, total, values)
     return merged, bad == 0
+
+
+ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins
+
+
+@dataclass
+class UlpSample:
+    """Which rows of a slice the ulp histogram samples, and the stored dtype's ulp: rows ``first``,
+    ``first + stride`` .. of ``row`` elements; ``significand`` bits, biased exponent at least ``min_exponent``."""
+
+    row: int
+    first: int
+    stride: int
+    significand: int
+    min_exponent: int
+
+
+@dataclass
+class Analysis:
+    """One slice's complete-probe statistics from ``analyze``."""
+
+    joint: np.ndarray  # [4^N] int64: elements per key p + 2^N·q (update pattern p, positive agents q)
+    survival: np.ndarray  # [N, 3, bins] int64: λ* histogram of each agent's unique elements per survival dtype
+    ulps: np.ndarray  # [N, ulp bins] int64: the sampled updated elements per ulp bin
+    finite: bool  # every τ finite (otherwise the statistics are incomplete and the caller raises)
+
+
+@functools.lru_cache(maxsize=16)
+def _unique_agent(n_agents: int) -> np.ndarray:
+    """agent_of[p + 2^N·q] = t where the update pattern p is 2^t alone, −1 otherwise."""
+    table = np.full((1 << n_agents, 1 << n_agents), -1, np.int32)  # [q, p]
+    for t in range(n_agents):
+        table[:, 1 << t] = t
+    return table.reshape(-1)
+
+
+def analyze(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float, compute_dtype: torch.dtype,
+            survival_step: float, survival_bins: int, ulp_bins: int, sample: UlpSample | None) -> Analysis | None:
+    """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
+    update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
+    what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
+    kernels do not cover the slice (more than ``ANALYZE_MAX_AGENTS`` agents among others)."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or len(agent_raws) > ANALYZE_MAX_AGENTS:
+        return None
+    base, agents = ops
+    n = len(agents)
+    cdt = _compute_np(compute_dtype)
+    joint = np.zeros((4, 1 << (2 * n)), np.int64)
+    surv = np.zeros((n, 3, survival_bins), np.int64)
+    ulps = np.zeros((n, ulp_bins), np.int64)
+    s = sample or UlpSample(0, 0, 1, 0, 0)
+    xb, total, key = _BUFFERS.get(cdt)
+    bad = _jit()["analyze"](base, agents, cdt(eps), cdt(1), cdt(1.0 / survival_step), cdt(np.finfo(cdt).max),
+                            cdt(survival_bins - 1), _unique_agent(n), joint, surv, np.int64(s.row),
+                            np.int64(s.first), np.int64(s.stride), np.int64(s.significand),
+                            np.int64(s.min_exponent), ulps, xb, total, key)
+    return Analysis(joint.sum(0), surv, ulps, bad == 0)

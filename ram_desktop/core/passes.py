@@ -25,7 +25,8 @@ from .formats import lora
 from .methods import Collector, MergeMethod, Observer
 from .output import ShardSet
 from .plan import MergePlan
-from .probe import ProbeAccumulator
+from .inspection import ULP_BINS
+from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from .transfer import Transfer
 
 _local = threading.local()
@@ -97,11 +98,23 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
     reporter.progress(stage, 0, total, "elements")
     workers = 1 if ordered else compute_workers(transfer.device)
     # the counts alone (no λ* histograms, no collector): one fused pass over memory per chunk
-    counting = sinks[0] if (len(sinks) == 1 and isinstance(sinks[0], ProbeAccumulator) and not sinks[0].with_survival
-                            and use_kernels(transfer.device)) else None
+    only = sinks[0] if len(sinks) == 1 and isinstance(sinks[0], ProbeAccumulator) and use_kernels(transfer.device) else None
+    counting = only if only is not None and not only.with_survival else None
+    # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
+    analyzing = only if only is not None and only.fusable else None
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
+        if analyzing is not None and _stored_agents(plan.jobs[index]):
+            job = plan.jobs[index]
+            sample = analyzing.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
+            analysis = kernels.analyze(base, agents, eps, job.compute_dtype, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS,
+                                       sample)
+            if analysis is not None:
+                if not analysis.finite:
+                    load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
+                analyzing.add_analysis(index, analysis)
+                return span.numel
         if counting is not None and _stored_agents(plan.jobs[index]):
             counted = kernels.count_patterns(base, agents, eps, plan.jobs[index].compute_dtype)
             if counted is not None:
