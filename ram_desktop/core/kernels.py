@@ -132,6 +132,14 @@ class _Buffers(threading.local):
             cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int32))
         return cache[dtype]
 
+    def unique(self, dtype: type) -> tuple[np.ndarray, ...]:
+        """A block's unique elements for ``kernel_code.analyze_kernel``: base values, updates, agents, bins."""
+        cache = self.__dict__.setdefault("unique_blocks", {})
+        if dtype not in cache:
+            cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int64),
+                            np.empty(BLOCK, np.int32))
+        return cache[dtype]
+
     def values(self, n_agents: int, dtype: type) -> np.ndarray:
         cache = self.__dict__.setdefault("value_rows", {})
         if (n_agents, dtype) not in cache:
@@ -258,12 +266,13 @@ def analyze(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float, 
     n = len(agents)
     cdt = _compute_np(compute_dtype)
     joint = np.zeros((4, 1 << (2 * n)), np.int64)
-    surv = np.zeros((n, 3, survival_bins), np.int64)
+    surv = np.zeros((3 * n, survival_bins), np.int64)  # [3·t + d]
     ulps = np.zeros((n, ulp_bins), np.int64)
     s = sample or UlpSample(0, 0, 1, 0, 0)
     xb, total, key = _BUFFERS.get(cdt)
+    ux, ut, ua, bins = _BUFFERS.unique(cdt)
     bad = _jit()["analyze"](base, agents, cdt(eps), cdt(1), cdt(1.0 / survival_step), cdt(np.finfo(cdt).max),
                             cdt(survival_bins - 1), _unique_agent(n), joint, surv, np.int64(s.row),
                             np.int64(s.first), np.int64(s.stride), np.int64(s.significand),
-                            np.int64(s.min_exponent), ulps, xb, total, key)
-    return Analysis(joint.sum(0), surv, ulps, bad == 0)
+                            np.int64(s.min_exponent), ulps, xb, total, key, ux, ut, ua, bins)
+    return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
