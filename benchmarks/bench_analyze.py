@@ -54,6 +54,13 @@ def run_probe(tree: Path, data: Path, agents: list[str], scratch: Path, tag: str
             "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2), "report": out}
 
 
+def _sorted(value):
+    """Lists of named entries (tensor_stats, layers, modules) in name order: the trees may order them differently."""
+    if isinstance(value, list) and value and isinstance(value[0], dict) and "name" in value[0]:
+        return sorted(value, key=lambda entry: entry["name"])
+    return value
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=Path("/work/bench-data"))
@@ -84,7 +91,7 @@ def main() -> None:
             print(f"mean {name:8s}: {results[name]['wall_s']:6.1f} s wall, {results[name]['cpu_s']:6.1f} CPU-s")
         this = json.loads((scratch / f"this-{args.runs - 1}.json").read_text())
         base = json.loads((scratch / f"baseline-{args.runs - 1}.json").read_text())
-        results["same_counts_as_baseline"] = {k: this.get(k) == base.get(k) for k in COMMON_KEYS}
+        results["same_counts_as_baseline"] = {k: _sorted(this.get(k)) == _sorted(base.get(k)) for k in COMMON_KEYS}
         print("same as the baseline's:", results["same_counts_as_baseline"])
         if not args.no_check:
             r = run_probe(ROOT, args.data, agents, scratch, "torch-path", kernels=False)

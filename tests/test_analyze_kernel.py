@@ -137,3 +137,94 @@ def test_kernel_flags_non_finite_and_declines_what_it_does_not_cover():
     assert ok.finite and ok.joint[0] == 3000 and ok.survival.sum() == 0 and ok.ulps.sum() == 0
     assert kernels.analyze(base, [base] * 9, 1e-5, torch.float32, 0.002, 1000, 65, None) is None  # 4^9 bins: torch
     assert kernels.analyze(base, [base[:10]], 1e-5, torch.float32, 0.002, 1000, 65, None) is None
+
+
+# --- the branch-free helpers and the λ* bins against torch, element by element --------------------
+
+def _map(fn, values: np.ndarray, out_dtype, *extra):
+    import numba
+
+    @numba.njit
+    def run(values, out):
+        for i in range(values.shape[0]):
+            out[i] = fn(values[i], *extra)
+        return out
+
+    return run(values, np.empty(values.shape[0], out_dtype))
+
+
+def test_branch_free_float16_conversions_match_torch():
+    from ram_desktop.core import kernel_code as kc
+
+    from .test_fused_kernels import _edge_floats
+
+    values = _edge_floats()
+    values = values[~np.isnan(values)]
+    ours = _map(kc.to_half_bits, values, np.int64).astype(np.uint16)
+    theirs = torch.from_numpy(values).to(torch.float16).view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(ours, theirs)
+    every = np.arange(1 << 16, dtype=np.int64)
+    every = every[((every & 0x7C00) != 0x7C00) | ((every & 0x3FF) == 0)]  # all but NaN: ±0, subnormals, ±inf
+    widened = _map(kc.from_half_bits, every, np.float32)
+    reference = torch.from_numpy(every.astype(np.int16)).view(torch.float16).float().numpy()
+    assert np.array_equal(widened.view(np.uint32), reference.view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype,sign_mask,inf_bits", [(torch.bfloat16, 0x8000, 0x7F80), (torch.float16, 0x8000, 0x7C00),
+                                                      (torch.float32, 0x80000000, 0x7F800000)])
+def test_step_bits_is_torch_nextafter(dtype, sign_mask, inf_bits):
+    from ram_desktop.core import kernel_code as kc
+
+    if dtype == torch.float32:
+        bits = np.concatenate([np.arange(0, 1 << 32, 4099, dtype=np.int64),
+                               np.array([0, 1, 0x7F7FFFFF, 0x7F800000, 0x80000000, 0x80000001, 0xFF7FFFFF, 0xFF800000,
+                                         0x00800000, 0x007FFFFF, 0x3F800000, 0xBF800000], np.int64)])
+        view = torch.int32
+        values = torch.from_numpy(bits.astype(np.uint32).view(np.int32)).view(dtype)
+    else:
+        bits = np.arange(1 << 16, dtype=np.int64)
+        view = torch.int16
+        values = torch.from_numpy(bits.astype(np.uint16).view(np.int16)).view(dtype)
+    keep = ~torch.isnan(values).numpy()
+    bits, values = bits[keep], values[torch.from_numpy(keep)]
+    mask = (1 << (32 if dtype == torch.float32 else 16)) - 1
+    for up in (True, False):
+        ours = _map(kc.step_bits, bits, np.int64, up, np.int64(sign_mask), np.int64(inf_bits)) & mask
+        toward = torch.full_like(values, float("inf") if up else float("-inf"))
+        theirs = torch.nextafter(values, toward).view(view).numpy().astype(np.int64) & mask
+        assert np.array_equal(ours, theirs), up
+
+
+@pytest.mark.parametrize("compute", [torch.float32, torch.float64])
+def test_lambda_star_bins_equal_torch_keys(compute):
+    """Adversarial elements: updates of whole and half ulps of every survival dtype (λ* on bin edges and
+    rounding ties), tiny and subnormal updates (1/τ overflows), values at the float16 overflow, ±0 bases."""
+    from ram_desktop.core import kernel_code as kc
+    from ram_desktop.core.probe import SURVIVAL_BINS, SURVIVAL_STEP, _lambda_star_keys
+
+    g = torch.Generator().manual_seed(11)
+    n = 40_000
+    x = (torch.randn(n, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-6, 3, (n,), generator=g))
+    x[::7] = 0.0
+    x[1::7] = -0.0
+    x[2::50] = 65504.0 * torch.sign(torch.randn(x[2::50].shape, generator=g, dtype=torch.float64))
+    x = x.to(compute)
+    ulp_bits = torch.tensor([7, 10, 23], dtype=torch.float64)[torch.randint(0, 3, (n,), generator=g)]
+    steps = torch.randint(-6, 7, (n,), generator=g).double() / 2.0 ** torch.randint(0, 3, (n,), generator=g)
+    magnitude = torch.exp2(torch.floor(torch.log2(x.double().abs().clamp(min=1e-30))) - ulp_bits)
+    tau = (steps * magnitude)
+    tau[3::11] = torch.randn(tau[3::11].shape, generator=g, dtype=torch.float64) * 1e-3
+    tau[4::97] = torch.finfo(torch.float32).tiny * torch.rand(tau[4::97].shape, generator=g, dtype=torch.float64)
+    tau = tau.to(compute)
+    keep = tau != 0
+    x, tau = x[keep].contiguous(), tau[keep].contiguous()
+    cdt = np.float64 if compute == torch.float64 else np.float32
+    keys = _lambda_star_keys(x, tau, 0).numpy()
+    m = x.numel()
+    for d in range(3):
+        bins = np.empty(m, np.int32)
+        kc.lambda_star_bins(x.numpy(), tau.numpy(), m, d, cdt(1.0 / SURVIVAL_STEP), cdt(np.finfo(cdt).max), cdt(0.5),
+                            cdt(SURVIVAL_BINS - 1), bins)
+        expected = keys[d * m:(d + 1) * m] - d * SURVIVAL_BINS
+        assert np.array_equal(bins, expected), d
+        assert len(np.unique(bins)) > 20 and (bins == SURVIVAL_BINS - 1).any() and (bins == 0).any()
