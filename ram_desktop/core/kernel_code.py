@@ -333,7 +333,6 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
     return bad_blocks
 
 
-
 # --- the Analyze probe: counts, signs, λ* survival keys and the ulp sample in one pass -------------
 
 def like(x, v):  # pragma: no cover
@@ -518,8 +517,10 @@ def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint,
         count = 0
         for j in range(length):  # gather the unique elements: base value, update, agent
             t = agent_of[key[j]]
-            ux[count] = xb[j]  # written for every element, kept (count advanced) for the unique ones:
-            ut[count] = total[j]  # no branch to mispredict; Σ_s [m_s]·τ_s is τ_t where only agent t updates
+            # written for every element and kept (count advanced) for the unique ones: no branch to
+            # mispredict; Σ_s [m_s]·τ_s is τ_t exactly where only agent t updates
+            ux[count] = xb[j]
+            ut[count] = total[j]
             ua[count] = t * 3
             count += np.int64(t >= 0)
         for d in range(3):
