@@ -164,10 +164,12 @@ def popcount(p):
 
 def pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
     """For elements start .. start+length−1, in agent order 0..N−1 (each loop vectorises):
-    xb = base, total = Σ_t τ_t·[m_t] from +0, pattern = Σ_t m_t·2^t. Returns True when every τ
-    is finite."""
+    xb = base, total = Σ_t τ_t·[m_t] from +0, pattern = Σ_t m_t·2^t. Returns False when some τ is
+    NaN or ±inf, and (rarely, harmlessly: the caller's exact check then finds nothing) when a sum of
+    finite τ overflows: a NaN τ makes its term NaN·0 = NaN, an infinite one ±inf·1, and either leaves
+    the sum non-finite. Checking the sum once per block instead of every τ keeps the agent loops free
+    of a reduction, which kept them from vectorising (1.5 → 0.85 ns per element for 3 agents)."""
     zero = eps - eps
-    bad = np.int32(0)  # an integer reduction (a float one could not be vectorised without reordering)
     b = base[start:start + length]
     for j in range(length):
         xb[j] = widen(b[j])
@@ -181,7 +183,9 @@ def pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
             m = abs(v) > eps
             total[j] = total[j] + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
             pattern[j] = pattern[j] | (bit if m else np.int32(0))
-            bad |= np.int32(v - v != zero)  # ±inf − ±inf and NaN − NaN are NaN
+    bad = np.int32(0)  # an integer reduction (a float one could not be vectorised without reordering)
+    for j in range(length):
+        bad |= np.int32(total[j] - total[j] != zero)  # ±inf − ±inf and NaN − NaN are NaN
     return bad == 0
 
 
