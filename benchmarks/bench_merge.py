@@ -40,6 +40,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -439,6 +440,9 @@ def main(argv=None) -> int:
     ap.add_argument("--drop", type=float, default=0.5, help="DARE drop probability p")
     ap.add_argument("--seed", type=int, default=0, help="DARE seed (both tools)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per command (best time kept)")
+    ap.add_argument("--reuse-probe-cache", action="store_true",
+                    help="let our runs reuse the user's probe cache (a repeated RAM+ run then skips its probe "
+                         "pass); by default every run of ours gets an empty cache")
     ap.add_argument("--order", choices=["ours-first", "mergekit-first"], default="ours-first")
     ap.add_argument("--poll-ms", type=float, default=25.0)
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
@@ -512,8 +516,15 @@ def main(argv=None) -> int:
                 print(f"  warning: machine busy before the run ({busy:.2f} cores in use by other "
                       f"work); timings will be inflated", flush=True)
             print(f"  [{side} {method} run {i + 1}/{a.repeat}] {shlex.join(cmd)}", flush=True)
+            env = None
+            if side == "ours" and not a.reuse_probe_cache:
+                # an empty probe cache for every run: RAM+ then runs both passes (probe, then merge),
+                # as the comparison claims; a cached probe from the previous run would skip the first
+                env = dict(os.environ, RAM_DESKTOP_CACHE=tempfile.mkdtemp(prefix="ram-bench-cache-"))
             r = run_measured(cmd, a.scratch / f"{side}-{method}.log", a.poll_ms / 1000,
-                             a.timeout)
+                             a.timeout, env=env)
+            if env is not None:
+                shutil.rmtree(env["RAM_DESKTOP_CACHE"], ignore_errors=True)
             if side == "ours" and r["ok"]:
                 rep = out / "merge-report.json"
                 if rep.exists():

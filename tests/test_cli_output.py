@@ -117,6 +117,57 @@ def test_exit_code_and_no_traceback_in_a_real_process(tmp_path):
     assert err.strip().splitlines() == [f"error: {tmp_path / 'missing-base'}: no such file or folder; check the path"]
 
 
+def test_real_process_prints_everything_and_exits_0(tmp_path, models):
+    """``entry`` ends the process with os._exit after the command: block-buffered stdout (a pipe, no
+    PYTHONUNBUFFERED) must still arrive whole, the exit status must be the command's, and the output
+    folder must be complete; an atexit hook (Python's teardown) does not run."""
+    base, agents = models
+    out = tmp_path / "merged"
+    code = ("import atexit, sys; atexit.register(lambda: print('TEARDOWN RAN', file=sys.stderr)); "
+            "from ram_desktop.cli import entry; sys.argv[0] = 'ram-merge'; entry()")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    proc = subprocess.run([sys.executable, "-c", code, "merge", str(base), *map(str, agents), "--out", str(out),
+                           "--names", "coder,tool,memory"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("eps = 1e-05") and [l.split()[0] for l in lines[2:5]] == ["coder", "tool", "memory"]
+    assert lines[-1].startswith(f"merged model written to {out} (")
+    assert "TEARDOWN RAN" not in proc.stderr and "INFO: merged 3 agents" in proc.stderr
+    assert (out / "merge-report.json").is_file() and not list(tmp_path.glob("merged.*"))
+
+
+def test_card_reads_back_with_huggingface_hub(capsys, tmp_path, models):
+    """The card is written without huggingface_hub's ModelCard class: the file must be exactly what
+    ``ModelCard(text).save`` writes, and ``ModelCard.load`` must read its front matter back."""
+    from huggingface_hub import ModelCard
+
+    base, agents = models
+    out = tmp_path / "merged"
+    assert main(["-q", "merge", str(base), *map(str, agents), "--out", str(out), "--names", "coder,tool,memory"]) == 0
+    raw = (out / "README.md").read_bytes()
+    card = ModelCard.load(out / "README.md")
+    assert card.data.tags == ["merge", "ram-desktop", "ram-plus", "reinforcement-learning", "agent"]
+    assert card.data.library_name == "transformers" and card.data.base_model is None
+    assert "| coder |" in card.text and "λ" in card.text
+    card.save(tmp_path / "again.md")
+    assert (tmp_path / "again.md").read_bytes() == raw
+
+
+def test_local_merge_does_not_load_the_hub_client(tmp_path, models):
+    """A merge of local folders imports no Hub client (huggingface_hub.repocard pulls hf_api and the
+    HTTP stack: ~0.3 CPU-s of every run)."""
+    base, agents = models
+    code = ("import sys; from ram_desktop.cli import main; "
+            f"assert main(['-q', 'merge', *sys.argv[1:], '--out', {str(tmp_path / 'o')!r}]) == 0; "
+            "print(sorted(m for m in ('huggingface_hub.repocard', 'huggingface_hub.hf_api', 'httpx') "
+            "if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code, str(base), *map(str, agents)], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_ctrl_c_cancels_cleanly(tmp_path):
     """SIGINT mid-merge: exit 130 and neither the output nor a partial folder is left."""
     big = dict(__import__("tests.conftest", fromlist=["SMALL_CONFIG"]).SMALL_CONFIG,

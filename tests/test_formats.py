@@ -294,3 +294,43 @@ def test_vocab_common_through_cli_and_recipe(tmp_path):
     assert main(["-q", "run", str(tmp_path / "a" / "ram-recipe.yaml"), "--out", str(tmp_path / "b")]) == 0
     assert merged_bytes(tmp_path / "a") == merged_bytes(tmp_path / "b")
     assert main(["-q", "probe", str(base), str(small), "--vocab", "common"]) == 0
+
+
+def test_mapped_reader_equals_safetensors_views(tmp_path):
+    """``open_slices`` reads row slices as views of a private mapping; they must equal what safetensors
+    itself reads, for every stored dtype, odd shapes, 0-d and empty tensors, and stay valid
+    after the handle is closed (chunks still in flight when a pass's reader finishes)."""
+    from safetensors import safe_open
+
+    from ram_desktop.core.formats.safetensors_format import open_slices
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "a.bf16": torch.randn(7, 5, generator=g).to(torch.bfloat16),
+        "b.f16": torch.randn(3, 3, 2, generator=g).to(torch.float16),
+        "c.f32": torch.randn(11, generator=g),
+        "d.f64": torch.randn(4, 1, generator=g, dtype=torch.float64),
+        "e.i8": torch.arange(-5, 4, dtype=torch.int8).reshape(3, 3),  # 9 bytes (save_file orders by dtype size)
+        "f.i64": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+        "g.bool": torch.tensor([True, False, True]),
+        "h.scalar": torch.tensor(3.5, dtype=torch.bfloat16),
+        "i.empty": torch.zeros(0, 4),
+    }
+    path = tmp_path / "m.safetensors"
+    save_file(tensors, str(path))
+    kept = []
+    with open_slices(path) as mine, safe_open(str(path), framework="pt") as theirs:
+        assert sorted(mine.keys()) == sorted(tensors)
+        for name, t in tensors.items():
+            assert torch.equal(mine.get_tensor(name), theirs.get_tensor(name)) and mine.get_tensor(name).dtype == t.dtype
+            if t.dim() == 0:
+                continue
+            n = t.shape[0]
+            for a, b in ((0, n), (1, n), (0, 1), (n - 1, n), (1, max(1, n - 1)), (n, n), (0, n + 5)):
+                got = mine.get_slice(name)[a:b]
+                assert got.dtype == t.dtype and torch.equal(got, theirs.get_slice(name)[a:b]), (name, a, b)
+            kept.append((name, mine.get_slice(name)[1:]))
+        with pytest.raises(KeyError):
+            mine.get_slice("missing")
+    for name, view in kept:  # the handle is closed: the views still read the file's values
+        assert torch.equal(view, tensors[name][1:])

@@ -294,3 +294,33 @@ def test_disabled_block_keeps_the_torch_path_on_this_thread():
         other.join()
     assert seen == [True]  # only the thread that entered the block
     assert passes.use_kernels(cpu) is True
+
+
+def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monkeypatch):
+    """The kernels check a block's masked sum for NaN / ±inf (a non-finite τ always makes it non-finite);
+    finite τ whose sum overflows also trip that check, and the caller's exact per-agent check must then
+    find nothing and let the merge go on, writing what the torch path writes (inf where the sum is inf)."""
+    from safetensors.torch import save_file
+
+    base = torch.zeros(4, 1000)
+    big = base.clone()
+    big[2, 17] = 3e38  # τ = 3e38 in both agents: finite, their sum is not
+    dirs = []
+    for name, t in (("base", base), ("a", big), ("b", big)):
+        (tmp_path / name).mkdir()
+        save_file({"w": t}, str(tmp_path / name / "model.safetensors"))
+        dirs.append(str(tmp_path / name))
+    assert kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)[1] is False
+    outputs = {}
+    for use in (True, False):
+        monkeypatch.setattr(passes, "use_kernels", lambda device, use=use: use and device.type == "cpu")
+        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
+        out = tmp_path / f"out-{use}"
+        merge(MergeRequest(dirs[0], dirs[1:], out, method="ram-plus", chunk_elements=999))
+        outputs[use] = (out / "model.safetensors").read_bytes()
+    assert outputs[True] == outputs[False]
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "out-True" / "model.safetensors"), "pt") as f:
+        w = f.get_tensor("w")
+    assert torch.isinf(w[2, 17]) and torch.isfinite(w).sum() == w.numel() - 1

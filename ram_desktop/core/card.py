@@ -1,16 +1,18 @@
-"""The output's README.md model card, built with huggingface_hub's ModelCard."""
+"""The output's README.md model card: huggingface_hub's ``ModelCardData`` front matter and a Markdown body.
+
+The text is what ``huggingface_hub.ModelCard(text).save(path)`` writes (that class stores the text and
+writes it back unchanged); writing it directly spares every merge importing ``huggingface_hub.repocard``,
+which pulls the Hub client (~0.3 CPU-s). ``ModelCard.load`` reads the file back.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from .methods import get_method
 from .plan import MergePlan
 from .probe import ProbeReport
-
-if TYPE_CHECKING:
-    from huggingface_hub import ModelCard
 
 
 def _hub_base_id(plan: MergePlan) -> str | None:
@@ -21,8 +23,9 @@ def _hub_base_id(plan: MergePlan) -> str | None:
 
 
 def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[float], probe: ProbeReport,
-               out_dtype: str) -> "ModelCard":
-    from huggingface_hub import ModelCard, ModelCardData  # ~0.2 s of imports, paid only when a card is written
+               out_dtype: str) -> str:
+    """The card's text: YAML front matter (``base_model``, ``tags``, ``library_name``) and the body."""
+    from huggingface_hub.repocard_data import ModelCardData  # the front matter only (not the Hub client)
 
     method = get_method(method_name)
     data = ModelCardData(
@@ -72,4 +75,10 @@ ram-merge run ram-recipe.yaml
 
 `merge-report.json` holds the full statistics, per-layer densities, timings and versions.
 """
-    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+    return f"---\n{data.to_yaml()}\n---\n{body}"
+
+
+def save_card(text: str, path: Path) -> None:
+    """Write the card as ``ModelCard.save`` does (UTF-8, newlines as they are)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        f.write(text)

@@ -18,7 +18,7 @@ import torch
 
 from .. import __version__
 from . import defaults
-from .card import model_card
+from .card import model_card, save_card
 from .chunks import DEFAULT_CHUNK_ELEMENTS
 from .errors import InputError
 from .events import Reporter
@@ -320,7 +320,7 @@ def _write_extras(folder: Path, plan: MergePlan, request: MergeRequest, params: 
                   lambdas: list[float], report: dict) -> None:
     write_config(plan.base, folder, plan)
     copy_tokenizer_files(plan.base, folder)
-    model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype).save(folder / "README.md")
+    save_card(model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype), folder / "README.md")
     recipe = Recipe(
         base=_pinned(plan.base), agents=[_pinned(a) for a in plan.agents], method=request.method, params=params,
         names=plan.names, eps=request.eps, out_dtype=request.out_dtype, shard_size=str(request.shard_size),

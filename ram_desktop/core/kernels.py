@@ -140,6 +140,13 @@ class _Buffers(threading.local):
                             np.empty(BLOCK, np.int32))
         return cache[dtype]
 
+    def scaled(self, dtype: type) -> np.ndarray:
+        """One more block of the compute dtype (the merge kernel's rescaled sums)."""
+        cache = self.__dict__.setdefault("scaled_block", {})
+        if dtype not in cache:
+            cache[dtype] = np.empty(BLOCK, dtype)
+        return cache[dtype]
+
     def values(self, n_agents: int, dtype: type) -> np.ndarray:
         cache = self.__dict__.setdefault("value_rows", {})
         if (n_agents, dtype) not in cache:
@@ -165,13 +172,9 @@ def count_patterns(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: 
 
 
 @functools.lru_cache(maxsize=64)
-def _pattern_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) -> np.ndarray:
-    """Per update pattern p: λ_t (rounded to the compute dtype, as the torch path's factor table) for
-    the one-agent pattern 2^t, 1 for every other pattern."""
-    table = np.ones(1 << n_agents, cdt)
-    for t in range(n_agents):
-        table[1 << t] = cdt(lambdas[t]) if lambdas is not None else 1.0
-    return table
+def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) -> np.ndarray:
+    """λ_t per agent rounded to the compute dtype (as the torch path's factor table); ones for RAM."""
+    return np.array(lambdas if lambdas is not None else [1.0] * n_agents, cdt)
 
 
 def selective_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float,
@@ -187,13 +190,13 @@ def selective_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
     base, agents = ops
     n_agents = len(agents)
     cdt = _compute_np(compute_dtype)
-    lam = _pattern_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
+    lam = _agent_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
     merged = torch.empty(base_raw.shape, dtype=out_dtype)
     hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
     bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, as_bits(merged), hist,
-                          want_hist, surv, count_survival, *_BUFFERS.get(cdt))
+                          want_hist, surv, count_survival, *_BUFFERS.get(cdt), _BUFFERS.scaled(cdt))
     return (merged, (hist.sum(0) if want_hist else None), bad == 0,
             torch.from_numpy(surv) if count_survival else None)
 

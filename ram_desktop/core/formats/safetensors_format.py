@@ -1,17 +1,18 @@
 """Safetensors checkpoints: folders (single file or sharded with an index) and single files; headers
-read and validated without touching tensor data; slices through ``safe_open``; a streaming writer.
+read and validated without touching tensor data; slices as views of a memory mapping; a streaming writer.
 
-Reading tensor data goes through ``safetensors.safe_open(...).get_slice``. Two things here are
-written by hand, each for a reason: the header check, so that a corrupt file gets a message
-naming the file and the problem instead of a Rust panic string; and the writer, because
-``safetensors.torch.save_file`` needs every tensor whole in memory, while a merge produces
-tensors slice by slice and must stay bounded by the chunk size.
+Three things here are written by hand, each for a reason: the header check, so that a corrupt file
+gets a message naming the file and the problem instead of a Rust panic string; the slice reader
+(``MappedSafetensors``: views of a memory mapping, as ``safe_open`` gives, without its per-call Python
+cost); and the writer, because ``safetensors.torch.save_file`` needs every tensor whole in memory,
+while a merge produces tensors slice by slice and must stay bounded by the chunk size.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -118,11 +119,81 @@ def open_file(path: Path, spec: str) -> Checkpoint:
     return Checkpoint(spec, path, [path], tensors, read_config(path.parent), metadata=metadata)
 
 
-def open_slices(file: Path):
+def open_slices(file: Path) -> "MappedSafetensors":
     """The file's slice reader (``get_slice(name)[a:b]``, ``get_tensor(name)``) as a context manager."""
-    from safetensors import safe_open
+    return MappedSafetensors(file)
 
-    return safe_open(str(file), framework="pt")
+
+class MappedSafetensors:
+    """A safetensors file mapped into memory, read as views of the mapping: ``get_slice(name)[a:b]`` (rows
+    a..b of a tensor) and ``get_tensor(name)``, in the stored dtype, without a copy (pages are read when
+    the merge touches them).
+
+    ``safe_open(...).get_slice`` gives the same views but costs ~50 µs of Python per call (torch's
+    storage slicing): ~0.2 CPU-s per pass over a 300M-parameter set, much of it holding the GIL that the
+    compute threads need. The mapping is private (copy-on-write): nothing writes to it, and no write could
+    reach the file. Headers were checked when the checkpoint was opened (``read_header``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        header.pop("__metadata__", None)
+        start = 8 + n
+        self._entries = {name: (DTYPES[e["dtype"]], tuple(e["shape"]), start + e["data_offsets"][0])
+                         for name, e in header.items()}
+
+    def _rows(self, name: str, first: int, last: int) -> torch.Tensor:
+        dtype, shape, begin = self._entries[name]
+        row = math.prod(shape[1:]) if shape else 1
+        rows = (max(first, 0), min(last, shape[0]) if shape else 1)
+        count = max(0, rows[1] - rows[0]) * row
+        out_shape = (max(0, rows[1] - rows[0]), *shape[1:]) if shape else ()
+        if count == 0:
+            return torch.empty(out_shape, dtype=dtype)
+        flat = torch.frombuffer(self._map, dtype=dtype, count=count, offset=begin + rows[0] * row * dtype.itemsize)
+        return flat.view(out_shape)
+
+    def get_slice(self, name: str) -> "_RowSlice":
+        if name not in self._entries:
+            raise KeyError(name)
+        return _RowSlice(self, name)
+
+    def get_tensor(self, name: str) -> torch.Tensor:
+        shape = self._entries[name][1]
+        return self._rows(name, 0, shape[0] if shape else 1)
+
+    def keys(self) -> list[str]:
+        return list(self._entries)
+
+    def __enter__(self) -> "MappedSafetensors":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # No close(): views hold a reference to the mapping but no buffer export, so closing it would
+        # unmap memory under chunks still in flight. The mapping goes when its last view does.
+        self._map = None
+
+
+class _RowSlice:
+    """``handle.get_slice(name)[a:b]``: rows a..b (a plain slice along dim 0) as a view."""
+
+    def __init__(self, handle: MappedSafetensors, name: str) -> None:
+        self._handle = handle
+        self._name = name
+
+    def get_shape(self) -> list[int]:
+        return list(self._handle._entries[self._name][1])
+
+    def __getitem__(self, key: slice) -> torch.Tensor:
+        shape = self._handle._entries[self._name][1]
+        if not isinstance(key, slice) or key.step not in (None, 1) or not shape:
+            raise TypeError("row slices only: handle.get_slice(name)[a:b]")
+        first, last, _ = key.indices(shape[0])
+        return self._handle._rows(self._name, first, last)
 
 
 class SafetensorsStreamWriter:
