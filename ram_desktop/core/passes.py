@@ -90,7 +90,8 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
                sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
                stage: str = "probe", ordered: bool = False) -> None:
     """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
-    the chunks in plan order (a collector), so the pass computes on one thread."""
+    the chunks in plan order (a collector whose ``needs_order`` is True), so the pass computes on one
+    thread; otherwise sinks are fed from every compute thread, chunks in any order."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
