@@ -281,6 +281,23 @@ def mix32(x):
 
 
 @jit
+def elect_store(o, values, total, xb, length, nagents, zero, one, scale):
+    """TIES's sign election and disjoint mean of one block, as ``baselines.elect_disjoint_mean``: the sign
+    of Σ_t v_t (``total``, ≥ 0 is +), the mean of the values agreeing with it (÷ max(1, count); zeros
+    never agree), ·λ, plus the base, rounded once into ``o``."""
+    for j in range(length):
+        positive = total[j] >= zero
+        acc = zero
+        count = zero
+        for t in range(nagents):
+            v = values[t, j]
+            agree = (v if positive else -v) > zero  # negation is exact; zeros never agree
+            acc = acc + (v if agree else zero)
+            count = count + (one if agree else zero)
+        store(o, j, xb[j] + (acc / (count if count > one else one)) * scale)
+
+
+@jit
 def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values):
     """θ = base + DARE-TA (``ties`` False) or DARE-TIES merged task vector, rounded once into ``out``,
     as ``methods.baselines`` computes them: per agent, u = mix32(mix32((i mod 2³²) XOR a_t) XOR
@@ -320,14 +337,92 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
             for j in range(length):
                 store(o, j, xb[j] + total[j] * scale)
             continue
+        elect_store(o, values, total, xb, length, len(agents), zero, one, scale)
+    return bad_blocks
+
+
+@jit
+def magnitude_key(tau, key64):
+    """|τ| as an integer that orders like the magnitude (``baselines.magnitude_bits``): the IEEE bits of
+    |τ| as float32, or as float64 (``key64``; a float32 τ widens exactly)."""
+    if key64:
+        return np.float64(abs(tau)).view(np.int64)
+    return np.int64(np.float32(abs(tau)).view(np.uint32))
+
+
+@jit
+def ties_digits_kernel(base, agents, one, key64, shift, level0, prefixes, hist, xb):
+    """TIES's radix-select histogram of one slice (``baselines.TrimCollector``): per agent t, hist[t, d] += 1
+    for each element whose magnitude key has digit d = (key >> shift) & 0xFFFF and, past the top level
+    (``level0`` False), whose higher bits equal ``prefixes[t]``. Returns the number of blocks with a
+    non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    zero = one - one
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
         for j in range(length):
-            positive = total[j] >= zero
-            acc = zero
-            count = zero
-            for t in range(len(agents)):
-                v = values[t, j]
-                agree = (v if positive else -v) > zero  # negation is exact; zeros never agree
-                acc = acc + (v if agree else zero)
-                count = count + (one if agree else zero)
-            store(o, j, xb[j] + (acc / (count if count > one else one)) * scale)
+            xb[j] = widen(b[j])
+        for t in range(len(agents)):
+            a = agents[t][start:start + length]
+            h = hist[t]
+            prefix = prefixes[t]
+            for j in range(length):
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                key = magnitude_key(tau, key64)
+                if level0:
+                    h[key >> shift] += 1
+                elif (key >> (shift + 16)) == prefix:
+                    h[(key >> shift) & 0xFFFF] += 1
+        if bad != 0:
+            bad_blocks += 1
+    return bad_blocks
+
+
+@jit
+def ties_kernel(base, agents, key64, cuts, left, scale, out, xb, total, values):
+    """θ = base + TIES merged task vector of one slice, rounded once into ``out``, as
+    ``baselines.ties_merge``: agent t keeps τ where its magnitude key is above ``cuts[t]``, and the first
+    ``left[t]`` elements of this slice whose key equals it (its share of the ties at the cut left after
+    earlier chunks), else +0; then the sign election and disjoint mean, ·λ. Returns the number of
+    blocks with a non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    nagents = len(agents)
+    zero = scale - scale
+    one = zero + np.float32(1)
+    ranks = np.zeros(nagents, np.int64)  # equal-to-cut elements met so far in this slice, per agent
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+        for t in range(nagents):
+            a = agents[t][start:start + length]
+            cut = cuts[t]
+            quota = left[t]
+            rank = ranks[t]
+            v_t = values[t]
+            for j in range(length):
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                key = magnitude_key(tau, key64)
+                keep = key > cut
+                if key == cut:
+                    rank += 1
+                    keep = rank <= quota
+                v = tau if keep else zero
+                v_t[j] = v
+                total[j] = total[j] + v
+            ranks[t] = rank
+        if bad != 0:
+            bad_blocks += 1
+        elect_store(out[start:start + length], values, total, xb, length, nagents, zero, one, scale)
     return bad_blocks

@@ -95,7 +95,8 @@ def _jit() -> dict:
     from . import kernel_code as k
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
-            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel}
+            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
+            "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
 
 
 def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
@@ -206,4 +207,40 @@ def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], firs
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
                          ties, as_bits(merged), xb, total, values)
+    return merged, bad == 0
+
+
+def ties_digit_counts(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
+                      key64: bool, level: int, prefixes: list[int]) -> tuple[np.ndarray, bool] | None:
+    """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
+    32-bit, or with ``key64`` 64-bit, magnitude key): an ``[N, 65536]`` int64 histogram per agent of the
+    elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
+    kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or (compute_dtype == torch.float64 and not key64):
+        return None
+    base, agents = ops
+    cdt = _compute_np(compute_dtype)
+    hist = np.zeros((len(agents), 1 << 16), np.int64)
+    shift = (64 if key64 else 32) - 16 * (level + 1)
+    bad = _jit()["ties_digits"](base, agents, cdt(1), key64, np.int64(shift), level == 0,
+                                np.array(prefixes, np.int64), hist, _BUFFERS.get(cdt)[0])
+    return hist, bad == 0
+
+
+def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
+                    out_dtype: torch.dtype, key64: bool, cuts: list[int], left: list[int], scale: float
+                    ) -> tuple[torch.Tensor, bool] | None:
+    """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
+    keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
+    every τ is finite. None when the kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or out_dtype not in FLOATS or (compute_dtype == torch.float64 and not key64):
+        return None
+    base, agents = ops
+    cdt = _compute_np(compute_dtype)
+    xb, total, _ = _BUFFERS.get(cdt)
+    merged = torch.empty(base_raw.shape, dtype=out_dtype)
+    bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
+                         as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt))
     return merged, bad == 0

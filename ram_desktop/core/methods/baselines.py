@@ -230,6 +230,34 @@ class TrimCollector:
                 sparse.append((nonzero.astype(np.uint16), c[nonzero]))
         self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts), sparse if last else None)
 
+    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
+                   compute_dtype: torch.dtype) -> bool:
+        """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
+        the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
+        raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
+        from .. import kernels
+
+        key = job_index if self.scope == "tensor" else "model"
+        numel = base_raw.numel()
+        if self._counting_pass:
+            return False
+        if not self._active(key) or numel == 0:
+            return True
+        key_dtype = self._key_dtype[key]
+        done = kernels.ties_digit_counts(base_raw, agent_raws, compute_dtype, key_dtype == torch.float64,
+                                         self.level, [s.prefix for s in self._state[key]])
+        if done is None or not done[1]:
+            return False
+        counts = done[0]
+        sparse = None
+        if self._last_level(key):
+            sparse = []
+            for c in counts:
+                nonzero = np.flatnonzero(c)
+                sparse.append((nonzero.astype(np.uint16), c[nonzero]))
+        self._add_counts(key, (job_index, offset), numel, counts, sparse)
+        return True
+
     def _add_counts(self, key: Hashable, chunk_key: ChunkKey, numel: int, counts: np.ndarray,
                     sparse: list[tuple[np.ndarray, np.ndarray]] | None) -> None:
         """Add one chunk's [N, RADIX] digit counts to its scope (any thread); fold the scope when complete."""
@@ -351,22 +379,32 @@ class TiesContext:
     def trim_masks(self, chunk: Chunk) -> list[torch.Tensor]:
         """Which elements of each agent survive the trim in this chunk: |τ| above the cut, and the
         first m equal to it in scope order (the earliest positions win ties)."""
-        key = self.cuts.scope_key(chunk.job_index)
-        if key not in self.cuts.cuts or chunk.taus.shape[1] == 0:  # an empty tensor
+        trim = self.chunk_trim(chunk.job_index, chunk.offset, chunk.taus.shape[1])
+        if trim is None:  # an empty tensor
             return [torch.zeros(chunk.taus.shape[1], dtype=torch.bool, device=chunk.base.device)
                     for _ in range(chunk.n_agents)]
-        key_dtype = self.cuts.key_dtype[key]
-        before = self.cuts.before(chunk.job_index, chunk.offset)
+        key_dtype, cuts, left = trim
         masks = []
-        for t, (cut, m) in enumerate(self.cuts.cuts[key]):
+        for t, (cut, quota) in enumerate(zip(cuts, left)):
             bits = magnitude_bits(chunk.taus[t], key_dtype)
             keep = bits > cut
-            if before[t] < m:
+            if quota > 0:
                 equal = bits == cut
                 rank = equal.cumsum(0)  # 1-based rank of each equal element within this chunk
-                keep |= equal & (rank <= m - before[t])
+                keep |= equal & (rank <= quota)
             masks.append(keep)
         return masks
+
+    def chunk_trim(self, job_index: int, offset: int, numel: int) -> tuple[torch.dtype, list[int], list[int]] | None:
+        """For the chunk at ``offset`` of job ``job_index``: the magnitude key dtype, each agent's cut c, and
+        how many of this chunk's elements equal to c it keeps (m minus those in earlier chunks of the
+        scope; ≤ 0: none). None for an empty chunk."""
+        key = self.cuts.scope_key(job_index)
+        if key not in self.cuts.cuts or numel == 0:
+            return None
+        before = self.cuts.before(job_index, offset)
+        cuts = self.cuts.cuts[key]
+        return self.cuts.key_dtype[key], [c for c, _ in cuts], [m - b for (_, m), b in zip(cuts, before)]
 
 
 def ties_merge(chunk: Chunk, ctx: TiesContext) -> torch.Tensor:
@@ -507,6 +545,7 @@ METHODS = (
         collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
         # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
         thread_safe=True,
+        fused="ties",  # CPU passes: kernels.ties_merge_into, the same bits
     ),
     MergeMethod(
         "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
