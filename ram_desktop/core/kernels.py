@@ -131,6 +131,22 @@ class _Buffers(threading.local):
             cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int32))
         return cache[dtype]
 
+    def pair(self, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        """Two more block buffers (the sign election's sums and counts)."""
+        cache = self.__dict__.setdefault("pairs", {})
+        if dtype not in cache:
+            cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype))
+        return cache[dtype]
+
+    def digit_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The TIES digit kernel's four interleaved count rows (kept all zero between calls) and its list
+        of touched counters."""
+        rows = self.__dict__.get("rows")
+        if rows is None:
+            rows = self.__dict__["rows"] = (np.zeros((4, (1 << 16) + 1), np.int32),
+                                            np.empty(4 * ((1 << 16) + 1), np.int64))
+        return rows
+
     def values(self, n_agents: int, dtype: type) -> np.ndarray:
         cache = self.__dict__.setdefault("value_rows", {})
         if (n_agents, dtype) not in cache:
@@ -206,7 +222,7 @@ def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], firs
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, as_bits(merged), xb, total, values)
+                         ties, as_bits(merged), xb, total, values, *_BUFFERS.pair(cdt))
     return merged, bad == 0
 
 
@@ -217,15 +233,16 @@ def ties_digit_counts(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], co
     elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
     kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
-    if ops is None or (compute_dtype == torch.float64 and not key64):
+    if ops is None or (compute_dtype == torch.float64 and not key64) or base_raw.numel() >= 1 << 31:
         return None
     base, agents = ops
     cdt = _compute_np(compute_dtype)
-    hist = np.zeros((len(agents), 1 << 16), np.int64)
+    hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
     shift = (64 if key64 else 32) - 16 * (level + 1)
+    xb, _, digits = _BUFFERS.get(cdt)
     bad = _jit()["ties_digits"](base, agents, cdt(1), key64, np.int64(shift), level == 0,
-                                np.array(prefixes, np.int64), hist, _BUFFERS.get(cdt)[0])
-    return hist, bad == 0
+                                np.array(prefixes, np.int64), hist, xb, digits)
+    return hist[:, :, :1 << 16].sum(1, dtype=np.int64), bad == 0
 
 
 def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
@@ -242,5 +259,5 @@ def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], comp
     xb, total, _ = _BUFFERS.get(cdt)
     merged = torch.empty(base_raw.shape, dtype=out_dtype)
     bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
-                         as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt))
+                         as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
     return merged, bad == 0

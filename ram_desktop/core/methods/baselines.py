@@ -336,7 +336,8 @@ class TrimCollector:
             seen = running.setdefault(scope_key, [0] * self.n_agents)
             before[chunk_key] = tuple(seen)
             running[scope_key] = [s + e for s, e in zip(seen, self._equal[chunk_key])]
-        return TrimCuts(self.scope, cuts, dict(self._key_dtype), before)
+        equal = {chunk_key: tuple(e) for chunk_key, e in self._equal.items()}
+        return TrimCuts(self.scope, cuts, dict(self._key_dtype), before, equal)
 
 
 def _sparse_count(digits: np.ndarray, counts: np.ndarray, digit: int) -> int:
@@ -348,12 +349,13 @@ def _sparse_count(digits: np.ndarray, counts: np.ndarray, digit: int) -> int:
 @dataclass
 class TrimCuts:
     """Per scope and agent: (cut bit pattern c, number m of elements equal to c to keep); per chunk
-    (job index, offset) and agent: elements equal to c in earlier chunks of its scope."""
+    (job index, offset) and agent: elements equal to c in earlier chunks of its scope, and in it."""
 
     scope: str
     cuts: dict[Hashable, list[tuple[int, int]]]
     key_dtype: dict[Hashable, torch.dtype]
     equal_before: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)
+    equal_in: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)  # per chunk and agent: equal to c
 
     def scope_key(self, job_index: int) -> Hashable:
         return job_index if self.scope == "tensor" else "model"
@@ -396,15 +398,25 @@ class TiesContext:
         return masks
 
     def chunk_trim(self, job_index: int, offset: int, numel: int) -> tuple[torch.dtype, list[int], list[int]] | None:
-        """For the chunk at ``offset`` of job ``job_index``: the magnitude key dtype, each agent's cut c, and
-        how many of this chunk's elements equal to c it keeps (m minus those in earlier chunks of the
-        scope; ≤ 0: none). None for an empty chunk."""
+        """For the chunk at ``offset`` of job ``job_index``: the magnitude key dtype, and per agent a cut and
+        how many of this chunk's elements equal to it are kept (≤ 0: none). That is the cut c and m minus
+        the ties at c in earlier chunks of the scope; where all of this chunk's ties at c are kept, the
+        cut c − 1 and 0 instead (keys above c − 1 are those at or above c), so only the one chunk in
+        which the kept ties end needs to rank them. None for an empty chunk."""
         key = self.cuts.scope_key(job_index)
         if key not in self.cuts.cuts or numel == 0:
             return None
         before = self.cuts.before(job_index, offset)
-        cuts = self.cuts.cuts[key]
-        return self.cuts.key_dtype[key], [c for c, _ in cuts], [m - b for (_, m), b in zip(cuts, before)]
+        here = self.cuts.equal_in[(job_index, offset)]
+        cuts, left = [], []
+        for (cut, m), b, e in zip(self.cuts.cuts[key], before, here):
+            if m - b >= e:
+                cuts.append(cut - 1)
+                left.append(0)
+            else:
+                cuts.append(cut)
+                left.append(m - b)
+        return self.cuts.key_dtype[key], cuts, left
 
 
 def ties_merge(chunk: Chunk, ctx: TiesContext) -> torch.Tensor:
