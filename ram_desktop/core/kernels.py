@@ -13,7 +13,10 @@ bits directly and do, per element, what those operations do, in the same IEEE or
   none does; θ = base + that, rounded once to the output dtype (round-to-nearest-even on the bits,
   equal to torch's conversion; float64 goes through float32 first, as torch's does);
 * RAM+'s exact rescale survival (``probe.rescale_changes``): per agent, its unique elements and how
-  many of them the rescale changed after rounding.
+  many of them the rescale changed after rounding;
+* DARE-TA / DARE-TIES (``dare_merge_into``) and TIES (``ties_merge_into``: the trim against the cut and
+  the chunk's share of the ties at it, sign election, disjoint mean), and TIES's radix-select digit
+  histograms (``ties_digit_counts``), as ``methods.baselines`` computes them.
 
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
 as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
