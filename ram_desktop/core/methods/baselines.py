@@ -361,8 +361,8 @@ class TrimCuts:
         return job_index if self.scope == "tensor" else "model"
 
     def before(self, job_index: int, offset: int) -> tuple[int, ...]:
-        """Equal-to-cut elements in earlier chunks of this chunk's scope, per agent. A chunk that was
-        not counted (its agents have no element at the cut... or chunked differently) is an error."""
+        """Equal-to-cut elements in earlier chunks of this chunk's scope, per agent. A chunk the collector
+        never counted (the merge pass chunked the tensors differently) is an error."""
         try:
             return self.equal_before[(job_index, offset)]
         except KeyError:
