@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from .chunks import Chunk
+from .kernels import UlpSample
 
 ULP_STRIDE = 8  # the ulp histogram counts every 8th row of each tensor (every 8th element of a 1-D one)
 ULP_BINS = 65  # bin 0: under 2^−126 ulps (exotic); bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
@@ -174,40 +175,50 @@ class InspectAccumulator:
             if ulps is not None:
                 self._ulps += ulps
 
+    def ulp_sample(self, job_index: int, offset: int, size: int, compute_dtype: torch.dtype) -> UlpSample | None:
+        """The rows of a chunk (flat elements ``offset`` .. ``offset + size``) the ulp histogram samples (the
+        tensor's rows whose index is a multiple of ULP_STRIDE; every 8th element of a 1-D tensor) and the
+        stored dtype's ulp parameters; None when the chunk has no sampled row."""
+        row = self.row_sizes[job_index]
+        if row == 0 or size % row:
+            return None
+        first = -(offset // row) % ULP_STRIDE
+        if first >= size // row:
+            return None
+        stored = self.stored[job_index]
+        bits = STORED_SIGNIFICAND.get(stored, 53 if compute_dtype == torch.float64 else 24)
+        return UlpSample(row, first, ULP_STRIDE, bits, STORED_MIN_EXPONENT.get(stored, 1))
+
     @staticmethod
-    def _inverse_ulp(base: torch.Tensor, stored: str) -> torch.Tensor:
+    def _inverse_ulp(base: torch.Tensor, sample: UlpSample) -> torch.Tensor:
         """1 / ulp(θ_pre) in the stored dtype, per element, as a power of two in the compute dtype:
         ulp = 2^(E − bias − p + 1) with E = max(E(θ_pre), smallest normal, p)."""
         if base.dtype == torch.float64:
             int_dtype, shift, mask, bias = torch.int64, 52, 0x7FF, 1023
         else:
             int_dtype, shift, mask, bias = torch.int32, 23, 0xFF, 127
-        bits = STORED_SIGNIFICAND.get(stored, 53 if base.dtype == torch.float64 else 24)
+        bits = sample.significand
         e = torch.bitwise_right_shift(base.contiguous().view(int_dtype), shift)
-        e.bitwise_and_(mask).clamp_(min=max(STORED_MIN_EXPONENT.get(stored, 1), bits))
+        e.bitwise_and_(mask).clamp_(min=max(sample.min_exponent, bits))
         # biased exponent of 2^−(E − bias − p + 1) is 2·bias − 1 + p − E, always inside the normal range
         torch.sub(2 * bias - 1 + bits, e, out=e).bitwise_left_shift_(shift)
         return e.view(base.dtype)
 
     def _ulp_histogram(self, chunk: Chunk) -> torch.Tensor | None:
-        """Per agent: counts per ulp bin of the sampled elements (the tensor's rows whose index is a
-        multiple of ULP_STRIDE; every 8th element of a 1-D tensor): |τ·m| scaled by 1/ulp(θ_pre), binned
-        by its float exponent E: bin = clamp(E − bias + 1, 1, ULP_BINS − 1) for E > 0; bin 0 is what is
-        left of the sampled updated elements (E = 0: r below the smallest normal float; the elements not
-        updated land there too and are not counted)."""
-        row = self.row_sizes[chunk.job_index]
+        """Per agent: counts per ulp bin of the sampled elements (``ulp_sample``): |τ·m| scaled by
+        1/ulp(θ_pre), binned by its float exponent E: bin = clamp(E − bias + 1, 1, ULP_BINS − 1) for E > 0;
+        bin 0 is what is left of the sampled updated elements (E = 0: r below the smallest normal float;
+        the elements not updated land there too and are not counted)."""
         size = chunk.taus.shape[1]
-        if row == 0 or size % row:
+        sample = self.ulp_sample(chunk.job_index, chunk.offset, size, chunk.taus.dtype)
+        if sample is None:
             return None
-        first = -(chunk.offset // row) % ULP_STRIDE
-        rows = size // row
-        if first >= rows:
-            return None
+        row, first, rows = sample.row, sample.first, size // sample.row
         # whole rows: each sampled row is contiguous, so the operations stay vectorised
         taus = chunk.taus.view(self.n, rows, row)[:, first::ULP_STRIDE]
         m = chunk.mask_values.view(self.n, rows, row)[:, first::ULP_STRIDE]
         base = chunk.base.view(rows, row)[first::ULP_STRIDE]
-        inv_ulp = self._inverse_ulp(base, self.stored[chunk.job_index])
+        inv_ulp = self._inverse_ulp(base, sample)
         ratio = torch.mul(taus, m).abs_().mul_(inv_ulp).reshape(self.n, -1)
         if ratio.dtype == torch.float64:
             int_dtype, shift, bias, levels = torch.int64, 52, 1023, 2048
@@ -221,6 +232,13 @@ class InspectAccumulator:
             out[t].index_add_(0, lut, torch.bincount(keys[t], minlength=levels).cpu())
             out[t, 0] = updated[t] - out[t, 1:].sum()  # bin 0 received the elements not updated as well
         return out
+
+    def add_counted(self, joint: torch.Tensor, ulps: torch.Tensor) -> None:
+        """Add a chunk counted elsewhere (the fused kernel): its joint (sign, pattern) histogram and its
+        ulp-sample counts."""
+        with self._lock:
+            self._joint += joint
+            self._ulps += ulps
 
     def finish(self, updated: list[int]) -> InspectStats:
         """``updated``: each agent's updated count (the diagonal of ``both`` without a pattern histogram)."""

@@ -443,3 +443,217 @@ def ties_kernel(base, agents, key64, cuts, left, scale, out, xb, total, values, 
             bad_blocks += 1
         elect_store(out[start:start + length], values, total, xb, length, nagents, zero, one, scale, acc, count)
     return bad_blocks
+
+
+# --- the Analyze probe: counts, signs, λ* survival keys and the ulp sample in one pass -------------
+
+def like(x, v):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(like)
+def _like(x, v):
+    """v converted to x's float type (widening a float32 to float64 is exact)."""
+    if x == types.float32:
+        return lambda x, v: np.float32(v)
+    return lambda x, v: np.float64(v)
+
+
+def float_bits(x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(float_bits)
+def _float_bits(x):
+    """The IEEE bits of a float32 / float64 as an int64."""
+    if x == types.float32:
+        return lambda x: np.int64(np.float32(x).view(np.uint32))
+    return lambda x: np.float64(x).view(np.int64)
+
+
+def power_of_two(x, e):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(power_of_two)
+def _power_of_two(x, e):
+    """The float of x's type whose bits are the biased exponent e alone: 2^(e − bias)."""
+    if x == types.float32:
+        return lambda x, e: np.uint32(e << 23).view(np.float32)
+    return lambda x, e: np.int64(e << 52).view(np.float64)
+
+
+def exponent_layout(x):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(exponent_layout)
+def _exponent_layout(x):
+    """(bias, shift, field mask) of the biased exponent of x's float type."""
+    if x == types.float32:
+        return lambda x: (127, 23, 0xFF)
+    return lambda x: (1023, 52, 0x7FF)
+
+
+vector_jit = functools.partial(numba.njit, nogil=True, cache=True, error_model="numpy")  # no zero-division branch
+
+
+@vector_jit
+def step_bits(bits, up, sign_mask, inf_bits):
+    """nextafter(v, ±inf) on the bits of a 16- or 32-bit float v that is not NaN, torch's (musl's) rule:
+    ±inf toward itself stays, ±0 steps to the smallest subnormal of the target's sign, otherwise the bit
+    pattern moves one unit away from zero (toward the target) or toward zero. Selects only, so loops
+    calling it vectorise."""
+    magnitude = bits & (sign_mask - 1)
+    negative = (bits & sign_mask) != 0
+    moved = bits - 1 if negative == up else bits + 1
+    moved = (np.int64(1) if up else sign_mask | 1) if magnitude == 0 else moved
+    return bits if (magnitude == inf_bits and negative != up) else moved
+
+
+@vector_jit
+def to_half_bits(f):
+    """float32 (not NaN) → float16 bits, round to nearest even, overflow to ±inf: ``float_to_half``
+    without branches. Below the smallest normal the result is the number of 2^−24 units, rounded by
+    ``rint`` (round half to even; the scaling by 2^24 is exact), 1024 being the smallest normal."""
+    u = np.int64(np.float32(f).view(np.uint32))
+    sign = (u >> 16) & 0x8000
+    a = u & 0x7FFFFFFF
+    normal = ((a - 0x38000000) + 0xFFF + ((a >> 13) & 1)) >> 13
+    tiny = np.int64(np.rint(min(abs(f), np.float32(1.0)) * np.float32(16777216.0)))
+    body = 0x7C00 if a >= 0x477FF000 else (normal if a >= 0x38800000 else tiny)
+    return sign | body
+
+
+@vector_jit
+def from_half_bits(h):
+    """float16 bits (not NaN) → float32, exact: ``half_to_float`` without the subnormal loop (a
+    subnormal is its significand times 2^−24, exact in float32)."""
+    sign = (h & 0x8000) << 16
+    e = (h >> 10) & 0x1F
+    m = h & 0x3FF
+    normal = sign | ((e + 112) << 23) | (m << 13)
+    tiny = np.int64(np.float32(np.float32(m) * np.float32(5.960464477539063e-08)).view(np.uint32)) | sign
+    bits = (sign | 0x7F800000 | (m << 13)) if e == 0x1F else (tiny if e == 0 else normal)
+    return np.uint32(bits).view(np.float32)
+
+
+@vector_jit
+def to_bf16_bits(f):
+    """float32 (not NaN) → bfloat16 bits, round to nearest even (``float_to_bf16`` without the NaN branch)."""
+    u = np.int64(np.float32(f).view(np.uint32))
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@vector_jit
+def lambda_star_bins(xs, taus, count, d, inv_step, big, half, last, bins):
+    """bins[k] = the λ* bin of unique element k (base value xs[k], update taus[k]) for survival dtype d
+    (0 bfloat16, 1 float16, 2 float32), as ``probe._lambda_star_keys`` computes it, with the same
+    operations in the same order and dtype: y0 = round(x + τ) in dtype d (from float64 through float32,
+    as torch converts), h = half the signed gap from y0 to its neighbour toward τ's sign (nextafter),
+    bin = clamp(ceil(((y0 − x) − τ + h)·scale), 0, last) with scale = (1/τ)·(1/STEP) (±inf → ±big);
+    NaN (y0 overflowed float16) in the last bin. Branch-free, so the loop vectorises."""
+    zero = half - half
+    one = half + half
+    for k in range(count):
+        x = xs[k]
+        tau = taus[k]
+        total = x + tau
+        up = tau > zero
+        scale = one / tau * inv_step
+        scale = (big if scale > zero else -big) if scale - scale != zero else scale
+        f = np.float32(total)
+        if d == 0:
+            r = to_bf16_bits(f)
+            y = np.uint32(r << 16).view(np.float32)
+            n = np.uint32(step_bits(r, up, np.int64(0x8000), np.int64(0x7F80)) << 16).view(np.float32)
+        elif d == 1:
+            r = to_half_bits(f)
+            y = from_half_bits(r)
+            n = from_half_bits(step_bits(r, up, np.int64(0x8000), np.int64(0x7C00)))
+        else:
+            r = np.int64(f.view(np.uint32))
+            y = f
+            n = np.uint32(step_bits(r, up, np.int64(0x80000000), np.int64(0x7F800000))).view(np.float32)
+        y0 = like(x, y)
+        h = (like(x, n) - y0) * half
+        num = np.ceil((((y0 - x) - tau) + h) * scale)
+        clipped = min(max(num, zero), last)
+        bins[k] = np.int32(last if num != num else clipped)
+
+
+@jit
+def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint, surv,
+                   row, first_row, stride, sig_bits, min_exponent, ulps, xb, total, key, ux, ut, ua, bins):
+    """The complete (Analyze) probe of one slice in one pass over memory, as ``ProbeAccumulator`` and
+    ``InspectAccumulator`` compute it with torch:
+
+    * joint[k, p + 2^N·q] += 1 per element (summed over k by the caller): p the update pattern
+      Σ_t [|τ_t| > ε]·2^t, q the agents whose τ_t > ε (ε in the compute dtype);
+    * surv[3·t + d, bin] += 1 for every element only agent t updates (agent_of[p] = t): the λ* bin of
+      survival dtype d (``lambda_star_bins``), from τ_t = Σ_s [m_s]·τ_s (exact where one agent updates);
+    * ulps[t, bin] += 1 for each sampled element agent t updates (rows first_row, first_row + stride, ..
+      of ``row`` elements; row = 0: none): |τ_t|·2^k with 2^k = 1/ulp of the base value in the stored
+      dtype (``sig_bits`` significand bits, exponent at least ``min_exponent``), bin = the biased exponent
+      of that product − bias + 1 clipped to 1 .. 64, 0 for a subnormal product.
+
+    Returns the number of blocks with a non-finite τ (the caller then reports the tensor)."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    nagents = len(agents)
+    zero = eps - eps
+    half = one / (one + one)
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+            key[j] = 0
+        for t in range(nagents):
+            a = agents[t][start:start + length]
+            bit = np.int32(1 << t)
+            sign_bit = np.int32(1 << (t + nagents))
+            for j in range(length):
+                v = widen(a[j]) - xb[j]
+                m = abs(v) > eps
+                total[j] = total[j] + v * (one if m else zero)
+                key[j] = key[j] | (bit if m else np.int32(0)) | (sign_bit if v > eps else np.int32(0))
+                bad |= np.int32(v - v != zero)
+        if bad != 0:
+            bad_blocks += 1
+            continue  # the caller raises; nothing of this slice is kept
+        histogram_block(key, length, joint)
+        count = 0
+        for j in range(length):  # gather the unique elements: base value, update, agent
+            t = agent_of[key[j]]
+            # written for every element and kept (count advanced) for the unique ones: no branch to
+            # mispredict; Σ_s [m_s]·τ_s is τ_t exactly where only agent t updates
+            ux[count] = xb[j]
+            ut[count] = total[j]
+            ua[count] = t * 3
+            count += np.int64(t >= 0)
+        for d in range(3):
+            lambda_star_bins(ux, ut, count, d, inv_step, big, half, last, bins)
+            for k in range(count):
+                surv[ua[k] + d, bins[k]] += 1
+    if bad_blocks or row == 0:
+        return bad_blocks
+    # the ulp sample: every stride-th row, recomputing τ from the stored bits (1/stride of the elements)
+    bias, shift, field = exponent_layout(zero)
+    lowest = max(min_exponent, sig_bits)
+    for r in range(first_row, n // row, stride):
+        for i in range(r * row, (r + 1) * row):
+            x = like(zero, widen(base[i]))  # the compute dtype, as xb
+            e = (float_bits(x) >> shift) & field
+            if e < lowest:
+                e = lowest
+            inv_ulp = power_of_two(x, 2 * bias - 1 + sig_bits - e)
+            for t in range(nagents):
+                v = widen(agents[t][i]) - x
+                if abs(v) > eps:
+                    k = (float_bits(abs(v) * inv_ulp) >> shift) & field
+                    ulps[t, 0 if k == 0 else min(max(k - bias + 1, 1), ulps.shape[1] - 1)] += 1
+    return bad_blocks

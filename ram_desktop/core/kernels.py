@@ -33,6 +33,7 @@ import functools
 import logging
 import os
 import threading
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -99,7 +100,7 @@ def _jit() -> dict:
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
             "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
-            "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
+            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
 
 
 def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
@@ -141,14 +142,13 @@ class _Buffers(threading.local):
             cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype))
         return cache[dtype]
 
-    def digit_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """The TIES digit kernel's four interleaved count rows (kept all zero between calls) and its list
-        of touched counters."""
-        rows = self.__dict__.get("rows")
-        if rows is None:
-            rows = self.__dict__["rows"] = (np.zeros((4, (1 << 16) + 1), np.int32),
-                                            np.empty(4 * ((1 << 16) + 1), np.int64))
-        return rows
+    def unique(self, dtype: type) -> tuple[np.ndarray, ...]:
+        """A block's unique elements for ``kernel_code.analyze_kernel``: base values, updates, agents, bins."""
+        cache = self.__dict__.setdefault("unique_blocks", {})
+        if dtype not in cache:
+            cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int64),
+                            np.empty(BLOCK, np.int32))
+        return cache[dtype]
 
     def values(self, n_agents: int, dtype: type) -> np.ndarray:
         cache = self.__dict__.setdefault("value_rows", {})
@@ -264,3 +264,62 @@ def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], comp
     bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
                          as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
     return merged, bad == 0
+
+
+ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins
+
+
+@dataclass
+class UlpSample:
+    """Which rows of a slice the ulp histogram samples, and the stored dtype's ulp: rows ``first``,
+    ``first + stride`` .. of ``row`` elements; ``significand`` bits, biased exponent at least ``min_exponent``."""
+
+    row: int
+    first: int
+    stride: int
+    significand: int
+    min_exponent: int
+
+
+@dataclass
+class Analysis:
+    """One slice's complete-probe statistics from ``analyze``."""
+
+    joint: np.ndarray  # [4^N] int64: elements per key p + 2^N·q (update pattern p, positive agents q)
+    survival: np.ndarray  # [N, 3, bins] int64: λ* histogram of each agent's unique elements per survival dtype
+    ulps: np.ndarray  # [N, ulp bins] int64: the sampled updated elements per ulp bin
+    finite: bool  # every τ finite (otherwise the statistics are incomplete and the caller raises)
+
+
+@functools.lru_cache(maxsize=16)
+def _unique_agent(n_agents: int) -> np.ndarray:
+    """agent_of[p + 2^N·q] = t where the update pattern p is 2^t alone, −1 otherwise."""
+    table = np.full((1 << n_agents, 1 << n_agents), -1, np.int32)  # [q, p]
+    for t in range(n_agents):
+        table[:, 1 << t] = t
+    return table.reshape(-1)
+
+
+def analyze(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float, compute_dtype: torch.dtype,
+            survival_step: float, survival_bins: int, ulp_bins: int, sample: UlpSample | None) -> Analysis | None:
+    """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
+    update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
+    what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
+    kernels do not cover the slice (more than ``ANALYZE_MAX_AGENTS`` agents among others)."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or len(agent_raws) > ANALYZE_MAX_AGENTS:
+        return None
+    base, agents = ops
+    n = len(agents)
+    cdt = _compute_np(compute_dtype)
+    joint = np.zeros((4, 1 << (2 * n)), np.int64)
+    surv = np.zeros((3 * n, survival_bins), np.int64)  # [3·t + d]
+    ulps = np.zeros((n, ulp_bins), np.int64)
+    s = sample or UlpSample(0, 0, 1, 0, 0)
+    xb, total, key = _BUFFERS.get(cdt)
+    ux, ut, ua, bins = _BUFFERS.unique(cdt)
+    bad = _jit()["analyze"](base, agents, cdt(eps), cdt(1), cdt(1.0 / survival_step), cdt(np.finfo(cdt).max),
+                            cdt(survival_bins - 1), _unique_agent(n), joint, surv, np.int64(s.row),
+                            np.int64(s.first), np.int64(s.stride), np.int64(s.significand),
+                            np.int64(s.min_exponent), ulps, xb, total, key, ux, ut, ua, bins)
+    return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)

@@ -25,7 +25,8 @@ from .formats import lora
 from .methods import Collector, MergeMethod, Observer, SliceCollector
 from .output import ShardSet
 from .plan import MergePlan
-from .probe import ProbeAccumulator
+from .inspection import ULP_BINS
+from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from .transfer import Transfer
 
 _local = threading.local()
@@ -117,14 +118,22 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
 
 def _add_fused(sink: ProbeAccumulator | Collector, plan: MergePlan, index: int, span: Any, base: torch.Tensor,
                agents: list[torch.Tensor], eps: float) -> bool:
-    """Add one chunk to ``sink`` from its stored slices through a fused kernel: the probe's counts
-    (without the λ* histograms) or a ``SliceCollector``'s statistic. False when the kernels do not
+    """Add one chunk to ``sink`` from its stored slices through a fused kernel: the probe's counts, the
+    complete (Analyze) probe, or a ``SliceCollector``'s statistic. False when the kernels do not
     cover the slices or a τ is not finite (the caller then forms the chunk, whose checks raise the error
     naming agent and tensor)."""
     job = plan.jobs[index]
-    if isinstance(sink, ProbeAccumulator):
-        if sink.with_survival:
+    if isinstance(sink, ProbeAccumulator) and sink.with_survival:
+        if not sink.fusable:
             return False
+        # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
+        sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
+        analysis = kernels.analyze(base, agents, eps, job.compute_dtype, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample)
+        if analysis is None or not analysis.finite:
+            return False
+        sink.add_analysis(index, analysis)
+        return True
+    if isinstance(sink, ProbeAccumulator):
         counted = kernels.count_patterns(base, agents, eps, job.compute_dtype)
         if counted is None or not counted[1]:
             return False

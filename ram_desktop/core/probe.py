@@ -13,13 +13,17 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .chunks import PATTERN_MAX_AGENTS, Chunk
-from .inspection import InspectAccumulator, InspectStats
+from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
 from .plan import MergePlan
+
+if TYPE_CHECKING:
+    from .kernels import Analysis
 
 FORMAT = "ram-probe/1"
 SURVIVAL_DTYPES: dict[str, tuple[torch.dtype, int]] = {  # name -> (dtype, significand bits incl. implicit)
@@ -208,6 +212,19 @@ class ProbeAccumulator:
             keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
             counts = torch.bincount(keys, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
             self._add_survival(counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+
+    @property
+    def fusable(self) -> bool:
+        """Whether the complete probe's chunks can be counted by ``kernels.analyze`` (``add_analysis``)."""
+        return self.with_survival and self.inspect is not None and self.n <= JOINT_MAX_AGENTS
+
+    def add_analysis(self, job_index: int, analysis: "Analysis") -> None:
+        """Add one chunk counted by ``kernels.analyze``: the same counts ``add`` gets from a chunk."""
+        n = self.n
+        joint = torch.from_numpy(analysis.joint)
+        self.add_pattern_counts(job_index, joint.view(1 << n, 1 << n).sum(0))
+        self.inspect.add_counted(joint, torch.from_numpy(analysis.ulps))
+        self._add_survival(torch.from_numpy(analysis.survival))
 
     def add_pattern_counts(self, job_index: int, hist: torch.Tensor | np.ndarray) -> None:
         """Add one chunk's counts from its update-pattern histogram (2^N bins; also what the fused
