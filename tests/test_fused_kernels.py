@@ -13,6 +13,7 @@ import torch
 from ram_desktop.core import kernels, passes
 from ram_desktop.core.engine import MergeRequest, merge
 
+from . import reference as ref
 from .conftest import make_models
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba not installed")
@@ -234,13 +235,121 @@ def test_slices_the_kernels_do_not_cover_fall_back():
     assert kernels.count_patterns(base, [base] * 17, 1e-5, torch.float32) is None  # beyond the pattern table
 
 
+# --- TIES: the radix-select digit counts and the trim + sign election + disjoint mean -------------
+
+def _magnitude_keys(taus: list[np.ndarray], key64: bool) -> list[np.ndarray]:
+    """|τ| as int64 keys: the IEEE bits of |τ| as float64 (key64) or as float32."""
+    if key64:
+        return [np.abs(t).astype(np.float64).view(np.int64) for t in taus]
+    return [np.abs(t).astype(np.float32).view(np.int32).astype(np.int64) for t in taus]
+
+
+def _ties_reference(base, agents, compute, out_dtype, key64, cuts, quotas, scale):
+    """TIES of a whole slice in numpy: keep key > cut and the first ``quota`` keys equal to it, then the
+    reference sign election and disjoint mean, ×λ, plus the base, rounded once."""
+    cdt = np.float64 if compute == torch.float64 else np.float32
+    x = base.to(compute).numpy()
+    taus = [a.to(compute).numpy() - x for a in agents]
+    keys = _magnitude_keys(taus, key64)
+    trimmed = []
+    for tau, key, cut, quota in zip(taus, keys, cuts, quotas):
+        equal = key == cut
+        keep = (key > cut) | (equal & (np.cumsum(equal) <= quota))
+        trimmed.append(np.where(keep, tau, cdt(0)))
+    merged = ref.elect_disjoint_mean(trimmed) * cdt(scale)
+    return torch.from_numpy(x + merged).to(out_dtype), keys
+
+
+TIES_MATRIX = [(d, o, False) for d, o in CASES if d != torch.float64] + [
+    (torch.float64, o, True) for o in (torch.float64, torch.bfloat16)] + [(torch.bfloat16, torch.bfloat16, True),
+                                                                          (torch.float32, torch.float32, True)]
+
+
+@pytest.mark.parametrize("dtype,out_dtype,key64", TIES_MATRIX)
+def test_ties_kernel_matches_reference(dtype, out_dtype, key64):
+    """Odd length, ±0, subnormals, many tied magnitudes; a cut taken at an existing magnitude with some of
+    its ties kept, none kept (quota 0) and all kept; chunks down to one element, each chunk keeping what
+    is left of the quota after the earlier ones."""
+    n = 3001
+    base, agents = _inputs(n, 3, dtype, seed=11)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    x = base.to(compute).numpy()
+    keys = _magnitude_keys([a.to(compute).numpy() - x for a in agents], key64)
+    # cuts at the most frequent non-zero magnitude (agents 0 and 2) and at zero (agent 1: keeps every
+    # update and the first zeros, ±0 among them)
+    common = [int(np.bincount(np.unique(k[k > 0], return_inverse=True)[1]).argmax()) for k in keys]
+    cuts = [int(np.unique(k[k > 0])[c]) for k, c in zip(keys, common)]
+    cuts[1] = 0
+    equal = [int((k == c).sum()) for k, c in zip(keys, cuts)]
+    assert min(equal) >= 2  # ties at every cut
+    quotas = [equal[0] // 2, 0, equal[2]]
+    scale = 0.7
+    theta, _ = _ties_reference(base, agents, compute, out_dtype, key64, cuts, quotas, scale)
+    for chunk in (n, 1000, 7, 1):
+        if chunk == 1 and dtype != out_dtype:
+            continue  # one element per call is slow through the Python wrapper
+        parts = []
+        for s in range(0, n, chunk):
+            left = [q - int((k[:s] == c).sum()) for k, c, q in zip(keys, cuts, quotas)]
+            done = kernels.ties_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, out_dtype,
+                                           key64, cuts, left, scale)
+            assert done is not None and done[1]
+            parts.append(done[0])
+        got = torch.cat(parts)
+        assert got.dtype == out_dtype
+        assert np.array_equal(_bits(got), _bits(theta)), chunk
+
+
+@pytest.mark.parametrize("dtype,key64", [(torch.bfloat16, False), (torch.float16, False), (torch.float32, False),
+                                         (torch.float32, True), (torch.float64, True)])
+def test_ties_digit_counts_match_reference(dtype, key64):
+    """Every radix level's digit histogram (the top 16 bits, then the next 16 of the keys matching a
+    prefix) equals numpy's, summed over chunks down to one element."""
+    n = 2003
+    base, agents = _inputs(n, 3, dtype, seed=5)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    x = base.to(compute).numpy()
+    keys = _magnitude_keys([a.to(compute).numpy() - x for a in agents], key64)
+    width = 64 if key64 else 32
+    for level in range(width // 16):
+        shift = width - 16 * (level + 1)
+        prefixes = [int(np.sort(k)[n // 3]) >> (shift + 16) if level else 0 for k in keys]
+        want = np.zeros((3, 1 << 16), np.int64)
+        for t, (k, prefix) in enumerate(zip(keys, prefixes)):
+            chosen = k if level == 0 else k[(k >> (shift + 16)) == prefix]
+            want[t] += np.bincount((chosen >> shift) & 0xFFFF, minlength=1 << 16)
+        assert want.sum() > 3  # something matches the prefixes at every level
+        for chunk in (n, 64, 1):
+            if chunk == 1 and level not in (0, width // 16 - 1):
+                continue
+            got = np.zeros_like(want)
+            for s in range(0, n, chunk):
+                done = kernels.ties_digit_counts(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, key64,
+                                                 level, prefixes)
+                assert done is not None and done[1]
+                got += done[0]
+            assert np.array_equal(got, want), (level, chunk)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_ties_kernels_flag_non_finite_task_vectors(bad):
+    base = torch.zeros(5000, dtype=torch.float32)
+    agent = base.clone()
+    agent[4321] = bad
+    assert kernels.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0])[1] is False
+    assert kernels.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0)[1] is False
+    assert kernels.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0)[1] is True
+
+
 # --- whole merges: the kernel path writes the same files as the torch path -----------------------
 
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, "base"), (torch.float16, "bfloat16"),
                                              (torch.float32, "float16"), (torch.float64, "base")])
 @pytest.mark.parametrize("method,params", [("ram", {}), ("ram-plus", {}), ("ram-plus-soft", {}),
                                            ("dare-ta", {"drop": 0.3, "seed": 5, "scale": 0.7}),
-                                           ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3})])
+                                           ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3}),
+                                           ("ties", {"density": 0.3, "scale": 0.8}),
+                                           ("ties", {"density": 0.2, "ties_scope": "model"})])
 def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
     outputs = {}

@@ -108,8 +108,8 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
 
 def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
                 chunk_elements: int, collectors: list[Collector] = (), survival: bool = True) -> ProbeReport:
-    """The probe from the cache when possible, then every collector's passes (each needs the data in
-    order, and as many passes as it asks for).
+    """The probe from the cache when possible, then every collector's passes (as many as it asks for;
+    on one thread only when a collector ``needs_order``).
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
@@ -120,11 +120,11 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:
-            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=True)
+            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=_ordered(collectors))
     else:
         start = time.perf_counter()
         accumulator = ProbeAccumulator(plan, eps, survival)
-        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, ordered=bool(collectors))
+        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, ordered=_ordered(collectors))
         report = accumulator.report()
         log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors,
                  time.perf_counter() - start)
@@ -136,7 +136,13 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         if not refining:
             return report
         passes += 1  # a collector needs another look at the data (TIES refines its exact cut)
-        probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}", ordered=True)
+        probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}",
+                   ordered=_ordered(refining))
+
+
+def _ordered(collectors: list[Collector]) -> bool:
+    """A pass computes on one thread when any collector needs the chunks in plan order."""
+    return any(c.needs_order for c in collectors)
 
 
 def _check_eps(eps: float) -> float:

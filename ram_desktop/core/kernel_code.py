@@ -329,7 +329,29 @@ def mix32(x):
 
 
 @jit
-def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values):
+def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, count):
+    """TIES's sign election and disjoint mean of one block, as ``baselines.elect_disjoint_mean``: the sign
+    of Σ_t v_t (``total``, ≥ 0 is +), the mean of the values agreeing with it (summed in agent order
+    from +0, ÷ max(1, count); zeros never agree), ·λ, plus the base, rounded once into ``o``. Loops run
+    agent by agent over the block (``acc``, ``count`` are block buffers), so each one vectorises."""
+    for j in range(length):
+        acc[j] = zero
+        count[j] = zero
+    for t in range(nagents):
+        v_t = values[t]
+        for j in range(length):
+            v = v_t[j]
+            agree = (v if total[j] >= zero else -v) > zero  # negation is exact; zeros never agree
+            acc[j] = acc[j] + (v if agree else zero)
+            count[j] = count[j] + (one if agree else zero)
+    for j in range(length):
+        c = count[j]
+        store(o, j, xb[j] + (acc[j] / (c if c > one else one)) * scale)
+
+
+@jit
+def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values,
+                acc, count):
     """θ = base + DARE-TA (``ties`` False) or DARE-TIES merged task vector, rounded once into ``out``,
     as ``methods.baselines`` computes them: per agent, u = mix32(mix32((i mod 2³²) XOR a_t) XOR
     (i div 2³²) XOR b_t) for the flat position i = first + k, kept where u ≥ threshold as τ / (1 − p)
@@ -368,16 +390,106 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
             for j in range(length):
                 store(o, j, xb[j] + total[j] * scale)
             continue
+        elect_store(o, values, total, xb, length, len(agents), zero, one, scale, acc, count)
+    return bad_blocks
+
+
+@jit
+def magnitude_key(tau, key64):
+    """|τ| as an integer that orders like the magnitude (``baselines.magnitude_bits``): the IEEE bits of
+    |τ| as float32, or as float64 (``key64``; a float32 τ widens exactly)."""
+    if key64:
+        return np.float64(abs(tau)).view(np.int64)
+    return np.int64(np.float32(abs(tau)).view(np.uint32))
+
+
+@jit
+def ties_digits_kernel(base, agents, one, key64, shift, level0, prefixes, hist, xb, digits):
+    """TIES's radix-select histogram of one slice (``baselines.TrimCollector``): per agent t, hist[t, k, d] += 1
+    for each element whose magnitude key has digit d = (key >> shift) & 0xFFFF and, past the top level
+    (``level0`` False), whose higher bits equal ``prefixes[t]``; the others count in the extra column
+    65536. Per block, the digits are computed first (a loop without branches, which vectorises), then
+    counted into four interleaved rows k (neighbours often share a digit; one row would make each
+    increment wait for the previous one), which the caller sums. Returns the number of blocks with a
+    non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    zero = one - one
+    other = np.int64(1 << 16)  # the column of the elements off the prefix
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
         for j in range(length):
-            positive = total[j] >= zero
-            acc = zero
-            count = zero
-            for t in range(len(agents)):
-                v = values[t, j]
-                agree = (v if positive else -v) > zero  # negation is exact; zeros never agree
-                acc = acc + (v if agree else zero)
-                count = count + (one if agree else zero)
-            store(o, j, xb[j] + (acc / (count if count > one else one)) * scale)
+            xb[j] = widen(b[j])
+        for t in range(len(agents)):
+            a = agents[t][start:start + length]
+            h = hist[t]
+            prefix = prefixes[t]
+            for j in range(length):
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                key = magnitude_key(tau, key64)
+                if level0:
+                    digits[j] = np.int32(key >> shift)
+                else:
+                    digit = (key >> shift) & 0xFFFF
+                    digits[j] = np.int32(digit if (key >> (shift + 16)) == prefix else other)
+            histogram_block(digits, length, h)
+        if bad != 0:
+            bad_blocks += 1
+    return bad_blocks
+
+
+@jit
+def ties_kernel(base, agents, key64, cuts, left, scale, out, xb, total, values, acc, count):
+    """θ = base + TIES merged task vector of one slice, rounded once into ``out``, as
+    ``baselines.ties_merge``: agent t keeps τ where its magnitude key is above ``cuts[t]``, and the first
+    ``left[t]`` elements of this slice whose key equals it (its share of the ties at the cut left after
+    earlier chunks; ≤ 0: none), else +0; then the sign election and disjoint mean, ·λ. Returns the
+    number of blocks with a non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    nagents = len(agents)
+    zero = scale - scale
+    one = zero + np.float32(1)
+    ranks = np.zeros(nagents, np.int64)  # equal-to-cut elements met so far in this slice, per agent
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start:start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+        for t in range(nagents):
+            a = agents[t][start:start + length]
+            cut = cuts[t]
+            v_t = values[t]
+            if left[t] <= 0:  # no tie at the cut is kept here: a plain threshold (vectorises)
+                for j in range(length):
+                    tau = widen(a[j]) - xb[j]
+                    bad |= np.int32(tau - tau != zero)
+                    v = tau if magnitude_key(tau, key64) > cut else zero
+                    v_t[j] = v
+                    total[j] = total[j] + v
+                continue
+            quota = left[t]
+            rank = ranks[t]
+            for j in range(length):
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                key = magnitude_key(tau, key64)
+                equal = key == cut
+                rank += np.int64(equal)
+                v = tau if (key > cut) or (equal and rank <= quota) else zero
+                v_t[j] = v
+                total[j] = total[j] + v
+            ranks[t] = rank
+        if bad != 0:
+            bad_blocks += 1
+        elect_store(out[start:start + length], values, total, xb, length, nagents, zero, one, scale, acc, count)
     return bad_blocks
 
 

@@ -13,7 +13,10 @@ bits directly and do, per element, what those operations do, in the same IEEE or
   none does; θ = base + that, rounded once to the output dtype (round-to-nearest-even on the bits,
   equal to torch's conversion; float64 goes through float32 first, as torch's does);
 * RAM+'s exact rescale survival (``probe.rescale_changes``): per agent, its unique elements and how
-  many of them the rescale changed after rounding.
+  many of them the rescale changed after rounding;
+* DARE-TA / DARE-TIES (``dare_merge_into``) and TIES (``ties_merge_into``: the trim against the cut and
+  the chunk's share of the ties at it, sign election, disjoint mean), and TIES's radix-select digit
+  histograms (``ties_digit_counts``), as ``methods.baselines`` computes them.
 
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
 as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
@@ -97,7 +100,7 @@ def _jit() -> dict:
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
             "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
-            "analyze": k.analyze_kernel}
+            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
 
 
 def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
@@ -130,6 +133,13 @@ class _Buffers(threading.local):
         cache = self.__dict__.setdefault("blocks", {})
         if dtype not in cache:
             cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int32))
+        return cache[dtype]
+
+    def pair(self, dtype: type) -> tuple[np.ndarray, np.ndarray]:
+        """Two more block buffers (the sign election's sums and counts)."""
+        cache = self.__dict__.setdefault("pairs", {})
+        if dtype not in cache:
+            cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype))
         return cache[dtype]
 
     def unique(self, dtype: type) -> tuple[np.ndarray, ...]:
@@ -218,7 +228,44 @@ def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], firs
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, as_bits(merged), xb, total, values)
+                         ties, as_bits(merged), xb, total, values, *_BUFFERS.pair(cdt))
+    return merged, bad == 0
+
+
+def ties_digit_counts(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
+                      key64: bool, level: int, prefixes: list[int]) -> tuple[np.ndarray, bool] | None:
+    """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
+    32-bit, or with ``key64`` 64-bit, magnitude key): an ``[N, 65536]`` int64 histogram per agent of the
+    elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
+    kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or (compute_dtype == torch.float64 and not key64) or base_raw.numel() >= 1 << 31:
+        return None
+    base, agents = ops
+    cdt = _compute_np(compute_dtype)
+    hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
+    shift = (64 if key64 else 32) - 16 * (level + 1)
+    xb, _, digits = _BUFFERS.get(cdt)
+    bad = _jit()["ties_digits"](base, agents, cdt(1), key64, np.int64(shift), level == 0,
+                                np.array(prefixes, np.int64), hist, xb, digits)
+    return hist[:, :, :1 << 16].sum(1, dtype=np.int64), bad == 0
+
+
+def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
+                    out_dtype: torch.dtype, key64: bool, cuts: list[int], left: list[int], scale: float
+                    ) -> tuple[torch.Tensor, bool] | None:
+    """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
+    keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
+    every τ is finite. None when the kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or out_dtype not in FLOATS or (compute_dtype == torch.float64 and not key64):
+        return None
+    base, agents = ops
+    cdt = _compute_np(compute_dtype)
+    xb, total, _ = _BUFFERS.get(cdt)
+    merged = torch.empty(base_raw.shape, dtype=out_dtype)
+    bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
+                         as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
     return merged, bad == 0
 
 

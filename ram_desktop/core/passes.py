@@ -22,7 +22,7 @@ from . import kernels
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, load_chunk, prefetch_chunks
 from .events import Reporter
 from .formats import lora
-from .methods import Collector, MergeMethod, Observer
+from .methods import Collector, MergeMethod, Observer, SliceCollector
 from .output import ShardSet
 from .plan import MergePlan
 from .inspection import ULP_BINS
@@ -91,46 +91,55 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
                sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
                stage: str = "probe", ordered: bool = False) -> None:
     """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
-    the chunks in plan order (a collector), so the pass computes on one thread."""
+    the chunks in plan order (a collector whose ``needs_order`` is True), so the pass computes on one
+    thread; otherwise sinks are fed from every compute thread, chunks in any order."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress(stage, 0, total, "elements")
     workers = 1 if ordered else compute_workers(transfer.device)
-    # the counts alone (no λ* histograms, no collector): one fused pass over memory per chunk
-    only = sinks[0] if len(sinks) == 1 and isinstance(sinks[0], ProbeAccumulator) and use_kernels(transfer.device) else None
-    counting = only if only is not None and not only.with_survival else None
-    # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
-    analyzing = only if only is not None and only.fusable else None
+    fused = use_kernels(transfer.device)
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
-        if analyzing is not None and _stored_agents(plan.jobs[index]):
-            job = plan.jobs[index]
-            sample = analyzing.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
-            analysis = kernels.analyze(base, agents, eps, job.compute_dtype, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS,
-                                       sample)
-            if analysis is not None:
-                if not analysis.finite:
-                    load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
-                analyzing.add_analysis(index, analysis)
-                return span.numel
-        if counting is not None and _stored_agents(plan.jobs[index]):
-            counted = kernels.count_patterns(base, agents, eps, plan.jobs[index].compute_dtype)
-            if counted is not None:
-                hist, finite = counted
-                if not finite:
-                    load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
-                counting.add_pattern_counts(index, hist)
-                return span.numel
-        chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
-        for sink in sinks:
-            sink.add(chunk)
+        pending = sinks
+        if fused and _stored_agents(plan.jobs[index]):  # sinks that take the stored slices: one fused pass each
+            pending = [sink for sink in sinks if not _add_fused(sink, plan, index, span, base, agents, eps)]
+        if pending:
+            chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
+            for sink in pending:
+                sink.add(chunk)
         return span.numel
 
     for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, transfer), workers):
         done += numel
         reporter.progress(stage, done, total, "elements")
+
+
+def _add_fused(sink: ProbeAccumulator | Collector, plan: MergePlan, index: int, span: Any, base: torch.Tensor,
+               agents: list[torch.Tensor], eps: float) -> bool:
+    """Add one chunk to ``sink`` from its stored slices through a fused kernel: the probe's counts, the
+    complete (Analyze) probe, or a ``SliceCollector``'s statistic. False when the kernels do not
+    cover the slices or a τ is not finite (the caller then forms the chunk, whose checks raise the error
+    naming agent and tensor)."""
+    job = plan.jobs[index]
+    if isinstance(sink, ProbeAccumulator) and sink.with_survival:
+        if not sink.fusable:
+            return False
+        # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
+        sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
+        analysis = kernels.analyze(base, agents, eps, job.compute_dtype, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample)
+        if analysis is None or not analysis.finite:
+            return False
+        sink.add_analysis(index, analysis)
+        return True
+    if isinstance(sink, ProbeAccumulator):
+        counted = kernels.count_patterns(base, agents, eps, job.compute_dtype)
+        if counted is None or not counted[1]:
+            return False
+        sink.add_pattern_counts(index, counted[0])
+        return True
+    return isinstance(sink, SliceCollector) and sink.add_slices(index, span.offset, base, agents, job.compute_dtype)
 
 
 @dataclass
@@ -205,7 +214,7 @@ def _stored_agents(job: Any) -> bool:
 
 def _fusable(variant: Variant) -> bool:
     observer = variant.observer
-    if variant.method.fused in ("dare-ta", "dare-ties"):
+    if variant.method.fused in ("dare-ta", "dare-ties", "ties"):
         return observer is None
     return variant.method.fused in ("ram", "ram-plus") and (observer is None or hasattr(observer, "add_counts"))
 
@@ -219,8 +228,9 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
         return None
     outputs = []
     for k, variant in enumerate(variants):
-        if variant.method.fused in ("dare-ta", "dare-ties"):
-            merged = _fused_dare(plan, index, span, base, agents, eps, variant, accumulator if k == 0 else None)
+        if variant.method.fused in ("dare-ta", "dare-ties", "ties"):
+            fuse = _fused_ties if variant.method.fused == "ties" else _fused_dare
+            merged = fuse(plan, index, span, base, agents, eps, variant, accumulator if k == 0 else None)
             if merged is None:
                 return None
             outputs.append(merged)
@@ -252,6 +262,28 @@ def _fused_dare(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agen
     keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(agents))]
     done = kernels.dare_merge_into(base, agents, span.offset, keys, drop_threshold(ctx.drop), ctx.drop, ctx.scale,
                                    variant.method.fused == "dare-ties", job.compute_dtype, job.out_dtype)
+    counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
+    if done is None or (accumulator is not None and counted is None):
+        return None
+    merged, finite = done
+    if not finite:
+        load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
+    if accumulator is not None:
+        accumulator.add_pattern_counts(index, counted[0])
+    return merged
+
+
+def _fused_ties(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
+                variant: Variant, accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
+    """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties
+    at the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
+    job, ctx = plan.jobs[index], variant.context
+    trim = ctx.chunk_trim(index, span.offset, span.numel)
+    if trim is None:
+        return None
+    key_dtype, cuts, left = trim
+    done = kernels.ties_merge_into(base, agents, job.compute_dtype, job.out_dtype, key_dtype == torch.float64, cuts,
+                                   left, ctx.scale)
     counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
     if done is None or (accumulator is not None and counted is None):
         return None

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from ..errors import InputError
 from . import baselines, fisher, ram
-from .base import Collector, MergeMethod, Observer, Param
+from .base import Collector, MergeMethod, Observer, Param, SliceCollector
 
-__all__ = ["METHODS", "Collector", "MergeMethod", "Observer", "Param", "get_method"]
+__all__ = ["METHODS", "Collector", "MergeMethod", "Observer", "Param", "SliceCollector", "get_method"]
 
 _FAMILIES = (ram, baselines, fisher)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
 import torch
 
@@ -90,13 +90,31 @@ class Collector(Protocol):
     """Whole-model statistics a method gathers in pass 1 beyond the probe (e.g. TIES's magnitude cut).
 
     ``next_pass()`` is called after each full pass over the data; True asks the engine to feed every
-    chunk once more, in the same order, before ``finish`` (TIES refines its exact cut this way)."""
+    chunk once more, in the same order, before ``finish`` (TIES refines its exact cut this way).
+
+    ``needs_order``: True when ``add`` must see the chunks one at a time in plan order (the pass then
+    computes on one thread); False when ``add`` may run on several compute threads at once, chunks in
+    any order (its statistic is order-independent, e.g. integer histograms summed under a lock)."""
+
+    needs_order: bool
 
     def add(self, chunk: "Chunk") -> None: ...
 
     def next_pass(self) -> bool: ...
 
     def finish(self) -> Any: ...
+
+
+@runtime_checkable
+class SliceCollector(Collector, Protocol):
+    """A collector that can also count a chunk from the stored slices through a fused CPU kernel.
+
+    ``add_slices(job_index, offset, base_raw, agent_raws, compute_dtype)`` adds the same statistic as
+    ``add`` would for that chunk and returns True, or returns False having added nothing (the kernels
+    do not cover the slices, or a τ is not finite): the pass then forms the chunk and calls ``add``."""
+
+    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
+                   compute_dtype: torch.dtype) -> bool: ...
 
 
 class Observer(Protocol):
@@ -126,7 +144,8 @@ class MergeMethod:
     the per-agent scale of unique updates, for reports and cards (None: every λ is 1).
     ``thread_safe``: ``merge`` depends on nothing but the chunk and the context, so chunks may be merged
     in parallel and in any order. ``fused``: CPU passes may run this method as a fused kernel
-    (``kernels.py``; "ram": λ = 1, "ram-plus": the context is λ per agent), the same bits as ``merge``.
+    (``kernels.py``; "ram": λ = 1, "ram-plus": the context is λ per agent; "dare-ta", "dare-ties"; "ties":
+    the context is a ``TiesContext``), the same bits as ``merge``.
     ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints (Fisher
     information), opened (headers only), whose tensors carry the agents' names and shapes; the engine
     checks them against the plan and the reader streams their slices beside the agents', so ``merge``

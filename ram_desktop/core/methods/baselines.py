@@ -18,9 +18,13 @@ further pass histograms the next 16 bits of the elements whose higher bits equal
 (float32: 2 passes, float64: 4). The result per agent and scope is the exact cut pattern ``c`` and
 ``m``, how many elements equal to ``c`` must be kept so that exactly K = ⌊k·n⌋ (at least 1) survive.
 The merge pass keeps |τ| > c plus the first ``m`` elements equal to ``c`` in scope order (tensors in
-plan order, then flat index), counting the equal ones already seen in earlier chunks. Histograms
-are per agent and per scope; with scope ``tensor`` a tensor's histogram is reduced to its (c, m)
-state as soon as its last chunk has passed, so memory stays at one 65536-bin histogram per agent.
+plan order, then flat index). Digit histograms are integer sums, so chunks are counted on every compute
+thread in any order; a scope is reduced to its (c, m) state as soon as all its elements were counted
+(scope ``tensor``: memory stays at a few 65536-bin histograms per agent). In a scope's last level
+each chunk also keeps its digit counts sparsely (only the elements matching the prefix are left), so
+once c is known every chunk's number of elements equal to c is known too; their running sums in plan
+order are each chunk's offset, and the merge of a chunk is a pure function of the chunk: chunks
+merge in parallel, and the result is the same for any chunk size and thread count.
 K is computed in exact rational arithmetic from the decimal k as written (``repr``), so
 ⌊0.29·100⌋ = 29 (float arithmetic gives 28).
 
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Hashable
@@ -129,8 +134,36 @@ class _Select:
     prefix: int = 0
 
 
+ChunkKey = tuple[int, int]  # (job index, flat offset of the chunk's first element)
+
+EQUAL_RECORD_BUDGET = 4 << 20  # sparse digit counts held for the equal-to-cut offsets (~10 B each)
+
+
+@dataclass
+class _Scope:
+    """One trim scope while a pass counts it: the digit histogram summed over its chunks, how many
+    elements have been counted, and (in its last level) each chunk's sparse digit counts per agent."""
+
+    numel: int
+    hist: np.ndarray | None = None  # [N, RADIX] int64
+    counted: int = 0
+    records: dict[ChunkKey, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
+
+
 class TrimCollector:
-    """Pass-1 (and refinement passes) statistic of TIES: the exact per-agent magnitude cut per scope."""
+    """Pass-1 (and refinement passes) statistic of TIES: the exact per-agent magnitude cut per scope,
+    and for every chunk the number of elements equal to the cut in earlier chunks of its scope.
+
+    Order-independent (``needs_order = False``): a chunk's digit counts are integers summed into its
+    scope's histogram under a lock, so chunks may be counted on any thread in any order. A scope is
+    folded into its select state as soon as all its elements were counted (scope ``tensor``: memory
+    stays at a few open histograms). In a scope's last level every chunk also keeps its digit counts
+    sparsely (only elements matching the prefix remain); once the final cut digit is known, each
+    chunk's count of elements equal to the cut is read off them. Should those records grow beyond
+    ``EQUAL_RECORD_BUDGET`` entries, they are dropped and one more pass counts the equal elements
+    per chunk directly."""
+
+    needs_order = False
 
     def __init__(self, density: float, scope: str, plan: Any) -> None:
         self.density = density
@@ -142,42 +175,47 @@ class TrimCollector:
         self.model_dtype = (torch.float64 if any(d == torch.float64 for d in self._dtype.values())
                             else torch.float32)
         self.level = 0
+        self._counting_pass = False  # the extra pass that counts equal-to-cut elements per chunk
         self._state: dict[Hashable, list[_Select]] = {}
         self._key_dtype: dict[Hashable, torch.dtype] = {}
-        self._current: Hashable | None = None
-        self._hist: torch.Tensor | None = None  # [N, RADIX] digit counts of the open scope
-        self._buffer: torch.Tensor | None = None
+        self._open: dict[Hashable, _Scope] = {}
+        self._records_held = 0
+        self._needs_count: set[Hashable] = set()  # scopes whose records were dropped (over budget)
+        self._equal: dict[ChunkKey, list[int]] = {}  # per chunk, per agent: elements equal to the cut
+        self._chunk_scope: dict[ChunkKey, Hashable] = {}
+        self._lock = threading.Lock()
+        for index in self._numel:  # every scope's K and key dtype, known up front
+            key = index if scope == "tensor" else "model"
+            if key not in self._state:
+                n = self._numel[index] if scope == "tensor" else sum(self._numel.values())
+                self._key_dtype[key] = self._dtype[index] if scope == "tensor" else self.model_dtype
+                self._state[key] = [_Select(keep_count(density, n)) for _ in range(self.n_agents)]
 
     def scope_key(self, chunk: Chunk) -> Hashable:
         return chunk.job_index if self.scope == "tensor" else "model"
 
-    def _open(self, key: Hashable, chunk: Chunk) -> None:
-        if key not in self._state:
-            n = self._numel[chunk.job_index] if self.scope == "tensor" else sum(self._numel.values())
-            self._key_dtype[key] = self._dtype[chunk.job_index] if self.scope == "tensor" else self.model_dtype
-            self._state[key] = [_Select(keep_count(self.density, n)) for _ in range(self.n_agents)]
-        self._current = key
-        if self._active(key):
-            if self._buffer is None or self._buffer.device != chunk.base.device:
-                self._buffer = torch.zeros((self.n_agents, RADIX), dtype=torch.int64, device=chunk.base.device)
-            else:
-                self._buffer.zero_()
-            self._hist = self._buffer
-        else:
-            self._hist = None
+    def _scope_numel(self, key: Hashable) -> int:
+        return self._numel[key] if self.scope == "tensor" else sum(self._numel.values())
 
     def _active(self, key: Hashable) -> bool:
         return self.level < _levels(self._key_dtype[key]) and self._state[key][0].need > 0
 
+    def _last_level(self, key: Hashable) -> bool:
+        return self.level == _levels(self._key_dtype[key]) - 1
+
     def add(self, chunk: Chunk) -> None:
         key = self.scope_key(chunk)
-        if key != self._current:
-            self._flush()
-            self._open(key, chunk)
-        if self._hist is None or chunk.taus.shape[1] == 0:
+        numel = chunk.taus.shape[1]
+        if self._counting_pass:
+            if key in self._needs_count and numel:
+                self._count_equal(key, chunk)
+            return
+        if not self._active(key) or numel == 0:
             return
         key_dtype = self._key_dtype[key]
         shift = _levels(key_dtype) * RADIX_BITS - RADIX_BITS * (self.level + 1)
+        last = self._last_level(key)
+        counts, sparse = [], []
         for t in range(self.n_agents):
             bits = magnitude_bits(chunk.taus[t], key_dtype)
             if self.level == 0:
@@ -185,70 +223,200 @@ class TrimCollector:
             else:
                 digits = bits[(bits >> (shift + RADIX_BITS)) == self._state[key][t].prefix]
                 digits = (digits >> shift) & (RADIX - 1) if shift else digits & (RADIX - 1)
-            counts = torch.bincount(digits)
-            self._hist[t, :counts.numel()] += counts
+            c = torch.bincount(digits, minlength=RADIX).cpu().numpy()
+            counts.append(c)
+            if last:
+                nonzero = np.flatnonzero(c)
+                sparse.append((nonzero.astype(np.uint16), c[nonzero]))
+        self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts), sparse if last else None)
 
-    def _flush(self) -> None:
-        """Fold the current scope's histograms into its select state."""
-        if self._hist is None:
-            self._current = None
-            return
-        for state, hist in zip(self._state[self._current], self._hist.cpu().numpy()):
+    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
+                   compute_dtype: torch.dtype) -> bool:
+        """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
+        the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
+        raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
+        from .. import kernels
+
+        key = job_index if self.scope == "tensor" else "model"
+        numel = base_raw.numel()
+        if self._counting_pass:
+            return False
+        if not self._active(key) or numel == 0:
+            return True
+        key_dtype = self._key_dtype[key]
+        done = kernels.ties_digit_counts(base_raw, agent_raws, compute_dtype, key_dtype == torch.float64,
+                                         self.level, [s.prefix for s in self._state[key]])
+        if done is None or not done[1]:
+            return False
+        counts = done[0]
+        sparse = None
+        if self._last_level(key):
+            sparse = []
+            for c in counts:
+                nonzero = np.flatnonzero(c)
+                sparse.append((nonzero.astype(np.uint16), c[nonzero]))
+        self._add_counts(key, (job_index, offset), numel, counts, sparse)
+        return True
+
+    def _add_counts(self, key: Hashable, chunk_key: ChunkKey, numel: int, counts: np.ndarray,
+                    sparse: list[tuple[np.ndarray, np.ndarray]] | None) -> None:
+        """Add one chunk's [N, RADIX] digit counts to its scope (any thread); fold the scope when complete."""
+        with self._lock:
+            scope = self._open.get(key)
+            if scope is None:
+                scope = self._open[key] = _Scope(self._scope_numel(key), np.zeros((self.n_agents, RADIX), np.int64))
+            scope.hist += counts
+            scope.counted += numel
+            if sparse is not None and key not in self._needs_count:
+                scope.records[chunk_key] = sparse
+                self._records_held += sum(d.size for d, _ in sparse)
+                if self._records_held > EQUAL_RECORD_BUDGET:  # too many distinct digits: count in a pass
+                    for k, s in self._open.items():
+                        if s.records:
+                            self._records_held -= sum(d.size for r in s.records.values() for d, _ in r)
+                            s.records.clear()
+                            self._needs_count.add(k)
+            if scope.counted == scope.numel:
+                self._fold(key)
+
+    def _fold(self, key: Hashable) -> None:
+        """Fold a scope's histograms into its select state (called with the lock held)."""
+        scope = self._open.pop(key)
+        for state, hist in zip(self._state[key], scope.hist):
             above_or_at = hist[::-1].cumsum()  # above_or_at[j]: elements whose digit is ≥ RADIX-1-j
             j = int(np.searchsorted(above_or_at, state.need))  # first j with above_or_at[j] ≥ need
             digit = RADIX - 1 - j
             state.need -= int(above_or_at[j]) - int(hist[digit])
             state.prefix = (state.prefix << RADIX_BITS) | digit
-        self._hist = None
-        self._current = None
+        if self._last_level(key) and key not in self._needs_count:
+            digits = [s.prefix & (RADIX - 1) for s in self._state[key]]
+            for chunk_key, sparse in scope.records.items():
+                self._equal[chunk_key] = [_sparse_count(d, c, digit) for (d, c), digit in zip(sparse, digits)]
+                self._chunk_scope[chunk_key] = key
+            self._records_held -= sum(d.size for r in scope.records.values() for d, _ in r)
+
+    def _count_equal(self, key: Hashable, chunk: Chunk) -> None:
+        """The extra pass: this chunk's elements equal to the final cut, per agent."""
+        key_dtype = self._key_dtype[key]
+        equal = [int((magnitude_bits(chunk.taus[t], key_dtype) == state.prefix).sum())
+                 for t, state in enumerate(self._state[key])]
+        with self._lock:
+            self._equal[(chunk.job_index, chunk.offset)] = equal
+            self._chunk_scope[(chunk.job_index, chunk.offset)] = key
+
+    def _fold_open(self) -> None:
+        with self._lock:
+            for key in list(self._open):
+                self._fold(key)
 
     def next_pass(self) -> bool:
         """Called after each full pass; True asks the engine for one more pass over every chunk."""
-        self._flush()
+        self._fold_open()
+        if self._counting_pass:
+            self._needs_count.clear()
+            self._counting_pass = False
+            return False
         self.level += 1
-        return any(self._active(key) for key in self._state)
+        if any(self._active(key) for key in self._state):
+            return True
+        self._counting_pass = bool(self._needs_count)
+        return self._counting_pass
 
     def finish(self) -> "TrimCuts":
-        self._flush()
+        self._fold_open()
         assert not any(self._active(key) for key in self._state), "TIES cut not fully refined"
+        assert not self._needs_count, "TIES equal-to-cut counts not taken"
         cuts = {key: [(s.prefix, s.need) for s in states] for key, states in self._state.items()}
-        return TrimCuts(self.scope, cuts, dict(self._key_dtype))
+        # each chunk's offset: the equal-to-cut elements of earlier chunks of its scope, in plan order
+        # (jobs in tensor-name order, chunks by offset), per agent
+        before: dict[ChunkKey, tuple[int, ...]] = {}
+        running: dict[Hashable, list[int]] = {}
+        for chunk_key in sorted(self._equal):
+            scope_key = self._chunk_scope[chunk_key]
+            seen = running.setdefault(scope_key, [0] * self.n_agents)
+            before[chunk_key] = tuple(seen)
+            running[scope_key] = [s + e for s, e in zip(seen, self._equal[chunk_key])]
+        equal = {chunk_key: tuple(e) for chunk_key, e in self._equal.items()}
+        return TrimCuts(self.scope, cuts, dict(self._key_dtype), before, equal)
+
+
+def _sparse_count(digits: np.ndarray, counts: np.ndarray, digit: int) -> int:
+    """The count of ``digit`` in sparse (sorted digits, counts) form; 0 when absent."""
+    i = int(np.searchsorted(digits, digit))
+    return int(counts[i]) if i < digits.size and int(digits[i]) == digit else 0
 
 
 @dataclass
 class TrimCuts:
-    """Per scope and agent: (cut bit pattern c, number m of elements equal to c to keep)."""
+    """Per scope and agent: (cut bit pattern c, number m of elements equal to c to keep); per chunk
+    (job index, offset) and agent: elements equal to c in earlier chunks of its scope, and in it."""
 
     scope: str
     cuts: dict[Hashable, list[tuple[int, int]]]
     key_dtype: dict[Hashable, torch.dtype]
+    equal_before: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)
+    equal_in: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)  # per chunk and agent: equal to c
+
+    def scope_key(self, job_index: int) -> Hashable:
+        return job_index if self.scope == "tensor" else "model"
+
+    def before(self, job_index: int, offset: int) -> tuple[int, ...]:
+        """Equal-to-cut elements in earlier chunks of this chunk's scope, per agent. A chunk the collector
+        never counted (the merge pass chunked the tensors differently) is an error."""
+        try:
+            return self.equal_before[(job_index, offset)]
+        except KeyError:
+            raise RuntimeError(f"TIES: no equal-to-cut offset for chunk ({job_index}, {offset}); the merge pass "
+                               "must chunk the tensors as the collector passes did") from None
 
 
-@dataclass
+@dataclass(frozen=True)
 class TiesContext:
+    """TIES's merge context: the cuts and λ. ``trim_masks`` depends only on the chunk (the offsets of
+    the equal-to-cut elements come from the collector), so chunks merge on any thread in any order."""
+
     cuts: TrimCuts
     scale: float
-    seen: dict[tuple[Hashable, int], int] = field(default_factory=dict)  # equal-to-cut elements passed
 
     def trim_masks(self, chunk: Chunk) -> list[torch.Tensor]:
-        """Which elements of each agent survive the trim in this chunk (call once per chunk, in order)."""
-        key = chunk.job_index if self.cuts.scope == "tensor" else "model"
-        if key not in self.cuts.cuts:  # an empty tensor
+        """Which elements of each agent survive the trim in this chunk: |τ| above the cut, and the
+        first m equal to it in scope order (the earliest positions win ties)."""
+        trim = self.chunk_trim(chunk.job_index, chunk.offset, chunk.taus.shape[1])
+        if trim is None:  # an empty tensor
             return [torch.zeros(chunk.taus.shape[1], dtype=torch.bool, device=chunk.base.device)
                     for _ in range(chunk.n_agents)]
-        key_dtype = self.cuts.key_dtype[key]
+        key_dtype, cuts, left = trim
         masks = []
-        for t, (cut, m) in enumerate(self.cuts.cuts[key]):
+        for t, (cut, quota) in enumerate(zip(cuts, left)):
             bits = magnitude_bits(chunk.taus[t], key_dtype)
             keep = bits > cut
-            seen = self.seen.get((key, t), 0)
-            if seen < m and bits.numel():
+            if quota > 0:
                 equal = bits == cut
                 rank = equal.cumsum(0)  # 1-based rank of each equal element within this chunk
-                keep |= equal & (rank <= m - seen)
-                self.seen[(key, t)] = seen + int(rank[-1])
+                keep |= equal & (rank <= quota)
             masks.append(keep)
         return masks
+
+    def chunk_trim(self, job_index: int, offset: int, numel: int) -> tuple[torch.dtype, list[int], list[int]] | None:
+        """For the chunk at ``offset`` of job ``job_index``: the magnitude key dtype, and per agent a cut and
+        how many of this chunk's elements equal to it are kept (≤ 0: none). That is the cut c and m minus
+        the ties at c in earlier chunks of the scope; where all of this chunk's ties at c are kept, the
+        cut c − 1 and 0 instead (keys above c − 1 are those at or above c), so only the one chunk in
+        which the kept ties end needs to rank them. None for an empty chunk."""
+        key = self.cuts.scope_key(job_index)
+        if key not in self.cuts.cuts or numel == 0:
+            return None
+        before = self.cuts.before(job_index, offset)
+        here = self.cuts.equal_in[(job_index, offset)]
+        cuts, left = [], []
+        for (cut, m), b, e in zip(self.cuts.cuts[key], before, here):
+            if m - b >= e:
+                cuts.append(cut - 1)
+                left.append(0)
+            else:
+                cuts.append(cut)
+                left.append(m - b)
+        return self.cuts.key_dtype[key], cuts, left
 
 
 def ties_merge(chunk: Chunk, ctx: TiesContext) -> torch.Tensor:
@@ -387,6 +555,9 @@ METHODS = (
         ties_merge,
         prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
         collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
+        # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
+        thread_safe=True,
+        fused="ties",  # CPU passes: kernels.ties_merge_into, the same bits
     ),
     MergeMethod(
         "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
