@@ -354,7 +354,7 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
     outputs = {}
     for use in (True, False):
-        monkeypatch.setattr(passes, "use_kernels", lambda device, use=use: use and device.type == "cpu")
+        monkeypatch.setattr(passes, "use_kernels", lambda device, elements, use=use: use and device.type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
         result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method, params=params,
@@ -374,7 +374,7 @@ def test_kernels_fall_back_when_numba_cannot_be_set_up(monkeypatch):
     monkeypatch.setattr(kernels, "_jit", broken)
     try:
         assert kernels.available() is False
-        assert passes.use_kernels(torch.device("cpu")) is False
+        assert passes.use_kernels(torch.device("cpu"), 10**9) is False
     finally:
         monkeypatch.undo()
         kernels.available.cache_clear()
@@ -397,12 +397,46 @@ def test_disabled_block_keeps_the_torch_path_on_this_thread():
     cpu = torch.device("cpu")
     seen = []
     with kernels.disabled():
-        assert passes.use_kernels(cpu) is False
-        other = threading.Thread(target=lambda: seen.append(passes.use_kernels(cpu)))
+        assert passes.use_kernels(cpu, 10**12) is False
+        other = threading.Thread(target=lambda: seen.append(passes.use_kernels(cpu, 1)))
         other.start()
         other.join()
     assert seen == [True]  # only the thread that entered the block
-    assert passes.use_kernels(cpu) is True
+    assert passes.use_kernels(cpu, 1) is True
+
+
+def test_disabled_below_a_size_keeps_small_passes_on_the_torch_path():
+    cpu = torch.device("cpu")
+    with kernels.disabled(below=1000):
+        assert passes.use_kernels(cpu, 999) is False
+        assert passes.use_kernels(cpu, 1000) is True
+        with kernels.disabled():
+            assert passes.use_kernels(cpu, 10**12) is False
+        assert passes.use_kernels(cpu, 1000) is True  # the outer block again
+    assert passes.use_kernels(cpu, 0) is True
+
+
+def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
+    """A window job (gui.worker) merging a small model stays on the torch path (no numba load freezing
+    the event loop); above the size limit the same job runs the fused kernels."""
+    pytest.importorskip("PySide6")
+    from ram_desktop.gui import worker
+
+    base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=1)
+    calls = []
+    real = kernels.selective_merge_into
+    monkeypatch.setattr(kernels, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
+    used = {}
+    for limit in (10**12, 1):
+        monkeypatch.setattr(worker, "KERNEL_MIN_ELEMENTS", limit)
+        calls.clear()
+        job = worker.Worker(lambda reporter, limit=limit: merge(MergeRequest(
+            str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{limit}", method="ram", use_cache=False),
+            reporter))
+        job.run()
+        used[limit] = bool(calls)
+    assert used == {10**12: False, 1: True}
+
 
 
 def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monkeypatch):
@@ -422,7 +456,7 @@ def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monk
     assert kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)[1] is False
     outputs = {}
     for use in (True, False):
-        monkeypatch.setattr(passes, "use_kernels", lambda device, use=use: use and device.type == "cpu")
+        monkeypatch.setattr(passes, "use_kernels", lambda device, elements, use=use: use and device.type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
         merge(MergeRequest(dirs[0], dirs[1:], out, method="ram-plus", chunk_elements=999))

@@ -83,7 +83,7 @@ class FakeDeviceModule:
 def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch, fused):
     base, agents = models
     if not fused:
-        monkeypatch.setattr(passes_module, "use_kernels", lambda device: False)
+        monkeypatch.setattr(passes_module, "use_kernels", lambda device, elements: False)
     elif not passes_module.kernels.available():
         pytest.skip("numba not installed")
     reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 from dataclasses import dataclass
@@ -64,22 +65,24 @@ _local = threading.local()
 
 
 @contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Passes started by this thread inside the block use the torch path and never import numba.
+def disabled(below: float = math.inf) -> Iterator[None]:
+    """Passes started by this thread inside the block that stream fewer than ``below`` elements (all of
+    them by default) use the torch path and never import numba.
 
     For the GUI: importing numba and loading a compiled kernel hold the GIL for ~0.1–0.3 s at a time
-    (C calls into LLVM), which would freeze the window's event loop during its first merge."""
-    previous = getattr(_local, "off", False)
-    _local.off = True
+    (C calls into LLVM), which freezes the window's event loop once; on a big model the kernels save
+    far more than that, on a small one the torch path is fast anyway."""
+    previous = getattr(_local, "below", 0)
+    _local.below = below
     try:
         yield
     finally:
-        _local.off = previous
+        _local.below = previous
 
 
-def enabled_here() -> bool:
-    """False inside ``disabled()`` on this thread."""
-    return not getattr(_local, "off", False)
+def enabled_here(elements: int) -> bool:
+    """False inside ``disabled(below)`` on this thread for a pass over fewer than ``below`` elements."""
+    return elements >= getattr(_local, "below", 0)
 
 
 def as_bits(t: torch.Tensor) -> np.ndarray:

@@ -55,11 +55,11 @@ def compute_workers(device: torch.device) -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def use_kernels(device: torch.device) -> bool:
+def use_kernels(device: torch.device, elements: int) -> bool:
     """CPU passes run the fused numba kernels where they apply (``kernels.py``; ``RAM_DESKTOP_KERNELS=0``
-    or no numba, or inside ``kernels.disabled()``: the torch formulation, which stays the reference and the
+    or no numba, or inside ``kernels.disabled()`` for a pass of ``elements``: the torch formulation, which stays the reference and the
     GPU path)."""
-    return device.type == "cpu" and kernels.enabled_here() and kernels.available()
+    return device.type == "cpu" and kernels.enabled_here(elements) and kernels.available()
 
 
 def _single_threaded() -> None:
@@ -98,7 +98,7 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
     done = 0
     reporter.progress(stage, 0, total, "elements")
     workers = 1 if ordered else compute_workers(transfer.device)
-    fused = use_kernels(transfer.device)
+    fused = use_kernels(transfer.device, total)
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
@@ -165,7 +165,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     reporter.progress("merge", 0, total, "elements")
     parallel = all(v.method.thread_safe for v in variants)
     workers = compute_workers(transfer.device) if parallel else 1
-    fused = use_kernels(transfer.device) and all(_fusable(v) for v in variants)
+    fused = use_kernels(transfer.device, total) and all(_fusable(v) for v in variants)
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
         index, span, base, agents = item

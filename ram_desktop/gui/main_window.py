@@ -121,7 +121,7 @@ def _merge_with_fisher(request: engine.MergeRequest, reporter) -> engine.MergeRe
         from ..evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
-    return _merge_without_kernels(request, reporter)
+    return engine.merge(request, reporter)
 
 
 def _group(title: str, widget: QWidget) -> QGroupBox:
@@ -938,12 +938,3 @@ def wait_until(condition: Callable[[], bool], timeout: float, app) -> bool:
         app.processEvents()
         time.sleep(0.005)
     return True
-
-
-def _merge_without_kernels(request, reporter):
-    """The window merges on the torch path: loading numba's kernels holds the GIL long enough to freeze
-    the event loop (core/kernels.py ``disabled``); ``ram-merge`` uses the kernels."""
-    from ..core import kernels
-
-    with kernels.disabled():
-        return engine.merge(request, reporter)

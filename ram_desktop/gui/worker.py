@@ -12,12 +12,17 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from ..core import kernels
 from ..core.errors import Cancelled, RamError
 from ..core.events import CancelToken, ProgressEvent, Reporter
 
 log = logging.getLogger("ram_desktop")
 
 PROGRESS_INTERVAL = 0.1  # seconds between progress signals: ten updates a second, the GUI thread never flooded
+# Window jobs run the fused CPU kernels only on passes over this many elements or more: loading numba's
+# kernels holds the GIL long enough to freeze the event loop once (core/kernels.py ``disabled``), which a
+# 300M-parameter merge or Analyze repays many times over and a small model's does not.
+KERNEL_MIN_ELEMENTS = 50_000_000
 
 
 class Worker(QObject):
@@ -49,7 +54,8 @@ class Worker(QObject):
     @Slot()
     def run(self) -> None:
         try:
-            result = self._fn(Reporter(self._on_progress, self.token))
+            with kernels.disabled(below=KERNEL_MIN_ELEMENTS):
+                result = self._fn(Reporter(self._on_progress, self.token))
         except Cancelled:
             self.cancelled.emit()
         except RamError as e:
