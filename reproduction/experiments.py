@@ -1,4 +1,4 @@
-"""Stage 3: probe the agents, merge with every method through the CLI, score, and write the results.
+"""Stage 3: probe the agents, merge with every method through ``ram-merge compare``, score, and write the results.
 
 Baselines are searched over the paper's Table 11 ranges with the setting chosen on the validation
 split (mean over the three tasks); every chosen model is then scored on the test split. Scoring is
@@ -24,6 +24,9 @@ TIES_DENSITIES = [0.1, 0.2, 0.3]
 DARE_DROPS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
 EPS = 1e-5
+FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 8  # calibration examples per agent (paper: 256-2048)
+METHOD_ORDER = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
+                "fisher")
 
 
 def cli(*args: str) -> None:
@@ -58,27 +61,49 @@ class Scorer:
         return self.cache[key]
 
 
-def merge(out: Path, name: str, method: str, *flags: str) -> Path:
-    folder = out / "merges" / name
-    if not (folder / "model.safetensors").exists():
+def variant_name(method: str, params: dict) -> str:
+    return method + "".join(f"_{k}{v}" for k, v in params.items())
+
+
+def compare(out: Path, batch: str, variants: list[tuple[str, dict]], *shared: str) -> dict[str, Path]:
+    """Merge every (method, params) through one ``ram-merge compare`` (one read of the inputs), each into
+    ``merges/<batch>/<name>``; skipped when that batch's compare.json exists (a resumed run)."""
+    folder = out / "merges" / batch
+    names = {variant_name(m, p): (m, p) for m, p in variants}
+    if not (folder / "compare.json").exists():
         shutil.rmtree(folder, ignore_errors=True)
-        cli("merge", str(out / "base"), *(str(out / t) for t in TASKS), "--names", ",".join(TASKS),
-            "--method", method, *flags, "--out", str(folder))
-    return folder
+        specs = []
+        for name, (method, params) in names.items():
+            specs += ["--variant", ":".join([method, ",".join([*(f"{k}={v}" for k, v in params.items()), f"name={name}"])])]
+        cli("compare", str(out / "base"), *(str(out / t) for t in TASKS), "--names", ",".join(TASKS),
+            *shared, *specs, "--out", str(folder))
+    return {name: folder / name for name in names}
 
 
-def search(out: Path, val: Scorer, method: str, grid: list[dict], log) -> dict:
-    """Merge every setting, pick the best validation mean; returns the chosen setting and folder."""
+def search(val: "Scorer", method: str, folders: dict[str, Path], grid: list[dict], log) -> dict:
+    """Pick the setting with the best validation mean among ``grid`` (already merged into ``folders``)."""
     best = None
     for params in grid:
-        name = method + "".join(f"_{k}{v}" for k, v in params.items())
-        flags = [x for k, v in params.items() for x in (f"--{k}", str(v))]
-        folder = merge(out, name, method, *flags)
+        folder = folders[variant_name(method, params)]
         s = val(folder)
         if best is None or s["mean"] > best["val"]["mean"] + 1e-12:
             best = {"method": method, "params": params, "folder": folder, "val": s}
     log(f"{method}: chose {best['params']} (validation mean {best['val']['mean']:.3f} over {len(grid)} settings)")
     return best
+
+
+def fisher_estimates(out: Path, examples: int, log) -> list[Path]:
+    """Each agent's diagonal Fisher on its own task's train split (``ram-merge fisher``), cached on disk."""
+    folders = []
+    for t in TASKS:
+        folder = out / "fisher" / t
+        if not (folder / "fisher.json").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            cli("fisher", str(out / t), "--suite", str(out / "suites" / f"{t}-train"), "--examples", str(examples),
+                "--device", "cpu", "--out", str(folder))
+            log(f"fisher {t}: {examples} examples of {t}-train")
+        folders.append(folder)
+    return folders
 
 
 def unique_region_models(out: Path, log) -> dict[str, Path]:
@@ -127,33 +152,37 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
     scales = TA_SCALES[-2:] if smoke else TA_SCALES
     densities = TIES_DENSITIES[:1] if smoke else TIES_DENSITIES
     drops = DARE_DROPS[::4] if smoke else DARE_DROPS
-    chosen = {
-        "ram": {"method": "ram", "params": {}, "folder": merge(out, "ram", "ram")},
-        "ram-plus": {"method": "ram-plus", "params": {"r": 0.1, "alpha": 2.0},
-                     "folder": merge(out, "ram-plus", "ram-plus", "--r", "0.1", "--alpha", "2.0")},
-        "ram-plus-soft": {"method": "ram-plus-soft", "params": {"r": 0.1},
-                          "folder": merge(out, "ram-plus-soft", "ram-plus-soft", "--r", "0.1")},
-        "average": {"method": "average", "params": {}, "folder": merge(out, "average", "average")},
+    r_sweep = R_SWEEP[::2] if smoke else R_SWEEP
+    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
+    grids = {
+        "task-arithmetic": [{"scale": s} for s in scales],
+        "ties": [{"density": d, "scale": s} for d in densities for s in scales],
+        "fisher": [{"scale": s} for s in scales],
     }
-    chosen["task-arithmetic"] = search(out, val, "task-arithmetic", [{"scale": s} for s in scales], log)
-    chosen["ties"] = search(out, val, "ties", [{"density": d, "scale": s} for d in densities for s in scales], log)
+    fishers = fisher_estimates(out, FISHER_EXAMPLES_SMOKE if smoke else FISHER_EXAMPLES, log)
+    first = compare(out, "search", [*fixed, *[(m, p) for m, grid in grids.items() for p in grid],
+                                    *[("ram-plus", {"r": r, "alpha": 2.0}) for r in r_sweep]],
+                    "--fisher", ",".join(map(str, fishers)))
+    chosen = {m: {"method": m, "params": p, "folder": first[variant_name(m, p)]} for m, p in fixed}
+    for method, grid in grids.items():
+        chosen[method] = search(val, method, first, grid, log)
     # DARE: the drop rate searched over 0.1..0.9 at the scaling term chosen for its partner method
-    chosen["dare-ta"] = search(out, val, "dare-ta",
-                               [{"drop": p, "scale": chosen["task-arithmetic"]["params"]["scale"]} for p in drops], log)
-    chosen["dare-ties"] = search(out, val, "dare-ties",
-                                 [{"drop": p, "scale": chosen["ties"]["params"]["scale"]} for p in drops], log)
+    dare_grids = {
+        "dare-ta": [{"drop": p, "scale": chosen["task-arithmetic"]["params"]["scale"]} for p in drops],
+        "dare-ties": [{"drop": p, "scale": chosen["ties"]["params"]["scale"]} for p in drops],
+    }
+    second = compare(out, "dare", [(m, p) for m, grid in dare_grids.items() for p in grid])
+    for method, grid in dare_grids.items():
+        chosen[method] = search(val, method, second, grid, log)
     timings["merges+validation"] = time.time() - t
 
     t = time.time()
     table1 = {"base": test(out / "base")}
     for task in TASKS:
         table1[task] = test(out / task)
-    for name, c in chosen.items():
-        table1[name] = test(c["folder"])
-    table2 = {}
-    for r in (R_SWEEP[::2] if smoke else R_SWEEP):
-        folder = merge(out, f"ram-plus_r{r}", "ram-plus", "--r", str(r), "--alpha", "2.0")
-        table2[str(r)] = test(folder)
+    for name in METHOD_ORDER:
+        table1[name] = test(chosen[name]["folder"])
+    table2 = {str(r): test(first[variant_name("ram-plus", {"r": r, "alpha": 2.0})]) for r in r_sweep}
     figure3 = {name: test(folder) for name, folder in unique_region_models(out, log).items()}
     timings["test"] = time.time() - t
 
@@ -162,7 +191,7 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
         "probe": [{k: a[k] for k in ("name", "density", "unique", "shared", "rho")} for a in probe["agents"]],
         "params": probe["params"],
         "recipes": {t: json.loads((out / t / "recipe.json").read_text()) for t in TASKS},
-        "chosen": {n: {"method": c["method"], "params": c["params"]} for n, c in chosen.items()},
+        "chosen": {n: {"method": chosen[n]["method"], "params": chosen[n]["params"]} for n in METHOD_ORDER},
         "table1": table1, "table2": table2, "figure3": figure3,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))

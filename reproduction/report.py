@@ -12,9 +12,9 @@ from pathlib import Path
 
 TASKS = ("code", "tool", "memory")
 AGENT_OF = {"code": "code", "tool": "tool", "memory": "memory"}
-METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties"]
+METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher"]
 LABELS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Average",
-          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES"}
+          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher"}
 
 
 def fmt(values: list[float]) -> str:
@@ -47,6 +47,17 @@ def figure3(runs: list[dict]) -> str:
     for t in TASKS:
         rows.append(f"| {t} | {fmt([r['table1'][t][t] for r in runs])} | {fmt([r['figure3'][t][t] for r in runs])} | "
                     f"{fmt([r['figure3'][t + '-diluted'][t] for r in runs])} | {fmt([r['table1']['base'][t] for r in runs])} |")
+    return "\n".join(rows)
+
+
+def agents_table(runs: list[dict]) -> str:
+    """Each agent against the base on its own task, per seed: the skill the merge should keep."""
+    rows = ["| seed | agent | base on its task | agent on its task | gain | exact match base → agent |", "|---|---|---|---|---|---|"]
+    for r in runs:
+        t1 = r["table1"]
+        for t in TASKS:
+            rows.append(f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
+                        f"{100 * (t1[t][t] - t1['base'][t]):+.1f} | {100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} |")
     return "\n".join(rows)
 
 
@@ -146,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = ", ".join(str(r["seed"]) for r in runs)
     text = (f"Seeds: {seeds}. Scores in percent on the test splits (mean ± sample standard deviation over seeds).\n\n"
+            f"### Agents against the base\n\n{agents_table(runs)}\n\n"
             f"### Agents (Figure 2)\n\n{density_table(runs)}\n\n![density](figure2-density.png)\n\n"
             f"### Table 1 in miniature\n\n{table1(runs)}\n\n![table 1](table1.png)\n\n"
             f"Baseline settings chosen on the validation split:\n\n{chosen_table(runs)}\n\n"

@@ -34,11 +34,17 @@ def test_reproduction_pipeline_smoke(tmp_path):
         assert recipe["task"] == task and recipe["steps"] > 0
         assert json.loads((out / task / "config.json").read_text())["dtype"] == "bfloat16"
     results = json.loads((out / "results.json").read_text())
-    methods = {"ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties"}
+    methods = {"ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher"}
     assert methods <= set(results["table1"]) and {"base", *TASKS} <= set(results["table1"])
     assert all(0.0 <= s[t] <= 1.0 for s in results["table1"].values() for t in TASKS)
     assert set(results["figure3"]) == {*TASKS, *(t + "-diluted" for t in TASKS)}
     assert [a["name"] for a in results["probe"]] == list(TASKS)
+    for batch in ("search", "dare"):  # every merge went through `ram-merge compare`
+        compared = json.loads((out / "merges" / batch / "compare.json").read_text())
+        assert compared["variants"]
+    assert results["chosen"]["fisher"]["params"]["scale"] > 0
+    for task in TASKS:
+        assert (out / "fisher" / task / "fisher.json").exists()
 
     report = subprocess.run([sys.executable, str(REPO / "reproduction" / "report.py"), str(out), "--out",
                              str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True, timeout=300)
