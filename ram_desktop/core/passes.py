@@ -262,15 +262,7 @@ def _fused_dare(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agen
     keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(agents))]
     done = kernels.dare_merge_into(base, agents, span.offset, keys, drop_threshold(ctx.drop), ctx.drop, ctx.scale,
                                    variant.method.fused == "dare-ties", job.compute_dtype, job.out_dtype)
-    counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
-    if done is None or (accumulator is not None and counted is None):
-        return None
-    merged, finite = done
-    if not finite:
-        load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
-    if accumulator is not None:
-        accumulator.add_pattern_counts(index, counted[0])
-    return merged
+    return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
 
 
 def _fused_ties(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
@@ -284,6 +276,16 @@ def _fused_ties(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agen
     key_dtype, cuts, left = trim
     done = kernels.ties_merge_into(base, agents, job.compute_dtype, job.out_dtype, key_dtype == torch.float64, cuts,
                                    left, ctx.scale)
+    return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
+
+
+def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor],
+                         eps: float, done: tuple[torch.Tensor, bool] | None,
+                         accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
+    """The merged slice of a DARE / TIES kernel (``done``: merged, all finite) after its non-finite check,
+    with the probe's counts added through ``kernels.count_patterns`` when no probe ran first; None when
+    the kernels do not cover the chunk."""
+    job = plan.jobs[index]
     counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
     if done is None or (accumulator is not None and counted is None):
         return None
