@@ -185,14 +185,13 @@ class TrimCollector:
         self._chunk_scope: dict[ChunkKey, Hashable] = {}
         self._lock = threading.Lock()
         for index in self._numel:  # every scope's K and key dtype, known up front
-            key = index if scope == "tensor" else "model"
+            key = self.scope_key(index)
             if key not in self._state:
-                n = self._numel[index] if scope == "tensor" else sum(self._numel.values())
                 self._key_dtype[key] = self._dtype[index] if scope == "tensor" else self.model_dtype
-                self._state[key] = [_Select(keep_count(density, n)) for _ in range(self.n_agents)]
+                self._state[key] = [_Select(keep_count(density, self._scope_numel(key))) for _ in range(self.n_agents)]
 
-    def scope_key(self, chunk: Chunk) -> Hashable:
-        return chunk.job_index if self.scope == "tensor" else "model"
+    def scope_key(self, job_index: int) -> Hashable:
+        return job_index if self.scope == "tensor" else "model"
 
     def _scope_numel(self, key: Hashable) -> int:
         return self._numel[key] if self.scope == "tensor" else sum(self._numel.values())
@@ -204,7 +203,7 @@ class TrimCollector:
         return self.level == _levels(self._key_dtype[key]) - 1
 
     def add(self, chunk: Chunk) -> None:
-        key = self.scope_key(chunk)
+        key = self.scope_key(chunk.job_index)
         numel = chunk.taus.shape[1]
         if self._counting_pass:
             if key in self._needs_count and numel:
@@ -215,7 +214,7 @@ class TrimCollector:
         key_dtype = self._key_dtype[key]
         shift = _levels(key_dtype) * RADIX_BITS - RADIX_BITS * (self.level + 1)
         last = self._last_level(key)
-        counts, sparse = [], []
+        counts = []
         for t in range(self.n_agents):
             bits = magnitude_bits(chunk.taus[t], key_dtype)
             if self.level == 0:
@@ -223,12 +222,9 @@ class TrimCollector:
             else:
                 digits = bits[(bits >> (shift + RADIX_BITS)) == self._state[key][t].prefix]
                 digits = (digits >> shift) & (RADIX - 1) if shift else digits & (RADIX - 1)
-            c = torch.bincount(digits, minlength=RADIX).cpu().numpy()
-            counts.append(c)
-            if last:
-                nonzero = np.flatnonzero(c)
-                sparse.append((nonzero.astype(np.uint16), c[nonzero]))
-        self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts), sparse if last else None)
+            counts.append(torch.bincount(digits, minlength=RADIX).cpu().numpy())
+        self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts),
+                         _sparse_digits(counts) if last else None)
 
     def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
                    compute_dtype: torch.dtype) -> bool:
@@ -237,7 +233,7 @@ class TrimCollector:
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
         from .. import kernels
 
-        key = job_index if self.scope == "tensor" else "model"
+        key = self.scope_key(job_index)
         numel = base_raw.numel()
         if self._counting_pass:
             return False
@@ -249,13 +245,8 @@ class TrimCollector:
         if done is None or not done[1]:
             return False
         counts = done[0]
-        sparse = None
-        if self._last_level(key):
-            sparse = []
-            for c in counts:
-                nonzero = np.flatnonzero(c)
-                sparse.append((nonzero.astype(np.uint16), c[nonzero]))
-        self._add_counts(key, (job_index, offset), numel, counts, sparse)
+        self._add_counts(key, (job_index, offset), numel, counts,
+                         _sparse_digits(counts) if self._last_level(key) else None)
         return True
 
     def _add_counts(self, key: Hashable, chunk_key: ChunkKey, numel: int, counts: np.ndarray,
@@ -338,6 +329,15 @@ class TrimCollector:
             running[scope_key] = [s + e for s, e in zip(seen, self._equal[chunk_key])]
         equal = {chunk_key: tuple(e) for chunk_key, e in self._equal.items()}
         return TrimCuts(self.scope, cuts, dict(self._key_dtype), before, equal)
+
+
+def _sparse_digits(counts) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per agent, a chunk's digit counts (RADIX bins) in sparse form: the digits present and their counts."""
+    sparse = []
+    for c in counts:
+        nonzero = np.flatnonzero(c)
+        sparse.append((nonzero.astype(np.uint16), c[nonzero]))
+    return sparse
 
 
 def _sparse_count(digits: np.ndarray, counts: np.ndarray, digit: int) -> int:
