@@ -56,9 +56,9 @@ def compute_workers(device: torch.device) -> int:
 
 
 def use_kernels(device: torch.device, elements: int) -> bool:
-    """CPU passes run the fused numba kernels where they apply (``kernels.py``; ``RAM_DESKTOP_KERNELS=0``
-    or no numba, or inside ``kernels.disabled()`` for a pass of ``elements``: the torch formulation, which stays the reference and the
-    GPU path)."""
+    """CPU passes run the fused numba kernels where they apply (``kernels.py``). ``RAM_DESKTOP_KERNELS=0``,
+    no numba, or a pass of ``elements`` inside ``kernels.disabled()``: the torch formulation, which stays
+    the reference and the GPU path."""
     return device.type == "cpu" and kernels.enabled_here(elements) and kernels.available()
 
 
@@ -285,9 +285,11 @@ def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Ten
     """The merged slice of a DARE / TIES kernel (``done``: merged, all finite) after its non-finite check,
     with the probe's counts added through ``kernels.count_patterns`` when no probe ran first; None when
     the kernels do not cover the chunk."""
+    if done is None:
+        return None
     job = plan.jobs[index]
     counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
-    if done is None or (accumulator is not None and counted is None):
+    if accumulator is not None and counted is None:
         return None
     merged, finite = done
     if not finite:
