@@ -80,7 +80,7 @@ def compare(out: Path, batch: str, variants: list[tuple[str, dict]], *shared: st
     return {name: folder / name for name in names}
 
 
-def search(val: "Scorer", method: str, folders: dict[str, Path], grid: list[dict], log) -> dict:
+def search(val: Scorer, method: str, folders: dict[str, Path], grid: list[dict], log) -> dict:
     """Pick the setting with the best validation mean among ``grid`` (already merged into ``folders``)."""
     best = None
     for params in grid:
