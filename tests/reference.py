@@ -164,12 +164,12 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(16))
 
 
-def dare_keep(seed: int, agent: int, name: str, n: int, p: float) -> np.ndarray:
-    """The documented DARE mask: kept where u ≥ ⌊p·2³²⌋."""
+def dare_keep(seed: int, agent: int, name: str, n: int, p: float, first: int = 0) -> np.ndarray:
+    """The documented DARE mask of flat positions first .. first+n-1: kept where u ≥ ⌊p·2³²⌋."""
     import hashlib
     digest = hashlib.blake2b(f"ram-desktop-dare/1\0{seed}\0{agent}\0{name}".encode(), digest_size=8).digest()
     a, b = (np.uint64(int.from_bytes(digest[i:i + 4], "little")) for i in (0, 4))
-    pos = np.arange(n, dtype=np.uint64)
+    pos = np.arange(first, first + n, dtype=np.uint64)
     u = _mix32(_mix32((pos & M32) ^ a) ^ (pos >> np.uint64(32)) ^ b)
     return u >= np.uint64(math.floor(p * 2.0 ** 32))
 

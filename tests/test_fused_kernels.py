@@ -341,6 +341,45 @@ def test_ties_kernels_flag_non_finite_task_vectors(bad):
     assert kernels.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0)[1] is True
 
 
+@pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.bfloat16),
+                                             (torch.float32, torch.float16), (torch.float64, torch.float64)])
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("first", [0, (1 << 32) - 1500, 5 * (1 << 32) + 17])
+def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
+    """DARE-TA / DARE-TIES from the documented mask (a hash of seed, agent, tensor and flat position) at
+    positions that start at 0, straddle 2³² and lie past it, with ±0 and subnormals, in chunks down to
+    7 elements (a chunk's mask depends on its positions only)."""
+    import hashlib
+
+    n, seed, drop, scale, name = 3001, 2**40 + 3, 0.6, 1.3, "model.layers.0.mlp.up_proj.weight"
+    base, agents = _inputs(n, 3, dtype, seed=5)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    cdt = np.float64 if compute == torch.float64 else np.float32
+    x = base.to(compute).numpy()
+    kept = [np.where(ref.dare_keep(seed, t, name, n, drop, first), (a.to(compute).numpy() - x) / cdt(1.0 - drop),
+                     cdt(0)) for t, a in enumerate(agents)]
+    assert all(0.3 < k.mean() < 0.5 for k in (ref.dare_keep(seed, t, name, n, drop, first) for t in range(3)))
+    if ties:
+        merged = ref.elect_disjoint_mean(kept)
+    else:
+        merged = np.zeros(n, cdt)
+        for v in kept:
+            merged = merged + v
+    theta = torch.from_numpy(x + merged * cdt(scale)).to(out_dtype)
+    keys = []
+    for t in range(3):
+        digest = hashlib.blake2b(f"ram-desktop-dare/1\0{seed}\0{t}\0{name}".encode(), digest_size=8).digest()
+        keys.append((int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")))
+    for chunk in (n, 1000, 7):
+        parts = []
+        for s in range(0, n, chunk):
+            done = kernels.dare_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], first + s, keys,
+                                           int(drop * 2**32), drop, scale, ties, compute, out_dtype)
+            assert done is not None and done[1]
+            parts.append(done[0])
+        assert np.array_equal(_bits(torch.cat(parts)), _bits(theta)), chunk
+
+
 # --- whole merges: the kernel path writes the same files as the torch path -----------------------
 
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, "base"), (torch.float16, "bfloat16"),

@@ -160,6 +160,12 @@ class _Buffers(threading.local):
             cache[dtype] = np.empty(BLOCK, dtype)
         return cache[dtype]
 
+    def hashes(self) -> np.ndarray:
+        """A block of DARE's 32-bit hashes."""
+        if "hash_block" not in self.__dict__:
+            self.__dict__["hash_block"] = np.empty(BLOCK, np.uint32)
+        return self.__dict__["hash_block"]
+
     def values(self, n_agents: int, dtype: type) -> np.ndarray:
         cache = self.__dict__.setdefault("value_rows", {})
         if (n_agents, dtype) not in cache:
@@ -231,7 +237,7 @@ def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], firs
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, as_bits(merged), xb, total, values, *_BUFFERS.pair(cdt))
+                         ties, as_bits(merged), xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
     return merged, bad == 0
 
 
