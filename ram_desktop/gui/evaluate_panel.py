@@ -19,7 +19,7 @@ from typing import Callable
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QHeaderView,
                                QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSizePolicy,
                                QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
@@ -186,6 +186,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         plot.setLabel("left", "mean reward")
         plot.getAxis("bottom").setHeight(34)
         self.bars: list[pg.BarGraphItem] = []
+        self.suites: list[str] = []
         self.legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="8pt", verSpacing=-6)
         self.ci.addItem(self.legend, row=0, col=1)
         self.ci.layout.setColumnStretchFactor(0, 1)
@@ -208,12 +209,28 @@ class ScoresChart(pg.GraphicsLayoutWidget):
             self.legend.addItem(item, name)
             self.bars.append(item)
         self.legend.setVisible(bool(models))
-        plot.getAxis("bottom").setTicks([[(s, name) for s, name in enumerate(suites)]])
+        self.suites = list(suites)
+        self.fit_suite_labels()
         top = max([1.0, *(v for row in scores for v in row)])
         plot.setYRange(0, top * 1.05, padding=0)
         plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
         plot.setTitle("Scores per suite" if models else "Scores per suite — run an evaluation", color=FOREGROUND,
                       size="10pt")
+
+    def fit_suite_labels(self) -> None:
+        """Each suite's name under its group, cut to the group's width (… at the end): pyqtgraph
+        hides a label that would reach past the axis, so on a narrow chart the outer suites lost theirs."""
+        axis = self.plot.getAxis("bottom")
+        slot = self.plot.getViewBox().width() / (max(len(self.suites), 1) + 0.1)  # the x range is n + 0.1 wide
+        metrics = QFontMetrics(axis.style["tickFont"] or self.font())
+        room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
+        axis.setTicks([[(s, metrics.elidedText(name, Qt.TextElideMode.ElideRight, room))
+                        for s, name in enumerate(self.suites)]])
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        if hasattr(self, "suites"):  # not while the base class is still being set up
+            self.fit_suite_labels()
 
 
 class EvaluatePanel(QWidget):

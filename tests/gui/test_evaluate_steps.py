@@ -335,3 +335,40 @@ def test_a_broken_demo_manifest_is_reported(qtbot, window, tmp_path):
     (tmp_path / "demo.json").write_text("[1, 2]")
     assert window.evaluate.preload_demo(tmp_path) == []
     assert "demo.json" in window.message.text.text()
+
+
+def _drawn_labels(axis) -> list[str]:
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(10, 10, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [text for _, _, text in texts]
+
+
+def test_every_suite_keeps_its_label_on_a_narrow_chart(qtbot, window):
+    """pyqtgraph hides a tick label that reaches past the axis: on a narrow window the first and last
+    suites' names used to vanish. Each is now cut to its group's width, with … at the end."""
+    suites = [SuiteSummary(name, f"/s/{name}", 10, "exact") for name in ("code-validation", "tool-validation",
+                                                                           "memory-validation")]
+    result = EvalResult([ModelRef("base", "/m/base"), ModelRef("ram", "/c/ram")], suites,
+                        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]], 1.0, "cpu", {})
+    panel = window.evaluate
+    window.steps.setCurrentWidget(panel)
+    panel.show_result(result, {"/m/base": "base", "/c/ram": "variant"})
+    axis = panel.chart.plot.getAxis("bottom")
+    names = [s.name for s in suites]
+    seen = {}
+    for width in (2400, 700, 330):
+        panel.chart.setFixedWidth(width)
+        qtbot.wait(50)
+        labels = _drawn_labels(axis)
+        assert len(labels) == 3, (width, labels)
+        for label, name in zip(labels, names):
+            assert label == name or (label.endswith("…") and name.startswith(label[:-1])), (width, label)
+        seen[width] = labels
+    assert seen[2400] == names  # room for the whole names
+    assert any("…" in label for label in seen[330])
