@@ -61,16 +61,31 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     return out
 
 
-def score(model, tokenizer, task: str, examples: list[dict], with_exact: bool = False):
-    """Mean reward of greedy completions with the task's own reward function (and, with
-    ``with_exact``, the share answered exactly right as well)."""
+def rewards(model, tokenizer, task: str, examples: list[dict]) -> tuple[list[float], list[float]]:
+    """Per example: the task's own reward of the greedy completion, and exact match (1.0 or 0.0)."""
     import reward
 
     prompts, answers = [e["prompt"] for e in examples], [e["answer"] for e in examples]
     completions = generate(model, tokenizer, prompts, MAX_NEW_TOKENS[task])
-    rewards = getattr(reward, reward.REWARDS[task])(prompts, completions, answer=answers)
-    mean = float(sum(rewards) / max(len(rewards), 1))
+    return (getattr(reward, reward.REWARDS[task])(prompts, completions, answer=answers),
+            reward.exact_match(prompts, completions, answer=answers))
+
+
+def score(model, tokenizer, task: str, examples: list[dict], with_exact: bool = False):
+    """Mean reward of greedy completions with the task's own reward function (and, with
+    ``with_exact``, the share answered exactly right as well)."""
+    values, exact = rewards(model, tokenizer, task, examples)
+    mean = float(sum(values) / max(len(values), 1))
     if not with_exact:
         return mean
-    exact = reward.exact_match(prompts, completions, answer=answers)
     return mean, float(sum(exact) / max(len(exact), 1))
+
+
+def paired_gain(before: list[float], after: list[float]) -> dict[str, float]:
+    """The mean of after − before over the same examples and its standard error (sample sd / √n):
+    the gain is clear when it exceeds twice the standard error."""
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5 if n > 1 else 0.0
+    return {"gain": mean, "se": sd / n ** 0.5, "n": n}

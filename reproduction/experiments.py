@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from common import load_model, load_tokenizer, read_jsonl, score
+from common import load_model, load_tokenizer, paired_gain, read_jsonl, rewards, score
 from tasks import TASKS
 
 TA_SCALES = [0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Table 11
@@ -135,6 +135,16 @@ def unique_region_models(out: Path, log) -> dict[str, Path]:
     return made
 
 
+def agent_gains(out: Path, test: Scorer) -> dict[str, dict[str, float]]:
+    """Each agent against the base on its own task's test split, example by example (``paired_gain``)."""
+    gains = {}
+    for task in TASKS:
+        before, _ = rewards(load_model(out / "base"), test.tokenizer, task, test.data[task])
+        after, _ = rewards(load_model(out / task), test.tokenizer, task, test.data[task])
+        gains[task] = paired_gain(before, after)
+    return gains
+
+
 def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
     t = time.time()
     probe_json = out / "probe.json"
@@ -184,6 +194,9 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
         table1[name] = test(chosen[name]["folder"])
     table2 = {str(r): test(first[variant_name("ram-plus", {"r": r, "alpha": 2.0})]) for r in r_sweep}
     figure3 = {name: test(folder) for name, folder in unique_region_models(out, log).items()}
+    gains = agent_gains(out, test)
+    for task, g in gains.items():
+        log(f"agent {task} on {task}-test: gain {100 * g['gain']:+.1f} ± {100 * g['se']:.1f} (paired SE, n = {g['n']})")
     timings["test"] = time.time() - t
 
     results = {
@@ -192,7 +205,7 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
         "params": probe["params"],
         "recipes": {t: json.loads((out / t / "recipe.json").read_text()) for t in TASKS},
         "chosen": {n: {"method": chosen[n]["method"], "params": chosen[n]["params"]} for n in METHOD_ORDER},
-        "table1": table1, "table2": table2, "figure3": figure3,
+        "table1": table1, "table2": table2, "figure3": figure3, "agent_gains": gains,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     for name, s in table1.items():

@@ -52,12 +52,15 @@ def figure3(runs: list[dict]) -> str:
 
 def agents_table(runs: list[dict]) -> str:
     """Each agent against the base on its own task, per seed: the skill the merge should keep."""
-    rows = ["| seed | agent | base on its task | agent on its task | gain | exact match base → agent |", "|---|---|---|---|---|---|"]
+    rows = ["| seed | agent | base on its task | agent on its task | gain ± paired SE | clear (gain > 2 SE) "
+            "| exact match base → agent |", "|---|---|---|---|---|---|---|"]
     for r in runs:
         t1 = r["table1"]
         for t in TASKS:
+            g = r["agent_gains"][t]
             rows.append(f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
-                        f"{100 * (t1[t][t] - t1['base'][t]):+.1f} | {100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} |")
+                        f"{100 * g['gain']:+.1f} ± {100 * g['se']:.1f} | {'yes' if g['gain'] > 2 * g['se'] else 'no'} | "
+                        f"{100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} |")
     return "\n".join(rows)
 
 

@@ -45,6 +45,10 @@ def test_reproduction_pipeline_smoke(tmp_path):
     assert results["chosen"]["fisher"]["params"]["scale"] > 0
     for task in TASKS:
         assert (out / "fisher" / task / "fisher.json").exists()
+        gain = results["agent_gains"][task]  # paired over the 12 smoke test examples
+        assert gain["n"] == 12 and gain["se"] >= 0.0
+        t1 = results["table1"]
+        assert gain["gain"] == pytest.approx(t1[task][task] - t1["base"][task], abs=1e-9)
 
     report = subprocess.run([sys.executable, str(REPO / "reproduction" / "report.py"), str(out), "--out",
                              str(tmp_path / "report")], cwd=REPO, capture_output=True, text=True, timeout=300)
