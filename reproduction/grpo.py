@@ -38,8 +38,8 @@ class Recipe:
 # paper's agents whose updates land on different, partly shared elements.
 RECIPES = {
     "code": Recipe(3e-4, 250, r"model\.layers\.[12]\.mlp\."),
-    "tool": Recipe(3e-4, 100, r"model\.layers\.\d+\.self_attn\.|model\.layers\.2\.mlp\."),
-    "memory": Recipe(3e-4, 120, r"model\.layers\.[01]\.self_attn\.|model\.embed_tokens\.|lm_head\."),
+    "tool": Recipe(5e-4, 200, r"model\.layers\.\d+\.self_attn\.|model\.layers\.2\.mlp\."),
+    "memory": Recipe(7e-4, 200, r"model\.layers\.\d+\.self_attn\.|model\.layers\.0\.mlp\."),
 }
 
 

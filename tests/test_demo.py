@@ -54,7 +54,7 @@ def test_demo_agents_are_sparse_bf16_updates_of_the_base(demo):
     base = load_model(demo / "base")
     agents = {name: load_model(demo / name) for name in AGENT_TASKS}
     total = sum(t.numel() for t in base.values())
-    updated = {}
+    updated, shares = {}, {}
     for name, tensors in agents.items():
         assert set(tensors) == set(base)
         assert all(t.dtype == torch.bfloat16 for t in tensors.values())
@@ -64,7 +64,12 @@ def test_demo_agents_are_sparse_bf16_updates_of_the_base(demo):
         unique = sum(int((updated[name][k] & ~torch.stack([updated[o][k] for o in AGENT_TASKS if o != name]).any(0)).sum())
                      for k in base)
         assert 0.005 < density < 0.6, (name, density)  # sparse, as RL checkpoints in bf16 are
-        assert unique > 0.05 * density * total, (name, unique)  # a region of its own
+        shares[name] = unique / (density * total)
+    # the coder (MLP of layers 1-2) and memory (attention + MLP of layer 0) agents each have a region of
+    # their own; the tool agent's tensors (attention + MLP of layer 2) are all trained by another agent
+    # too, so its update is nearly all shared (reproduction/README.md: rho ~ 100)
+    assert shares["coder"] > 0.3 and shares["memory"] > 0.3, shares
+    assert 0.0 < shares["tool"] < 0.05, shares
 
 
 def _score(model_dir: Path, suite: Path, limit: int) -> float:
@@ -90,17 +95,16 @@ def _score(model_dir: Path, suite: Path, limit: int) -> float:
 
 
 def test_demo_agents_against_the_base_on_their_own_suites(demo):
-    """What the shipped seed-0 agents measurably do (reproduction/README.md): none is worse than the
-    base on its own task, and the coder gains clearly. (The tool and memory agents' gains are within
-    noise at this scale: the README says so.)"""
+    """What the shipped seed-0 agents measurably do (reproduction/README.md): each gains clearly on its
+    own task (+4.6, +4.7 and +4.0 reward points on 300 examples, each more than twice its paired
+    standard error)."""
     manifest = json.loads((demo / "demo.json").read_text())
     gains = {}
     for agent in manifest["agents"]:
         suite = demo / agent["suite"]
         base_score = _score(demo / manifest["base"], suite, 300)
         gains[agent["name"]] = _score(demo / agent["path"], suite, 300) - base_score
-    assert all(g >= -0.01 for g in gains.values()), gains
-    assert gains["coder"] >= 0.03, gains
+    assert all(g >= 0.03 for g in gains.values()), gains
 
 
 def test_demo_tokenizer_loads_with_its_spaces(demo):
