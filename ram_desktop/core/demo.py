@@ -12,6 +12,7 @@ The synthetic generator the demo used to be lives on in ``synthetic.py`` (tests 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -25,6 +26,17 @@ AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -
 def demo_resources() -> Path:
     """The shipped demo folder (in a source checkout, a wheel, or the frozen bundle)."""
     return Path(__file__).resolve().parent.parent / "resources" / "demo"
+
+
+def demo_fingerprint(folder: Path | str | None = None) -> str:
+    """SHA-256 over every file of a demo folder (default: the shipped one), names and bytes: a cached
+    copy is current only while this matches the shipped demo's (an update may ship other agents)."""
+    folder = Path(folder) if folder is not None else demo_resources()
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def read_manifest(folder: Path | str) -> dict:

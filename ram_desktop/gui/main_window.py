@@ -40,22 +40,29 @@ STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating 
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
+SHIPPED_STAMP = ".shipped-demo"  # in the cached demo: the fingerprint of the shipped demo it was copied from
+
+
 def demo_folder() -> Path:
     return cache_dir().parent / "demo"
 
 
 def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
-    """The built-in demo (real base, three RL-trained agents, suites), copied once into the cache and reused."""
-    from ..core.demo import AGENTS, MANIFEST, write_demo
+    """The built-in demo (real base, three RL-trained agents, suites), copied into the cache and reused
+    while it matches the shipped one (``SHIPPED_STAMP`` holds the shipped demo's fingerprint)."""
+    from ..core.demo import AGENTS, MANIFEST, demo_fingerprint, write_demo
 
     folder = folder or demo_folder()
     base, agents = folder / "base", [folder / name for name in AGENTS]
+    shipped = demo_fingerprint()
+    stamp = folder / SHIPPED_STAMP
     ready = [(p / "config.json").is_file() for p in [base, *agents]] + [(folder / MANIFEST).is_file()]
-    if all(ready) and (base / "model.safetensors").is_file():  # (a cache from before the real demo has no manifest)
+    if all(ready) and (base / "model.safetensors").is_file() and stamp.is_file() and stamp.read_text() == shipped:
         return base, agents
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     base_t, agents_t = write_demo(tmp)
+    (tmp / SHIPPED_STAMP).write_text(shipped)
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]

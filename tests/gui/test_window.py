@@ -316,3 +316,40 @@ def test_export_charts_as_png(qtbot, window, demo_models, tmp_path, monkeypatch)
     window.export_action.trigger()
     for name in ("density.png", "overlap.png", "layers.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeypatch):
+    """The window copies the demo into the cache once; an update that ships other agents must replace
+    that copy (a stale cache kept showing the previous round's agents), and an unchanged one is reused."""
+    import hashlib
+    import shutil
+
+    from ram_desktop.core import demo as demo_module
+    from ram_desktop.gui import main_window
+
+    shipped = tmp_path / "shipped"
+    shutil.copytree(demo_module.demo_resources(), shipped, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(demo_module, "demo_resources", lambda: shipped)
+    cache = tmp_path / "cache" / "demo"
+
+    def weights_digest(folder: Path) -> str:
+        return hashlib.sha256((folder / "tool" / "model.safetensors").read_bytes()).hexdigest()
+
+    base, agents = main_window.ensure_demo(cache)
+    assert weights_digest(cache) == weights_digest(shipped)
+    marker = cache / "base" / "marker"
+    marker.write_text("kept while the shipped demo is unchanged")
+    assert main_window.ensure_demo(cache) == (base, agents) and marker.exists()
+
+    # an update: the tool agent's weights and recipe change
+    other = bytearray((shipped / "tool" / "model.safetensors").read_bytes())
+    other[-1] ^= 0x01
+    (shipped / "tool" / "model.safetensors").write_bytes(bytes(other))
+    main_window.ensure_demo(cache)
+    assert not marker.exists() and weights_digest(cache) == weights_digest(shipped)
+
+    # a cache written before the stamp existed is refreshed once, then reused
+    (cache / main_window.SHIPPED_STAMP).unlink()
+    marker.write_text("x")
+    main_window.ensure_demo(cache)
+    assert not marker.exists() and (cache / main_window.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)
