@@ -172,6 +172,9 @@ class RunBar(QWidget):
         self.label.setText(text)
 
 
+LEGEND_TEXT_WIDTH = 120  # px: a longer model name keeps its start and end (the table beside has it whole)
+
+
 class ScoresChart(pg.GraphicsLayoutWidget):
     """Grouped bars: one group per suite, one bar per model, in the model's colour; the legend beside."""
 
@@ -201,12 +204,13 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         self.legend.clear()
         n_models, n_suites = len(models), len(suites)
         width = 0.8 / max(n_models, 1)
+        legend_metrics = QFontMetrics(self.font())  # long compare-variant names would take the bars' room
         for m, (name, color) in enumerate(zip(models, colors)):
             xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
             item = pg.BarGraphItem(x=xs, height=[scores[m][s] for s in range(n_suites)], width=width * 0.92,
                                    brush=pg.mkBrush(color), pen=pg.mkPen(color.darker(130)), name=name)
             plot.addItem(item)
-            self.legend.addItem(item, name)
+            self.legend.addItem(item, legend_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, LEGEND_TEXT_WIDTH))
             self.bars.append(item)
         self.legend.setVisible(bool(models))
         self.suites = list(suites)

@@ -354,11 +354,16 @@ def test_every_suite_keeps_its_label_on_a_narrow_chart(qtbot, window):
     suites' names used to vanish. Each is now cut to its group's width, with … at the end."""
     suites = [SuiteSummary(name, f"/s/{name}", 10, "exact") for name in ("code-validation", "tool-validation",
                                                                            "memory-validation")]
-    result = EvalResult([ModelRef("base", "/m/base"), ModelRef("ram", "/c/ram")], suites,
-                        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]], 1.0, "cpu", {})
+    long_name = "task-arithmetic_scale=0.3_density=0.2_drop=0.5"
+    result = EvalResult([ModelRef("base", "/m/base"), ModelRef("ram", "/c/ram"), ModelRef(long_name, "/c/ta")], suites,
+                        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.2, 0.2, 0.2]], 1.0, "cpu", {})
     panel = window.evaluate
     window.steps.setCurrentWidget(panel)
-    panel.show_result(result, {"/m/base": "base", "/c/ram": "variant"})
+    panel.show_result(result, {"/m/base": "base", "/c/ram": "variant", "/c/ta": "variant"})
+    legend = [label.text for _, label in panel.chart.legend.items]
+    assert legend[:2] == ["base", "ram"]  # short names whole; a long one keeps its start and its end
+    head, tail = legend[2].split("…")
+    assert long_name.startswith(head) and long_name.endswith(tail) and len(legend[2]) < len(long_name)
     axis = panel.chart.plot.getAxis("bottom")
     names = [s.name for s in suites]
     seen = {}
