@@ -138,8 +138,9 @@ def unique_region_models(out: Path, log) -> dict[str, Path]:
 def agent_gains(out: Path, test: Scorer) -> dict[str, dict[str, float]]:
     """Each agent against the base on its own task's test split, example by example (``paired_gain``)."""
     gains = {}
+    base = load_model(out / "base")
     for task in TASKS:
-        before, _ = rewards(load_model(out / "base"), test.tokenizer, task, test.data[task])
+        before, _ = rewards(base, test.tokenizer, task, test.data[task])
         after, _ = rewards(load_model(out / task), test.tokenizer, task, test.data[task])
         gains[task] = paired_gain(before, after)
     return gains

@@ -164,11 +164,16 @@ def _mix32(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(16))
 
 
-def dare_keep(seed: int, agent: int, name: str, n: int, p: float, first: int = 0) -> np.ndarray:
-    """The documented DARE mask of flat positions first .. first+n-1: kept where u ≥ ⌊p·2³²⌋."""
+def dare_keys(seed: int, agent: int, name: str) -> tuple[int, int]:
+    """The documented per-agent hash words (a, b): the two little-endian halves of an 8-byte BLAKE2b."""
     import hashlib
     digest = hashlib.blake2b(f"ram-desktop-dare/1\0{seed}\0{agent}\0{name}".encode(), digest_size=8).digest()
-    a, b = (np.uint64(int.from_bytes(digest[i:i + 4], "little")) for i in (0, 4))
+    return int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")
+
+
+def dare_keep(seed: int, agent: int, name: str, n: int, p: float, first: int = 0) -> np.ndarray:
+    """The documented DARE mask of flat positions first .. first+n-1: kept where u ≥ ⌊p·2³²⌋."""
+    a, b = (np.uint64(k) for k in dare_keys(seed, agent, name))
     pos = np.arange(first, first + n, dtype=np.uint64)
     u = _mix32(_mix32((pos & M32) ^ a) ^ (pos >> np.uint64(32)) ^ b)
     return u >= np.uint64(math.floor(p * 2.0 ** 32))

@@ -349,8 +349,6 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
     """DARE-TA / DARE-TIES from the documented mask (a hash of seed, agent, tensor and flat position) at
     positions that start at 0, straddle 2³² and lie past it, with ±0 and subnormals, in chunks down to
     7 elements (a chunk's mask depends on its positions only)."""
-    import hashlib
-
     n, seed, drop, scale, name = 3001, 2**40 + 3, 0.6, 1.3, "model.layers.0.mlp.up_proj.weight"
     base, agents = _inputs(n, 3, dtype, seed=5)
     compute = torch.float64 if dtype == torch.float64 else torch.float32
@@ -366,10 +364,7 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
         for v in kept:
             merged = merged + v
     theta = torch.from_numpy(x + merged * cdt(scale)).to(out_dtype)
-    keys = []
-    for t in range(3):
-        digest = hashlib.blake2b(f"ram-desktop-dare/1\0{seed}\0{t}\0{name}".encode(), digest_size=8).digest()
-        keys.append((int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")))
+    keys = [ref.dare_keys(seed, t, name) for t in range(3)]
     for chunk in (n, 1000, 7):
         parts = []
         for s in range(0, n, chunk):
