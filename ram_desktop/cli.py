@@ -11,18 +11,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-# Importing torch (below) creates about a million objects, and the cyclic garbage collector would walk
-# them again and again while they load (~0.2 CPU-s of every command). It is off for these imports only.
-_collecting = gc.isenabled()
-gc.disable()
-from . import __version__  # noqa: E402
-from .core.errors import Cancelled, InputError  # noqa: E402
-from .core.events import ProgressEvent, Reporter  # noqa: E402
-from .core import defaults  # noqa: E402
-from .core.methods import METHODS, Param  # noqa: E402
-from .core.plan import OUT_DTYPES, VOCAB_MODES  # noqa: E402
-if _collecting:
-    gc.enable()
+from . import __version__
+from .core.errors import Cancelled, InputError
+from .core.events import ProgressEvent, Reporter
+from .core import defaults
+from .core.methods import METHODS, Param
+from .core.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")

@@ -61,7 +61,7 @@ def _odd_models(folder: Path, dtype: torch.dtype, n_agents: int, seed: int,
 
 
 def _probe(monkeypatch, base: Path, agents: list[Path], fused: bool, eps: float, chunk: int, threads: int) -> dict:
-    monkeypatch.setattr(passes, "use_kernels", lambda device, elements: fused and device.type == "cpu")
+    monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements: fused and device_type == "cpu")
     monkeypatch.setenv("RAM_DESKTOP_THREADS", str(threads))
     calls = []
     real = kernels.analyze

@@ -162,7 +162,7 @@ def test_ties_cut_on_all_equal_magnitudes_takes_earliest():
     from types import SimpleNamespace
 
     n = 100
-    job = SimpleNamespace(numel=n, compute_dtype=torch.float32, mergeable=True)
+    job = SimpleNamespace(numel=n, compute_name="float32", mergeable=True)
     plan = SimpleNamespace(n_agents=2, jobs=[job])
     taus = torch.stack([torch.full((n,), 0.25), torch.where(torch.arange(n) % 2 == 0, 0.25, -0.25)])
     chunks = [Chunk(0, "w", s, torch.zeros(10), taus[:, s:s + 10].clone(), EPS) for s in range(0, n, 10)]

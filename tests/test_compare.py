@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -36,7 +37,7 @@ def count_reads(monkeypatch) -> dict[str, int]:
 
     def read(self, file, name, span, shape):
         data = real(self, file, name, span, shape)
-        counter["bytes"] += data.numel() * data.element_size()
+        counter["bytes"] += data.nbytes if isinstance(data, np.ndarray) else data.numel() * data.element_size()
         return data
 
     monkeypatch.setattr(chunks.SliceReader, "read", read)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -79,13 +80,9 @@ class FakeDeviceModule:
         return self.compute
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["torch", "fused-kernels"])
-def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch, fused):
+def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch):
     base, agents = models
-    if not fused:
-        monkeypatch.setattr(passes_module, "use_kernels", lambda device, elements: False)
-    elif not passes_module.kernels.available():
-        pytest.skip("numba not installed")
+    monkeypatch.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
     reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",
                                    out_dtype="float32", chunk_elements=300, use_cache=False))
 
@@ -130,13 +127,6 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
         return real_load(plan, job_index, span, base_raw, agent_raws, eps, workspace)
 
     monkeypatch.setattr(passes_module, "load_chunk", load_chunk)
-    real_fused = passes_module._fused_merges
-
-    def fused_merges(plan, index, span, base_raw, agent_raws, eps, variants, accumulator):
-        rec.add("compute", index, span.offset)  # the fused kernels compute here instead of through load_chunk
-        return real_fused(plan, index, span, base_raw, agent_raws, eps, variants, accumulator)
-
-    monkeypatch.setattr(passes_module, "_fused_merges", fused_merges)
     real_write = ShardSet.write
 
     def write(self, job_index, data):
@@ -177,3 +167,56 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
     assert [log[i][1] for i in computes] == [log[i][1] for i in writes]  # written in the order computed
     # the reader runs ahead, but never more than the prefetch depth (plus the one being handed over)
     assert 1 < sent_not_received["most"] <= PREFETCH_DEPTH + 2
+
+
+def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, models, monkeypatch):
+    """On the fused kernels the reader's slices are numpy views of the stored bits: no stream, copy or event
+    (the device module is never asked for), each chunk computed before it is written, in order, and the
+    output equal to the torch path's."""
+    if not passes_module.kernels.available():
+        pytest.skip("numba not installed")
+    base, agents = models
+    with monkeypatch.context() as torch_path:
+        torch_path.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
+        reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",
+                                       out_dtype="float32", chunk_elements=300, use_cache=False))
+
+    def no_device_module(device):
+        raise AssertionError("a fused CPU pass asked for a device module")
+
+    monkeypatch.setattr(transfer_module.torch, "get_device_module", no_device_module)
+    monkeypatch.setenv("RAM_DESKTOP_THREADS", "1")  # one compute thread: the log's order is the compute order
+    log: list[tuple] = []
+    real_send, real_fused, real_write = transfer_module.Transfer.send, passes_module._fused_merges, ShardSet.write
+    files = {}
+
+    def send(self, tensors):
+        staged = real_send(self, tensors)
+        assert staged.event is None and all(isinstance(t, np.ndarray) for t in staged.tensors)
+        return staged
+
+    def fused_merges(plan, index, span, base_raw, agent_raws, eps, variants, accumulator):
+        job = plan.jobs[index]
+        path = str(job.base.file)
+        handle = files.get(path) or files.setdefault(path, safe_open(path, framework="pt"))
+        stored = handle.get_slice(job.base.name)[span.start:span.stop].reshape(-1)
+        assert base_raw.tobytes() == stored.contiguous().view(torch.uint8).numpy().tobytes()  # the stored bits
+        log.append(("compute", index, span.offset))
+        return real_fused(plan, index, span, base_raw, agent_raws, eps, variants, accumulator)
+
+    def write(self, job_index, data):
+        log.append(("write", job_index))
+        return real_write(self, job_index, data)
+
+    monkeypatch.setattr(transfer_module.Transfer, "send", send)
+    monkeypatch.setattr(passes_module, "_fused_merges", fused_merges)
+    monkeypatch.setattr(ShardSet, "write", write)
+    result = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "fused", "ram-plus",
+                                out_dtype="float32", chunk_elements=300, use_cache=False))
+
+    assert (result.out / "model.safetensors").read_bytes() == (reference.out / "model.safetensors").read_bytes()
+    computes = [i for i, e in enumerate(log) if e[0] == "compute"]
+    writes = [i for i, e in enumerate(log) if e[0] == "write"]
+    assert len(computes) == len(writes) > 1  # every tensor is float here: one write per chunk
+    assert [log[i][1] for i in computes] == [log[i][1] for i in writes]  # written in the order computed
+    assert all(c < w for c, w in zip(computes, writes))  # chunk k is computed before it is written

@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-import torch
+import numpy as np
 
 from .errors import InputError
 from .formats import lora, open_slices
+from .formats.base import torch_dtype
+from .formats.safetensors_format import MappedSafetensors
+from .lazy import torch
 from .plan import MergePlan, TensorJob
 from .transfer import Transfer
 
@@ -194,11 +197,16 @@ class Chunk:
 
 
 class SliceReader:
-    """Keeps every input file open for one pass and reads row slices as stored (no dtype change)."""
+    """Keeps every input file open for one pass and reads row slices as stored (no dtype change).
 
-    def __init__(self) -> None:
+    With ``bits``, safetensors slices come as flat numpy views of their stored bits (what the fused
+    kernels read; ``as_tensor`` turns a float one into a tensor without a copy); other formats, and
+    every slice without ``bits``, as torch tensors."""
+
+    def __init__(self, bits: bool = False) -> None:
         self._stack = ExitStack()
         self._handles: dict[Path, object] = {}
+        self._bits = bits
 
     def __enter__(self) -> "SliceReader":
         return self
@@ -206,11 +214,13 @@ class SliceReader:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor:
+    def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor | np.ndarray:
         handle = self._handles.get(file)
         if handle is None:
             handle = self._stack.enter_context(open_slices(file))
             self._handles[file] = handle
+        if self._bits and isinstance(handle, MappedSafetensors):
+            return handle.bits(name, span.start, span.stop) if shape else handle.bits(name, 0, 1)
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)
         return handle.get_slice(name)[span.start:span.stop].reshape(-1)
@@ -281,13 +291,15 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
 
 
 def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
-                    depth: int = PREFETCH_DEPTH) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+                    depth: int = PREFETCH_DEPTH, bits: bool = False,
+                    ) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
     """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
     in order, read and copied ahead in a background thread (``transfer.send`` there,
-    ``transfer.receive`` here)."""
+    ``transfer.receive`` here). ``bits``: safetensors slices as numpy bit views (``SliceReader``), for a
+    CPU pass on the fused kernels."""
 
     def produce(put: Callable[[object], None]) -> None:
-        with SliceReader() as reader:
+        with SliceReader(bits) as reader:
             for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
                 put((index, span, transfer.send([base, *agents])))
 
@@ -296,10 +308,23 @@ def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, trans
         yield index, span, tensors[0], tensors[1:]
 
 
+_TORCH_OF_BITS = {np.dtype(np.uint16): "bfloat16", np.dtype(np.int16): "float16", np.dtype(np.float32): "float32",
+                  np.dtype(np.float64): "float64"}
+
+
+def as_tensor(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
+    """A float slice as a tensor: numpy stored bits (``SliceReader`` with ``bits``; bfloat16 as uint16,
+    float16 as int16) become a tensor view of the same memory, tensors stay as they are."""
+    if isinstance(raw, np.ndarray):
+        return torch.from_numpy(raw).view(torch_dtype(_TORCH_OF_BITS[raw.dtype]))
+    return raw
+
+
 def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tensor,
                agent_raws: list[torch.Tensor], eps: float, workspace: Workspace | None = None) -> Chunk:
     """Widen a slice to the compute dtype and form the task vectors (τ_t = agent − base, computed in
     the compute dtype: the mixed-dtype subtraction widens the stored agent value exactly first)."""
+    base_raw, agent_raws = as_tensor(base_raw), [as_tensor(a) for a in agent_raws]
     n = base_raw.numel()
     device = base_raw.device
     if workspace is None:
@@ -335,7 +360,7 @@ def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tens
     agent_raws, aux_raws = agent_raws[:n], agent_raws[n:]
     chunk = make_chunk(job_index, plan.jobs[job_index], span, base_raw, agent_raws, eps, workspace)
     for k, key in enumerate(plan.aux):
-        chunk.aux[key] = aux_raws[k * n:(k + 1) * n]
+        chunk.aux[key] = [as_tensor(a) for a in aux_raws[k * n:(k + 1) * n]]
     if not chunk.all_finite():
         for t in range(chunk.n_agents):
             if not bool(torch.isfinite(chunk.taus[t]).all()):

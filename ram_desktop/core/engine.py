@@ -4,18 +4,20 @@ write. It composes the passes of ``passes``; methods only compute on chunks.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import json
 import logging
 import os
 import platform
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from .lazy import torch
 from .. import __version__
 from . import defaults
 from .card import model_card, save_card
@@ -23,7 +25,7 @@ from .chunks import DEFAULT_CHUNK_ELEMENTS
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
-from .output import DTYPE_NAMES, ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .passes import Variant, merge_pass, probe_pass
 from .plan import AuxInput, MergePlan, check_aux, make_plan
 from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
@@ -51,6 +53,23 @@ def resolve_device(spec: str = "auto") -> torch.device:
     elif device.type != "cpu":
         raise InputError(f"unsupported device {spec!r}; use auto, cpu, cuda or cuda:N")
     return device
+
+
+def device_spec(spec: str = "auto") -> str:
+    """``resolve_device``'s choice by name ("cpu", "cuda:0"), without importing torch where no GPU can be
+    present (a CPU-only command then need not load it)."""
+    text = (spec or "auto").strip().lower()
+    if text == "cpu" or (text == "auto" and not _gpu_possible()):
+        return "cpu"
+    return str(resolve_device(text))
+
+
+def _gpu_possible() -> bool:
+    """False only where no CUDA (or ROCm) device can exist: Linux without an NVIDIA, AMD KFD or WSL GPU device
+    node. Elsewhere torch is asked."""
+    if sys.platform != "linux":
+        return True
+    return any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
 
 
 def list_devices() -> list[tuple[str, str]]:
@@ -103,7 +122,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
     _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
-    return _probe_plan(plan, eps, Transfer(resolve_device(device)), reporter, use_cache, chunk_elements)
+    return _probe_plan(plan, eps, Transfer(device_spec(device)), reporter, use_cache, chunk_elements)
 
 
 def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
@@ -218,7 +237,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     params = [m.resolve(s.params) for m, s in zip(methods, specs)]
     eps = _check_eps(request.eps)
     shard_bytes = parse_size(request.shard_size)
-    transfer = Transfer(resolve_device(request.device))
+    transfer = Transfer(device_spec(request.device))
     outs = [Path(s.out) for s in specs]
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
@@ -266,7 +285,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
             variant_request = replace(request, method=spec.method, params=v.params, out=out)
-            report = merge_report(plan, variant_request, v.params, probe_report, lambdas, transfer.device, timings,
+            report = merge_report(plan, variant_request, v.params, probe_report, lambdas, transfer.spec, timings,
                                   v.shards.files, v.shards.bytes_written, survival)
             _write_extras(folder, plan, variant_request, v.params, probe_report, lambdas, report)
             results.append(MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written,
@@ -293,17 +312,14 @@ def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str,
 
 
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
-                 lambdas: list[float], device: torch.device, timings: dict[str, float], files: list[str],
+                 lambdas: list[float], device: str, timings: dict[str, float], files: list[str],
                  bytes_written: int, survival: dict[str, list[float | None]] | None = None) -> dict:
     """The probe report plus what the merge did (SPEC.md section 2)."""
-    import huggingface_hub
-    import safetensors
-
     report = probe_report.to_json()
-    out_names = {j.out_dtype for j in plan.mergeable_jobs}
+    out_names = {j.out_name for j in plan.mergeable_jobs}
     if not survival:  # not counted in the merge pass: read off the λ* histograms when the probe has them
         survival = {}
-        for name in {DTYPE_NAMES.get(d) for d in out_names} & set(probe_report.survival):
+        for name in out_names & set(probe_report.survival):
             survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
     report.update({
         "method": request.method,
@@ -316,10 +332,20 @@ def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_rep
         "rescale_survival_share": survival,
         "output": {"files": files, "bytes": bytes_written},
         "timings": {k: round(v, 4) for k, v in timings.items()},
-        "versions": {"ram_desktop": __version__, "torch": torch.__version__, "safetensors": safetensors.__version__,
-                     "huggingface_hub": huggingface_hub.__version__, "python": platform.python_version()},
+        "versions": {"ram_desktop": __version__, "torch": _package_version("torch"),
+                     "safetensors": _package_version("safetensors"),
+                     "huggingface_hub": _package_version("huggingface_hub"), "python": platform.python_version()},
     })
     return report
+
+
+def _package_version(name: str) -> str:
+    """An installed package's version, from its metadata (no import), or from the module where the metadata is
+    missing (a frozen bundle)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.import_module(name).__version__
 
 
 def _write_extras(folder: Path, plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,

@@ -33,7 +33,7 @@ from .errors import Cancelled, InputError
 from .events import CancelToken, ProgressEvent, Reporter
 from .plan import MergePlan, make_plan
 from .formats import HUB_ID, Checkpoint, TensorInfo
-from .formats.base import DTYPES
+from .formats.base import DTYPE_TABLE
 
 log = logging.getLogger("ram_desktop")
 
@@ -85,7 +85,7 @@ def remote_source(spec: str, token: str | None = None) -> RemoteSource | None:
     tensors: dict[str, TensorInfo] = {}
     for filename, file_meta in meta.files_metadata.items():
         for name, info in file_meta.tensors.items():
-            if info.dtype not in DTYPES:
+            if info.dtype not in DTYPE_TABLE:
                 raise InputError(f"{repo_id}@{listing.sha}: tensor {name!r} in {filename} has dtype {info.dtype}, "
                                  "which RAM Desktop cannot read")
             tensors[name] = TensorInfo(name, info.dtype, tuple(int(d) for d in info.shape), Path(filename))

@@ -38,13 +38,16 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
-import torch
 
 from .chunks import PATTERN_MAX_AGENTS
+from .formats.base import dtype_name, torch_dtype
+from .lazy import torch
 
 log = logging.getLogger("ram_desktop")
 
-FLOATS = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
+# the float dtypes the kernels read and write, by name, with the numpy type of their bits (``as_bits``)
+BITS = {"bfloat16": np.uint16, "float16": np.int16, "float32": np.float32, "float64": np.float64}
+_NAME_OF_BITS = {np.dtype(bits): name for name, bits in BITS.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -85,9 +88,12 @@ def enabled_here(elements: int) -> bool:
     return elements >= getattr(_local, "below", 0)
 
 
-def as_bits(t: torch.Tensor) -> np.ndarray:
+def as_bits(t: torch.Tensor | np.ndarray) -> np.ndarray:
     """A numpy view (no copy) of a contiguous CPU tensor: bfloat16 as uint16 bits, float16 as int16
-    bits (the kernels tell them apart by type), float32 / float64 as themselves."""
+    bits (the kernels tell them apart by type), float32 / float64 as themselves. A numpy array is
+    taken to be such bits already (``chunks.SliceReader`` with ``bits``)."""
+    if isinstance(t, np.ndarray):
+        return t
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(np.uint16)
     if t.dtype == torch.float16:
@@ -106,24 +112,54 @@ def _jit() -> dict:
             "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
 
 
-def _operands(base_raw: torch.Tensor, agent_raws: list[torch.Tensor]):
+def _name(dtype: torch.dtype | str) -> str:
+    """A dtype given by name ("float32") or as a torch dtype, by name."""
+    return dtype if isinstance(dtype, str) else dtype_name(dtype)
+
+
+def _float_name(raw: torch.Tensor | np.ndarray) -> str | None:
+    """The float dtype name of a slice (numpy bits or a CPU tensor); None for anything the kernels do not read."""
+    if isinstance(raw, np.ndarray):
+        return _NAME_OF_BITS.get(raw.dtype) if raw.flags.c_contiguous else None
+    if raw.device.type != "cpu" or not raw.is_contiguous():
+        return None
+    name = dtype_name(raw.dtype)
+    return name if name in BITS else None
+
+
+def _size(raw: torch.Tensor | np.ndarray) -> int:
+    return raw.size if isinstance(raw, np.ndarray) else raw.numel()
+
+
+def _operands(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray]):
     """(base bits, agents' bits as a tuple), or None when the kernels do not cover this slice (agents
-    in different dtypes, an agent shorter than the base, too many agents, a non-float or non-CPU tensor)."""
+    in different dtypes, an agent shorter than the base, too many agents, a non-float or non-CPU slice)."""
     n_agents = len(agent_raws)
-    if not 1 <= n_agents <= PATTERN_MAX_AGENTS or base_raw.device.type != "cpu" or base_raw.dtype not in FLOATS:
+    if not 1 <= n_agents <= PATTERN_MAX_AGENTS or _float_name(base_raw) is None:
         return None
-    dtype = agent_raws[0].dtype
-    n = base_raw.numel()
+    dtype = _float_name(agent_raws[0])
+    n = _size(base_raw)
     for a in agent_raws:
-        if a.dtype != dtype or a.numel() != n or not a.is_contiguous() or a.device.type != "cpu":
+        if dtype is None or _float_name(a) != dtype or _size(a) != n:
             return None
-    if dtype not in FLOATS or not base_raw.is_contiguous():
-        return None
     return as_bits(base_raw.reshape(-1)), tuple(as_bits(a.reshape(-1)) for a in agent_raws)
 
 
-def _compute_np(compute_dtype: torch.dtype) -> type:
-    return np.float64 if compute_dtype == torch.float64 else np.float32
+def _output(base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str) -> tuple[np.ndarray, object] | None:
+    """A new output slice for the merged values: its bits (what the kernel writes) and what the caller gets,
+    in the kind of the input (numpy bits for numpy slices, a tensor of the base's shape for tensors). None
+    when the output dtype is not a float."""
+    name = _name(out_dtype)
+    if name not in BITS:
+        return None
+    bits = np.empty(_size(base_raw), BITS[name])
+    if isinstance(base_raw, np.ndarray):
+        return bits, bits
+    return bits, torch.from_numpy(bits).view(torch_dtype(name)).view(base_raw.shape)
+
+
+def _compute_np(compute_dtype: torch.dtype | str) -> type:
+    return np.float64 if _name(compute_dtype) == "float64" else np.float32
 
 
 BLOCK = 2048  # elements per block: the per-block buffers stay in L1/L2
@@ -176,8 +212,8 @@ class _Buffers(threading.local):
 _BUFFERS = _Buffers()
 
 
-def count_patterns(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float,
-                   compute_dtype: torch.dtype) -> tuple[np.ndarray, bool] | None:
+def count_patterns(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], eps: float,
+                   compute_dtype: torch.dtype | str) -> tuple[np.ndarray, bool] | None:
     """Histogram of update patterns over a slice (int64, 2^N bins) and whether every τ is finite;
     None when the kernels do not cover the slice (use the torch path)."""
     ops = _operands(base_raw, agent_raws)
@@ -196,59 +232,61 @@ def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) 
     return np.array(lambdas if lambdas is not None else [1.0] * n_agents, cdt)
 
 
-def selective_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float,
-                         compute_dtype: torch.dtype, out_dtype: torch.dtype, lambdas: list[float] | None,
-                         want_hist: bool, want_survival: bool
-                         ) -> tuple[torch.Tensor, np.ndarray | None, bool, torch.Tensor | None] | None:
-    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype``, and whether every τ is
-    finite; with ``want_hist`` also the pattern histogram; with ``want_survival`` (and λ) the ``[2, N]`` int64
-    rescale survival counts of ``probe.rescale_changes``. None when the kernels do not cover the slice."""
+def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
+                         eps: float, compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str,
+                         lambdas: list[float] | None, want_hist: bool, want_survival: bool
+                         ) -> tuple[torch.Tensor | np.ndarray, np.ndarray | None, bool, np.ndarray | None] | None:
+    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
+    a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
+    ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
+    when the kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
-    if ops is None or out_dtype not in FLOATS:
+    output = _output(base_raw, out_dtype)
+    if ops is None or output is None:
         return None
     base, agents = ops
     n_agents = len(agents)
     cdt = _compute_np(compute_dtype)
     lam = _agent_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
-    merged = torch.empty(base_raw.shape, dtype=out_dtype)
     hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
-    bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, as_bits(merged), hist,
+    bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, output[0], hist,
                           want_hist, surv, count_survival, *_BUFFERS.get(cdt), _BUFFERS.scaled(cdt))
-    return (merged, (hist.sum(0) if want_hist else None), bad == 0,
-            torch.from_numpy(surv) if count_survival else None)
+    return output[1], (hist.sum(0) if want_hist else None), bad == 0, surv if count_survival else None
 
 
-def dare_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], first: int, keys: list[tuple[int, int]],
-                    threshold: int, drop: float, scale: float, ties: bool, compute_dtype: torch.dtype,
-                    out_dtype: torch.dtype) -> tuple[torch.Tensor, bool] | None:
+def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], first: int,
+                    keys: list[tuple[int, int]], threshold: int, drop: float, scale: float, ties: bool,
+                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str
+                    ) -> tuple[torch.Tensor | np.ndarray, bool] | None:
     """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
     ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
     ``baselines.dare_keys``. None when the kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
-    if ops is None or out_dtype not in FLOATS:
+    output = _output(base_raw, out_dtype)
+    if ops is None or output is None:
         return None
     base, agents = ops
     cdt = _compute_np(compute_dtype)
     xb, total, _ = _BUFFERS.get(cdt)
     values = _BUFFERS.values(len(agents), cdt)
-    merged = torch.empty(base_raw.shape, dtype=out_dtype)
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, as_bits(merged), xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
-    return merged, bad == 0
+                         ties, output[0], xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
+    return output[1], bad == 0
 
 
-def ties_digit_counts(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
+def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
+                      compute_dtype: torch.dtype | str,
                       key64: bool, level: int, prefixes: list[int]) -> tuple[np.ndarray, bool] | None:
     """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
     32-bit, or with ``key64`` 64-bit, magnitude key): an ``[N, 65536]`` int64 histogram per agent of the
     elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
     kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
-    if ops is None or (compute_dtype == torch.float64 and not key64) or base_raw.numel() >= 1 << 31:
+    if ops is None or (_name(compute_dtype) == "float64" and not key64) or _size(base_raw) >= 1 << 31:
         return None
     base, agents = ops
     cdt = _compute_np(compute_dtype)
@@ -260,22 +298,22 @@ def ties_digit_counts(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], co
     return hist[:, :, :1 << 16].sum(1, dtype=np.int64), bad == 0
 
 
-def ties_merge_into(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], compute_dtype: torch.dtype,
-                    out_dtype: torch.dtype, key64: bool, cuts: list[int], left: list[int], scale: float
-                    ) -> tuple[torch.Tensor, bool] | None:
+def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
+                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str, key64: bool, cuts: list[int],
+                    left: list[int], scale: float) -> tuple[torch.Tensor | np.ndarray, bool] | None:
     """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
     keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
     every τ is finite. None when the kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
-    if ops is None or out_dtype not in FLOATS or (compute_dtype == torch.float64 and not key64):
+    output = _output(base_raw, out_dtype)
+    if ops is None or output is None or (_name(compute_dtype) == "float64" and not key64):
         return None
     base, agents = ops
     cdt = _compute_np(compute_dtype)
     xb, total, _ = _BUFFERS.get(cdt)
-    merged = torch.empty(base_raw.shape, dtype=out_dtype)
     bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
-                         as_bits(merged), xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
-    return merged, bad == 0
+                         output[0], xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
+    return output[1], bad == 0
 
 
 ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins

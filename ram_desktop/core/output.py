@@ -13,12 +13,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Iterator
 
-import torch
+import numpy as np
 
 from .errors import InputError
 from .formats import Checkpoint
 from .formats.base import INDEX_FILE
 from .formats.safetensors_format import SafetensorsStreamWriter
+from .lazy import torch
 from .plan import MergePlan
 
 log = logging.getLogger("ram_desktop")
@@ -26,8 +27,6 @@ log = logging.getLogger("ram_desktop")
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
                    "*.tiktoken", "spiece.model", "sentencepiece*.model", "generation_config.json",
                    "chat_template*", "preprocessor_config.json")
-DTYPE_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32",
-               torch.float64: "float64"}
 DISK_MARGIN = 64 * 2**20
 
 
@@ -102,18 +101,19 @@ class ShardSet:
         self._writer: SafetensorsStreamWriter | None = None
         self.bytes_written = 0
 
-    def write(self, job_index: int, data: torch.Tensor) -> None:
+    def write(self, job_index: int, data: torch.Tensor | np.ndarray) -> None:
+        """Append the next slice of job ``job_index``: a CPU tensor or a numpy array of its stored bits."""
         shard = self._shard_of[job_index]
         if shard != self._current:
             self._open(shard)
         assert self._writer is not None
         self._writer.write(data)
-        self.bytes_written += data.numel() * data.element_size()
+        self.bytes_written += data.nbytes if isinstance(data, np.ndarray) else data.numel() * data.element_size()
 
     def _open(self, shard: int) -> None:
         if self._writer is not None:
             self._writer.close()
-        entries = [(self.plan.jobs[j].name, self.plan.jobs[j].out_dtype, self.plan.jobs[j].shape)
+        entries = [(self.plan.jobs[j].name, self.plan.jobs[j].out_name, self.plan.jobs[j].shape)
                    for j in self.layout[shard]]
         self._writer = SafetensorsStreamWriter(self.folder / self.names[shard], entries, {"format": "pt"})
         self._current = shard
@@ -226,9 +226,9 @@ def write_config(base: Checkpoint, folder: Path, plan: MergePlan) -> None:
     if base.config is None:
         return
     config = dict(base.config)
-    dtypes = {j.out_dtype for j in plan.mergeable_jobs}
+    dtypes = {j.out_name for j in plan.mergeable_jobs}
     if len(dtypes) == 1:
-        name = DTYPE_NAMES.get(dtypes.pop())
+        name = dtypes.pop()
         for key in [k for k in ("torch_dtype", "dtype") if k in config] or ["torch_dtype"]:
             config[key] = name
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")

@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-import torch
+import numpy as np
 
+from .lazy import torch
 from . import kernels
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, load_chunk, prefetch_chunks
 from .events import Reporter
@@ -33,18 +34,21 @@ _local = threading.local()
 
 
 def _workspace() -> Workspace:
-    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk)."""
+    """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk), for a chunk
+    on the torch path; a compute thread's torch runs single-threaded from its first such chunk on."""
     ws = getattr(_local, "workspace", None)
     if ws is None:
+        if getattr(_local, "compute_thread", False):
+            torch.set_num_threads(1)
         ws = _local.workspace = Workspace()
     return ws
 
 
-def compute_workers(device: torch.device) -> int:
+def compute_workers(device_type: str) -> int:
     """Compute threads for a CPU pass: one per available core (``RAM_DESKTOP_THREADS`` overrides),
     each running torch single-threaded on whole chunks. Chunk-level threads need no barrier per
     operation, so they keep working when other programs load the machine. GPU passes use one."""
-    if device.type != "cpu":
+    if device_type != "cpu":
         return 1
     env = os.environ.get("RAM_DESKTOP_THREADS")
     if env and env.isdigit() and int(env) > 0:
@@ -55,15 +59,17 @@ def compute_workers(device: torch.device) -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def use_kernels(device: torch.device, elements: int) -> bool:
+def use_kernels(device_type: str, elements: int) -> bool:
     """CPU passes run the fused numba kernels where they apply (``kernels.py``). ``RAM_DESKTOP_KERNELS=0``,
     no numba, or a pass of ``elements`` inside ``kernels.disabled()``: the torch formulation, which stays
     the reference and the GPU path."""
-    return device.type == "cpu" and kernels.enabled_here(elements) and kernels.available()
+    return device_type == "cpu" and kernels.enabled_here(elements) and kernels.available()
 
 
-def _single_threaded() -> None:
-    torch.set_num_threads(1)
+def _compute_thread() -> None:
+    """Marks a pool thread as a compute thread (``_workspace`` makes its torch single-threaded when it needs
+    torch: a pass on the fused kernels may never import it)."""
+    _local.compute_thread = True
 
 
 def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
@@ -73,7 +79,7 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
         for item in items:
             yield fn(item)
         return
-    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_single_threaded) as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="ram-desktop-compute", initializer=_compute_thread) as pool:
         pending: deque = deque()
         try:
             for item in items:
@@ -97,8 +103,8 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress(stage, 0, total, "elements")
-    workers = 1 if ordered else compute_workers(transfer.device)
-    fused = use_kernels(transfer.device, total)
+    workers = 1 if ordered else compute_workers(transfer.device_type)
+    fused = use_kernels(transfer.device_type, total)
 
     def work(item: tuple) -> int:
         index, span, base, agents = item
@@ -111,7 +117,8 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
                 sink.add(chunk)
         return span.numel
 
-    for numel in ordered_map(work, prefetch_chunks(plan, jobs, chunk_elements, transfer), workers):
+    items = prefetch_chunks(plan, jobs, chunk_elements, transfer, bits=fused)
+    for numel in ordered_map(work, items, workers):
         done += numel
         reporter.progress(stage, done, total, "elements")
 
@@ -128,18 +135,18 @@ def _add_fused(sink: ProbeAccumulator | Collector, plan: MergePlan, index: int, 
             return False
         # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
         sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
-        analysis = kernels.analyze(base, agents, eps, job.compute_dtype, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample)
+        analysis = kernels.analyze(base, agents, eps, job.compute_name, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample)
         if analysis is None or not analysis.finite:
             return False
         sink.add_analysis(index, analysis)
         return True
     if isinstance(sink, ProbeAccumulator):
-        counted = kernels.count_patterns(base, agents, eps, job.compute_dtype)
+        counted = kernels.count_patterns(base, agents, eps, job.compute_name)
         if counted is None or not counted[1]:
             return False
         sink.add_pattern_counts(index, counted[0])
         return True
-    return isinstance(sink, SliceCollector) and sink.add_slices(index, span.offset, base, agents, job.compute_dtype)
+    return isinstance(sink, SliceCollector) and sink.add_slices(index, span.offset, base, agents, job.compute_name)
 
 
 @dataclass
@@ -164,8 +171,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     done = 0
     reporter.progress("merge", 0, total, "elements")
     parallel = all(v.method.thread_safe for v in variants)
-    workers = compute_workers(transfer.device) if parallel else 1
-    fused = use_kernels(transfer.device, total) and all(_fusable(v) for v in variants)
+    workers = compute_workers(transfer.device_type) if parallel else 1
+    fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
         index, span, base, agents = item
@@ -192,7 +199,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer)
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused)
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)
@@ -237,7 +244,7 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
             continue
         lambdas = [float(x) for x in variant.context] if variant.method.fused == "ram-plus" else None
         counting = accumulator is not None and k == 0
-        done = kernels.selective_merge_into(base, agents, eps, job.compute_dtype, job.out_dtype, lambdas,
+        done = kernels.selective_merge_into(base, agents, eps, job.compute_name, job.out_name, lambdas,
                                             counting, variant.observer is not None)
         if done is None:
             return None
@@ -247,7 +254,7 @@ def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, ag
         if counting:
             accumulator.add_pattern_counts(index, hist)
         if variant.observer is not None:
-            variant.observer.add_counts(merged.dtype, changed)
+            variant.observer.add_counts(job.out_name, changed)
         outputs.append(merged)
     return outputs
 
@@ -261,7 +268,7 @@ def _fused_dare(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agen
     job, ctx = plan.jobs[index], variant.context
     keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(agents))]
     done = kernels.dare_merge_into(base, agents, span.offset, keys, drop_threshold(ctx.drop), ctx.drop, ctx.scale,
-                                   variant.method.fused == "dare-ties", job.compute_dtype, job.out_dtype)
+                                   variant.method.fused == "dare-ties", job.compute_name, job.out_name)
     return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
 
 
@@ -274,7 +281,7 @@ def _fused_ties(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agen
     if trim is None:
         return None
     key_dtype, cuts, left = trim
-    done = kernels.ties_merge_into(base, agents, job.compute_dtype, job.out_dtype, key_dtype == torch.float64, cuts,
+    done = kernels.ties_merge_into(base, agents, job.compute_name, job.out_name, key_dtype == "float64", cuts,
                                    left, ctx.scale)
     return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
 
@@ -288,7 +295,7 @@ def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Ten
     if done is None:
         return None
     job = plan.jobs[index]
-    counted = kernels.count_patterns(base, agents, eps, job.compute_dtype) if accumulator is not None else None
+    counted = kernels.count_patterns(base, agents, eps, job.compute_name) if accumulator is not None else None
     if accumulator is not None and counted is None:
         return None
     merged, finite = done
@@ -326,11 +333,12 @@ class BackgroundWriter:
                 continue  # keep draining so the producer never blocks
             try:
                 index, data = item
-                self._shards.write(index, data.cpu() if data.device.type != "cpu" else data)
+                on_device = not isinstance(data, np.ndarray) and data.device.type != "cpu"
+                self._shards.write(index, data.cpu() if on_device else data)
             except BaseException as e:
                 self._error = e
 
-    def write(self, index: int, data: torch.Tensor) -> None:
+    def write(self, index: int, data: torch.Tensor | np.ndarray) -> None:
         if self._error is not None:
             raise self._error
         self._queue.put((index, data))

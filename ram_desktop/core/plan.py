@@ -7,19 +7,18 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-import torch
-
+from .lazy import torch
 from .errors import InputError
-from .formats.base import SCALED_FLOAT_CODES, TensorInfo
+from .formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
 from .formats import Checkpoint, lora
 
 log = logging.getLogger("ram_desktop")
 
-OUT_DTYPES: dict[str, torch.dtype | None] = {
+OUT_DTYPES: dict[str, str | None] = {  # --out-dtype -> the dtype's name (None: each tensor keeps the base's)
     "base": None,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "float32": torch.float32,
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float32": "float32",
 }
 MAX_LISTED = 5
 VOCAB_MODES = ("exact", "common")
@@ -42,8 +41,8 @@ class TensorJob:
     shape: tuple[int, ...]
     base: TensorInfo
     agents: tuple[TensorInfo, ...]
-    out_dtype: torch.dtype
-    compute_dtype: torch.dtype
+    out_name: str  # the output dtype's name, e.g. "bfloat16"
+    compute_name: str  # "float32", or "float64" when any input is float64
     mergeable: bool  # floating point: merged; otherwise copied from the base
 
     @property
@@ -51,8 +50,16 @@ class TensorJob:
         return self.base.numel
 
     @property
+    def out_dtype(self) -> torch.dtype:
+        return torch_dtype(self.out_name)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return torch_dtype(self.compute_name)
+
+    @property
     def out_bytes(self) -> int:
-        return self.numel * self.out_dtype.itemsize
+        return self.numel * ITEMSIZE_OF_NAME[self.out_name]
 
 
 @dataclass
@@ -225,10 +232,9 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
                 raise InputError(f"tensor {name!r} is {info.dtype} in {ckpt.display} but {b.dtype} in the base")
             if info.dtype != b.dtype:
                 mixed.add(ckpt.display)
-        all_dtypes = [b.torch_dtype, *(i.torch_dtype for i in infos)]
-        compute = torch.float64 if torch.float64 in all_dtypes else torch.float32
+        compute = "float64" if "F64" in (b.dtype, *(i.dtype for i in infos)) else "float32"
         chosen = OUT_DTYPES[out_dtype]
-        out = chosen if (b.is_float and chosen is not None) else b.torch_dtype
+        out = chosen if (b.is_float and chosen is not None) else b.dtype_name
         jobs.append(TensorJob(name, b.shape, b, infos, out, compute, b.is_float))
     if vocab_problems:
         raise InputError(

@@ -16,20 +16,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from .chunks import PATTERN_MAX_AGENTS, Chunk
+from .formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
+from .lazy import torch
 from .plan import MergePlan
 
 if TYPE_CHECKING:
     from .kernels import Analysis
 
 FORMAT = "ram-probe/1"
-SURVIVAL_DTYPES: dict[str, tuple[torch.dtype, int]] = {  # name -> (dtype, significand bits incl. implicit)
-    "bfloat16": (torch.bfloat16, 8),
-    "float16": (torch.float16, 11),
-    "float32": (torch.float32, 24),
+SURVIVAL_DTYPES: dict[str, int] = {  # dtype name -> significand bits (incl. the implicit one)
+    "bfloat16": 8,
+    "float16": 11,
+    "float32": 24,
 }
 SURVIVAL_STEP = 0.002  # resolution of the λ* histogram
 SURVIVAL_BINS = 1000  # covers λ in [1, 3]; λ* beyond that lands in the last bin ("never")
@@ -177,8 +178,9 @@ class ProbeAccumulator:
         self.eps = eps
         self.n = plan.n_agents
         self.with_survival = survival
-        self._overlap: dict[int, torch.Tensor] = {}  # job -> [N, N+1] int64 (column 0 unused)
-        self._survival_all = torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
+        self._overlap: dict[int, np.ndarray] = {}  # job -> [N, N+1] int64 (column 0 unused)
+        self._survival_all = (torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
+                              if survival else None)
         self._nonfinite: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # add() may run in several compute threads
         # the inspection views' statistics come with the complete (Analyze) probe only
@@ -230,11 +232,11 @@ class ProbeAccumulator:
         """Add one chunk's counts from its update-pattern histogram (2^N bins; also what the fused
         kernels return): agent t's overlap[k] sums the patterns that contain t and have k+1 bits set."""
         n = self.n
-        hist = torch.as_tensor(hist, dtype=torch.int64)
-        table = hist.matmul(_pattern_table(n)) if hist.numel() else torch.zeros(n * (n + 1), dtype=torch.int64)
+        hist = _int64(hist)
+        table = hist @ _pattern_table(n) if hist.size else np.zeros(n * (n + 1), np.int64)
         self._add_overlap(job_index, table.reshape(n, n + 1))
 
-    def _add_overlap(self, job_index: int, table: torch.Tensor) -> None:
+    def _add_overlap(self, job_index: int, table: np.ndarray) -> None:
         with self._lock:
             if job_index in self._overlap:
                 self._overlap[job_index] += table
@@ -250,8 +252,8 @@ class ProbeAccumulator:
         n = self.n
         masks, counts = chunk.masks, chunk.counts
         keys = masks * counts + torch.arange(n, device=counts.device, dtype=torch.int32)[:, None] * (n + 1)
-        hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1).cpu()
-        self._add_overlap(chunk.job_index, hist)
+        hist = torch.bincount(keys.reshape(-1), minlength=n * (n + 1)).reshape(n, n + 1)
+        self._add_overlap(chunk.job_index, _int64(hist))
         if self.inspect is not None:
             self.inspect.add(chunk)
         if self.with_survival:
@@ -266,12 +268,12 @@ class ProbeAccumulator:
 
     def report(self) -> ProbeReport:
         n, plan = self.n, self.plan
-        overlap_total = torch.zeros(n, n + 1, dtype=torch.int64)
+        overlap_total = np.zeros((n, n + 1), np.int64)
         tensor_stats = []
         for index, job in enumerate(plan.jobs):
             if not job.mergeable:
                 continue
-            h = self._overlap.get(index, torch.zeros(n, n + 1, dtype=torch.int64))
+            h = self._overlap.get(index, np.zeros((n, n + 1), np.int64))
             overlap_total += h
             tensor_stats.append(TensorStats(job.name, job.numel, h[:, 1:].sum(1).tolist(), h[:, 1].tolist()))
         params = plan.params
@@ -292,10 +294,17 @@ class ProbeAccumulator:
                            plan.fingerprint(), warnings, self.with_survival, inspect)
 
 
+def _int64(counts: torch.Tensor | np.ndarray) -> np.ndarray:
+    """Counts (a tensor on any device, or numpy) as a host int64 array."""
+    if isinstance(counts, np.ndarray):
+        return counts.astype(np.int64, copy=False)
+    return counts.cpu().numpy().astype(np.int64, copy=False)
+
+
 @functools.lru_cache(maxsize=None)
-def _pattern_table(n: int) -> torch.Tensor:
+def _pattern_table(n: int) -> np.ndarray:
     """[2^n, n·(n+1)] 0/1 matrix: pattern p contributes to (agent t, popcount(p)) for every bit t of p."""
-    table = torch.zeros(1 << n, n * (n + 1), dtype=torch.int64)
+    table = np.zeros((1 << n, n * (n + 1)), np.int64)
     for p in range(1, 1 << n):
         c = bin(p).count("1")
         for t in range(n):
@@ -349,10 +358,11 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
     # keys are built in the compute dtype (exact integers: at most N·3·BINS < 2^24) and converted once
     offset = (torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS).to(tau.dtype)  # += BINS per dtype
     limit = float(total.abs().max()) if total.numel() else 0.0
-    finite = limit < min(torch.finfo(d).max for d, _ in SURVIVAL_DTYPES.values()) / 2
+    dtypes = [torch_dtype(name) for name in SURVIVAL_DTYPES]
+    finite = limit < min(torch.finfo(d).max for d in dtypes) / 2
     keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int32, device=tau.device)
     y0 = torch.empty_like(tau)
-    for d, (dtype, _bits) in enumerate(SURVIVAL_DTYPES.values()):
+    for d, dtype in enumerate(dtypes):
         if dtype == tau.dtype:
             y0.copy_(total)
             neighbour = torch.nextafter(y0, toward)

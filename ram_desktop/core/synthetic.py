@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from safetensors.torch import save_file
+
+from .lazy import torch
 
 CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],

@@ -10,10 +10,13 @@ allocator which stream uses a tensor) is CUDA-specific.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+import numpy as np
+
+from .lazy import torch
 
 
 @dataclass
@@ -29,16 +32,34 @@ class Staged:
 
 
 class Transfer:
-    """Copies chunk tensors to ``device`` on a side stream (see the module docstring)."""
+    """Copies chunk tensors to ``device`` on a side stream (see the module docstring).
 
-    def __init__(self, device: torch.device, module: Any = None) -> None:
-        self.device = device
-        self.module = module if module is not None else torch.get_device_module(device)
-        self.cuda = device.type == "cuda"
-        self.copy_stream = self.module.Stream(device) if self.cuda else self.module.Stream()
+    ``device`` is a torch device or its name ("cpu", "cuda:0"). On the CPU, slices that include numpy arrays
+    (the stored bits the fused kernels read in place, ``chunks.SliceReader``) pass through untouched, so a
+    CPU pass on the fused kernels never imports torch (``lazy``)."""
 
-    def send(self, tensors: list[torch.Tensor]) -> Staged:
+    def __init__(self, device: torch.device | str, module: Any = None) -> None:
+        self.spec = str(device)
+        self.device_type = self.spec.split(":")[0]
+        self.cuda = self.device_type == "cuda"
+        self._module = module
+
+    @functools.cached_property
+    def device(self) -> torch.device:
+        return torch.device(self.spec)
+
+    @functools.cached_property
+    def module(self) -> Any:
+        return self._module if self._module is not None else torch.get_device_module(self.device)
+
+    @functools.cached_property
+    def copy_stream(self) -> Any:
+        return self.module.Stream(self.device) if self.cuda else self.module.Stream()
+
+    def send(self, tensors: list[torch.Tensor] | list[np.ndarray]) -> Staged:
         """On the reader thread: stage (pin on CUDA) and start the copies; returns at once."""
+        if not self.cuda and any(isinstance(t, np.ndarray) for t in tensors):
+            return Staged(list(tensors), None, None)
         host = [t.pin_memory() for t in tensors] if self.cuda else list(tensors)
         with self.module.stream(self.copy_stream):
             moved = [t.to(self.device, non_blocking=self.cuda) for t in host]
@@ -46,9 +67,11 @@ class Transfer:
             event.record(self.copy_stream)
         return Staged(moved, event, host)
 
-    def receive(self, staged: Staged) -> list[torch.Tensor]:
+    def receive(self, staged: Staged) -> list[torch.Tensor] | list[np.ndarray]:
         """On the compute thread: order the copy before every later use of the tensors, then release
         the host staging copies."""
+        if staged.event is None:
+            return staged.tensors
         stream = self.module.current_stream(self.device)
         stream.wait_event(staged.event)
         if self.cuda:

@@ -265,7 +265,7 @@ def write_fisher_files(folder: Path, estimate: FisherEstimate, shard_size: str |
     names = [SINGLE_FILE] if len(shards) == 1 else \
         [f"fisher-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     for file, shard in zip(names, shards):
-        writer = SafetensorsStreamWriter(folder / file, [(n, torch.float32, s) for n, s in shard],
+        writer = SafetensorsStreamWriter(folder / file, [(n, "float32", s) for n, s in shard],
                                          {"format": "pt", "ram_desktop": FORMAT})
         for n, _ in shard:
             writer.write(estimate.tensors[n].contiguous())

@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: the desktop application needs PySide6 and pyqtgraph: pip install 'ram-desktop[gui]'",
               file=sys.stderr)
         return 2
+    import torch  # noqa: F401 — the core imports torch at first use (``core.lazy``); the window loads it before
+    # its event loop starts, so that no click waits for it
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])

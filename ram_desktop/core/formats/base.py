@@ -10,9 +10,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from ..errors import InputError
+from ..lazy import torch
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -20,21 +21,24 @@ PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SINGLE = "pytorch_model.bin"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
-DTYPES: dict[str, torch.dtype] = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E5M2": torch.float8_e5m2,
+# safetensors dtype code -> (torch's name for it, bytes per element, numpy type of its stored bits: what the
+# fused kernels and the torch-free reader use; bfloat16 as uint16 and float16 as int16, see ``kernels.as_bits``)
+DTYPE_TABLE: dict[str, tuple[str, int, type]] = {
+    "F64": ("float64", 8, np.float64),
+    "F32": ("float32", 4, np.float32),
+    "F16": ("float16", 2, np.int16),
+    "BF16": ("bfloat16", 2, np.uint16),
+    "I64": ("int64", 8, np.int64),
+    "I32": ("int32", 4, np.int32),
+    "I16": ("int16", 2, np.int16),
+    "I8": ("int8", 1, np.int8),
+    "U8": ("uint8", 1, np.uint8),
+    "BOOL": ("bool", 1, np.bool_),
+    "F8_E4M3": ("float8_e4m3fn", 1, np.uint8),
+    "F8_E5M2": ("float8_e5m2", 1, np.uint8),
 }
-CODES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
+CODE_OF_NAME: dict[str, str] = {name: code for code, (name, _, _) in DTYPE_TABLE.items()}
+ITEMSIZE_OF_NAME: dict[str, int] = {name: size for name, size, _ in DTYPE_TABLE.values()}
 FLOAT_CODES = frozenset({"F64", "F32", "F16", "BF16"})  # what the engine computes exactly
 SCALED_FLOAT_CODES = frozenset({"F8_E4M3", "F8_E5M2"})  # floats it cannot: refused, never copied as if unchanged
 
@@ -53,12 +57,17 @@ class TensorInfo:
         return math.prod(self.shape)
 
     @property
+    def dtype_name(self) -> str:
+        """torch's name for the stored dtype, e.g. "bfloat16"."""
+        return DTYPE_TABLE[self.dtype][0]
+
+    @property
     def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
+        return torch_dtype(self.dtype_name)
 
     @property
     def nbytes(self) -> int:
-        return self.numel * self.torch_dtype.itemsize
+        return self.numel * DTYPE_TABLE[self.dtype][1]
 
     @property
     def is_float(self) -> bool:
@@ -106,6 +115,16 @@ class Checkpoint:
         if self.repo_id:
             return f"{self.repo_id}@{self.revision}" if self.revision else self.repo_id
         return str(self.path)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype called ``name`` ("bfloat16"); imports torch (``lazy``)."""
+    return getattr(torch, name)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch's name of a torch dtype ("bfloat16" for torch.bfloat16)."""
+    return str(dtype).removeprefix("torch.")
 
 
 def contained(folder: Path, name: str) -> bool:

@@ -26,10 +26,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from safetensors import safe_open
 
 from ..errors import InputError
+from ..lazy import torch
 from .base import Checkpoint, TensorInfo
 from .safetensors_format import read_header
 

@@ -18,10 +18,10 @@ import pickle
 import zipfile
 from pathlib import Path
 
-import torch
-
+from ..lazy import torch
 from ..errors import InputError
-from .base import CODES, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, index_shards, read_config
+from .base import (CODE_OF_NAME, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, dtype_name,
+                   index_shards, read_config)
 
 log = logging.getLogger("ram_desktop")
 
@@ -62,9 +62,10 @@ def _open_files(folder: Path, files: list[Path], spec: str) -> Checkpoint:
         for name, value in state.items():
             if name in tensors:
                 raise InputError(f"{folder}: tensor {name!r} appears in both {tensors[name].file.name} and {file.name}")
-            if value.dtype not in CODES:
+            code = CODE_OF_NAME.get(dtype_name(value.dtype))
+            if code is None:
                 raise InputError(f"{file}: tensor {name!r} has dtype {value.dtype}, which RAM Desktop cannot read")
-            tensors[name] = TensorInfo(name, CODES[value.dtype], tuple(value.shape), file)
+            tensors[name] = TensorInfo(name, code, tuple(value.shape), file)
         del state
     if not tensors:
         raise InputError(f"{folder}: the checkpoint holds no tensors")

@@ -17,10 +17,12 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
-import torch
+import numpy as np
 
+from ..lazy import torch
 from ..errors import InputError
-from .base import CODES, DTYPES, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers, index_shards, read_config
+from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
+                   index_shards, read_config, torch_dtype)
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 
@@ -62,7 +64,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 raise ValueError
         except (KeyError, TypeError, ValueError):
             raise InputError(f"{path}: corrupt safetensors header (bad entry for tensor {name!r})") from None
-        if dtype not in DTYPES:
+        if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
         info = TensorInfo(name, dtype, shape, path)
         if not (0 <= begin <= end <= data_size):
@@ -143,19 +145,33 @@ class MappedSafetensors:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         header.pop("__metadata__", None)
         start = 8 + n
-        self._entries = {name: (DTYPES[e["dtype"]], tuple(e["shape"]), start + e["data_offsets"][0])
+        self._entries = {name: (e["dtype"], tuple(e["shape"]), start + e["data_offsets"][0])
                          for name, e in header.items()}
 
-    def _rows(self, name: str, first: int, last: int) -> torch.Tensor:
-        dtype, shape, begin = self._entries[name]
+    def _span(self, name: str, first: int, last: int) -> tuple[str, tuple[int, ...], int, int]:
+        """Rows first..last of a tensor: its dtype code, the slice's shape, element count and byte offset."""
+        code, shape, begin = self._entries[name]
         row = math.prod(shape[1:]) if shape else 1
         rows = (max(first, 0), min(last, shape[0]) if shape else 1)
         count = max(0, rows[1] - rows[0]) * row
         out_shape = (max(0, rows[1] - rows[0]), *shape[1:]) if shape else ()
+        return code, out_shape, count, begin + rows[0] * row * DTYPE_TABLE[code][1]
+
+    def _rows(self, name: str, first: int, last: int) -> torch.Tensor:
+        code, out_shape, count, offset = self._span(name, first, last)
+        dtype = torch_dtype(DTYPE_TABLE[code][0])
         if count == 0:
             return torch.empty(out_shape, dtype=dtype)
-        flat = torch.frombuffer(self._map, dtype=dtype, count=count, offset=begin + rows[0] * row * dtype.itemsize)
-        return flat.view(out_shape)
+        return torch.frombuffer(self._map, dtype=dtype, count=count, offset=offset).view(out_shape)
+
+    def bits(self, name: str, first: int, last: int) -> np.ndarray:
+        """Rows first..last of a tensor, flat, as a numpy view of its stored bits (``DTYPE_TABLE``: bfloat16 as
+        uint16, float16 as int16): what the fused kernels read, without torch."""
+        code, _, count, offset = self._span(name, first, last)
+        bits_type = DTYPE_TABLE[code][2]
+        if count == 0:
+            return np.empty(0, bits_type)
+        return np.frombuffer(self._map, dtype=bits_type, count=count, offset=offset)
 
     def get_slice(self, name: str) -> "_RowSlice":
         if name not in self._entries:
@@ -203,13 +219,14 @@ class SafetensorsStreamWriter:
     and ``close`` checks that every tensor was written completely.
     """
 
-    def __init__(self, path: Path, entries: list[tuple[str, torch.dtype, tuple[int, ...]]],
-                 metadata: dict[str, str]) -> None:
+    def __init__(self, path: Path, entries: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str]) -> None:
+        """``entries``: (tensor name, dtype name such as "bfloat16", shape) in the order they will be written."""
         header: dict[str, object] = {"__metadata__": metadata}
         offset = 0
         for name, dtype, shape in entries:
-            nbytes = math.prod(shape) * dtype.itemsize
-            header[name] = {"dtype": CODES[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            code = CODE_OF_NAME[dtype]
+            nbytes = math.prod(shape) * DTYPE_TABLE[code][1]
+            header[name] = {"dtype": code, "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * (-len(raw) % 8)
@@ -220,9 +237,12 @@ class SafetensorsStreamWriter:
         self._file.write(struct.pack("<Q", len(raw)))
         self._file.write(raw)
 
-    def write(self, data: torch.Tensor) -> None:
-        """Append the bytes of a contiguous CPU tensor (the next slice of the current tensor)."""
-        buf = data.contiguous().view(-1).view(torch.uint8).numpy()
+    def write(self, data: torch.Tensor | np.ndarray) -> None:
+        """Append the bytes of a CPU tensor or a numpy array of stored bits (the next slice of the current tensor)."""
+        if isinstance(data, np.ndarray):
+            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        else:
+            buf = data.contiguous().view(-1).view(torch.uint8).numpy()
         self._file.write(memoryview(buf))
         self._written += buf.nbytes
 

@@ -14,9 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 
-import torch
-
 from ..errors import InputError
+from ..lazy import torch
 
 if TYPE_CHECKING:
     from ..chunks import Chunk

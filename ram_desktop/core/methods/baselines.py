@@ -53,9 +53,9 @@ from fractions import Fraction
 from typing import Any, Hashable
 
 import numpy as np
-import torch
 
 from ..chunks import Chunk
+from ..lazy import torch
 from .base import MergeMethod, Param
 
 RADIX_BITS = 16
@@ -114,15 +114,16 @@ def keep_count(density: float, n: int) -> int:
     return max(1, math.floor(Fraction(repr(float(density))) * n))
 
 
-def magnitude_bits(tau: torch.Tensor, key_dtype: torch.dtype) -> torch.Tensor:
-    """|τ| as integers that order like the magnitudes (IEEE bits of a non-negative float)."""
-    if key_dtype == torch.float64:
+def magnitude_bits(tau: torch.Tensor, key_dtype: str) -> torch.Tensor:
+    """|τ| as integers that order like the magnitudes (IEEE bits of a non-negative float); ``key_dtype`` is
+    "float32" or "float64"."""
+    if key_dtype == "float64":
         return tau.to(torch.float64).abs().view(torch.int64)
     return tau.abs().contiguous().view(torch.int32)
 
 
-def _levels(key_dtype: torch.dtype) -> int:
-    return (64 if key_dtype == torch.float64 else 32) // RADIX_BITS
+def _levels(key_dtype: str) -> int:
+    return (64 if key_dtype == "float64" else 32) // RADIX_BITS
 
 
 @dataclass
@@ -171,13 +172,12 @@ class TrimCollector:
         self.n_agents = plan.n_agents
         jobs = plan.jobs
         self._numel = {i: j.numel for i, j in enumerate(jobs) if j.mergeable}
-        self._dtype = {i: j.compute_dtype for i, j in enumerate(jobs) if j.mergeable}
-        self.model_dtype = (torch.float64 if any(d == torch.float64 for d in self._dtype.values())
-                            else torch.float32)
+        self._dtype = {i: j.compute_name for i, j in enumerate(jobs) if j.mergeable}
+        self.model_dtype = "float64" if "float64" in self._dtype.values() else "float32"
         self.level = 0
         self._counting_pass = False  # the extra pass that counts equal-to-cut elements per chunk
         self._state: dict[Hashable, list[_Select]] = {}
-        self._key_dtype: dict[Hashable, torch.dtype] = {}
+        self._key_dtype: dict[Hashable, str] = {}  # "float32" or "float64": the magnitude key's float
         self._open: dict[Hashable, _Scope] = {}
         self._records_held = 0
         self._needs_count: set[Hashable] = set()  # scopes whose records were dropped (over budget)
@@ -226,21 +226,21 @@ class TrimCollector:
         self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts),
                          _sparse_digits(counts) if last else None)
 
-    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
-                   compute_dtype: torch.dtype) -> bool:
+    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor | np.ndarray,
+                   agent_raws: list[torch.Tensor] | list[np.ndarray], compute_dtype: torch.dtype | str) -> bool:
         """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
         from .. import kernels
 
         key = self.scope_key(job_index)
-        numel = base_raw.numel()
+        numel = math.prod(base_raw.shape)
         if self._counting_pass:
             return False
         if not self._active(key) or numel == 0:
             return True
         key_dtype = self._key_dtype[key]
-        done = kernels.ties_digit_counts(base_raw, agent_raws, compute_dtype, key_dtype == torch.float64,
+        done = kernels.ties_digit_counts(base_raw, agent_raws, compute_dtype, key_dtype == "float64",
                                          self.level, [s.prefix for s in self._state[key]])
         if done is None or not done[1]:
             return False
@@ -353,7 +353,7 @@ class TrimCuts:
 
     scope: str
     cuts: dict[Hashable, list[tuple[int, int]]]
-    key_dtype: dict[Hashable, torch.dtype]
+    key_dtype: dict[Hashable, str]
     equal_before: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)
     equal_in: dict[ChunkKey, tuple[int, ...]] = field(default_factory=dict)  # per chunk and agent: equal to c
 
@@ -397,7 +397,7 @@ class TiesContext:
             masks.append(keep)
         return masks
 
-    def chunk_trim(self, job_index: int, offset: int, numel: int) -> tuple[torch.dtype, list[int], list[int]] | None:
+    def chunk_trim(self, job_index: int, offset: int, numel: int) -> tuple[str, list[int], list[int]] | None:
         """For the chunk at ``offset`` of job ``job_index``: the magnitude key dtype, and per agent a cut and
         how many of this chunk's elements equal to it are kept (≤ 0: none). That is the cut c and m minus
         the ties at c in earlier chunks of the scope; where all of this chunk's ties at c are kept, the

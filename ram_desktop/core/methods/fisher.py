@@ -19,11 +19,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..chunks import Chunk
 from ..errors import InputError
 from ..formats import Checkpoint
+from ..lazy import torch
 from .base import MergeMethod, Param
 
 KEY_PREFIX = "fisher:"

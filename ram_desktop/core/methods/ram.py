@@ -9,9 +9,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Callable
 
-import torch
+import numpy as np
 
 from ..chunks import PATTERN_MAX_AGENTS, Chunk
+from ..lazy import torch
 from .base import MergeMethod, Param
 
 if TYPE_CHECKING:
@@ -105,26 +106,25 @@ class SurvivalObserver:
     unscaled RAM value: the exact rounding survival of this merge's λ (see ``probe.rescale_changes``)."""
 
     def __init__(self) -> None:
-        self._changes: dict[torch.dtype, torch.Tensor] = {}
+        self._changes: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()
 
     def observe(self, chunk: Chunk, context: object, merged: torch.Tensor) -> None:
+        from ..formats.base import dtype_name
         from ..probe import rescale_changes
 
-        self.add_counts(merged.dtype, rescale_changes(chunk, merged))
+        self.add_counts(dtype_name(merged.dtype), rescale_changes(chunk, merged).cpu().numpy())
 
-    def add_counts(self, dtype: torch.dtype, changed: torch.Tensor) -> None:
-        """Add one chunk's ``[2, N]`` counts (changed, unique per agent; also what the fused kernel returns)."""
+    def add_counts(self, dtype: str, changed: np.ndarray) -> None:
+        """Add one chunk's ``[2, N]`` int64 counts (changed, unique per agent; also what the fused kernel
+        returns) for the output dtype named ``dtype``."""
         with self._lock:
             previous = self._changes.get(dtype)
             self._changes[dtype] = changed if previous is None else previous + changed
 
     def finish(self) -> dict[str, list[float | None]]:
         """Per output dtype name: each agent's share of unique elements the rescale changed (None: none)."""
-        from ..output import DTYPE_NAMES
-
-        return {DTYPE_NAMES.get(d, str(d)): [c / u if u else None for c, u in zip(*counts.tolist())]
-                for d, counts in self._changes.items()}
+        return {d: [c / u if u else None for c, u in zip(*counts.tolist())] for d, counts in self._changes.items()}
 
 
 def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
