@@ -474,9 +474,8 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
 
 
 def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monkeypatch):
-    """The kernels check a block's masked sum for NaN / ±inf (a non-finite τ always makes it non-finite);
-    finite τ whose sum overflows also trip that check, and the caller's exact per-agent check must then
-    find nothing and let the merge go on, writing what the torch path writes (inf where the sum is inf)."""
+    """The kernels flag a NaN / ±inf τ, never finite τ whose sum overflows: the merge goes on and writes
+    what the torch path writes (inf where the sum is inf)."""
     from safetensors.torch import save_file
 
     base = torch.zeros(4, 1000)
@@ -487,7 +486,11 @@ def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monk
         (tmp_path / name).mkdir()
         save_file({"w": t}, str(tmp_path / name / "model.safetensors"))
         dirs.append(str(tmp_path / name))
-    assert kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)[1] is False
+    counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
+    assert counted[1] is True and counted[0].tolist() == [base.numel() - 1, 0, 0, 1]
+    merged = kernels.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
+                                          [1.5, 1.5], True, True)
+    assert merged[2] is True and torch.isinf(merged[0][2 * 1000 + 17])
     outputs = {}
     for use in (True, False):
         monkeypatch.setattr(passes, "use_kernels", lambda device, elements, use=use: use and device.type == "cpu")
