@@ -20,17 +20,19 @@ jit = functools.partial(numba.njit, nogil=True, cache=True)
 
 
 def half_to_float(h):
-    """float16 bits → float32, exact, with selects only (no loop over a subnormal's leading zeros), so
-    loops widening float16 vectorise: a subnormal is its significand times 2^−24, exact in float32."""
-    h = np.int64(h)
-    sign = (h & 0x8000) << 16
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    normal = sign | ((e + 112) << 23) | (m << 13)
-    tiny = sign | np.int64(np.float32(np.float32(m) * np.float32(5.960464477539063e-08)).view(np.uint32))
-    special = sign | 0x7F800000 | (m << 13)  # ±inf, NaN (payload kept)
-    bits = special if e == 0x1F else (tiny if e == 0 else normal)
-    return np.uint32(bits).view(np.float32)
+    """float16 bits → float32, exact, with selects only (no loop over a subnormal's leading zeros) on
+    32-bit integers (each result cast back: numba widens integer arithmetic to 64 bits), so loops widening
+    float16 vectorise: a subnormal is its significand times 2^−24, exact in float32."""
+    u = np.uint32(np.uint16(h))
+    sign = np.uint32((u & np.uint32(0x8000)) << np.uint32(16))
+    em = np.uint32(u & np.uint32(0x7FFF))  # exponent and significand
+    e = np.uint32(em >> np.uint32(10))
+    shifted = np.uint32(em << np.uint32(13))
+    normal = np.uint32(shifted + np.uint32(112 << 23))  # rebias the exponent
+    tiny = np.float32(np.float32(np.int32(em)) * np.float32(5.960464477539063e-08)).view(np.uint32)
+    special = np.uint32(shifted | np.uint32(0x7F800000))  # ±inf, NaN (payload kept)
+    bits = special if e == np.uint32(0x1F) else (tiny if e == np.uint32(0) else normal)
+    return np.uint32(sign | bits).view(np.float32)
 
 
 @jit
@@ -73,18 +75,20 @@ def float_to_bf16(x):
 
 def float_to_half(x):
     """float32 → float16 bits, round to nearest even, overflow to ±inf (NaN → sign | 0x7E00, as torch),
-    with selects only, so loops storing float16 vectorise. Normal results: rebias and round 23 → 10
-    significand bits on the integer bits; from 65520 on (the tie between 65504 and 2^16 rounds to even)
-    ±inf; below the smallest normal the number of 2^−24 units, rounded by ``rint`` (half to even; the
-    scaling by 2^24 is exact), 1024 of them being the smallest normal."""
+    with selects only on 32-bit lanes (as ``half_to_float``), so loops storing float16 vectorise. Normal
+    results: rebias and round 23 → 10 significand bits on the integer bits; from 65520 on (the tie
+    between 65504 and 2^16 rounds to even) ±inf; below the smallest normal the number of 2^−24 units,
+    rounded by ``rint`` (half to even; the scaling by 2^24 is exact), 1024 of them being the smallest normal."""
     f = np.float32(x)
-    u = np.int64(f.view(np.uint32))
-    sign = (u >> 16) & 0x8000
-    a = u & 0x7FFFFFFF
-    normal = ((a - 0x38000000) + 0xFFF + ((a >> 13) & 1)) >> 13
-    tiny = np.int64(np.rint(min(abs(f), np.float32(1.0)) * np.float32(16777216.0)))
-    body = 0x7C00 if a >= 0x477FF000 else (normal if a >= 0x38800000 else tiny)
-    return sign | (0x7E00 if a > 0x7F800000 else body)
+    u = f.view(np.uint32)
+    sign = np.uint32((u >> np.uint32(16)) & np.uint32(0x8000))
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
+    odd = np.uint32((a >> np.uint32(13)) & np.uint32(1))
+    rebiased = np.uint32(a - np.uint32(0x38000000))  # wraps below 2^−14, where tiny is taken instead
+    normal = np.uint32(np.uint32(rebiased + np.uint32(np.uint32(0xFFF) + odd)) >> np.uint32(13))
+    tiny = np.uint32(np.int32(np.rint(min(abs(f), np.float32(1.0)) * np.float32(16777216.0))))
+    body = np.uint32(0x7C00) if a >= np.uint32(0x477FF000) else (normal if a >= np.uint32(0x38800000) else tiny)
+    return np.int64(np.uint32(sign | (np.uint32(0x7E00) if a > np.uint32(0x7F800000) else body)))
 
 
 def store(out, i, x):  # pragma: no cover
