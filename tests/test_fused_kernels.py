@@ -294,6 +294,23 @@ def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
                 assert kernels.count_patterns(b[:where], [x[:where] for x in a], 1e-5, torch.float32)[1] is True
 
 
+@pytest.mark.parametrize("out_dtype,tiny", [(torch.float16, 1e-9), (torch.bfloat16, 1e-41)])
+def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
+    # element 0: RAM rounds x + τ to +0, RAM+ (λ = 2) x + 2τ to −0: equal values, not a change;
+    # element 1: an ordinary change; element 2: no update at all
+    base = torch.tensor([3 * tiny, 0.5, 0.25], dtype=torch.float32)
+    agent = torch.tensor([tiny, 0.51, 0.25], dtype=torch.float32)
+    tau = agent - base
+    ram, plus = (base + tau).to(out_dtype), (base + tau * 2.0).to(out_dtype)
+    assert ram[0] == 0 and plus[0] == 0 and _bits(ram)[0] != _bits(plus)[0]  # +0 and −0
+    moved = int((ram != plus).sum())
+    assert moved == 1
+    merged, _, finite, survival = kernels.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0],
+                                                               False, True)
+    assert finite and np.array_equal(_bits(merged), _bits(plus))
+    assert survival.tolist() == [[moved], [2]]
+
+
 def test_slices_the_kernels_do_not_cover_fall_back():
     base = torch.zeros(10, dtype=torch.bfloat16)
     assert kernels.count_patterns(base, [base.float()], 1e-5, torch.float32) is not None  # mixed base/agents: covered

@@ -96,45 +96,51 @@ def store(out, i, x):  # pragma: no cover
 
 
 @overload(store)
-
-
 def _store(out, i, x):
-    """Round the compute value x once to the output dtype (bfloat16 as uint16 bits, float16 as
-    int16 bits, float64 → float32 first as torch's conversion does) and store it at out[i]."""
-    if out.dtype == types.uint16:
-        def impl(out, i, x):
-            out[i] = np.uint16(float_to_bf16(np.float32(x)))
-        return impl
-    if out.dtype == types.int16:
-        def impl(out, i, x):
-            out[i] = np.int16(float_to_half(np.float32(x)))
-        return impl
-    if out.dtype == types.float32:
-        def impl(out, i, x):
-            out[i] = np.float32(x)
-        return impl
-
+    """Round the compute value x once to the output dtype (``encoded``) and store it at out[i]."""
     def impl(out, i, x):
-        out[i] = x
+        out[i] = encoded(out, x)
     return impl
 
 
-def rounded(out, x):  # pragma: no cover
+def encoded(out, x):  # pragma: no cover
     raise NotImplementedError
 
 
-@overload(rounded)
-
-
-def _rounded(out, x):
-    """x rounded to ``out``'s dtype, as a float (for value comparisons: +0 equals −0)."""
+@overload(encoded)
+def _encoded(out, x):
+    """x rounded once to out's dtype as ``store`` writes it: bfloat16 / float16 bits (uint16 / int16), or
+    the float32 / float64 value (float64 → float32 first for float32, as torch's conversion does)."""
     if out.dtype == types.uint16:
-        return lambda out, x: bf16_to_float(float_to_bf16(np.float32(x)))
+        return lambda out, x: np.uint16(float_to_bf16(np.float32(x)))
     if out.dtype == types.int16:
-        return lambda out, x: half_to_float(float_to_half(np.float32(x)))
+        return lambda out, x: np.int16(float_to_half(np.float32(x)))
     if out.dtype == types.float32:
         return lambda out, x: np.float32(x)
     return lambda out, x: x
+
+
+def same_value(out, a, b):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(same_value)
+def _same_value(out, a, b):
+    """Whether two ``encoded`` values of out's dtype are equal as values (``==`` on the floats: +0 equals
+    −0, NaN equals nothing). bfloat16 widens with a shift, so its floats are compared; float16 bits are
+    compared directly (widening them costs more), on 32-bit lanes, without a branch."""
+    if out.dtype == types.uint16:
+        return lambda out, a, b: bf16_to_float(a) == bf16_to_float(b)
+    if out.dtype == types.int16:
+        def impl(out, a, b):
+            ua = np.uint32(np.uint16(a))
+            ub = np.uint32(np.uint16(b))
+            ma = np.uint32(ua & np.uint32(0x7FFF))  # the magnitude bits; above 0x7C00: NaN
+            mb = np.uint32(ub & np.uint32(0x7FFF))
+            equal = (ua == ub) | (np.uint32(ma | mb) == np.uint32(0))
+            return equal & (ma <= np.uint32(0x7C00))
+        return impl
+    return lambda out, a, b: a == b
 
 
 @jit
@@ -238,7 +244,7 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
     """o[j] = round(x + s') for the elements start + j, j < length, all agents per element: x the base,
     s = Σ_t [m_t]·τ_t (agent order, from +0), s' = s·λ_t where only agent t updates (``lams``; None: RAM,
     no factor), else s / max(1, c) with c the number of agents updating (÷1 is exact), rounded once to
-    o's dtype. pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where the written
+    o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where the written
     value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
     ``lams`` and ``moved_bit`` may be None so that numba compiles one loop per case (no branch inside)."""
     zero = eps - eps
@@ -263,10 +269,11 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
                 product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
                 scaled = product if p == np.int32(1 << t) else scaled
         divisor = np.float32(c if c > 1 else 1)  # a constant type, not eps's: the loop vectorises
-        store(o, j, x + scaled / divisor)
+        written = encoded(o, x + scaled / divisor)
+        o[j] = written
         if moved_bit is not None:
-            moved = rounded(o, x + s) != widen(o[j])
-            p |= moved_bit if moved else np.int32(0)
+            moved = not same_value(o, encoded(o, x + s), written)
+            p = np.int32(p | (moved_bit if moved else np.int32(0)))
         pattern[j] = p
     return bad == 0
 
