@@ -244,8 +244,8 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
     """o[j] = round(x + s') for the elements start + j, j < length, all agents per element: x the base,
     s = Σ_t [m_t]·τ_t (agent order, from +0), s' = s·λ_t where only agent t updates (``lams``; None: RAM,
     no factor), else s / max(1, c) with c the number of agents updating (÷1 is exact), rounded once to
-    o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where the written
-    value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
+    o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where
+    the written value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
     ``lams`` and ``moved_bit`` may be None so that numba compiles one loop per case (no branch inside)."""
     zero = eps - eps
     first = np.uint64(start)
