@@ -227,6 +227,90 @@ def test_non_finite_task_vectors_are_flagged(bad):
     assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32)[1] is True
 
 
+def _with_patterns(patterns: np.ndarray, n_agents: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """bfloat16 base values in [0.5, 1) and agents that move an element by (t + 1)/8 exactly where bit t of
+    its pattern is set."""
+    g = torch.Generator().manual_seed(n_agents)
+    base = (0.5 + 0.5 * torch.rand(len(patterns), generator=g)).to(torch.bfloat16)
+    bits = torch.from_numpy(patterns)
+    return base, [torch.where((bits >> t) & 1 == 1, base + 0.125 * (t + 1), base) for t in range(n_agents)]
+
+
+@pytest.mark.parametrize("n_agents", [1, 2, 3, 4, 5, 6])
+def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents):
+    # long runs of one pattern (more than 255, the packed 8-bit counters' limit, and past a 2048-element
+    # block), every pattern at random, runs of exactly 255 and 256 of the two highest ones, odd lengths
+    top = (1 << n_agents) - 1
+    g = np.random.default_rng(n_agents)
+    patterns = np.concatenate([np.full(2048 + 300, top), g.integers(0, top + 1, 3000), np.full(255, top),
+                               np.full(256, max(top - 1, 0)), np.full(511, 1 << (n_agents - 1)), [top]])
+    patterns = patterns.astype(np.int64)
+    base, agents = _with_patterns(patterns, n_agents)
+    hist = np.bincount(patterns, minlength=top + 1)
+    assert (hist > 0).all()
+    unique = np.array([(patterns == 1 << t).sum() for t in range(n_agents)])
+    for chunk in (len(patterns), 2048, 256, 255, 97):
+        parts = _chunked(lambda b, a: kernels.count_patterns(b, a, 1e-5, torch.float32), base, agents, chunk)
+        assert np.array_equal(sum(p[0] for p in parts), hist), chunk
+        assert all(p[1] for p in parts)
+        # λ = 2 doubles every unique update: each one's rounded value changes, so moved = unique
+        parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
+                                                                   [2.0] * n_agents, True, True), base, agents, chunk)
+        assert np.array_equal(sum(p[1] for p in parts), hist), chunk
+        survival = np.asarray(sum(p[3] for p in parts))
+        assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
+        parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
+                                                                   True, False), base, agents, chunk)
+        assert np.array_equal(sum(p[1] for p in parts), hist), chunk
+
+
+# ±65504 in float16: their difference is finite in float32, so no "overflow" case there
+@pytest.mark.parametrize("dtype,bad", [(d, b) for d in (torch.bfloat16, torch.float16, torch.float32)
+                                       for b in (float("nan"), float("inf"), float("-inf"), "overflow")
+                                       if not (d == torch.float16 and b == "overflow")])
+def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
+    n = 2 * 2048 + 3
+    g = torch.Generator().manual_seed(5)
+    base = (0.02 * torch.randn(n, generator=g)).to(dtype)
+    agents = [(base.double() + 0.01 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype) for _ in range(3)]
+    assert kernels.count_patterns(base, agents, 1e-5, torch.float32)[1] is True
+    for where in (0, 2047, 2048, n - 1):
+        for t, on_base in ((2, False), (0, False), (None, True)):
+            b, a = base.clone(), [x.clone() for x in agents]
+            if bad == "overflow":  # both finite, their difference is not (in float32)
+                b[where], a[t if t is not None else 1][where] = -torch.finfo(dtype).max, torch.finfo(dtype).max
+            elif on_base:
+                b[where] = bad
+            else:
+                a[t][where] = bad
+            taus = [x.float() - b.float() for x in a]
+            assert not all(bool(torch.isfinite(x).all()) for x in taus)
+            assert kernels.count_patterns(b, a, 1e-5, torch.float32)[1] is False, (where, t)
+            for lams, survival in ((None, False), ([1.5, 1.25, 2.0], True)):
+                done = kernels.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
+                assert done[2] is False, (where, t, lams)
+            # a chunk without the bad element is clean
+            if where > 0:
+                assert kernels.count_patterns(b[:where], [x[:where] for x in a], 1e-5, torch.float32)[1] is True
+
+
+@pytest.mark.parametrize("out_dtype,tiny", [(torch.float16, 1e-9), (torch.bfloat16, 1e-41)])
+def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
+    # element 0: RAM rounds x + τ to +0, RAM+ (λ = 2) x + 2τ to −0: equal values, not a change;
+    # element 1: an ordinary change; element 2: no update at all
+    base = torch.tensor([3 * tiny, 0.5, 0.25], dtype=torch.float32)
+    agent = torch.tensor([tiny, 0.51, 0.25], dtype=torch.float32)
+    tau = agent - base
+    ram, plus = (base + tau).to(out_dtype), (base + tau * 2.0).to(out_dtype)
+    assert ram[0] == 0 and plus[0] == 0 and _bits(ram)[0] != _bits(plus)[0]  # +0 and −0
+    moved = int((ram != plus).sum())
+    assert moved == 1
+    merged, _, finite, survival = kernels.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0],
+                                                               False, True)
+    assert finite and np.array_equal(_bits(merged), _bits(plus))
+    assert np.asarray(survival).tolist() == [[moved], [2]]
+
+
 def test_slices_the_kernels_do_not_cover_fall_back():
     base = torch.zeros(10, dtype=torch.bfloat16)
     assert kernels.count_patterns(base, [base.float()], 1e-5, torch.float32) is not None  # mixed base/agents: covered
@@ -474,9 +558,8 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
 
 
 def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monkeypatch):
-    """The kernels check a block's masked sum for NaN / ±inf (a non-finite τ always makes it non-finite);
-    finite τ whose sum overflows also trip that check, and the caller's exact per-agent check must then
-    find nothing and let the merge go on, writing what the torch path writes (inf where the sum is inf)."""
+    """The kernels flag a NaN / ±inf τ, never finite τ whose sum overflows: the merge goes on and writes
+    what the torch path writes (inf where the sum is inf)."""
     from safetensors.torch import save_file
 
     base = torch.zeros(4, 1000)
@@ -487,7 +570,11 @@ def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monk
         (tmp_path / name).mkdir()
         save_file({"w": t}, str(tmp_path / name / "model.safetensors"))
         dirs.append(str(tmp_path / name))
-    assert kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)[1] is False
+    counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
+    assert counted[1] is True and counted[0].tolist() == [base.numel() - 1, 0, 0, 1]
+    merged = kernels.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
+                                          [1.5, 1.5], True, True)
+    assert merged[2] is True and torch.isinf(merged[0][2 * 1000 + 17])
     outputs = {}
     for use in (True, False):
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")

@@ -20,24 +20,19 @@ jit = functools.partial(numba.njit, nogil=True, cache=True)
 
 
 def half_to_float(h):
-    h = np.int64(h)
-    sign = (h & 0x8000) << 16
-    e = (h >> 10) & 0x1F
-    m = h & 0x3FF
-    if e == 0x1F:
-        bits = sign | 0x7F800000 | (m << 13)
-    elif e == 0:
-        if m == 0:
-            bits = sign
-        else:
-            e2 = 113
-            while (m & 0x400) == 0:
-                m <<= 1
-                e2 -= 1
-            bits = sign | (e2 << 23) | ((m & 0x3FF) << 13)
-    else:
-        bits = sign | ((e + 112) << 23) | (m << 13)
-    return np.uint32(bits).view(np.float32)
+    """float16 bits → float32, exact, with selects only (no loop over a subnormal's leading zeros) on
+    32-bit integers (each result cast back: numba widens integer arithmetic to 64 bits), so loops widening
+    float16 vectorise: a subnormal is its significand times 2^−24, exact in float32."""
+    u = np.uint32(np.uint16(h))
+    sign = np.uint32((u & np.uint32(0x8000)) << np.uint32(16))
+    em = np.uint32(u & np.uint32(0x7FFF))  # exponent and significand
+    e = np.uint32(em >> np.uint32(10))
+    shifted = np.uint32(em << np.uint32(13))
+    normal = np.uint32(shifted + np.uint32(112 << 23))  # rebias the exponent
+    tiny = np.float32(np.float32(np.int32(em)) * np.float32(5.960464477539063e-08)).view(np.uint32)
+    special = np.uint32(shifted | np.uint32(0x7F800000))  # ±inf, NaN (payload kept)
+    bits = special if e == np.uint32(0x1F) else (tiny if e == np.uint32(0) else normal)
+    return np.uint32(sign | bits).view(np.float32)
 
 
 @jit
@@ -79,28 +74,21 @@ def float_to_bf16(x):
 
 
 def float_to_half(x):
-    """float32 → float16 bits, round to nearest even, overflow to ±inf (NaN → sign | 0x7E00, as torch)."""
-    u = np.int64(np.float32(x).view(np.uint32))
-    sign = (u >> 16) & 0x8000
-    a = u & 0x7FFFFFFF
-    if a > 0x7F800000:
-        return sign | 0x7E00
-    if a >= 0x477FF000:  # ≥ 65520 (the tie between 65504 and 2^16 rounds to even: inf)
-        return sign | 0x7C00
-    if a >= 0x38800000:  # a normal float16: rebias, round 23 → 10 mantissa bits
-        a -= 0x38000000
-        return sign | ((a + 0xFFF + ((a >> 13) & 1)) >> 13)
-    if a < 0x33000000:  # below 2^-25 (2^-25 itself is a tie to the even 0)
-        return sign
-    e = a >> 23
-    m = (a & 0x7FFFFF) | 0x800000
-    shift = 126 - e  # value = m · 2^(e−150) = (m >> shift) units of 2^-24, 14 ≤ shift ≤ 24
-    q = m >> shift
-    rem = m & ((1 << shift) - 1)
-    half = np.int64(1) << (shift - 1)
-    if rem > half or (rem == half and (q & 1) == 1):
-        q += 1
-    return sign | q
+    """float32 → float16 bits, round to nearest even, overflow to ±inf (NaN → sign | 0x7E00, as torch),
+    with selects only on 32-bit lanes (as ``half_to_float``), so loops storing float16 vectorise. Normal
+    results: rebias and round 23 → 10 significand bits on the integer bits; from 65520 on (the tie
+    between 65504 and 2^16 rounds to even) ±inf; below the smallest normal the number of 2^−24 units,
+    rounded by ``rint`` (half to even; the scaling by 2^24 is exact), 1024 of them being the smallest normal."""
+    f = np.float32(x)
+    u = f.view(np.uint32)
+    sign = np.uint32((u >> np.uint32(16)) & np.uint32(0x8000))
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
+    odd = np.uint32((a >> np.uint32(13)) & np.uint32(1))
+    rebiased = np.uint32(a - np.uint32(0x38000000))  # wraps below 2^−14, where tiny is taken instead
+    normal = np.uint32(np.uint32(rebiased + np.uint32(np.uint32(0xFFF) + odd)) >> np.uint32(13))
+    tiny = np.uint32(np.int32(np.rint(min(abs(f), np.float32(1.0)) * np.float32(16777216.0))))
+    body = np.uint32(0x7C00) if a >= np.uint32(0x477FF000) else (normal if a >= np.uint32(0x38800000) else tiny)
+    return np.int64(np.uint32(sign | (np.uint32(0x7E00) if a > np.uint32(0x7F800000) else body)))
 
 
 def store(out, i, x):  # pragma: no cover
@@ -108,85 +96,51 @@ def store(out, i, x):  # pragma: no cover
 
 
 @overload(store)
-
-
 def _store(out, i, x):
-    """Round the compute value x once to the output dtype (bfloat16 as uint16 bits, float16 as
-    int16 bits, float64 → float32 first as torch's conversion does) and store it at out[i]."""
-    if out.dtype == types.uint16:
-        def impl(out, i, x):
-            out[i] = np.uint16(float_to_bf16(np.float32(x)))
-        return impl
-    if out.dtype == types.int16:
-        def impl(out, i, x):
-            out[i] = np.int16(float_to_half(np.float32(x)))
-        return impl
-    if out.dtype == types.float32:
-        def impl(out, i, x):
-            out[i] = np.float32(x)
-        return impl
-
+    """Round the compute value x once to the output dtype (``encoded``) and store it at out[i]."""
     def impl(out, i, x):
-        out[i] = x
+        out[i] = encoded(out, x)
     return impl
 
 
-def rounded(out, x):  # pragma: no cover
+def encoded(out, x):  # pragma: no cover
     raise NotImplementedError
 
 
-@overload(rounded)
-
-
-def _rounded(out, x):
-    """x rounded to ``out``'s dtype, as a float (for value comparisons: +0 equals −0)."""
+@overload(encoded)
+def _encoded(out, x):
+    """x rounded once to out's dtype as ``store`` writes it: bfloat16 / float16 bits (uint16 / int16), or
+    the float32 / float64 value (float64 → float32 first for float32, as torch's conversion does)."""
     if out.dtype == types.uint16:
-        return lambda out, x: bf16_to_float(float_to_bf16(np.float32(x)))
+        return lambda out, x: np.uint16(float_to_bf16(np.float32(x)))
     if out.dtype == types.int16:
-        return lambda out, x: half_to_float(float_to_half(np.float32(x)))
+        return lambda out, x: np.int16(float_to_half(np.float32(x)))
     if out.dtype == types.float32:
         return lambda out, x: np.float32(x)
     return lambda out, x: x
 
 
-@jit
+def same_value(out, a, b):  # pragma: no cover
+    raise NotImplementedError
 
 
-def popcount(p):
-    p = p - ((p >> 1) & 0x55555555)
-    p = (p & 0x33333333) + ((p >> 2) & 0x33333333)
-    p = (p + (p >> 4)) & 0x0F0F0F0F
-    return (p * 0x01010101) >> 24
-
-
-@jit
-
-
-def pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
-    """For elements start .. start+length−1, in agent order 0..N−1 (each loop vectorises):
-    xb = base, total = Σ_t τ_t·[m_t] from +0, pattern = Σ_t m_t·2^t. Returns False when some τ is
-    NaN or ±inf, and (rarely, harmlessly: the caller's exact check then finds nothing) when a sum of
-    finite τ overflows: a NaN τ makes its term NaN·0 = NaN, an infinite one ±inf·1, and either leaves
-    the sum non-finite. Checking the sum once per block instead of every τ keeps the agent loops free
-    of a reduction, which kept them from vectorising (1.5 → 0.85 ns per element for 3 agents)."""
-    zero = eps - eps
-    b = base[start:start + length]
-    for j in range(length):
-        xb[j] = widen(b[j])
-        total[j] = zero
-        pattern[j] = 0
-    for t in range(len(agents)):
-        a = agents[t][start:start + length]
-        bit = np.int32(1 << t)
-        for j in range(length):
-            v = widen(a[j]) - xb[j]
-            m = abs(v) > eps
-            total[j] = total[j] + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
-            pattern[j] = pattern[j] | (bit if m else np.int32(0))
-    bad = np.int32(0)  # an integer reduction (a float one could not be vectorised without reordering)
-    for j in range(length):
-        bad |= np.int32(total[j] - total[j] != zero)  # ±inf − ±inf and NaN − NaN are NaN
-    return bad == 0
+@overload(same_value)
+def _same_value(out, a, b):
+    """Whether two ``encoded`` values of out's dtype are equal as values (``==`` on the floats: +0 equals
+    −0, NaN equals nothing). bfloat16 widens with a shift, so its floats are compared; float16 bits are
+    compared directly (widening them costs more), on 32-bit lanes, without a branch."""
+    if out.dtype == types.uint16:
+        return lambda out, a, b: bf16_to_float(a) == bf16_to_float(b)
+    if out.dtype == types.int16:
+        def impl(out, a, b):
+            ua = np.uint32(np.uint16(a))
+            ub = np.uint32(np.uint16(b))
+            ma = np.uint32(ua & np.uint32(0x7FFF))  # the magnitude bits; above 0x7C00: NaN
+            mb = np.uint32(ub & np.uint32(0x7FFF))
+            equal = (ua == ub) | (np.uint32(ma | mb) == np.uint32(0))
+            return equal & (ma <= np.uint32(0x7C00))
+        return impl
+    return lambda out, a, b: a == b
 
 
 @jit
@@ -206,65 +160,125 @@ def histogram_block(pattern, length, hist):
         j += 1
 
 
+PACKED_MAX_AGENTS = 4  # up to 16 patterns: their counts fit two uint64 words of 8-bit fields
+PACKED_RUN = 255  # elements per packed count: an 8-bit field never overflows
+
+
 @jit
+def pattern_histogram(pattern, length, nagents, hist):
+    """hist[0, p] += the number of elements j < length whose pattern[j] & (2^N − 1) is p (bits above N,
+    such as the merge's moved flag, are ignored).
+
+    Up to ``PACKED_MAX_AGENTS`` agents, each element adds 1 << 8·(p mod 8) to one of two uint64 words (p < 8
+    or not), over runs of at most 255 elements, and the 8-bit fields are added up after each run: integer
+    adds in any order, so the loop vectorises (0.15 vs 0.55 ns per element for the scalar rows). More
+    agents: four interleaved rows, as ``histogram_block``."""
+    mask = np.int32((1 << nagents) - 1)
+    if nagents > PACKED_MAX_AGENTS:
+        j = 0
+        while j + 4 <= length:
+            hist[0, pattern[j] & mask] += 1
+            hist[1, pattern[j + 1] & mask] += 1
+            hist[2, pattern[j + 2] & mask] += 1
+            hist[3, pattern[j + 3] & mask] += 1
+            j += 4
+        while j < length:
+            hist[0, pattern[j] & mask] += 1
+            j += 1
+        return
+    one = np.uint64(1)
+    zero = np.uint64(0)
+    for first in range(0, length, PACKED_RUN):
+        run = pattern[first:min(first + PACKED_RUN, length)]
+        low = zero
+        high = zero
+        for j in range(len(run)):
+            p = run[j] & mask
+            field = one << np.uint64(8 * (p & 7))
+            low += field if p < 8 else zero
+            high += zero if p < 8 else field
+        for p in range(min(8, hist.shape[1])):
+            hist[0, p] += np.int64((low >> np.uint64(8 * p)) & np.uint64(0xFF))
+        for p in range(8, hist.shape[1]):
+            hist[0, p] += np.int64((high >> np.uint64(8 * (p - 8))) & np.uint64(0xFF))
 
 
+@jit
+def pattern_run(base, agents, start, length, eps, pattern):
+    """pattern[j] = Σ_t [|τ_t| > ε]·2^t for the elements start + j, j < length, all agents per element (no
+    block buffers of τ or the base; element indices are unsigned, so numba adds no negative-index
+    wrap-around and the loop vectorises). Returns False when some τ is NaN or ±inf (τ − τ is then NaN)."""
+    zero = eps - eps
+    first = np.uint64(start)
+    bad = np.int32(0)
+    for j in range(length):
+        i = first + np.uint64(j)
+        x = like(eps, widen(base[i]))
+        p = np.int32(0)
+        for t in range(len(agents)):
+            v = like(eps, widen(agents[t][i])) - x
+            p = np.int32(p | (np.int32(1 << t) if abs(v) > eps else np.int32(0)))  # int32 (numba widens | to int64)
+            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))  # int32: the reduction vectorises
+        pattern[j] = p
+    return bad == 0
+
+
+@jit
 def count_kernel(base, agents, eps, one, hist, xb, total, pattern):
     """Pass 1: hist[k, p] += number of elements with update pattern p (summed over k by the
-    caller). Returns the number of blocks with a non-finite τ (the caller then reports the tensor)."""
+    caller). Returns the number of blocks with a NaN or ±inf τ (the caller then reports the tensor).
+    ``xb`` and ``total`` are unused (kept for the caller's argument list)."""
     n = base.shape[0]
-    block = xb.shape[0]
+    block = pattern.shape[0]
     bad = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        if not pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
+        if not pattern_run(base, agents, start, length, eps, pattern):
             bad += 1
-        histogram_block(pattern, length, hist)
+        pattern_histogram(pattern, length, len(agents), hist)
     return bad
 
 
 @jit
-
-
-def rescale_unique(total, scaled, pattern, lams, length):
-    """scaled = total, times λ_t where only agent t updates (pattern 2^t): one select per agent over
-    the block (vectorised, unlike a per-element lookup of λ by pattern). Elsewhere the value is total
-    itself, which is what the torch path's ×1 gives, bit for bit."""
+def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern):
+    """o[j] = round(x + s') for the elements start + j, j < length, all agents per element: x the base,
+    s = Σ_t [m_t]·τ_t (agent order, from +0), s' = s·λ_t where only agent t updates (``lams``; None: RAM,
+    no factor), else s / max(1, c) with c the number of agents updating (÷1 is exact), rounded once to
+    o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where
+    the written value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
+    ``lams`` and ``moved_bit`` may be None so that numba compiles one loop per case (no branch inside)."""
+    zero = eps - eps
+    first = np.uint64(start)
+    bad = np.int32(0)
     for j in range(length):
-        scaled[j] = total[j]
-    for t in range(lams.shape[0]):
-        bit = np.int32(1 << t)
-        lam = lams[t]
-        for j in range(length):
-            scaled[j] = scaled[j] * lam if pattern[j] == bit else scaled[j]
+        i = first + np.uint64(j)
+        x = like(eps, widen(base[i]))
+        s = zero
+        p = np.int32(0)
+        c = np.int32(0)
+        for t in range(len(agents)):
+            v = like(eps, widen(agents[t][i])) - x
+            m = abs(v) > eps
+            s = s + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
+            p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
+            c = np.int32(c + (np.int32(1) if m else np.int32(0)))
+            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+        scaled = s
+        if lams is not None:
+            for t in range(len(agents)):
+                product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
+                scaled = product if p == np.int32(1 << t) else scaled
+        divisor = np.float32(c if c > 1 else 1)  # a constant type, not eps's: the loop vectorises
+        written = encoded(o, x + scaled / divisor)
+        o[j] = written
+        if moved_bit is not None:
+            moved = not same_value(o, encoded(o, x + s), written)
+            p = np.int32(p | (moved_bit if moved else np.int32(0)))
+        pattern[j] = p
+    return bad == 0
 
 
 @jit
-
-
-def merge_block(xb, s, pattern, o, length):
-    """o = round(xb + s / max(1, c)) with c the number of agents updating each element (a float64 sum
-    divides by the same small integer, widened exactly)."""
-    for j in range(length):
-        c = popcount(pattern[j])
-        divisor = np.float32(c if c > 1 else 1)  # a constant type, not eps's: the loop vectorises (4× faster)
-        store(o, j, xb[j] + s[j] / divisor)
-
-
-@jit
-
-
-def flag_moved(xb, total, pattern, o, length, moved_bit):
-    """Set bit N of the pattern where the written value differs from the RAM value round(x + τ)
-    (only unique elements' flags are read)."""
-    for j in range(length):
-        moved = rounded(o, xb[j] + total[j]) != widen(o[j])
-        pattern[j] = pattern[j] | (moved_bit if moved else np.int32(0))
-
-
-@jit
-
-
 def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, surv, want_surv,
                  xb, total, pattern, scaled):
     """Pass 2: θ = base + equation 7, rounded once into ``out``.
@@ -272,29 +286,32 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
     only agent t updates (RAM+, ``lams`` rounded to the compute dtype; RAM: no factor, as ×1 is exact)
     and ÷ max(1, c); dividing by 1 is exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Returns
-    the number of blocks with a non-finite τ. Optionally the pattern histogram (a merge that needed no
+    the number of blocks with a NaN or ±inf τ. Optionally the pattern histogram (a merge that needed no
     probe first) and the exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique
     elements whose rounded value the rescale changed / all its unique elements
-    (``probe.rescale_changes``). Every loop over a block vectorises (no per-element table lookup)."""
+    (``probe.rescale_changes``). ``xb``, ``total`` and ``scaled`` are unused (kept for the caller's
+    argument list)."""
     n = base.shape[0]
-    block = xb.shape[0]
+    block = pattern.shape[0]
     nagents = len(agents)
     moved_bit = np.int32(1 << nagents)
     bad = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        if not pattern_block(base, agents, start, length, eps, one, xb, total, pattern):
+        o = out[start:start + length]
+        if use_lam and want_surv:
+            ok = merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern)
+        elif use_lam:
+            ok = merge_run(base, agents, start, length, eps, one, lams, None, o, pattern)
+        elif want_surv:
+            ok = merge_run(base, agents, start, length, eps, one, None, moved_bit, o, pattern)
+        else:
+            ok = merge_run(base, agents, start, length, eps, one, None, None, o, pattern)
+        if not ok:
             bad += 1
         if want_hist:
-            histogram_block(pattern, length, hist)
-        o = out[start:start + length]
-        if use_lam:
-            rescale_unique(total, scaled, pattern, lams, length)
-            merge_block(xb, scaled, pattern, o, length)
-        else:
-            merge_block(xb, total, pattern, o, length)
+            pattern_histogram(pattern, length, nagents, hist)
         if want_surv:
-            flag_moved(xb, total, pattern, o, length, moved_bit)
             count_moved(pattern, length, nagents, surv)
     return bad
 
@@ -304,15 +321,17 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
 
 def count_moved(pattern, length, nagents, surv):
     """surv[0, t] += agent t's unique elements flagged as moved, surv[1, t] += all its unique elements
-    (int32 counters within a block: the loops vectorise)."""
+    (int32 counters within a block, cast back after each add, as numba widens int32 sums to int64: the
+    loops vectorise on 32-bit lanes, 3× faster)."""
     for t in range(nagents):
         unique = np.int32(1 << t)
         flagged = np.int32((1 << t) | (1 << nagents))
         u = np.int32(0)
         mv = np.int32(0)
         for j in range(length):
-            u += np.int32(pattern[j] == unique)
-            mv += np.int32(pattern[j] == flagged)
+            p = pattern[j]
+            u = np.int32(u + (np.int32(1) if p == unique else np.int32(0)))
+            mv = np.int32(mv + (np.int32(1) if p == flagged else np.int32(0)))
         surv[0, t] += mv
         surv[1, t] += u + mv
 
