@@ -588,3 +588,29 @@ def test_finite_task_vectors_whose_sum_overflows_are_not_an_error(tmp_path, monk
     with safe_open(str(tmp_path / "out-True" / "model.safetensors"), "pt") as f:
         w = f.get_tensor("w")
     assert torch.isinf(w[2, 17]) and torch.isfinite(w).sum() == w.numel() - 1
+
+
+def test_output_slices_are_reused_only_after_release(monkeypatch):
+    """The merge kernels' numpy outputs come from a pool: a slice still held is never handed out again, a
+    released one is, and releasing a foreign array (or one twice) changes nothing."""
+    pool = kernels._OutputPool()
+    first, second = pool.take(1000, np.uint16), pool.take(700, np.uint16)
+    assert first.base is not second.base
+    first[:] = 1
+    pool.release(first)
+    pool.release(first)  # twice: still one free buffer
+    pool.release(np.empty(10, np.uint16))  # not from the pool
+    pool.release(np.empty(10, np.uint16)[:5])
+    third, fourth = pool.take(900, np.uint16), pool.take(900, np.uint16)
+    assert third.base is first.base and fourth.base is not first.base and fourth.base is not second.base
+    assert pool.take(10, np.int16).dtype == np.int16  # another bits type: its own buffers
+    monkeypatch.setattr(kernels, "_OUTPUTS", kernels._OutputPool())  # the merge below starts from an empty pool
+    base, agents = _inputs(3001, 3, torch.bfloat16, seed=5)
+    bits = [kernels.as_bits(t) for t in (base, *agents)]
+    merged = [kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False)[0]
+              for _ in range(2)]
+    assert merged[0].base is not merged[1].base and np.array_equal(merged[0], merged[1])
+    expected = merged[0].copy()
+    kernels.release_output(merged[0])
+    again = kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False)[0]
+    assert again.base is merged[0].base and np.array_equal(again, expected) and np.array_equal(merged[1], expected)

@@ -196,29 +196,56 @@ class Chunk:
         return bool(torch.isfinite(self.taus.sum()))
 
 
+class OpenFiles:
+    """Input files opened once (``open_slices``) and kept open until closed. A run that makes several passes
+    keeps one for all of them, so a later pass reads through the same memory mappings and does not
+    page-fault the inputs in again (~0.4 CPU-s per pass over 2.4 GB here)."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._handles: dict[Path, object] = {}
+        self._lock = threading.Lock()
+
+    def get(self, file: Path) -> object:
+        with self._lock:
+            handle = self._handles.get(file)
+            if handle is None:
+                handle = self._handles[file] = self._stack.enter_context(open_slices(file))
+            return handle
+
+    def close(self) -> None:
+        with self._lock:
+            self._handles.clear()
+            self._stack.close()
+
+    def __enter__(self) -> "OpenFiles":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class SliceReader:
-    """Keeps every input file open for one pass and reads row slices as stored (no dtype change).
+    """Reads row slices as stored (no dtype change) from ``files`` (its own, closed at exit, when none is given).
 
     With ``bits``, safetensors slices come as flat numpy views of their stored bits (what the fused
     kernels read; ``as_tensor`` turns a float one into a tensor without a copy); other formats, and
     every slice without ``bits``, as torch tensors."""
 
-    def __init__(self, bits: bool = False) -> None:
-        self._stack = ExitStack()
-        self._handles: dict[Path, object] = {}
+    def __init__(self, bits: bool = False, files: OpenFiles | None = None) -> None:
+        self._own = files is None
+        self._files = OpenFiles() if files is None else files
         self._bits = bits
 
     def __enter__(self) -> "SliceReader":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+        if self._own:
+            self._files.close()
 
     def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor | np.ndarray:
-        handle = self._handles.get(file)
-        if handle is None:
-            handle = self._stack.enter_context(open_slices(file))
-            self._handles[file] = handle
+        handle = self._files.get(file)
         if self._bits and isinstance(handle, MappedSafetensors):
             return handle.bits(name, span.start, span.stop) if shape else handle.bits(name, 0, 1)
         if len(shape) == 0:
@@ -291,15 +318,15 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
 
 
 def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
-                    depth: int = PREFETCH_DEPTH, bits: bool = False,
+                    depth: int = PREFETCH_DEPTH, bits: bool = False, files: OpenFiles | None = None,
                     ) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
     """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
     in order, read and copied ahead in a background thread (``transfer.send`` there,
     ``transfer.receive`` here). ``bits``: safetensors slices as numpy bit views (``SliceReader``), for a
-    CPU pass on the fused kernels."""
+    CPU pass on the fused kernels; ``files``: the run's open inputs (else the pass opens its own)."""
 
     def produce(put: Callable[[object], None]) -> None:
-        with SliceReader(bits) as reader:
+        with SliceReader(bits, files) as reader:
             for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
                 put((index, span, transfer.send([base, *agents])))
 

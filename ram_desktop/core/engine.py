@@ -21,7 +21,7 @@ from .lazy import torch
 from .. import __version__
 from . import defaults
 from .card import model_card, save_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS
+from .chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
@@ -126,9 +126,10 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
 
 
 def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
-                chunk_elements: int, collectors: list[Collector] = (), survival: bool = True) -> ProbeReport:
+                chunk_elements: int, collectors: list[Collector] = (), survival: bool = True,
+                files: OpenFiles | None = None) -> ProbeReport:
     """The probe from the cache when possible, then every collector's passes (as many as it asks for;
-    on one thread only when a collector ``needs_order``).
+    on one thread only when a collector ``needs_order``), all reading through ``files`` when given.
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
@@ -139,11 +140,13 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:
-            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=_ordered(collectors))
+            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=_ordered(collectors),
+                       files=files)
     else:
         start = time.perf_counter()
         accumulator = ProbeAccumulator(plan, eps, survival)
-        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, ordered=_ordered(collectors))
+        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements,
+                   ordered=_ordered(collectors), files=files)
         report = accumulator.report()
         log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors,
                  time.perf_counter() - start)
@@ -156,7 +159,7 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
             return report
         passes += 1  # a collector needs another look at the data (TIES refines its exact cut)
         probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}",
-                   ordered=_ordered(refining))
+                   ordered=_ordered(refining), files=files)
 
 
 def _ordered(collectors: list[Collector]) -> bool:
@@ -252,23 +255,30 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     timings: dict[str, float] = {}
     collectors = [m.collector(p, plan) if m.collector else None for m, p in zip(methods, params)]
     probe_report = None
-    if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
-        t0 = time.perf_counter()
-        # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
-        probe_report = _probe_plan(plan, eps, transfer, reporter, request.use_cache, request.chunk_elements,
-                                   [c for c in collectors if c is not None], survival=False)
-        timings["probe_s"] = time.perf_counter() - t0
-    contexts = [m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)]
+    files = OpenFiles()  # every pass of this run reads through the same open inputs
+    try:
+        if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
+            t0 = time.perf_counter()
+            # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
+            probe_report = _probe_plan(plan, eps, transfer, reporter, request.use_cache, request.chunk_elements,
+                                       [c for c in collectors if c is not None], survival=False, files=files)
+            timings["probe_s"] = time.perf_counter() - t0
+        contexts = [m.prepare(p, probe_report, c.finish() if c else None)
+                    for m, p, c in zip(methods, params, collectors)]
+    except BaseException:
+        files.close()
+        raise
 
     t0 = time.perf_counter()
     with ExitStack() as stack:
+        stack.enter_context(files)
         folders = [stack.enter_context(staging_folder(o)) for o in outs]
         variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
                     for m, p, ctx, folder in zip(methods, params, contexts, folders)]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
         plan.aux.update(aux)  # read beside the agents in the merge pass only (the probe pass needs none)
         try:
-            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator)
+            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files)
         except BaseException:
             for v in variants:
                 v.shards.abort()

@@ -20,7 +20,7 @@ import numpy as np
 
 from .lazy import torch
 from . import kernels
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, Workspace, load_chunk, prefetch_chunks
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, Workspace, load_chunk, prefetch_chunks
 from .events import Reporter
 from .formats import lora
 from .methods import Collector, MergeMethod, Observer, SliceCollector
@@ -95,10 +95,11 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
 
 def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
                sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-               stage: str = "probe", ordered: bool = False) -> None:
+               stage: str = "probe", ordered: bool = False, files: OpenFiles | None = None) -> None:
     """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
     the chunks in plan order (a collector whose ``needs_order`` is True), so the pass computes on one
-    thread; otherwise sinks are fed from every compute thread, chunks in any order."""
+    thread; otherwise sinks are fed from every compute thread, chunks in any order. ``files``: the run's
+    open inputs, shared by its passes (``chunks.OpenFiles``)."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
@@ -117,7 +118,7 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
                 sink.add(chunk)
         return span.numel
 
-    items = prefetch_chunks(plan, jobs, chunk_elements, transfer, bits=fused)
+    items = prefetch_chunks(plan, jobs, chunk_elements, transfer, bits=fused, files=files)
     for numel in ordered_map(work, items, workers):
         done += numel
         reporter.progress(stage, done, total, "elements")
@@ -162,11 +163,12 @@ class Variant:
 
 
 def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: Transfer, reporter: Reporter,
-               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None) -> None:
+               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None,
+               files: OpenFiles | None = None) -> None:
     """Read every tensor once; merge each chunk with every variant (θ = base + τ_merged, rounded once
     to the output dtype) and write it to that variant's shards, in order, from a writer thread.
     Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
-    collects the probe's counts on the way."""
+    collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``)."""
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
@@ -199,7 +201,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused)
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files)
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)
@@ -309,7 +311,8 @@ def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Ten
 class BackgroundWriter:
     """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
 
-    Device tensors are copied to the host in that thread. An error in the writer is raised in the
+    Device tensors are copied to the host in that thread; the fused kernels' output slices go back to
+    their pool once written (``kernels.release_output``). An error in the writer is raised in the
     caller at its next ``write`` or at ``stop``; on an error stop the queue is abandoned.
     """
 
@@ -335,6 +338,7 @@ class BackgroundWriter:
                 index, data = item
                 on_device = not isinstance(data, np.ndarray) and data.device.type != "cpu"
                 self._shards.write(index, data.cpu() if on_device else data)
+                kernels.release_output(data)
             except BaseException as e:
                 self._error = e
 
