@@ -224,10 +224,10 @@ def pattern_run(base, agents, start, length, eps, pattern):
 
 
 @jit
-def count_kernel(base, agents, eps, one, hist, xb, total, pattern):
+def count_kernel(base, agents, eps, hist, pattern):
     """Pass 1: hist[k, p] += number of elements with update pattern p (summed over k by the
-    caller). Returns the number of blocks with a NaN or ±inf τ (the caller then reports the tensor).
-    ``xb`` and ``total`` are unused (kept for the caller's argument list)."""
+    caller), a block of ``pattern`` at a time. Returns the number of blocks with a NaN or ±inf τ (the
+    caller then reports the tensor)."""
     n = base.shape[0]
     block = pattern.shape[0]
     bad = 0
@@ -279,8 +279,7 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
 
 
 @jit
-def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, surv, want_surv,
-                 xb, total, pattern, scaled):
+def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, surv, want_surv, pattern):
     """Pass 2: θ = base + equation 7, rounded once into ``out``.
 
     As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
@@ -289,8 +288,7 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     the number of blocks with a NaN or ±inf τ. Optionally the pattern histogram (a merge that needed no
     probe first) and the exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique
     elements whose rounded value the rescale changed / all its unique elements
-    (``probe.rescale_changes``). ``xb``, ``total`` and ``scaled`` are unused (kept for the caller's
-    argument list)."""
+    (``probe.rescale_changes``). Works a block of ``pattern`` at a time."""
     n = base.shape[0]
     block = pattern.shape[0]
     nagents = len(agents)

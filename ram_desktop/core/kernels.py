@@ -236,13 +236,6 @@ class _Buffers(threading.local):
                             np.empty(BLOCK, np.int32))
         return cache[dtype]
 
-    def scaled(self, dtype: type) -> np.ndarray:
-        """One more block of the compute dtype (the merge kernel's rescaled sums)."""
-        cache = self.__dict__.setdefault("scaled_block", {})
-        if dtype not in cache:
-            cache[dtype] = np.empty(BLOCK, dtype)
-        return cache[dtype]
-
     def hashes(self) -> np.ndarray:
         """A block of DARE's 32-bit hashes."""
         if "hash_block" not in self.__dict__:
@@ -269,7 +262,8 @@ def count_patterns(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.T
     base, agents = ops
     cdt = _compute_np(compute_dtype)
     hist = np.zeros((4, 1 << len(agents)), np.int64)
-    bad = _jit()["count"](base, agents, cdt(eps), cdt(1), hist, *_BUFFERS.get(cdt))
+    _, _, pattern = _BUFFERS.get(cdt)
+    bad = _jit()["count"](base, agents, cdt(eps), hist, pattern)
     return hist.sum(0), bad == 0
 
 
@@ -298,8 +292,9 @@ def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[t
     hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
+    _, _, pattern = _BUFFERS.get(cdt)
     bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, output[0], hist,
-                          want_hist, surv, count_survival, *_BUFFERS.get(cdt), _BUFFERS.scaled(cdt))
+                          want_hist, surv, count_survival, pattern)
     return output[1], (hist.sum(0) if want_hist else None), bad == 0, surv if count_survival else None
 
 
