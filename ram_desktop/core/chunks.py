@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import InputError
 from .formats import lora, open_slices
-from .formats.base import torch_dtype
+from .formats.base import FLOAT_OF_BITS, torch_dtype
 from .formats.safetensors_format import MappedSafetensors
 from .lazy import torch
 from .plan import MergePlan, TensorJob
@@ -335,15 +335,11 @@ def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, trans
         yield index, span, tensors[0], tensors[1:]
 
 
-_TORCH_OF_BITS = {np.dtype(np.uint16): "bfloat16", np.dtype(np.int16): "float16", np.dtype(np.float32): "float32",
-                  np.dtype(np.float64): "float64"}
-
-
 def as_tensor(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
     """A float slice as a tensor: numpy stored bits (``SliceReader`` with ``bits``; bfloat16 as uint16,
     float16 as int16) become a tensor view of the same memory, tensors stay as they are."""
     if isinstance(raw, np.ndarray):
-        return torch.from_numpy(raw).view(torch_dtype(_TORCH_OF_BITS[raw.dtype]))
+        return torch.from_numpy(raw).view(torch_dtype(FLOAT_OF_BITS[raw.dtype]))
     return raw
 
 

@@ -41,14 +41,11 @@ from typing import Iterator
 import numpy as np
 
 from .chunks import PATTERN_MAX_AGENTS
-from .formats.base import dtype_name, torch_dtype
+from .formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
 from .lazy import torch
 
 log = logging.getLogger("ram_desktop")
 
-# the float dtypes the kernels read and write, by name, with the numpy type of their bits (``as_bits``)
-BITS = {"bfloat16": np.uint16, "float16": np.int16, "float32": np.float32, "float64": np.float64}
-_NAME_OF_BITS = {np.dtype(bits): name for name, bits in BITS.items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,11 +118,11 @@ def _name(dtype: torch.dtype | str) -> str:
 def _float_name(raw: torch.Tensor | np.ndarray) -> str | None:
     """The float dtype name of a slice (numpy bits or a CPU tensor); None for anything the kernels do not read."""
     if isinstance(raw, np.ndarray):
-        return _NAME_OF_BITS.get(raw.dtype) if raw.flags.c_contiguous else None
+        return FLOAT_OF_BITS.get(raw.dtype) if raw.flags.c_contiguous else None
     if raw.device.type != "cpu" or not raw.is_contiguous():
         return None
     name = dtype_name(raw.dtype)
-    return name if name in BITS else None
+    return name if name in FLOAT_BITS else None
 
 
 def _size(raw: torch.Tensor | np.ndarray) -> int:
@@ -196,12 +193,12 @@ def _output(base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str) -
     in the kind of the input (numpy bits from the pool for numpy slices, a new tensor of the base's shape
     for tensors). None when the output dtype is not a float."""
     name = _name(out_dtype)
-    if name not in BITS:
+    if name not in FLOAT_BITS:
         return None
     if isinstance(base_raw, np.ndarray):
-        bits = _OUTPUTS.take(base_raw.size, BITS[name])
+        bits = _OUTPUTS.take(base_raw.size, FLOAT_BITS[name])
         return bits, bits
-    bits = np.empty(base_raw.numel(), BITS[name])
+    bits = np.empty(base_raw.numel(), FLOAT_BITS[name])
     return bits, torch.from_numpy(bits).view(torch_dtype(name)).view(base_raw.shape)
 
 

@@ -40,6 +40,9 @@ DTYPE_TABLE: dict[str, tuple[str, int, type]] = {
 CODE_OF_NAME: dict[str, str] = {name: code for code, (name, _, _) in DTYPE_TABLE.items()}
 ITEMSIZE_OF_NAME: dict[str, int] = {name: size for name, size, _ in DTYPE_TABLE.values()}
 FLOAT_CODES = frozenset({"F64", "F32", "F16", "BF16"})  # what the engine computes exactly
+# those floats by name -> the numpy type of their stored bits, and back (unambiguous among floats)
+FLOAT_BITS: dict[str, type] = {DTYPE_TABLE[c][0]: DTYPE_TABLE[c][2] for c in sorted(FLOAT_CODES)}
+FLOAT_OF_BITS: dict[np.dtype, str] = {np.dtype(bits): name for name, bits in FLOAT_BITS.items()}
 SCALED_FLOAT_CODES = frozenset({"F8_E4M3", "F8_E5M2"})  # floats it cannot: refused, never copied as if unchanged
 
 
