@@ -1,0 +1,166 @@
+"""Reading the files users hand us, calmly: regular files only (a FIFO or a device never blocks a
+read), UTF-8 text, JSON with bounded nesting and no repeated keys, YAML without aliases.
+
+Every reader raises ``InputError`` naming the file and the problem; nothing here raises an ``OSError``,
+``RecursionError`` or ``UnicodeDecodeError`` to its caller. One place does this so that every file
+format (weights headers, indexes, configs, recipes, suites, caches) gets the same promise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import yaml
+
+from .errors import InputError
+
+MAX_JSON_DEPTH = 64  # far beyond any config, index, header or suite row; serde_json (safetensors) stops at 128
+
+_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def os_reason(error: OSError) -> str:
+    """The plain cause of an OS error: 'No space left on device', 'Read-only file system' ..."""
+    return error.strerror or error.__class__.__name__
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path | str) -> BinaryIO:
+    """Open ``path`` for binary reading, refusing anything but a regular file (after following links).
+
+    The file is opened non-blocking and checked on the open descriptor, so a FIFO swapped in after a
+    check can still never block the caller."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: is {_kind(mode)}, not a file; point at a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def check_regular(path: Path | str) -> None:
+    """Refuse ``path`` unless it is a regular file, without opening it (``stat`` follows links)."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{path}: is {_kind(mode)}, not a file; point at a regular file")
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """The whole content of a regular file."""
+    with open_regular(path) as f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+
+
+def decode_utf8(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a leading byte-order mark dropped), or an ``InputError`` naming the offset."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{where}: not UTF-8 text (byte {e.start} is {data[e.start:e.start + 1]!r}); "
+                         "save it as UTF-8") from None
+
+
+def read_text(path: Path | str) -> str:
+    """A regular file's content as UTF-8 text."""
+    return decode_utf8(read_bytes(path), str(path))
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def json_depth(value: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_json(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse JSON ``text``; refuse invalid JSON, repeated keys in one object and nesting deeper than
+    ``max_depth``, each with an ``InputError`` that starts with ``where``."""
+    try:
+        value = json.loads(text, object_pairs_hook=_unique_object)
+    except _DuplicateKey as e:
+        raise InputError(f"{where}: the key {e.key!r} appears twice in one object; remove one") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply (more than {max_depth} levels)") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{where}: not valid JSON ({e})") from None
+    if json_depth(value) > max_depth:
+        raise InputError(f"{where}: JSON nested too deeply (more than {max_depth} levels)")
+    return value
+
+
+def read_json(path: Path | str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A regular UTF-8 file's JSON content (see ``parse_json``)."""
+    return parse_json(read_text(path), str(path), max_depth)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with anchors refused: an alias can multiply a tiny file into gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise InputError(f"YAML alias *{event.anchor} at line {event.start_mark.line + 1}: anchors and aliases "
+                             "are not accepted; write the value out")
+        return super().compose_node(parent, index)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML ``text`` safely (no Python objects, no aliases); errors start with ``where``."""
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    except RecursionError:
+        raise InputError(f"{where}: YAML nested too deeply") from None
+    except yaml.YAMLError as e:
+        raise InputError(f"{where}: not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def read_yaml(path: Path | str) -> Any:
+    """A regular UTF-8 file's YAML content (see ``parse_yaml``)."""
+    return parse_yaml(read_text(path), str(path))
