@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub as hf
+from huggingface_hub import constants as hf_constants
 
 from .errors import InputError
 from .events import Reporter
@@ -84,7 +85,7 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
     except Exception as e:  # huggingface_hub errors become one line naming the repository
         raise _publish_error(e, repo_id) from None
     reporter.progress("upload", total, total, "B", "done")
-    url = str(getattr(repo_url, "url", None) or f"{hf.constants.ENDPOINT}/{repo_id}")
+    url = str(getattr(repo_url, "url", None) or f"{hf_constants.ENDPOINT}/{repo_id}")
     log.info("published %s (%d files, %s)", url, len(files), "private" if private else "public")
     return Published(repo_id, url, files, private)
 

@@ -36,7 +36,9 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import huggingface_hub as hf
+from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
+from huggingface_hub.file_download import repo_folder_name
 
 from ..errors import Cancelled, InputError
 from ..events import Reporter
@@ -71,7 +73,7 @@ def is_offline() -> bool:
         value = os.environ.get(var)
         if value is not None and value.strip() != "":
             return value.strip().upper() in {"1", "ON", "YES", "TRUE"}
-    return bool(hf.constants.HF_HUB_OFFLINE)
+    return bool(hf_constants.HF_HUB_OFFLINE)
 
 
 def cache_dir() -> Path:
@@ -83,11 +85,11 @@ def cache_dir() -> Path:
         return Path(os.path.expandvars(os.path.expanduser(os.environ["HF_HOME"]))) / "hub"
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]) / "huggingface" / "hub"
-    return Path(hf.constants.HF_HUB_CACHE)
+    return Path(hf_constants.HF_HUB_CACHE)
 
 
 def storage_folder(repo_id: str, cache: Path | None = None) -> Path:
-    return (cache or cache_dir()) / hf.file_download.repo_folder_name(repo_id=repo_id, repo_type="model")
+    return (cache or cache_dir()) / repo_folder_name(repo_id=repo_id, repo_type="model")
 
 
 @dataclass
