@@ -1,15 +1,18 @@
 """PEFT LoRA adapters as agents: adapters made with peft's own API on a tiny transformers model merge to the
-same result as their dense task vectors scale·B·A (float32, from peft's ``get_delta_weight``), computed
-slice by slice within the chunk; a wrong base is refused."""
+result of their dense task vectors scale·B·A summed over the rank in a fixed order (float64, rounded once),
+computed slice by slice within the chunk, the same bytes for any chunk size and within a float32 rounding of
+peft's own ``get_delta_weight``; a wrong base is refused."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 
 from ram_desktop.cli import main
@@ -73,20 +76,46 @@ def lora_models(tmp_path_factory):
     return base_dir, [root / "plain", root / "rslora", root / "dense"], deltas
 
 
-def _dense_taus(base: dict, agent_dirs: list[Path], deltas: dict) -> dict[str, list[np.ndarray]]:
-    """Per tensor, each agent's float32 task vector: peft's scale·B·A for an adapter (0 where it does not
-    adapt), θ − θ_pre for a full model."""
+def _fixed_order_delta(adapter: Path) -> dict[str, np.ndarray]:
+    """Each adapted weight's τ from the adapter's files alone: Σ_k B[:, k]·A[k, :] summed k = 0, 1, … in
+    float64, times lora_alpha / r (or / √r), rounded once to float32; transposed for embeddings."""
+    cfg = json.loads((adapter / "adapter_config.json").read_text())
+    r, alpha = cfg["r"], cfg["lora_alpha"]
+    scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
+    weights = safetensors.numpy.load_file(adapter / "adapter_model.safetensors")
     out = {}
-    full = [ref.load_model(d) if d.name not in deltas else None for d in agent_dirs]
+    for key, a in weights.items():
+        if key.endswith("lora_A.weight"):
+            b, embedding = weights[key.replace("lora_A", "lora_B")], False
+            module = key[: -len(".lora_A.weight")]
+        elif key.endswith("lora_embedding_A"):
+            b, embedding = weights[key.replace("lora_embedding_A", "lora_embedding_B")], True
+            module = key[: -len(".lora_embedding_A")]
+        else:
+            continue
+        left, right = (a.T, b.T) if embedding else (b, a)  # embeddings: τ = (B·A)ᵀ = Aᵀ·Bᵀ
+        acc = np.zeros((left.shape[0], right.shape[1]), np.float64)
+        for k in range(left.shape[1]):
+            acc += np.outer(left[:, k].astype(np.float64), right[k, :].astype(np.float64))
+        out[module.removeprefix("base_model.model.") + ".weight"] = (acc * scale).astype(np.float32)
+    return out
+
+
+def _dense_taus(base: dict, agent_dirs: list[Path]) -> dict[str, list[np.ndarray]]:
+    """Per tensor, each agent's float32 task vector: the fixed-order scale·B·A for an adapter (0 where it
+    does not adapt), θ − θ_pre for a full model."""
+    out = {}
+    adapters = {d: _fixed_order_delta(d) for d in agent_dirs if (d / "adapter_config.json").exists()}
+    full = {d: ref.load_model(d) for d in agent_dirs if d not in adapters}
     for name, b in base.items():
         bf = b.to(torch.float32).reshape(-1)
         taus = []
-        for d, f in zip(agent_dirs, full):
-            if f is not None:
-                taus.append((f[name].to(torch.float32).reshape(-1) - bf).numpy())
+        for d in agent_dirs:
+            if d in full:
+                taus.append((full[d][name].to(torch.float32).reshape(-1) - bf).numpy())
             else:
-                delta = deltas[d.name].get(name)
-                taus.append(delta.reshape(-1).numpy() if delta is not None else np.zeros(bf.numel(), np.float32))
+                delta = adapters[d].get(name)
+                taus.append(delta.reshape(-1) if delta is not None else np.zeros(bf.numel(), np.float32))
         out[name] = taus
     return out
 
@@ -112,7 +141,7 @@ def _reference(base: dict, taus: dict, method: str, eps: float = 1e-5, scale: fl
 
 @pytest.mark.parametrize("method", ["ram", "task-arithmetic"])
 def test_adapters_merge_like_their_dense_task_vectors(lora_models, tmp_path, monkeypatch, method):
-    base_dir, agent_dirs, deltas = lora_models
+    base_dir, agent_dirs, _ = lora_models
     sizes = []
     rows = lora.DeltaHandle.rows
 
@@ -128,7 +157,7 @@ def test_adapters_merge_like_their_dense_task_vectors(lora_models, tmp_path, mon
                        out_dtype="float32", chunk_elements=chunk))
     ours = ref.load_model(tmp_path / "out")
     base = ref.load_model(base_dir)
-    expected = _reference(base, _dense_taus(base, agent_dirs, deltas), method)
+    expected = _reference(base, _dense_taus(base, agent_dirs), method)
     assert ours.keys() == expected.keys()
     for name in ours:
         assert torch.equal(ours[name], expected[name]), name
@@ -138,13 +167,31 @@ def test_adapters_merge_like_their_dense_task_vectors(lora_models, tmp_path, mon
 
 
 def test_adapter_factors_and_scale_follow_peft(lora_models):
+    """peft's float32 B·A goes through BLAS, whose summation order depends on the CPU: ours may differ from it
+    by float32 rounding only (the rank is at most 4 here, so a few units in the last place of the largest
+    product), never by a wrong factor, transpose or scale."""
     _, agent_dirs, deltas = lora_models
     for d in agent_dirs[:2]:
         with lora.open_delta(d / lora.DELTA_FILE) as handle:
             for target, delta in deltas[d.name].items():
-                assert torch.equal(handle.get_tensor(target), delta), (d.name, target)
+                ours = handle.get_tensor(target)
+                assert ours.shape == delta.shape and ours.dtype == torch.float32, (d.name, target)
+                assert torch.allclose(ours, delta, rtol=0, atol=4 * float(torch.finfo(torch.float32).eps)
+                                      * float(delta.abs().max())), (d.name, target)
+                assert not torch.equal(ours, torch.zeros_like(ours))
     config = json.loads((agent_dirs[1] / "adapter_config.json").read_text())
     assert config["use_rslora"] and "model.embed_tokens.weight" in deltas["rslora"]
+
+
+def test_lora_merge_is_the_same_bytes_for_any_chunk_size(lora_models, tmp_path):
+    base_dir, agent_dirs, _ = lora_models
+    outputs = []
+    for chunk in (64, 200, 1531, 1 << 24):
+        out = tmp_path / f"out-{chunk}"
+        merge(MergeRequest(str(base_dir), [str(d) for d in agent_dirs], out, "ram", {}, out_dtype="float32",
+                           chunk_elements=chunk))
+        outputs.append((out / "model.safetensors").read_bytes())
+    assert all(o == outputs[0] for o in outputs[1:])
 
 
 def test_probe_counts_a_lora_agent(lora_models, capsys):

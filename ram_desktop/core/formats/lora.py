@@ -5,8 +5,9 @@ A folder with ``adapter_config.json`` and ``adapter_model.safetensors`` is an ag
 ``use_rslora``; ``rank_pattern`` / ``alpha_pattern`` override r and alpha per module) and 0 for every
 other tensor. τ is never formed whole: the engine reads row slices, and a slice of rows
 ``start:stop`` of τ is scale · (B[start:stop] · A) (for ``fan_in_fan_out`` layers and embeddings,
-whose weight is the transpose, scale · (B · A[:, start:stop])ᵀ), computed in float32 from the stored
-factors, so memory stays bounded by the chunk (plus the small factor A or B).
+whose weight is the transpose, scale · (B · A[:, start:stop])ᵀ), summed over the rank in a fixed order
+in float64 and rounded once to float32 (``fixed_order_product``: the same bytes on any CPU and for any
+chunk size), so memory stays bounded by the chunk (plus the small factor A or B).
 
 ``bind(adapter, base)`` turns an opened adapter into an agent aligned with the base: adapted tensors
 read from a virtual weights file ``<adapter>/adapter_model.lora-delta`` (``open_delta``) whose slices
@@ -244,25 +245,41 @@ class DeltaHandle:
         return self.rows(target, 0, self.pairs[target].shape[0])
 
     def rows(self, target: str, start: int, stop: int | None) -> torch.Tensor:
-        """Rows ``start:stop`` of the weight's task vector, float32."""
+        """Rows ``start:stop`` of the weight's task vector, float32, the same bytes on any CPU and for any
+        slicing (see ``fixed_order_product``)."""
         f = self.pairs[target]
         stop = f.shape[0] if stop is None else min(stop, f.shape[0])
         if not f.transposed:  # τ[start:stop] = scale · (B[start:stop] · A)
-            a = self._factor(f.a_name)
-            b = self._file.get_slice(f.b_name)[start:stop].to(torch.float32)
-            out = torch.matmul(b, a)
-        else:  # τ = (B·A)ᵀ: τ[start:stop] = scale · (B · A[:, start:stop])ᵀ (the same products as peft's)
-            b = self._factor(f.b_name)
-            a = self._file.get_slice(f.a_name)[:, start:stop].to(torch.float32)
-            out = torch.matmul(b, a).t().contiguous()
-        out.mul_(f.scale)
+            left = self._file.get_slice(f.b_name)[start:stop]
+            right = self._factor(f.a_name)
+        else:  # τ = (B·A)ᵀ: τ[start:stop] = scale · A[:, start:stop]ᵀ · Bᵀ
+            left = self._file.get_slice(f.a_name)[:, start:stop].t()
+            right = self._factor(f.b_name).t()
+        out = fixed_order_product(left, right, f.scale)
         self.largest = max(self.largest, out.numel())
         return out
 
     def _factor(self, name: str) -> torch.Tensor:
         if name not in self._whole:
-            self._whole[name] = self._file.get_tensor(name).to(torch.float32)
+            self._whole[name] = self._file.get_tensor(name).to(torch.float64)
         return self._whole[name]
+
+
+def fixed_order_product(left: torch.Tensor, right: torch.Tensor, scale: float) -> torch.Tensor:
+    """scale · left·right as float32, summed over the rank in increasing order in float64 and rounded once.
+
+    A BLAS matmul picks its summation order by CPU and by matrix shape, so its float32 bits would depend on
+    the machine and on the chunk size. Here every element is Σ_k left[i,k]·right[k,j] taken k = 0, 1, …
+    with elementwise float64 operations, then multiplied by ``scale`` and rounded to float32: the same bits
+    everywhere. Each product of two float32 (or bfloat16) factors is exact in float64, so a fused
+    multiply-add and a separate multiply and add give the same sum.
+    """
+    left = left.to(torch.float64)
+    right = right.to(torch.float64)
+    acc = torch.zeros((left.shape[0], right.shape[1]), dtype=torch.float64)
+    for k in range(left.shape[1]):
+        acc.addcmul_(left[:, k:k + 1], right[k:k + 1, :])
+    return acc.mul_(scale).to(torch.float32)
 
 
 def open_delta(file: Path) -> DeltaHandle:
