@@ -245,3 +245,73 @@ def test_warnings_not_errors(capsys, tmp_path, models, caplog):
         assert code == 0
         report = json.loads((out / "merge-report.json").read_text())
         assert any(fragment in w for w in report["warnings"]), (fragment, report["warnings"])
+
+
+def _with_value(src: Path, dst: Path, name: str, index: int | slice, value: float) -> Path:
+    """A copy of the model folder ``src`` whose tensor ``name`` holds ``value`` at flat ``index``."""
+    from .reference import load_model
+
+    tensors = load_model(src)
+    t = tensors[name].clone()
+    t.view(-1)[index] = value
+    tensors[name] = t
+    shutil.copytree(src, dst)
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+@pytest.fixture(params=[True, False], ids=["kernels", "torch"])
+def kernel_choice(request, monkeypatch):
+    """Both merge paths: the fused CPU kernels (forced on for these tiny models) and the torch formulation."""
+    from ram_desktop.core import kernels, passes
+
+    if request.param and not kernels.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements: request.param and device_type == "cpu")
+    return request.param
+
+
+@pytest.mark.parametrize("method", ["ram", "ram-plus", "task-arithmetic", "ties", "dare-ties"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_nan_or_inf_in_the_base_names_the_base(capsys, tmp_path, models, method, value, kernel_choice):
+    base, agents = models
+    bad_base = _with_value(base, tmp_path / "badbase", "model.layers.0.mlp.down_proj.weight", 3, value)
+    line = assert_refused(capsys, tmp_path, [base.parent, bad_base], [str(bad_base), *map(str, agents),
+                          "--method", method], "model.layers.0.mlp.down_proj.weight", "the base", "badbase")
+    assert not any(a.name in line.replace("badbase", "") for a in agents), line
+
+
+def test_probe_blames_the_base_for_its_nan(capsys, tmp_path, models):
+    base, agents = models
+    bad_base = _with_value(base, tmp_path / "badbase", "model.norm.weight", 0, float("nan"))
+    code, _, err = run_cli(capsys, "probe", str(bad_base), *map(str, agents))
+    assert code == 2 and err.count("\n") == 1 and err.startswith("error: ") and "the base" in err, err
+    assert "alpha" not in err
+
+
+@pytest.mark.parametrize("method", ["ram", "ram-plus", "task-arithmetic", "ties", "dare-ties"])
+def test_merged_value_beyond_the_output_dtype_is_refused(capsys, tmp_path, models, method, kernel_choice):
+    """bfloat16 inputs merged into float16: an agent's weight of 1e6 (fine in bfloat16) cannot be stored,
+    and the merge says so instead of writing +Inf."""
+    base, agents = models
+    # a whole row of them, so that DARE's random drop cannot remove them all
+    big = _with_value(agents[0], tmp_path / "big", "model.layers.1.self_attn.q_proj.weight", slice(0, 32), 1e6)
+    assert_refused(capsys, tmp_path, [base.parent, big], [str(base), str(big), *map(str, agents[1:]),
+                   "--method", method, "--out-dtype", "float16"], "model.layers.1.self_attn.q_proj.weight",
+                   method, "float16")
+
+
+def test_task_arithmetic_whose_sum_overflows_is_refused(capsys, tmp_path, models):
+    base, agents = models
+    name = "model.layers.0.self_attn.v_proj.weight"
+    huge = [_with_value(a, tmp_path / f"huge-{a.name}", name, 11, 3e38) for a in agents]
+    assert_refused(capsys, tmp_path, [base.parent, *huge], [str(base), *map(str, huge), "--method",
+                   "task-arithmetic", "--scale", "10", "--out-dtype", "float32"], name, "task-arithmetic", "float32")
+
+
+def test_merge_into_a_wider_dtype_still_passes_the_range_check(capsys, tmp_path, models):
+    base, agents = models
+    big = _with_value(agents[0], tmp_path / "big", "model.layers.1.self_attn.q_proj.weight", 7, 1e6)
+    code, _, err = run_cli(capsys, "merge", str(base), str(big), *map(str, agents[1:]), "--method", "ram",
+                           "--out", str(tmp_path / "out"))
+    assert code == 0, err

@@ -377,7 +377,7 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
 def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
                eps: float, workspace: Workspace | None = None) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
-    probe included): no task-vector entry is NaN or ±Inf. Slices after the agents' are the plan's auxiliary
+    probe included): no base or task-vector entry is NaN or ±Inf. Slices after the agents' are the plan's auxiliary
     inputs (``plan.aux``, in its order), handed to the chunk as ``chunk.aux``."""
     n = plan.n_agents if plan.jobs[job_index].mergeable else len(agent_raws)
     agent_raws, aux_raws = agent_raws[:n], agent_raws[n:]
@@ -385,6 +385,9 @@ def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tens
     for k, key in enumerate(plan.aux):
         chunk.aux[key] = [as_tensor(a) for a in aux_raws[k * n:(k + 1) * n]]
     if not chunk.all_finite():
+        if not bool(torch.isfinite(chunk.base).all()):  # then every agent's τ is NaN there: blame the base
+            raise InputError(f"tensor {chunk.name!r} of the base ({plan.base.display}) has NaN or Inf; "
+                             "the checkpoint is broken — re-export it")
         for t in range(chunk.n_agents):
             if not bool(torch.isfinite(chunk.taus[t]).all()):
                 raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "

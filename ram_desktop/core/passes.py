@@ -20,6 +20,7 @@ import numpy as np
 
 from .lazy import torch
 from . import kernels
+from .errors import InputError
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, Workspace, load_chunk, prefetch_chunks
 from .events import Reporter
 from .formats import lora
@@ -197,7 +198,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
             outputs.append(merged)
         return index, span.numel, outputs
 
-    writers = [BackgroundWriter(v.shards) for v in variants]
+    writers = [BackgroundWriter(v.shards, plan, v.method.name) for v in variants]
     for writer in writers:
         writer.start()
     try:
@@ -308,6 +309,25 @@ def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Ten
     return merged
 
 
+_EXPONENT_BITS: dict[str, tuple[type, int]] = {
+    "float16": (np.uint16, 0x7C00), "bfloat16": (np.uint16, 0x7F80),
+    "float32": (np.uint32, 0x7F800000), "float64": (np.uint64, 0x7FF0000000000000),
+}
+
+
+def out_of_range(data: torch.Tensor | np.ndarray, out_name: str) -> bool:
+    """True when a slice of ``out_name`` values (a tensor, or the kernels' stored bits) holds ±Inf or NaN:
+    an exponent with all bits set. One pass over the stored bits, a fraction of a merge's cost."""
+    bits_type, mask = _EXPONENT_BITS[out_name]
+    if isinstance(data, np.ndarray):
+        bits = data.view(bits_type)
+    else:
+        same_size_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
+        bits = data.contiguous().view(same_size_int).numpy().view(bits_type)
+    exponent = bits_type(mask)
+    return bool(((bits & exponent) == exponent).any())
+
+
 class BackgroundWriter:
     """Hands merged slices to ``shards`` from a writer thread, in order, a few chunks behind.
 
@@ -318,8 +338,9 @@ class BackgroundWriter:
 
     DEPTH = 4
 
-    def __init__(self, shards: ShardSet) -> None:
+    def __init__(self, shards: ShardSet, plan: MergePlan | None = None, method: str = "") -> None:
         self._shards = shards
+        self._plan, self._method = plan, method
         self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="ram-desktop-writer", daemon=True)
@@ -337,10 +358,22 @@ class BackgroundWriter:
             try:
                 index, data = item
                 on_device = not isinstance(data, np.ndarray) and data.device.type != "cpu"
-                self._shards.write(index, data.cpu() if on_device else data)
+                data_host = data.cpu() if on_device else data
+                if self._plan is not None:
+                    self._check_range(index, data_host)
+                self._shards.write(index, data_host)
                 kernels.release_output(data)
             except BaseException as e:
                 self._error = e
+
+    def _check_range(self, index: int, data: torch.Tensor | np.ndarray) -> None:
+        """Base and task vectors are finite (``load_chunk``), so ±Inf or NaN in a merged slice means the
+        merged value left the output dtype's range (a large scale, or a narrower ``--out-dtype``)."""
+        job = self._plan.jobs[index] if self._plan is not None else None
+        if job is None or not job.mergeable or not out_of_range(data, job.out_name):
+            return
+        raise InputError(f"tensor {job.name!r}: the {self._method} merge gives values beyond the range of "
+                         f"{job.out_name} (±Inf); lower the method's scale or choose a wider --out-dtype")
 
     def write(self, index: int, data: torch.Tensor | np.ndarray) -> None:
         if self._error is not None:
