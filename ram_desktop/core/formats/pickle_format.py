@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -110,13 +111,17 @@ def load_state_dict(file: Path) -> dict[str, torch.Tensor]:
 
 
 def _load(file: Path, mmap: bool) -> object:
-    if mmap:
-        try:
-            return torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as e:
-            if "mmap" not in str(e):
-                raise
-    return torch.load(str(file), map_location="cpu", weights_only=True)
+    # torch warns on stderr about a pickle protocol its restricted unpickler may not support; the file is
+    # then either read or refused with one clear error, so the warning only adds noise before that line
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+        if mmap:
+            try:
+                return torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:
+                if "mmap" not in str(e):
+                    raise
+        return torch.load(str(file), map_location="cpu", weights_only=True)
 
 
 class PickleHandle:
