@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/ram-desktop --demo
 
+# the suite runs in a random order (pytest-randomly), so that no test leans on another's imports or state;
+# the seed is printed first, and `make test SEED=1234` repeats an order
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q
+	@echo "test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --randomly-seed=$(SEED)
 
 # mergekit's own output compared bit for bit with ours (tests skip without it); its venv lives outside the repo
 MERGEKIT_VENV ?= $(HOME)/.cache/ram-desktop/mergekit-venv
