@@ -4,7 +4,7 @@
 #      and PyInstaller's cache when present; PACKAGES=1 to also make the .tar.gz and .deb),
 #   2. runs the frozen executable with an empty environment and no Python on PATH
 #      (env -i PATH=<empty dir>): --bundle-check (Qt offscreen, icons, pyqtgraph, chart export), demo, merge, probe through the ram-desktop name, recipe replay
-#      (bit-identical shards), --kernel-check (numba kernels in use, cache outside the bundle), eval and
+#      (bit-identical shards), every source kind (single file, sharded, .bin, LoRA, Hub ids from a cache), --kernel-check (numba kernels in use, cache outside the bundle), eval and
 #      compare of the demo's models on its suites, bad inputs (exit 2, one `error:` line, no traceback, nothing written),
 #   3. runs the window frozen: `ram-desktop --self-test` (it forces the offscreen platform itself) and
 #      `ram-desktop --demo --screenshot` (offscreen; SCREENSHOT_OUT=FILE keeps a copy of the PNG).
@@ -27,10 +27,12 @@ EMPTY_PATH=$TMP/empty-path  # PATH holds one empty folder: no python, no shell t
 mkdir -p "$EMPTY_PATH" "$TMP/home"
 FAILS=0
 
-# frozen NAME ARGS...: run bundle executable NAME with nothing inherited; stdout+stderr to $TMP/out
+# frozen NAME ARGS...: run bundle executable NAME with nothing inherited (but EXTRA_ENV); stdout+stderr to $TMP/out
+EXTRA_ENV=()
 frozen() {
     local name=$1; shift
-    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 "$BUNDLE/$name" "$@" >"$TMP/out" 2>&1
+    env -i PATH="$EMPTY_PATH" HOME="$TMP/home" LANG=C.UTF-8 ${EXTRA_ENV[@]+"${EXTRA_ENV[@]}"} \
+        "$BUNDLE/$name" "$@" >"$TMP/out" 2>&1
 }
 check() {  # check DESCRIPTION EXPECTED_RC NAME ARGS...; sets CHECK_OK, counts failures, never aborts
     local what=$1 want=$2; shift 2
@@ -90,6 +92,62 @@ for shard in "$D/merged"/*.safetensors; do
         || { echo "FAIL: replayed $(basename "$shard") differs from the first merge" >&2; FAILS=$((FAILS + 1)); }
 done
 check "ram-merge merge --method ram --out-dtype float32" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --method ram --out-dtype float32 --out "$D/ram"
+
+# Every source kind, frozen: a single .safetensors file, a sharded folder (written by the bundle itself),
+# a PyTorch .bin and a LoRA adapter (written by the test venv's Python: the bundle only reads them), and
+# Hub ids served offline from a huggingface_hub cache laid out here (refs/main -> snapshots/<sha>/).
+check "merge with single-file agents" 0 ram-merge -q merge "$D/base" "${AGENTS[0]}/model.safetensors" \
+    "${AGENTS[1]}/model.safetensors" --out "$TMP/kinds-single"
+check "merge writing a sharded output" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --shard-size 100KB \
+    --out "$TMP/sharded"
+[[ -f "$TMP/sharded/model.safetensors.index.json" ]] \
+    || { echo "FAIL: --shard-size 100KB wrote no index" >&2; FAILS=$((FAILS + 1)); }
+check "probe with a sharded agent" 0 ram-merge -q probe "$D/base" "$TMP/sharded" "${AGENTS[1]}"
+HOST_PY=${HOST_PY:-.venv/bin/python}
+if [[ -x "$HOST_PY" ]]; then
+    "$HOST_PY" - "$D/base" "${AGENTS[0]}" "$TMP/bin-agent" "$TMP/lora-agent" <<'PY'
+import json, shutil, sys
+from pathlib import Path
+import torch
+from safetensors.torch import load_file, save_file
+base, agent, bin_dir, lora_dir = map(Path, sys.argv[1:])
+shutil.copytree(agent, bin_dir, ignore=shutil.ignore_patterns("*.safetensors"))
+torch.save(load_file(agent / "model.safetensors"), bin_dir / "pytorch_model.bin")
+lora_dir.mkdir()
+g = torch.Generator().manual_seed(0)
+factors = {}
+for name, w in load_file(base / "model.safetensors").items():
+    if name.endswith("q_proj.weight"):
+        module = "base_model.model." + name[: -len(".weight")]
+        factors[module + ".lora_A.weight"] = torch.randn(4, w.shape[1], generator=g) * 0.05
+        factors[module + ".lora_B.weight"] = torch.randn(w.shape[0], 4, generator=g) * 0.05
+save_file(factors, str(lora_dir / "adapter_model.safetensors"))
+(lora_dir / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8,
+    "target_modules": ["q_proj"], "base_model_name_or_path": str(base)}))
+PY
+    check "merge with a .bin agent" 0 ram-merge -q merge "$D/base" "$TMP/bin-agent" "${AGENTS[1]}" --out "$TMP/kinds-bin"
+    check "merge with a LoRA adapter agent" 0 ram-merge -q merge "$D/base" "$TMP/lora-agent" "${AGENTS[1]}" \
+        --out "$TMP/kinds-lora"
+else
+    say "skip: .bin and LoRA agents (no host Python at $HOST_PY to write them)"
+fi
+HUB=$TMP/hub
+HUB_IDS=()
+for dir in "$D/base" "${AGENTS[@]}"; do
+    name=$(basename "$dir"); sha=$(printf '%040d' "${#HUB_IDS[@]}")
+    mkdir -p "$HUB/models--acme--$name/snapshots/$sha" "$HUB/models--acme--$name/refs"
+    cp "$dir"/* "$HUB/models--acme--$name/snapshots/$sha/"
+    printf '%s' "$sha" > "$HUB/models--acme--$name/refs/main"
+    HUB_IDS+=("acme/$name")
+done
+EXTRA_ENV=(HF_HUB_OFFLINE=1 HF_HUB_CACHE="$HUB")
+check "probe on Hub ids from the cache (offline)" 0 ram-merge -q probe "${HUB_IDS[@]}"
+check "merge of Hub ids from the cache (offline)" 0 ram-merge -q merge "${HUB_IDS[@]}" --out "$TMP/kinds-hub"
+for shard in "$D/merged"/*.safetensors; do
+    cmp -s "$shard" "$TMP/kinds-hub/$(basename "$shard")" \
+        || { echo "FAIL: the merge of Hub ids differs from the merge of the same folders" >&2; FAILS=$((FAILS + 1)); }
+done
+EXTRA_ENV=()
 
 # The fused numba kernels, frozen (numba + llvmlite bundled, kernel_code.py shipped as source): the
 # merges above ran through them; --kernel-check compares a kernel with torch and checks numba cached
