@@ -197,8 +197,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         bar.close()
         print("error: cancelled; nothing was written", file=sys.stderr)
         return EXIT_CANCELLED
+    except OSError as e:  # disk full after the check, read-only or unwritable location, an unreadable file
+        bar.close()
+        print(f"error: {os_error_line(e)}", file=sys.stderr)
+        return EXIT_INPUT
     finally:
         bar.close()
+
+
+def os_error_line(error: OSError) -> str:
+    """One line for an OS error: the path(s) it names and its cause; staging has been removed by then."""
+    where = " -> ".join(str(f) for f in (error.filename, error.filename2) if f is not None)
+    cause = error.strerror or str(error) or error.__class__.__name__
+    return f"{where}: {cause}; nothing was written" if where else f"{cause}; nothing was written"
+
+
+def _cancel_on_signal(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cancel_on_termination() -> None:
+    """SIGTERM and SIGHUP cancel like Ctrl-C: staging removed, exit 130 (the default would kill the process
+    and leave its staging folder behind)."""
+    import signal
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _cancel_on_signal)
 
 
 def _setup_logging(quiet: bool) -> None:
@@ -358,6 +383,7 @@ def entry() -> None:
     teardown (torch's modules, a last full collection) would cost ~0.5 CPU-s after the work is done. An
     unexpected exception still propagates the usual way (traceback, exit 1)."""
     gc.freeze()
+    cancel_on_termination()
     try:
         code = main()
     except KeyboardInterrupt:

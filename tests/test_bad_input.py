@@ -189,10 +189,23 @@ def test_existing_output_needs_overwrite(capsys, tmp_path, models):
     code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(out))
     assert code == 2 and "--overwrite" in err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    # --overwrite replaces an earlier RAM Desktop output only: an unrelated folder is refused, untouched
+    (out / "sub").mkdir()
+    (out / "sub" / "data.csv").write_text("1,2\n")
+    before = tree_snapshot(out)
     code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(out), "--overwrite")
+    assert code == 2 and "RAM Desktop did not write" in err and "choose a new folder" in err, err
+    assert tree_snapshot(out) == before
+    fresh = tmp_path / "fresh"
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh))
     assert code == 0, err
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
-    assert not list(tmp_path.glob("out.*"))
+    first = (fresh / "model.safetensors").read_bytes()
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh), "--overwrite",
+                           "--method", "ram")
+    assert code == 0, err
+    assert (fresh / "model.safetensors").read_bytes() != first
+    assert json.loads((fresh / "merge-report.json").read_text())["method"] == "ram"
+    assert not [p.name for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name or "lock" in p.name]
 
 
 def test_not_enough_free_disk(capsys, tmp_path, models, monkeypatch):

@@ -166,7 +166,7 @@ def test_killed_runs_staging_is_removed_by_the_next_run_and_a_live_ones_kept(cap
         code = main(["merge", str(base), *map(str, agents), "--out", str(tmp_path / "merged")])  # not quiet: logs
         assert code == 0, capsys.readouterr().err
         assert not killed_folder.exists()
-        assert any(f"removed {killed_folder}, left behind by a merge that was killed" in r.getMessage()
+        assert any(f"removed {killed_folder}, left behind by a run that was killed" in r.getMessage()
                    for r in caplog.records)
         assert live_folder.is_dir() and (live_folder / "model.safetensors").is_file()  # a live run's folder stays
         assert (tmp_path / "merged" / "model.safetensors").is_file()

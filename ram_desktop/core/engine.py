@@ -272,7 +272,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     t0 = time.perf_counter()
     with ExitStack() as stack:
         stack.enter_context(files)
-        folders = [stack.enter_context(staging_folder(o)) for o in outs]
+        folders = [stack.enter_context(staging_folder(o, request.overwrite)) for o in outs]
         variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
                     for m, p, ctx, folder in zip(methods, params, contexts, folders)]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import logging
 import os
+import re
 import shutil
+import signal
 import socket
+import sys
+import threading
 import uuid
 from contextlib import contextmanager
 from fnmatch import fnmatch
@@ -14,6 +20,11 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 from .errors import InputError
 from .formats import Checkpoint
@@ -53,11 +64,7 @@ def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_by
                 raise InputError(f"output folder {out} is inside the input {inp}; choose a folder outside the inputs")
             if out in inp.parents:
                 raise InputError(f"output folder {out} contains the input {inp}; choose a folder that holds no input")
-    if out.exists():
-        if not out.is_dir():
-            raise InputError(f"output {out} exists and is a file; choose a folder name")
-        if any(out.iterdir()) and not overwrite:
-            raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
+    check_replaceable(out, overwrite)
     anchor = out.parent
     while not anchor.exists():
         anchor = anchor.parent
@@ -137,8 +144,12 @@ class ShardSet:
         return self.names + ([INDEX_FILE] if len(self.layout) > 1 else [])
 
 
-OWNER_FILE = ".ram-desktop-owner"  # JSON {"pid", "started", "host"} of the run that writes the staging folder
+OWNER_FILE = ".ram-desktop-owner"  # JSON {"pid", "started", "host"}: the marker of staging folders of earlier versions
 STAGING = ".partial-"
+OLD = ".old-"
+LOCK_SUFFIX = ".ram-desktop-lock"
+# what makes a folder an earlier RAM Desktop output, which --overwrite may replace: a merge, or a Fisher estimate
+OUTPUT_MARKERS = (("merge-report.json", "ram-recipe.yaml"), ("fisher.json",))
 
 
 def _process_start(pid: int) -> str | None:
@@ -161,64 +172,255 @@ def _process_start(pid: int) -> str | None:
     return ""
 
 
-def _owner_alive(marker: Path) -> bool:
-    try:
-        owner = json.loads(marker.read_text())
-        pid, started, host = int(owner["pid"]), str(owner["started"]), str(owner["host"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return True  # unreadable: it may be being written right now; never remove what we cannot judge
-    if host != socket.gethostname():
+def _alive(pid: int, started: str, host: str) -> bool:
+    if host != _host():
         return True  # another machine's run on a shared disk: its process cannot be seen from here
     now = _process_start(pid)
-    return now is not None and (now == started or not now or not started)
+    return now is not None and (now == started or not now or not started or started == "0")
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _owner_tag() -> str:
+    """``<pid>-<start>-<random>-<host>``: the owner of a staging or old folder, in its name from the first byte."""
+    pid = os.getpid()
+    return f"{pid}-{_process_start(pid) or 0}-{uuid.uuid4().hex[:8]}-{_host()}"
+
+
+def _owner_alive(folder: Path) -> bool:
+    """Whether the run that made ``folder`` (``<out>.partial-<tag>`` or ``<out>.old-<tag>``) may still be running.
+    Folders of earlier versions carry the owner in ``OWNER_FILE``; what cannot be judged counts as alive."""
+    tag = folder.name.split(STAGING, 1)[1] if STAGING in folder.name else folder.name.split(OLD, 1)[-1]
+    parts = tag.split("-", 3)
+    if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
+        return _alive(int(parts[0]), parts[1], parts[3])
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text())
+        return _alive(int(owner["pid"]), str(owner["started"]), re.sub(r"[^A-Za-z0-9.]", "_", str(owner["host"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # no marker or unreadable: never remove what we cannot judge
 
 
 def remove_orphaned_staging(parent: Path) -> list[Path]:
-    """Remove the staging folders in ``parent`` whose owner process is gone (a run killed outright);
-    folders without our owner marker, and those of live runs, are left alone. Returns what was removed."""
-    removed = []
+    """Tidy what runs killed outright left in ``parent``: a staging folder whose owner is gone is removed; an
+    ``.old-`` folder whose owner is gone is moved back to its output name when that name is free (the run
+    died between its two renames) and removed otherwise. Folders of live runs, and folders without an owner
+    we can read, are left alone. Returns what was removed or restored."""
+    tidied = []
     try:
-        candidates = [p for p in parent.iterdir() if STAGING in p.name and p.is_dir()]
+        entries = list(parent.iterdir())
     except OSError:
-        return removed
+        return tidied
+    candidates = [p for p in entries if (STAGING in p.name or OLD in p.name) and p.is_dir() and not p.is_symlink()]
+    for lock in (p for p in entries if p.name.startswith(".") and p.name.endswith(LOCK_SUFFIX)):
+        _remove_stale_lock(lock)
     for folder in candidates:
-        marker = folder / OWNER_FILE
-        if marker.is_file() and not _owner_alive(marker):
-            shutil.rmtree(folder, ignore_errors=True)
-            if not folder.exists():
-                log.warning("removed %s, left behind by a merge that was killed (its process %s is gone)", folder,
-                            json.loads(marker.read_text()).get("pid") if marker.exists() else "")
-                removed.append(folder)
-    return removed
+        if _owner_alive(folder):
+            continue
+        if OLD in folder.name and STAGING not in folder.name:
+            out = folder.with_name(folder.name.split(OLD, 1)[0])
+            if not out.exists():
+                os.rename(folder, out)
+                log.warning("restored %s from %s, left by a run that was killed while replacing it", out, folder.name)
+                tidied.append(folder)
+                continue
+        shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():
+            log.warning("removed %s, left behind by a run that was killed (its process is gone)", folder)
+            tidied.append(folder)
+    return tidied
+
+
+def _remove_stale_lock(path: Path) -> None:
+    """A lock file whose holder died (its lock went with it): removed while we hold it; a held one is kept."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        _try_lock(fd)
+        if os.stat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    except OSError:
+        pass  # held by a live run, or gone meanwhile
+    finally:
+        os.close(fd)
+
+
+def check_replaceable(out: Path, overwrite: bool) -> None:
+    """An existing ``out`` may be replaced only with ``overwrite``, and only when it is empty or holds an
+    earlier RAM Desktop output (``OUTPUT_MARKERS``): any other folder's files are never touched."""
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise InputError(f"output {out} exists and is not a folder; choose a folder name")
+    if not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
+    if not any(all((out / name).is_file() for name in names) for names in OUTPUT_MARKERS):
+        raise InputError(f"output folder {out} holds files that RAM Desktop did not write (no merge-report.json and "
+                         "ram-recipe.yaml, no fisher.json); --overwrite replaces only an earlier RAM Desktop output — "
+                         "choose a new folder")
 
 
 @contextmanager
-def staging_folder(out: Path) -> Iterator[Path]:
-    """A temporary sibling ``<out>.partial-XXXX`` that replaces ``out`` only when the body completes;
-    on any exception (cancel, error, Ctrl-C) it is removed and ``out`` is left as it was.
-
-    It holds an owner marker (pid, process start time, host), so that a later run writing beside it
-    can tell a folder left by a killed run (removed, and logged) from one a live run owns (kept)."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    remove_orphaned_staging(out.parent)
-    tmp = out.with_name(f"{out.name}{STAGING}{uuid.uuid4().hex[:8]}")
-    tmp.mkdir()
-    pid = os.getpid()
-    (tmp / OWNER_FILE).write_text(json.dumps({"pid": pid, "started": _process_start(pid) or "",
-                                              "host": socket.gethostname()}))
+def output_lock(out: Path) -> Iterator[None]:
+    """One writer per output folder: an exclusive ``flock`` on ``.<out>.ram-desktop-lock`` beside it (the OS
+    releases it when the process dies, even by SIGKILL). A second run is refused naming the first one's pid.
+    The file is removed on release; a run that locked a file which was removed meanwhile locks again."""
+    lock_path = out.with_name(f".{out.name}{LOCK_SUFFIX}")
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _try_lock(fd)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise InputError(f"output folder {out} is being written by another RAM Desktop run (pid {holder}); wait "
+                             "for it to finish or choose another folder") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as we opened it: lock the new one
     try:
-        yield tmp
-        (tmp / OWNER_FILE).unlink()
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        try:
+            os.unlink(lock_path)
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def _try_lock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    else:  # Windows
+        import msvcrt
+
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            raise BlockingIOError from None
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """``mkdir -p folder``; returns the folders it created, deepest first (removed again on failure)."""
+    missing = []
+    p = folder
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for m in reversed(missing):
+        m.mkdir(exist_ok=True)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for f in folders:
+        try:
+            f.rmdir()
+        except OSError:
+            break
+
+
+_EXCHANGE = 2  # RENAME_EXCHANGE (linux/fs.h)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system or
+    the file system has no such call (the caller then renames twice)."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP are only noted while the output is swapped in (only SIGKILL can cut the swap,
+    and the next run repairs that). A cancel that arrives meanwhile comes too late: the output is complete,
+    so it is kept and the cancel is logged, not raised. (Python runs signal handlers in the main thread only;
+    elsewhere, as in the window's worker, there is nothing to hold.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    noted: list[int] = []
+    names = [n for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    previous = {n: signal.signal(getattr(signal, n), lambda signum, frame: noted.append(signum)) for n in names}
+    try:
+        yield
+    finally:
+        for n, handler in previous.items():
+            signal.signal(getattr(signal, n), handler)
+        if noted:
+            log.warning("cancel arrived as the output was put in place; the complete output is kept")
+
+
+def _swap_in(tmp: Path, out: Path) -> Path | None:
+    """Put the finished ``tmp`` at ``out``: at every moment ``out`` holds the old output or the new one.
+    Returns the folder that now holds the old output (to remove), if any."""
+    with _signals_held():
+        if not out.exists():
+            os.rename(tmp, out)
+            return None
+        if _exchange(tmp, out):  # tmp now holds the old output, under a name the next run tidies if we die
+            return tmp
+        old = out.with_name(f"{out.name}{OLD}{tmp.name.split(STAGING, 1)[1]}")
+        os.rename(out, old)  # a run killed right here leaves no out: the next run restores it from old
+        os.rename(tmp, out)
+        return old
+
+
+@contextmanager
+def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
+    """A temporary sibling ``<out>.partial-<owner>`` that replaces ``out`` only when the body completes;
+    on any exception (cancel, error, Ctrl-C) it is removed, with any parent folders this run created, and
+    ``out`` is left as it was.
+
+    The whole run holds ``output_lock(out)``, and ``out`` is checked again under it (``check_replaceable``):
+    two runs can never both write one output. The owner (pid, process start time, host) is in the folder's
+    name from its first byte, so a later run can tell a folder left by a killed run (tidied, and logged)
+    from one a live run owns (kept)."""
+    created = _make_parents(out.parent)
+    try:
+        with output_lock(out):
+            remove_orphaned_staging(out.parent)
+            check_replaceable(out, overwrite)
+            tmp = out.with_name(f"{out.name}{STAGING}{_owner_tag()}")
+            tmp.mkdir()
+            try:
+                yield tmp
+                previous = _swap_in(tmp, out)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            if previous is not None:
+                shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(created)
         raise
-    old = None
-    if out.exists():
-        old = out.with_name(f"{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_config(base: Checkpoint, folder: Path, plan: MergePlan) -> None:

@@ -291,7 +291,7 @@ def write_fisher(agent: str | Path, suite: Suite | str | Path, out: str | Path, 
     size = sum(i.numel for i in ckpt.tensors.values() if i.is_float) * 4
     out = check_output(Path(out), [ckpt], overwrite, size)
     estimate = estimate_fisher(agent, suite, examples, device, reporter)
-    with staging_folder(out) as folder:
+    with staging_folder(out, overwrite) as folder:
         write_fisher_files(folder, estimate, shard_size)
     return estimate.info
 
