@@ -185,3 +185,23 @@ def test_window_opens_a_recipe_of_hub_ids_in_a_fresh_process(root):
     shot = root / "out" / "hub.png"
     done = ok(run(root, RAM_DESKTOP, str(recipe), "--screenshot", str(shot), timeout=600))
     assert shot.stat().st_size > 10_000, done.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_window_closes_cleanly_on_termination_signals(root, sig):
+    """A logout or ``kill`` closes the window like its close button (running work cancelled), exit 130."""
+    pytest.importorskip("PySide6")
+    import signal
+    import time
+
+    proc = subprocess.Popen([str(RAM_DESKTOP), "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(root), cwd=root)
+    try:
+        time.sleep(6)  # the window is up and analysing the demo
+        assert proc.poll() is None, proc.stderr.read()
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, proc.stderr.read()
+    assert "Traceback" not in proc.stderr.read()

@@ -125,8 +125,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     elif args.demo:
         window.load_demo()
+    _close_on_termination(app, window, status)
     code = app.exec()
     return status["code"] or code
+
+
+def _close_on_termination(app, window, status: dict) -> None:
+    """Ctrl-C in the terminal, SIGTERM (a logout, ``kill``) and SIGHUP close the window like its close button:
+    a running merge is cancelled and its staging folder removed, then the app exits 130. Python runs signal
+    handlers only between its own bytecodes, so a timer wakes it while Qt's loop waits."""
+    import signal
+
+    from PySide6.QtCore import QTimer
+
+    def close(signum: int, frame: object) -> None:
+        status["code"] = 130
+        QTimer.singleShot(0, window.close)
+
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), close)
+    wake = QTimer(app)
+    wake.timeout.connect(lambda: None)
+    wake.start(250)
 
 
 def entry() -> None:
