@@ -732,3 +732,13 @@ def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint,
                     k = (float_bits(abs(v) * inv_ulp) >> shift) & field
                     ulps[t, 0 if k == 0 else min(max(k - bias + 1, 1), ulps.shape[1] - 1)] += 1
     return bad_blocks
+
+
+@jit
+def exponent_all_ones(bits, mask):
+    """Whether any stored float in ``bits`` (its unsigned-integer view) has every exponent bit of ``mask`` set:
+    ±Inf or NaN. No early exit, so the loop vectorises (one pass over a slice just written, in cache)."""
+    found = 0
+    for i in range(bits.shape[0]):
+        found |= (bits[i] & mask) == mask
+    return found != 0

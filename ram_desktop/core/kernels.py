@@ -107,7 +107,8 @@ def _jit() -> dict:
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
             "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
-            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel}
+            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel,
+            "exponent_all_ones": k.exponent_all_ones}
 
 
 def _name(dtype: torch.dtype | str) -> str:
@@ -179,6 +180,11 @@ class _OutputPool:
 
 
 _OUTPUTS = _OutputPool()
+
+
+def exponent_all_ones(bits: np.ndarray, mask: int) -> bool:
+    """Whether a flat array of stored float bits holds a value with all exponent bits ``mask`` set (±Inf, NaN)."""
+    return bool(_jit()["exponent_all_ones"](bits.reshape(-1), bits.dtype.type(mask)))
 
 
 def release_output(data: object) -> None:

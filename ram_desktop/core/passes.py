@@ -319,11 +319,10 @@ def out_of_range(data: torch.Tensor | np.ndarray, out_name: str) -> bool:
     """True when a slice of ``out_name`` values (a tensor, or the kernels' stored bits) holds ±Inf or NaN:
     an exponent with all bits set. One pass over the stored bits, a fraction of a merge's cost."""
     bits_type, mask = _EXPONENT_BITS[out_name]
-    if isinstance(data, np.ndarray):
-        bits = data.view(bits_type)
-    else:
-        same_size_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
-        bits = data.contiguous().view(same_size_int).numpy().view(bits_type)
+    if isinstance(data, np.ndarray):  # the fused kernels' output: numba is loaded, so check with its loop
+        return kernels.exponent_all_ones(data.view(bits_type), mask)
+    same_size_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
+    bits = data.contiguous().view(same_size_int).numpy().view(bits_type)
     exponent = bits_type(mask)
     return bool(((bits & exponent) == exponent).any())
 
