@@ -27,7 +27,7 @@ from .events import Reporter
 from .methods import Collector, get_method
 from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .passes import Variant, merge_pass, probe_pass
-from .plan import AuxInput, MergePlan, check_aux, make_plan
+from .plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
 from .transfer import Transfer
@@ -119,6 +119,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
+    check_agent_count(len(agents))
     _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
@@ -244,6 +245,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     outs = [Path(s.out) for s in specs]
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
+    check_agent_count(len(request.agents))
     _check_hub_sources(request.base, request.agents, reporter, request.token, request.names, request.out_dtype,
                        request.vocab, outs[0])
     base, agents = open_sources(request.base, request.agents, reporter, request.token)

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from .errors import InputError
+from .safe_read import read_yaml
 from .recipe import FORMAT, Recipe
 
 # mergekit method -> (our method, its shared parameters with mergekit's defaults, its per-model parameters)
@@ -87,12 +88,7 @@ def load_mergekit(path: Path) -> Imported:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return read_yaml(path)
 
 
 def _scalar(where: str, key: str, value: Any) -> Any:

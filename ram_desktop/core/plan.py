@@ -167,6 +167,16 @@ def default_names(agents: list[Checkpoint]) -> list[str]:
     return names
 
 
+MAX_AGENTS = 256  # a chunk's task vectors take ~N × 2 MiB per float32 copy (several copies): 256 agents ~2 GB
+
+
+def check_agent_count(count: int) -> None:
+    """Refuse more agents than the engine holds in memory per chunk, before any file is opened."""
+    if count > MAX_AGENTS:
+        raise InputError(f"{count} agents: RAM Desktop merges at most {MAX_AGENTS} agents at once (each chunk holds "
+                         "every agent's task vector in memory); merge them in groups")
+
+
 def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | None = None,
               out_dtype: str = "base", vocab: str = "exact") -> MergePlan:
     """Check that base and agents line up and list the tensor jobs; raise one clear ``InputError`` if not.

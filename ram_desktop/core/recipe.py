@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,8 @@ import yaml
 
 from . import defaults
 from .errors import InputError
+from .plan import check_agent_count
+from .safe_read import read_yaml
 
 FORMAT = "ram-recipe/1"
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -72,39 +75,103 @@ class Recipe:
 
     @classmethod
     def load(cls, path: Path) -> "Recipe":
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except OSError as e:
-            raise InputError(f"{path}: cannot read recipe ({e.strerror})") from None
-        except yaml.YAMLError as e:
-            raise InputError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_yaml(path), str(path))
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "recipe") -> "Recipe":
+        """A recipe from its parsed YAML. Every key is checked: an unknown or misplaced key, or a value of the
+        wrong type, is refused naming it (a typo must never change a merge silently)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InputError(f"{where}: not a RAM Desktop recipe (needs 'format: {FORMAT}')")
-        try:
-            agents = data["agents"]
-            if not isinstance(agents, list):
-                raise TypeError
-            sources = [str(a["source"]) if isinstance(a, dict) else str(a) for a in agents]
-            names = [a.get("name") for a in agents if isinstance(a, dict)]
-            params = data.get("parameters") or {}
-            if not isinstance(params, dict):
-                raise TypeError
-            return cls(
-                base=str(data["base"]),
-                agents=sources,
-                method=str(data.get("method", defaults.METHOD)),
-                params=params,
-                names=[str(n) for n in names] if len(names) == len(sources) and all(names) else None,
-                eps=float(data.get("eps", defaults.EPS)),
-                out_dtype=str(data.get("out_dtype", defaults.OUT_DTYPE)),
-                shard_size=str(data.get("shard_size", defaults.SHARD_SIZE)),
-                device=str(data.get("device", defaults.DEVICE)),
-                out=str(data["output"]) if data.get("output") else None,
-                vocab=str(data.get("vocab", defaults.VOCAB)),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise InputError(f"{where}: incomplete recipe ({e.__class__.__name__}: {e}); needs base and agents") from None
+        _known_keys(where, "", data, RECIPE_KEYS)
+        for key in ("base", "agents"):
+            if key not in data:
+                raise InputError(f"{where}: {key}: missing; a recipe needs base and agents")
+        agents = data["agents"]
+        if not isinstance(agents, list) or not agents:
+            raise InputError(f"{where}: agents: expected a list of agents (each a path, a Hub id, or "
+                             "name: and source:), found " + _type_name(agents))
+        check_agent_count(len(agents))
+        sources, names = [], []
+        for i, agent in enumerate(agents):
+            at = f"agents[{i}]"
+            if isinstance(agent, dict):
+                _known_keys(where, at + ".", agent, AGENT_KEYS)
+                if "source" not in agent:
+                    raise InputError(f"{where}: {at}: needs source: (a model folder, file or Hub id)")
+                sources.append(_text(where, at + ".source", agent["source"]))
+                names.append(_text(where, at + ".name", agent["name"]) if agent.get("name") is not None else None)
+            else:
+                sources.append(_text(where, at, agent))
+                names.append(None)
+        method = _text(where, "method", data.get("method", defaults.METHOD))
+        params = data.get("parameters")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise InputError(f"{where}: parameters: expected a mapping of name: value, found {_type_name(params)}")
+        _check_parameters(where, method, params)
+        eps = data.get("eps", defaults.EPS)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+            raise InputError(f"{where}: eps: expected a number, found {eps!r}")
+        shard_size = data.get("shard_size", defaults.SHARD_SIZE)
+        if isinstance(shard_size, bool) or not isinstance(shard_size, (str, int)):
+            raise InputError(f"{where}: shard_size: expected a size like 5GB, found {shard_size!r}")
+        output = data.get("output")
+        return cls(
+            base=_text(where, "base", data["base"]),
+            agents=sources,
+            method=method,
+            params=params,
+            names=[str(n) for n in names] if all(names) else None,
+            eps=float(eps),
+            out_dtype=_text(where, "out_dtype", data.get("out_dtype", defaults.OUT_DTYPE)),
+            shard_size=str(shard_size),
+            device=_text(where, "device", data.get("device", defaults.DEVICE)),
+            out=_text(where, "output", output) if output else None,
+            vocab=_text(where, "vocab", data.get("vocab", defaults.VOCAB)),
+        )
+
+
+RECIPE_KEYS = ("format", "method", "parameters", "eps", "base", "agents", "out_dtype", "shard_size", "device",
+               "output", "vocab")
+AGENT_KEYS = ("name", "source")
+
+
+def _type_name(value: Any) -> str:
+    return {str: "text", int: "a number", float: "a number", bool: "true/false", list: "a list",
+            dict: "a mapping", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    """A path, name or option: text (a bare number is taken as written, e.g. a folder named 2024)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise InputError(f"{where}: {key}: expected text, found {_type_name(value)}")
+    return str(value)
+
+
+def _known_keys(where: str, prefix: str, data: dict, allowed: tuple[str, ...]) -> None:
+    for key in data:
+        if str(key) not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; expected one of {', '.join(allowed)}"
+            raise InputError(f"{where}: {prefix}{key}: unknown key{hint}")
+
+
+def _check_parameters(where: str, method: str, params: dict) -> None:
+    """Every parameter must be one of ``method``'s; one that belongs to another method is misplaced."""
+    from .methods import METHODS
+
+    if method not in METHODS:
+        return  # the engine names the unknown method with the list of choices
+    own = [p.name for p in METHODS[method].params]
+    for key in params:
+        if str(key) in own:
+            continue
+        owners = [name for name, m in METHODS.items() if any(p.name == str(key) for p in m.params)]
+        if owners:
+            raise InputError(f"{where}: parameters.{key}: a parameter of {', '.join(owners)}, not of {method} "
+                             f"(which takes {', '.join(own) or 'none'})")
+        close = difflib.get_close_matches(str(key), own, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; {method} takes {', '.join(own) or 'none'}"
+        raise InputError(f"{where}: parameters.{key}: unknown parameter{hint}")

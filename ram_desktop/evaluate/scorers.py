@@ -147,6 +147,8 @@ class Scorer:
             rewards = self(list(suite.prompts), list(completions), **{k: list(v) for k, v in suite.columns.items()})
         except InputError:
             raise
+        except SystemExit as e:
+            raise InputError(f"{where} called sys.exit({e.code!r}); a reward function must return its scores") from None
         except Exception as e:
             raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
         if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
@@ -243,6 +245,10 @@ def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
     sys.path.insert(0, str(file.parent))
     try:
         import_spec.loader.exec_module(module)
+    except SystemExit as e:
+        sys.modules.pop(module_name, None)
+        raise InputError(f"{file}: loading the scorer module called sys.exit({e.code!r}) (scorer {spec.text!r}); "
+                         "a scorer file must only define its function") from None
     except Exception as e:
         sys.modules.pop(module_name, None)
         raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {_first_line(e)}") from None

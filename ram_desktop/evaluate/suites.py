@@ -27,6 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from ..core.errors import InputError
+from ..core.safe_read import parse_yaml, read_text
 from .scorers import ScorerSpec, parse_scorer
 
 DATA_FILE = "data.jsonl"
@@ -144,16 +145,9 @@ def _read_jsonl(file: Path) -> tuple[tuple[str, ...], dict[str, tuple[Any, ...]]
 
 def _read_yaml(file: Path) -> dict[str, Any]:
     """The settings of a suite.yaml, checked; keys as ``Suite`` fields."""
-    try:
-        text = file.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
-        node = yaml.compose(text)
-    except OSError as e:
-        raise InputError(f"{file}: cannot read ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{file}: not UTF-8 text") from None
-    except yaml.YAMLError as e:
-        raise InputError(f"{file}: not valid YAML ({' '.join(str(e).split())})") from None
+    text = read_text(file)
+    data = parse_yaml(text, str(file))  # aliases refused: a "billion laughs" costs nothing
+    node = yaml.compose(text)
     if data is None:
         return {}
     if not isinstance(data, dict):
