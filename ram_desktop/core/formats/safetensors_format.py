@@ -197,9 +197,9 @@ def _json_kind(value: object) -> str:
 def weight_files(folder: Path) -> list[Path] | None:
     """The safetensors files of a model folder, or None when it has none (another format may apply)."""
     index = folder / INDEX_FILE
-    if index.is_file():
+    if index.exists():  # exists, not is_file: a FIFO or folder of that name is refused by its reader, not skipped
         return index_shards(index)
-    if (folder / SINGLE_FILE).is_file():
+    if (folder / SINGLE_FILE).exists():
         return [folder / SINGLE_FILE]
     candidates = sorted(folder.glob("*.safetensors"))
     if len(candidates) == 1:
@@ -223,7 +223,7 @@ def open_folder(folder: Path, files: list[Path], spec: str) -> Checkpoint:
             raise InputError(f"{folder}: tensor {name!r} appears in both {tensors[name].file.name} and {file.name}")
         tensors.update(shard_tensors)
         metadata.update(shard_meta)
-    if (folder / INDEX_FILE).is_file():
+    if (folder / INDEX_FILE).exists():
         check_index_covers(folder / INDEX_FILE, tensors)
     return Checkpoint(spec, folder, files, tensors, read_config(folder), metadata=metadata)
 
