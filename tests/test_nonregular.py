@@ -372,3 +372,34 @@ def test_os_error_reading_a_suite(tmp_path, models, code, at):
     done = cli(tmp_path, "eval", str(base), "--suite", str(suite), timeout=TIMEOUT,
                prelude=PATCH.format(target="suite/data.jsonl", code=code, at=at))
     refused(done, "data.jsonl", "cannot read", os.strerror(getattr(__import__("errno"), code)))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "nested_100k_deep", "repeated_key", "not_utf8"])
+def test_hub_check_cached_config(tmp_path, monkeypatch, kind):
+    """The pre-check's cached ``config.json`` goes through safe_read: refused naming the file, never blocking
+    (ba1bdff: a FIFO blocked, 100k-deep JSON raised RecursionError, a repeated key was silently resolved)."""
+    from ram_desktop.core import hub_check
+    from ram_desktop.core.formats import hub
+
+    cached = tmp_path / "config.json"
+    if kind == "fifo":
+        os.mkfifo(cached)
+    else:
+        cached.write_bytes({"nested_100k_deep": b"[" * 100_000 + b"]" * 100_000,
+                            "repeated_key": b'{"vocab_size": 8, "vocab_size": 9}',
+                            "not_utf8": b'{"model_type": "qw\xe9n"}'}[kind])
+    monkeypatch.setattr(hub_check.hf, "try_to_load_from_cache", lambda *a, **k: str(cached))
+    listing = hub.RepoFiles("org/model", "0" * 40, {"config.json": 10})
+    result: list[str] = []
+
+    def attempt() -> None:
+        try:
+            hub_check._remote_config("org/model", listing, None)
+        except InputError as e:
+            result.append(str(e))
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "reading the cached config blocked"
+    assert result and str(cached) in result[0], result
