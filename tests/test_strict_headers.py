@@ -14,7 +14,6 @@ from safetensors import safe_open
 
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.formats.safetensors_format import open_slices, read_header
-from ram_desktop.core.safe_read import parse_json
 
 from .conftest import tree_snapshot
 from .subproc import cli, refused
@@ -161,6 +160,8 @@ def test_slice_reader_revalidates_a_file_changed_after_its_header_was_read(tmp_p
 
 
 def test_parse_json_finite_refuses_what_strict_parsers_refuse():
+    from ram_desktop.core.safe_read import parse_json
+
     assert parse_json('{"x": NaN}', "f")["x"] != 0  # Python's json reads NaN: kept for other files
     for text in ('{"x": NaN}', '{"x": -Infinity}', '[1e400]'):
         with pytest.raises(InputError, match="not a finite number"):
