@@ -307,7 +307,7 @@ def test_adapter_config_with_a_repeated_key(tmp_path, models):
 # ---- OS errors while reading: exit 2 naming the file (root ignores permissions: simulated) ----
 
 PATCH = """
-import builtins, errno, os
+import builtins, errno, io, os
 TARGET, CODE, AT = {target!r}, errno.{code}, {at!r}
 def _hit(path):
     return str(path).endswith(TARGET)
@@ -319,9 +319,11 @@ def os_open(path, flags, *a, **k):
         raise _error(path)
     return _os_open(path, flags, *a, **k)
 def open_(file, *a, **k):
-    if AT == "open" and isinstance(file, (str, bytes, os.PathLike)) and _hit(os.fsdecode(file)):
+    hit = isinstance(file, (str, bytes, os.PathLike)) and _hit(os.fsdecode(file))
+    if AT == "open" and hit:
         raise _error(file)
-    return _open(file, *a, **k)
+    f = _open(file, *a, **k)
+    return _Failing(f, os.fsdecode(file)) if AT == "read" and hit else f
 class _Failing:
     def __init__(self, f, path):
         self._f, self._path = f, path
@@ -337,7 +339,7 @@ def fdopen(fd, *a, **k):
     f = _fdopen(fd, *a, **k)
     path = os.readlink(f"/proc/self/fd/{{fd}}")
     return _Failing(f, path) if AT == "read" and _hit(path) else f
-os.open, builtins.open, os.fdopen = os_open, open_, fdopen
+os.open, builtins.open, io.open, os.fdopen = os_open, open_, open_, fdopen
 """
 
 
@@ -357,11 +359,11 @@ def test_os_error_reading_safetensors_inputs(tmp_path, models, target, code, at)
     assert line
 
 
-@pytest.mark.parametrize("code", ["EACCES", "EIO"])
-def test_os_error_reading_a_pickle_checkpoint(tmp_path, code):
+@pytest.mark.parametrize("code,at", [("EACCES", "open"), ("EIO", "read")])
+def test_os_error_reading_a_pickle_checkpoint(tmp_path, code, at):
     base, agents = _pickle_models(tmp_path / "in")
     done = cli(tmp_path, "merge", str(base), str(agents[0]), str(agents[1]), "--out", str(tmp_path / "out"),
-               timeout=TIMEOUT, prelude=PATCH.format(target="alpha/pytorch_model.bin", code=code, at="open"))
+               timeout=TIMEOUT, prelude=PATCH.format(target="alpha/pytorch_model.bin", code=code, at=at))
     refused(done, str(agents[0] / "pytorch_model.bin"), os.strerror(getattr(__import__("errno"), code)))
 
 
