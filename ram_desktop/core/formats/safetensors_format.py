@@ -46,7 +46,7 @@ class Header:
 
 
 _HEADERS: dict[str, Header] = {}  # by path: the last validated header of each file (MappedSafetensors reuses it)
-_HEADERS_KEPT = 4096
+_HEADERS_KEPT = 1024
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
