@@ -100,7 +100,8 @@ def test_refused_like_the_library(tmp_path, case):
 def test_messages_name_the_tensor(tmp_path):
     cases = {"a_bad": ({"a_bad": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}}, 4),
              "b_late": ({"a_first": f32(0, 4), "b_late": f32(8, 12)}, 12),
-             "b_over": ({"a_first": f32(0, 8), "b_over": f32(4, 12)}, 12)}
+             "b_over": ({"a_first": f32(0, 8), "b_over": f32(4, 12)}, 12),
+             "z_last": ({"a_first": f32(0, 4), "z_last": f32(4, 8)}, 12)}
     for name, (header, size) in cases.items():
         path = write(tmp_path / f"{name}.safetensors", header, b"\0" * size)
         with pytest.raises(InputError, match=repr(name)):

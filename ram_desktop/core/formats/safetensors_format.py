@@ -183,7 +183,8 @@ def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: in
                              "the file is corrupt — re-download it")
         expected, previous = end, name
     if expected != data_size:
-        raise InputError(f"{path}: the last {data_size - expected} bytes of the file belong to no tensor; "
+        after = f", after tensor {previous!r}," if previous is not None else ""
+        raise InputError(f"{path}: the last {data_size - expected} bytes of the file{after} belong to no tensor; "
                          "the file is corrupt — re-download it")
 
 
