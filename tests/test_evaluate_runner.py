@@ -366,7 +366,7 @@ def test_bad_models_through_the_cli(lms, tmp_path, capsys):
 
     broken = _copy(chat, models / "broken")
     (broken / "config.json").write_text("{not json")
-    refused(broken, "broken/config.json", "invalid JSON")
+    refused(broken, "broken/config.json", "not valid JSON")
 
     odd = _copy(chat, models / "odd")
     _edit_json(odd / "config.json", model_type="t5", architectures=["T5ForConditionalGeneration"])

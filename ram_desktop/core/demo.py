@@ -13,11 +13,11 @@ The synthetic generator the demo used to be lives on in ``synthetic.py`` (tests 
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from pathlib import Path
 
 from .errors import InputError
+from .safe_read import os_reason, read_bytes, read_json
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned
@@ -35,7 +35,7 @@ def demo_fingerprint(folder: Path | str | None = None) -> str:
     h = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        h.update(path.read_bytes())
+        h.update(read_bytes(path))
     return h.hexdigest()
 
 
@@ -43,12 +43,12 @@ def read_manifest(folder: Path | str) -> dict:
     """``demo.json`` of a demo folder, its paths resolved against the folder."""
     folder = Path(folder)
     path = folder / MANIFEST
+    data = read_json(path)  # a FIFO, bad JSON, repeated keys, deep nesting, non-UTF-8: refused naming the file
     try:
-        data = json.loads(path.read_text())
         return {"base": folder / data["base"],
                 "agents": [{"name": a["name"], "path": folder / a["path"], "suite": folder / a["suite"]}
                            for a in data["agents"]]}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: not a readable demo manifest ({exc}); run `ram-merge demo DIR` again") from exc
 
 
@@ -63,11 +63,16 @@ def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[
         raise InputError(f"the built-in demo is missing from {source}: reinstall RAM Desktop")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for item in sorted(source.iterdir()):
-        target = folder / item.name
-        if item.is_dir():
-            shutil.copytree(item, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(item, target)
+    try:
+        for item in sorted(source.iterdir()):
+            target = folder / item.name
+            if item.is_dir():
+                shutil.copytree(item, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(item, target)
+    except shutil.SpecialFileError as e:  # a FIFO or socket where a demo file goes: never opened
+        raise InputError(f"{folder}: cannot write the demo there: {e}; remove it or choose another folder") from None
+    except OSError as e:
+        raise InputError(f"{e.filename or folder}: cannot write the demo ({os_reason(e)})") from None
     manifest = read_manifest(folder)
     return manifest["base"], [a["path"] for a in manifest["agents"]]

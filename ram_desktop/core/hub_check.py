@@ -107,10 +107,10 @@ def _remote_config(repo_id: str, listing: hub.RepoFiles, token: str | None) -> d
     path = hf.try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=listing.sha)
     if not isinstance(path, str):
         path = hf.hf_hub_download(repo_id, "config.json", revision=listing.sha, cache_dir=cache, token=token)
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    from .safe_read import read_json  # here, not at the top: the module's imports are edited elsewhere
+
+    value = read_json(path)  # a cached file that is not a regular file, valid UTF-8 JSON, ...: refused by name
+    return value if isinstance(value, dict) else None
 
 
 def precheck(base: str, agents: list[str], token: str | None = None, names: list[str] | None = None,

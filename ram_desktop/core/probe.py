@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import re
@@ -22,6 +23,10 @@ from .formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
 from .lazy import torch
 from .plan import MergePlan
+from .errors import InputError
+from .safe_read import read_json
+
+_log = logging.getLogger("ram_desktop")
 
 if TYPE_CHECKING:
     from .kernels import Analysis
@@ -388,12 +393,18 @@ def cache_dir() -> Path:
 
 
 def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
-    """A probe of the same inputs and ε saved earlier, or None."""
+    """A probe of the same inputs and ε saved earlier, or None (also, with a warning naming it, when the cache
+    file cannot be used: not a regular file, unreadable, invalid or too deeply nested JSON, another format)."""
     path = cache_dir() / f"{fingerprint}-{eps!r}.json"
-    try:
-        return ProbeReport.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+    if not os.path.lexists(path):
         return None
+    try:
+        return ProbeReport.from_json(read_json(path))
+    except InputError as e:
+        _log.warning("ignoring the cached probe: %s", e)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        _log.warning("ignoring the cached probe %s: not a probe report (%s)", path, e)
+    return None
 
 
 def save_cached(report: ProbeReport) -> None:

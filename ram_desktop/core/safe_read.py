@@ -9,6 +9,7 @@ format (weights headers, indexes, configs, recipes, suites, caches) gets the sam
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from pathlib import Path
@@ -105,25 +106,47 @@ class _DuplicateKey(ValueError):
 
 
 def json_depth(value: Any) -> int:
-    """How deeply lists and objects nest in a parsed JSON value (a scalar is 0), without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
+    """How deeply lists and objects nest in a parsed JSON value (a scalar is 0), without recursion: one
+    level at a time, so a wide value (a 300-tensor header) costs one list per level, not one tuple per item."""
+    depth, level = 0, [value]
+    while True:
+        containers = [item for item in level if isinstance(item, (dict, list))]
+        if not containers:
+            return depth
+        depth += 1
+        level = [child for item in containers for child in (item.values() if isinstance(item, dict) else item)]
 
 
-def parse_json(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+class _NotANumber(ValueError):
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.token = token
+
+
+def _refuse_constant(token: str) -> Any:
+    raise _NotANumber(token)
+
+
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):
+        raise _NotANumber(token)
+    return value
+
+
+def parse_json(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH, finite: bool = False) -> Any:
     """Parse JSON ``text``; refuse invalid JSON, repeated keys in one object and nesting deeper than
-    ``max_depth``, each with an ``InputError`` that starts with ``where``."""
+    ``max_depth``, each with an ``InputError`` that starts with ``where``.
+
+    ``finite``: also refuse what strict JSON parsers refuse and Python's ``json`` accepts: ``NaN``,
+    ``Infinity`` and numbers too large for a double (``1e999``)."""
+    hooks: dict[str, Any] = {"parse_constant": _refuse_constant, "parse_float": _finite_float} if finite else {}
     try:
-        value = json.loads(text, object_pairs_hook=_unique_object)
+        value = json.loads(text, object_pairs_hook=_unique_object, **hooks)
     except _DuplicateKey as e:
         raise InputError(f"{where}: the key {e.key!r} appears twice in one object; remove one") from None
+    except _NotANumber as e:
+        raise InputError(f"{where}: not valid JSON ({e.token} is not a finite number)") from None
     except RecursionError:
         raise InputError(f"{where}: JSON nested too deeply (more than {max_depth} levels)") from None
     except (ValueError, UnicodeDecodeError) as e:

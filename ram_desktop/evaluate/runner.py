@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import logging
 import os
 import platform
@@ -37,6 +36,7 @@ from ..core.engine import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.formats import open_checkpoint
+from ..core.safe_read import read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
 from .suites import Suite
@@ -234,6 +234,15 @@ def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
     return ref, ckpt.path, ckpt.display
 
 
+def _read_json(file: Path, where: str) -> Any:
+    """A model folder's JSON file through ``safe_read`` (regular file, UTF-8, no repeated keys, bounded
+    nesting); its errors prefixed with the model."""
+    try:
+        return read_json(file)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def check_loadable(folder: Path, name: str) -> None:
     """Refuse, before loading anything, a model folder that ``transformers`` cannot load without
     running the repository's own code: no config.json, an unknown model type, an ``auto_map``."""
@@ -241,12 +250,9 @@ def check_loadable(folder: Path, name: str) -> None:
 
     where = f"model {name} ({folder})"
     config_file = folder / "config.json"
-    if not config_file.is_file():
+    if not config_file.exists():
         raise InputError(f"{where}: no config.json; transformers needs it to load the model")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{where}: config.json cannot be read ({e})") from None
+    config = _read_json(config_file, where)
     if not isinstance(config, dict):
         raise InputError(f"{where}: config.json is not a JSON object")
     model_type = config.get("model_type")
@@ -262,11 +268,8 @@ def check_loadable(folder: Path, name: str) -> None:
         raise InputError(f"{where}: no tokenizer ({', '.join(TOKENIZER_FILES[:3])} ...); evaluation needs the "
                          f"model's tokenizer: copy the base model's tokenizer files into the folder")
     tokenizer_config = folder / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        try:
-            tok = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise InputError(f"{where}: tokenizer_config.json cannot be read ({e})") from None
+    if tokenizer_config.exists():
+        tok = _read_json(tokenizer_config, where)
         if isinstance(tok, dict) and "auto_map" in tok and not _known_tokenizer_class(tok.get("tokenizer_class")):
             raise InputError(f"{where}: its tokenizer needs the code in its own repository (tokenizer_config.json "
                              f"has auto_map and tokenizer class {tok.get('tokenizer_class')!r}); evaluation never "
@@ -354,8 +357,8 @@ def _as_declared(folder: Path, tokenizer: Any, where: str) -> Any:
     if type(tokenizer).__name__ in GENERIC_TOKENIZERS or not (folder / "tokenizer.json").is_file():
         return tokenizer
     try:
-        declared = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
-    except (OSError, ValueError, AttributeError):
+        declared = read_json(folder / "tokenizer_config.json").get("tokenizer_class")
+    except (InputError, AttributeError):  # read and checked by check_loadable before; absent or not an object here
         return tokenizer
     if declared not in GENERIC_TOKENIZERS:
         return tokenizer

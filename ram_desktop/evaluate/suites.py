@@ -27,7 +27,7 @@ from typing import Any, Literal
 import yaml
 
 from ..core.errors import InputError
-from ..core.safe_read import parse_yaml, read_text
+from ..core.safe_read import parse_json, parse_yaml, read_bytes, read_text
 from .scorers import ScorerSpec, parse_scorer
 
 DATA_FILE = "data.jsonl"
@@ -88,7 +88,7 @@ def load_suite(path: str | Path) -> Suite:
         given = given.parent
     if given.is_dir():
         data_file, default_name = given / DATA_FILE, given.name
-        if not data_file.is_file():
+        if not data_file.exists():
             raise InputError(f"{given}: a suite folder needs {DATA_FILE} (and optionally {SUITE_YAML})")
     else:
         data_file = given
@@ -102,10 +102,7 @@ def load_suite(path: str | Path) -> Suite:
 
 
 def _read_jsonl(file: Path) -> tuple[tuple[str, ...], dict[str, tuple[Any, ...]], tuple[int, ...]]:
-    try:
-        raw = file.read_bytes()
-    except OSError as e:
-        raise InputError(f"{file}: cannot read ({e.strerror})") from None
+    raw = read_bytes(file)  # a FIFO, device or folder is refused before it is opened for reading
     rows: list[dict[str, Any]] = []
     lines: list[int] = []
     for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
@@ -117,11 +114,7 @@ def _read_jsonl(file: Path) -> tuple[tuple[str, ...], dict[str, tuple[Any, ...]]
             line = line.removeprefix("\ufeff")
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{file}, line {number}: not valid JSON ({e.msg} at column {e.colno}); "
-                             f"a suite has one JSON object per line") from None
+        row = parse_json(line, f"{file}, line {number}")  # one parse per line: repeated keys, deep nesting refused
         if not isinstance(row, dict):
             raise InputError(f"{file}, line {number}: expected a JSON object like "
                              f"{{\"prompt\": ..., \"answer\": ...}}, found {type(row).__name__}")

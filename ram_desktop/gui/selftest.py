@@ -13,7 +13,6 @@ removes its temporary folder. A watchdog ends the process after ``timeout`` seco
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -42,6 +41,9 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     """(elements in the merged weights, λ values, dtype) or SelfTestError."""
     from safetensors import safe_open
 
+    from ..core.errors import InputError
+    from ..core.safe_read import check_regular, read_json
+
     if not out.is_dir():
         raise SelfTestError(f"the merge wrote no output folder {out}")
     missing = [name for name in REQUIRED_FILES if not (out / name).is_file() or (out / name).stat().st_size == 0]
@@ -53,6 +55,7 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     elements, dtypes = 0, set()
     for shard in shards:
         try:
+            check_regular(shard)  # safe_open opens it itself: a FIFO would block it
             with safe_open(str(shard), framework="pt") as f:
                 for key in f.keys():
                     tensor = f.get_tensor(key)
@@ -65,9 +68,11 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     if dtypes != {"float32"}:
         raise SelfTestError(f"merged weights are {sorted(dtypes)}, expected float32")
     try:
-        report = json.loads((out / "merge-report.json").read_text(encoding="utf-8"))
-    except ValueError as e:
-        raise SelfTestError(f"merge-report.json is not JSON: {e}") from e
+        report = read_json(out / "merge-report.json")
+    except InputError as e:
+        raise SelfTestError(f"merge-report.json cannot be read: {e}") from e
+    if not isinstance(report, dict):
+        raise SelfTestError("merge-report.json is not a JSON object")
     if report.get("method") != "ram-plus":
         raise SelfTestError(f"merge-report.json says method {report.get('method')!r}, expected 'ram-plus'")
     lambdas = report.get("lambda") or []

@@ -3,7 +3,6 @@ constants, index parsing and path containment. Imports nothing else of the forma
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import Counter
@@ -14,6 +13,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..lazy import torch
+from ..safe_read import read_json
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -147,10 +147,10 @@ def read_index(index: Path, where: str | None = None) -> dict[str, str]:
     a JSON object with a ``weight_map`` object whose keys and values are strings, every shard inside
     the folder. ``where`` names the source in messages (default: the index path)."""
     where = where or str(index)
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError):
-        raise InputError(f"{where}: not a valid index (needs a JSON object with a \"weight_map\")") from None
+    value = read_json(index)
+    if not isinstance(value, dict) or "weight_map" not in value:
+        raise InputError(f"{where}: not a valid index (needs a JSON object with a \"weight_map\")")
+    weight_map = value["weight_map"]
     if not isinstance(weight_map, dict):
         raise InputError(f"{where}: not a valid index (its \"weight_map\" must map tensor names to file names)")
     for name, file in weight_map.items():
@@ -169,7 +169,7 @@ def index_shards(index: Path, where: str | None = None) -> list[Path]:
     files = []
     for name in sorted(set(read_index(index, where).values())):
         file = folder / os.path.normpath(name)
-        if not file.is_file():
+        if not file.exists():  # something else than a regular file is refused by the reader, by name
             raise InputError(f"{where or index}: names shard {name!r}, which is missing from {folder}; re-download it")
         files.append(file)
     return files
@@ -192,11 +192,10 @@ def check_index_covers(index: Path, tensors: dict[str, TensorInfo]) -> None:
 
 
 def read_config(folder: Path) -> dict | None:
+    """The folder's ``config.json`` as an object (None when there is none, or it is not an object); a FIFO,
+    device or folder in its place, invalid JSON, repeated keys, deep nesting or non-UTF-8 are refused."""
     config = folder / "config.json"
-    if not config.is_file():
+    if not config.exists():
         return None
-    try:
-        value = json.loads(config.read_text())
-        return value if isinstance(value, dict) else None
-    except ValueError:
-        raise InputError(f"{config}: invalid JSON; fix or remove it") from None
+    value = read_json(config)
+    return value if isinstance(value, dict) else None

@@ -42,6 +42,7 @@ from huggingface_hub.file_download import repo_folder_name
 
 from ..errors import Cancelled, InputError
 from ..events import Reporter
+from ..safe_read import read_text
 from .base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
 from .local import open_local
 
@@ -221,8 +222,8 @@ def cached_snapshot(repo_id: str, revision: str | None) -> tuple[Path, str] | No
         sha = rev
     else:
         ref = storage / "refs" / rev
-        if contained(storage / "refs", rev) and ref.is_file():
-            sha = ref.read_text().strip()
+        if contained(storage / "refs", rev) and ref.exists():
+            sha = read_text(ref).strip()
     if not sha or not COMMIT.match(sha):
         return None
     folder = storage / "snapshots" / sha

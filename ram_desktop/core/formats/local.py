@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import InputError
+from ..safe_read import check_regular
 from . import lora, pickle_format, safetensors_format
 from .base import PICKLE_SUFFIXES, Checkpoint
 
@@ -14,6 +15,8 @@ def open_local(path: Path, spec: str | None = None) -> Checkpoint:
     weights file."""
     path = path.resolve()
     spec = spec or str(path)
+    if not path.is_dir():
+        check_regular(path)  # a FIFO, device or socket named as the model: refused, never opened
     if path.is_file():
         if path.suffix == ".safetensors":
             return safetensors_format.open_file(path, spec)

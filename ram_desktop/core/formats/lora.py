@@ -21,7 +21,6 @@ and any tensor that is not a LoRA factor.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from safetensors import safe_open
 
 from ..errors import InputError
 from ..lazy import torch
+from ..safe_read import check_regular, read_json
 from .base import Checkpoint, TensorInfo
 from .safetensors_format import read_header
 
@@ -45,7 +45,8 @@ FACTOR = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|"
 
 def is_adapter_folder(path: Path) -> bool:
     path = Path(path)
-    return path.is_dir() and (path / ADAPTER_CONFIG).is_file() and (path / ADAPTER_WEIGHTS).is_file()
+    # exists, not is_file: a FIFO or folder of either name makes the folder an adapter whose reader refuses it
+    return path.is_dir() and (path / ADAPTER_CONFIG).exists() and (path / ADAPTER_WEIGHTS).exists()
 
 
 def is_delta_file(file: Path) -> bool:
@@ -71,10 +72,7 @@ class LoraFactors:
 
 
 def read_config(folder: Path) -> dict:
-    try:
-        config = json.loads((Path(folder) / ADAPTER_CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{folder / ADAPTER_CONFIG}: cannot read the adapter config ({e})") from None
+    config = read_json(Path(folder) / ADAPTER_CONFIG)
     if not isinstance(config, dict):
         raise InputError(f"{folder / ADAPTER_CONFIG}: not a PEFT adapter config")
     peft_type = str(config.get("peft_type", "LORA")).upper()
@@ -225,6 +223,7 @@ class DeltaHandle:
         self.config = read_config(self.folder)
         tensors, _ = read_header(self.folder / ADAPTER_WEIGHTS)
         self.pairs = factors(self.folder, tensors, self.config)
+        check_regular(self.folder / ADAPTER_WEIGHTS)  # safe_open opens it itself: a FIFO would block it
         self._file = safe_open(str(self.folder / ADAPTER_WEIGHTS), framework="pt")
         self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
         self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..lazy import torch
 from ..errors import InputError
+from ..safe_read import check_regular
 from .base import (CODE_OF_NAME, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, dtype_name,
                    index_shards, read_config)
 
@@ -31,9 +32,9 @@ WRAPPER_KEYS = ("state_dict", "model_state_dict")  # {"state_dict": {...}, ...} 
 
 def open_pickle_folder(folder: Path, spec: str) -> Checkpoint:
     """A model folder with no .safetensors file: ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``."""
-    if (folder / PICKLE_INDEX).is_file():
+    if (folder / PICKLE_INDEX).exists():  # exists: a FIFO or folder of that name is refused by its reader
         return _open_index(folder, folder / PICKLE_INDEX, spec)
-    if (folder / PICKLE_SINGLE).is_file():
+    if (folder / PICKLE_SINGLE).exists():
         return _open_files(folder, [folder / PICKLE_SINGLE], spec)
     raise InputError(
         f"{folder}: no model weights found (expected model.safetensors, model.safetensors.index.json, "
@@ -76,6 +77,7 @@ def _open_files(folder: Path, files: list[Path], spec: str) -> Checkpoint:
 def load_state_dict(file: Path) -> dict[str, torch.Tensor]:
     """``torch.load(file, weights_only=True)``, memory-mapped where the format allows, as a flat name → tensor
     dict. Raises ``InputError`` for a pickle that needs code, a corrupt file, or content that is not tensors."""
+    check_regular(file)  # torch.load and zipfile open it themselves: a FIFO would block them
     try:
         obj = _load(file, mmap=zipfile.is_zipfile(file))
     except pickle.UnpicklingError as e:

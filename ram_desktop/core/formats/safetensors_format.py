@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import os
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -21,53 +23,139 @@ import numpy as np
 
 from ..lazy import torch
 from ..errors import InputError
+from ..safe_read import open_regular, os_reason, parse_json
 from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
                    index_shards, read_config, torch_dtype)
 
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit (MAX_HEADER_SIZE)
+HEADER_MAX_DEPTH = 127  # serde_json, which the library parses headers with, refuses a 128th level of nesting
+_JSON_SPACE = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class Header:
+    """One safetensors file's validated header: its tensors, ``__metadata__``, where the data buffer starts
+    in the file and, per tensor, its byte range in that buffer. ``identity`` is the file's
+    (device, inode, size, mtime) when it was read: ``MappedSafetensors`` reuses the header only for that file."""
+
+    tensors: dict[str, TensorInfo]
+    metadata: dict[str, str]
+    data_start: int
+    offsets: dict[str, tuple[int, int]]
+    identity: tuple[int, int, int, int]
+
+
+_HEADERS: dict[str, Header] = {}  # by path: the last validated header of each file (MappedSafetensors reuses it)
+_HEADERS_KEPT = 1024
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """Return the tensors and ``__metadata__`` of one safetensors file, after checking the header.
 
-    Raises ``InputError`` naming the file for a bad header length, bad JSON, an unknown dtype, a
-    size that does not match the shape, or offsets outside the file.
+    Raises ``InputError`` naming the file (and the tensor) for anything the safetensors library refuses
+    (see ``_parse_header``) and for a dtype RAM Desktop cannot read; a FIFO, device or folder is refused
+    before anything is read from it.
+    """
+    path = Path(path)
+    with open_regular(path) as f:
+        header = _parse_header(f, path)
+    _remember(path, header)
+    return header.tensors, header.metadata
+
+
+def _remember(path: Path, header: Header) -> None:
+    if len(_HEADERS) >= _HEADERS_KEPT:
+        _HEADERS.pop(next(iter(_HEADERS)))
+    _HEADERS[str(path)] = header
+
+
+def _parse_header(f: BinaryIO, path: Path) -> Header:
+    """Read and validate the header of the open safetensors file ``f`` as strictly as the safetensors
+    library (0.8) does, with a message naming the file and the tensor instead of its error code.
+
+    Refused, as the library refuses them: a header length of 0, over 100 MB or past the end of the file;
+    a header that is not UTF-8, does not start with ``{`` (after JSON whitespace), is not JSON, or nests
+    128 levels deep; NaN, Infinity or out-of-range numbers; ``__metadata__`` that is not an object of
+    strings; a tensor entry that is not an object, a ``dtype`` that is not a string, a ``shape`` that is
+    not a list of non-negative integers, ``data_offsets`` that are not two non-negative integers with
+    begin <= end (booleans and floats are not integers); a byte size that does not match dtype and shape;
+    tensors that do not tile the data buffer: sorted by offsets, each must begin where the previous one
+    ended, the first at 0 and the last ending at the end of the file (no overlap, gap or trailing byte;
+    empty tensors are allowed).
+    Refused although the library accepts them (they make the file ambiguous): a tensor name or
+    metadata key that appears twice (the library keeps the last one), and a tensor entry written as a
+    list instead of an object. Accepted as the library does: extra keys in a tensor entry,
+    ``"__metadata__": null``, a file with no tensors.
     """
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                raise InputError(f"{path}: not a safetensors file (only {size} bytes); re-download or re-save it")
-            (n,) = struct.unpack("<Q", head)
-            if n == 0 or n > MAX_HEADER_BYTES or 8 + n > size:
-                raise InputError(
-                    f"{path}: corrupt safetensors header (header length {n} does not fit a file of "
-                    f"{size} bytes); the file is truncated or not safetensors — re-download it"
-                )
-            raw = f.read(n)
+        st = os.fstat(f.fileno())
+        size, identity = st.st_size, _identity(st)
+        head = f.read(8)
+        if len(head) < 8:
+            raise InputError(f"{path}: not a safetensors file (only {size} bytes); re-download or re-save it")
+        (n,) = struct.unpack("<Q", head)
+        if n == 0 or n > MAX_HEADER_BYTES or 8 + n > size:
+            raise InputError(
+                f"{path}: corrupt safetensors header (header length {n} does not fit a file of "
+                f"{size} bytes); the file is truncated or not safetensors — re-download it"
+            )
+        raw = f.read(n)
     except OSError as e:
-        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+        raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+    if len(raw) < n:
+        raise InputError(f"{path}: corrupt safetensors header (the file ended inside it); the file is truncated — "
+                         "re-download it")
+    corrupt = f"{path}: corrupt safetensors header"
+    if raw.lstrip(_JSON_SPACE)[:1] != b"{":
+        raise InputError(f"{corrupt} (it does not start with '{{'); the file is not safetensors — re-download it")
     try:
-        header = json.loads(raw)
-        if not isinstance(header, dict):
-            raise ValueError("not an object")
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InputError(f"{path}: corrupt safetensors header (invalid JSON: {e}); re-download it") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{corrupt} (not UTF-8 at byte {e.start}); re-download it") from None
+    header = parse_json(text, f"{path}: invalid JSON in the safetensors header", max_depth=HEADER_MAX_DEPTH,
+                        finite=True)
+    if not isinstance(header, dict):  # unreachable after the '{' check and a full parse; kept for the type
+        raise InputError(f"{corrupt} (not a JSON object); re-download it")
+    metadata = header.pop("__metadata__", None)
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise InputError(f"{corrupt} (__metadata__ is {_json_kind(metadata)}, not an object of strings); "
+                         "re-download or re-save it")
+    for key, value in metadata.items():
+        if not isinstance(value, str):
+            raise InputError(f"{corrupt} (__metadata__ {key!r} is {_json_kind(value)}, not a string); "
+                             "re-download or re-save it")
     data_size = size - 8 - n
-    metadata = header.pop("__metadata__", None) or {}
     tensors: dict[str, TensorInfo] = {}
+    offsets: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-            if not all(isinstance(d, int) and d >= 0 for d in shape):
-                raise ValueError
-        except (KeyError, TypeError, ValueError):
-            raise InputError(f"{path}: corrupt safetensors header (bad entry for tensor {name!r})") from None
+        where = f"{corrupt} (tensor {name!r}"
+        if not isinstance(entry, dict):
+            raise InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
+                             "re-download it")
+        missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
+        if missing:
+            raise InputError(f"{where} has no {', '.join(missing)}); re-download it")
+        dtype, shape, span = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if not isinstance(dtype, str):
+            raise InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
+                             "re-download it")
+        if (not isinstance(span, list) or len(span) != 2 or not all(type(o) is int and o >= 0 for o in span)
+                or span[0] > span[1]):
+            raise InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
+                             "begin <= end); re-download it")
         if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
-        info = TensorInfo(name, dtype, shape, path)
-        if not (0 <= begin <= end <= data_size):
+        begin, end = span
+        info = TensorInfo(name, dtype, tuple(shape), path)
+        if end > data_size:
             raise InputError(
                 f"{path}: tensor {name!r} has offsets {begin}..{end} outside the file's {data_size} data "
                 "bytes; the file is truncated — re-download it"
@@ -78,15 +166,41 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 f"{info.nbytes}; the file is corrupt — re-download it"
             )
         tensors[name] = info
-    return tensors, {str(k): str(v) for k, v in metadata.items()}
+        offsets[name] = (begin, end)
+    _check_tiling(path, offsets, data_size)
+    return Header(tensors, metadata, 8 + n, offsets, identity)
+
+
+def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: int) -> None:
+    """The tensors' byte ranges, in offset order, cover the data buffer exactly once (the library's rule)."""
+    expected, previous = 0, None
+    for name, (begin, end) in sorted(offsets.items(), key=lambda item: item[1]):
+        if begin < expected:
+            raise InputError(f"{path}: tensors {previous!r} and {name!r} overlap (bytes {begin}..{expected}); "
+                             "the file is corrupt — re-download it")
+        if begin > expected:
+            raise InputError(f"{path}: bytes {expected}..{begin} before tensor {name!r} belong to no tensor; "
+                             "the file is corrupt — re-download it")
+        expected, previous = end, name
+    if expected != data_size:
+        after = f", after tensor {previous!r}," if previous is not None else ""
+        raise InputError(f"{path}: the last {data_size - expected} bytes of the file{after} belong to no tensor; "
+                         "the file is corrupt — re-download it")
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
+            type(None): "null"}.get(type(value), type(value).__name__)
 
 
 def weight_files(folder: Path) -> list[Path] | None:
     """The safetensors files of a model folder, or None when it has none (another format may apply)."""
     index = folder / INDEX_FILE
-    if index.is_file():
+    if index.exists():  # exists, not is_file: a FIFO or folder of that name is refused by its reader, not skipped
         return index_shards(index)
-    if (folder / SINGLE_FILE).is_file():
+    if (folder / SINGLE_FILE).exists():
         return [folder / SINGLE_FILE]
     candidates = sorted(folder.glob("*.safetensors"))
     if len(candidates) == 1:
@@ -110,7 +224,7 @@ def open_folder(folder: Path, files: list[Path], spec: str) -> Checkpoint:
             raise InputError(f"{folder}: tensor {name!r} appears in both {tensors[name].file.name} and {file.name}")
         tensors.update(shard_tensors)
         metadata.update(shard_meta)
-    if (folder / INDEX_FILE).is_file():
+    if (folder / INDEX_FILE).exists():
         check_index_covers(folder / INDEX_FILE, tensors)
     return Checkpoint(spec, folder, files, tensors, read_config(folder), metadata=metadata)
 
@@ -134,19 +248,24 @@ class MappedSafetensors:
     ``safe_open(...).get_slice`` gives the same views but costs ~50 µs of Python per call (torch's
     storage slicing): ~0.2 CPU-s per pass over a 300M-parameter set, much of it holding the GIL that the
     compute threads need. The mapping is private (copy-on-write): nothing writes to it, and no write could
-    reach the file. Headers were checked when the checkpoint was opened (``read_header``).
+    reach the file. The header is the one ``read_header`` validated when the checkpoint was opened (validated
+    again if the file changed since).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        with open(path, "rb") as f:
-            (n,) = struct.unpack("<Q", f.read(8))
-            header = json.loads(f.read(n))
-            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        header.pop("__metadata__", None)
-        start = 8 + n
-        self._entries = {name: (e["dtype"], tuple(e["shape"]), start + e["data_offsets"][0])
-                         for name, e in header.items()}
+        with open_regular(path) as f:
+            header = _HEADERS.get(str(path))
+            if header is None or header.identity != _identity(os.fstat(f.fileno())):
+                header = _parse_header(f, path)  # not read yet, or changed since: validated again
+                _remember(path, header)
+            try:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            except OSError as e:
+                raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+        start = header.data_start
+        self._entries = {name: (info.dtype, info.shape, start + header.offsets[name][0])
+                         for name, info in header.tensors.items()}
 
     def _span(self, name: str, first: int, last: int) -> tuple[str, tuple[int, ...], int, int]:
         """Rows first..last of a tensor: its dtype code, the slice's shape, element count and byte offset."""
