@@ -430,8 +430,9 @@ def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-            if previous is not None:
-                shutil.rmtree(previous, ignore_errors=True)
+            if previous is not None:  # the new output is in place: a cancel now must not cut the removal short
+                with _signals_held():  # (it would end the run as "cancelled; nothing was written")
+                    shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
         _remove_empty(created)
         raise
