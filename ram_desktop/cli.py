@@ -218,12 +218,14 @@ def _cancel_on_signal(signum: int, frame: object) -> None:
 
 def cancel_on_termination() -> None:
     """SIGTERM and SIGHUP cancel like Ctrl-C: staging removed, exit 130 (the default would kill the process
-    and leave its staging folder behind)."""
+    and leave its staging folder behind). A signal the parent set to be ignored stays ignored: ``nohup
+    ram-merge ...`` must survive the terminal closing."""
     import signal
 
     for name in ("SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), _cancel_on_signal)
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:  # nohup: stays ignored
+            signal.signal(number, _cancel_on_signal)
 
 
 def _setup_logging(quiet: bool) -> None:

@@ -95,6 +95,14 @@ def shard_names(count: int) -> list[str]:
     return [f"model-{i + 1:05d}-of-{count:05d}.safetensors" for i in range(count)]
 
 
+def _named(error: OSError, path: Path) -> OSError:
+    """``error`` with ``path`` as its file name where it names none: a failed ``write()`` (disk full, I/O
+    error) carries no path, and the one error line must say which file could not be written."""
+    if error.filename is not None:
+        return error
+    return error.__class__(error.errno, error.strerror or str(error), str(path))
+
+
 class ShardSet:
     """Streams merged slices into the shards; one open file at a time, in plan order."""
 
@@ -111,10 +119,13 @@ class ShardSet:
     def write(self, job_index: int, data: torch.Tensor | np.ndarray) -> None:
         """Append the next slice of job ``job_index``: a CPU tensor or a numpy array of its stored bits."""
         shard = self._shard_of[job_index]
-        if shard != self._current:
-            self._open(shard)
-        assert self._writer is not None
-        self._writer.write(data)
+        try:
+            if shard != self._current:
+                self._open(shard)
+            assert self._writer is not None
+            self._writer.write(data)
+        except OSError as e:
+            raise _named(e, self.folder / self.names[shard]) from None
         self.bytes_written += data.nbytes if isinstance(data, np.ndarray) else data.numel() * data.element_size()
 
     def _open(self, shard: int) -> None:
@@ -127,7 +138,10 @@ class ShardSet:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
+            try:
+                self._writer.close()
+            except OSError as e:
+                raise _named(e, self.folder / self.names[self._current]) from None
             self._writer = None
         if len(self.layout) > 1:
             weight_map = {self.plan.jobs[j].name: self.names[s] for s, jobs in enumerate(self.layout) for j in jobs}
@@ -416,8 +430,9 @@ def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-            if previous is not None:
-                shutil.rmtree(previous, ignore_errors=True)
+            if previous is not None:  # the new output is in place: a cancel now must not cut the removal short
+                with _signals_held():  # (it would end the run as "cancelled; nothing was written")
+                    shutil.rmtree(previous, ignore_errors=True)
     except BaseException:
         _remove_empty(created)
         raise

@@ -60,6 +60,7 @@ def compare(session: Session, variants: Sequence[Variant], folder: str | Path, s
     loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
     for suite in loaded:
         suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+    check_compare_folder(folder, overwrite)
     specs = session.variant_specs(list(variants), folder)
     # the shared parameters reach the variants through their specs; the session's own method need not take them
     request = replace(session, params={}).to_request(folder, overwrite=overwrite, token=token, **engine_options)
@@ -78,6 +79,35 @@ def compare(session: Session, variants: Sequence[Variant], folder: str | Path, s
     if evaluation is not None:
         draw_scores(evaluation, folder / COMPARE_PNG)
     return result
+
+
+def check_compare_folder(folder: Path, overwrite: bool) -> None:
+    """SPEC section 4 for ``compare --out``: a non-empty folder needs ``overwrite``, and is written into only
+    when it holds an earlier compare (its compare.json, or only its variants' merge outputs and chart, as an
+    interrupted compare leaves them); any other folder's files are never touched."""
+    try:
+        if not os.path.lexists(folder):
+            return
+        if not folder.is_dir():
+            raise InputError(f"output {folder} exists and is not a folder; choose a folder name")
+        items = list(folder.iterdir())
+    except OSError as e:
+        raise InputError(f"{e.filename or folder}: cannot read ({e.strerror})") from None
+    if not items:
+        return
+    if not overwrite:
+        raise InputError(f"output folder {folder} exists and is not empty; pass --overwrite or choose another folder")
+    if (folder / COMPARE_JSON).is_file():
+        return
+
+    def ours(item: Path) -> bool:
+        if item.name == COMPARE_PNG or item.name.startswith("."):  # the chart; lock files, staging of variants
+            return True
+        return item.is_dir() and all((item / n).is_file() for n in ("merge-report.json", "ram-recipe.yaml"))
+
+    if not all(ours(item) for item in items):
+        raise InputError(f"output folder {folder} holds files that RAM Desktop did not write (no {COMPARE_JSON}); "
+                         "--overwrite replaces only an earlier RAM Desktop output — choose a new folder")
 
 
 def _write_json(path: Path, data: dict) -> None:

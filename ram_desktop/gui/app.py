@@ -143,8 +143,9 @@ def _close_on_termination(app, window, status: dict) -> None:
         QTimer.singleShot(0, window.close)
 
     for name in ("SIGINT", "SIGTERM", "SIGHUP"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), close)
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:  # nohup: stays ignored
+            signal.signal(number, close)
     wake = QTimer(app)
     wake.timeout.connect(lambda: None)
     wake.start(250)
