@@ -15,6 +15,7 @@ import math
 import mmap
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -47,6 +48,7 @@ class Header:
 
 _HEADERS: dict[str, Header] = {}  # by path: the last validated header of each file (MappedSafetensors reuses it)
 _HEADERS_KEPT = 1024
+_HEADERS_LOCK = threading.Lock()
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -64,13 +66,14 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     with open_regular(path) as f:
         header = _parse_header(f, path)
     _remember(path, header)
-    return header.tensors, header.metadata
+    return dict(header.tensors), dict(header.metadata)  # copies: callers may edit theirs, the kept one stays
 
 
 def _remember(path: Path, header: Header) -> None:
-    if len(_HEADERS) >= _HEADERS_KEPT:
-        _HEADERS.pop(next(iter(_HEADERS)))
-    _HEADERS[str(path)] = header
+    with _HEADERS_LOCK:  # headers are read from worker threads too
+        while len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        _HEADERS[str(path)] = header
 
 
 def _parse_header(f: BinaryIO, path: Path) -> Header:
