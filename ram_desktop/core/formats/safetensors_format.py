@@ -137,23 +137,12 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
     tensors: dict[str, TensorInfo] = {}
     offsets: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        where = f"{corrupt} (tensor {name!r}"
-        if not isinstance(entry, dict):
-            raise InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
-                             "re-download it")
-        missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
-        if missing:
-            raise InputError(f"{where} has no {', '.join(missing)}); re-download it")
-        dtype, shape, span = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str):
-            raise InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
-                             "re-download it")
-        if (not isinstance(span, list) or len(span) != 2 or not all(type(o) is int and o >= 0 for o in span)
-                or span[0] > span[1]):
-            raise InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
-                             "begin <= end); re-download it")
+        dtype, shape, span = (entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")) \
+            if type(entry) is dict else (None, None, None)
+        if (type(dtype) is not str or type(shape) is not list or type(span) is not list or len(span) != 2
+                or type(span[0]) is not int or type(span[1]) is not int or not 0 <= span[0] <= span[1]
+                or not all(type(d) is int and d >= 0 for d in shape)):
+            raise _bad_entry(corrupt, name, entry)  # the precise message, built only for a bad entry
         if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
         begin, end = span
@@ -172,6 +161,25 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
         offsets[name] = (begin, end)
     _check_tiling(path, offsets, data_size)
     return Header(tensors, metadata, 8 + n, offsets, identity)
+
+
+def _bad_entry(corrupt: str, name: str, entry: object) -> InputError:
+    """What is wrong with a tensor's header entry that failed the quick check in ``_parse_header``."""
+    where = f"{corrupt} (tensor {name!r}"
+    if not isinstance(entry, dict):
+        return InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
+                          "re-download it")
+    missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
+    if missing:
+        return InputError(f"{where} has no {', '.join(missing)}); re-download it")
+    dtype, shape, span = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        return InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
+                          "re-download it")
+    return InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
+                      "begin <= end); re-download it")
 
 
 def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: int) -> None:
