@@ -24,13 +24,14 @@ import numpy as np
 
 from ..lazy import torch
 from ..errors import InputError
-from ..safe_read import open_regular, os_reason, parse_json
+from ..safe_read import json_depth, open_regular, os_reason, parse_json
 from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
                    index_shards, read_config, torch_dtype)
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit (MAX_HEADER_SIZE)
 HEADER_MAX_DEPTH = 127  # serde_json, which the library parses headers with, refuses a 128th level of nesting
 _JSON_SPACE = b" \t\r\n"
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{corrupt} (not UTF-8 at byte {e.start}); re-download it") from None
-    header = parse_json(text, f"{path}: invalid JSON in the safetensors header", max_depth=HEADER_MAX_DEPTH,
-                        finite=True)
+    # nesting: checked below, where it can be deeper than the header's own 3 levels (extra keys of an entry)
+    header = parse_json(text, f"{path}: invalid JSON in the safetensors header", max_depth=None, finite=True)
     if not isinstance(header, dict):  # unreachable after the '{' check and a full parse; kept for the type
         raise InputError(f"{corrupt} (not a JSON object); re-download it")
     metadata = header.pop("__metadata__", None)
@@ -143,6 +144,11 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
                 or type(span[0]) is not int or type(span[1]) is not int or not 0 <= span[0] <= span[1]
                 or not all(type(d) is int and d >= 0 for d in shape)):
             raise _bad_entry(corrupt, name, entry)  # the precise message, built only for a bad entry
+        if len(entry) > 3:  # extra keys: allowed (as by the library), nested up to its limit
+            for key, value in entry.items():
+                if key not in _ENTRY_KEYS and 2 + json_depth(value) > HEADER_MAX_DEPTH:
+                    raise InputError(f"{path}: invalid JSON in the safetensors header: JSON nested too deeply "
+                                     f"(more than {HEADER_MAX_DEPTH} levels, in tensor {name!r})")
         if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
         begin, end = span
