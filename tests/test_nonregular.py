@@ -405,3 +405,14 @@ def test_hub_check_cached_config(tmp_path, monkeypatch, kind):
     worker.join(timeout=30)
     assert not worker.is_alive(), "reading the cached config blocked"
     assert result and str(cached) in result[0], result
+
+
+@pytest.mark.parametrize("name", ["tokenizer.json", "generation_config.json"])
+def test_fifo_among_the_files_transformers_opens_for_eval(tmp_path, models, name):
+    """Evaluation hands the folder to transformers, which opens its files itself: a FIFO among them is refused
+    by name (ba1bdff: "no tokenizer" for a FIFO tokenizer.json; a FIFO generation_config.json silently ignored)."""
+    base, _ = models
+    fifo = _replace_with_fifo(base / name)
+    suite = _suite(tmp_path, b'{"prompt": "x", "answer": "y"}')
+    line = refused(cli(tmp_path, "eval", str(base), "--suite", str(suite), timeout=TIMEOUT))
+    assert str(fifo) in line and "named pipe" in line

@@ -134,9 +134,12 @@ def _finite_float(token: str) -> float:
     return value
 
 
-def parse_json(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH, finite: bool = False) -> Any:
+def parse_json(text: str | bytes, where: str, max_depth: int | None = MAX_JSON_DEPTH, finite: bool = False) -> Any:
     """Parse JSON ``text``; refuse invalid JSON, repeated keys in one object and nesting deeper than
     ``max_depth``, each with an ``InputError`` that starts with ``where``.
+
+    ``max_depth=None``: the caller checks the nesting of the value itself (where its shape bounds most of
+    it: a safetensors header); nesting too deep for Python's parser is still refused here.
 
     ``finite``: also refuse what strict JSON parsers refuse and Python's ``json`` accepts: ``NaN``,
     ``Infinity`` and numbers too large for a double (``1e999``)."""
@@ -148,10 +151,11 @@ def parse_json(text: str | bytes, where: str, max_depth: int = MAX_JSON_DEPTH, f
     except _NotANumber as e:
         raise InputError(f"{where}: not valid JSON ({e.token} is not a finite number)") from None
     except RecursionError:
-        raise InputError(f"{where}: JSON nested too deeply (more than {max_depth} levels)") from None
+        limit = f" (more than {max_depth} levels)" if max_depth is not None else ""
+        raise InputError(f"{where}: JSON nested too deeply{limit}") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(f"{where}: not valid JSON ({e})") from None
-    if json_depth(value) > max_depth:
+    if max_depth is not None and json_depth(value) > max_depth:
         raise InputError(f"{where}: JSON nested too deeply (more than {max_depth} levels)")
     return value
 

@@ -36,7 +36,7 @@ from ..core.engine import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.formats import open_checkpoint
-from ..core.safe_read import read_json
+from ..core.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
 from .suites import Suite
@@ -234,6 +234,19 @@ def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
     return ref, ckpt.path, ckpt.display
 
 
+def _refuse_special_files(folder: Path, where: str) -> None:
+    """transformers opens the folder's files itself (tokenizer, generation config, chat template, weights):
+    a FIFO, socket or device among them would block it or fail deep inside it. Folders and dangling links
+    are left alone (transformers reads neither)."""
+    for item in sorted(folder.iterdir()):
+        if item.is_dir() or not item.exists():
+            continue
+        try:
+            check_regular(item)
+        except InputError as e:
+            raise InputError(f"{where}: {e}") from None
+
+
 def _read_json(file: Path, where: str) -> Any:
     """A model folder's JSON file through ``safe_read`` (regular file, UTF-8, no repeated keys, bounded
     nesting); its errors prefixed with the model."""
@@ -249,6 +262,7 @@ def check_loadable(folder: Path, name: str) -> None:
     from transformers import CONFIG_MAPPING
 
     where = f"model {name} ({folder})"
+    _refuse_special_files(folder, where)
     config_file = folder / "config.json"
     if not config_file.exists():
         raise InputError(f"{where}: no config.json; transformers needs it to load the model")

@@ -15,6 +15,7 @@ import math
 import mmap
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -23,13 +24,14 @@ import numpy as np
 
 from ..lazy import torch
 from ..errors import InputError
-from ..safe_read import open_regular, os_reason, parse_json
+from ..safe_read import json_depth, open_regular, os_reason, parse_json
 from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
                    index_shards, read_config, torch_dtype)
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit (MAX_HEADER_SIZE)
 HEADER_MAX_DEPTH = 127  # serde_json, which the library parses headers with, refuses a 128th level of nesting
 _JSON_SPACE = b" \t\r\n"
+_ENTRY_KEYS = frozenset({"dtype", "shape", "data_offsets"})
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Header:
 
 _HEADERS: dict[str, Header] = {}  # by path: the last validated header of each file (MappedSafetensors reuses it)
 _HEADERS_KEPT = 1024
+_HEADERS_LOCK = threading.Lock()
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -64,13 +67,14 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     with open_regular(path) as f:
         header = _parse_header(f, path)
     _remember(path, header)
-    return header.tensors, header.metadata
+    return dict(header.tensors), dict(header.metadata)  # copies: callers may edit theirs, the kept one stays
 
 
 def _remember(path: Path, header: Header) -> None:
-    if len(_HEADERS) >= _HEADERS_KEPT:
-        _HEADERS.pop(next(iter(_HEADERS)))
-    _HEADERS[str(path)] = header
+    with _HEADERS_LOCK:  # headers are read from worker threads too
+        while len(_HEADERS) >= _HEADERS_KEPT:
+            _HEADERS.pop(next(iter(_HEADERS)))
+        _HEADERS[str(path)] = header
 
 
 def _parse_header(f: BinaryIO, path: Path) -> Header:
@@ -116,8 +120,8 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise InputError(f"{corrupt} (not UTF-8 at byte {e.start}); re-download it") from None
-    header = parse_json(text, f"{path}: invalid JSON in the safetensors header", max_depth=HEADER_MAX_DEPTH,
-                        finite=True)
+    # nesting: checked below, where it can be deeper than the header's own 3 levels (extra keys of an entry)
+    header = parse_json(text, f"{path}: invalid JSON in the safetensors header", max_depth=None, finite=True)
     if not isinstance(header, dict):  # unreachable after the '{' check and a full parse; kept for the type
         raise InputError(f"{corrupt} (not a JSON object); re-download it")
     metadata = header.pop("__metadata__", None)
@@ -134,23 +138,17 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
     tensors: dict[str, TensorInfo] = {}
     offsets: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        where = f"{corrupt} (tensor {name!r}"
-        if not isinstance(entry, dict):
-            raise InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
-                             "re-download it")
-        missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
-        if missing:
-            raise InputError(f"{where} has no {', '.join(missing)}); re-download it")
-        dtype, shape, span = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if not isinstance(dtype, str):
-            raise InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
-        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-            raise InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
-                             "re-download it")
-        if (not isinstance(span, list) or len(span) != 2 or not all(type(o) is int and o >= 0 for o in span)
-                or span[0] > span[1]):
-            raise InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
-                             "begin <= end); re-download it")
+        dtype, shape, span = (entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")) \
+            if type(entry) is dict else (None, None, None)
+        if (type(dtype) is not str or type(shape) is not list or type(span) is not list or len(span) != 2
+                or type(span[0]) is not int or type(span[1]) is not int or not 0 <= span[0] <= span[1]
+                or not all(type(d) is int and d >= 0 for d in shape)):
+            raise _bad_entry(corrupt, name, entry)  # the precise message, built only for a bad entry
+        if len(entry) > 3:  # extra keys: allowed (as by the library), nested up to its limit
+            for key, value in entry.items():
+                if key not in _ENTRY_KEYS and 2 + json_depth(value) > HEADER_MAX_DEPTH:
+                    raise InputError(f"{path}: invalid JSON in the safetensors header: JSON nested too deeply "
+                                     f"(more than {HEADER_MAX_DEPTH} levels, in tensor {name!r})")
         if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
         begin, end = span
@@ -169,6 +167,25 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
         offsets[name] = (begin, end)
     _check_tiling(path, offsets, data_size)
     return Header(tensors, metadata, 8 + n, offsets, identity)
+
+
+def _bad_entry(corrupt: str, name: str, entry: object) -> InputError:
+    """What is wrong with a tensor's header entry that failed the quick check in ``_parse_header``."""
+    where = f"{corrupt} (tensor {name!r}"
+    if not isinstance(entry, dict):
+        return InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
+                          "re-download it")
+    missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
+    if missing:
+        return InputError(f"{where} has no {', '.join(missing)}); re-download it")
+    dtype, shape, span = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str):
+        return InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        return InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
+                          "re-download it")
+    return InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
+                      "begin <= end); re-download it")
 
 
 def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: int) -> None:
