@@ -19,6 +19,7 @@ import yaml
 
 from .conftest import make_models
 from .hubcache import populate, sha_of
+from .subproc import refused
 
 BIN = Path(sys.executable).parent
 RAM_MERGE = BIN / "ram-merge"
@@ -44,16 +45,6 @@ def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
     assert "Traceback" not in done.stderr, done.stderr
     return done
-
-
-def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    """Exit 2 and exactly one stderr line, ``error: ...`` holding ``fragments``."""
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), \
-        f"exit {done.returncode}\n{done.stderr}"
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

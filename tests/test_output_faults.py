@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import make_models
+from .conftest import make_models  # noqa: F401 — used by the imported inputs fixture
+from .test_output_safety import inputs, leftovers  # noqa: F401 — a shared fixture and helper
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,17 +40,6 @@ def error_line(done, code: int = 2) -> str:
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in done.stderr, done.stderr
     return lines[0]
-
-
-def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or ".old-" in p.name
-                  or p.name.endswith(".ram-desktop-lock"))
-
-
-@pytest.fixture
-def inputs(tmp_path):
-    base, agents = make_models(tmp_path / "in")
-    return [str(base), *map(str, agents)]
 
 
 def test_disk_full_from_a_real_write_names_the_shard_file(tmp_path, inputs):

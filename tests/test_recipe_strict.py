@@ -5,10 +5,8 @@ case runs the real CLI in a fresh process."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,22 +17,7 @@ from ram_desktop.core.plan import MAX_AGENTS
 from ram_desktop.core.recipe import Recipe
 
 from .conftest import make_models
-
-
-def cli(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, RAM_DESKTOP_CACHE=str(tmp_path / "cache"))
-    return subprocess.run([sys.executable, "-m", "ram_desktop", "-q", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout, cwd=tmp_path)
-
-
-def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), \
-        f"exit {done.returncode}: {done.stderr}"
-    assert "Traceback" not in done.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
+from .subproc import cli, refused
 
 
 @pytest.fixture
