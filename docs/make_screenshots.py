@@ -45,7 +45,8 @@ def main() -> int:
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
     app = QApplication([sys.argv[0]])
     from ram_desktop.gui import charts
-    from ram_desktop.gui.main_window import MainWindow, ensure_demo, wait_until
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.main_window import MainWindow, wait_until
 
     charts.configure()
     out = ROOT / "screenshots"

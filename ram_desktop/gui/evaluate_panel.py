@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxL
                                QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSizePolicy,
                                QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..core.demo import MANIFEST, read_manifest
+from ..core.demo import demo_suites
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..evaluate import EvalResult, ModelRef, Suite, SuiteSummary, evaluate, load_suite
@@ -48,18 +48,6 @@ class ModelEntry:
     name: str
     source: str
     kind: str  # base | agent | merged | variant | other
-
-
-def demo_suites(folder: Path) -> list[Path]:
-    """The agents' suites a demo folder's ``demo.json`` names (SPEC section 9), in its order; [] without one."""
-    if not (Path(folder) / MANIFEST).is_file():
-        return []
-    seen: list[Path] = []
-    for agent in read_manifest(folder)["agents"]:
-        path = Path(agent["suite"]).resolve()
-        if path not in seen:
-            seen.append(path)
-    return seen
 
 
 def import_transformers(sources: list[str]) -> None:

@@ -326,7 +326,6 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
     import shutil
 
     from ram_desktop.core import demo as demo_module
-    from ram_desktop.gui import main_window
 
     shipped = tmp_path / "shipped"
     shutil.copytree(demo_module.demo_resources(), shipped, ignore=shutil.ignore_patterns("__pycache__"))
@@ -336,21 +335,21 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
     def weights_digest(folder: Path) -> str:
         return hashlib.sha256((folder / "tool" / "model.safetensors").read_bytes()).hexdigest()
 
-    base, agents = main_window.ensure_demo(cache)
+    base, agents = demo_module.ensure_demo(cache)
     assert weights_digest(cache) == weights_digest(shipped)
     marker = cache / "base" / "marker"
     marker.write_text("kept while the shipped demo is unchanged")
-    assert main_window.ensure_demo(cache) == (base, agents) and marker.exists()
+    assert demo_module.ensure_demo(cache) == (base, agents) and marker.exists()
 
     # an update: the tool agent's weights and recipe change
     other = bytearray((shipped / "tool" / "model.safetensors").read_bytes())
     other[-1] ^= 0x01
     (shipped / "tool" / "model.safetensors").write_bytes(bytes(other))
-    main_window.ensure_demo(cache)
+    demo_module.ensure_demo(cache)
     assert not marker.exists() and weights_digest(cache) == weights_digest(shipped)
 
     # a cache written before the stamp existed is refreshed once, then reused
-    (cache / main_window.SHIPPED_STAMP).unlink()
+    (cache / demo_module.SHIPPED_STAMP).unlink()
     marker.write_text("x")
-    main_window.ensure_demo(cache)
-    assert not marker.exists() and (cache / main_window.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)
+    demo_module.ensure_demo(cache)
+    assert not marker.exists() and (cache / demo_module.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)
