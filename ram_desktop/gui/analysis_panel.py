@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -82,9 +81,9 @@ class AnalysisPanel(QWidget):
         self.eager = {self.density, self.overlap, self.layers}
         self._deferred: dict = {}
         self.tabs.currentChanged.connect(self._tab_shown)
-        # while this returns True (the window runs a merge), charts not on screen wait: building one is
+        # while held (the window runs a merge, see set_held), charts not on screen wait: building one is
         # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
-        self.hold: Callable[[], bool] = lambda: False
+        self.held = False
         layout.addWidget(self.tabs, 3)
 
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
@@ -157,7 +156,7 @@ class AnalysisPanel(QWidget):
     def _next_chart(self) -> None:
         if not self._chart_queue:
             return
-        if self.hold():
+        if self.held:
             self._chart_timer.start(100)
             return
         chart, report = self._chart_queue.pop(0)
@@ -165,6 +164,10 @@ class AnalysisPanel(QWidget):
             chart.show_report(report)
         if self._chart_queue:
             self._chart_timer.start(0)
+
+    def set_held(self, held: bool) -> None:
+        """Hold the drawing of charts not on screen (while a merge runs or its charts are saved)."""
+        self.held = held
 
     def _tab_shown(self, index: int) -> None:
         """A chart still waiting in the queue is drawn as soon as its tab is shown."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
@@ -64,8 +63,10 @@ class MethodRow:
 
 
 class ComparePanel(QWidget):
-    """Signals: ``compare_finished(status)`` ("done", "cancelled", "failed"), ``busy_changed``, ``error``."""
+    """Signals: ``run_requested`` (Run clicked: the window answers with :meth:`start`),
+    ``compare_finished(status)`` ("done", "cancelled", "failed"), ``busy_changed``, ``error``."""
 
+    run_requested = Signal()
     compare_finished = Signal(str)
     busy_changed = Signal()
     error = Signal(str)
@@ -74,9 +75,6 @@ class ComparePanel(QWidget):
     def __init__(self, evaluate_panel: EvaluatePanel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.evaluate = evaluate_panel
-        self.session_fn: Callable[[], Session | None] = lambda: None
-        self.token_fn: Callable[[], str | None] = lambda: None
-        self.options_fn: Callable[[], dict] = dict
         self.job: Job | None = None
         self.blocked = False
         self.last: CompareResult | None = None
@@ -132,7 +130,7 @@ class ComparePanel(QWidget):
         layout.addLayout(folder_row)
         layout.addWidget(self.summary)
         layout.addWidget(self.run)
-        self.run.start_button.clicked.connect(self.start)
+        self.run.start_button.clicked.connect(self.run_requested)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.folder.textChanged.connect(lambda _: self._update_actions())
         self.evaluate.suites_loaded.connect(self._update_actions)
@@ -172,11 +170,9 @@ class ComparePanel(QWidget):
                              + ", ".join(s.name for s in suites) if suites else
                              "No suite ticked in Evaluate: the variants are merged, not scored.")
 
-    def start(self) -> bool:
+    def start(self, session: Session, token: str | None = None, options: dict | None = None) -> bool:
+        """Merge (and score) the ticked variants of ``session``; ``options`` go to ``compare``."""
         if self.job is not None or self.blocked:
-            return False
-        session = self.session_fn()
-        if session is None:
             return False
         try:
             variants = self.variants()
@@ -189,7 +185,7 @@ class ComparePanel(QWidget):
         folder = Path(self.folder.text().strip()).expanduser()
         suites = self.evaluate.checked_suites()
         device, batch = session.device, self.evaluate.batch_size.value()
-        limit, token, options = self.evaluate.limit.value() or None, self.token_fn(), self.options_fn()
+        limit, options = self.evaluate.limit.value() or None, options or {}
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> CompareResult:

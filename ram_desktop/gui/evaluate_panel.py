@@ -243,7 +243,7 @@ class EvaluatePanel(QWidget):
         self.job: Job | None = None
         self.suite_job: Job | None = None
         self.blocked = False
-        self.device_fn: Callable[[], str] = lambda: "auto"
+        self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
         self._status = ""
         self._pending_result: tuple[EvalResult, list[Path]] | None = None
@@ -528,6 +528,10 @@ class EvaluatePanel(QWidget):
             item.setCheckState(Qt.Checked if item.data(Qt.UserRole).name in names else Qt.Unchecked)
 
     # --- running ------------------------------------------------------------------------------
+    def set_device(self, device: str) -> None:
+        """Score on ``device`` (the window passes the method form's choice)."""
+        self.device = device
+
     def busy(self) -> bool:
         return self.job is not None
 
@@ -564,7 +568,7 @@ class EvaluatePanel(QWidget):
         refs = [ModelRef(e.name, e.source) for e in entries]
         for e in entries:
             self.kinds[e.source] = e.kind
-        device, batch, limit = self.device_fn(), self.batch_size.value(), self.limit.value() or None
+        device, batch, limit = self.device, self.batch_size.value(), self.limit.value() or None
         pythons = [str(s.scorer_spec.file) for s in suites if s.scorer_spec.kind == "python"]
         for file in pythons:
             log.info("the evaluation runs the reward function file %s", file)

@@ -27,7 +27,7 @@ def _mergekit_yaml(path: Path, base: Path, agents: list[Path], **extra) -> Path:
 
 def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_path):
     base, agents = demo_models
-    assert window.import_mergekit_action.text().startswith("&Import mergekit")
+    assert window.menus.import_mergekit_action.text().startswith("&Import mergekit")
     assert ecosystem.import_mergekit(window, _mergekit_yaml(tmp_path / "mk.yaml", base, agents))
     qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=10000)
     assert window.method.current.name == "ties"

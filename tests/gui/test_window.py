@@ -52,7 +52,7 @@ def test_changing_r_updates_lambda_instantly(qtbot, window, demo_models):
     field = window.method.fields["r"].widget
     field.selectAll()
     qtbot.keyClicks(field, "0.2")  # typing, as a user does; no new analysis runs
-    assert window.job is None
+    assert not window.jobs.busy()
     after = _lambda_column(window)
     rhos = [a.rho for a in window.report.agents]
     assert after != before
@@ -182,8 +182,8 @@ def test_open_a_saved_recipe(qtbot, window, settings, demo_models, tmp_path):
     assert other.method.current.name == "ram-plus-soft"
     assert other.method.params() == {"r": pytest.approx(0.15)}
     assert other.method.out_dtype.currentData() == "float32"
-    assert other.recent_recipes()[0] == str(path.resolve())
-    assert other.recent_menu.actions()[0].text() == str(path.resolve())
+    assert other.menus.recent_recipes()[0] == str(path.resolve())
+    assert other.menus.recent_menu.actions()[0].text() == str(path.resolve())
     other.close()
 
 
@@ -301,7 +301,7 @@ def test_closing_the_window_mid_merge_cancels_quickly_and_leaves_nothing(qtbot, 
     start = time.perf_counter()
     window.close()
     assert time.perf_counter() - start < 2.0
-    qtbot.waitUntil(lambda: window.job is None or not window.job.is_running(), timeout=5000)
+    qtbot.waitUntil(lambda: not window.jobs.busy(), timeout=5000)
     # nothing left: no staging folder, and not the parent folder the merge created for its output
     assert not out.exists() and not (tmp_path / "out").exists()
 
@@ -314,7 +314,7 @@ def test_export_charts_as_png(qtbot, window, demo_models, tmp_path, monkeypatch)
     analyse(qtbot, window)
     qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(tmp_path))
-    window.export_action.trigger()
+    window.menus.export_action.trigger()
     for name in ("density.png", "overlap.png", "layers.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
