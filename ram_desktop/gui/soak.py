@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from .application import wait_until
+
 # at most this many of each job object may outlive the cycles: one job (worker, thread, job)
 ONE_JOB = 1
 
@@ -33,10 +35,11 @@ class Sample:
     threads: int
     workers: int
     jobs: int
+    window_objects: int  # QObjects under the window (C++ side: a job parented to it shows here too)
 
     def line(self) -> str:
         return (f"cycle {self.cycle:4d}: RSS {self.rss_mb:7.1f} MB, live QThread {self.threads}, "
-                f"Worker {self.workers}, Job {self.jobs}")
+                f"Worker {self.workers}, Job {self.jobs}, QObjects in the window {self.window_objects}")
 
 
 def rss_mb() -> float:
@@ -63,12 +66,8 @@ def live_job_objects() -> tuple[int, int, int]:
 
 
 def _wait(app, condition: Callable[[], bool], timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > end:
-            raise TimeoutError(f"soak: waited {timeout:.0f} s for {what}")
-        app.processEvents()
-        time.sleep(0.002)
+    if not wait_until(condition, timeout, app):
+        raise TimeoutError(f"soak: waited {timeout:.0f} s for {what}")
 
 
 def _settle(app, window) -> None:
@@ -84,7 +83,7 @@ def _settle(app, window) -> None:
 def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeout: float = 120.0) -> list[Sample]:
     """Run ``cycles`` of Analyze, Merge and a cancelled Merge on the demo in one window; a sample after
     every ``every`` cycles and after the last one. Needs a QApplication-free process or an existing one."""
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QObject, QSettings
     from PySide6.QtWidgets import QApplication
 
     from ..core.demo import write_demo
@@ -124,7 +123,7 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
                     raise RuntimeError(f"soak: the merge ended {merged[0]}: {window.message.text.text()}")
             if cycle % every == 0 or cycle == cycles:
                 _settle(app, window)
-                sample = Sample(cycle, rss_mb(), *live_job_objects())
+                sample = Sample(cycle, rss_mb(), *live_job_objects(), len(window.findChildren(QObject)))
                 samples.append(sample)
                 out(sample.line())
     finally:
