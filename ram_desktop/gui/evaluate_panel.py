@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import gc
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -21,15 +20,16 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
 from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QHeaderView,
-                               QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSizePolicy,
+                               QLabel, QListWidget, QListWidgetItem, QPushButton,
                                QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ..core.demo import demo_suites
 from ..core.errors import InputError
-from ..core.events import ProgressEvent
 from ..evaluate import EvalResult, ModelRef, Suite, SuiteSummary, evaluate, load_suite
 from ..evaluate.card import MERGE_REPORT, record_evaluation
 from .charts import FOREGROUND, PALETTE, export_png
+from .jobs import JobController, JobState
+from .run_bar import PanelJob, RunBar, duration_text
 from .worker import Job
 
 log = logging.getLogger("ram_desktop")
@@ -80,84 +80,8 @@ def import_transformers(sources: list[str]) -> None:
             gc.enable()
 
 
-def eta_text(label: str, event: ProgressEvent, stage_start: tuple[float, int]) -> str:
-    """``label: done of total unit · rate · about T left`` from the progress since the stage began."""
-    text = f"{label}: {event.done:,} of {event.total:,} {event.unit}"
-    t0, done0 = stage_start
-    elapsed, done = time.monotonic() - t0, event.done - done0
-    if elapsed > 0.2 and done > 0:
-        rate = done / elapsed
-        text += f" · {rate:.1f} {event.unit}/s"
-        if event.done < event.total:
-            text += f" · about {_duration((event.total - event.done) / rate)} left"
-    return text
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes} min {secs:02d} s" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-class RunBar(QWidget):
-    """Start button, Cancel, a progress bar and one line of progress text with the time left."""
-
-    STAGES = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
-              "download": "Downloading"}
-
-    def __init__(self, start_text: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.start_button = QPushButton(start_text)
-        self.start_button.setStyleSheet("QPushButton:enabled { font-weight: bold; }")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.bar = QProgressBar()
-        self.bar.setRange(0, 1000)
-        self.bar.setFormat("")
-        self.label = QLabel("")
-        self.label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # text changes never re-lay out
-        self.label.setFixedHeight(self.label.sizeHint().height())
-        self.label.setStyleSheet("color: #444;")
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.start_button)
-        row.addWidget(self.cancel_button)
-        row.addWidget(self.bar, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(row)
-        layout.addWidget(self.label)
-        self._stage = ("", 0.0, 0)
-
-    def begin(self, text: str) -> None:
-        self.bar.setValue(0)
-        self.bar.setFormat("")
-        self.label.setText(text)
-        self._stage = ("", 0.0, 0)
-
-    def show_progress(self, event: ProgressEvent) -> None:
-        if event.stage != self._stage[0]:
-            self._stage = (event.stage, time.monotonic(), event.done)
-        label = self.STAGES.get(event.stage, event.stage.capitalize())
-        self.bar.setValue(int(1000 * event.fraction))
-        self.bar.setFormat(f"{label} {100 * event.fraction:.0f} %")
-        text = eta_text(label, event, self._stage[1:])
-        if event.detail:
-            text += f" · {event.detail}"
-        self.label.setText(text)
-
-    def end(self, text: str, done: bool) -> None:
-        self.bar.setValue(1000 if done else 0)
-        self.bar.setFormat("Done" if done else "")
-        self.label.setText(text)
 
 
 LEGEND_TEXT_WIDTH = 120  # px: a longer model name keeps its start and end (the table beside has it whole)
@@ -226,26 +150,24 @@ class ScoresChart(pg.GraphicsLayoutWidget):
 
 
 class EvaluatePanel(QWidget):
-    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``busy_changed``;
-    ``error(str)`` and ``info(str)`` for the window's message bar."""
+    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``error(str)`` and
+    ``info(str)`` for the window's message bar. The evaluation runs through the window's job controller
+    ``jobs`` (state ``EVALUATING``), so nothing else runs meanwhile."""
 
     evaluation_finished = Signal(str)
     suites_loaded = Signal()
-    busy_changed = Signal()
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.jobs = jobs
         self.suites: list[Suite] = []
         self.result: EvalResult | None = None
         self.kinds: dict[str, str] = {}  # model source -> kind, for colours and the best-merged mark
-        self.job: Job | None = None
         self.suite_job: Job | None = None
-        self.blocked = False
         self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
-        self._status = ""
         self._pending_result: tuple[EvalResult, list[Path]] | None = None
 
         # suites
@@ -359,6 +281,11 @@ class EvaluatePanel(QWidget):
         self.add_folder_button.clicked.connect(self._add_folder_dialog)
         self.remove_suite_button.clicked.connect(self._remove_selected_suites)
         self.add_model_button.clicked.connect(self._add_model_dialog)
+        self.task = PanelJob(jobs, JobState.EVALUATING, self.run, self)
+        self.task.failed.connect(self._failed)
+        self.task.cancelled.connect(self._cancelled)
+        self.task.finished.connect(self.evaluation_finished)
+        jobs.state_changed.connect(self._update_actions)
         self.run.start_button.clicked.connect(self.start)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.export_csv_button.clicked.connect(self._export_csv_dialog)
@@ -532,17 +459,9 @@ class EvaluatePanel(QWidget):
         """Score on ``device`` (the window passes the method form's choice)."""
         self.device = device
 
-    def busy(self) -> bool:
-        return self.job is not None
-
-    def set_blocked(self, blocked: bool) -> None:
-        """Another job (a merge, a compare) runs: no evaluation may start."""
-        self.blocked = blocked
-        self._update_actions()
-
     def _update_actions(self) -> None:
-        running = self.job is not None
-        self.run.start_button.setEnabled(not running and not self.blocked and self.suite_job is None
+        running = self.task.running()
+        self.run.start_button.setEnabled(not self.jobs.busy() and self.suite_job is None
                                          and bool(self.checked_suites()) and bool(self.checked_models()))
         self.run.cancel_button.setEnabled(running)
         for w in (self.add_file_button, self.add_folder_button, self.remove_suite_button, self.add_model_button,
@@ -554,7 +473,7 @@ class EvaluatePanel(QWidget):
 
     def start(self) -> bool:
         """Score the ticked models on the ticked suites in the background."""
-        if self.job is not None or self.blocked:
+        if self.jobs.busy():
             return False
         suites, entries = self.checked_suites(), self.checked_models()
         if not suites or not entries:
@@ -579,36 +498,16 @@ class EvaluatePanel(QWidget):
             result = evaluate(refs, suites, device, batch, limit, reporter)
             return result, record_evaluation(result)
 
-        self.run_job(run, f"Loading {refs[0].name}…")
-        return True
-
-    def run_job(self, fn, text: str) -> None:
-        self._status = "failed"
-        self.job = Job(fn, self)
-        self.job.progress.connect(self.run.show_progress)
-        self.job.succeeded.connect(self._succeeded)
-        self.job.failed.connect(self._failed)
-        self.job.crashed.connect(lambda m, d: self._failed(f"unexpected error: {m}. This is a bug in RAM Desktop; "
-                                                           "the log has the details.", d))
-        self.job.cancelled.connect(self._cancelled)
-        self.job.finished.connect(self._finished)
-        self.run.begin(text)
-        self._update_actions()
-        self.busy_changed.emit()
-        self.job.start()
+        return self.task.start(run, self._succeeded, f"Loading {refs[0].name}…")
 
     def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-            self.run.cancel_button.setEnabled(False)
-            self.run.label.setText("Cancelling after this batch…")
+        self.task.cancel("Cancelling after this batch…")
 
     def _succeeded(self, value) -> None:
         result, written = value
-        self._status = "done"
         self.show_result(result)
         text = (f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
-                f"in {_duration(result.seconds)}")
+                f"in {duration_text(result.seconds)}")
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
             log.info("scores written into %s (eval.json and the model card's Evaluation section)",
@@ -616,22 +515,14 @@ class EvaluatePanel(QWidget):
         self.run.end(text, True)
 
     def _failed(self, message: str, details: str = "") -> None:
-        self._status = "failed"
         log.error(message + (f"\n{details}" if details else ""))
         self.error.emit(message)
         self.run.end("Stopped by an error (see above); nothing was written", False)
 
     def _cancelled(self) -> None:
-        self._status = "cancelled"
         log.info("evaluation cancelled; nothing was written")
         self.info.emit("Evaluation cancelled; nothing was written.")
         self.run.end("Cancelled; nothing was written", False)
-
-    def _finished(self) -> None:
-        self.job = None
-        self._update_actions()
-        self.busy_changed.emit()
-        self.evaluation_finished.emit(self._status)
 
     # --- results ------------------------------------------------------------------------------
     def show_result(self, result: EvalResult, kinds: dict[str, str] | None = None) -> None:

@@ -20,6 +20,8 @@ class JobState(Enum):
     ANALYSING = "analysing"  # the probe pass
     MERGING = "merging"
     SAVING_CHARTS = "saving charts"  # a merge's charts written into its output folder
+    EVALUATING = "evaluating"  # the Evaluate step scores models on suites
+    COMPARING = "comparing"  # the Compare step merges (and scores) variants
 
 
 class Outcome(Enum):
@@ -31,7 +33,7 @@ class Outcome(Enum):
 
 
 class JobController(QObject):
-    """Runs one job at a time. ``finished(state, outcome)`` comes once per job, after its result was
+    """Runs one job at a time for the whole window (its own, Evaluate's and Compare's). ``finished(state, outcome)`` comes once per job, after its result was
     delivered to ``on_success`` (done) or ``failed`` / ``crashed`` / ``cancelled`` were emitted; by then
     the controller is idle again and holds nothing of the job."""
 

@@ -72,8 +72,8 @@ class MainWindow(QMainWindow):
         self.sources = SourcesPanel()
         self.analysis = AnalysisPanel()
         self.method = MethodPanel()
-        self.evaluate = EvaluatePanel()
-        self.compare = ComparePanel(self.evaluate)
+        self.evaluate = EvaluatePanel(self.jobs)
+        self.compare = ComparePanel(self.evaluate, self.jobs)
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox()
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -126,8 +126,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
     def _connect(self) -> None:
-        """The panels' and the job controller's signals; Evaluate and Compare report into the message bar
-        and run one job at a time across the window."""
+        """The panels' and the job controller's signals; Evaluate and Compare report into the message bar."""
         self.analyse_button.clicked.connect(self.analyse)
         self.merge_button.clicked.connect(self.merge)
         self.result_box.publish_requested.connect(lambda: ecosystem.publish_dialog(self))
@@ -145,7 +144,6 @@ class MainWindow(QMainWindow):
         for panel in (self.evaluate, self.compare):
             panel.error.connect(self.show_error)
             panel.info.connect(self.show_info)
-            panel.busy_changed.connect(self._update_actions)
         self.compare.run_requested.connect(self._compare)
         self.compare.compare_finished.connect(
             lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None)
@@ -167,10 +165,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802
         self.jobs.cancel()
         self.jobs.wait(15000)
-        for job in (self.evaluate.job, self.compare.job):
-            if job is not None and job.is_running():
-                job.cancel()
-                job.wait(15000)
         self.sources.cancel_downloads()
         self.sources.wait_idle(5000)
         self.save_settings()
@@ -196,7 +190,7 @@ class MainWindow(QMainWindow):
 
     # --- state --------------------------------------------------------------------------------
     def busy(self) -> bool:
-        return self.jobs.busy() or self.evaluate.busy() or self.compare.busy()
+        return self.jobs.busy()
 
     @Slot()
     def _update_actions(self) -> None:
@@ -208,9 +202,6 @@ class MainWindow(QMainWindow):
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
         self.menus.set_busy(busy)
-        own = self.jobs.busy()
-        self.evaluate.set_blocked(own or self.compare.busy())
-        self.compare.set_blocked(own or self.evaluate.busy())
         # charts not on screen wait while a merge runs and while its charts are saved
         self.analysis.set_held(self.jobs.state in (JobState.MERGING, JobState.SAVING_CHARTS)
                                or bool(self.charts.pending))
@@ -262,7 +253,6 @@ class MainWindow(QMainWindow):
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
         self.analysis.update_method(self.method.current, self.method.params(),
                                     self.method.out_dtype.currentData(), self._base_dtype())
-
 
     # --- background jobs ----------------------------------------------------------------------
     @Slot(object, object)

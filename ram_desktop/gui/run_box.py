@@ -65,7 +65,7 @@ class RunBox(QWidget):
         layout.addWidget(self.log_view, 1)
         self.cancel_button.clicked.connect(self.cancel)
         jobs.state_changed.connect(self._state_changed)
-        jobs.progress.connect(self.show_progress)
+        jobs.progress.connect(self._progress)
         jobs.failed.connect(self._failed)
         jobs.crashed.connect(self._crashed)
         jobs.cancelled.connect(self._cancelled)
@@ -76,9 +76,13 @@ class RunBox(QWidget):
         self.progress.setFormat(bar)
         self.progress_label.setText(text)
 
+    def _mine(self) -> bool:
+        """The running job is one this box shows (not a chart export, an evaluation or a comparison)."""
+        return self.jobs.state in START_TEXT
+
     def cancel(self) -> None:
         """Stop the running job (it ends at its next check)."""
-        if self.jobs.cancel():
+        if self._mine() and self.jobs.cancel():
             self.cancel_button.setEnabled(False)
             self.progress_label.setText("Cancelling…")
 
@@ -89,6 +93,8 @@ class RunBox(QWidget):
 
     @Slot(str)
     def _failed(self, message: str) -> None:
+        if not self._mine():
+            return
         log.error(message)
         self.message.emit("error", message)
         self.progress_label.setText("Stopped by an error (see above)")
@@ -96,6 +102,8 @@ class RunBox(QWidget):
 
     @Slot(str, str)
     def _crashed(self, message: str, details: str) -> None:
+        if not self._mine():
+            return
         log.error("unexpected error (a bug in RAM Desktop): %s\n%s", message, details)
         self.message.emit("error", f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the "
                                    "details. Nothing was written to the output folder.")
@@ -103,12 +111,18 @@ class RunBox(QWidget):
 
     @Slot()
     def _cancelled(self) -> None:
+        if not self._mine():
+            return
         what = "Merge cancelled; nothing was written." if self.jobs.state is JobState.MERGING else "Cancelled."
         log.info(what)
         self.message.emit("info", what)
         self.show_state(0, "", what)
 
     @Slot(object)
+    def _progress(self, event: ProgressEvent) -> None:
+        if self._mine():
+            self.show_progress(event)
+
     def show_progress(self, event: ProgressEvent) -> None:
         label = STAGE_LABELS.get(event.stage, event.stage.capitalize())
         frac = event.fraction

@@ -214,7 +214,7 @@ def test_bad_compare_values_are_refused_before_anything_runs(qtbot, window, tiny
     window.compare.tick("ram-plus", "0.1, lots", "r")
     window.compare.folder.setText(str(tmp_path / "cmp"))
     qtbot.mouseClick(window.compare.run.start_button, Qt.LeftButton)
-    assert window.compare.job is None
+    assert not window.jobs.busy()
     assert "lots" in window.message.text.text() and "--r" in window.message.text.text()
     assert not (tmp_path / "cmp").exists()
 
