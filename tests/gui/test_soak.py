@@ -27,7 +27,7 @@ def test_a_finished_job_releases_worker_thread_and_captures(qtbot):
     assert job.worker is None and job.thread is None and not job.is_running() and job.wait(1)
     qtbot.waitUntil(lambda: not shiboken6.isValid(job), timeout=5000)  # deleteLater: gone at the next turn
     assert not shiboken6.isValid(worker) and not shiboken6.isValid(thread)
-    del job, worker, thread
+    job = worker = thread = None
     gc.collect()
     assert captured() is None
 
