@@ -12,7 +12,9 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QT
 from ..core.methods import MergeMethod
 from ..core.probe import SURVIVAL_DTYPES, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
-from .inspect_charts import IntersectionChart, ModuleHeatmaps, PairsChart, TensorTable, UlpHistogram, WouldKeepChart
+from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
+from .module_heatmaps import ModuleHeatmaps
+from .tensor_table import TensorTable
 
 TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
