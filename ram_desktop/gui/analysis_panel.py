@@ -132,22 +132,23 @@ class AnalysisPanel(QWidget):
         self._chart_timer.setSingleShot(True)
         self._chart_timer.timeout.connect(self._next_chart)
         self.report: ProbeReport | None = None
+        self.report_key: tuple | None = None  # what the report measured (sources and ε): the window's key
         self.lambdas: list[float] | None = None
         self.survival: list[float | None] = []
         self.overall_survival: float | None = None
         self.tabs.setEnabled(False)
 
-    def show_report(self, report: ProbeReport | None) -> None:
-        """Show a report: the visible chart now, the others one per event-loop turn (building a
-        pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
-        self.report = report
+    def show_report(self, report: ProbeReport | None, key: tuple | None = None) -> None:
+        """Show a report (measured on ``key``): the visible chart now, the others one per event-loop turn
+        (building a pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
+        self.report, self.report_key = report, key
         self.placeholder.setVisible(report is None)
         self.tabs.setEnabled(report is not None)
         charts = self.charts
         current = self.tabs.currentIndex()
         charts[current].show_report(report)
         # the overview charts are drawn ahead, one per turn; the inspection views when their tab is
-        # first shown or they are exported (each draw costs Qt calls: see inspect_charts._label)
+        # first shown or they are exported (each draw costs Qt calls: see charts._label)
         self._chart_queue = [(c, report) for i, c in enumerate(charts) if i != current and c in self.eager]
         self._deferred = {c: report for i, c in enumerate(charts) if i != current and c not in self.eager}
         if self.would_keep in self._deferred:
@@ -206,6 +207,22 @@ class AnalysisPanel(QWidget):
 
     def charts_ready(self) -> bool:
         return not self._chart_queue
+
+    def is_current(self, key: tuple) -> bool:
+        """A report measured on ``key`` is shown."""
+        return self.report is not None and self.report_key == key
+
+    def follow_sources(self, key: tuple, names: list[str]) -> None:
+        """The sources are now ``key``: a rename relabels the report (same statistics); any other change
+        marks it stale."""
+        if self.report is None:
+            return
+        if key != self.report_key:
+            self.set_stale("The sources or ε changed since this analysis — click Analyze to update it.")
+            return
+        if self.report.names != names:
+            self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
+        self.set_stale(None)
 
     def set_stale(self, message: str | None) -> None:
         self.stale.setText(message or "")

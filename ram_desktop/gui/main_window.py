@@ -9,14 +9,13 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import engine
 from ..core.chunks import DEFAULT_CHUNK_ELEMENTS
 from ..core.demo import demo_suites, ensure_demo
 from ..core.errors import InputError
-from ..core.events import Reporter
 from ..core.probe import ProbeReport
 from ..core.recipe import Recipe
 from ..core.session import Session
@@ -30,23 +29,13 @@ from .menus import Menus
 from .method_panel import MethodPanel
 from .result_box import ResultBox
 from .run_box import RunBox, duration
-from .session_form import checked_session, load_session, read_session, show_session
+from .session_form import checked_session, merge_request, read_session, run_merge, run_probe, show_session
 from .sources_panel import SourcesPanel
-from .widgets import MessageBar, free_folder, group
+from .widgets import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 
 log = logging.getLogger("ram_desktop")
-
-
-def _merge_with_fisher(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeResult:
-    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
-    agent's Fisher, with its own progress stage."""
-    if request.method == "fisher":
-        from ..evaluate.fisher import resolve_fisher_params
-
-        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
-    return engine.merge(request, reporter)
 
 
 class MainWindow(QMainWindow):
@@ -61,12 +50,9 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings()
         self.setWindowTitle("RAM Desktop — merge RL-trained agents")
         self.jobs = JobController(self)
-        self.report: ProbeReport | None = None
-        self.report_key: tuple | None = None
         self.result: engine.MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
-        self.recipe_path: Path | None = None
 
         self.message = MessageBar()
         self.sources = SourcesPanel()
@@ -95,29 +81,16 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _lay_out(self) -> None:
-        left = QSplitter(Qt.Vertical)
-        left.addWidget(group("1 · Sources — base model and agents", self.sources))
-        left.addWidget(group("3 · Method and output", self.method))
-        left.setStretchFactor(0, 1)
-        left.setStretchFactor(1, 0)
-        right = QSplitter(Qt.Vertical)
         # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
         self.steps = QTabWidget()
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
-        right.addWidget(self.steps)
-        right.addWidget(group("4 · Merge", self.run_box))
-        right.addWidget(group("5 · Result", self.result_box))
-        right.setStretchFactor(0, 3)
-        right.setStretchFactor(1, 1)
-        right.setStretchFactor(2, 0)
-        self.splitter = QSplitter(Qt.Horizontal)
-        self.splitter.addWidget(left)
-        self.splitter.addWidget(right)
-        self.splitter.setStretchFactor(0, 2)
-        self.splitter.setStretchFactor(1, 3)
-        self.left_splitter, self.right_splitter = left, right
+        self.left_splitter = splitter(Qt.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
+                                      (group("3 · Method and output", self.method), 0))
+        self.right_splitter = splitter(Qt.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
+                                       (group("5 · Result", self.result_box), 0))
+        self.splitter = splitter(Qt.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(8, 6, 8, 8)
@@ -171,6 +144,11 @@ class MainWindow(QMainWindow):
         self.log_bridge.uninstall()
         super().closeEvent(event)
 
+    @property
+    def report(self) -> ProbeReport | None:
+        """The analysis shown (kept by the analysis panel)."""
+        return self.analysis.report
+
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
@@ -217,23 +195,21 @@ class MainWindow(QMainWindow):
     def _sources_changed(self) -> None:
         self.method.set_agent_names(self.sources.names)
         base = self.sources.base
-        if base is not None and base.checkpoint is not None and not self.method.out_dir.text().strip():
-            self.method.out_dir.setText(str(free_folder(base.checkpoint.folder.parent / "merged")))
-        if base is not None and base.checkpoint is not None and not self.compare.folder.text().strip():
-            self.compare.folder.setText(str(free_folder(base.checkpoint.folder.parent / "compare")))
+        if base is not None and base.checkpoint is not None:
+            self._default_folders(base.checkpoint.folder.parent, replace=False)
         self.evaluate.set_session_models(base.spec if base else None,
                                          list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
-        if self.report is not None:
-            if self._source_key() == self.report_key:
-                if self.report.names != self.sources.names:  # a rename: same statistics, new labels
-                    self.report = self.report.renamed(self.sources.names, [a.source for a in self.report.agents])
-                    self.analysis.show_report(self.report)
-                self.analysis.set_stale(None)
-            else:
-                self.analysis.set_stale("The sources or ε changed since this analysis — click Analyze to update it.")
+        self.analysis.follow_sources(self._source_key(), self.sources.names)
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
+
+    def _default_folders(self, parent: Path, replace: bool) -> None:
+        """The merge's and the comparison's output folders next to the sources, where none is chosen yet
+        (or always: ``replace``)."""
+        for edit, name in ((self.method.out_dir, "merged"), (self.compare.folder, "compare")):
+            if replace or not edit.text().strip():
+                edit.setText(str(free_folder(parent / name)))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""
@@ -249,7 +225,8 @@ class MainWindow(QMainWindow):
         if self.report is None:
             self.analysis.update_method(self.method.current, {}, "base", None)
             return
-        if self.report_key is not None and self.method.eps.text().strip() != self.report_key[2]:
+        key = self.analysis.report_key
+        if key is not None and self.method.eps.text().strip() != key[2]:
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
         self.analysis.update_method(self.method.current, self.method.params(),
                                     self.method.out_dtype.currentData(), self._base_dtype())
@@ -258,7 +235,7 @@ class MainWindow(QMainWindow):
     @Slot(object, object)
     def _job_finished(self, state: JobState, outcome: Outcome) -> None:
         if state is JobState.ANALYSING:
-            self.analysis_finished.emit(self.report is not None and self.report_key == self._source_key())
+            self.analysis_finished.emit(self.analysis.is_current(self._source_key()))
         elif state is JobState.MERGING and outcome is Outcome.DONE and self.result is not None:
             self.charts.queue(self.result.out)
             self._update_actions()
@@ -300,27 +277,24 @@ class MainWindow(QMainWindow):
         show_session(self.method, session)
         self.set_sources(session.base, session.agents, session.names)
 
-    def analyse(self) -> None:
+    def _ready_session(self, action: str) -> Session | None:
+        """The checked Session to Analyze or Merge; None (after saying why) while busy or not ready."""
         if self.busy():
-            return
+            return None
         if not self.sources.all_ready():
-            self.show_error("add a base and at least one agent that open without errors, then Analyze")
-            return
-        session = self._checked_session()
+            self.show_error(f"add a base and at least one agent that open without errors, then {action}")
+            return None
+        return self._checked_session()
+
+    def analyse(self) -> None:
+        session = self._ready_session("Analyze")
         if session is None:
             return
         self.message.hide()
         key = self._source_key()
-        chunk = self.chunk_elements
-        token = self.sources.hub_token
-
-        def run(reporter):
-            return engine.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
-                                chunk_elements=chunk, token=token, vocab=session.vocab)
 
         def done(report: ProbeReport) -> None:
-            self.report, self.report_key = report, key
-            self.analysis.show_report(report)
+            self.analysis.show_report(report, key)
             self._method_changed()
             text = (f"Analysed {report.params:,} elements in {report.tensors} tensors "
                     f"(ε = {report.eps:g}). Pick a method and Merge.")
@@ -328,48 +302,38 @@ class MainWindow(QMainWindow):
             for w in report.warnings:
                 self.show_warning(w)
 
-        self.jobs.start(JobState.ANALYSING, run, done)
+        self.jobs.start(JobState.ANALYSING, partial(run_probe, session, self.chunk_elements, self.sources.hub_token),
+                        done)
+
+    def _confirm_replace(self, out: Path) -> bool:
+        answer = QMessageBox.question(self, "Replace the output folder?",
+                                      f"{out} already holds files. Replace its contents with the merged model?",
+                                      QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        return answer == QMessageBox.Yes
 
     def merge(self) -> None:
-        if self.busy():
-            return
-        if not self.sources.all_ready():
-            self.show_error("add a base and at least one agent that open without errors, then Merge")
-            return
-        session = self._checked_session()
+        session = self._ready_session("Merge")
         if session is None:
             return
-        if not session.out:
-            self.show_error("choose an output folder (section 3) before merging")
-            return
-        out = Path(session.out).expanduser()
-        overwrite = False
-        if out.is_dir() and any(out.iterdir()):
-            answer = QMessageBox.question(self, "Replace the output folder?",
-                                          f"{out} already holds files. Replace its contents with the merged model?",
-                                          QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
-            if answer != QMessageBox.Yes:
-                return
-            overwrite = True
         try:
-            request = session.to_request(out, overwrite=overwrite, token=self.sources.hub_token,
-                                         chunk_elements=self.chunk_elements)
+            request = merge_request(session, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
         except InputError as e:
             self.show_error(str(e))
+            return
+        if request is None:
             return
         self.message.hide()
         self.result = None
         self.result_box.merging()
-        key = self._source_key()
-        log.info("merging %d agents with %s into %s", len(request.agents), request.method, out)
-        self.jobs.start(JobState.MERGING, partial(_merge_with_fisher, request), partial(self._merged, key=key))
+        log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
+        self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
 
     def _merged(self, result: engine.MergeResult, key: tuple) -> None:
         self.result = result
-        if key == self._source_key() and (self.report is None or self.report.names != result.probe.names
-                                          or self.report_key != key):
-            self.report, self.report_key = result.probe, key
-            self.analysis.show_report(result.probe)
+        report = self.report
+        if key == self._source_key() and (report is None or report.names != result.probe.names
+                                          or self.analysis.report_key != key):
+            self.analysis.show_report(result.probe, key)
             self._method_changed()
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
@@ -398,8 +362,7 @@ class MainWindow(QMainWindow):
             except InputError:
                 suites = None
             self.method.set_agent_defaults("suite", suites)
-            self.method.out_dir.setText(str(free_folder(Path(base).parent / "merged")))
-            self.compare.folder.setText(str(free_folder(Path(base).parent / "compare")))
+            self._default_folders(Path(base).parent, replace=True)
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             log.info("demo agents loaded from %s", Path(base).parent)
 
@@ -408,7 +371,6 @@ class MainWindow(QMainWindow):
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
         self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
         self.sources.clear()
-        self.report, self.report_key = None, None
         self.analysis.show_report(None)
         self._analyse_when_ready = analyse
         self.sources.set_base(base)
@@ -416,39 +378,13 @@ class MainWindow(QMainWindow):
             self.sources.add_agent(spec, names[i] if names else None)
 
     def open_recipe(self, path: Path) -> bool:
-        """Load a recipe into the window: every value is checked first, so a bad recipe changes nothing."""
-        if self.busy():
-            return False
-        try:
-            self.apply_session(load_session(path))
-        except InputError as e:
-            self.show_error(str(e))
-            log.error(str(e))
-            return False
-        self.recipe_path = Path(path)
-        self.menus.add_recent(Path(path).resolve())
-        self.setWindowTitle(f"RAM Desktop — {Path(path).name}")
-        log.info("opened recipe %s", path)
-        return True
+        """Load a recipe into the window (File ▸ Open recipe); False after showing why not."""
+        return self.menus.open_recipe(path)
+
+    def save_recipe(self, path: Path) -> bool:
+        """Save what the window shows as a recipe (File ▸ Save recipe); False after showing why not."""
+        return self.menus.save_recipe(path)
 
     def current_recipe(self) -> Recipe:
         """The recipe of what the window shows (parameters resolved); raises ``InputError`` when a value is bad."""
         return self.session().to_recipe()
-
-    def save_recipe(self, path: Path) -> bool:
-        if self.sources.base is None or not self.sources.agents:
-            self.show_error("add a base and at least one agent before saving a recipe")
-            return False
-        try:
-            self.current_recipe().save(Path(path))
-        except InputError as e:
-            self.show_error(str(e))
-            return False
-        except OSError as e:
-            self.show_error(f"{path}: cannot write the recipe ({e.strerror})")
-            return False
-        self.recipe_path = Path(path)
-        self.menus.add_recent(Path(path).resolve())
-        log.info("saved recipe %s", path)
-        self.statusBar().showMessage(f"Saved {path}", 8000)
-        return True

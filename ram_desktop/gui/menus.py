@@ -1,5 +1,5 @@
 """The window's menus: File (recipes and the recent ones, charts, mergekit, the demo, quit) and Help,
-with the file dialogs behind them."""
+with the file dialogs and the recipe files behind them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from .. import __version__
+from ..core.errors import InputError
 from . import ecosystem
+from .session_form import load_session
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
@@ -22,11 +24,13 @@ PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
 class Menus(QObject):
-    """Builds the window's menu bar and keeps the recent recipes (in the window's settings)."""
+    """Builds the window's menu bar, opens and saves recipes (``recipe_path``: the last one) and keeps
+    the recent ones (in the window's settings)."""
 
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
         self.window = w = window
+        self.recipe_path: Path | None = None
         file_menu = w.menuBar().addMenu("&File")
         self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
         self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
@@ -87,23 +91,62 @@ class Menus(QObject):
         items = self.recent_recipes()
         for path in items:
             self.recent_menu.addAction(QAction(path, self.window,
-                                               triggered=lambda _=False, p=path: self.window.open_recipe(Path(p))))
+                                               triggered=lambda _=False, p=path: self.open_recipe(Path(p))))
         self.recent_menu.setEnabled(bool(items))
+
+    # --- recipe files -------------------------------------------------------------------------
+    def open_recipe(self, path: Path) -> bool:
+        """Load a recipe into the window: every value is checked first, so a bad recipe changes nothing."""
+        w = self.window
+        if w.busy():
+            return False
+        try:
+            w.apply_session(load_session(path))
+        except InputError as e:
+            w.show_error(str(e))
+            log.error(str(e))
+            return False
+        self._used(path)
+        w.setWindowTitle(f"RAM Desktop — {Path(path).name}")
+        log.info("opened recipe %s", path)
+        return True
+
+    def save_recipe(self, path: Path) -> bool:
+        w = self.window
+        if w.sources.base is None or not w.sources.agents:
+            w.show_error("add a base and at least one agent before saving a recipe")
+            return False
+        try:
+            w.current_recipe().save(Path(path))
+        except InputError as e:
+            w.show_error(str(e))
+            return False
+        except OSError as e:
+            w.show_error(f"{path}: cannot write the recipe ({e.strerror})")
+            return False
+        self._used(path)
+        log.info("saved recipe %s", path)
+        w.statusBar().showMessage(f"Saved {path}", 8000)
+        return True
+
+    def _used(self, path: Path) -> None:
+        self.recipe_path = Path(path)
+        self.add_recent(Path(path).resolve())
 
     # --- file dialogs -------------------------------------------------------------------------
     def open_recipe_dialog(self) -> None:
         w = self.window
-        start = str(w.recipe_path.parent) if w.recipe_path else w.sources.browse_dir
+        start = str(self.recipe_path.parent) if self.recipe_path else w.sources.browse_dir
         path, _ = QFileDialog.getOpenFileName(w, "Open recipe", start, "RAM recipes (*.yaml *.yml);;All files (*)")
         if path:
-            w.open_recipe(Path(path))
+            self.open_recipe(Path(path))
 
     def save_recipe_dialog(self) -> None:
         w = self.window
-        start = str(w.recipe_path) if w.recipe_path else str(Path(w.sources.browse_dir) / "ram-recipe.yaml")
+        start = str(self.recipe_path) if self.recipe_path else str(Path(w.sources.browse_dir) / "ram-recipe.yaml")
         path, _ = QFileDialog.getSaveFileName(w, "Save recipe", start, "RAM recipes (*.yaml *.yml)")
         if path:
-            w.save_recipe(Path(path))
+            self.save_recipe(Path(path))
 
     def export_charts_dialog(self) -> None:
         w = self.window

@@ -4,10 +4,13 @@ merge request or a recipe (the CLI builds the same Session from its flags)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
-from ..core import defaults
+from ..core import defaults, engine
 from ..core.errors import InputError
+from ..core.events import Reporter
 from ..core.plan import OUT_DTYPES, VOCAB_MODES
+from ..core.probe import ProbeReport
 from ..core.recipe import Recipe
 from ..core.session import Session
 from .method_panel import MethodPanel
@@ -64,3 +67,32 @@ def load_session(path: Path) -> Session:
     if not (session.eps >= 0 and session.eps != float("inf")):
         raise InputError(f"{path}: eps must be a non-negative number, got {session.eps}")
     return session
+
+
+def merge_request(session: Session, confirm_replace: Callable[[Path], bool], token: str | None,
+                  chunk_elements: int) -> engine.MergeRequest | None:
+    """The engine's request for merging ``session``; None when its output folder holds files and
+    ``confirm_replace(folder)`` says not to replace them. Raises ``InputError`` (no output folder, a bad value)."""
+    if not session.out:
+        raise InputError("choose an output folder (section 3) before merging")
+    out = Path(session.out).expanduser()
+    overwrite = out.is_dir() and any(out.iterdir())
+    if overwrite and not confirm_replace(out):
+        return None
+    return session.to_request(out, overwrite=overwrite, token=token, chunk_elements=chunk_elements)
+
+
+def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
+    """The analysis (probe pass) of ``session``'s sources."""
+    return engine.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+                        chunk_elements=chunk_elements, token=token, vocab=session.vocab)
+
+
+def run_merge(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeResult:
+    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
+    agent's Fisher, with its own progress stage."""
+    if request.method == "fisher":
+        from ..evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
+    return engine.merge(request, reporter)

@@ -1,11 +1,12 @@
-"""Small pieces the main window is built from: the message bar, a titled section, a free folder name."""
+"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a free
+folder name."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
 
 
 class MessageBar(QWidget):
@@ -49,6 +50,15 @@ def group(title: str, widget: QWidget) -> QGroupBox:
     layout.setContentsMargins(8, 8, 8, 8)
     layout.addWidget(widget)
     return box
+
+
+def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplitter:
+    """A splitter of ``(widget, stretch factor)`` parts."""
+    split = QSplitter(orientation)
+    for i, (widget, stretch) in enumerate(parts):
+        split.addWidget(widget)
+        split.setStretchFactor(i, stretch)
+    return split
 
 
 def free_folder(path: Path) -> Path:

@@ -37,7 +37,7 @@ def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_pat
     qtbot.waitUntil(lambda: window.report is not None and not window.busy(), timeout=30000)
     qtbot.waitUntil(lambda: window.message.isVisible() and "int(k·n)" in window.message.text.text(), timeout=5000)
     assert "(mergekit)" in window.windowTitle()
-    assert window.recipe_path is None  # Save recipe never overwrites the mergekit file
+    assert window.menus.recipe_path is None  # Save recipe never overwrites the mergekit file
 
 
 def test_import_refused_key_shows_the_error_and_changes_nothing(qtbot, window, demo_models, tmp_path):
