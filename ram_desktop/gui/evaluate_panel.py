@@ -26,7 +26,7 @@ from ..core.errors import InputError
 from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
 from ..evaluate.card import MERGE_REPORT, record_evaluation
 from .jobs import JobController, JobState
-from .run_bar import PanelJob, RunBar, duration_text
+from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
 from .worker import Job
 
@@ -411,7 +411,7 @@ class EvaluatePanel(QWidget):
         result, written = value
         self.show_result(result)
         text = (f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
-                f"in {duration_text(result.seconds)}")
+                f"in {duration(result.seconds, coarse=True)}")
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
             log.info("scores written into %s (eval.json and the model card's Evaluation section)",

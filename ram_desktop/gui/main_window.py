@@ -28,7 +28,8 @@ from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method_panel import MethodPanel
 from .result_box import ResultBox
-from .run_box import RunBox, duration
+from .run_bar import duration
+from .run_box import RunBox
 from .session_form import checked_session, merge_request, read_session, run_merge, run_probe, show_session
 from .sources_panel import SourcesPanel
 from .widgets import MessageBar, free_folder, group, splitter

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWi
 
 from ..core import engine
 from ..core.output import human_bytes
-from .run_box import duration
+from .run_bar import duration
 
 
 class ResultBox(QWidget):

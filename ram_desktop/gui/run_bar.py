@@ -25,16 +25,17 @@ def eta_text(label: str, event: ProgressEvent, stage_start: tuple[float, int]) -
         rate = done / elapsed
         text += f" · {rate:.1f} {event.unit}/s"
         if event.done < event.total:
-            text += f" · about {duration_text((event.total - event.done) / rate)} left"
+            text += f" · about {duration((event.total - event.done) / rate, coarse=True)} left"
     return text
 
 
-def duration_text(seconds: float) -> str:
-    """A duration for the steps' progress lines: 3.2 s, 42 s, 4 min 05 s, 2 h 10 min."""
-    if seconds < 10:
-        return f"{seconds:.1f} s"
+def duration(seconds: float, coarse: bool = False) -> str:
+    """A duration for a person: 0.42 s, 12.3 s, 4 min 05 s, 2 h 10 min; ``coarse`` (the steps' progress
+    lines): 3.2 s, 42 s under 90 s."""
     if seconds < 90:
-        return f"{seconds:.0f} s"
+        if coarse:
+            return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+        return f"{seconds:.2f} s" if seconds < 1 else f"{seconds:.1f} s"
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes} min {secs:02d} s" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
 

@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar
 from ..core.events import ProgressEvent
 from ..core.output import human_bytes
 from .jobs import JobController, JobState
+from .run_bar import duration
 
 log = logging.getLogger("ram_desktop")
 
@@ -149,15 +150,3 @@ def amount(value: float, unit: str) -> str:
         if value >= size:
             return f"{value / size:.1f} {suffix} {unit}"
     return f"{value:.2f} {unit}" if 0 < value < 10 and value != int(value) else f"{value:.0f} {unit}"
-
-
-def duration(seconds: float) -> str:
-    """A duration for a person: 0.42 s, 12.3 s, 4 min 05 s, 2 h 10 min."""
-    if seconds < 1:
-        return f"{seconds:.2f} s"
-    if seconds < 90:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 90:
-        return f"{minutes} min {secs:02d} s"
-    return f"{minutes // 60} h {minutes % 60:02d} min"
