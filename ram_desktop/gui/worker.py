@@ -109,43 +109,43 @@ class Job(QObject):
         if parent is None:
             Job._detached.add(self)
         self.worker: Worker | None = Worker(fn)
-        self.thread: QThread | None = QThread()
-        self.thread.setObjectName("ram-desktop-worker")
-        self.worker.moveToThread(self.thread)
+        self.qthread: QThread | None = QThread()  # not "thread": that is QObject.thread()
+        self.qthread.setObjectName("ram-desktop-worker")
+        self.worker.moveToThread(self.qthread)
         for name in ("progress", "succeeded", "failed", "crashed", "cancelled"):
             getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
-        self.thread.started.connect(self.worker.run)
+        self.qthread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
-        self.worker.done.connect(self.thread.quit, Qt.DirectConnection)
+        self.worker.done.connect(self.qthread.quit, Qt.DirectConnection)
         # direct (emitted in the worker's thread, where the worker lives): deleted before that thread ends;
         # a deleteLater posted from the GUI thread after the thread ended would never run
-        self.thread.finished.connect(self.worker.deleteLater, Qt.DirectConnection)
-        self.thread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
+        self.qthread.finished.connect(self.worker.deleteLater, Qt.DirectConnection)
+        self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
     def start(self) -> None:
-        if self.thread is not None:
+        if self.qthread is not None:
             self.started_at = time.monotonic()
-            self.thread.start()
+            self.qthread.start()
 
     def cancel(self) -> None:
         if self.worker is not None:
             self.worker.cancel()
 
     def is_running(self) -> bool:
-        return self.thread is not None and self.thread.isRunning()
+        return self.qthread is not None and self.qthread.isRunning()
 
     def wait(self, ms: int = 30000) -> bool:
-        return self.thread is None or self.thread.wait(ms)
+        return self.qthread is None or self.qthread.wait(ms)
 
     @Slot()
     def _cleanup(self) -> None:
-        if self.thread is not None:
+        if self.qthread is not None:
             # its run() has returned; wait until the thread has also deleted the worker (as it ends), and
             # only then drop the references: dropping them first would delete the worker twice
-            self.thread.wait()
-            self.thread.deleteLater()
-        self.thread, self.worker = None, None
+            self.qthread.wait()
+            self.qthread.deleteLater()
+        self.qthread, self.worker = None, None
         self.finished.emit()
         Job._detached.discard(self)
         self.deleteLater()

@@ -20,11 +20,11 @@ def test_a_finished_job_releases_worker_thread_and_captures(qtbot):
     payload = Payload()
     captured = weakref.ref(payload)
     job = Job(lambda reporter, p=payload: id(p))
-    worker, thread = job.worker, job.thread
+    worker, thread = job.worker, job.qthread
     del payload
     with qtbot.waitSignal(job.finished, timeout=10000):
         job.start()
-    assert job.worker is None and job.thread is None and not job.is_running() and job.wait(1)
+    assert job.worker is None and job.qthread is None and not job.is_running() and job.wait(1)
     qtbot.waitUntil(lambda: not shiboken6.isValid(job), timeout=5000)  # deleteLater: gone at the next turn
     assert not shiboken6.isValid(worker) and not shiboken6.isValid(thread)
     job = worker = thread = None
