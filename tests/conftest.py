@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -34,6 +35,18 @@ def pytest_configure(config: pytest.Config) -> None:
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) is signal.SIG_IGN:
             signal.signal(number, _ignore)
+
+
+@pytest.fixture(autouse=True)
+def _own_log_handlers():
+    """Handlers a test adds to the ``ram_desktop`` logger (``cli.main`` run in-process adds one bound to the
+    test's captured stderr) leave with it: a later test's log line must not go to a closed stream."""
+    logger = logging.getLogger("ram_desktop")
+    before, level = list(logger.handlers), logger.level
+    yield
+    for handler in [h for h in logger.handlers if h not in before]:
+        logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
