@@ -393,3 +393,24 @@ def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tens
                 raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
                                  "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
     return chunk
+
+
+@dataclass(frozen=True)
+class StoredSlices:
+    """One chunk as read, before τ is formed: what a pass's per-chunk work and a fused kernel need.
+    ``agents``: the agents' raw slices in agent order (numpy bits or tensors, as the reader gave them)."""
+
+    plan: MergePlan
+    index: int
+    span: Span
+    base: torch.Tensor | np.ndarray
+    agents: list
+    eps: float
+
+    @property
+    def job(self) -> TensorJob:
+        return self.plan.jobs[self.index]
+
+    def load(self, workspace: Workspace | None = None) -> Chunk:
+        """The chunk (``load_chunk``): τ formed and checked; raises naming agent and tensor for NaN or Inf."""
+        return load_chunk(self.plan, self.index, self.span, self.base, self.agents, self.eps, workspace)

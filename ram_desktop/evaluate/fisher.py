@@ -342,12 +342,12 @@ def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = 
 
 def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str], device: str = "auto",
                           reporter: Reporter | None = None) -> dict[str, Any]:
-    """For ``--method fisher`` with ``suite``: the parameters with ``fisher`` set to each agent's cached
-    (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
-    if method != "fisher":
-        return params
+    """For a calibrated method (``--method fisher``) with ``suite``: the parameters with ``fisher`` set to each
+    agent's cached (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
     from ..core.methods import get_method
 
+    if not get_method(method).calibrated:
+        return params
     resolved = get_method(method).resolve(params)
     suites = resolved.get("suite")
     if not suites:
