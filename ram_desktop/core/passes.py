@@ -14,7 +14,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from .events import Reporter
 from .formats import lora
 from .methods import Collector, MergeMethod, Observer, SliceCollector
 from .output import ShardSet
-from .plan import MergePlan
+from .plan import AuxInput, MergePlan
 from .inspection import ULP_BINS
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from .transfer import Transfer
@@ -109,7 +109,7 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
     fused = use_kernels(transfer.device_type, total)
 
     def work(item: tuple) -> int:
-        slices = StoredSlices(plan, *item, eps)
+        slices = StoredSlices.read(plan, item, eps)
         pending = sinks
         if fused and _stored_agents(slices.job):  # sinks that take the stored slices: one fused pass each
             pending = [sink for sink in sinks if not _add_fused(sink, slices)]
@@ -165,11 +165,13 @@ class Variant:
 
 def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: Transfer, reporter: Reporter,
                chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None,
-               files: OpenFiles | None = None) -> None:
+               files: OpenFiles | None = None, aux: Sequence[AuxInput] = ()) -> None:
     """Read every tensor once; merge each chunk with every variant (θ = base + τ_merged, rounded once
     to the output dtype) and write it to that variant's shards, in order, from a writer thread.
     Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
-    collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``)."""
+    collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``).
+    ``aux``: per-agent auxiliary inputs the variants' methods read (``MergeMethod.aux_inputs``), streamed
+    beside the agents and handed to each chunk as ``chunk.aux``."""
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
@@ -178,7 +180,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
-        slices = StoredSlices(plan, *item, eps)
+        slices = StoredSlices.read(plan, item, eps, aux)
         index, span, job = slices.index, slices.span, slices.job
         if not job.mergeable:
             return index, span.numel, [slices.base] * len(variants)
@@ -202,7 +204,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files)
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files,
+                                aux=aux)
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)
