@@ -51,14 +51,14 @@ import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
 from ..chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
-from .base import MergeMethod, Param, Sweep, WouldKeep
+from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
 from .mergekit_map import (TASK_ARITHMETIC_SHARED, MergekitExport, MergekitImport, MergekitInput, MergekitMapping,
                            all_equal, check_density, one_density, require_weights, unit_weights)
 
@@ -547,7 +547,7 @@ def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: b
                                    cuts, left, ctx.scale)
 
 
-def _dare_fused(ties: bool):
+def _dare_fused(ties: bool) -> FusedKernel:
     """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
 
     def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> "KernelResult | None":
@@ -695,7 +695,7 @@ def _from_ties(given: MergekitInput) -> tuple[str, dict]:
     return "ties", {"density": density, "scale": scale, "ties_scope": "tensor"}
 
 
-def _from_dare(ours: str, normalize: bool):
+def _from_dare(ours: str, normalize: bool) -> Callable[[MergekitInput], tuple[str, dict]]:
     """dare_linear (``normalize`` False, as ours is a sum) or dare_ties (True: ours takes the disjoint mean)."""
 
     def convert(given: MergekitInput) -> tuple[str, dict]:
@@ -745,7 +745,7 @@ def _to_ties(params: dict, eps: float) -> MergekitExport:
     return out
 
 
-def _to_dare(theirs: str, normalize: bool):
+def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitExport]:
     def export(params: dict, eps: float) -> MergekitExport:
         shared: dict[str, Any] = {"lambda": params["scale"], "rescale": True}
         if normalize:
@@ -763,7 +763,8 @@ def _to_dare(theirs: str, normalize: bool):
 SPARSE_PER_MODEL = {"weight": None, "density": 1.0}
 
 
-def _gta(name: str, normalize: bool, rescale: bool, convert) -> MergekitImport:
+def _gta(name: str, normalize: bool, rescale: bool,
+         convert: Callable[[MergekitInput], tuple[str, dict]]) -> MergekitImport:
     """A mergekit generalized-task-arithmetic method with its defaults."""
     return MergekitImport(name, {**TASK_ARITHMETIC_SHARED, "normalize": normalize, "rescale": rescale},
                           SPARSE_PER_MODEL, convert)
@@ -784,6 +785,24 @@ DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is 
              "kept ones divided by 1-p", 0.0, 0.99, paper_range="0.1-0.9 in steps of 0.1 (Table 11)")
 SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)",
              0, 2**64 - 1)
+
+def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Chunk, DareContext], torch.Tensor],
+          ties: bool, keep: Callable[["ProbeReport", dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
+    """DARE-TA (``ties`` False: λ·Σ) or DARE-TIES (sign election and disjoint mean): the same drop step,
+    mask, parameters and mergekit family (``theirs``: dare_linear or dare_ties)."""
+    return MergeMethod(
+        name, label, summary, (DROP, SEED, _scale(scale, None)), merge,
+        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
+        thread_safe=True,
+        fused=_dare_fused(ties),
+        would_keep=WouldKeep(keep, estimated=True),
+        mergekit=MergekitMapping(_to_dare(theirs, normalize=ties),
+                                 (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)),
+        sweep=Sweep("drop", "0.5"),
+        short=short,
+    )
+
 
 METHODS = (
     MergeMethod(
@@ -818,31 +837,8 @@ METHODS = (
         sweep=Sweep("density", "0.2"),
         short="TIES",
     ),
-    MergeMethod(
-        "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
-        (DROP, SEED, _scale(0.3, None)),
-        dare_ta_merge,
-        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
-        thread_safe=True,
-        fused=_dare_fused(ties=False),
-        would_keep=WouldKeep(scaled_shares, estimated=True),
-        mergekit=MergekitMapping(_to_dare("dare_linear", normalize=False),
-                                 (_gta("dare_linear", False, True, _from_dare("dare-ta", normalize=False)),)),
-        sweep=Sweep("drop", "0.5"),
-        short="DARE-TA",
-    ),
-    MergeMethod(
-        "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
-        (DROP, SEED, _scale(1.0, None)),
-        dare_ties_merge,
-        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        thread_safe=True,
-        fused=_dare_fused(ties=True),
-        would_keep=WouldKeep(dare_ties_shares, estimated=True),
-        mergekit=MergekitMapping(_to_dare("dare_ties", normalize=True),
-                                 (_gta("dare_ties", False, True, _from_dare("dare-ties", normalize=True)),)),
-        sweep=Sweep("drop", "0.5"),
-        short="DARE-TIES",
-    ),
+    _dare("dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
+          0.3, dare_ta_merge, ties=False, keep=scaled_shares, theirs="dare_linear", short="DARE-TA"),
+    _dare("dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
+          1.0, dare_ties_merge, ties=True, keep=dare_ties_shares, theirs="dare_ties", short="DARE-TIES"),
 )
