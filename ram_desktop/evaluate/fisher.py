@@ -346,9 +346,10 @@ def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str]
     agent's cached (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
     from ..core.methods import get_method
 
-    if not get_method(method).calibrated:
+    merge_method = get_method(method)
+    if not merge_method.calibrated:
         return params
-    resolved = get_method(method).resolve(params)
+    resolved = merge_method.resolve(params)
     suites = resolved.get("suite")
     if not suites:
         if resolved.get("fisher"):  # local folders by absolute path, so the written recipe runs from anywhere
