@@ -109,8 +109,8 @@ def kernel_check() -> int:
         # reference: the update pattern p = sum_t [|agent_t - base| > eps] * 2^t, counted with torch
         pattern = sum(((a.float() - base.float()).abs() > 1e-5).long() << t for t, a in enumerate(agents))
         want = torch.bincount(pattern, minlength=8).numpy()
-        if list(counted[0]) != list(want) or not counted[1]:
-            raise RuntimeError(f"the kernel counted {list(counted[0])}, torch counts {list(want)}")
+        if list(counted.hist) != list(want) or not counted.finite:
+            raise RuntimeError(f"the kernel counted {list(counted.hist)}, torch counts {list(want)}")
         cache = os.environ.get("NUMBA_CACHE_DIR", "")
         cached = [f for _, _, files in os.walk(cache) for f in files if f.endswith(".nbi")] if cache else []
         if not cached:

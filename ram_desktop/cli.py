@@ -15,7 +15,7 @@ from . import __version__
 from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
 from .core import defaults
-from .core.methods import METHODS, Param
+from .core.methods import METHODS, Param, get_method
 from .core.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
@@ -295,7 +295,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
             log.warning("%s", warning)
         session = Session.from_recipe(loaded.recipe)
     request = session.to_request(args.out, overwrite=args.overwrite)  # every input checked before any estimate
-    if session.method == "fisher":
+    if get_method(session.method).calibrated:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)

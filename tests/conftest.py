@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,34 @@ SMALL_CONFIG = {
     "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
     "torch_dtype": "bfloat16",
 }
+
+
+def _ignore(signum: int, frame: object) -> None:
+    """Stands in for SIG_IGN in the test process (see ``pytest_configure``)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Children the tests start get SIGINT, SIGTERM and SIGHUP at their defaults, however this process was
+    started. A shell starts a background job (``make test &``, a CI runner) with SIGINT ignored, exec keeps
+    an ignored signal ignored, and the faces rightly leave an inherited SIG_IGN alone (nohup): the signal
+    tests would then test nohup. A handler that does nothing keeps this process as deaf as before, and exec
+    resets a handled signal to its default."""
+    for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is signal.SIG_IGN:
+            signal.signal(number, _ignore)
+
+
+@pytest.fixture(autouse=True)
+def _own_log_handlers():
+    """Handlers a test adds to the ``ram_desktop`` logger (``cli.main`` run in-process adds one bound to the
+    test's captured stderr) leave with it: a later test's log line must not go to a closed stream."""
+    logger = logging.getLogger("ram_desktop")
+    before, level = list(logger.handlers), logger.level
+    yield
+    for handler in [h for h in logger.handlers if h not in before]:
+        logger.removeHandler(handler)
+    logger.setLevel(level)
 
 
 @pytest.fixture(autouse=True)

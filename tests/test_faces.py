@@ -54,6 +54,7 @@ def root(tmp_path_factory) -> Path:
     if not RAM_MERGE.exists():
         pytest.skip("ram-merge is not installed beside this Python")
     root = tmp_path_factory.mktemp("faces")
+    (root / "out").mkdir()  # every test's outputs, in whatever order the tests run
     ok(run(root, RAM_MERGE, "-q", "demo", "demo"))
     for name in DEMO_MODELS:
         populate(root / "hub", f"acme/{name}", root / "demo" / name, sha_of(name))

@@ -182,19 +182,19 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
                 continue  # one element per call is slow through the Python wrapper; a few cases suffice
             parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
                              base, agents, chunk)
-            got = torch.cat([p[0] for p in parts])
+            got = torch.cat([p.merged for p in parts])
             assert got.dtype == out_dtype
             assert np.array_equal(_bits(got), _bits(theta)), (chunk, lams)
-            assert np.array_equal(sum(p[1] for p in parts), hist)
-            assert all(p[2] for p in parts)
+            assert np.array_equal(sum(p.hist for p in parts), hist)
+            assert all(p.finite for p in parts)
             if lams is not None:
-                assert np.array_equal(sum(p[3] for p in parts), survival)
+                assert np.array_equal(sum(p.survival for p in parts), survival)
             else:
-                assert all(p[3] is None for p in parts)
+                assert all(p.survival is None for p in parts)
     # the pattern histogram has every pattern and the survival counts something on both sides
     assert (hist > 0).all()
     counted = kernels.count_patterns(base, agents, eps, compute)
-    assert counted is not None and np.array_equal(counted[0], hist) and counted[1]
+    assert counted is not None and np.array_equal(counted.hist, hist) and counted.finite
 
 
 def test_count_kernel_chunks_down_to_one_element():
@@ -202,7 +202,7 @@ def test_count_kernel_chunks_down_to_one_element():
     _, hist, _ = _reference(base, agents, 1e-5, torch.float32, torch.bfloat16, None)
     for chunk in (257, 64, 5, 1):
         parts = _chunked(lambda b, a: kernels.count_patterns(b, a, 1e-5, torch.float32), base, agents, chunk)
-        assert np.array_equal(sum(p[0] for p in parts), hist)
+        assert np.array_equal(sum(p.hist for p in parts), hist)
 
 
 def test_eps_is_compared_in_the_compute_dtype():
@@ -212,7 +212,7 @@ def test_eps_is_compared_in_the_compute_dtype():
     assert e32 != eps
     base = torch.zeros(4, dtype=torch.float32)
     agent = torch.tensor([e32, -e32, np.nextafter(np.float32(e32), np.float32(1)), 0.0], dtype=torch.float32)
-    got = kernels.count_patterns(base, [agent], eps, torch.float32)[0]
+    got = kernels.count_patterns(base, [agent], eps, torch.float32).hist
     torch_masks = torch.abs(agent - base).gt(eps)
     assert got[1] == int(torch_masks.sum())
 
@@ -222,9 +222,9 @@ def test_non_finite_task_vectors_are_flagged(bad):
     base = torch.zeros(5000, dtype=torch.float32)
     agent = base.clone()
     agent[4321] = bad
-    assert kernels.count_patterns(base, [base.clone(), agent], 1e-5, torch.float32)[1] is False
-    assert kernels.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False)[2] is False
-    assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32)[1] is True
+    assert kernels.count_patterns(base, [base.clone(), agent], 1e-5, torch.float32).finite is False
+    assert kernels.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
+    assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32).finite is True
 
 
 def _with_patterns(patterns: np.ndarray, n_agents: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -251,17 +251,17 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
     unique = np.array([(patterns == 1 << t).sum() for t in range(n_agents)])
     for chunk in (len(patterns), 2048, 256, 255, 97):
         parts = _chunked(lambda b, a: kernels.count_patterns(b, a, 1e-5, torch.float32), base, agents, chunk)
-        assert np.array_equal(sum(p[0] for p in parts), hist), chunk
-        assert all(p[1] for p in parts)
+        assert np.array_equal(sum(p.hist for p in parts), hist), chunk
+        assert all(p.finite for p in parts)
         # λ = 2 doubles every unique update: each one's rounded value changes, so moved = unique
         parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
                                                                    [2.0] * n_agents, True, True), base, agents, chunk)
-        assert np.array_equal(sum(p[1] for p in parts), hist), chunk
-        survival = np.asarray(sum(p[3] for p in parts))
+        assert np.array_equal(sum(p.hist for p in parts), hist), chunk
+        survival = np.asarray(sum(p.survival for p in parts))
         assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
         parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
                                                                    True, False), base, agents, chunk)
-        assert np.array_equal(sum(p[1] for p in parts), hist), chunk
+        assert np.array_equal(sum(p.hist for p in parts), hist), chunk
 
 
 # ±65504 in float16: their difference is finite in float32, so no "overflow" case there
@@ -273,7 +273,7 @@ def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
     g = torch.Generator().manual_seed(5)
     base = (0.02 * torch.randn(n, generator=g)).to(dtype)
     agents = [(base.double() + 0.01 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype) for _ in range(3)]
-    assert kernels.count_patterns(base, agents, 1e-5, torch.float32)[1] is True
+    assert kernels.count_patterns(base, agents, 1e-5, torch.float32).finite is True
     for where in (0, 2047, 2048, n - 1):
         for t, on_base in ((2, False), (0, False), (None, True)):
             b, a = base.clone(), [x.clone() for x in agents]
@@ -285,13 +285,13 @@ def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
                 a[t][where] = bad
             taus = [x.float() - b.float() for x in a]
             assert not all(bool(torch.isfinite(x).all()) for x in taus)
-            assert kernels.count_patterns(b, a, 1e-5, torch.float32)[1] is False, (where, t)
+            assert kernels.count_patterns(b, a, 1e-5, torch.float32).finite is False, (where, t)
             for lams, survival in ((None, False), ([1.5, 1.25, 2.0], True)):
                 done = kernels.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
-                assert done[2] is False, (where, t, lams)
+                assert done.finite is False, (where, t, lams)
             # a chunk without the bad element is clean
             if where > 0:
-                assert kernels.count_patterns(b[:where], [x[:where] for x in a], 1e-5, torch.float32)[1] is True
+                assert kernels.count_patterns(b[:where], [x[:where] for x in a], 1e-5, torch.float32).finite is True
 
 
 @pytest.mark.parametrize("out_dtype,tiny", [(torch.float16, 1e-9), (torch.bfloat16, 1e-41)])
@@ -305,8 +305,8 @@ def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
     assert ram[0] == 0 and plus[0] == 0 and _bits(ram)[0] != _bits(plus)[0]  # +0 and −0
     moved = int((ram != plus).sum())
     assert moved == 1
-    merged, _, finite, survival = kernels.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0],
-                                                               False, True)
+    done = kernels.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
+    merged, finite, survival = done.merged, done.finite, done.survival
     assert finite and np.array_equal(_bits(merged), _bits(plus))
     assert np.asarray(survival).tolist() == [[moved], [2]]
 
@@ -377,8 +377,8 @@ def test_ties_kernel_matches_reference(dtype, out_dtype, key64):
             left = [q - int((k[:s] == c).sum()) for k, c, q in zip(keys, cuts, quotas)]
             done = kernels.ties_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, out_dtype,
                                            key64, cuts, left, scale)
-            assert done is not None and done[1]
-            parts.append(done[0])
+            assert done is not None and done.finite
+            parts.append(done.merged)
         got = torch.cat(parts)
         assert got.dtype == out_dtype
         assert np.array_equal(_bits(got), _bits(theta)), chunk
@@ -410,8 +410,8 @@ def test_ties_digit_counts_match_reference(dtype, key64):
             for s in range(0, n, chunk):
                 done = kernels.ties_digit_counts(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, key64,
                                                  level, prefixes)
-                assert done is not None and done[1]
-                got += done[0]
+                assert done is not None and done.finite
+                got += done.hist
             assert np.array_equal(got, want), (level, chunk)
 
 
@@ -420,9 +420,9 @@ def test_ties_kernels_flag_non_finite_task_vectors(bad):
     base = torch.zeros(5000, dtype=torch.float32)
     agent = base.clone()
     agent[4321] = bad
-    assert kernels.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0])[1] is False
-    assert kernels.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0)[1] is False
-    assert kernels.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0)[1] is True
+    assert kernels.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0]).finite is False
+    assert kernels.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0).finite is False
+    assert kernels.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0).finite is True
 
 
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.bfloat16),
@@ -454,8 +454,8 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
         for s in range(0, n, chunk):
             done = kernels.dare_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], first + s, keys,
                                            int(drop * 2**32), drop, scale, ties, compute, out_dtype)
-            assert done is not None and done[1]
-            parts.append(done[0])
+            assert done is not None and done.finite
+            parts.append(done.merged)
         assert np.array_equal(_bits(torch.cat(parts)), _bits(theta)), chunk
 
 
@@ -573,10 +573,10 @@ def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_p
         save_file({"w": t}, str(tmp_path / name / "model.safetensors"))
         dirs.append(str(tmp_path / name))
     counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
-    assert counted[1] is True and counted[0].tolist() == [base.numel() - 1, 0, 0, 1]
+    assert counted.finite is True and counted.hist.tolist() == [base.numel() - 1, 0, 0, 1]
     merged = kernels.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
                                           [1.5, 1.5], True, True)
-    assert merged[2] is True and torch.isinf(merged[0][2 * 1000 + 17])
+    assert merged.finite is True and torch.isinf(merged.merged[2 * 1000 + 17])
     for use in (True, False):
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
@@ -603,10 +603,10 @@ def test_output_slices_are_reused_only_after_release(monkeypatch):
     monkeypatch.setattr(kernels, "_OUTPUTS", kernels._OutputPool())  # the merge below starts from an empty pool
     base, agents = _inputs(3001, 3, torch.bfloat16, seed=5)
     bits = [kernels.as_bits(t) for t in (base, *agents)]
-    merged = [kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False)[0]
+    merged = [kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
               for _ in range(2)]
     assert merged[0].base is not merged[1].base and np.array_equal(merged[0], merged[1])
     expected = merged[0].copy()
     kernels.release_output(merged[0])
-    again = kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False)[0]
+    again = kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
     assert again.base is merged[0].base and np.array_equal(again, expected) and np.array_equal(merged[1], expected)

@@ -196,7 +196,7 @@ def test_would_keep_equals_what_the_merge_keeps(tmp_path, method, params, active
 def test_would_keep_estimates_for_ties_and_dare():
     """With no sign conflicts TIES and DARE-TIES keep unique updates whole and average shared ones
     among the agents present; DARE-TA keeps λ in expectation."""
-    from ram_desktop.core.would_keep import _election_weight
+    from ram_desktop.core.methods.baselines import election_weight as _election_weight
 
     assert _election_weight(0, 0.3, 0.5) == 1.0
     assert _election_weight(1, 1.0, 1.0) == pytest.approx(0.5)  # both present and agreeing: halved

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from ram_desktop.core import passes as passes_module
 from ram_desktop.core import transfer as transfer_module
-from ram_desktop.core.chunks import PREFETCH_DEPTH
+from ram_desktop.core.chunks import PREFETCH_DEPTH, StoredSlices
 from ram_desktop.core.engine import MergeRequest, merge
 from ram_desktop.core.output import ShardSet
 
@@ -114,19 +114,19 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
     monkeypatch.setattr(transfer_module.Transfer, "send", send)
     monkeypatch.setattr(transfer_module.Transfer, "receive", receive)
 
-    real_load = passes_module.load_chunk
+    real_load = StoredSlices.load
     files = {}
 
-    def load_chunk(plan, job_index, span, base_raw, agent_raws, eps, workspace=None):
-        job = plan.jobs[job_index]
+    def load(self, workspace=None):
+        job, span = self.job, self.span
         path = str(job.base.file)
         handle = files.get(path) or files.setdefault(path, safe_open(path, framework="pt"))
         stored = handle.get_slice(job.base.name)[span.start:span.stop].reshape(-1)
-        assert torch.equal(base_raw, stored)  # the chunk's tensors still hold what was read for it
-        rec.add("compute", job_index, span.offset)
-        return real_load(plan, job_index, span, base_raw, agent_raws, eps, workspace)
+        assert torch.equal(self.base, stored)  # the chunk's tensors still hold what was read for it
+        rec.add("compute", self.index, span.offset)
+        return real_load(self, workspace)
 
-    monkeypatch.setattr(passes_module, "load_chunk", load_chunk)
+    monkeypatch.setattr(StoredSlices, "load", load)
     real_write = ShardSet.write
 
     def write(self, job_index, data):
@@ -195,14 +195,14 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
         assert staged.event is None and all(isinstance(t, np.ndarray) for t in staged.tensors)
         return staged
 
-    def fused_merges(plan, index, span, base_raw, agent_raws, eps, variants, accumulator):
-        job = plan.jobs[index]
+    def fused_merges(slices, variants, accumulator):
+        job, span = slices.job, slices.span
         path = str(job.base.file)
         handle = files.get(path) or files.setdefault(path, safe_open(path, framework="pt"))
         stored = handle.get_slice(job.base.name)[span.start:span.stop].reshape(-1)
-        assert base_raw.tobytes() == stored.contiguous().view(torch.uint8).numpy().tobytes()  # the stored bits
-        log.append(("compute", index, span.offset))
-        return real_fused(plan, index, span, base_raw, agent_raws, eps, variants, accumulator)
+        assert slices.base.tobytes() == stored.contiguous().view(torch.uint8).numpy().tobytes()  # the stored bits
+        log.append(("compute", slices.index, span.offset))
+        return real_fused(slices, variants, accumulator)
 
     def write(self, job_index, data):
         log.append(("write", job_index))

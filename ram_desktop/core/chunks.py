@@ -14,7 +14,7 @@ import threading
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from .formats import lora, open_slices
 from .formats.base import FLOAT_OF_BITS, torch_dtype
 from .formats.safetensors_format import MappedSafetensors
 from .lazy import torch
-from .plan import MergePlan, TensorJob
+from .plan import AuxInput, MergePlan, TensorJob
 from .transfer import Transfer
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 19  # 512 Ki elements per input slice: ~2 MiB per float32 copy, cache-sized
@@ -253,17 +253,16 @@ class SliceReader:
         return handle.get_slice(name)[span.start:span.stop].reshape(-1)
 
 
-def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader,
-                 chunk_elements: int) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int,
+                 aux: Sequence[AuxInput]) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
     for index in jobs:
         job = plan.jobs[index]
         for span in spans(job, chunk_elements):
             # each source is read under its own tensor name (a tied lm_head is read from the embedding)
             base = reader.read(job.base.file, job.base.name, span, job.shape)
             agents = [reader.read(a.file, a.name, span, job.shape) for a in job.agents] if job.mergeable else []
-            if job.mergeable:  # auxiliary per-agent inputs follow the agents, in plan.aux order
-                agents += [reader.read(a.file, a.name, span, a.shape)
-                           for aux in plan.aux.values() for a in aux.tensors[index]]
+            if job.mergeable:  # auxiliary per-agent inputs follow the agents, in ``aux`` order
+                agents += [reader.read(a.file, a.name, span, a.shape) for x in aux for a in x.tensors[index]]
             yield index, span, base, agents
 
 
@@ -319,15 +318,17 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
 
 def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
                     depth: int = PREFETCH_DEPTH, bits: bool = False, files: OpenFiles | None = None,
-                    ) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+                    aux: Sequence[AuxInput] = ()) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
     """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
     in order, read and copied ahead in a background thread (``transfer.send`` there,
     ``transfer.receive`` here). ``bits``: safetensors slices as numpy bit views (``SliceReader``), for a
-    CPU pass on the fused kernels; ``files``: the run's open inputs (else the pass opens its own)."""
+    CPU pass on the fused kernels; ``files``: the run's open inputs (else the pass opens its own).
+    ``aux``: per-agent auxiliary inputs read beside the agents: for a mergeable job their slices follow
+    the agents' in ``agent_raws`` (``StoredSlices.read`` splits them off)."""
 
     def produce(put: Callable[[object], None]) -> None:
         with SliceReader(bits, files) as reader:
-            for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements):
+            for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements, aux):
                 put((index, span, transfer.send([base, *agents])))
 
     for index, span, staged in _background(produce, depth):
@@ -375,15 +376,13 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
 
 
 def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
-               eps: float, workspace: Workspace | None = None) -> Chunk:
+               eps: float, workspace: Workspace | None = None, aux: dict[str, list] | None = None) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
-    probe included): no base or task-vector entry is NaN or ±Inf. Slices after the agents' are the plan's auxiliary
-    inputs (``plan.aux``, in its order), handed to the chunk as ``chunk.aux``."""
-    n = plan.n_agents if plan.jobs[job_index].mergeable else len(agent_raws)
-    agent_raws, aux_raws = agent_raws[:n], agent_raws[n:]
+    probe included): no base or task-vector entry is NaN or ±Inf. ``aux``: the auxiliary inputs' slices
+    (key -> one raw slice per agent), handed to the chunk as ``chunk.aux``."""
     chunk = make_chunk(job_index, plan.jobs[job_index], span, base_raw, agent_raws, eps, workspace)
-    for k, key in enumerate(plan.aux):
-        chunk.aux[key] = [as_tensor(a) for a in aux_raws[k * n:(k + 1) * n]]
+    for key, raws in (aux or {}).items():
+        chunk.aux[key] = [as_tensor(a) for a in raws]
     if not chunk.all_finite():
         if not bool(torch.isfinite(chunk.base).all()):  # then every agent's τ is NaN there: blame the base
             raise InputError(f"tensor {chunk.name!r} of the base ({plan.base.display}) has NaN or Inf; "
@@ -393,3 +392,37 @@ def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tens
                 raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
                                  "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
     return chunk
+
+
+@dataclass(frozen=True)
+class StoredSlices:
+    """One chunk as read, before τ is formed: what a pass's per-chunk work and a fused kernel need.
+    ``agents``: the agents' raw slices in agent order (numpy bits or tensors, as the reader gave them);
+    ``aux``: the auxiliary inputs' slices, key -> one per agent."""
+
+    plan: MergePlan
+    index: int
+    span: Span
+    base: torch.Tensor | np.ndarray
+    agents: list
+    eps: float
+    aux: dict[str, list] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, plan: MergePlan, item: tuple, eps: float, aux: Sequence[AuxInput] = ()) -> "StoredSlices":
+        """From one ``prefetch_chunks`` item read with the same ``aux``: the agents' slices and, after them,
+        each auxiliary input's (one per agent, in ``aux`` order) apart."""
+        index, span, base, raws = item
+        if not aux or not plan.jobs[index].mergeable:
+            return cls(plan, index, span, base, raws, eps)
+        n = plan.n_agents
+        extra = {x.key: raws[n + k * n:n + (k + 1) * n] for k, x in enumerate(aux)}
+        return cls(plan, index, span, base, raws[:n], eps, extra)
+
+    @property
+    def job(self) -> TensorJob:
+        return self.plan.jobs[self.index]
+
+    def load(self, workspace: Workspace | None = None) -> Chunk:
+        """The chunk (``load_chunk``): τ formed and checked; raises naming agent and tensor for NaN or Inf."""
+        return load_chunk(self.plan, self.index, self.span, self.base, self.agents, self.eps, workspace, self.aux)

@@ -278,9 +278,9 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
                     for m, p, ctx, folder in zip(methods, params, contexts, folders)]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
-        plan.aux.update(aux)  # read beside the agents in the merge pass only (the probe pass needs none)
-        try:
-            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files)
+        try:  # the auxiliary inputs are read beside the agents in the merge pass only (the probe needs none)
+            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files,
+                       list(aux.values()))
         except BaseException:
             for v in variants:
                 v.shards.abort()

@@ -107,7 +107,7 @@ def _jit() -> dict:
 
     return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
             "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
-            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties": k.ties_kernel,
+            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties_merge": k.ties_kernel,
             "exponent_all_ones": k.exponent_all_ones}
 
 
@@ -255,8 +255,21 @@ class _Buffers(threading.local):
 _BUFFERS = _Buffers()
 
 
+@dataclass
+class KernelResult:
+    """What a fused kernel gives for one slice: ``merged`` (θ in the output dtype, as numpy bits for numpy
+    slices or a tensor for tensors; None for a kernel that only counts), whether every τ is ``finite``
+    (otherwise the results are incomplete and the caller raises), the update-pattern histogram ``hist``
+    (2^N int64) when asked for, and RAM+'s ``[2, N]`` rescale ``survival`` counts when asked for."""
+
+    merged: torch.Tensor | np.ndarray | None
+    finite: bool
+    hist: np.ndarray | None = None
+    survival: np.ndarray | None = None
+
+
 def count_patterns(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], eps: float,
-                   compute_dtype: torch.dtype | str) -> tuple[np.ndarray, bool] | None:
+                   compute_dtype: torch.dtype | str) -> KernelResult | None:
     """Histogram of update patterns over a slice (int64, 2^N bins) and whether every τ is finite;
     None when the kernels do not cover the slice (use the torch path)."""
     ops = _operands(base_raw, agent_raws)
@@ -267,7 +280,7 @@ def count_patterns(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.T
     hist = np.zeros((4, 1 << len(agents)), np.int64)
     _, _, pattern = _BUFFERS.get(cdt)
     bad = _jit()["count"](base, agents, cdt(eps), hist, pattern)
-    return hist.sum(0), bad == 0
+    return KernelResult(None, bad == 0, hist=hist.sum(0))
 
 
 @functools.lru_cache(maxsize=64)
@@ -278,8 +291,7 @@ def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) 
 
 def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
                          eps: float, compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str,
-                         lambdas: list[float] | None, want_hist: bool, want_survival: bool
-                         ) -> tuple[torch.Tensor | np.ndarray, np.ndarray | None, bool, np.ndarray | None] | None:
+                         lambdas: list[float] | None, want_hist: bool, want_survival: bool) -> KernelResult | None:
     """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
     a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
     ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
@@ -298,13 +310,12 @@ def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[t
     _, _, pattern = _BUFFERS.get(cdt)
     bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, output[0], hist,
                           want_hist, surv, count_survival, pattern)
-    return output[1], (hist.sum(0) if want_hist else None), bad == 0, surv if count_survival else None
+    return KernelResult(output[1], bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None)
 
 
 def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], first: int,
                     keys: list[tuple[int, int]], threshold: int, drop: float, scale: float, ties: bool,
-                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str
-                    ) -> tuple[torch.Tensor | np.ndarray, bool] | None:
+                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str) -> KernelResult | None:
     """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
     ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
     ``baselines.dare_keys``. None when the kernels do not cover the slice."""
@@ -320,15 +331,15 @@ def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
                          ties, output[0], xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
-    return output[1], bad == 0
+    return KernelResult(output[1], bad == 0)
 
 
 def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
                       compute_dtype: torch.dtype | str,
-                      key64: bool, level: int, prefixes: list[int]) -> tuple[np.ndarray, bool] | None:
+                      key64: bool, level: int, prefixes: list[int]) -> KernelResult | None:
     """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
-    32-bit, or with ``key64`` 64-bit, magnitude key): an ``[N, 65536]`` int64 histogram per agent of the
-    elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
+    32-bit, or with ``key64`` 64-bit, magnitude key): ``hist``, an ``[N, 65536]`` int64 histogram per agent of
+    the elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
     kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
     if ops is None or (_name(compute_dtype) == "float64" and not key64) or _size(base_raw) >= 1 << 31:
@@ -340,12 +351,12 @@ def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torc
     xb, _, digits = _BUFFERS.get(cdt)
     bad = _jit()["ties_digits"](base, agents, cdt(1), key64, np.int64(shift), level == 0,
                                 np.array(prefixes, np.int64), hist, xb, digits)
-    return hist[:, :, :1 << 16].sum(1, dtype=np.int64), bad == 0
+    return KernelResult(None, bad == 0, hist=hist[:, :, :1 << 16].sum(1, dtype=np.int64))
 
 
 def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
                     compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str, key64: bool, cuts: list[int],
-                    left: list[int], scale: float) -> tuple[torch.Tensor | np.ndarray, bool] | None:
+                    left: list[int], scale: float) -> KernelResult | None:
     """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
     keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
     every τ is finite. None when the kernels do not cover the slice."""
@@ -356,9 +367,9 @@ def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
     base, agents = ops
     cdt = _compute_np(compute_dtype)
     xb, total, _ = _BUFFERS.get(cdt)
-    bad = _jit()["ties"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
+    bad = _jit()["ties_merge"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
                          output[0], xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
-    return output[1], bad == 0
+    return KernelResult(output[1], bad == 0)
 
 
 ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins

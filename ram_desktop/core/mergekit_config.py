@@ -16,36 +16,23 @@ difference. Semantics follow mergekit 0.1.5 (``merge_methods/generalized_task_ar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .errors import InputError
+from .methods import METHODS, get_method
+from .methods.mergekit_map import MergekitImport, MergekitInput
 from .safe_read import read_yaml
 from .recipe import FORMAT, Recipe
 
-# mergekit method -> (our method, its shared parameters with mergekit's defaults, its per-model parameters)
-TASK_ARITHMETIC_SHARED = {"lambda": 1.0, "int8_mask": False}
-SHARED: dict[str, dict[str, Any]] = {
-    "linear": {"normalize": True},
-    "task_arithmetic": {**TASK_ARITHMETIC_SHARED, "normalize": False, "rescale": False},
-    "ties": {**TASK_ARITHMETIC_SHARED, "normalize": True, "rescale": False},
-    "dare_linear": {**TASK_ARITHMETIC_SHARED, "normalize": False, "rescale": True},
-    "dare_ties": {**TASK_ARITHMETIC_SHARED, "normalize": False, "rescale": True},
-    "ram": {"epsilon": 1e-5},
-    "ramplus_tl": {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5},
-}
-PER_MODEL: dict[str, dict[str, Any]] = {
-    "linear": {"weight": None},
-    "task_arithmetic": {"weight": None, "density": 1.0},
-    "ties": {"weight": None, "density": 1.0},
-    "dare_linear": {"weight": None, "density": 1.0},
-    "dare_ties": {"weight": None, "density": 1.0},
-    "ram": {},
-    "ramplus_tl": {},
-}
+
+def _imports() -> dict[str, MergekitImport]:
+    """Every mergekit ``merge_method`` a registered method reads (``MergeMethod.mergekit``), by mergekit's name."""
+    return {imp.name: imp for m in METHODS.values() if m.mergekit is not None for imp in m.mergekit.imports}
+
+
 TOP_LEVEL = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype"}
 REFUSED_TOP_LEVEL = {
     "slices": "layer slices (RAM Desktop merges whole models with one base)",
@@ -161,9 +148,11 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     if unknown:
         raise InputError(f"{where}: {unknown[0]}: unknown mergekit key, RAM Desktop cannot express it")
     method = str(data.get("merge_method"))
-    if method not in SHARED:
+    imports = _imports()
+    if method not in imports:
         raise InputError(f"{where}: merge_method: {method!r} has no RAM Desktop equivalent; supported: "
-                         f"{', '.join(SHARED)}")
+                         f"{', '.join(imports)}")
+    mapping = imports[method]
     if not data.get("base_model"):
         raise InputError(f"{where}: base_model: RAM Desktop merges task vectors against a base; add base_model "
                          "(the model the agents were fine-tuned from)")
@@ -172,7 +161,7 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     if not isinstance(models, list) or not models:
         raise InputError(f"{where}: models: needs a list of models to merge")
 
-    shared = dict(SHARED[method])
+    shared = dict(mapping.shared)
     given = data.get("parameters") or {}
     if not isinstance(given, dict):
         raise InputError(f"{where}: parameters must be a mapping")
@@ -186,7 +175,7 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
             shared[key] = _number(where, f"parameters.{key}", value)
 
     agents: list[str] = []
-    per_model: dict[str, list[tuple[str, float]]] = {k: [] for k in PER_MODEL[method]}
+    per_model: dict[str, list[tuple[str, float]]] = {k: [] for k in mapping.per_model}
     for i, entry in enumerate(models):
         at = f"models[{i}]"
         if not isinstance(entry, dict) or "model" not in entry:
@@ -203,11 +192,11 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
         if not isinstance(params, dict):
             raise InputError(f"{where}: {at}.parameters must be a mapping")
         for key, value in params.items():
-            if key not in PER_MODEL[method]:
+            if key not in mapping.per_model:
                 raise InputError(f"{where}: {at}.parameters.{key}: not a per-model parameter RAM Desktop can express "
                                  f"for {method}")
             per_model[key].append((f"{at}.parameters.{key}", _number(where, f"{at}.parameters.{key}", value)))
-        for key, default in PER_MODEL[method].items():
+        for key, default in mapping.per_model.items():
             if key not in params and default is not None:
                 per_model[key].append((f"{at}.parameters.{key}", default))
 
@@ -219,159 +208,29 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
         warnings.append(f"dtype: {compute}: mergekit computes in {compute}; RAM Desktop computes in float32 and "
                         f"rounds once to the output dtype ({out_dtype})")
 
-    recipe_params, our_method = _convert(where, method, shared, per_model, len(agents), warnings)
+    our_method, recipe_params = mapping.convert(MergekitInput(where, method, shared, per_model, len(agents), warnings))
     eps = float(shared.get("epsilon", 1e-5))
     recipe = Recipe(base=base, agents=agents, method=our_method, params=recipe_params, eps=eps, out_dtype=out_dtype)
     return Imported(recipe, warnings)
-
-
-def _all_equal(where: str, values: list[tuple[str, float]], what: str, must: float | None = None) -> float | None:
-    if not values:
-        return None
-    first_key, first = values[0]
-    for key, value in values:
-        if must is not None and value != must:
-            raise InputError(f"{where}: {key} = {value:g}: {what}")
-        if value != first:
-            raise InputError(f"{where}: {key} = {value:g} differs from {first_key} = {first:g}: {what}")
-    return first
-
-
-def _convert(where: str, method: str, shared: dict, per_model: dict, n_agents: int,
-             warnings: list[str]) -> tuple[dict, str]:
-    """Our (parameters, method) for a mergekit method, or ``InputError`` naming the key."""
-    if method == "ram":
-        return {}, "ram"
-    if method == "ramplus_tl":
-        warnings.append("ramplus_tl: mergekit computes ρ per tensor (shared / unique within each tensor) and "
-                        "defaults α to 0.2; RAM Desktop's ram-plus computes ρ over the whole model, as the paper "
-                        f"defines it (paper default α = 2.0); using r = {shared['r']:g}, α = {shared['alpha']:g}")
-        return {"r": shared["r"], "alpha": shared["alpha"]}, "ram-plus"
-
-    weights = per_model["weight"]
-    if len(weights) < n_agents:
-        missing = n_agents - len(weights)
-        raise InputError(f"{where}: models[*].parameters.weight: {missing} model(s) without a weight "
-                         f"(mergekit requires one for {method}); write weight: 1.0")
-    if method == "linear":
-        _all_equal(where, weights, "RAM Desktop's average weights every agent equally")
-        if not shared["normalize"]:
-            raise InputError(f"{where}: parameters.normalize: false makes linear a weighted sum, which RAM Desktop "
-                             "cannot express; remove it")
-        warnings.append("linear: mergekit averages the listed models' weights (and adds base_model to the inputs); "
-                        "RAM Desktop's average is base + mean of the agents' task vectors")
-        return {}, "average"
-
-    _all_equal(where, weights, "RAM Desktop weights every agent by 1; put the scale in parameters.lambda", must=1.0)
-    scale = shared["lambda"]
-    if method == "task_arithmetic":
-        _all_equal(where, per_model["density"], "task_arithmetic does not sparsify", must=1.0)
-        if shared["normalize"]:
-            if scale != 1.0:
-                raise InputError(f"{where}: parameters.normalize: true with lambda ≠ 1 cannot be expressed "
-                                 "(it is the average times lambda); use normalize: false or lambda: 1")
-            return {}, "average"
-        return {"scale": scale}, "task-arithmetic"
-
-    density = _all_equal(where, per_model["density"], "RAM Desktop uses one density for every agent")
-    assert density is not None
-    if method == "ties":
-        if not shared["normalize"]:
-            raise InputError(f"{where}: parameters.normalize: false (a disjoint sum) cannot be expressed; "
-                             "RAM Desktop's TIES takes the disjoint mean, set normalize: true")
-        if shared["rescale"]:
-            raise InputError(f"{where}: parameters.rescale: true (L1 rescale of the trimmed values) cannot be "
-                             "expressed; remove it")
-        if not 0.0 < density <= 1.0:
-            raise InputError(f"{where}: models[*].parameters.density must be in (0, 1], got {density:g}")
-        warnings.append("ties: RAM Desktop keeps exactly ⌊k·n⌋ elements per tensor (exact rational k; earliest "
-                        "positions win among equal magnitudes at the cut); mergekit keeps int(k·n) by a float "
-                        "product and picks ties with a non-stable argsort")
-        return {"density": density, "scale": scale, "ties_scope": "tensor"}, "ties"
-
-    # dare_linear, dare_ties
-    if not shared["rescale"]:
-        raise InputError(f"{where}: parameters.rescale: false (no rescale of the kept values) cannot be expressed; "
-                         "RAM Desktop divides them by 1 − p")
-    if method == "dare_ties" and not shared["normalize"]:
-        raise InputError(f"{where}: parameters.normalize: false (mergekit's default for dare_ties: a disjoint sum) "
-                         "cannot be expressed; RAM Desktop's dare-ties takes the disjoint mean, set normalize: true")
-    if method == "dare_linear" and shared["normalize"]:
-        raise InputError(f"{where}: parameters.normalize: true (dividing by the number of models) cannot be "
-                         "expressed for dare_linear; remove it and put the scale in lambda")
-    if not 0.0 < density <= 1.0:
-        raise InputError(f"{where}: models[*].parameters.density must be in (0, 1], got {density:g}")
-    drop = float(Decimal(1) - Decimal(repr(density)))
-    warnings.append(f"{method}: RAM Desktop drops with a seeded counter-based mask and divides the kept values by "
-                    f"1 − p (p = 1 − density = {drop:g}); mergekit draws torch.bernoulli and rescales each tensor "
-                    "to its L1 norm, so the results differ in which elements survive and by how much they grow")
-    return {"drop": drop, "seed": 0, "scale": scale}, ("dare-ta" if method == "dare_linear" else "dare-ties")
 
 
 # --- export ------------------------------------------------------------------------------------------------------
 
 def to_mergekit(recipe: Recipe) -> str:
     """The closest mergekit YAML for a recipe, a ``#`` comment on every difference."""
-    from .methods import get_method
-
-    params = get_method(recipe.method).resolve(recipe.params)
-    notes: list[str] = []
-    shared: dict[str, Any] = {}
-    per_model: dict[str, Any] = {}
     m = recipe.method
-    if m == "ram":
-        method = "ram"
-        shared["epsilon"] = recipe.eps
-        notes.append("ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit "
-                     "sums τ_t/c_i where RAM Desktop divides the sum by c_i, which can differ in the last bit")
-    elif m in ("ram-plus", "ram-plus-soft"):
-        method = "ramplus_tl"
-        shared.update(r=params["r"], alpha=params["alpha"] if m == "ram-plus" else 1.0, epsilon=recipe.eps)
-        notes.append("ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
-                     "elements gets λ = 1 + r·α); RAM Desktop computes ρ once over the whole model. Results differ")
-        if m == "ram-plus-soft":
-            notes.append("ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 "
-                         "is the closest clipped form")
-    elif m == "average":
-        method = "task_arithmetic"
-        shared.update(normalize=True)
-        per_model["weight"] = 1.0
-        notes.append("average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the "
-                     "same (mergekit's linear would average the models' weights, base included)")
-    elif m == "task-arithmetic":
-        method = "task_arithmetic"
-        shared["lambda"] = params["scale"]
-        per_model["weight"] = 1.0
-        notes.append("task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop "
-                     "(bit-identical with dtype float32)")
-    elif m == "ties":
-        method = "ties"
-        shared.update({"lambda": params["scale"], "normalize": True})
-        per_model.update(weight=1.0, density=params["density"])
-        notes.append("ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and "
-                     "breaks ties at the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the "
-                     "earliest positions winning")
-        if params["ties_scope"] == "model":
-            notes.append("ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
-                         "mergekit trims per tensor")
-    elif m in ("dare-ta", "dare-ties"):
-        method = "dare_linear" if m == "dare-ta" else "dare_ties"
-        shared.update({"lambda": params["scale"], "rescale": True})
-        if m == "dare-ties":
-            shared["normalize"] = True
-        per_model.update(weight=1.0, density=float(Decimal(1) - Decimal(repr(params["drop"]))))
-        notes.append(f"{method}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm "
-                     "(rescale: true; false keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its "
-                     f"mask with torch.bernoulli (mergekit-yaml --random-seed) instead of seed {params['seed']}'s "
-                     "counter-based hash: different elements survive")
-    else:
+    method = get_method(m)
+    params = method.resolve(recipe.params)
+    if method.mergekit is None:
         raise InputError(f"method {m} has no mergekit equivalent")
+    exported = method.mergekit.export(params, recipe.eps)
+    shared, per_model, notes = exported.shared, exported.per_model, list(exported.notes)
     if recipe.vocab != "exact":
         notes.append("vocab: common (merge shared vocabulary rows) has no mergekit equivalent here")
     notes.append(f"shard size {recipe.shard_size}: see mergekit-yaml --out-shard-size; device {recipe.device}: "
                  "pass --cuda for a GPU")
 
-    data: dict[str, Any] = {"merge_method": method, "base_model": recipe.base, "models": []}
+    data: dict[str, Any] = {"merge_method": exported.method, "base_model": recipe.base, "models": []}
     for agent in recipe.agents:
         entry: dict[str, Any] = {"model": agent}
         if per_model:

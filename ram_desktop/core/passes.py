@@ -14,19 +14,19 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .lazy import torch
 from . import kernels
 from .errors import InputError
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, Workspace, load_chunk, prefetch_chunks
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
 from .events import Reporter
 from .formats import lora
 from .methods import Collector, MergeMethod, Observer, SliceCollector
 from .output import ShardSet
-from .plan import MergePlan
+from .plan import AuxInput, MergePlan
 from .inspection import ULP_BINS
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from .transfer import Transfer
@@ -109,15 +109,15 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
     fused = use_kernels(transfer.device_type, total)
 
     def work(item: tuple) -> int:
-        index, span, base, agents = item
+        slices = StoredSlices.read(plan, item, eps)
         pending = sinks
-        if fused and _stored_agents(plan.jobs[index]):  # sinks that take the stored slices: one fused pass each
-            pending = [sink for sink in sinks if not _add_fused(sink, plan, index, span, base, agents, eps)]
+        if fused and _stored_agents(slices.job):  # sinks that take the stored slices: one fused pass each
+            pending = [sink for sink in sinks if not _add_fused(sink, slices)]
         if pending:
-            chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
+            chunk = slices.load(_workspace())
             for sink in pending:
                 sink.add(chunk)
-        return span.numel
+        return slices.span.numel
 
     items = prefetch_chunks(plan, jobs, chunk_elements, transfer, bits=fused, files=files)
     for numel in ordered_map(work, items, workers):
@@ -125,30 +125,30 @@ def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Report
         reporter.progress(stage, done, total, "elements")
 
 
-def _add_fused(sink: ProbeAccumulator | Collector, plan: MergePlan, index: int, span: Any, base: torch.Tensor,
-               agents: list[torch.Tensor], eps: float) -> bool:
+def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool:
     """Add one chunk to ``sink`` from its stored slices through a fused kernel: the probe's counts, the
     complete (Analyze) probe, or a ``SliceCollector``'s statistic. False when the kernels do not
     cover the slices or a τ is not finite (the caller then forms the chunk, whose checks raise the error
     naming agent and tensor)."""
-    job = plan.jobs[index]
+    job, index, span = slices.job, slices.index, slices.span
     if isinstance(sink, ProbeAccumulator) and sink.with_survival:
         if not sink.fusable:
             return False
         # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
         sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
-        analysis = kernels.analyze(base, agents, eps, job.compute_name, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample)
+        analysis = kernels.analyze(slices.base, slices.agents, slices.eps, job.compute_name, SURVIVAL_STEP,
+                                   SURVIVAL_BINS, ULP_BINS, sample)
         if analysis is None or not analysis.finite:
             return False
         sink.add_analysis(index, analysis)
         return True
     if isinstance(sink, ProbeAccumulator):
-        counted = kernels.count_patterns(base, agents, eps, job.compute_name)
-        if counted is None or not counted[1]:
+        counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)
+        if counted is None or not counted.finite:
             return False
-        sink.add_pattern_counts(index, counted[0])
+        sink.add_pattern_counts(index, counted.hist)
         return True
-    return isinstance(sink, SliceCollector) and sink.add_slices(index, span.offset, base, agents, job.compute_name)
+    return isinstance(sink, SliceCollector) and sink.add_slices(slices)
 
 
 @dataclass
@@ -165,11 +165,13 @@ class Variant:
 
 def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: Transfer, reporter: Reporter,
                chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None,
-               files: OpenFiles | None = None) -> None:
+               files: OpenFiles | None = None, aux: Sequence[AuxInput] = ()) -> None:
     """Read every tensor once; merge each chunk with every variant (θ = base + τ_merged, rounded once
     to the output dtype) and write it to that variant's shards, in order, from a writer thread.
     Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
-    collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``)."""
+    collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``).
+    ``aux``: per-agent auxiliary inputs the variants' methods read (``MergeMethod.aux_inputs``), streamed
+    beside the agents and handed to each chunk as ``chunk.aux``."""
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
@@ -178,15 +180,15 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
-        index, span, base, agents = item
-        job = plan.jobs[index]
+        slices = StoredSlices.read(plan, item, eps, aux)
+        index, span, job = slices.index, slices.span, slices.job
         if not job.mergeable:
-            return index, span.numel, [base] * len(variants)
+            return index, span.numel, [slices.base] * len(variants)
         if fused:
-            outputs = _fused_merges(plan, index, span, base, agents, eps, variants, accumulator)
+            outputs = _fused_merges(slices, variants, accumulator)
             if outputs is not None:
                 return index, span.numel, outputs
-        chunk: Chunk = load_chunk(plan, index, span, base, agents, eps, _workspace())
+        chunk: Chunk = slices.load(_workspace())
         if accumulator is not None:
             accumulator.add(chunk)
         outputs = []
@@ -202,7 +204,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files)
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files,
+                                aux=aux)
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)
@@ -223,90 +226,40 @@ def _stored_agents(job: Any) -> bool:
 
 
 def _fusable(variant: Variant) -> bool:
+    """The method has a fused kernel, and its observer (if any) takes the kernel's counts."""
     observer = variant.observer
-    if variant.method.fused in ("dare-ta", "dare-ties", "ties"):
-        return observer is None
-    return variant.method.fused in ("ram", "ram-plus") and (observer is None or hasattr(observer, "add_counts"))
+    return variant.method.fused is not None and (observer is None or hasattr(observer, "add_counts"))
 
 
-def _fused_merges(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
-                  variants: list[Variant], accumulator: ProbeAccumulator | None) -> list[torch.Tensor] | None:
-    """Every variant of one chunk through ``kernels.selective_merge_into`` (one pass over memory each);
-    None when the kernels do not cover this chunk (the torch path then runs it)."""
-    job = plan.jobs[index]
+def _fused_merges(slices: StoredSlices, variants: list[Variant],
+                  accumulator: ProbeAccumulator | None) -> list[torch.Tensor | np.ndarray] | None:
+    """Every variant of one chunk through its method's fused kernel (one pass over memory each), the probe's
+    counts on the way when no probe ran first (from the first variant's kernel where it counts them, else
+    ``kernels.count_patterns``); None when the kernels do not cover this chunk (the torch path then runs it)."""
+    job = slices.job
     if not _stored_agents(job):
         return None
     outputs = []
     for k, variant in enumerate(variants):
-        if variant.method.fused in ("dare-ta", "dare-ties", "ties"):
-            fuse = _fused_ties if variant.method.fused == "ties" else _fused_dare
-            merged = fuse(plan, index, span, base, agents, eps, variant, accumulator if k == 0 else None)
-            if merged is None:
-                return None
-            outputs.append(merged)
-            continue
-        lambdas = [float(x) for x in variant.context] if variant.method.fused == "ram-plus" else None
+        assert variant.method.fused is not None
         counting = accumulator is not None and k == 0
-        done = kernels.selective_merge_into(base, agents, eps, job.compute_name, job.out_name, lambdas,
-                                            counting, variant.observer is not None)
+        done = variant.method.fused(slices, variant.context, counting, variant.observer is not None)
         if done is None:
             return None
-        merged, hist, finite, changed = done
-        if not finite:
-            load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
+        hist = done.hist
+        if counting and hist is None:
+            counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)
+            if counted is None:
+                return None
+            hist = counted.hist
+        if not done.finite:
+            slices.load()  # raises the error naming agent and tensor
         if counting:
-            accumulator.add_pattern_counts(index, hist)
+            accumulator.add_pattern_counts(slices.index, hist)
         if variant.observer is not None:
-            variant.observer.add_counts(job.out_name, changed)
-        outputs.append(merged)
+            variant.observer.add_counts(job.out_name, done.survival)
+        outputs.append(done.merged)
     return outputs
-
-
-def _fused_dare(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
-                variant: Variant, accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
-    """DARE-TA / DARE-TIES of one chunk through ``kernels.dare_merge_into`` (and the probe's counts
-    through ``kernels.count_patterns`` when no probe ran first)."""
-    from .methods.baselines import dare_keys, drop_threshold
-
-    job, ctx = plan.jobs[index], variant.context
-    keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(agents))]
-    done = kernels.dare_merge_into(base, agents, span.offset, keys, drop_threshold(ctx.drop), ctx.drop, ctx.scale,
-                                   variant.method.fused == "dare-ties", job.compute_name, job.out_name)
-    return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
-
-
-def _fused_ties(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor], eps: float,
-                variant: Variant, accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
-    """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties
-    at the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
-    job, ctx = plan.jobs[index], variant.context
-    trim = ctx.chunk_trim(index, span.offset, span.numel)
-    if trim is None:
-        return None
-    key_dtype, cuts, left = trim
-    done = kernels.ties_merge_into(base, agents, job.compute_name, job.out_name, key_dtype == "float64", cuts,
-                                   left, ctx.scale)
-    return _checked_and_counted(plan, index, span, base, agents, eps, done, accumulator)
-
-
-def _checked_and_counted(plan: MergePlan, index: int, span: Any, base: torch.Tensor, agents: list[torch.Tensor],
-                         eps: float, done: tuple[torch.Tensor, bool] | None,
-                         accumulator: ProbeAccumulator | None) -> torch.Tensor | None:
-    """The merged slice of a DARE / TIES kernel (``done``: merged, all finite) after its non-finite check,
-    with the probe's counts added through ``kernels.count_patterns`` when no probe ran first; None when
-    the kernels do not cover the chunk."""
-    if done is None:
-        return None
-    job = plan.jobs[index]
-    counted = kernels.count_patterns(base, agents, eps, job.compute_name) if accumulator is not None else None
-    if accumulator is not None and counted is None:
-        return None
-    merged, finite = done
-    if not finite:
-        load_chunk(plan, index, span, base, agents, eps)  # raises the error naming agent and tensor
-    if accumulator is not None:
-        accumulator.add_pattern_counts(index, counted[0])
-    return merged
 
 
 _EXPONENT_BITS: dict[str, tuple[type, int]] = {

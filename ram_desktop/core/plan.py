@@ -70,7 +70,6 @@ class MergePlan:
     jobs: list[TensorJob]
     out_dtype: str
     warnings: list[str] = field(default_factory=list)
-    aux: dict[str, "AuxInput"] = field(default_factory=dict)  # per-agent auxiliary inputs (``attach_aux``)
 
     @property
     def n_agents(self) -> int:
@@ -120,8 +119,8 @@ class AuxInput:
 
 
 def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: str) -> AuxInput:
-    """Check per-agent auxiliary checkpoints against the plan (the reader streams them once they are
-    in ``plan.aux[key]``: the engine puts them there for the pass that needs them).
+    """Check per-agent auxiliary checkpoints against the plan (the engine hands the result to the pass that
+    reads them, ``passes.merge_pass``, which streams them beside the agents).
 
     Agent t's file must hold a floating tensor for every tensor the plan merges, under the name and
     with the shape agent t stores it, and nothing the agent does not store; otherwise ``InputError``

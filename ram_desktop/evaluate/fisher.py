@@ -342,13 +342,14 @@ def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = 
 
 def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str], device: str = "auto",
                           reporter: Reporter | None = None) -> dict[str, Any]:
-    """For ``--method fisher`` with ``suite``: the parameters with ``fisher`` set to each agent's cached
-    (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
-    if method != "fisher":
-        return params
+    """For a calibrated method (``--method fisher``) with ``suite``: the parameters with ``fisher`` set to each
+    agent's cached (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
     from ..core.methods import get_method
 
-    resolved = get_method(method).resolve(params)
+    merge_method = get_method(method)
+    if not merge_method.calibrated:
+        return params
+    resolved = merge_method.resolve(params)
     suites = resolved.get("suite")
     if not suites:
         if resolved.get("fisher"):  # local folders by absolute path, so the written recipe runs from anywhere

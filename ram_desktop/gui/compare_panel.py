@@ -12,7 +12,8 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, Q
                                QPushButton, QScrollArea, QVBoxLayout, QWidget)
 
 from ..core.errors import InputError
-from ..core.methods import METHODS
+from ..core import defaults
+from ..core.methods import METHODS, Sweep
 from ..core.session import Session, Variant
 from ..evaluate.card import record_evaluation
 from ..evaluate.compare import CompareResult, compare
@@ -21,10 +22,6 @@ from .jobs import JobController, JobState
 from .run_bar import PanelJob, RunBar
 
 log = logging.getLogger("ram_desktop")
-# the sweeps offered ticked-off: the paper's Table 2 r sweep, a Task Arithmetic scale sweep
-SWEEPS = {"ram-plus": ("r", "0, 0.05, 0.1, 0.15, 0.2"), "task-arithmetic": ("scale", "0.3, 0.5, 1.0"),
-          "ties": ("density", "0.2"), "dare-ta": ("drop", "0.5"), "dare-ties": ("drop", "0.5"),
-          "ram-plus-soft": ("r", "0.1")}
 
 
 class MethodRow:
@@ -41,7 +38,9 @@ class MethodRow:
             for p in method.params:
                 self.param.addItem(p.name, p.name)
                 self.param.setItemData(self.param.count() - 1, p.help, Qt.ToolTipRole)
-            param, values = SWEEPS.get(name, (method.params[0].name, repr(method.params[0].default)))
+            # the sweep the method offers (``MergeMethod.sweep``), else its first parameter at its default
+            sweep = method.sweep or Sweep(method.params[0].name, repr(method.params[0].default))
+            param, values = sweep.param, sweep.values
             self.param.setCurrentIndex(max(0, self.param.findData(param)))
             self.values.setText(values)
             self.values.setToolTip("Values to try, separated by commas; one variant each. Other parameters: "
@@ -138,7 +137,7 @@ class ComparePanel(QWidget):
         self.folder.textChanged.connect(lambda _: self._update_actions())
         self.evaluate.suites_loaded.connect(self._update_actions)
         self.evaluate.suite_table.itemChanged.connect(lambda _: self._update_actions())
-        self.rows["ram-plus"].check.setChecked(True)
+        self.rows[defaults.METHOD].check.setChecked(True)
         self._update_actions()
 
     def variants(self) -> list[Variant]:

@@ -11,13 +11,12 @@ from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
 from ..core.inspection import ulp_bin_labels
-from ..core.would_keep import ESTIMATED, KEEP_METHODS, would_keep
+from ..core import defaults
+from ..core.would_keep import estimated, keep_methods, would_keep
 from ..core.methods import get_method
 from ..core.probe import ProbeReport
 from .charts import FOREGROUND, _empty, _label, _plot, agent_color, percent, shade, small_font
 
-SHORT_METHODS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Avg", "task-arithmetic": "TA",
-                 "ties": "TIES", "dare-ta": "DARE-TA", "dare-ties": "DARE-TIES"}
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
 # every Qt call that returns nothing costs PySide6 6.12.0 a reference to None (see _label).
 MAX_SETS = 24  # intersections drawn in the UpSet chart (the largest); the rest are summarised
@@ -243,7 +242,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         self.setMinimumHeight(180)
         self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy)
         self.report: ProbeReport | None = None
-        self.method = "ram-plus"
+        self.method = defaults.METHOD
         self.params: dict = {}
         self.values: dict[str, list[float | None]] = {}
 
@@ -284,7 +283,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         report = self.report
         assert report is not None
         out = {}
-        for name in KEEP_METHODS:
+        for name in keep_methods():
             method = get_method(name)
             try:
                 params = method.resolve(self.params if name == self.method else {})
@@ -306,21 +305,22 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         n = len(report.agents)
         width = 0.8 / n
         top = 1.0
+        names = keep_methods()
         for t, agent in enumerate(report.agents):
             color = agent_color(t)
             xs, hs, brushes = [], [], []
-            for i, name in enumerate(KEEP_METHODS):
+            for i, name in enumerate(names):
                 value = self.values[name][t]
                 if value is None:
                     continue
                 xs.append(i - 0.4 + width * (t + 0.5))
                 hs.append(100 * value)
-                brushes.append(color if name not in ESTIMATED else shade(color, 1, 3))
+                brushes.append(shade(color, 1, 3) if estimated(name) else color)
                 top = max(top, value)
             plot.addItem(pg.BarGraphItem(x=xs, height=hs, width=width * 0.92, brushes=brushes, pen=color))
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
-        if self.method in KEEP_METHODS:
-            i = KEEP_METHODS.index(self.method)
+        if self.method in names:
+            i = names.index(self.method)
             region = pg.LinearRegionItem((i - 0.48, i + 0.48), movable=False, brush=QColor(255, 220, 120, 60),
                                          pen=pg.mkPen(None))
             region.setZValue(-10)
@@ -332,7 +332,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                     label.setPos(i - 0.4 + width * (t + 0.5), 100 * value)
                     plot.addItem(label)
         plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
-        ticks = [(i, SHORT_METHODS[name] + (" ≈" if name in ESTIMATED else "")) for i, name in enumerate(KEEP_METHODS)]
+        ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))
         _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")
@@ -341,6 +341,6 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         self.setToolTip("Share of each agent's updated elements the merged model carries (mean fraction of its own "
                         "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
                         "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults.")
-        plot.setXRange(-0.6, len(KEEP_METHODS) - 0.4, padding=0)
+        plot.setXRange(-0.6, len(names) - 0.4, padding=0)
         plot.setYRange(0, 100 * top * 1.3, padding=0)
         self.legend.setColumnCount(n)

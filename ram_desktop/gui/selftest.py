@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 DEFAULT_TIMEOUT_S = 120.0
+METHOD = "ram-plus"  # the demo merge the self-test runs and checks (its λ in (1, 1.2])
 REQUIRED_FILES = ("config.json", "README.md", "ram-recipe.yaml", "merge-report.json")
 
 
@@ -73,8 +74,8 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
         raise SelfTestError(f"merge-report.json cannot be read: {e}") from e
     if not isinstance(report, dict):
         raise SelfTestError("merge-report.json is not a JSON object")
-    if report.get("method") != "ram-plus":
-        raise SelfTestError(f"merge-report.json says method {report.get('method')!r}, expected 'ram-plus'")
+    if report.get("method") != METHOD:
+        raise SelfTestError(f"merge-report.json says method {report.get('method')!r}, expected {METHOD!r}")
     lambdas = report.get("lambda") or []
     if not lambdas or not all(isinstance(v, (int, float)) and 1.0 < v <= 1.2 for v in lambdas):
         raise SelfTestError(f"RAM+ λ values {lambdas} are not all in (1, 1.2]")
@@ -133,9 +134,9 @@ def _drive(tmp: Path, deadline: float) -> str:
         if n_agents != len(agents):
             raise SelfTestError(f"analysed {n_agents} agents, expected {len(agents)}")
 
-        window.method.set_method("ram-plus")
+        window.method.set_method(METHOD)
         window.method.set_out_dtype("float32")
-        if window.method.current.name != "ram-plus" or window.method.out_dtype.currentData() != "float32":
+        if window.method.current.name != METHOD or window.method.out_dtype.currentData() != "float32":
             raise SelfTestError("could not select RAM+ with float32 output in the method panel")
         out = tmp / "merged"
         window.method.out_dir.setText(str(out))

@@ -91,7 +91,9 @@ def run_probe(session: Session, chunk_elements: int, token: str | None, reporter
 def run_merge(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
-    if request.method == "fisher":
+    from ..core.methods import get_method
+
+    if get_method(request.method).calibrated:
         from ..evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)

@@ -1,16 +1,18 @@
 """Merge methods: one module per family on the contract in ``base``; this module is the registry.
 
 Adding a method touches only its family's module (or a new one listed in ``_FAMILIES``): the CLI
-flags, the GUI form, the recipe and the engine all read the registry.
+flags, the GUI form, the recipe, the engine, would-keep, mergekit, the comparison and the charts all
+read the registry and the method's fields.
 """
 
 from __future__ import annotations
 
 from ..errors import InputError
 from . import baselines, fisher, ram
-from .base import Collector, MergeMethod, Observer, Param, SliceCollector
+from .base import Collector, FusedKernel, MergeMethod, Observer, Param, SliceCollector, Sweep, WouldKeep
 
-__all__ = ["METHODS", "Collector", "MergeMethod", "Observer", "Param", "SliceCollector", "get_method"]
+__all__ = ["METHODS", "Collector", "FusedKernel", "MergeMethod", "Observer", "Param", "SliceCollector", "Sweep",
+           "WouldKeep", "get_method"]
 
 _FAMILIES = (ram, baselines, fisher)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}

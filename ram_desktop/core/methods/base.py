@@ -6,6 +6,10 @@ statistics, whether chunks may be merged in parallel, a ``prepare`` that turns p
 statistics into the merge context, and a pure ``merge(chunk, context) -> τ_merged``. ``merge`` returns
 a value and never writes into the chunk for another module to read. An optional ``observer`` watches
 every merged chunk (RAM+'s exact rounding survival count).
+
+Everything else specific to a method is a field too, so code outside ``methods/`` never branches on a
+method's name: its fused CPU kernel, its would-keep estimate, its mergekit mapping, the sweep a
+comparison offers and its short chart label.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
 from ..errors import InputError
 from ..lazy import torch
 
+from .mergekit_map import MergekitMapping
+
 if TYPE_CHECKING:
-    from ..chunks import Chunk
+    from ..chunks import Chunk, StoredSlices
     from ..formats import Checkpoint
+    from ..kernels import KernelResult
     from ..plan import MergePlan
     from ..probe import ProbeReport
 
@@ -108,12 +115,11 @@ class Collector(Protocol):
 class SliceCollector(Collector, Protocol):
     """A collector that can also count a chunk from the stored slices through a fused CPU kernel.
 
-    ``add_slices(job_index, offset, base_raw, agent_raws, compute_dtype)`` adds the same statistic as
-    ``add`` would for that chunk and returns True, or returns False having added nothing (the kernels
-    do not cover the slices, or a τ is not finite): the pass then forms the chunk and calls ``add``."""
+    ``add_slices(slices)`` (a ``chunks.StoredSlices``) adds the same statistic as ``add`` would for that chunk
+    and returns True, or returns False having added nothing (the kernels do not cover the slices, or a τ is
+    not finite): the pass then forms the chunk and calls ``add``."""
 
-    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
-                   compute_dtype: torch.dtype) -> bool: ...
+    def add_slices(self, slices: "StoredSlices") -> bool: ...
 
 
 class Observer(Protocol):
@@ -123,6 +129,32 @@ class Observer(Protocol):
     def observe(self, chunk: "Chunk", context: Any, merged: torch.Tensor) -> None: ...
 
     def finish(self) -> Any: ...
+
+
+class FusedKernel(Protocol):
+    """A method's fused CPU merge of one chunk from its stored slices (``kernels.py``), the same bits as
+    ``merge``: ``counts`` asks for the update-pattern histogram too where the kernel counts it in the same
+    pass, ``survival`` for the observer's counts. None when the kernels do not cover the slices."""
+
+    def __call__(self, slices: "StoredSlices", context: Any, counts: bool, survival: bool) -> "KernelResult | None": ...
+
+
+@dataclass(frozen=True)
+class WouldKeep:
+    """``shares(report, resolved params)``: per agent, the update mass the merged model keeps (the sum over
+    its updated elements of the weight its own update gets), or None when the report lacks what it
+    needs; ``estimated``: an estimate rather than an exact or expected value (drawn lighter)."""
+
+    shares: Callable[["ProbeReport", dict], "list[float] | None"]
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The parameter a comparison sweeps for this method and the values it offers, as typed in its form."""
+
+    param: str
+    values: str
 
 
 def _params_only(params: dict, probe: "ProbeReport | None", collected: Any) -> Any:
@@ -142,13 +174,15 @@ class MergeMethod:
     its ``finish()`` result reaches ``prepare(params, probe, collected)``. ``lambdas(params, probe)``:
     the per-agent scale of unique updates, for reports and cards (None: every λ is 1).
     ``thread_safe``: ``merge`` depends on nothing but the chunk and the context, so chunks may be merged
-    in parallel and in any order. ``fused``: CPU passes may run this method as a fused kernel
-    (``kernels.py``; "ram": λ = 1, "ram-plus": the context is λ per agent; "dare-ta", "dare-ties"; "ties":
-    the context is a ``TiesContext``), the same bits as ``merge``.
+    in parallel and in any order. ``fused``: the method's ``FusedKernel`` for CPU passes (None: torch only).
     ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints (Fisher
     information), opened (headers only), whose tensors carry the agents' names and shapes; the engine
     checks them against the plan and the reader streams their slices beside the agents', so ``merge``
-    finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order).
+    finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order). ``calibrated``: the faces
+    turn its calibration suites into those inputs before merging (``evaluate.fisher``).
+    ``would_keep``: the Analyze view's estimate (None: not shown). ``mergekit``: how it reads and writes
+    mergekit configurations (None: not expressible, refused). ``sweep``: what a comparison offers (None:
+    its first parameter at its default). ``short``: its label on charts (default: ``label``).
     """
 
     name: str
@@ -162,8 +196,17 @@ class MergeMethod:
     lambdas: Callable[[dict, "ProbeReport"], list[float]] | None = None
     observer: Callable[[dict, "MergePlan"], Observer] | None = None
     thread_safe: bool = False
-    fused: str | None = None
+    fused: FusedKernel | None = None
     aux_inputs: Callable[[dict], dict[str, list["Checkpoint"]]] | None = None
+    calibrated: bool = False
+    would_keep: WouldKeep | None = None
+    mergekit: MergekitMapping | None = None
+    sweep: Sweep | None = None
+    short: str = ""
+
+    @property
+    def short_label(self) -> str:
+        return self.short or self.label
 
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in, values validated; unknown names are an error."""

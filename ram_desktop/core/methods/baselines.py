@@ -49,14 +49,23 @@ import hashlib
 import math
 import threading
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
-from typing import Any, Hashable
+from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
-from ..chunks import Chunk
+from ..chunks import Chunk, StoredSlices
+from ..errors import InputError
 from ..lazy import torch
-from .base import MergeMethod, Param
+from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .mergekit_map import (TASK_ARITHMETIC_SHARED, MergekitExport, MergekitImport, MergekitInput, MergekitMapping,
+                           all_equal, check_density, one_density, require_weights, unit_weights)
+
+if TYPE_CHECKING:
+    from ..inspection import InspectStats
+    from ..kernels import KernelResult
+    from ..probe import ProbeReport
 
 RADIX_BITS = 16
 RADIX = 1 << RADIX_BITS
@@ -226,26 +235,26 @@ class TrimCollector:
         self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts),
                          _sparse_digits(counts) if last else None)
 
-    def add_slices(self, job_index: int, offset: int, base_raw: torch.Tensor | np.ndarray,
-                   agent_raws: list[torch.Tensor] | list[np.ndarray], compute_dtype: torch.dtype | str) -> bool:
+    def add_slices(self, slices: StoredSlices) -> bool:
         """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
         from .. import kernels
 
+        job_index = slices.index
         key = self.scope_key(job_index)
-        numel = math.prod(base_raw.shape)
+        numel = math.prod(slices.base.shape)
         if self._counting_pass:
             return False
         if not self._active(key) or numel == 0:
             return True
         key_dtype = self._key_dtype[key]
-        done = kernels.ties_digit_counts(base_raw, agent_raws, compute_dtype, key_dtype == "float64",
+        done = kernels.ties_digit_counts(slices.base, slices.agents, slices.job.compute_name, key_dtype == "float64",
                                          self.level, [s.prefix for s in self._state[key]])
-        if done is None or not done[1]:
+        if done is None or not done.finite:
             return False
-        counts = done[0]
-        self._add_counts(key, (job_index, offset), numel, counts,
+        counts = done.hist
+        self._add_counts(key, (job_index, slices.span.offset), numel, counts,
                          _sparse_digits(counts) if self._last_level(key) else None)
         return True
 
@@ -522,6 +531,245 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
     return merged * _scalar(ctx.scale, merged)
 
 
+# --- fused CPU kernels (kernels.py): the same bits as the merges above ---------------------------------------
+
+def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> "KernelResult | None":
+    """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
+    the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
+    from .. import kernels
+
+    job = slices.job
+    trim = ctx.chunk_trim(slices.index, slices.span.offset, slices.span.numel)
+    if trim is None:
+        return None
+    key_dtype, cuts, left = trim
+    return kernels.ties_merge_into(slices.base, slices.agents, job.compute_name, job.out_name, key_dtype == "float64",
+                                   cuts, left, ctx.scale)
+
+
+def _dare_fused(ties: bool) -> FusedKernel:
+    """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
+
+    def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> "KernelResult | None":
+        from .. import kernels
+
+        job = slices.job
+        keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]
+        return kernels.dare_merge_into(slices.base, slices.agents, slices.span.offset, keys, drop_threshold(ctx.drop),
+                                       ctx.drop, ctx.scale, ties, job.compute_name, job.out_name)
+
+    return fused
+
+
+# --- what each would keep (core.would_keep; docs/engine.md, "What each method would keep") --------------------
+
+def _updated(report: "ProbeReport") -> list[float]:
+    return [a.updated for a in report.agents]
+
+
+def average_shares(report: "ProbeReport", params: dict) -> list[float]:
+    """Exact: w = 1/N."""
+    n = len(report.agents)
+    return [tot / n for tot in _updated(report)]
+
+
+def scaled_shares(report: "ProbeReport", params: dict) -> list[float]:
+    """Task Arithmetic exactly (w = λ); DARE-TA in expectation (kept with probability 1 − p, scaled by 1/(1 − p))."""
+    return [tot * params["scale"] for tot in _updated(report)]
+
+
+def ties_shares(report: "ProbeReport", params: dict) -> list[float] | None:
+    """TIES: the trim (``trim_keep``), then the sign election's expected weight (``election_weight``)."""
+    if getattr(report, "inspect", None) is None:  # an old report without the pair statistics
+        return None
+    n = len(report.agents)
+    trim = trim_keep(report, params["density"], params["ties_scope"])
+    present = [(sum(trim) - trim[t]) / (n - 1) if n > 1 else 1.0 for t in range(n)]
+    return _elected_shares(report, params["scale"], trim, present)
+
+
+def dare_ties_shares(report: "ProbeReport", params: dict) -> list[float] | None:
+    """DARE-TIES: each element kept with probability 1 − p and scaled by 1/(1 − p) (1 in expectation)."""
+    n = len(report.agents)
+    p = params["drop"]
+    return _elected_shares(report, params["scale"], [1.0] * n, [1.0 - p] * n)
+
+
+def _elected_shares(report: "ProbeReport", scale: float, own: list[float], present: list[float]) -> list[float] | None:
+    """Σ over the agent's elements shared with k others of the sign election's expected weight; None for an
+    old report without the pair statistics."""
+    stats = getattr(report, "inspect", None)
+    if stats is None:
+        return None
+    n = len(report.agents)
+    agree = agreement(stats, n)
+    return [scale * own[t] * sum(a.overlap[k] * election_weight(k, agree[t], present[t]) for k in range(n))
+            for t, a in enumerate(report.agents)]
+
+
+def agreement(stats: "InspectStats", n: int) -> list[float]:
+    """Per agent: the share of its shared elements' partners whose τ has the same sign (from ``pairs``)."""
+    out = []
+    for t in range(n):
+        both = sum(stats.both[t][s] for s in range(n) if s != t)
+        same = sum(stats.same_sign[t][s] for s in range(n) if s != t)
+        out.append(same / both if both else 1.0)
+    return out
+
+
+def trim_keep(report: "ProbeReport", density: float, scope: str) -> list[float]:
+    """TIES's trim: per agent, the share of its updated elements among the ⌊k·n⌋ it keeps per scope,
+    (every updated element outranks every other one: |τ| > ε ≥ the rest). Exact for the count of
+    kept elements; it ignores which of an agent's elements the trim drops (the smallest ones)."""
+    n = len(report.agents)
+    if scope == "model":
+        k = keep_count(density, report.params)
+        return [min(a.updated, k) / a.updated if a.updated else 0.0 for a in report.agents]
+    kept = [0] * n
+    for t_stats in report.tensor_stats:
+        k = keep_count(density, t_stats.params)
+        for t in range(n):
+            kept[t] += min(t_stats.updated[t], k)
+    return [kept[t] / a.updated if a.updated else 0.0 for t, a in enumerate(report.agents)]
+
+
+def election_weight(k: int, agree: float, present: float) -> float:
+    """Expected weight TIES's sign election and disjoint mean give an element that agent t shares
+    with k others (k = 0: unique, kept whole). Each other agent is present with probability
+    ``present`` (survives its trim or DARE drop) and, when present, agrees in sign with probability
+    ``agree``, independently; magnitudes are taken as equal, so the elected sign is the majority's
+    (a tie is a coin flip). If t's sign is elected with j agreeing partners present, t gets 1/(j+1)."""
+    if k == 0:
+        return 1.0
+    total = 0.0
+    p_agree, p_dis, p_abs = present * agree, present * (1.0 - agree), 1.0 - present
+    for j in range(k + 1):
+        for d in range(k - j + 1):
+            prob = (math.comb(k, j) * math.comb(k - j, d) * p_agree ** j * p_dis ** d * p_abs ** (k - j - d))
+            if j + 1 > d:
+                win = 1.0
+            elif j + 1 == d:
+                win = 0.5
+            else:
+                win = 0.0
+            total += prob * win / (j + 1)
+    return total
+
+
+# --- mergekit (0.1.5: merge_methods/generalized_task_arithmetic.py, linear.py, sparsify.py) ---------------------
+
+def _from_linear(given: MergekitInput) -> tuple[str, dict]:
+    all_equal(given.where, require_weights(given), "RAM Desktop's average weights every agent equally")
+    if not given.shared["normalize"]:
+        raise InputError(f"{given.where}: parameters.normalize: false makes linear a weighted sum, which RAM Desktop "
+                         "cannot express; remove it")
+    given.warnings.append("linear: mergekit averages the listed models' weights (and adds base_model to the inputs); "
+                          "RAM Desktop's average is base + mean of the agents' task vectors")
+    return "average", {}
+
+
+def _from_task_arithmetic(given: MergekitInput) -> tuple[str, dict]:
+    scale = unit_weights(given)
+    all_equal(given.where, given.per_model["density"], "task_arithmetic does not sparsify", must=1.0)
+    if given.shared["normalize"]:
+        if scale != 1.0:
+            raise InputError(f"{given.where}: parameters.normalize: true with lambda ≠ 1 cannot be expressed "
+                             "(it is the average times lambda); use normalize: false or lambda: 1")
+        return "average", {}
+    return "task-arithmetic", {"scale": scale}
+
+
+def _from_ties(given: MergekitInput) -> tuple[str, dict]:
+    where, scale = given.where, unit_weights(given)
+    density = one_density(given)
+    if not given.shared["normalize"]:
+        raise InputError(f"{where}: parameters.normalize: false (a disjoint sum) cannot be expressed; "
+                         "RAM Desktop's TIES takes the disjoint mean, set normalize: true")
+    if given.shared["rescale"]:
+        raise InputError(f"{where}: parameters.rescale: true (L1 rescale of the trimmed values) cannot be "
+                         "expressed; remove it")
+    check_density(given, density)
+    given.warnings.append("ties: RAM Desktop keeps exactly ⌊k·n⌋ elements per tensor (exact rational k; earliest "
+                          "positions win among equal magnitudes at the cut); mergekit keeps int(k·n) by a float "
+                          "product and picks ties with a non-stable argsort")
+    return "ties", {"density": density, "scale": scale, "ties_scope": "tensor"}
+
+
+def _from_dare(ours: str, normalize: bool) -> Callable[[MergekitInput], tuple[str, dict]]:
+    """dare_linear (``normalize`` False, as ours is a sum) or dare_ties (True: ours takes the disjoint mean)."""
+
+    def convert(given: MergekitInput) -> tuple[str, dict]:
+        where, method, scale = given.where, given.method, unit_weights(given)
+        density = one_density(given)
+        if not given.shared["rescale"]:
+            raise InputError(f"{where}: parameters.rescale: false (no rescale of the kept values) cannot be "
+                             "expressed; RAM Desktop divides them by 1 − p")
+        if normalize and not given.shared["normalize"]:
+            raise InputError(f"{where}: parameters.normalize: false (mergekit's default for {method}: a disjoint "
+                             f"sum) cannot be expressed; RAM Desktop's {ours} takes the disjoint mean, set "
+                             "normalize: true")
+        if not normalize and given.shared["normalize"]:
+            raise InputError(f"{where}: parameters.normalize: true (dividing by the number of models) cannot be "
+                             f"expressed for {method}; remove it and put the scale in lambda")
+        check_density(given, density)
+        drop = float(Decimal(1) - Decimal(repr(density)))
+        given.warnings.append(f"{method}: RAM Desktop drops with a seeded counter-based mask and divides the kept "
+                              f"values by 1 − p (p = 1 − density = {drop:g}); mergekit draws torch.bernoulli and "
+                              "rescales each tensor to its L1 norm, so the results differ in which elements survive "
+                              "and by how much they grow")
+        return ours, {"drop": drop, "seed": 0, "scale": scale}
+
+    return convert
+
+
+def _to_average(params: dict, eps: float) -> MergekitExport:
+    return MergekitExport("task_arithmetic", {"normalize": True}, {"weight": 1.0}, [
+        "average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
+        "linear would average the models' weights, base included)"])
+
+
+def _to_task_arithmetic(params: dict, eps: float) -> MergekitExport:
+    return MergekitExport("task_arithmetic", {"lambda": params["scale"]}, {"weight": 1.0}, [
+        "task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
+        "with dtype float32)"])
+
+
+def _to_ties(params: dict, eps: float) -> MergekitExport:
+    out = MergekitExport("ties", {"lambda": params["scale"], "normalize": True},
+                         {"weight": 1.0, "density": params["density"]}, [
+        "ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
+        "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning"])
+    if params["ties_scope"] == "model":
+        out.notes.append("ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
+                         "mergekit trims per tensor")
+    return out
+
+
+def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitExport]:
+    def export(params: dict, eps: float) -> MergekitExport:
+        shared: dict[str, Any] = {"lambda": params["scale"], "rescale": True}
+        if normalize:
+            shared["normalize"] = True
+        per_model = {"weight": 1.0, "density": float(Decimal(1) - Decimal(repr(params["drop"])))}
+        return MergekitExport(theirs, shared, per_model, [
+            f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; false "
+            "keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
+            f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
+            "elements survive"])
+
+    return export
+
+
+SPARSE_PER_MODEL = {"weight": None, "density": 1.0}
+
+
+def _gta(name: str, normalize: bool, rescale: bool,
+         convert: Callable[[MergekitInput], tuple[str, dict]]) -> MergekitImport:
+    """A mergekit generalized-task-arithmetic method with its defaults."""
+    return MergekitImport(name, {**TASK_ARITHMETIC_SHARED, "normalize": normalize, "rescale": rescale},
+                          SPARSE_PER_MODEL, convert)
+
+
 # --- registration --------------------------------------------------------------------------------
 
 def _scale(default: float, paper: str | None) -> Param:
@@ -538,16 +786,42 @@ DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is 
 SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)",
              0, 2**64 - 1)
 
+def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Chunk, DareContext], torch.Tensor],
+          ties: bool, keep: Callable[["ProbeReport", dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
+    """DARE-TA (``ties`` False: λ·Σ) or DARE-TIES (sign election and disjoint mean): the same drop step,
+    mask, parameters and mergekit family (``theirs``: dare_linear or dare_ties)."""
+    return MergeMethod(
+        name, label, summary, (DROP, SEED, _scale(scale, None)), merge,
+        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
+        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
+        thread_safe=True,
+        fused=_dare_fused(ties),
+        would_keep=WouldKeep(keep, estimated=True),
+        mergekit=MergekitMapping(_to_dare(theirs, normalize=ties),
+                                 (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)),
+        sweep=Sweep("drop", "0.5"),
+        short=short,
+    )
+
+
 METHODS = (
     MergeMethod(
         "average", "Average", "θ_pre + mean of the task vectors (plain weight averaging).",
         (), average_merge,
         thread_safe=True,  # pure per chunk: the result depends only on the chunk
+        would_keep=WouldKeep(average_shares),
+        mergekit=MergekitMapping(_to_average, (MergekitImport("linear", {"normalize": True}, {"weight": None},
+                                                              _from_linear),)),
+        short="Avg",
     ),
     MergeMethod(
         "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
         (_scale(0.3, TABLE_11_SCALE),), task_arithmetic_merge,
         thread_safe=True,
+        would_keep=WouldKeep(scaled_shares),
+        mergekit=MergekitMapping(_to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)),
+        sweep=Sweep("scale", "0.3, 0.5, 1.0"),
+        short="TA",
     ),
     MergeMethod(
         "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
@@ -557,23 +831,14 @@ METHODS = (
         collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
         # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
         thread_safe=True,
-        fused="ties",  # CPU passes: kernels.ties_merge_into, the same bits
+        fused=ties_fused,
+        would_keep=WouldKeep(ties_shares, estimated=True),
+        mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
+        sweep=Sweep("density", "0.2"),
+        short="TIES",
     ),
-    MergeMethod(
-        "dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
-        (DROP, SEED, _scale(0.3, None)),
-        dare_ta_merge,
-        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
-        thread_safe=True,
-        fused="dare-ta",  # CPU passes: kernels.dare_merge_into, the same bits
-    ),
-    MergeMethod(
-        "dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
-        (DROP, SEED, _scale(1.0, None)),
-        dare_ties_merge,
-        prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        thread_safe=True,
-        fused="dare-ties",
-    ),
+    _dare("dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
+          0.3, dare_ta_merge, ties=False, keep=scaled_shares, theirs="dare_linear", short="DARE-TA"),
+    _dare("dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
+          1.0, dare_ties_merge, ties=True, keep=dare_ties_shares, theirs="dare_ties", short="DARE-TIES"),
 )

@@ -123,6 +123,7 @@ METHODS = (
         merge=fisher_merge,
         prepare=fisher_prepare,
         aux_inputs=fisher_aux_inputs,
+        calibrated=True,
         thread_safe=True,
     ),
 )

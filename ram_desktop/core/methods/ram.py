@@ -7,15 +7,17 @@ Sums over agents run in a fixed order (agent 0, 1, ...) so every device gives th
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..chunks import PATTERN_MAX_AGENTS, Chunk
+from ..chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
-from .base import MergeMethod, Param
+from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
 
 if TYPE_CHECKING:
+    from ..kernels import KernelResult
     from ..probe import ProbeReport
 
 
@@ -127,12 +129,85 @@ class SurvivalObserver:
         return {d: [c / u if u else None for c, u in zip(*counts.tolist())] for d, counts in self._changes.items()}
 
 
+def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
+    """Equation 7 through ``kernels.selective_merge_into`` (the pattern histogram and, with λ, the
+    survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
+
+    def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> "KernelResult | None":
+        from .. import kernels
+
+        job = slices.job
+        return kernels.selective_merge_into(slices.base, slices.agents, slices.eps, job.compute_name, job.out_name,
+                                            lambdas_of(context), counts, survival)
+
+    return fused
+
+
+def ram_shares(report: "ProbeReport") -> list[float]:
+    """RAM's kept update mass per agent: 1 where the agent alone updates, 1/c where c agents do."""
+    n = len(report.agents)
+    return [sum(a.overlap[k] / (k + 1) for k in range(n)) for a in report.agents]
+
+
+def _rescaled_shares(lambdas: "Callable[[dict, ProbeReport], list[float]]") -> WouldKeep:
+    """RAM with λ_t instead of 1 where agent t alone updates: exact."""
+
+    def shares(report: "ProbeReport", params: dict) -> list[float]:
+        return [r + (lam - 1.0) * a.unique
+                for r, lam, a in zip(ram_shares(report), lambdas(params, report), report.agents)]
+
+    return WouldKeep(shares)
+
+
+# --- mergekit: ram and ramplus_tl (mergekit 0.1.5 merge_methods/ram.py) ---------------------------------------
+
+def _from_ram(given: MergekitInput) -> tuple[str, dict]:
+    return "ram", {}
+
+
+def _from_ramplus_tl(given: MergekitInput) -> tuple[str, dict]:
+    shared = given.shared
+    given.warnings.append("ramplus_tl: mergekit computes ρ per tensor (shared / unique within each tensor) and "
+                          "defaults α to 0.2; RAM Desktop's ram-plus computes ρ over the whole model, as the paper "
+                          f"defines it (paper default α = 2.0); using r = {shared['r']:g}, α = {shared['alpha']:g}")
+    return "ram-plus", {"r": shared["r"], "alpha": shared["alpha"]}
+
+
+def _to_ram(params: dict, eps: float) -> MergekitExport:
+    return MergekitExport("ram", {"epsilon": eps}, notes=[
+        "ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
+        "where RAM Desktop divides the sum by c_i, which can differ in the last bit"])
+
+
+_RHO_NOTE = ("ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
+             "elements gets λ = 1 + r·α); RAM Desktop computes ρ once over the whole model. Results differ")
+
+
+def _to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
+    return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": params["alpha"], "epsilon": eps},
+                          notes=[_RHO_NOTE])
+
+
+def _soft_to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
+    return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": 1.0, "epsilon": eps}, notes=[
+        _RHO_NOTE, "ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
+        "closest clipped form"])
+
+
+RAM_MERGEKIT = MergekitMapping(_to_ram, (MergekitImport("ram", {"epsilon": 1e-5}, {}, _from_ram),))
+RAM_PLUS_MERGEKIT = MergekitMapping(_to_ramplus_tl, (
+    MergekitImport("ramplus_tl", {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, {}, _from_ramplus_tl),))
+
+
 def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
-                lambdas: "Callable[[dict, ProbeReport], list[float]] | None") -> MergeMethod:
+                lambdas: "Callable[[dict, ProbeReport], list[float]] | None", short: str,
+                mergekit: MergekitMapping, sweep: Sweep | None) -> MergeMethod:
     """RAM (no λ) or a rescaling variant whose λ is declared once, by ``lambdas``."""
     if lambdas is None:
         return MergeMethod(name, label, summary, params, lambda chunk, ctx: selective_merge(chunk, None),
-                           thread_safe=True, fused="ram")
+                           thread_safe=True, fused=_fused(lambda ctx: None),
+                           would_keep=WouldKeep(lambda report, p: ram_shares(report)),
+                           mergekit=mergekit, sweep=sweep, short=short)
     return MergeMethod(
         name, label, summary, params,
         merge=selective_merge,
@@ -141,15 +216,21 @@ def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
         lambdas=lambdas,
         observer=lambda params, plan: SurvivalObserver(),
         thread_safe=True,
-        fused="ram-plus",
+        fused=_fused(lambda ctx: [float(x) for x in ctx]),
+        would_keep=_rescaled_shares(lambdas),
+        mergekit=mergekit,
+        sweep=sweep,
+        short=short,
     )
 
 
 METHODS = (
-    _ram_family("ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).", (), None),
+    _ram_family("ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).", (), None,
+                "RAM", RAM_MERGEKIT, None),
     _ram_family("ram-plus", "RAM+", "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
-                (R, ALPHA), ram_plus_lambdas),
+                (R, ALPHA), ram_plus_lambdas, "RAM+", RAM_PLUS_MERGEKIT,
+                Sweep("r", "0, 0.05, 0.1, 0.15, 0.2")),  # the paper's Table 2 r sweep
     _ram_family("ram-plus-soft", "RAM+s",
                 "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
-                (R,), ram_plus_soft_lambdas),
+                (R,), ram_plus_soft_lambdas, "RAM+s", MergekitMapping(_soft_to_ramplus_tl), Sweep("r", "0.1")),
 )
