@@ -18,6 +18,10 @@ log        ``$XDG_STATE_HOME/ram-desktop/log``         ``~/Library/Logs/RAM Desk
 
 An XDG variable counts only when it holds an absolute path (the XDG spec says to ignore relative
 ones). Nothing is created until a caller asks with ``create=True``.
+
+Every cache of RAM Desktop (probe reports, Fisher estimates, the demo copy) lives in one folder per kind
+under :func:`cache_root`: ``$RAM_DESKTOP_CACHE`` when set (tests, the self-test, a shared cache), else
+:func:`user_cache_dir`. No other module builds a cache path of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ LOG_FILE = "ram-desktop.log"
 LOG_MAX_BYTES = 5_000_000  # rotated once (to .1) above this size
 
 __all__ = [
-    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir",
+    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir", "cache_root",
+    "cache_dir",
     "is_frozen", "bundle_dir", "resources_dir", "resource_path", "guard_stdio",
 ]
 
@@ -97,6 +102,17 @@ def user_cache_dir(create: bool = False) -> Path:
     else:
         path = _xdg("XDG_CACHE_HOME", ".cache") / APP_ID
     return _ready(path, create)
+
+
+def cache_root() -> Path:
+    """The root of every cache: ``$RAM_DESKTOP_CACHE`` when set (as given), else :func:`user_cache_dir`."""
+    override = os.environ.get("RAM_DESKTOP_CACHE")
+    return Path(override) if override else user_cache_dir()
+
+
+def cache_dir(kind: str, create: bool = False) -> Path:
+    """The cache folder for one kind of rebuildable data (``probe``, ``fisher``, ``demo``)."""
+    return _ready(cache_root() / kind, create)
 
 
 def user_log_dir(create: bool = False) -> Path:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import paths
 from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
@@ -387,9 +388,8 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("RAM_DESKTOP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ram-desktop")
-    return Path(root) / "probe"
+    """Where probe reports are cached (``paths.cache_dir("probe")``)."""
+    return paths.cache_dir("probe")
 
 
 def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
