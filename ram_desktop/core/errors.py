@@ -18,6 +18,12 @@ class Cancelled(RamError):
     """The user cancelled the operation; partial output has been removed."""
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text, for a one-line message that quotes a foreign error."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
 class HubError(InputError):
     """A Hugging Face Hub failure for one repository; callers tell the kinds apart by class, never by text.
 

@@ -35,7 +35,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
-from ..core.errors import InputError
+from ..core.errors import InputError, first_line
 
 ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
 BUILTIN = ("exact", "contains", "number")
@@ -163,7 +163,7 @@ class Scorer:
         except SystemExit as e:
             raise InputError(f"{where} called sys.exit({e.code!r}); a reward function must return its scores") from None
         except Exception as e:
-            raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
+            raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
         if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
             rewards = rewards.tolist()  # a numpy array or torch tensor
         if not isinstance(rewards, (list, tuple)):
@@ -264,7 +264,7 @@ def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
                          "a scorer file must only define its function") from None
     except Exception as e:
         sys.modules.pop(module_name, None)
-        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {_first_line(e)}") from None
+        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {first_line(e)}") from None
     finally:
         try:
             sys.path.remove(str(file.parent))
@@ -285,8 +285,3 @@ def _as_float(value: Any) -> float | None:
         item = value.item()
         return float(item) if isinstance(item, numbers.Real) else None
     return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"
