@@ -68,40 +68,39 @@ def _ready(path: Path, create: bool) -> Path:
     return path
 
 
+def _library(folder: str) -> Path:
+    """``~/Library/<folder>/RAM Desktop`` (macOS)."""
+    return Path.home() / "Library" / folder / APP_NAME
+
+
+def _user_dir(windows: Path, macos: Path, linux: Path, create: bool) -> Path:
+    """The folder for this platform (the table in the module docstring)."""
+    path = {"windows": windows, "macos": macos}.get(_platform(), linux)
+    return _ready(path, create)
+
+
 def user_data_dir(create: bool = False) -> Path:
     """Folder for files the user would not want to lose (recent recipes, probe cache index)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Application Support" / APP_NAME
-    else:
-        path = _xdg("XDG_DATA_HOME", ".local/share") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME, _library("Application Support"),
+                     _xdg("XDG_DATA_HOME", ".local/share") / APP_ID, create)
 
 
 def user_config_dir(create: bool = False) -> Path:
     """Folder for settings."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("APPDATA") / APP_NAME
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Application Support" / APP_NAME
-    else:
-        path = _xdg("XDG_CONFIG_HOME", ".config") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("APPDATA") / APP_NAME, _library("Application Support"),
+                     _xdg("XDG_CONFIG_HOME", ".config") / APP_ID, create)
 
 
 def user_cache_dir(create: bool = False) -> Path:
     """Folder for data that can be rebuilt (probe results, exported chart previews)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Cache"
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Caches" / APP_NAME
-    else:
-        path = _xdg("XDG_CACHE_HOME", ".cache") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Cache", _library("Caches"),
+                     _xdg("XDG_CACHE_HOME", ".cache") / APP_ID, create)
+
+
+def user_log_dir(create: bool = False) -> Path:
+    """Folder for log files (the windowed build's stdout / stderr go here)."""
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Logs", _library("Logs"),
+                     _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log", create)
 
 
 def cache_root() -> Path:
@@ -113,18 +112,6 @@ def cache_root() -> Path:
 def cache_dir(kind: str, create: bool = False) -> Path:
     """The cache folder for one kind of rebuildable data (``probe``, ``fisher``, ``demo``)."""
     return _ready(cache_root() / kind, create)
-
-
-def user_log_dir(create: bool = False) -> Path:
-    """Folder for log files (the windowed build's stdout / stderr go here)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Logs"
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Logs" / APP_NAME
-    else:
-        path = _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log"
-    return _ready(path, create)
 
 
 # --- resources -----------------------------------------------------------------------------------
