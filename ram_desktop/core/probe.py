@@ -1,6 +1,6 @@
 """Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and RAM+ rounding survival.
 
-Counts are over the whole model (SPEC.md section 1): the accumulator sums per-chunk histograms.
+Counts are over the whole model (docs/engine.md, λ from whole-model counts): the accumulator sums per-chunk histograms.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class ProbeReport:
     # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
     # ``survival`` is then empty, and the Analyze step (engine.probe) computes a complete probe instead.
     has_survival: bool = True
-    # the inspection views' statistics (SPEC.md section 10); None in a probe computed without them
+    # the inspection views' statistics (docs/engine.md, Inspection statistics); None in a probe computed without them
     # (the merge's pass 1) and in a cached report written before they existed
     inspect: InspectStats | None = None
 

@@ -1,4 +1,4 @@
-"""The diagonal Fisher information of an agent on its own calibration prompts (SPEC.md section 7; no Qt).
+"""The diagonal Fisher information of an agent on its own calibration prompts (docs/methods.md, Fisher merging; no Qt).
 
 Estimator (``ESTIMATOR``): the empirical Fisher of the agent's own greedy completions. Example i is
 the suite's prompt x_i, formatted exactly as evaluation formats it (chat template, system prompt), and
