@@ -172,7 +172,6 @@ def test_window_opens_a_recipe_of_hub_ids_in_a_fresh_process(root):
     """The window's own Hub path (sources resolved, analysis run) in a process that imported nothing first."""
     pytest.importorskip("PySide6")
     recipe = root / "out" / "window-hub.yaml"
-    recipe.parent.mkdir(exist_ok=True)  # whichever test of the module runs first
     recipe.write_text(yaml.safe_dump({"format": "ram-recipe/1", "method": "ram-plus", "base": "acme/base",
                                       "agents": [{"name": n, "source": f"acme/{n}"} for n in DEMO_MODELS[1:]]}))
     shot = root / "out" / "hub.png"
