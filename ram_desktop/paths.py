@@ -18,6 +18,10 @@ log        ``$XDG_STATE_HOME/ram-desktop/log``         ``~/Library/Logs/RAM Desk
 
 An XDG variable counts only when it holds an absolute path (the XDG spec says to ignore relative
 ones). Nothing is created until a caller asks with ``create=True``.
+
+Every cache of RAM Desktop (probe reports, Fisher estimates, the demo copy) lives in one folder per kind
+under :func:`cache_root`: ``$RAM_DESKTOP_CACHE`` when set (tests, the self-test, a shared cache), else
+:func:`user_cache_dir`. No other module builds a cache path of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ LOG_FILE = "ram-desktop.log"
 LOG_MAX_BYTES = 5_000_000  # rotated once (to .1) above this size
 
 __all__ = [
-    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir",
+    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir", "cache_root",
+    "cache_dir",
     "is_frozen", "bundle_dir", "resources_dir", "resource_path", "guard_stdio",
 ]
 
@@ -63,52 +68,50 @@ def _ready(path: Path, create: bool) -> Path:
     return path
 
 
+def _library(folder: str) -> Path:
+    """``~/Library/<folder>/RAM Desktop`` (macOS)."""
+    return Path.home() / "Library" / folder / APP_NAME
+
+
+def _user_dir(windows: Path, macos: Path, linux: Path, create: bool) -> Path:
+    """The folder for this platform (the table in the module docstring)."""
+    path = {"windows": windows, "macos": macos}.get(_platform(), linux)
+    return _ready(path, create)
+
+
 def user_data_dir(create: bool = False) -> Path:
     """Folder for files the user would not want to lose (recent recipes, probe cache index)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Application Support" / APP_NAME
-    else:
-        path = _xdg("XDG_DATA_HOME", ".local/share") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME, _library("Application Support"),
+                     _xdg("XDG_DATA_HOME", ".local/share") / APP_ID, create)
 
 
 def user_config_dir(create: bool = False) -> Path:
     """Folder for settings."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("APPDATA") / APP_NAME
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Application Support" / APP_NAME
-    else:
-        path = _xdg("XDG_CONFIG_HOME", ".config") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("APPDATA") / APP_NAME, _library("Application Support"),
+                     _xdg("XDG_CONFIG_HOME", ".config") / APP_ID, create)
 
 
 def user_cache_dir(create: bool = False) -> Path:
     """Folder for data that can be rebuilt (probe results, exported chart previews)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Cache"
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Caches" / APP_NAME
-    else:
-        path = _xdg("XDG_CACHE_HOME", ".cache") / APP_ID
-    return _ready(path, create)
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Cache", _library("Caches"),
+                     _xdg("XDG_CACHE_HOME", ".cache") / APP_ID, create)
 
 
 def user_log_dir(create: bool = False) -> Path:
     """Folder for log files (the windowed build's stdout / stderr go here)."""
-    kind = _platform()
-    if kind == "windows":
-        path = _windows_dir("LOCALAPPDATA") / APP_NAME / "Logs"
-    elif kind == "macos":
-        path = Path.home() / "Library" / "Logs" / APP_NAME
-    else:
-        path = _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log"
-    return _ready(path, create)
+    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Logs", _library("Logs"),
+                     _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log", create)
+
+
+def cache_root() -> Path:
+    """The root of every cache: ``$RAM_DESKTOP_CACHE`` when set (as given), else :func:`user_cache_dir`."""
+    override = os.environ.get("RAM_DESKTOP_CACHE")
+    return Path(override) if override else user_cache_dir()
+
+
+def cache_dir(kind: str, create: bool = False) -> Path:
+    """The cache folder for one kind of rebuildable data (``probe``, ``fisher``, ``demo``)."""
+    return _ready(cache_root() / kind, create)
 
 
 # --- resources -----------------------------------------------------------------------------------

@@ -3,7 +3,9 @@
     python reproduction/export_demo.py runs/seed0
 
 Agent folders are named after what they are (coder, tool, memory); each suite is the task's test
-split with the reward file its ``suite.yaml`` names. Only the files a model folder needs are copied.
+split. The three suites share one reward file, ``suites/reward.py`` (their ``suite.yaml`` names
+``python:../reward.py:FUNCTION``), so the demo ships one copy of it. Only the files a model folder
+needs are copied.
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ def export(run: Path, dest: Path = DEST) -> Path:
             if (src / f).exists():
                 shutil.copy(src / f, dest / name / f)
     for task in AGENTS.values():
-        shutil.copytree(run / "suites" / f"{task}-test", dest / "suites" / task)
+        suite = dest / "suites" / task
+        shutil.copytree(run / "suites" / f"{task}-test", suite)
+        shutil.move(suite / "reward.py", dest / "suites" / "reward.py")  # the same file in every run suite
+        config = suite / "suite.yaml"
+        config.write_text(config.read_text().replace("scorer: python:reward.py:", "scorer: python:../reward.py:"))
     manifest = {"base": "base", "agents": [{"name": a, "path": a, "suite": f"suites/{t}"} for a, t in AGENTS.items()]}
     (dest / "demo.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return dest

@@ -1,5 +1,5 @@
-"""The layering rules of docs/engine.md, checked on the source: no import cycle anywhere in
-``ram_desktop`` (imports at module level and inside functions alike)."""
+"""The layering rules of docs/architecture.md, checked on the source: no import cycle anywhere in
+``ram_desktop`` (imports at module level, inside functions and under ``if TYPE_CHECKING:`` alike)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,12 @@ def all_modules() -> dict[str, Path]:
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The ``ram_desktop`` modules ``name`` imports anywhere in its source (``from X import Y`` counts
-    as an import of ``X.Y`` when that is a module, else of ``X``); imports under ``if TYPE_CHECKING:``
-    are for type checkers only and never run, so they do not count."""
+    as an import of ``X.Y`` when that is a module, else of ``X``). Imports under ``if TYPE_CHECKING:``
+    count too: a cycle that only a type checker walks is still two modules that need each other."""
     is_package = path.name == "__init__.py"
     tree = ast.parse(path.read_text(), str(path))
-    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
-                 for stmt in block.body for n in ast.walk(stmt)}
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -48,11 +44,6 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 found.add(sub if sub in modules else target)
     found.discard(name)
     return {m for m in found if m in modules}
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -91,6 +82,7 @@ def test_no_import_cycles_in_ram_desktop():
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert "ram_desktop.core.formats.base" in graph["ram_desktop.core.formats.hub"]  # the walker sees imports
     assert "ram_desktop.core.formats.hub" in graph["ram_desktop.core.formats"]  # ... function-level ones too
+    assert "ram_desktop.core.kernels" in graph["ram_desktop.core.probe"]  # ... and TYPE_CHECKING ones
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 

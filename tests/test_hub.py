@@ -13,6 +13,7 @@ import yaml
 
 from ram_desktop.cli import main
 from ram_desktop.core.engine import MergeRequest, merge, probe
+from ram_desktop.core import errors
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.formats.hub import parse_spec
@@ -136,25 +137,31 @@ def _hub_failure(monkeypatch, error):
     monkeypatch.setattr(hf, "hf_hub_download", fail)
 
 
-@pytest.mark.parametrize("make_error,message", [
+@pytest.mark.parametrize("make_error,message,kind", [
     (lambda: not_found(hf.errors.RepositoryNotFoundError, "org/nope", 401),
-     r"org/nope: repository not found on the Hugging Face Hub \(or it is private"),
+     r"org/nope: repository not found on the Hugging Face Hub \(or it is private", errors.RepoNotFound),
     (lambda: not_found(hf.errors.GatedRepoError, "org/nope", 403),
-     r"org/nope: gated repository — you need access\. Accept its conditions at https://huggingface.co/org/nope"),
+     r"org/nope: gated repository — you need access\. Accept its conditions at https://huggingface.co/org/nope",
+     errors.GatedRepo),
     (lambda: not_found(hf.errors.RevisionNotFoundError, "org/nope"),
-     r"org/nope: revision 'v9' not found; check the branch, tag or commit sha"),
+     r"org/nope: revision 'v9' not found; check the branch, tag or commit sha", errors.RevisionNotFound),
     (lambda: hf.errors.LocalEntryNotFoundError("connection error"),
-     r"org/nope: cannot reach the Hugging Face Hub \(LocalEntryNotFoundError\) and no complete copy"),
+     r"org/nope: cannot reach the Hugging Face Hub \(LocalEntryNotFoundError\) and no complete copy",
+     errors.HubUnreachable),
     (lambda: __import__("httpx2").ConnectError("[Errno -3] Temporary failure in name resolution"),
-     r"org/nope: cannot reach the Hugging Face Hub \(ConnectError\)"),
-    (lambda: hf.errors.OfflineModeIsEnabled("offline"), r"org/nope: offline \(HF_HUB_OFFLINE=1\)"),
-    (lambda: not_found(hf.errors.HfHubHTTPError, "org/nope", 401), r"org/nope: the Hub refused the token \(401"),
+     r"org/nope: cannot reach the Hugging Face Hub \(ConnectError\)", errors.HubUnreachable),
+    (lambda: hf.errors.OfflineModeIsEnabled("offline"), r"org/nope: offline \(HF_HUB_OFFLINE=1\)", errors.HubOffline),
+    (lambda: not_found(hf.errors.HfHubHTTPError, "org/nope", 401), r"org/nope: the Hub refused the token \(401",
+     errors.HubAuthError),
 ])
-def test_hub_errors_give_clear_messages(cache, tmp_path, monkeypatch, capsys, make_error, message):
+def test_hub_errors_give_clear_messages(cache, tmp_path, monkeypatch, capsys, make_error, message, kind):
     _hub_failure(monkeypatch, make_error())
-    with pytest.raises(InputError, match=message):
-        open_checkpoint("org/nope@v9" if "revision" in message else "org/nope")
-    code = main(["merge", "org/nope@v9" if "revision" in message else "org/nope", "org/x", "--out", str(tmp_path / "o")])
+    spec = "org/nope@v9" if "revision" in message else "org/nope"
+    with pytest.raises(InputError, match=message) as info:
+        open_checkpoint(spec)
+    assert type(info.value) is kind and info.value.repo_id == "org/nope"  # told apart by class, not by text
+    assert info.value.revision == ("v9" if "@" in spec else None)
+    code = main(["merge", spec, "org/x", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: org/nope")
 
@@ -180,6 +187,25 @@ def test_network_failure_falls_back_to_cached_snapshot(hub_models, monkeypatch, 
     ckpt = open_checkpoint("org/alpha")
     assert ckpt.revision == SHAS["alpha"]
     assert "cannot be reached; using the cached snapshot" in caplog.text
+
+
+def test_fallback_follows_the_error_class_not_its_text(hub_models, monkeypatch):
+    from ram_desktop.core.formats import hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+
+    def unreachable(repo_id, *args, **kwargs):
+        raise errors.HubUnreachable("worded any way", repo_id)
+
+    monkeypatch.setattr(hub, "download", unreachable)
+    assert open_checkpoint("org/alpha").revision == SHAS["alpha"]  # the cached snapshot is used
+
+    def other(repo_id, *args, **kwargs):
+        raise InputError(f"{repo_id}: cannot reach the Hugging Face Hub (but not an unreachable Hub)")
+
+    monkeypatch.setattr(hub, "download", other)
+    with pytest.raises(InputError, match="but not an unreachable Hub"):
+        open_checkpoint("org/alpha")
 
 
 def test_cached_commit_needs_no_network(hub_models, monkeypatch):

@@ -96,3 +96,14 @@ def test_guard_stdio_leaves_a_console_alone():
     before = sys.stdout, sys.stderr
     assert paths.guard_stdio() is None
     assert (sys.stdout, sys.stderr) == before
+
+
+def test_every_cache_path_comes_from_paths(monkeypatch, tmp_path):
+    from ram_desktop.core import probe
+    from ram_desktop.evaluate import fisher
+
+    monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / "shared"))
+    assert probe.cache_dir() == paths.cache_dir("probe") == tmp_path / "shared" / "probe"
+    assert fisher.cache_root() == paths.cache_dir("fisher") == tmp_path / "shared" / "fisher"
+    monkeypatch.delenv("RAM_DESKTOP_CACHE")
+    assert probe.cache_dir() == paths.user_cache_dir() / "probe"

@@ -114,7 +114,7 @@ def test_a_scorer_calling_sys_exit_is_an_input_error(recipe, where):
     demo = tmp_path / "demo"
     assert cli(tmp_path, "demo", str(demo)).returncode == 0
     suite = demo / "suites" / "code"
-    reward = suite / "reward.py"
+    reward = demo / "suites" / "reward.py"  # the demo's suites share one reward file
     if where == "import":
         reward.write_text(reward.read_text() + "\nimport sys\nsys.exit(3)\n")
     else:

@@ -2,7 +2,7 @@
 
 The files ship under ``ram_desktop/resources/demo/`` (``reproduction/`` regenerates them): a
 character-level Qwen2ForCausalLM base trained from scratch on three toy agent tasks, and one agent
-per task trained from it with GRPO and saved in bf16 (SPEC.md section 9). ``write_demo`` copies them
+per task trained from it with GRPO and saved in bf16 (docs/contracts.md, The built-in demo). ``write_demo`` copies them
 out with ``demo.json``:
 
     {"base": "base", "agents": [{"name": "coder", "path": "coder", "suite": "suites/code"}, ...]}

@@ -115,7 +115,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
           device: str = defaults.DEVICE, reporter: Reporter | None = None, use_cache: bool = True,
           chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None,
           vocab: str = defaults.VOCAB) -> ProbeReport:
-    """Probe task-vector density and overlap (SPEC.md section 1, step 1); cached by inputs and ε.
+    """Probe task-vector density and overlap (docs/methods.md, RAM, RAM+, RAM+s); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
     eps = _check_eps(eps)
@@ -326,7 +326,7 @@ def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str,
 def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
                  lambdas: list[float], device: str, timings: dict[str, float], files: list[str],
                  bytes_written: int, survival: dict[str, list[float | None]] | None = None) -> dict:
-    """The probe report plus what the merge did (SPEC.md section 2)."""
+    """The probe report plus what the merge did (docs/contracts.md, The probe and merge report)."""
     report = probe_report.to_json()
     out_names = {j.out_name for j in plan.mergeable_jobs}
     if not survival:  # not counted in the merge pass: read off the λ* histograms when the probe has them

@@ -16,3 +16,62 @@ class InputError(RamError):
 
 class Cancelled(RamError):
     """The user cancelled the operation; partial output has been removed."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text, for a one-line message that quotes a foreign error."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+class HubError(InputError):
+    """A Hugging Face Hub failure for one repository; callers tell the kinds apart by class, never by text.
+
+    ``repo_id`` and ``revision`` (as asked for; None for the default branch) travel with the error, as in
+    huggingface_hub's own errors, so a face can name them or offer a fix without parsing the message.
+    """
+
+    def __init__(self, message: str, repo_id: str, revision: str | None = None) -> None:
+        super().__init__(message)
+        self.repo_id = repo_id
+        self.revision = revision
+
+    def with_message(self, message: str) -> HubError:
+        """The same kind of error for the same repository, with a longer message (e.g. a hint appended)."""
+        return type(self)(message, self.repo_id, self.revision)
+
+
+class HubUnreachable(HubError):
+    """The Hub could not be reached (network, proxy, timeout) and no usable cached copy was found."""
+
+
+class HubOffline(HubError):
+    """Offline mode (``HF_HUB_OFFLINE``) is on and what was asked for is not in the local cache."""
+
+
+class RepoNotFound(HubError):
+    """No such repository on the Hub, or it is private and the token (if any) has no access."""
+
+
+class GatedRepo(HubError):
+    """The repository is gated and the account behind the token has not been granted access."""
+
+
+class RevisionNotFound(HubError):
+    """The repository exists but the branch, tag or commit does not."""
+
+
+class RepoDisabled(HubError):
+    """The repository has been disabled by its owner."""
+
+
+class HubFileMissing(HubError):
+    """A file the Hub listed (or an index named) is not there to download."""
+
+
+class HubAuthError(HubError):
+    """The Hub refused the token (401) or it lacks permission (403)."""
+
+
+class HubHTTPError(HubError):
+    """Any other HTTP error answer of the Hub."""

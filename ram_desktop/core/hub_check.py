@@ -29,7 +29,7 @@ from pathlib import Path
 import huggingface_hub as hf
 
 from .formats import hub
-from .errors import Cancelled, InputError
+from .errors import Cancelled, HubUnreachable, InputError
 from .events import CancelToken, ProgressEvent, Reporter
 from .plan import MergePlan, make_plan
 from .formats import HUB_ID, Checkpoint, TensorInfo
@@ -170,10 +170,8 @@ def prepare_sources(base: str, agents: list[str], reporter: Reporter, token: str
     with a warning, or the usual error comes)."""
     try:
         plan = precheck(base, agents, token, names, out_dtype, vocab, out)
-    except InputError as e:
-        if "cannot reach the Hugging Face Hub" in str(e):
-            return  # opening the sources says it (or falls back to a cached snapshot with a warning)
-        raise
+    except HubUnreachable:
+        return  # opening the sources says it (or falls back to a cached snapshot with a warning)
     if plan is not None:
         download_all([base, *agents], reporter, token)
 

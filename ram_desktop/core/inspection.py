@@ -1,4 +1,4 @@
-"""Statistics for visual inspection (SPEC.md section 10), gathered in the Analyze probe pass.
+"""Statistics for visual inspection (docs/engine.md, Inspection statistics), gathered in the Analyze probe pass.
 
 Per chunk, from the masks m_t = [|τ_t| > ε] the probe already has:
 

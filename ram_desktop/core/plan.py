@@ -135,11 +135,7 @@ def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: st
         missing = sorted(needed - ckpt.tensors.keys())
         extra = sorted(ckpt.tensors.keys() - {n for n, i in agent.tensors.items() if i.is_float})
         if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"lacks {_listing(missing)}")
-            if extra:
-                parts.append(f"has tensors the agent does not ({_listing(extra)})")
+            parts = _differences(missing, extra, "lacks {}", "has tensors the agent does not ({})")
             raise InputError(f"{where} {' and '.join(parts)}; it was not computed for this agent — "
                              f"compute it again for {agent.display}")
         for i in tensors:
@@ -330,17 +326,18 @@ def _check_tensor_sets(base: Checkpoint, agents: list[Checkpoint], aligned: list
         have = set(tensors)
         missing, extra = sorted(expected - have), sorted(have - expected)
         if missing or extra:
-            parts = []
-            if missing:
-                parts.append(f"missing {_listing(missing)}")
-            if extra:
-                parts.append(f"extra {_listing(extra)}")
+            parts = _differences(missing, extra, "missing {}", "extra {}")
             problems.append(f"{ckpt.display}: {'; '.join(parts)}")
     if problems:
         raise InputError(
             "tensor names differ from the base " + base.display + " — " + " | ".join(problems)
             + "; agents must be fine-tuned from this base with the same architecture"
         )
+
+
+def _differences(missing: list[str], extra: list[str], missing_text: str, extra_text: str) -> list[str]:
+    """The non-empty sides of a tensor-name mismatch, each listed into its ``{}``."""
+    return [text.format(_listing(names)) for names, text in ((missing, missing_text), (extra, extra_text)) if names]
 
 
 def _listing(names: list[str]) -> str:

@@ -1,6 +1,6 @@
 """Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and RAM+ rounding survival.
 
-Counts are over the whole model (SPEC.md section 1): the accumulator sums per-chunk histograms.
+Counts are over the whole model (docs/engine.md, λ from whole-model counts): the accumulator sums per-chunk histograms.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import paths
 from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
@@ -79,7 +80,7 @@ class ProbeReport:
     # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
     # ``survival`` is then empty, and the Analyze step (engine.probe) computes a complete probe instead.
     has_survival: bool = True
-    # the inspection views' statistics (SPEC.md section 10); None in a probe computed without them
+    # the inspection views' statistics (docs/engine.md, Inspection statistics); None in a probe computed without them
     # (the merge's pass 1) and in a cached report written before they existed
     inspect: InspectStats | None = None
 
@@ -387,9 +388,8 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("RAM_DESKTOP_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ram-desktop")
-    return Path(root) / "probe"
+    """Where probe reports are cached (``paths.cache_dir("probe")``)."""
+    return paths.cache_dir("probe")
 
 
 def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:

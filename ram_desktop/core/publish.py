@@ -16,7 +16,7 @@ from pathlib import Path
 import huggingface_hub as hf
 from huggingface_hub import constants as hf_constants
 
-from .errors import InputError
+from .errors import HubAuthError, HubError, HubHTTPError, InputError
 from .events import Reporter
 from .formats.hub import REPO_ID, hub_error
 
@@ -93,15 +93,15 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
 def _publish_error(error: BaseException, repo_id: str) -> BaseException:
     status = getattr(getattr(error, "response", None), "status_code", None)
     if status == 409:
-        return InputError(f"{repo_id}: the repository already exists on the Hub; choose another name (nothing "
-                          "was uploaded)")
+        return HubHTTPError(f"{repo_id}: the repository already exists on the Hub; choose another name (nothing "
+                            "was uploaded)", repo_id)
     if status in (401, 403):
-        return InputError(f"{repo_id}: the Hub refused the token (HTTP {status}); use a token with write access "
-                          f"to {repo_id.split('/')[0]}")
+        return HubAuthError(f"{repo_id}: the Hub refused the token (HTTP {status}); use a token with write "
+                            f"access to {repo_id.split('/')[0]}", repo_id)
     known = hub_error(error, repo_id, None)
     if known is not None:
         return known
     if isinstance(error, OSError):
-        return InputError(f"{repo_id}: upload failed ({error.__class__.__name__}); check the connection and "
-                          "publish again")
+        return HubError(f"{repo_id}: upload failed ({error.__class__.__name__}); check the connection and "
+                        "publish again", repo_id)
     return error

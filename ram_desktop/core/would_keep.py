@@ -1,5 +1,5 @@
-"""What each merge method would keep of each agent's update, before merging (SPEC.md section 10):
-pure functions of a probe report (its overlap counts, per-tensor counts and sign agreement).
+"""What each merge method would keep of each agent's update, before merging (docs/engine.md, "What each
+method would keep"): pure functions of a probe report (its overlap counts, per-tensor counts and sign agreement).
 Each method declares its own estimate (``MergeMethod.would_keep``); definitions and which numbers are
 exact: docs/engine.md, "What each method would keep"."""
 

@@ -1,4 +1,4 @@
-"""Evaluate: does the merged model keep every agent's skill? (SPEC section 6; no Qt.)
+"""Evaluate: does the merged model keep every agent's skill? (docs/evaluate.md; no Qt.)
 
 Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin faces over it):
 

@@ -1,5 +1,5 @@
 """Scores into a merged model's folder: an "Evaluation" section in its model card (README.md) and
-``eval.json`` (``ram-eval/1``) beside it (SPEC section 6)."""
+``eval.json`` (``ram-eval/1``) beside it (docs/evaluate.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``ram-merge compare``: merge several variants from one read of the inputs, then (with suites) score
-the base, every agent and every variant, and draw the comparison (SPEC section 6).
+the base, every agent and every variant, and draw the comparison (docs/contracts.md, Compare; docs/evaluate.md).
 
 ``DIR/<variant>/`` is a complete output folder for each variant; ``DIR/compare.json`` lists the
 variants and, when suites were given, carries the ``ram-eval/1`` keys of the evaluation;
@@ -82,7 +82,7 @@ def compare(session: Session, variants: Sequence[Variant], folder: str | Path, s
 
 
 def check_compare_folder(folder: Path, overwrite: bool) -> None:
-    """SPEC section 4 for ``compare --out``: a non-empty folder needs ``overwrite``, and is written into only
+    """docs/contracts.md (Bad input, The output folder) for ``compare --out``: a non-empty folder needs ``overwrite``, and is written into only
     when it holds an earlier compare (its compare.json, or only its variants' merge outputs and chart, as an
     interrupted compare leaves them); any other folder's files are never touched."""
     try:

@@ -1,4 +1,4 @@
-"""The diagonal Fisher information of an agent on its own calibration prompts (SPEC.md section 7; no Qt).
+"""The diagonal Fisher information of an agent on its own calibration prompts (docs/methods.md, Fisher merging; no Qt).
 
 Estimator (``ESTIMATOR``): the empirical Fisher of the agent's own greedy completions. Example i is
 the suite's prompt x_i, formatted exactly as evaluation formats it (chat template, system prompt), and
@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import torch
 
+from .. import paths
 from ..core.engine import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
@@ -299,9 +300,8 @@ def write_fisher(agent: str | Path, suite: Suite | str | Path, out: str | Path, 
 # --- cache ---------------------------------------------------------------------------------------
 
 def cache_root() -> Path:
-    from ..core.probe import cache_dir
-
-    return cache_dir().parent / "fisher"
+    """Where Fisher estimates are cached (``paths.cache_dir("fisher")``)."""
+    return paths.cache_dir("fisher")
 
 
 def cache_key(ckpt: Checkpoint, suite: Suite, examples: int) -> str:

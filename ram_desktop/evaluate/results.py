@@ -52,7 +52,7 @@ class EvalResult:
     generated_tokens: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The ``ram-eval/1`` object (SPEC section 6)."""
+        """The ``ram-eval/1`` object (docs/evaluate.md)."""
         return {
             "format": FORMAT,
             "models": [{"name": m.name, "source": m.source} for m in self.models],

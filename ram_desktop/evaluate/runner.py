@@ -33,7 +33,7 @@ import torch
 
 from .. import __version__
 from ..core.engine import resolve_device
-from ..core.errors import InputError
+from ..core.errors import InputError, first_line
 from ..core.events import Reporter
 from ..core.formats import open_checkpoint
 from ..core.safe_read import check_regular, read_json
@@ -328,7 +328,7 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
             raise
         except Exception as e:
             raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
-                             f"{_first_line(e)})") from None
+                             f"{first_line(e)})") from None
         try:
             # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
             model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
@@ -336,7 +336,7 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
                                                                output_loading_info=True)
         except Exception as e:
             raise InputError(f"{where}: transformers cannot load it as a causal language model "
-                             f"({type(e).__name__}: {_first_line(e)})") from None
+                             f"({type(e).__name__}: {first_line(e)})") from None
     _check_loading_info(info, where)
     model.to(device)
     model.eval()
@@ -420,7 +420,7 @@ def prompt_ids(tokenizer: Any, suite: Suite, model_name: str) -> list[list[int]]
                                                    add_generation_prompt=True) for p in suite.prompts]
         except Exception as e:
             raise InputError(f"model {model_name}: its chat template failed on suite {suite.name!r} "
-                             f"({type(e).__name__}: {_first_line(e)})") from None
+                             f"({type(e).__name__}: {first_line(e)})") from None
         encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     else:
         texts = [f"{suite.system}\n\n{p}" if suite.system else p for p in suite.prompts]
@@ -472,15 +472,10 @@ def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_toke
             raise InputError(f"{where}: out of memory generating a batch of {len(indices)} prompts of up to "
                              f"{width} tokens on {device}; use a smaller --batch-size") from None
         except (RuntimeError, ValueError, IndexError) as e:
-            raise InputError(f"{where}: generation failed ({type(e).__name__}: {_first_line(e)})") from None
+            raise InputError(f"{where}: generation failed ({type(e).__name__}: {first_line(e)})") from None
         texts, tokens = [], 0
         for row in output[:, width:].tolist():
             stop = next((k for k, t in enumerate(row) if t in stops), None)
             tokens += len(row) if stop is None else stop + 1  # the end-of-sequence token was generated too
             texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
         yield indices, texts, tokens
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"

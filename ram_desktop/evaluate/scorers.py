@@ -33,12 +33,9 @@ import sys
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
-from ..core.errors import InputError
-
-if TYPE_CHECKING:
-    from .suites import Suite
+from ..core.errors import InputError, first_line
 
 ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
 BUILTIN = ("exact", "contains", "number")
@@ -100,6 +97,22 @@ def parse_scorer(text: str, base_dir: Path | None = None) -> ScorerSpec:
     raise InputError(f"unknown scorer {text!r}; use {FORMS}")
 
 
+class Rows(Protocol):
+    """What a scorer reads of a suite (``suites.Suite`` is one): declared here so that scorers never import
+    suites, which import scorers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def data_file(self) -> Path: ...
+    @property
+    def prompts(self) -> Sequence[str]: ...
+    @property
+    def columns(self) -> Mapping[str, Sequence[Any]]: ...
+    @property
+    def lines(self) -> Sequence[int]: ...
+
+
 class Scorer:
     """A callable with the TRL reward signature; ``spec`` says what it is."""
 
@@ -117,7 +130,7 @@ class Scorer:
     def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float]:
         return self.function(prompts, completions, **columns)
 
-    def check(self, suite: "Suite") -> None:
+    def check(self, suite: Rows) -> None:
         """Refuse a suite this scorer cannot score before anything is generated: a built-in scorer
         needs an answer on every row (a number for ``number``)."""
         if not self.spec.needs_answer:
@@ -134,7 +147,7 @@ class Scorer:
                         raise InputError(f"{suite.data_file}, line {line}: the answer {item!r} is not a number; "
                                          f"the number scorer needs one")
 
-    def score(self, suite: "Suite", completions: Sequence[str]) -> list[float]:
+    def score(self, suite: Rows, completions: Sequence[str]) -> list[float]:
         """Rewards for ``completions`` of ``suite``'s prompts (in order), checked: one finite number each.
 
         A scorer that raises or returns anything else becomes an ``InputError`` naming the suite and
@@ -150,7 +163,7 @@ class Scorer:
         except SystemExit as e:
             raise InputError(f"{where} called sys.exit({e.code!r}); a reward function must return its scores") from None
         except Exception as e:
-            raise InputError(f"{where} raised {type(e).__name__}: {_first_line(e)}") from None
+            raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
         if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
             rewards = rewards.tolist()  # a numpy array or torch tensor
         if not isinstance(rewards, (list, tuple)):
@@ -251,7 +264,7 @@ def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
                          "a scorer file must only define its function") from None
     except Exception as e:
         sys.modules.pop(module_name, None)
-        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {_first_line(e)}") from None
+        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {first_line(e)}") from None
     finally:
         try:
             sys.path.remove(str(file.parent))
@@ -272,8 +285,3 @@ def _as_float(value: Any) -> float | None:
         item = value.item()
         return float(item) if isinstance(item, numbers.Real) else None
     return None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else "(no message)"

@@ -19,8 +19,10 @@ Files already in the cache are reused; nothing else of the repository is fetched
 - Download progress: ``Reporter.progress("download", done_bytes, total_bytes, "B", detail)`` where
   ``detail`` names the file and its own progress; cancelling raises ``Cancelled`` from the next
   progress update (the cache keeps completed blobs and may keep a resumable ``.incomplete`` file).
-- Errors become one ``InputError`` naming the repository: not found, gated, revision not found,
-  offline and not cached, network failure, authentication failure.
+- Errors become one ``HubError`` (an ``InputError``, see ``core.errors``) naming the repository, one class
+  per kind: not found, gated, revision not found, offline and not cached, network failure, authentication
+  failure. ``hub_error`` is the one place that maps huggingface_hub's exception classes to them; callers
+  branch on the class, never on the message.
 
 Every call into huggingface_hub goes through the module attributes ``huggingface_hub.model_info``,
 ``huggingface_hub.hf_hub_download`` and ``huggingface_hub.try_to_load_from_cache`` (tests replace them).
@@ -40,7 +42,8 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.file_download import repo_folder_name
 
-from ..errors import Cancelled, InputError
+from ..errors import (Cancelled, GatedRepo, HubAuthError, HubError, HubFileMissing, HubHTTPError, HubOffline,
+                      HubUnreachable, InputError, RepoDisabled, RepoNotFound, RevisionNotFound)
 from ..events import Reporter
 from ..safe_read import read_text
 from .base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
@@ -166,49 +169,55 @@ def _network_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-def hub_error(error: BaseException, repo_id: str, revision: str | None) -> InputError | None:
-    """The user-facing message for a huggingface_hub error, naming the repository; None if not a Hub error.
+def hub_error(error: BaseException, repo_id: str, revision: str | None) -> HubError | None:
+    """The typed error, naming the repository, for a huggingface_hub (or network) exception; None if it is
+    neither. The one place where huggingface_hub's exception classes map to ours.
 
     The message never contains a token (huggingface_hub's own text is not copied, only its class and
     status code)."""
     rev = revision or DEFAULT_REVISION
     login = "set HF_TOKEN, run `hf auth login`, or enter a token"
     if isinstance(error, hf_errors.GatedRepoError):
-        return InputError(f"{repo_id}: gated repository — you need access. Accept its conditions at "
-                          f"https://huggingface.co/{repo_id} with your account, then use a token of that account "
-                          f"({login})")
+        return GatedRepo(f"{repo_id}: gated repository — you need access. Accept its conditions at "
+                         f"https://huggingface.co/{repo_id} with your account, then use a token of that account "
+                         f"({login})", repo_id, revision)
     if isinstance(error, hf_errors.RepositoryNotFoundError):
-        return InputError(f"{repo_id}: repository not found on the Hugging Face Hub (or it is private and no token "
-                          f"with access was given); check the id, or {login}")
+        return RepoNotFound(f"{repo_id}: repository not found on the Hugging Face Hub (or it is private and no "
+                            f"token with access was given); check the id, or {login}", repo_id, revision)
     if isinstance(error, hf_errors.RevisionNotFoundError):
-        return InputError(f"{repo_id}: revision {rev!r} not found; check the branch, tag or commit sha")
+        return RevisionNotFound(f"{repo_id}: revision {rev!r} not found; check the branch, tag or commit sha",
+                                repo_id, revision)
     if isinstance(error, hf_errors.DisabledRepoError):
-        return InputError(f"{repo_id}: the repository has been disabled by its owner and cannot be downloaded")
+        return RepoDisabled(f"{repo_id}: the repository has been disabled by its owner and cannot be downloaded",
+                            repo_id, revision)
     if isinstance(error, hf_errors.RemoteEntryNotFoundError):
-        return InputError(f"{repo_id}@{rev}: a file listed by the Hub could not be downloaded (404); "
-                          "the revision may have changed — try again")
+        return HubFileMissing(f"{repo_id}@{rev}: a file listed by the Hub could not be downloaded (404); "
+                              "the revision may have changed — try again", repo_id, revision)
     if isinstance(error, hf_errors.HfHubHTTPError):
         status = getattr(getattr(error, "response", None), "status_code", None)
         if status == 401:
-            return InputError(f"{repo_id}: the Hub refused the token (401 unauthorized); check it, or {login}")
+            return HubAuthError(f"{repo_id}: the Hub refused the token (401 unauthorized); check it, or {login}",
+                                repo_id, revision)
         if status == 403:
-            return InputError(f"{repo_id}: access forbidden (403); your token lacks permission for this repository")
-        return InputError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
-                          "try again later")
+            return HubAuthError(f"{repo_id}: access forbidden (403); your token lacks permission for this "
+                                "repository", repo_id, revision)
+        return HubHTTPError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
+                            "try again later", repo_id, revision)
     if isinstance(error, hf_errors.LocalEntryNotFoundError) or isinstance(error, _network_error_types()):
         if is_offline() or isinstance(error, hf_errors.OfflineModeIsEnabled):
             return offline_error(repo_id, revision)
-        return InputError(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
-                          f"complete copy of revision {rev!r} is in the cache ({cache_dir()}); check your "
-                          "connection or proxy, or use a local folder")
+        return HubUnreachable(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
+                              f"complete copy of revision {rev!r} is in the cache ({cache_dir()}); check your "
+                              "connection or proxy, or use a local folder", repo_id, revision)
     return None
 
 
-def offline_error(repo_id: str, revision: str | None) -> InputError:
+def offline_error(repo_id: str, revision: str | None) -> HubOffline:
+    """Offline (``HF_HUB_OFFLINE``) and the revision's weights are not in the cache."""
     rev = revision or DEFAULT_REVISION
-    return InputError(f"{repo_id}: offline (HF_HUB_OFFLINE=1) and revision {rev!r} is not in the local cache "
+    return HubOffline(f"{repo_id}: offline (HF_HUB_OFFLINE=1) and revision {rev!r} is not in the local cache "
                       f"{cache_dir()} with its weights; connect and unset HF_HUB_OFFLINE to download it, "
-                      "or use a local folder")
+                      "or use a local folder", repo_id, revision)
 
 
 # --------------------------------------------------------------------------------------------------- cache
@@ -251,11 +260,11 @@ def _complete(folder: Path) -> bool:
 def list_repo_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoFiles:
     """Ask the Hub (``model_info`` with file sizes) for a revision's files and pick those a merge needs.
 
-    Raises ``InputError`` naming the repository for every Hub error, and when offline.
+    Raises a ``HubError`` naming the repository for every Hub error, and ``HubOffline`` when offline.
     """
     if is_offline():
-        raise InputError(f"{repo_id}: offline (HF_HUB_OFFLINE=1); the Hub cannot list files — a cached copy is "
-                         "used if there is one")
+        raise HubOffline(f"{repo_id}: offline (HF_HUB_OFFLINE=1); the Hub cannot list files — a cached copy is "
+                         "used if there is one", repo_id, revision)
     try:
         info = hf.model_info(repo_id, revision=revision, files_metadata=True, token=token)
     except Cancelled:
@@ -368,7 +377,8 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
                    if not isinstance(hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=sha), str)]
         unknown = [f for f in missing if f not in listing.sizes]
         if unknown:
-            raise InputError(f"{repo_id}@{sha}: the index names {unknown[0]!r}, which the repository does not have")
+            raise HubFileMissing(f"{repo_id}@{sha}: the index names {unknown[0]!r}, which the repository does not "
+                                 "have", repo_id, revision)
         total = sum(listing.sizes.get(f) or 0 for f in missing)
         if missing:
             log.info("%s@%s: downloading %d files (%s) into %s", repo_id, sha[:12], len(missing), _mb(total), cache)
@@ -405,8 +415,8 @@ def resolve(repo_id: str, revision: str | None, reporter: Reporter, token: str |
         return cached  # a commit never changes
     try:
         return download(repo_id, revision, reporter, token)
-    except InputError as e:
-        if usable and "cannot reach the Hugging Face Hub" in str(e):
+    except HubUnreachable:
+        if usable:
             log.warning("%s: the Hub cannot be reached; using the cached snapshot %s of %r", repo_id, cached[1],
                         revision or DEFAULT_REVISION)
             return cached
@@ -421,10 +431,10 @@ def open_hub(text: str, reporter: Reporter | None = None, token: str | None = No
     reporter.check()
     try:
         folder, sha = resolve(repo_id, revision, reporter, token)
-    except InputError as e:
-        if text.strip().startswith("hf://") or not any(k in str(e) for k in ("not found on the Hugging Face Hub", ": offline")):
+    except (RepoNotFound, HubOffline) as e:  # a bare id may have been meant as a local path
+        if text.strip().startswith("hf://"):
             raise
-        raise InputError(f"{e} (no local folder or file {text.strip()!r} exists either)") from None
+        raise e.with_message(f"{e} (no local folder or file {text.strip()!r} exists either)") from None
     try:
         ckpt = open_local(folder, text)
     except InputError as e:

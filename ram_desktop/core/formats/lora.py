@@ -37,7 +37,6 @@ from .safetensors_format import read_header
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DELTA_FILE = "adapter_model.lora-delta"
-DELTA_SUFFIX = ".lora-delta"
 PREFIX = "base_model.model."
 FACTOR = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|"
                     r"^(?P<emodule>.+)\.(?P<ekind>lora_embedding_A|lora_embedding_B)$")

@@ -120,9 +120,8 @@ def _load(file: Path, mmap: bool) -> object:
         if mmap:
             try:
                 return torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError as e:
-                if "mmap" not in str(e):
-                    raise
+            except RuntimeError:  # not mappable (torch wants the zip signature first), or corrupt: read it whole,
+                pass  # which loads it or raises the error the caller reports; no branching on torch's message
         return torch.load(str(file), map_location="cpu", weights_only=True)
 
 

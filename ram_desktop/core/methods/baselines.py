@@ -1,4 +1,4 @@
-"""Baseline merge methods (SPEC.md section 1, 'Baselines'; paper section 5.1, appendix D, Table 11).
+"""Baseline merge methods (docs/methods.md, 'Baselines'; paper section 5.1, appendix D, Table 11).
 
 * ``average``          τ = mean_t τ_t
 * ``task-arithmetic``  τ = λ · Σ_t τ_t

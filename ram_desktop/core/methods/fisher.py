@@ -1,4 +1,4 @@
-"""Fisher merging (SPEC.md section 7; Matena & Raffel, "Merging Models with Fisher-Weighted Averaging").
+"""Fisher merging (docs/methods.md, "Fisher merging"; Matena & Raffel, "Merging Models with Fisher-Weighted Averaging").
 
     τ_merged = λ · ((Σ_t F_t · τ_t) / (Σ_t F_t)),   and λ · mean_t τ_t where Σ_t F_t = 0,
 
@@ -86,7 +86,8 @@ def fisher_prepare(params: dict, probe: Any, collected: Any) -> dict:
 
 
 def fisher_merge(chunk: Chunk, ctx: dict) -> torch.Tensor:
-    """SPEC 7, exactly: numerator, denominator and the fallback sum run from zero in agent order."""
+    """docs/methods.md ("Fisher merging"), exactly: numerator, denominator and the fallback sum run from zero
+    in agent order."""
     fishers = chunk.aux[ctx["key"]]
     like = chunk.base
     n = chunk.n_agents
