@@ -80,10 +80,10 @@ def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[
 
 
 def demo_folder() -> Path:
-    """Where the applications keep their copy of the demo (next to the probe cache)."""
-    from .probe import cache_dir
+    """Where the applications keep their copy of the demo (``paths.cache_dir("demo")``)."""
+    from ..paths import cache_dir
 
-    return cache_dir().parent / "demo"
+    return cache_dir("demo")
 
 
 def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
