@@ -45,7 +45,9 @@ def main() -> int:
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
     app = QApplication([sys.argv[0]])
     from ram_desktop.gui import charts
-    from ram_desktop.gui.main_window import MainWindow, ensure_demo, wait_until
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
 
     charts.configure()
     out = ROOT / "screenshots"
@@ -68,7 +70,7 @@ def main() -> int:
     shot("1-sources")
 
     window.analyse()
-    wait_until(lambda: window.report is not None and window.job is None, 60, app)
+    wait_until(lambda: window.report is not None and not window.jobs.busy(), 60, app)
     shot("2-analysis")
     window.analysis.tabs.setCurrentIndex(1)
     shot("2b-overlap")
@@ -103,13 +105,14 @@ VARIANTS = (("average", None, None), ("task-arithmetic", "0.3", "scale"), ("ties
 def evaluation_shots(app, out: Path, tmp: Path) -> int:
     """5-evaluate.png and 6-compare.png on the built-in demo: the RAM+ merge, a compare against averaging,
     Task Arithmetic and TIES, and every model scored on the agents' own test suites (preloaded by --demo)."""
-    from ram_desktop.gui.main_window import MainWindow, wait_until
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
 
     window = MainWindow(QSettings(str(tmp / "settings-eval.ini"), QSettings.IniFormat))
     window.resize(1360, 860)
     window.show()
     window.load_demo()
-    wait_until(lambda: window.report is not None and window.job is None and len(window.evaluate.suites) == 3, 120, app)
+    wait_until(lambda: window.report is not None and not window.jobs.busy() and len(window.evaluate.suites) == 3, 120, app)
     window.method.out_dir.setText(str(tmp / "demo-merged"))
     window.merge()
     wait_until(lambda: not window.busy() and window.result is not None, 120, app)

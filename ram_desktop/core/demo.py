@@ -21,6 +21,7 @@ from .safe_read import os_reason, read_bytes, read_json
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned
+SHIPPED_STAMP = ".shipped-demo"  # in the cached demo: the fingerprint of the shipped demo it was copied from
 
 
 def demo_resources() -> Path:
@@ -76,3 +77,48 @@ def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[
         raise InputError(f"{e.filename or folder}: cannot write the demo ({os_reason(e)})") from None
     manifest = read_manifest(folder)
     return manifest["base"], [a["path"] for a in manifest["agents"]]
+
+
+def demo_folder() -> Path:
+    """Where the applications keep their copy of the demo (``paths.cache_dir("demo")``)."""
+    from ..paths import cache_dir
+
+    return cache_dir("demo")
+
+
+def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
+    """The built-in demo (real base, three RL-trained agents, suites), copied into the cache and reused
+    while it matches the shipped one (``SHIPPED_STAMP`` holds the shipped demo's fingerprint).
+
+    Returns (base, agents); raises ``InputError`` when it cannot be written."""
+    folder = folder or demo_folder()
+    base, agents = folder / "base", [folder / name for name in AGENTS]
+    shipped = demo_fingerprint()
+    stamp = folder / SHIPPED_STAMP
+    ready = [(p / "config.json").is_file() for p in [base, *agents]] + [(folder / MANIFEST).is_file()]
+    if all(ready) and (base / "model.safetensors").is_file() and stamp.is_file() and stamp.read_text() == shipped:
+        return base, agents
+    tmp = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    base_t, agents_t = write_demo(tmp)
+    (tmp / SHIPPED_STAMP).write_text(shipped)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.replace(folder)
+    return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def demo_suites(folder: Path | str, agents: list[Path] | list[str] | None = None) -> list[Path]:
+    """The test suites a demo folder's ``demo.json`` names: one per agent of ``agents``, in that order,
+    or without ``agents`` each distinct suite in the manifest's order. [] when the folder has no manifest.
+
+    Raises ``InputError`` for a manifest that cannot be read or does not name a suite for an agent."""
+    if not (Path(folder) / MANIFEST).is_file():
+        return []
+    named = read_manifest(folder)["agents"]
+    if agents is None:
+        return list(dict.fromkeys(Path(a["suite"]).resolve() for a in named))
+    by_path = {Path(a["path"]).resolve(): Path(a["suite"]) for a in named}
+    missing = [str(a) for a in agents if Path(a).resolve() not in by_path]
+    if missing:
+        raise InputError(f"{Path(folder) / MANIFEST}: names no suite for {', '.join(missing)}")
+    return [by_path[Path(a).resolve()] for a in agents]

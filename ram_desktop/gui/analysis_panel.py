@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -13,7 +12,9 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QT
 from ..core.methods import MergeMethod
 from ..core.probe import SURVIVAL_DTYPES, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
-from .inspect_charts import IntersectionChart, ModuleHeatmaps, PairsChart, TensorTable, UlpHistogram, WouldKeepChart
+from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
+from .module_heatmaps import ModuleHeatmaps
+from .tensor_table import TensorTable
 
 TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -82,9 +83,9 @@ class AnalysisPanel(QWidget):
         self.eager = {self.density, self.overlap, self.layers}
         self._deferred: dict = {}
         self.tabs.currentChanged.connect(self._tab_shown)
-        # while this returns True (the window runs a merge), charts not on screen wait: building one is
+        # while held (the window runs a merge, see set_held), charts not on screen wait: building one is
         # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
-        self.hold: Callable[[], bool] = lambda: False
+        self.held = False
         layout.addWidget(self.tabs, 3)
 
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
@@ -131,22 +132,23 @@ class AnalysisPanel(QWidget):
         self._chart_timer.setSingleShot(True)
         self._chart_timer.timeout.connect(self._next_chart)
         self.report: ProbeReport | None = None
+        self.report_key: tuple | None = None  # what the report measured (sources and ε): the window's key
         self.lambdas: list[float] | None = None
         self.survival: list[float | None] = []
         self.overall_survival: float | None = None
         self.tabs.setEnabled(False)
 
-    def show_report(self, report: ProbeReport | None) -> None:
-        """Show a report: the visible chart now, the others one per event-loop turn (building a
-        pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
-        self.report = report
+    def show_report(self, report: ProbeReport | None, key: tuple | None = None) -> None:
+        """Show a report (measured on ``key``): the visible chart now, the others one per event-loop turn
+        (building a pyqtgraph chart takes tens of milliseconds; the window keeps answering in between)."""
+        self.report, self.report_key = report, key
         self.placeholder.setVisible(report is None)
         self.tabs.setEnabled(report is not None)
         charts = self.charts
         current = self.tabs.currentIndex()
         charts[current].show_report(report)
         # the overview charts are drawn ahead, one per turn; the inspection views when their tab is
-        # first shown or they are exported (each draw costs Qt calls: see inspect_charts._label)
+        # first shown or they are exported (each draw costs Qt calls: see charts._label)
         self._chart_queue = [(c, report) for i, c in enumerate(charts) if i != current and c in self.eager]
         self._deferred = {c: report for i, c in enumerate(charts) if i != current and c not in self.eager}
         if self.would_keep in self._deferred:
@@ -157,7 +159,7 @@ class AnalysisPanel(QWidget):
     def _next_chart(self) -> None:
         if not self._chart_queue:
             return
-        if self.hold():
+        if self.held:
             self._chart_timer.start(100)
             return
         chart, report = self._chart_queue.pop(0)
@@ -165,6 +167,10 @@ class AnalysisPanel(QWidget):
             chart.show_report(report)
         if self._chart_queue:
             self._chart_timer.start(0)
+
+    def set_held(self, held: bool) -> None:
+        """Hold the drawing of charts not on screen (while a merge runs or its charts are saved)."""
+        self.held = held
 
     def _tab_shown(self, index: int) -> None:
         """A chart still waiting in the queue is drawn as soon as its tab is shown."""
@@ -201,6 +207,22 @@ class AnalysisPanel(QWidget):
 
     def charts_ready(self) -> bool:
         return not self._chart_queue
+
+    def is_current(self, key: tuple) -> bool:
+        """A report measured on ``key`` is shown."""
+        return self.report is not None and self.report_key == key
+
+    def follow_sources(self, key: tuple, names: list[str]) -> None:
+        """The sources are now ``key``: a rename relabels the report (same statistics); any other change
+        marks it stale."""
+        if self.report is None:
+            return
+        if key != self.report_key:
+            self.set_stale("The sources or ε changed since this analysis — click Analyze to update it.")
+            return
+        if self.report.names != names:
+            self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
+        self.set_stale(None)
 
     def set_stale(self, message: str | None) -> None:
         self.stale.setText(message or "")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from typing import Callable
 
 from .. import __version__
 
@@ -36,3 +38,15 @@ def setup_application(app) -> bool:
             return True
     log.debug("no window icon found; going on without one")
     return False
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, app) -> bool:
+    """Process events until ``condition()`` holds; False after ``timeout`` seconds (scripts such as
+    ``--screenshot``, the soak)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > end:
+            return False
+        app.processEvents()
+        time.sleep(0.005)
+    return True

@@ -272,6 +272,37 @@ def _short(name: str) -> str:
     return name.split(".")[-1]
 
 
+def _label(plot: pg.PlotItem, where: str, text: str, **style) -> None:
+    """``setTitle`` / ``setLabel`` only when the text changes: each call costs several Qt calls, and
+    PySide6 6.12.0 drops a reference to Python's None on every one that returns nothing (it crashes
+    Python 3.11 once None's count runs out), so charts redrawn while the user types must not repeat them."""
+    cache = plot.__dict__.setdefault("_ram_labels", {})
+    key = (text, tuple(sorted(style.items())))
+    if cache.get(where) == key:
+        return
+    cache[where] = key
+    if where == "title":
+        plot.setTitle(text, **style)
+    else:
+        plot.setLabel(where, text, **style)
+
+
+def _empty(plot: pg.PlotItem, text: str) -> None:
+    plot.clear()
+    plot.getAxis("bottom").setTicks([[]])
+    plot.getAxis("left").setTicks(None)
+    label = pg.TextItem(text, color=FOREGROUND, anchor=(0.5, 0.5))
+    label.setPos(0.5, 0.5)
+    plot.addItem(label)
+    plot.setXRange(0, 1, padding=0)
+    plot.setYRange(0, 1, padding=0)
+
+
+def percent(value: float | None, digits: int = 1) -> str:
+    """A share as ``12.3 %`` (— when unknown)."""
+    return "—" if value is None else f"{100 * value:.{digits}f} %"
+
+
 def _html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 

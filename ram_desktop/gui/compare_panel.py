@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
@@ -18,8 +17,9 @@ from ..core.methods import METHODS, Sweep
 from ..core.session import Session, Variant
 from ..evaluate.card import record_evaluation
 from ..evaluate.compare import CompareResult, compare
-from .evaluate_panel import EvaluatePanel, ModelEntry, RunBar, import_transformers
-from .worker import Job
+from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
+from .jobs import JobController, JobState
+from .run_bar import PanelJob, RunBar
 
 log = logging.getLogger("ram_desktop")
 
@@ -63,23 +63,19 @@ class MethodRow:
 
 
 class ComparePanel(QWidget):
-    """Signals: ``compare_finished(status)`` ("done", "cancelled", "failed"), ``busy_changed``, ``error``."""
+    """Signals: ``run_requested`` (Run clicked: the window answers with :meth:`start`),
+    ``compare_finished(status)`` ("done", "cancelled", "failed"), ``error``, ``info``. The comparison
+    runs through the window's job controller ``jobs`` (state ``COMPARING``)."""
 
+    run_requested = Signal()
     compare_finished = Signal(str)
-    busy_changed = Signal()
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, evaluate_panel: EvaluatePanel, parent: QWidget | None = None) -> None:
+    def __init__(self, evaluate_panel: EvaluatePanel, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.evaluate = evaluate_panel
-        self.session_fn: Callable[[], Session | None] = lambda: None
-        self.token_fn: Callable[[], str | None] = lambda: None
-        self.options_fn: Callable[[], dict] = dict
-        self.job: Job | None = None
-        self.blocked = False
+        self.evaluate, self.jobs = evaluate_panel, jobs
         self.last: CompareResult | None = None
-        self._status = ""
 
         grid = QGridLayout()
         grid.setHorizontalSpacing(10)
@@ -131,7 +127,12 @@ class ComparePanel(QWidget):
         layout.addLayout(folder_row)
         layout.addWidget(self.summary)
         layout.addWidget(self.run)
-        self.run.start_button.clicked.connect(self.start)
+        self.task = PanelJob(jobs, JobState.COMPARING, self.run, self)
+        self.task.failed.connect(self._failed)
+        self.task.cancelled.connect(self._cancelled)
+        self.task.finished.connect(self._finished)
+        jobs.state_changed.connect(self._update_actions)
+        self.run.start_button.clicked.connect(self.run_requested)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.folder.textChanged.connect(lambda _: self._update_actions())
         self.evaluate.suites_loaded.connect(self._update_actions)
@@ -151,17 +152,10 @@ class ComparePanel(QWidget):
         if values is not None:
             row.values.setText(values)
 
-    def busy(self) -> bool:
-        return self.job is not None
-
-    def set_blocked(self, blocked: bool) -> None:
-        self.blocked = blocked
-        self._update_actions()
-
     def _update_actions(self) -> None:
-        running = self.job is not None
+        running = self.task.running()
         ticked = any(r.check.isChecked() for r in self.rows.values())
-        self.run.start_button.setEnabled(not running and not self.blocked and ticked
+        self.run.start_button.setEnabled(not self.jobs.busy() and ticked
                                          and bool(self.folder.text().strip()))
         self.run.cancel_button.setEnabled(running)
         for row in self.rows.values():
@@ -171,11 +165,9 @@ class ComparePanel(QWidget):
                              + ", ".join(s.name for s in suites) if suites else
                              "No suite ticked in Evaluate: the variants are merged, not scored.")
 
-    def start(self) -> bool:
-        if self.job is not None or self.blocked:
-            return False
-        session = self.session_fn()
-        if session is None:
+    def start(self, session: Session, token: str | None = None, options: dict | None = None) -> bool:
+        """Merge (and score) the ticked variants of ``session``; ``options`` go to ``compare``."""
+        if self.jobs.busy():
             return False
         try:
             variants = self.variants()
@@ -188,7 +180,7 @@ class ComparePanel(QWidget):
         folder = Path(self.folder.text().strip()).expanduser()
         suites = self.evaluate.checked_suites()
         device, batch = session.device, self.evaluate.batch_size.value()
-        limit, token, options = self.evaluate.limit.value() or None, self.token_fn(), self.options_fn()
+        limit, options = self.evaluate.limit.value() or None, options or {}
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> CompareResult:
@@ -200,29 +192,12 @@ class ComparePanel(QWidget):
                 record_evaluation(result.evaluation)
             return result
 
-        self._status = "failed"
-        self.job = Job(run, self)
-        self.job.progress.connect(self.run.show_progress)
-        self.job.succeeded.connect(self._succeeded)
-        self.job.failed.connect(self._failed)
-        self.job.crashed.connect(lambda m, d: self._failed(f"unexpected error: {m}. This is a bug in RAM Desktop; "
-                                                           "the log has the details.", d))
-        self.job.cancelled.connect(self._cancelled)
-        self.job.finished.connect(self._finished)
-        self.run.begin(f"Preparing {len(variants)} variants…")
-        self._update_actions()
-        self.busy_changed.emit()
-        self.job.start()
-        return True
+        return self.task.start(run, self._succeeded, f"Preparing {len(variants)} variants…")
 
     def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-            self.run.cancel_button.setEnabled(False)
-            self.run.label.setText("Cancelling…")
+        self.task.cancel("Cancelling…")
 
     def _succeeded(self, result: CompareResult) -> None:
-        self._status = "done"
         self.last = result
         for merge in result.merges:
             self.evaluate.add_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
@@ -240,17 +215,13 @@ class ComparePanel(QWidget):
         self.run.end("Stopped by an error (see above)", False)
 
     def _cancelled(self) -> None:
-        self._status = "cancelled"
         log.info("compare cancelled")
         self.info.emit("Compare cancelled: a cancelled merge leaves no variant folder; variants merged before an "
                        "evaluation was cancelled stay, without scores.")
         self.run.end("Cancelled", False)
 
-    def _finished(self) -> None:
-        self.job = None
-        self._update_actions()
-        self.busy_changed.emit()
-        self.compare_finished.emit(self._status)
+    def _finished(self, status: str) -> None:
+        self.compare_finished.emit(status)
 
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Folder for the variants", self.folder.text() or str(Path.home()))

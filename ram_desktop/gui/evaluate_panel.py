@@ -9,36 +9,29 @@ cancelled or fails.
 
 from __future__ import annotations
 
-import csv
 import gc
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QHeaderView,
-                               QLabel, QListWidget, QListWidgetItem, QProgressBar, QPushButton, QSizePolicy,
-                               QSpinBox, QSplitter, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
+                               QListWidget, QListWidgetItem, QPushButton, QSpinBox, QSplitter, QTableWidget,
+                               QTableWidgetItem, QVBoxLayout, QWidget)
 
-from ..core.demo import MANIFEST, read_manifest
+from ..core.demo import demo_suites
 from ..core.errors import InputError
-from ..core.events import ProgressEvent
-from ..evaluate import EvalResult, ModelRef, Suite, SuiteSummary, evaluate, load_suite
+from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
 from ..evaluate.card import MERGE_REPORT, record_evaluation
-from .charts import FOREGROUND, PALETTE, export_png
+from .jobs import JobController, JobState
+from .run_bar import PanelJob, RunBar, duration
+from .scores_view import KIND_LABELS, ScoresView
 from .worker import Job
 
 log = logging.getLogger("ram_desktop")
 BUILTIN_SCORERS = ("exact", "contains", "number", "regex:")
-MERGED_KINDS = ("merged", "variant")
-KIND_LABELS = {"base": "base model", "agent": "agent", "merged": "merged model", "variant": "compare variant",
-               "other": "model folder"}
-MERGED_COLORS = ["#111111", "#6d4c41", "#3949ab", "#00897b", "#c0ca33", "#d81b60", "#546e7a", "#fb8c00"]
-BEST_BRUSH = QColor("#e3f2e1")
 
 
 @dataclass(frozen=True)
@@ -48,18 +41,6 @@ class ModelEntry:
     name: str
     source: str
     kind: str  # base | agent | merged | variant | other
-
-
-def demo_suites(folder: Path) -> list[Path]:
-    """The agents' suites a demo folder's ``demo.json`` names (SPEC section 9), in its order; [] without one."""
-    if not (Path(folder) / MANIFEST).is_file():
-        return []
-    seen: list[Path] = []
-    for agent in read_manifest(folder)["agents"]:
-        path = Path(agent["suite"]).resolve()
-        if path not in seen:
-            seen.append(path)
-    return seen
 
 
 def import_transformers(sources: list[str]) -> None:
@@ -92,173 +73,27 @@ def import_transformers(sources: list[str]) -> None:
             gc.enable()
 
 
-def eta_text(label: str, event: ProgressEvent, stage_start: tuple[float, int]) -> str:
-    """``label: done of total unit · rate · about T left`` from the progress since the stage began."""
-    text = f"{label}: {event.done:,} of {event.total:,} {event.unit}"
-    t0, done0 = stage_start
-    elapsed, done = time.monotonic() - t0, event.done - done0
-    if elapsed > 0.2 and done > 0:
-        rate = done / elapsed
-        text += f" · {rate:.1f} {event.unit}/s"
-        if event.done < event.total:
-            text += f" · about {_duration((event.total - event.done) / rate)} left"
-    return text
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes} min {secs:02d} s" if minutes < 90 else f"{minutes // 60} h {minutes % 60:02d} min"
-
-
-class RunBar(QWidget):
-    """Start button, Cancel, a progress bar and one line of progress text with the time left."""
-
-    STAGES = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
-              "download": "Downloading"}
-
-    def __init__(self, start_text: str, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.start_button = QPushButton(start_text)
-        self.start_button.setStyleSheet("QPushButton:enabled { font-weight: bold; }")
-        self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.setEnabled(False)
-        self.bar = QProgressBar()
-        self.bar.setRange(0, 1000)
-        self.bar.setFormat("")
-        self.label = QLabel("")
-        self.label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # text changes never re-lay out
-        self.label.setFixedHeight(self.label.sizeHint().height())
-        self.label.setStyleSheet("color: #444;")
-        row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 0, 0)
-        row.addWidget(self.start_button)
-        row.addWidget(self.cancel_button)
-        row.addWidget(self.bar, 1)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(row)
-        layout.addWidget(self.label)
-        self._stage = ("", 0.0, 0)
-
-    def begin(self, text: str) -> None:
-        self.bar.setValue(0)
-        self.bar.setFormat("")
-        self.label.setText(text)
-        self._stage = ("", 0.0, 0)
-
-    def show_progress(self, event: ProgressEvent) -> None:
-        if event.stage != self._stage[0]:
-            self._stage = (event.stage, time.monotonic(), event.done)
-        label = self.STAGES.get(event.stage, event.stage.capitalize())
-        self.bar.setValue(int(1000 * event.fraction))
-        self.bar.setFormat(f"{label} {100 * event.fraction:.0f} %")
-        text = eta_text(label, event, self._stage[1:])
-        if event.detail:
-            text += f" · {event.detail}"
-        self.label.setText(text)
-
-    def end(self, text: str, done: bool) -> None:
-        self.bar.setValue(1000 if done else 0)
-        self.bar.setFormat("Done" if done else "")
-        self.label.setText(text)
-
-
-LEGEND_TEXT_WIDTH = 120  # px: a longer model name keeps its start and end (the table beside has it whole)
-
-
-class ScoresChart(pg.GraphicsLayoutWidget):
-    """Grouped bars: one group per suite, one bar per model, in the model's colour; the legend beside."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMinimumHeight(200)
-        self.plot = plot = self.addPlot(row=0, col=0)
-        plot.setMenuEnabled(False)
-        plot.hideButtons()
-        plot.getViewBox().setMouseEnabled(False, False)
-        plot.showGrid(y=True, alpha=0.25)
-        plot.setLabel("left", "mean reward")
-        plot.getAxis("bottom").setHeight(34)
-        self.bars: list[pg.BarGraphItem] = []
-        self.suites: list[str] = []
-        self.legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="8pt", verSpacing=-6)
-        self.ci.addItem(self.legend, row=0, col=1)
-        self.ci.layout.setColumnStretchFactor(0, 1)
-        self.show_scores([], [], [], [])
-
-    def show_scores(self, models: list[str], colors: list[QColor], suites: list[str],
-                    scores: list[list[float]]) -> None:
-        plot = self.plot
-        for item in self.bars:
-            plot.removeItem(item)
-        self.bars = []
-        self.legend.clear()
-        n_models, n_suites = len(models), len(suites)
-        width = 0.8 / max(n_models, 1)
-        legend_metrics = QFontMetrics(self.font())  # long compare-variant names would take the bars' room
-        for m, (name, color) in enumerate(zip(models, colors)):
-            xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
-            item = pg.BarGraphItem(x=xs, height=[scores[m][s] for s in range(n_suites)], width=width * 0.92,
-                                   brush=pg.mkBrush(color), pen=pg.mkPen(color.darker(130)), name=name)
-            plot.addItem(item)
-            self.legend.addItem(item, legend_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, LEGEND_TEXT_WIDTH))
-            self.bars.append(item)
-        self.legend.setVisible(bool(models))
-        self.suites = list(suites)
-        self.fit_suite_labels()
-        top = max([1.0, *(v for row in scores for v in row)])
-        plot.setYRange(0, top * 1.05, padding=0)
-        plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
-        plot.setTitle("Scores per suite" if models else "Scores per suite — run an evaluation", color=FOREGROUND,
-                      size="10pt")
-
-    def fit_suite_labels(self) -> None:
-        """Each suite's name under its group, cut to the group's width (… at the end): pyqtgraph
-        hides a label that would reach past the axis, so on a narrow chart the outer suites lost theirs."""
-        axis = self.plot.getAxis("bottom")
-        slot = self.plot.getViewBox().width() / (max(len(self.suites), 1) + 0.1)  # the x range is n + 0.1 wide
-        metrics = QFontMetrics(axis.style["tickFont"] or self.font())
-        room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
-        axis.setTicks([[(s, metrics.elidedText(name, Qt.TextElideMode.ElideRight, room))
-                        for s, name in enumerate(self.suites)]])
-
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
-        super().resizeEvent(event)
-        if hasattr(self, "suites"):  # not while the base class is still being set up
-            self.fit_suite_labels()
-
-
 class EvaluatePanel(QWidget):
-    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``busy_changed``;
-    ``error(str)`` and ``info(str)`` for the window's message bar."""
+    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``error(str)`` and
+    ``info(str)`` for the window's message bar. The evaluation runs through the window's job controller
+    ``jobs`` (state ``EVALUATING``), so nothing else runs meanwhile."""
 
     evaluation_finished = Signal(str)
     suites_loaded = Signal()
-    busy_changed = Signal()
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.jobs = jobs
         self.suites: list[Suite] = []
-        self.result: EvalResult | None = None
-        self.kinds: dict[str, str] = {}  # model source -> kind, for colours and the best-merged mark
-        self.job: Job | None = None
         self.suite_job: Job | None = None
-        self.blocked = False
-        self.device_fn: Callable[[], str] = lambda: "auto"
+        self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
-        self._status = ""
-        self._pending_result: tuple[EvalResult, list[Path]] | None = None
 
         # suites
         self.suite_table = QTableWidget(0, 4)
@@ -325,32 +160,11 @@ class EvaluatePanel(QWidget):
         self.run = RunBar("Evaluate")
         self.run.start_button.setToolTip("Generate greedily with every ticked model on every ticked suite and score")
 
-        # results
-        self.table = QTableWidget(0, 0)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
-        self.table.verticalHeader().setVisible(False)
-        self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
-        self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
-        self.note = QLabel("No scores yet.")
-        self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: #555;")
-        self.export_csv_button = QPushButton("Export table (CSV)…")
-        self.export_png_button = QPushButton("Export chart (PNG)…")
-        export_row = QHBoxLayout()
-        export_row.addWidget(self.note, 1)
-        export_row.addWidget(self.export_csv_button)
-        export_row.addWidget(self.export_png_button)
-        self.chart = ScoresChart()
-        self.results_splitter = results = QSplitter(Qt.Horizontal)
-        results.addWidget(self.table)
-        results.addWidget(self.chart)
-        results.setStretchFactor(0, 0)
-        results.setStretchFactor(1, 1)
-        results_box = QWidget()
-        results_layout = QVBoxLayout(results_box)
-        results_layout.setContentsMargins(0, 0, 0, 0)
-        results_layout.addWidget(results, 1)
-        results_layout.addLayout(export_row)
+        self.scores = ScoresView()
+        self.kinds = self.scores.kinds  # model source -> kind, for colours and the best-merged mark
+        # the parts tests and scripts reach through the panel
+        self.table, self.chart, self.note = self.scores.table, self.scores.chart, self.scores.note
+        self.export_csv_button, self.export_png_button = self.scores.export_csv_button, self.scores.export_png_button
 
         self.splitter = QSplitter(Qt.Vertical)
         top = QWidget()
@@ -359,7 +173,7 @@ class EvaluatePanel(QWidget):
         top_layout.addWidget(setup, 1)
         top_layout.addWidget(self.run)
         self.splitter.addWidget(top)
-        self.splitter.addWidget(results_box)
+        self.splitter.addWidget(self.scores)
         self.splitter.setStretchFactor(0, 2)
         self.splitter.setStretchFactor(1, 3)
         self.splitter.setSizes([230, 290])
@@ -371,6 +185,11 @@ class EvaluatePanel(QWidget):
         self.add_folder_button.clicked.connect(self._add_folder_dialog)
         self.remove_suite_button.clicked.connect(self._remove_selected_suites)
         self.add_model_button.clicked.connect(self._add_model_dialog)
+        self.task = PanelJob(jobs, JobState.EVALUATING, self.run, self)
+        self.task.failed.connect(self._failed)
+        self.task.cancelled.connect(self._cancelled)
+        self.task.finished.connect(self.evaluation_finished)
+        jobs.state_changed.connect(self._update_actions)
         self.run.start_button.clicked.connect(self.start)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.export_csv_button.clicked.connect(self._export_csv_dialog)
@@ -540,17 +359,13 @@ class EvaluatePanel(QWidget):
             item.setCheckState(Qt.Checked if item.data(Qt.UserRole).name in names else Qt.Unchecked)
 
     # --- running ------------------------------------------------------------------------------
-    def busy(self) -> bool:
-        return self.job is not None
-
-    def set_blocked(self, blocked: bool) -> None:
-        """Another job (a merge, a compare) runs: no evaluation may start."""
-        self.blocked = blocked
-        self._update_actions()
+    def set_device(self, device: str) -> None:
+        """Score on ``device`` (the window passes the method form's choice)."""
+        self.device = device
 
     def _update_actions(self) -> None:
-        running = self.job is not None
-        self.run.start_button.setEnabled(not running and not self.blocked and self.suite_job is None
+        running = self.task.running()
+        self.run.start_button.setEnabled(not self.jobs.busy() and self.suite_job is None
                                          and bool(self.checked_suites()) and bool(self.checked_models()))
         self.run.cancel_button.setEnabled(running)
         for w in (self.add_file_button, self.add_folder_button, self.remove_suite_button, self.add_model_button,
@@ -562,7 +377,7 @@ class EvaluatePanel(QWidget):
 
     def start(self) -> bool:
         """Score the ticked models on the ticked suites in the background."""
-        if self.job is not None or self.blocked:
+        if self.jobs.busy():
             return False
         suites, entries = self.checked_suites(), self.checked_models()
         if not suites or not entries:
@@ -576,7 +391,7 @@ class EvaluatePanel(QWidget):
         refs = [ModelRef(e.name, e.source) for e in entries]
         for e in entries:
             self.kinds[e.source] = e.kind
-        device, batch, limit = self.device_fn(), self.batch_size.value(), self.limit.value() or None
+        device, batch, limit = self.device, self.batch_size.value(), self.limit.value() or None
         pythons = [str(s.scorer_spec.file) for s in suites if s.scorer_spec.kind == "python"]
         for file in pythons:
             log.info("the evaluation runs the reward function file %s", file)
@@ -587,36 +402,16 @@ class EvaluatePanel(QWidget):
             result = evaluate(refs, suites, device, batch, limit, reporter)
             return result, record_evaluation(result)
 
-        self.run_job(run, f"Loading {refs[0].name}…")
-        return True
-
-    def run_job(self, fn, text: str) -> None:
-        self._status = "failed"
-        self.job = Job(fn, self)
-        self.job.progress.connect(self.run.show_progress)
-        self.job.succeeded.connect(self._succeeded)
-        self.job.failed.connect(self._failed)
-        self.job.crashed.connect(lambda m, d: self._failed(f"unexpected error: {m}. This is a bug in RAM Desktop; "
-                                                           "the log has the details.", d))
-        self.job.cancelled.connect(self._cancelled)
-        self.job.finished.connect(self._finished)
-        self.run.begin(text)
-        self._update_actions()
-        self.busy_changed.emit()
-        self.job.start()
+        return self.task.start(run, self._succeeded, f"Loading {refs[0].name}…")
 
     def cancel(self) -> None:
-        if self.job is not None:
-            self.job.cancel()
-            self.run.cancel_button.setEnabled(False)
-            self.run.label.setText("Cancelling after this batch…")
+        self.task.cancel("Cancelling after this batch…")
 
     def _succeeded(self, value) -> None:
         result, written = value
-        self._status = "done"
         self.show_result(result)
         text = (f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
-                f"in {_duration(result.seconds)}")
+                f"in {duration(result.seconds, coarse=True)}")
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
             log.info("scores written into %s (eval.json and the model card's Evaluation section)",
@@ -624,143 +419,36 @@ class EvaluatePanel(QWidget):
         self.run.end(text, True)
 
     def _failed(self, message: str, details: str = "") -> None:
-        self._status = "failed"
         log.error(message + (f"\n{details}" if details else ""))
         self.error.emit(message)
         self.run.end("Stopped by an error (see above); nothing was written", False)
 
     def _cancelled(self) -> None:
-        self._status = "cancelled"
         log.info("evaluation cancelled; nothing was written")
         self.info.emit("Evaluation cancelled; nothing was written.")
         self.run.end("Cancelled; nothing was written", False)
 
-    def _finished(self) -> None:
-        self.job = None
-        self._update_actions()
-        self.busy_changed.emit()
-        self.evaluation_finished.emit(self._status)
-
     # --- results ------------------------------------------------------------------------------
+    @property
+    def result(self) -> EvalResult | None:
+        return self.scores.result
+
     def show_result(self, result: EvalResult, kinds: dict[str, str] | None = None) -> None:
         """Show ``result``; rows of models scored before on the same suites stay (same source: replaced)."""
-        self.kinds.update(kinds or {})
-        for model in result.models:
-            if model.source not in self.kinds:
-                self.kinds[model.source] = "merged" if (Path(model.source) / MERGE_REPORT).is_file() else "other"
-        old = self.result
-        if old is not None and _suite_keys(old.suites) == _suite_keys(result.suites):
-            new_sources = {m.source for m in result.models}
-            keep = [i for i, m in enumerate(old.models) if m.source not in new_sources]
-            models = [old.models[i] for i in keep] + list(result.models)
-            scores = [old.scores[i] for i in keep] + [list(r) for r in result.scores]
-            order = sorted(range(len(models)), key=lambda i: _KIND_ORDER.get(self.kinds.get(models[i].source), 9))
-            result = EvalResult([models[i] for i in order], list(result.suites), [scores[i] for i in order],
-                                old.seconds + result.seconds, result.device, result.versions,
-                                generated_tokens=old.generated_tokens + result.generated_tokens)
-        self.result = result
-        self._fill_table()
+        self.scores.show_result(result, kinds)
         self._update_actions()
-
-    def best_merged(self) -> list[int | None]:
-        """Per suite and then for the mean: the row of the best merged model (None without merged rows)."""
-        result = self.result
-        if result is None:
-            return []
-        merged = [i for i, m in enumerate(result.models) if self.kinds.get(m.source) in MERGED_KINDS]
-        columns = [[row[s] for row in result.scores] for s in range(len(result.suites))]
-        columns.append([_mean(row) for row in result.scores])
-        return [max(merged, key=lambda i: col[i]) if merged else None for col in columns]
-
-    def model_colors(self) -> list[QColor]:
-        assert self.result is not None
-        colors, agent, merged = [], 0, 0
-        for model in self.result.models:
-            kind = self.kinds.get(model.source, "other")
-            if kind == "base":
-                colors.append(QColor("#9e9e9e"))
-            elif kind == "agent":
-                colors.append(QColor(PALETTE[agent % len(PALETTE)]))
-                agent += 1
-            else:
-                colors.append(QColor(MERGED_COLORS[merged % len(MERGED_COLORS)]))
-                merged += 1
-        return colors
-
-    def _fill_table(self) -> None:
-        result = self.result
-        assert result is not None
-        heads = [f"{s.name} ({s.examples})" for s in result.suites] + ["mean"]
-        self.table.clear()
-        self.table.setRowCount(len(result.models))
-        self.table.setColumnCount(len(heads) + 1)
-        self.table.setHorizontalHeaderLabels(["model", *heads])
-        best = self.best_merged()
-        bold = QFont(self.table.font())
-        bold.setBold(True)
-        colors = self.model_colors()
-        for r, (model, row) in enumerate(zip(result.models, result.scores)):
-            name = QTableWidgetItem(model.name)
-            name.setForeground(QBrush(colors[r].darker(110)))
-            name.setToolTip(f"{KIND_LABELS.get(self.kinds.get(model.source, 'other'))}: {model.source}")
-            self.table.setItem(r, 0, name)
-            for c, value in enumerate([*row, _mean(row)]):
-                item = QTableWidgetItem(f"{value:.3f}")
-                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-                if best[c] == r:
-                    item.setFont(bold)
-                    item.setBackground(QBrush(BEST_BRUSH))
-                    item.setToolTip("best merged model" + (" on this suite" if c < len(row) else " on average"))
-                self.table.setItem(r, c + 1, item)
-        self.table.resizeColumnsToContents()
-        self.table.horizontalHeader().setStretchLastSection(False)
-        # the table as wide as its columns (the chart takes the rest), at most half the pane
-        width = sum(self.table.columnWidth(c) for c in range(self.table.columnCount())) + 2 * self.table.frameWidth()
-        width += self.table.verticalScrollBar().sizeHint().width()
-        total = sum(self.results_splitter.sizes())
-        if total > 0:
-            table_width = min(width, total // 2)
-            self.results_splitter.setSizes([table_width, total - table_width])
-        self.chart.show_scores([m.name for m in result.models], colors, [s.name for s in result.suites],
-                               result.scores)
-        marked = "Bold on green: the best merged model per suite and on average. " if any(
-            b is not None for b in best) else ""
-        self.note.setText(f"{marked}Mean reward over {sum(s.examples for s in result.suites)} examples, greedy, "
-                          f"on {result.device}.")
-
-    def table_rows(self) -> list[list[str]]:
-        """The table as CSV rows: a header, one row per model, then the best merged model per column."""
-        result = self.result
-        assert result is not None
-        rows = [["model", "kind", "source", *(s.name for s in result.suites), "mean"]]
-        for model, row in zip(result.models, result.scores):
-            rows.append([model.name, self.kinds.get(model.source, "other"), model.source,
-                         *(repr(round(v, 6)) for v in row), repr(round(_mean(row), 6))])
-        best = self.best_merged()
-        if any(b is not None for b in best):
-            rows.append(["best merged", "", "", *(result.models[b].name if b is not None else "" for b in best)])
-        return rows
-
-    def export_csv(self, path: Path) -> Path:
-        path = Path(path)
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            csv.writer(f).writerows(self.table_rows())
-        return path
-
-    def export_png(self, path: Path) -> Path:
-        return export_png(self.chart, Path(path))
 
     def _export_csv_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export scores", str(Path(self.browse_dir) / "scores.csv"),
                                               "CSV (*.csv)")
         if path:
-            self._export(lambda: self.export_csv(Path(path)))
+            self._export(lambda: self.scores.export_csv(Path(path)))
 
     def _export_png_dialog(self) -> None:
         path, _ = QFileDialog.getSaveFileName(self, "Export chart", str(Path(self.browse_dir) / "scores.png"),
                                               "PNG images (*.png)")
         if path:
-            self._export(lambda: self.export_png(Path(path)))
+            self._export(lambda: self.scores.export_png(Path(path)))
 
     def _export(self, write: Callable[[], Path]) -> None:
         try:
@@ -797,17 +485,6 @@ class EvaluatePanel(QWidget):
         while name in taken:
             name, k = f"{folder.name}-{k}", k + 1
         self.add_model(ModelEntry(name, str(folder), kind))
-
-
-_KIND_ORDER = {"base": 0, "agent": 1, "merged": 2, "variant": 3, "other": 4}
-
-
-def _suite_keys(suites: list[SuiteSummary]) -> list[tuple]:
-    return [(s.name, s.source, s.examples, s.scorer) for s in suites]
-
-
-def _mean(row: list[float]) -> float:
-    return sum(row) / len(row) if row else 0.0
 
 
 def _caption(text: str) -> QLabel:

@@ -144,7 +144,7 @@ def _drive(tmp: Path, deadline: float) -> str:
         window.merge_finished.connect(merged.append)
         t_merge = time.monotonic()
         window.merge()
-        if window.job is None and not merged:
+        if not window.jobs.busy() and not merged:
             raise SelfTestError(f"the merge did not start: {window.message.text.text() or 'no reason shown'}")
         _wait(app, lambda: merged or errors, deadline, "the merge to finish")
         merge_s = time.monotonic() - t_merge
@@ -177,9 +177,9 @@ def _drive(tmp: Path, deadline: float) -> str:
     finally:
         sys.excepthook = previous_hook
         qInstallMessageHandler(previous_handler)
-        if window.job is not None:
+        if window.jobs.busy():
             window.cancel()
-            _wait(app, lambda: window.job is None, time.monotonic() + 10, "the job to cancel")
+            _wait(app, lambda: not window.jobs.busy(), time.monotonic() + 10, "the job to cancel")
         window.close()
         window.deleteLater()
         app.processEvents()

@@ -25,6 +25,10 @@ PROGRESS_INTERVAL = 0.1  # seconds between progress signals: ten updates a secon
 KERNEL_MIN_ELEMENTS = 50_000_000
 
 
+def _released(reporter: Reporter) -> None:
+    raise RuntimeError("this worker has already run")
+
+
 class Worker(QObject):
     """Runs ``fn(reporter)`` once in its thread. Exactly one of ``succeeded``, ``failed`` (a message meant
     for the user), ``crashed`` (a bug: message and traceback) or ``cancelled`` is emitted, then ``done``."""
@@ -72,6 +76,7 @@ class Worker(QObject):
             else:
                 self.succeeded.emit(result)
         finally:
+            self._fn = _released  # what the function captured is freed now, not when the worker is deleted
             self.done.emit()
 
     def cancel(self) -> None:
@@ -79,11 +84,15 @@ class Worker(QObject):
 
 
 class Job(QObject):
-    """Owns a worker and its thread; both are cleaned up when the work ends (``finished``).
+    """Owns a worker and its thread, and releases both when the work ends (``finished``).
 
     The GUI's one way to run work in the background (analysis, merge, chart export, opening sources,
-    listing Hub files). A job without a parent keeps itself alive until it finishes, so a dialog that
-    is closed while its job runs never destroys a running thread."""
+    listing Hub files). Lifecycle (the QThread + moveToThread recipe): the worker is deleted in its own
+    thread as that thread finishes (``thread.finished`` → ``worker.deleteLater``, processed before the
+    thread ends), then the job drops the thread and deletes itself, so a finished job holds nothing —
+    not its function nor what that captured. A job without a parent keeps itself alive until it
+    finishes, so a dialog that is closed while its job runs never destroys a running thread. After
+    ``finished``, ``is_running`` is False, ``wait`` returns True and ``cancel`` does nothing."""
 
     # the worker's signals, re-emitted by the job in the GUI thread: connect plain functions and lambdas
     # here (connected to the worker's own signals they would run in the worker thread)
@@ -99,37 +108,47 @@ class Job(QObject):
         super().__init__(parent)
         if parent is None:
             Job._detached.add(self)
-            self.finished.connect(lambda: Job._detached.discard(self))
-        self.worker = Worker(fn)
-        self.thread = QThread()
-        self.thread.setObjectName("ram-desktop-worker")
-        self.worker.moveToThread(self.thread)
+        self.worker: Worker | None = Worker(fn)
+        self.qthread: QThread | None = QThread()  # not "thread": that is QObject.thread()
+        self.qthread.setObjectName("ram-desktop-worker")
+        self.worker.moveToThread(self.qthread)
         for name in ("progress", "succeeded", "failed", "crashed", "cancelled"):
             getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
-        self.thread.started.connect(self.worker.run)
+        self.qthread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
-        self.worker.done.connect(self.thread.quit, Qt.DirectConnection)
-        self.thread.finished.connect(self._cleanup)
+        self.worker.done.connect(self.qthread.quit, Qt.DirectConnection)
+        # direct (emitted in the worker's thread, where the worker lives): deleted before that thread ends;
+        # a deleteLater posted from the GUI thread after the thread ended would never run
+        self.qthread.finished.connect(self.worker.deleteLater, Qt.DirectConnection)
+        self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
     def start(self) -> None:
-        self.started_at = time.monotonic()
-        self.thread.start()
+        if self.qthread is not None:
+            self.started_at = time.monotonic()
+            self.qthread.start()
 
     def cancel(self) -> None:
-        self.worker.cancel()
+        if self.worker is not None:
+            self.worker.cancel()
 
     def is_running(self) -> bool:
-        return self.thread.isRunning()
+        return self.qthread is not None and self.qthread.isRunning()
 
     def wait(self, ms: int = 30000) -> bool:
-        return self.thread.wait(ms)
+        return self.qthread is None or self.qthread.wait(ms)
 
     @Slot()
     def _cleanup(self) -> None:
-        self.worker.deleteLater()
-        self.thread.deleteLater()
+        if self.qthread is not None:
+            # its run() has returned; wait until the thread has also deleted the worker (as it ends), and
+            # only then drop the references: dropping them first would delete the worker twice
+            self.qthread.wait()
+            self.qthread.deleteLater()
+        self.qthread, self.worker = None, None
         self.finished.emit()
+        Job._detached.discard(self)
+        self.deleteLater()
 
 
 class LogBridge(QObject):

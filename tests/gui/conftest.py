@@ -59,9 +59,8 @@ def window(qtbot, settings):
     w.resize(1200, 800)
     w.show()
     yield w
-    if w.job is not None:
-        w.job.cancel()
-        w.job.wait(10000)
+    w.jobs.cancel()
+    w.jobs.wait(10000)
     w.sources.wait_idle(5000)
     w.log_bridge.uninstall()
 

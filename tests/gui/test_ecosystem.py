@@ -27,7 +27,7 @@ def _mergekit_yaml(path: Path, base: Path, agents: list[Path], **extra) -> Path:
 
 def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_path):
     base, agents = demo_models
-    assert window.import_mergekit_action.text().startswith("&Import mergekit")
+    assert window.menus.import_mergekit_action.text().startswith("&Import mergekit")
     assert ecosystem.import_mergekit(window, _mergekit_yaml(tmp_path / "mk.yaml", base, agents))
     qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=10000)
     assert window.method.current.name == "ties"
@@ -37,7 +37,7 @@ def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_pat
     qtbot.waitUntil(lambda: window.report is not None and not window.busy(), timeout=30000)
     qtbot.waitUntil(lambda: window.message.isVisible() and "int(k·n)" in window.message.text.text(), timeout=5000)
     assert "(mergekit)" in window.windowTitle()
-    assert window.recipe_path is None  # Save recipe never overwrites the mergekit file
+    assert window.menus.recipe_path is None  # Save recipe never overwrites the mergekit file
 
 
 def test_import_refused_key_shows_the_error_and_changes_nothing(qtbot, window, demo_models, tmp_path):

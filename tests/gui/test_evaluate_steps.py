@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, QTimer
 pytest.importorskip("transformers")
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary  # noqa: E402
-from ram_desktop.gui import compare_panel, evaluate_panel, main_window  # noqa: E402
+from ram_desktop.gui import compare_panel, evaluate_panel, main_window, scores_view  # noqa: E402
 
 from ..test_compare import _tiny_agents  # noqa: E402
 from ..test_evaluate_runner import reference  # noqa: E402
@@ -214,7 +214,7 @@ def test_bad_compare_values_are_refused_before_anything_runs(qtbot, window, tiny
     window.compare.tick("ram-plus", "0.1, lots", "r")
     window.compare.folder.setText(str(tmp_path / "cmp"))
     qtbot.mouseClick(window.compare.run.start_button, Qt.LeftButton)
-    assert window.compare.job is None
+    assert not window.jobs.busy()
     assert "lots" in window.message.text.text() and "--r" in window.message.text.text()
     assert not (tmp_path / "cmp").exists()
 
@@ -254,7 +254,7 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     image = QImage(str(tmp_path / "s.png"))
     assert not image.isNull() and image.width() > 200
     colors = {image.pixelColor(x, y).name() for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)}
-    assert {"#9e9e9e", evaluate_panel.PALETTE[0], evaluate_panel.MERGED_COLORS[0]} <= colors  # bars were drawn
+    assert {"#9e9e9e", scores_view.PALETTE[0], scores_view.MERGED_COLORS[0]} <= colors  # bars were drawn
 
 
 def test_rows_merge_on_the_same_suites_and_reset_on_others(qtbot, window):

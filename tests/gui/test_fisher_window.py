@@ -25,16 +25,16 @@ def fisher_inputs(tmp_path):
 
 
 class ProgressSpy(QObject):
-    """Stands in for the window's progress slot (so Qt still delivers in the GUI thread), records each
-    event, passes it on, and runs ``then(event)`` afterwards."""
+    """Listens to the window's progress after the window's own slot (a slot of a QObject, so Qt delivers
+    in the GUI thread), records each event with the progress line it left, and runs ``then(event)``."""
 
     def __init__(self, window, then=None) -> None:
         super().__init__(window)
-        self.real, self.then, self.events = window._on_progress, then, []
+        self.then, self.events = then, []
+        window.jobs.progress.connect(self.on_progress)
 
     @Slot(object)
     def on_progress(self, event) -> None:
-        self.real(event)
         self.events.append((event.stage, self.parent().progress_label.text()))
         if self.then is not None:
             self.then(event)
@@ -57,7 +57,6 @@ def test_fisher_merge_from_suites_in_the_window(qtbot, window, fisher_inputs, tm
     out = tmp_path / "merged"
     _choose_fisher(qtbot, window, base, agents, suites, out)
     spy = ProgressSpy(window)
-    window._on_progress = spy.on_progress
     stages = spy.events
     with qtbot.waitSignal(window.merge_finished, timeout=120000) as blocker:
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
@@ -78,8 +77,7 @@ def test_cancel_during_the_fisher_estimate(qtbot, window, fisher_inputs, tmp_pat
     suites = [write_suite(tmp_path / f"long{t}", PROMPTS * 8) for t in range(2)]
     out = tmp_path / "merged"
     _choose_fisher(qtbot, window, base, agents, suites, out)
-    spy = ProgressSpy(window, lambda event: window.cancel() if event.stage == "fisher" and event.done >= 1 else None)
-    window._on_progress = spy.on_progress
+    ProgressSpy(window, lambda event: window.cancel() if event.stage == "fisher" and event.done >= 1 else None)
     with qtbot.waitSignal(window.merge_finished, timeout=120000) as blocker:
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
     assert blocker.args == ["cancelled"]

@@ -52,7 +52,7 @@ def test_changing_r_updates_lambda_instantly(qtbot, window, demo_models):
     field = window.method.fields["r"].widget
     field.selectAll()
     qtbot.keyClicks(field, "0.2")  # typing, as a user does; no new analysis runs
-    assert window.job is None
+    assert not window.jobs.busy()
     after = _lambda_column(window)
     rhos = [a.rho for a in window.report.agents]
     assert after != before
@@ -182,8 +182,8 @@ def test_open_a_saved_recipe(qtbot, window, settings, demo_models, tmp_path):
     assert other.method.current.name == "ram-plus-soft"
     assert other.method.params() == {"r": pytest.approx(0.15)}
     assert other.method.out_dtype.currentData() == "float32"
-    assert other.recent_recipes()[0] == str(path.resolve())
-    assert other.recent_menu.actions()[0].text() == str(path.resolve())
+    assert other.menus.recent_recipes()[0] == str(path.resolve())
+    assert other.menus.recent_menu.actions()[0].text() == str(path.resolve())
     other.close()
 
 
@@ -301,7 +301,7 @@ def test_closing_the_window_mid_merge_cancels_quickly_and_leaves_nothing(qtbot, 
     start = time.perf_counter()
     window.close()
     assert time.perf_counter() - start < 2.0
-    qtbot.waitUntil(lambda: window.job is None or not window.job.is_running(), timeout=5000)
+    qtbot.waitUntil(lambda: not window.jobs.busy(), timeout=5000)
     # nothing left: no staging folder, and not the parent folder the merge created for its output
     assert not out.exists() and not (tmp_path / "out").exists()
 
@@ -314,7 +314,7 @@ def test_export_charts_as_png(qtbot, window, demo_models, tmp_path, monkeypatch)
     analyse(qtbot, window)
     qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(tmp_path))
-    window.export_action.trigger()
+    window.menus.export_action.trigger()
     for name in ("density.png", "overlap.png", "layers.png"):
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
 
@@ -326,7 +326,6 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
     import shutil
 
     from ram_desktop.core import demo as demo_module
-    from ram_desktop.gui import main_window
 
     shipped = tmp_path / "shipped"
     shutil.copytree(demo_module.demo_resources(), shipped, ignore=shutil.ignore_patterns("__pycache__"))
@@ -336,21 +335,21 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
     def weights_digest(folder: Path) -> str:
         return hashlib.sha256((folder / "tool" / "model.safetensors").read_bytes()).hexdigest()
 
-    base, agents = main_window.ensure_demo(cache)
+    base, agents = demo_module.ensure_demo(cache)
     assert weights_digest(cache) == weights_digest(shipped)
     marker = cache / "base" / "marker"
     marker.write_text("kept while the shipped demo is unchanged")
-    assert main_window.ensure_demo(cache) == (base, agents) and marker.exists()
+    assert demo_module.ensure_demo(cache) == (base, agents) and marker.exists()
 
     # an update: the tool agent's weights and recipe change
     other = bytearray((shipped / "tool" / "model.safetensors").read_bytes())
     other[-1] ^= 0x01
     (shipped / "tool" / "model.safetensors").write_bytes(bytes(other))
-    main_window.ensure_demo(cache)
+    demo_module.ensure_demo(cache)
     assert not marker.exists() and weights_digest(cache) == weights_digest(shipped)
 
     # a cache written before the stamp existed is refreshed once, then reused
-    (cache / main_window.SHIPPED_STAMP).unlink()
+    (cache / demo_module.SHIPPED_STAMP).unlink()
     marker.write_text("x")
-    main_window.ensure_demo(cache)
-    assert not marker.exists() and (cache / main_window.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)
+    demo_module.ensure_demo(cache)
+    assert not marker.exists() and (cache / demo_module.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)

@@ -1,0 +1,160 @@
+"""The window's menus: File (recipes and the recent ones, charts, mergekit, the demo, quit) and Help,
+with the file dialogs and the recipe files behind them."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QFileDialog, QMessageBox
+
+from .. import __version__
+from ..core.errors import InputError
+from . import ecosystem
+from .session_form import load_session
+
+MainWindow = Any  # the main window (not imported: main_window imports this module)
+
+log = logging.getLogger("ram_desktop")
+MAX_RECENT = 8
+PAPER_URL = "https://arxiv.org/abs/2601.13572"
+
+
+class Menus(QObject):
+    """Builds the window's menu bar, opens and saves recipes (``recipe_path``: the last one) and keeps
+    the recent ones (in the window's settings)."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = w = window
+        self.recipe_path: Path | None = None
+        file_menu = w.menuBar().addMenu("&File")
+        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
+        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
+        self.export_action = QAction("&Export charts as PNG…", w, triggered=self.export_charts_dialog)
+        self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
+                                      "ulps, would keep, per layer) into a folder")
+        self.demo_action = QAction("Load &demo agents", w, triggered=w.load_demo)
+        self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
+        self.import_mergekit_action = QAction("&Import mergekit YAML…", w,
+                                              triggered=lambda: ecosystem.import_mergekit_dialog(w))
+        self.export_mergekit_action = QAction("Export &mergekit YAML…", w,
+                                              triggered=lambda: ecosystem.export_mergekit_dialog(w))
+        self.recent_menu = file_menu.addMenu("Open &recent")
+        quit_action = QAction("&Quit", w, shortcut=QKeySequence.Quit, triggered=w.close)
+        file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
+        file_menu.addAction(self.save_action)
+        file_menu.addAction(self.export_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.import_mergekit_action)
+        file_menu.addAction(self.export_mergekit_action)
+        file_menu.addSeparator()
+        file_menu.addAction(self.demo_action)
+        file_menu.addSeparator()
+        file_menu.addAction(quit_action)
+        help_menu = w.menuBar().addMenu("&Help")
+        help_menu.addAction(QAction("The RAM paper (arXiv 2601.13572)", w,
+                                    triggered=lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
+        help_menu.addAction(QAction("&About RAM Desktop", w, triggered=self._about))
+        self._rebuild_recent()
+
+    def set_busy(self, busy: bool) -> None:
+        """While a job runs nothing that changes the inputs can be started."""
+        for action in (self.open_action, self.save_action, self.demo_action, self.export_action,
+                       self.import_mergekit_action, self.export_mergekit_action):
+            action.setEnabled(not busy)
+        self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+
+    def _about(self) -> None:
+        QMessageBox.about(self.window, "About RAM Desktop",
+                          f"<b>RAM Desktop {__version__}</b><p>Merges RL-trained agents that share one base with "
+                          "RAM / RAM+ (Behavior Knowledge Merge in Reinforced Agentic Models, arXiv 2601.13572) "
+                          "and classic baselines.</p>")
+
+    # --- recent recipes -----------------------------------------------------------------------
+    def recent_recipes(self) -> list[str]:
+        value = self.window.settings.value("recent/recipes", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def add_recent(self, path: Path) -> None:
+        items = [str(path)] + [p for p in self.recent_recipes() if p != str(path)]
+        self.window.settings.setValue("recent/recipes", items[:MAX_RECENT])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        items = self.recent_recipes()
+        for path in items:
+            self.recent_menu.addAction(QAction(path, self.window,
+                                               triggered=lambda _=False, p=path: self.open_recipe(Path(p))))
+        self.recent_menu.setEnabled(bool(items))
+
+    # --- recipe files -------------------------------------------------------------------------
+    def open_recipe(self, path: Path) -> bool:
+        """Load a recipe into the window: every value is checked first, so a bad recipe changes nothing."""
+        w = self.window
+        if w.busy():
+            return False
+        try:
+            w.apply_session(load_session(path))
+        except InputError as e:
+            w.show_error(str(e))
+            log.error(str(e))
+            return False
+        self._used(path)
+        w.setWindowTitle(f"RAM Desktop — {Path(path).name}")
+        log.info("opened recipe %s", path)
+        return True
+
+    def save_recipe(self, path: Path) -> bool:
+        w = self.window
+        if w.sources.base is None or not w.sources.agents:
+            w.show_error("add a base and at least one agent before saving a recipe")
+            return False
+        try:
+            w.current_recipe().save(Path(path))
+        except InputError as e:
+            w.show_error(str(e))
+            return False
+        except OSError as e:
+            w.show_error(f"{path}: cannot write the recipe ({e.strerror})")
+            return False
+        self._used(path)
+        log.info("saved recipe %s", path)
+        w.statusBar().showMessage(f"Saved {path}", 8000)
+        return True
+
+    def _used(self, path: Path) -> None:
+        self.recipe_path = Path(path)
+        self.add_recent(Path(path).resolve())
+
+    # --- file dialogs -------------------------------------------------------------------------
+    def open_recipe_dialog(self) -> None:
+        w = self.window
+        start = str(self.recipe_path.parent) if self.recipe_path else w.sources.browse_dir
+        path, _ = QFileDialog.getOpenFileName(w, "Open recipe", start, "RAM recipes (*.yaml *.yml);;All files (*)")
+        if path:
+            self.open_recipe(Path(path))
+
+    def save_recipe_dialog(self) -> None:
+        w = self.window
+        start = str(self.recipe_path) if self.recipe_path else str(Path(w.sources.browse_dir) / "ram-recipe.yaml")
+        path, _ = QFileDialog.getSaveFileName(w, "Save recipe", start, "RAM recipes (*.yaml *.yml)")
+        if path:
+            self.save_recipe(Path(path))
+
+    def export_charts_dialog(self) -> None:
+        w = self.window
+        if w.report is None:
+            w.show_error("run the analysis first: there are no charts to export yet")
+            return
+        folder = QFileDialog.getExistingDirectory(w, "Export charts into", w.sources.browse_dir)
+        if folder:
+            names = w.export_charts(Path(folder))
+            log.info("charts saved into %s: %s", folder, ", ".join(names))
+            w.statusBar().showMessage(f"Saved {len(names)} charts into {folder}", 8000)

@@ -1,0 +1,152 @@
+"""Step 4 of the window: Analyze, Merge and Cancel, the progress bar with one line of progress text,
+and the log."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import Signal, Slot
+from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy,
+                               QVBoxLayout, QWidget)
+
+from ..core.events import ProgressEvent
+from ..core.output import human_bytes
+from .jobs import JobController, JobState
+from .run_bar import duration
+
+log = logging.getLogger("ram_desktop")
+
+STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating Fisher", "download": "Downloading",
+                "resolve": "Resolving"}
+START_TEXT = {JobState.ANALYSING: "Analysing…", JobState.MERGING: "Preparing the merge…",
+              JobState.DEMO: "Generating the demo agents…"}
+
+
+class RunBox(QWidget):
+    """The buttons that start and stop the window's jobs, their progress and the log. It follows the job
+    controller (progress, how a job ended) and Cancel stops its job; the window connects Analyze and
+    Merge. ``message(kind, text)``: a failure or cancellation for the window's message bar."""
+
+    message = Signal(str, str)  # "error" | "info", text
+
+    def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.jobs = jobs
+        self.log_view = QPlainTextEdit()
+        self.log_view.setReadOnly(True)
+        self.log_view.setMaximumBlockCount(5000)
+        self.log_view.setPlaceholderText("Log: what the engine does, warnings and errors")
+        self.log_view.setStyleSheet("font-family: monospace; font-size: 9pt;")
+        self.analyse_button = QPushButton("Analyze")
+        self.analyse_button.setToolTip("Probe pass: measure density and overlap of the agents' task vectors")
+        self.merge_button = QPushButton("Merge")
+        self.merge_button.setToolTip("Merge the agents into one model in the output folder")
+        self.merge_button.setStyleSheet("QPushButton:enabled { font-weight: bold; }")
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop; a cancelled merge leaves nothing behind")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("")
+        self.progress_label = QLabel("Ready")
+        self.progress_label.setMinimumWidth(260)
+        # progress text changes must never re-lay out the window (that would re-render every chart)
+        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
+
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.analyse_button)
+        run_row.addWidget(self.merge_button)
+        run_row.addWidget(self.cancel_button)
+        run_row.addWidget(self.progress, 1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(run_row)
+        layout.addWidget(self.progress_label)
+        layout.addWidget(self.log_view, 1)
+        self.cancel_button.clicked.connect(self.cancel)
+        jobs.state_changed.connect(self._state_changed)
+        jobs.progress.connect(self._progress)
+        jobs.failed.connect(self._failed)
+        jobs.crashed.connect(self._crashed)
+        jobs.cancelled.connect(self._cancelled)
+
+    def show_state(self, value: int, bar: str, text: str) -> None:
+        """Set the bar (``value`` of 1000, its text) and the progress line."""
+        self.progress.setValue(value)
+        self.progress.setFormat(bar)
+        self.progress_label.setText(text)
+
+    def _mine(self) -> bool:
+        """The running job is one this box shows (not a chart export, an evaluation or a comparison)."""
+        return self.jobs.state in START_TEXT
+
+    def cancel(self) -> None:
+        """Stop the running job (it ends at its next check)."""
+        if self._mine() and self.jobs.cancel():
+            self.cancel_button.setEnabled(False)
+            self.progress_label.setText("Cancelling…")
+
+    @Slot(object)
+    def _state_changed(self, state: JobState) -> None:
+        if state in START_TEXT:
+            self.show_state(0, "", START_TEXT[state])
+
+    @Slot(str)
+    def _failed(self, message: str) -> None:
+        if not self._mine():
+            return
+        log.error(message)
+        self.message.emit("error", message)
+        self.progress_label.setText("Stopped by an error (see above)")
+        self.progress.setFormat("")
+
+    @Slot(str, str)
+    def _crashed(self, message: str, details: str) -> None:
+        if not self._mine():
+            return
+        log.error("unexpected error (a bug in RAM Desktop): %s\n%s", message, details)
+        self.message.emit("error", f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the "
+                                   "details. Nothing was written to the output folder.")
+        self.progress_label.setText("Stopped by an unexpected error")
+
+    @Slot()
+    def _cancelled(self) -> None:
+        if not self._mine():
+            return
+        what = "Merge cancelled; nothing was written." if self.jobs.state is JobState.MERGING else "Cancelled."
+        log.info(what)
+        self.message.emit("info", what)
+        self.show_state(0, "", what)
+
+    @Slot(object)
+    def _progress(self, event: ProgressEvent) -> None:
+        if self._mine():
+            self.show_progress(event)
+
+    def show_progress(self, event: ProgressEvent) -> None:
+        label = STAGE_LABELS.get(event.stage, event.stage.capitalize())
+        frac = event.fraction
+        text = f"{label}: {amount(event.done, event.unit)} of {amount(event.total, event.unit)}"
+        if event.elapsed > 0.2 and event.done > 0:
+            rate = event.done / event.elapsed
+            text += f" · {amount(rate, event.unit)}/s"
+            if event.done < event.total:
+                text += f" · about {duration((event.total - event.done) / rate)} left"
+        self.show_state(int(1000 * frac), f"{label} {100 * frac:.0f} %", text)
+
+    @Slot(int, str)
+    def append_log(self, level: int, line: str) -> None:
+        color = "#b3261e" if level >= logging.ERROR else "#8a5a00" if level >= logging.WARNING else "#333333"
+        escaped = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        self.log_view.appendHtml(f'<span style="color:{color}; white-space:pre-wrap">{escaped}</span>')
+
+
+def amount(value: float, unit: str) -> str:
+    """``value`` of ``unit`` for a person: bytes as KB/MB/GB, other units with k, M, G."""
+    if unit == "B":
+        return human_bytes(value)
+    for suffix, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {suffix} {unit}"
+    return f"{value:.2f} {unit}" if 0 < value < 10 and value != int(value) else f"{value:.0f} {unit}"

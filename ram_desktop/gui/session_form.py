@@ -1,0 +1,100 @@
+"""The Session that the sources and method panels describe, and back: the window's one way to a
+merge request or a recipe (the CLI builds the same Session from its flags)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..core import defaults, engine
+from ..core.errors import InputError
+from ..core.events import Reporter
+from ..core.plan import OUT_DTYPES, VOCAB_MODES
+from ..core.probe import ProbeReport
+from ..core.recipe import Recipe
+from ..core.session import Session
+from .method_panel import MethodPanel
+from .sources_panel import SourcesPanel
+
+
+def read_session(sources: SourcesPanel, method: MethodPanel) -> Session:
+    """The Session the panels show. Raises ``InputError`` when ε is not a number."""
+    try:
+        eps = method.eps_value()
+    except ValueError:
+        raise _bad_eps(method) from None
+    return Session(base=sources.base.spec if sources.base else "",
+                   agents=[r.spec for r in sources.agents], names=sources.names or None,
+                   method=method.current.name, params=method.params(), eps=eps,
+                   device=method.device.currentData(), out_dtype=method.out_dtype.currentData(),
+                   shard_size=method.shard_size.text().strip() or defaults.SHARD_SIZE,
+                   out=method.out_dir.text().strip() or None, vocab=method.vocab.currentData())
+
+
+def checked_session(sources: SourcesPanel, method: MethodPanel) -> Session:
+    """The Session, validated as the engine will validate it (ε, parameters); raises ``InputError``."""
+    session = read_session(sources, method)
+    if not (session.eps >= 0 and session.eps != float("inf")):
+        raise _bad_eps(method)
+    session.resolved_params()
+    return session
+
+
+def _bad_eps(method: MethodPanel) -> InputError:
+    return InputError(f"threshold ε {method.eps.text()!r} is not a non-negative number; write it like 1e-5")
+
+
+def show_session(method: MethodPanel, session: Session) -> None:
+    """Show a validated Session's method and output settings in the method panel (cannot fail halfway)."""
+    method.set_method(session.method, session.params)
+    method.eps.setText(repr(float(session.eps)))
+    method.set_out_dtype(session.out_dtype)
+    method.set_vocab(session.vocab)
+    method.shard_size.setText(str(session.shard_size))
+    method.set_device(session.device)
+    method.out_dir.setText(session.out or "")
+
+
+def load_session(path: Path) -> Session:
+    """The Session of a recipe file, every value checked first, so a bad recipe changes nothing.
+    Raises ``InputError`` naming the file."""
+    session = Session.from_recipe(Recipe.load(Path(path)))
+    session.resolved_params()  # unknown method or parameter, out-of-range value
+    if session.out_dtype not in OUT_DTYPES:
+        raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+    if session.vocab not in VOCAB_MODES:
+        raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
+    if not (session.eps >= 0 and session.eps != float("inf")):
+        raise InputError(f"{path}: eps must be a non-negative number, got {session.eps}")
+    return session
+
+
+def merge_request(session: Session, confirm_replace: Callable[[Path], bool], token: str | None,
+                  chunk_elements: int) -> engine.MergeRequest | None:
+    """The engine's request for merging ``session``; None when its output folder holds files and
+    ``confirm_replace(folder)`` says not to replace them. Raises ``InputError`` (no output folder, a bad value)."""
+    if not session.out:
+        raise InputError("choose an output folder (section 3) before merging")
+    out = Path(session.out).expanduser()
+    overwrite = out.is_dir() and any(out.iterdir())
+    if overwrite and not confirm_replace(out):
+        return None
+    return session.to_request(out, overwrite=overwrite, token=token, chunk_elements=chunk_elements)
+
+
+def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
+    """The analysis (probe pass) of ``session``'s sources."""
+    return engine.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+                        chunk_elements=chunk_elements, token=token, vocab=session.vocab)
+
+
+def run_merge(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeResult:
+    """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
+    agent's Fisher, with its own progress stage."""
+    from ..core.methods import get_method
+
+    if get_method(request.method).calibrated:
+        from ..evaluate.fisher import resolve_fisher_params
+
+        request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
+    return engine.merge(request, reporter)

@@ -1,0 +1,69 @@
+"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a free
+folder name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+
+
+class MessageBar(QWidget):
+    """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
+
+    STYLES = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(10, 6, 6, 6)
+        self.text = QLabel()
+        self.text.setWordWrap(True)
+        self.text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        close = QPushButton("✕")
+        close.setFlat(True)
+        close.setFixedWidth(28)
+        close.setToolTip("Dismiss")
+        close.clicked.connect(self.hide)
+        row.addWidget(self.text, 1)
+        row.addWidget(close, 0, Qt.AlignTop)
+        self.kind = ""
+        self.setAttribute(Qt.WA_StyledBackground, True)
+        self.hide()
+
+    def show_message(self, kind: str, text: str) -> None:
+        bg, fg = self.STYLES[kind]
+        self.kind = kind
+        self.setStyleSheet(f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }}"
+                           f" QLabel {{ color: {fg}; }}")
+        prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
+        self.text.setText(prefix + text)
+        self.show()
+
+
+def group(title: str, widget: QWidget) -> QGroupBox:
+    """One numbered step of the window: ``widget`` in a box with a bold title."""
+    box = QGroupBox(title)
+    box.setStyleSheet("QGroupBox { font-weight: bold; } QGroupBox * { font-weight: normal; }")
+    layout = QVBoxLayout(box)
+    layout.setContentsMargins(8, 8, 8, 8)
+    layout.addWidget(widget)
+    return box
+
+
+def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplitter:
+    """A splitter of ``(widget, stretch factor)`` parts."""
+    split = QSplitter(orientation)
+    for i, (widget, stretch) in enumerate(parts):
+        split.addWidget(widget)
+        split.setStretchFactor(i, stretch)
+    return split
+
+
+def free_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` ... : the first that does not exist or is empty."""
+    candidate, k = path, 2
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
+    return candidate
