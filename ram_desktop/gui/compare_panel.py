@@ -1,6 +1,6 @@
 """The Compare step: tick methods and parameter values (an r sweep, a TA scale sweep, …) and merge them
 all as one ``evaluate.compare.compare`` call — one read of the inputs — then score base, agents and
-every variant on the Evaluate step's suites, side by side in its table (SPEC sections 3 and 6)."""
+every variant on the Evaluate step's suites, side by side in its table (docs/gui.md, docs/evaluate.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The Evaluate step: suites, the models to score, a background evaluation (progress, ETA, Cancel) and
-the scores as a table and a grouped bar chart, both exportable (SPEC sections 3 and 6).
+the scores as a table and a grouped bar chart, both exportable (docs/gui.md, docs/evaluate.md).
 
 Suites open in the background (reading a JSONL file runs no code); a python scorer's file is shown
 and runs only inside the evaluation the user starts. The evaluation writes ``eval.json`` and the

@@ -1,5 +1,6 @@
-"""Inspection views of a probe report (SPEC.md section 10): which (UpSet-style intersections), agreement (pairs and signs), how much (ulp
-histogram) and what each method would keep (where: ``module_heatmaps``, ``tensor_table``). Every agent keeps its colour from ``charts.agent_color``.
+"""Inspection views of a probe report (docs/engine.md, docs/gui.md): which (UpSet-style intersections),
+agreement (pairs and signs), how much (ulp histogram) and what each method would keep (where:
+``module_heatmaps``, ``tensor_table``). Every agent keeps its colour from ``charts.agent_color``.
 """
 
 from __future__ import annotations
