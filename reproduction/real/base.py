@@ -54,7 +54,10 @@ class IndexUnreachable(BuildError):
 
 
 def default_out() -> Path:
-    """``<user cache>/real-base`` (``~/.cache/ram-desktop/real-base`` on Linux), reused across runs."""
+    """``<user cache>/real-base`` (``~/.cache/ram-desktop/real-base`` on Linux), reused across runs.
+
+    The user cache rather than ``$RAM_DESKTOP_CACHE``: the test suite points that at a fresh folder per
+    test, and the 269 MB base should be built once per machine, not once per run."""
     from ram_desktop.paths import user_cache_dir
 
     return user_cache_dir() / "real-base"
