@@ -96,7 +96,7 @@ def _finetune(base: Path, pairs: list[tuple[str, str]], out: Path) -> None:
 
 
 def _write_suite(folder: Path, pairs: list[tuple[str, str]]) -> Path:
-    """A SPEC §6 suite folder through the chat template; ``contains`` the answer word, either case."""
+    """A suite folder (docs/evaluate.md) through the chat template; ``contains`` the answer word, either case."""
     folder.mkdir(parents=True)
     rows = [{"prompt": q, "answer": [a.rstrip("."), a.rstrip(".").lower()]} for q, a in pairs[:3]]
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
