@@ -30,7 +30,8 @@ from .method_panel import MethodPanel
 from .result_box import ResultBox
 from .run_bar import duration
 from .run_box import RunBox
-from .session_form import checked_session, merge_request, read_session, run_merge, run_probe, show_session
+from .session_form import (NotReplaceable, checked_session, merge_request, read_session, run_merge, run_probe,
+                           show_session)
 from .sources_panel import SourcesPanel
 from .widgets import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
@@ -308,7 +309,7 @@ class MainWindow(QMainWindow):
 
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(self, "Replace the output folder?",
-                                      f"{out} already holds files. Replace its contents with the merged model?",
+                                      f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
                                       QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
         return answer == QMessageBox.Yes
 
@@ -316,10 +317,14 @@ class MainWindow(QMainWindow):
         session = self._ready_session("Merge")
         if session is None:
             return
+        inputs = [r.checkpoint for r in (self.sources.base, *self.sources.agents) if r and r.checkpoint]
         try:
-            request = merge_request(session, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
+            request = merge_request(session, inputs, self._confirm_replace, self.sources.hub_token,
+                                    self.chunk_elements)
         except InputError as e:
             self.show_error(str(e))
+            if isinstance(e, NotReplaceable):
+                self.message.offer(f"Use {e.free.name}", partial(self.method.out_dir.setText, str(e.free)))
             return
         if request is None:
             return

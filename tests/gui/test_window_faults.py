@@ -1,0 +1,90 @@
+"""Faults a new user met in the window (issue 23): what the Merge button may replace, stale panels,
+small things. Each test drives real widgets."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMessageBox
+
+from ..subproc import cli
+from .conftest import analyse, load_sources
+
+
+def _unrelated_folder(parent: Path) -> Path:
+    folder = parent / "thesis"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "thesis.txt").write_text("four years of work")
+    (folder / "sub" / "data.csv").write_text("a,b\n1,2\n")
+    return folder
+
+
+def _intact(folder: Path) -> bool:
+    return ((folder / "thesis.txt").read_text() == "four years of work"
+            and (folder / "sub" / "data.csv").read_text() == "a,b\n1,2\n")
+
+
+def _record_prompts(monkeypatch) -> list[str]:
+    """Every replace prompt the window would show, answered Yes (as a hurried user would)."""
+    asked: list[str] = []
+
+    def question(parent, title, text, *args, **kwargs):
+        asked.append(text)
+        return QMessageBox.Yes
+
+    monkeypatch.setattr(QMessageBox, "question", staticmethod(question))
+    return asked
+
+
+def test_merge_refuses_an_unrelated_folder_without_asking_and_offers_a_new_one(qtbot, window, demo_models,
+                                                                               tmp_path, monkeypatch):
+    base, agents = demo_models
+    asked = _record_prompts(monkeypatch)
+    folder = _unrelated_folder(tmp_path)
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    window.method.out_dir.setText(str(folder))
+    qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    qtbot.wait(200)
+    assert asked == [] and not window.busy()
+    assert _intact(folder)
+    assert window.message.kind == "error" and "RAM Desktop did not write" in window.message.text.text()
+    assert "Merging" not in window.result_text.text()
+    # the bar offers a free sibling folder; taking it merges there, the thesis untouched
+    offer = window.message.action_button
+    assert offer.isVisible() and "thesis-2" in offer.text()
+    qtbot.mouseClick(offer, Qt.LeftButton)
+    assert window.method.out_dir.text() == str(tmp_path / "thesis-2")
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"], window.message.text.text()
+    assert asked == [] and _intact(folder) and (tmp_path / "thesis-2" / "merge-report.json").is_file()
+    # an earlier RAM Desktop output is replaced, after asking once
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"] and len(asked) == 1 and "thesis-2" in asked[0]
+
+
+def test_output_inside_an_input_is_refused_before_asking(qtbot, window, demo_models, monkeypatch):
+    base, agents = demo_models
+    asked = _record_prompts(monkeypatch)
+    load_sources(qtbot, window, base, agents)
+    for out in (agents[0], agents[0] / "inner"):
+        window.method.out_dir.setText(str(out))
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+        qtbot.wait(100)
+        assert asked == [] and not window.busy()
+        assert window.message.kind == "error" and "input" in window.message.text.text()
+    assert (agents[0] / "model.safetensors").is_file() or any(agents[0].glob("*.safetensors"))
+
+
+def test_cli_overwrite_leaves_an_unrelated_folder_alone(tmp_path, demo_models):
+    base, agents = demo_models
+    folder = _unrelated_folder(tmp_path)
+    done = cli(tmp_path, "merge", str(base), *map(str, agents), "--out", str(folder), "--overwrite")
+    assert done.returncode == 2 and "did not write" in done.stderr, done.stderr
+    assert _intact(folder) and sorted(p.name for p in folder.iterdir()) == ["sub", "thesis.txt"]
