@@ -50,7 +50,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or QSettings()
-        self.setWindowTitle("RAM Desktop — merge RL-trained agents")
+        self.setWindowTitle("Merge RL-trained agents")  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
         self.result: engine.MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS

@@ -88,3 +88,19 @@ def test_cli_overwrite_leaves_an_unrelated_folder_alone(tmp_path, demo_models):
     done = cli(tmp_path, "merge", str(base), *map(str, agents), "--out", str(folder), "--overwrite")
     assert done.returncode == 2 and "did not write" in done.stderr, done.stderr
     assert _intact(folder) and sorted(p.name for p in folder.iterdir()) == ["sub", "thesis.txt"]
+
+
+def test_window_title_names_the_app_once(window, demo_models, tmp_path):
+    """Qt appends " — <applicationDisplayName>" to a title that does not end with it (formatWindowTitle)."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    old = app.applicationDisplayName()
+    app.setApplicationDisplayName("RAM Desktop")
+    try:
+        title = window.windowTitle()
+        shown = title if title.endswith("RAM Desktop") else f"{title} — RAM Desktop"
+        assert shown.count("RAM Desktop") == 1, shown
+    finally:
+        app.setApplicationDisplayName(old)
+
