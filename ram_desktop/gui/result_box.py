@@ -9,6 +9,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..core import engine
+from ..core.methods import get_method
 from ..core.output import human_bytes
 from .run_bar import duration
 
@@ -64,11 +65,12 @@ class ResultBox(QWidget):
 
     def show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
+        method = result.report.get("method")
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
+        lam = f" · λ: {lam}" if get_method(method).lambdas is not None else ""  # only a rescaling method has λ
         self.result_text.setText(
             f"<b>Merged model:</b> <a href=\"{QUrl.fromLocalFile(str(result.out)).toString()}\">{result.out}</a><br>"
-            f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · "
-            f"method {result.report.get('method')} · λ: {lam}<br>"
+            f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · method {method}{lam}<br>"
             "Also there: model card (README.md), ram-recipe.yaml, merge-report.json"
             + (", charts (PNG)." if charts else "."))
         self.result_text.setOpenExternalLinks(True)

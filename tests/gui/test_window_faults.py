@@ -104,3 +104,23 @@ def test_window_title_names_the_app_once(window, demo_models, tmp_path):
     finally:
         app.setApplicationDisplayName(old)
 
+
+def _merge(qtbot, window) -> None:
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"], window.message.text.text()
+
+
+def test_result_line_shows_lambda_only_for_a_rescaling_method(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    window.method.set_out_dtype("float32")
+    window.method.out_dir.setText(str(tmp_path / "ram-plus"))
+    _merge(qtbot, window)
+    assert "λ: coder" in window.result_text.text()
+    window.method.method.setCurrentIndex(window.method.method.findData("ties"))
+    window.method.out_dir.setText(str(tmp_path / "ties"))
+    _merge(qtbot, window)
+    assert "method ties" in window.result_text.text() and "λ" not in window.result_text.text()
+
