@@ -124,3 +124,16 @@ def test_result_line_shows_lambda_only_for_a_rescaling_method(qtbot, window, dem
     _merge(qtbot, window)
     assert "method ties" in window.result_text.text() and "λ" not in window.result_text.text()
 
+
+def test_screenshot_needs_no_display(tmp_path):
+    """``ram-desktop --demo --screenshot`` with no DISPLAY and no QT_QPA_PLATFORM writes the PNG."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM") and not k.startswith(("RAM_DESKTOP_", "PYTEST"))}
+    env.update(RAM_DESKTOP_CACHE=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               HOME=str(tmp_path), HF_HUB_OFFLINE="1")
+    shot = tmp_path / "shot.png"
+    done = subprocess.run([sys.executable, "-c", "from ram_desktop.gui.app import entry; entry()", "--demo",
+                           "--screenshot", str(shot)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
