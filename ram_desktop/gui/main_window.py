@@ -63,7 +63,7 @@ class MainWindow(QMainWindow):
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
         self.run_box = RunBox(self.jobs)
-        self.result_box = ResultBox()
+        self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
         # the widgets that tests and scripts reach through the window
         rb, res = self.run_box, self.result_box
@@ -330,7 +330,6 @@ class MainWindow(QMainWindow):
             return
         self.message.hide()
         self.result = None
-        self.result_box.merging()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
         self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
 

@@ -137,3 +137,19 @@ def test_screenshot_needs_no_display(tmp_path):
                           timeout=300)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_failed_merge_leaves_no_merging_result_to_evaluate(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    window.method.out_dir.setText(str(tmp_path / "merged"))
+    _merge(qtbot, window)
+    assert window.evaluate_result_button.isEnabled()
+    (tmp_path / "a-file").write_text("not a folder")
+    window.method.out_dir.setText(str(tmp_path / "a-file"))  # the engine refuses it in the worker
+    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["failed"]
+    assert "Merging" not in window.result_text.text() and "error" in window.result_text.text()
+    assert not window.evaluate_result_button.isEnabled() and not window.open_folder_button.isEnabled()
