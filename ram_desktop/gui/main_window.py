@@ -195,6 +195,8 @@ class MainWindow(QMainWindow):
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
     def _sources_changed(self) -> None:
+        if self.message.kind == "error" and self.sources.error_gone(self.message.text.text()):
+            self.message.hide()  # the row it told of was removed
         self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from ..core.output import human_bytes
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job
+
+log = logging.getLogger("ram_desktop")
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
@@ -64,6 +67,7 @@ class SourcesPanel(QWidget):
         self._pending: dict[int, Row] = {}
         self._jobs: dict[int, Job] = {}  # generation -> the job opening that row
         self.hub_token: str | None = None  # from the Hub dialog, for this session only
+        self._reported: set[str] = set()  # the open errors reported by ``error``
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -192,6 +196,10 @@ class SourcesPanel(QWidget):
     def errors(self) -> list[str]:
         return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]
 
+    def error_gone(self, text: str) -> bool:
+        """``text`` (a message shown) tells of a source that could not be opened and no row holds any more."""
+        return any(text.endswith(e) for e in self._reported - set(self.errors()))
+
     # --- background opening -------------------------------------------------------------------
     def _open(self, row: Row) -> Row:
         self._generation += 1
@@ -228,6 +236,8 @@ class SourcesPanel(QWidget):
         if row is None:
             return
         row.checkpoint, row.error = None, message
+        self._reported.add(message)
+        log.error(message)
         self._refresh()
         self.changed.emit()
         self.error.emit(message)

@@ -153,3 +153,19 @@ def test_a_failed_merge_leaves_no_merging_result_to_evaluate(qtbot, window, demo
     assert blocker.args == ["failed"]
     assert "Merging" not in window.result_text.text() and "error" in window.result_text.text()
     assert not window.evaluate_result_button.isEnabled() and not window.open_folder_button.isEnabled()
+
+
+def test_a_source_error_reaches_the_log_and_leaves_the_bar_with_its_row(qtbot, window, demo_models, tmp_path):
+    from .conftest import drop_paths
+
+    base, agents = demo_models
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\xff" * 5)
+    drop_paths(window.sources, [base, agents[0], broken])
+    qtbot.waitUntil(lambda: not window.sources.busy and len(window.sources.errors()) == 1, timeout=10000)
+    assert window.message.isVisible() and "broken.safetensors" in window.message.text.text()
+    assert "broken.safetensors" in window.log_view.toPlainText()
+    window.sources.table.selectRow(2)
+    qtbot.mouseClick(window.sources.remove_button, Qt.LeftButton)
+    assert window.sources.errors() == [] and not window.message.isVisible()
+
