@@ -169,3 +169,16 @@ def test_a_source_error_reaches_the_log_and_leaves_the_bar_with_its_row(qtbot, w
     qtbot.mouseClick(window.sources.remove_button, Qt.LeftButton)
     assert window.sources.errors() == [] and not window.message.isVisible()
 
+
+def test_the_log_scrolls_to_a_new_error(qtbot, window):
+    import logging
+
+    log = logging.getLogger("ram_desktop")
+    for i in range(200):
+        log.info("line %d", i)
+    qtbot.wait(50)
+    bar = window.log_view.verticalScrollBar()
+    bar.setValue(0)  # the user scrolled back
+    log.error("something failed")
+    qtbot.wait(50)
+    assert bar.value() == bar.maximum() > 0
