@@ -182,3 +182,14 @@ def test_the_log_scrolls_to_a_new_error(qtbot, window):
     log.error("something failed")
     qtbot.wait(50)
     assert bar.value() == bar.maximum() > 0
+
+
+def test_a_ties_card_cites_the_ties_paper(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    window.method.method.setCurrentIndex(window.method.method.findData("ties"))
+    window.method.out_dir.setText(str(tmp_path / "ties"))
+    _merge(qtbot, window)
+    card = (tmp_path / "ties" / "README.md").read_text()
+    intro = card.split("- Base:")[0]
+    assert "TIES-Merging" in intro and "2306.01708" in intro and "Behavior Knowledge Merge" not in intro
