@@ -211,9 +211,9 @@ class MainWindow(QMainWindow):
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders next to the sources, where none is chosen yet
         (or always: ``replace``)."""
-        for edit, name in ((self.method.out_dir, "merged"), (self.compare.folder, "compare")):
-            if replace or not edit.text().strip():
-                edit.setText(str(free_folder(parent / name)))
+        self.method.default_out(parent, replace)
+        if replace or not self.compare.folder.text().strip():
+            self.compare.folder.setText(str(free_folder(parent / "compare")))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""

@@ -193,3 +193,23 @@ def test_a_ties_card_cites_the_ties_paper(qtbot, window, demo_models, tmp_path):
     card = (tmp_path / "ties" / "README.md").read_text()
     intro = card.split("- Base:")[0]
     assert "TIES-Merging" in intro and "2306.01708" in intro and "Behavior Knowledge Merge" not in intro
+
+
+def test_the_proposed_output_folder_follows_the_method(qtbot, window, demo_models, tmp_path):
+    import shutil
+
+    models = tmp_path / "models"  # a copy: the outputs proposed next to it stay out of the shared demo
+    base = shutil.copytree(demo_models[0], models / demo_models[0].name)
+    agents = [shutil.copytree(p, models / p.name) for p in demo_models[1]]
+    load_sources(qtbot, window, base, agents)
+    assert window.method.out_dir.text() == str(models / "ram-plus-merged")
+    _merge(qtbot, window)
+    window.method.method.setCurrentIndex(window.method.method.findData("ties"))
+    assert window.method.out_dir.text() == str(models / "ties-merged")
+    _merge(qtbot, window)
+    assert (models / "ram-plus-merged" / "merge-report.json").is_file()
+    window.method.method.setCurrentIndex(window.method.method.findData("ram-plus"))
+    assert window.method.out_dir.text() == str(models / "ram-plus-merged-2")  # the earlier output stays
+    window.method.out_dir.setText(str(tmp_path / "mine"))  # a folder the user chose stays chosen
+    window.method.method.setCurrentIndex(window.method.method.findData("ram"))
+    assert window.method.out_dir.text() == str(tmp_path / "mine")
