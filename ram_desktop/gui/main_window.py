@@ -203,7 +203,7 @@ class MainWindow(QMainWindow):
             self._default_folders(base.checkpoint.folder.parent, replace=False)
         self.evaluate.set_session_models(base.spec if base else None,
                                          list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
-        self.analysis.follow_sources(self._source_key(), self.sources.names)
+        self.analysis.follow_sources(self._source_key(), self.sources.names, self.sources.all_ready())
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()

@@ -213,3 +213,20 @@ def test_the_proposed_output_folder_follows_the_method(qtbot, window, demo_model
     window.method.out_dir.setText(str(tmp_path / "mine"))  # a folder the user chose stays chosen
     window.method.method.setCurrentIndex(window.method.method.findData("ram"))
     assert window.method.out_dir.text() == str(tmp_path / "mine")
+
+
+def test_with_a_failed_source_the_hint_does_not_say_click_analyze(qtbot, window, demo_models, tmp_path):
+    from .conftest import drop_paths
+
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    broken = tmp_path / "broken.safetensors"  # as a Hub download that failed: a row marked ✗ error
+    broken.write_bytes(b"\xff" * 5)
+    drop_paths(window.sources, [broken])
+    qtbot.waitUntil(lambda: not window.sources.busy and bool(window.sources.errors()), timeout=10000)
+    hint = window.analysis.stale.text()
+    assert not window.analyse_button.isEnabled() and hint and "click Analyze" not in hint
+    window.sources.table.selectRow(4)
+    qtbot.mouseClick(window.sources.remove_button, Qt.LeftButton)
+    assert window.analyse_button.isEnabled()
