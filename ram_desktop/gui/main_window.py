@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         self.run_box.message.connect(self.notify)
         self.jobs.state_changed.connect(self._update_actions)
         self.jobs.finished.connect(self._job_finished)
+        self.jobs.failed.connect(lambda text: self.sources.reject(text) if self.jobs.state in (
+            JobState.ANALYSING, JobState.MERGING) else None)
         self.sources.changed.connect(self._sources_changed)
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))

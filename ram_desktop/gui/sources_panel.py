@@ -41,6 +41,7 @@ class Row:
     name: str
     checkpoint: Checkpoint | None = None
     error: str | None = None
+    rejected: str | None = None  # why the last analysis or merge refused this opened source
     generation: int = 0
     status: str = "opening…"
 
@@ -125,7 +126,18 @@ class SourcesPanel(QWidget):
         self._refresh()
 
     # --- model --------------------------------------------------------------------------------
+    def reject(self, message: str) -> None:
+        """An analysis or merge failed with ``message``: the opened sources it names (``display:``) are marked
+        rejected instead of ready (until the next failure or another base)."""
+        for row in [self.base, *self.agents]:
+            if row is not None:
+                ck = row.checkpoint
+                row.rejected = message if ck is not None and f"{ck.display}:" in message else None
+        self._refresh()
+
     def set_base(self, spec: str) -> None:
+        for row in self.agents:
+            row.rejected = None
         self.base = self._open(Row(str(spec), "base"))
         self._refresh()
         self.changed.emit()
@@ -270,7 +282,7 @@ class SourcesPanel(QWidget):
                     values[SIZE] = human_bytes(ck.size_bytes)
                     values[TENSORS] = f"{len(ck.tensors):,}"
                     values[DTYPE] = ck.dtype
-                    values[STATUS] = "✓ ready"
+                    values[STATUS] = "✗ rejected" if row.rejected else "✓ ready"
                 elif row.error:
                     values[STATUS] = "✗ error"
                 else:
@@ -289,9 +301,9 @@ class SourcesPanel(QWidget):
                 if col == SOURCE and row is not None:
                     item.setToolTip(row.checkpoint.display if row.checkpoint else row.spec)
                 if col == STATUS and row is not None:
-                    if row.error:
+                    if row.error or row.rejected:
                         item.setForeground(QBrush(ERROR_COLOR))
-                        item.setToolTip(row.error)
+                        item.setToolTip(row.error or row.rejected)
                     elif row.checkpoint:
                         item.setForeground(QBrush(OK_COLOR))
                     else:

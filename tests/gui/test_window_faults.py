@@ -230,3 +230,17 @@ def test_with_a_failed_source_the_hint_does_not_say_click_analyze(qtbot, window,
     window.sources.table.selectRow(4)
     qtbot.mouseClick(window.sources.remove_button, Qt.LeftButton)
     assert window.analyse_button.isEnabled()
+
+
+def test_a_row_the_analysis_rejects_is_not_marked_ready(qtbot, window, demo_models, tmp_path):
+    from tests.conftest import make_models
+
+    base, agents = demo_models
+    _, small = make_models(tmp_path / "small")  # another architecture, as a GPT-2 among Qwen2 agents
+    load_sources(qtbot, window, base, [agents[0], small[0]])
+    with qtbot.waitSignal(window.analysis_finished, timeout=30000) as blocker:
+        qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
+    assert blocker.args == [False]
+    status = [window.sources.table.item(r, 6).text() for r in range(3)]
+    assert status == ["✓ ready", "✓ ready", "✗ rejected"], status
+    assert "tensor names differ" in window.sources.table.item(2, 6).toolTip()
