@@ -47,13 +47,12 @@ def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[fl
 # Merged with RAM Desktop: {method.label}
 
 This model merges {plan.n_agents} reinforcement-learning-trained agents into their common base with
-**{method.label}** ({method.summary.rstrip(".")}) — *Behavior Knowledge Merge in Reinforced Agentic Models*,
-arXiv 2601.13572.
+**{method.label}** ({method.summary.rstrip(".")}){f" — {method.citation}" if method.citation else ""}.
 
 - Base: `{plan.base.display}`
 - Method: `{method_name}`; parameters: {params_text}; ε = {probe.eps:g}
 - Output dtype: {out_dtype}; elements compared: {probe.params:,} in {probe.tensors} tensors
-- Overlap statistics ρ are counted over the whole model, as the paper defines them.
+- Overlap statistics ρ are counted over the whole model, as the RAM paper defines them (arXiv 2601.13572).
 
 ## Agents
 

@@ -55,8 +55,8 @@ def input_paths(ckpt: Checkpoint) -> list[Path]:
     return [ckpt.path.resolve(), *[f.resolve() for f in ckpt.files]]
 
 
-def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_bytes: int) -> Path:
-    """Refuse an output that would touch an input, overwrite without permission, or not fit on disk."""
+def check_apart(out: Path, inputs: list[Checkpoint]) -> Path:
+    """``out`` resolved; refused when it is, lies inside or contains an input."""
     out = Path(out).expanduser().resolve()
     for ckpt in inputs:
         for inp in input_paths(ckpt):
@@ -64,6 +64,12 @@ def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_by
                 raise InputError(f"output folder {out} is inside the input {inp}; choose a folder outside the inputs")
             if out in inp.parents:
                 raise InputError(f"output folder {out} contains the input {inp}; choose a folder that holds no input")
+    return out
+
+
+def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_bytes: int) -> Path:
+    """Refuse an output that would touch an input, overwrite without permission, or not fit on disk."""
+    out = check_apart(out, inputs)
     check_replaceable(out, overwrite)
     anchor = out.parent
     while not anchor.exists():
@@ -263,6 +269,11 @@ def _remove_stale_lock(path: Path) -> None:
         os.close(fd)
 
 
+def is_earlier_output(out: Path) -> bool:
+    """``out`` holds an earlier RAM Desktop output (``OUTPUT_MARKERS``): the only non-empty folder that may be replaced."""
+    return any(all((out / name).is_file() for name in names) for names in OUTPUT_MARKERS)
+
+
 def check_replaceable(out: Path, overwrite: bool) -> None:
     """An existing ``out`` may be replaced only with ``overwrite``, and only when it is empty or holds an
     earlier RAM Desktop output (``OUTPUT_MARKERS``): any other folder's files are never touched."""
@@ -274,7 +285,7 @@ def check_replaceable(out: Path, overwrite: bool) -> None:
         return
     if not overwrite:
         raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
-    if not any(all((out / name).is_file() for name in names) for names in OUTPUT_MARKERS):
+    if not is_earlier_output(out):
         raise InputError(f"output folder {out} holds files that RAM Desktop did not write (no merge-report.json and "
                          "ram-recipe.yaml, no fisher.json); --overwrite replaces only an earlier RAM Desktop output — "
                          "choose a new folder")

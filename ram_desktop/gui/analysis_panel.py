@@ -212,13 +212,15 @@ class AnalysisPanel(QWidget):
         """A report measured on ``key`` is shown."""
         return self.report is not None and self.report_key == key
 
-    def follow_sources(self, key: tuple, names: list[str]) -> None:
+    def follow_sources(self, key: tuple, names: list[str], ready: bool = True) -> None:
         """The sources are now ``key``: a rename relabels the report (same statistics); any other change
-        marks it stale."""
+        marks it stale, with what to do next (Analyze, or first the sources while not all ``ready``)."""
         if self.report is None:
             return
         if key != self.report_key:
-            self.set_stale("The sources or ε changed since this analysis — click Analyze to update it.")
+            self.set_stale("The sources or ε changed since this analysis — " + (
+                "click Analyze to update it." if ready else
+                "Analyze again once every source has opened (remove or replace a row marked ✗ error)."))
             return
         if self.report.names != names:
             self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)

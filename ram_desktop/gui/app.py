@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -63,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.screenshot and not (args.demo or args.recipe):
         print("error: --screenshot needs --demo or a recipe", file=sys.stderr)
         return 2
+    if args.screenshot:  # a PNG needs no screen: offscreen unless the caller chose a platform
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
         from PySide6.QtCore import QSettings, QTimer
         from PySide6.QtWidgets import QApplication

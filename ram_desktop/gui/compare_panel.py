@@ -34,6 +34,7 @@ class MethodRow:
         self.check.setToolTip(method.summary)
         self.param = QComboBox()
         self.values = QLineEdit()
+        self.has_params = bool(method.params)
         if method.params:
             for p in method.params:
                 self.param.addItem(p.name, p.name)
@@ -54,7 +55,7 @@ class MethodRow:
         """The ticked variants; ``InputError`` naming the method for a bad value."""
         if not self.check.isChecked():
             return []
-        if not self.param.isEnabled():
+        if not self.has_params:
             return [Variant.parse(self.name)]
         values = [v.strip() for v in self.values.text().replace(";", ",").split(",") if v.strip()]
         if not values:
@@ -160,6 +161,8 @@ class ComparePanel(QWidget):
         self.run.cancel_button.setEnabled(running)
         for row in self.rows.values():
             row.check.setEnabled(not running)
+            row.param.setEnabled(not running and row.has_params)
+            row.values.setEnabled(not running and row.has_params)
         suites = self.evaluate.checked_suites()
         self.summary.setText(f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
                              + ", ".join(s.name for s in suites) if suites else
@@ -204,6 +207,8 @@ class ComparePanel(QWidget):
         if result.evaluation is not None:
             kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges):]}
             self.evaluate.show_result(result.evaluation, kinds)
+            self.evaluate.run.end(f"Compare scored {len(result.evaluation.models)} models (the base, the agents and "
+                                  f"{len(result.merges)} variants) — see the table", True)
         seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
         self.run.end(f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
                      + (" and scored — see Evaluate" if result.evaluation is not None else ""), True)

@@ -57,7 +57,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         log.error(str(e))
         return False
     window.apply_session(session)
-    window.setWindowTitle(f"RAM Desktop — {Path(path).name} (mergekit)")
+    window.setWindowTitle(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
     for warning in imported.warnings:
         log.warning("%s", warning)
     if imported.warnings:

@@ -30,7 +30,8 @@ from .method_panel import MethodPanel
 from .result_box import ResultBox
 from .run_bar import duration
 from .run_box import RunBox
-from .session_form import checked_session, merge_request, read_session, run_merge, run_probe, show_session
+from .session_form import (NotReplaceable, checked_session, merge_request, read_session, run_merge, run_probe,
+                           show_session)
 from .sources_panel import SourcesPanel
 from .widgets import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
@@ -49,7 +50,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or QSettings()
-        self.setWindowTitle("RAM Desktop — merge RL-trained agents")
+        self.setWindowTitle("Merge RL-trained agents")  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
         self.result: engine.MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
@@ -62,7 +63,7 @@ class MainWindow(QMainWindow):
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
         self.run_box = RunBox(self.jobs)
-        self.result_box = ResultBox()
+        self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
         # the widgets that tests and scripts reach through the window
         rb, res = self.run_box, self.result_box
@@ -108,6 +109,8 @@ class MainWindow(QMainWindow):
         self.run_box.message.connect(self.notify)
         self.jobs.state_changed.connect(self._update_actions)
         self.jobs.finished.connect(self._job_finished)
+        self.jobs.failed.connect(lambda text: self.sources.reject(text) if self.jobs.state in (
+            JobState.ANALYSING, JobState.MERGING) else None)
         self.sources.changed.connect(self._sources_changed)
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
@@ -194,13 +197,15 @@ class MainWindow(QMainWindow):
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
     def _sources_changed(self) -> None:
+        if self.message.kind == "error" and self.sources.error_gone(self.message.text.text()):
+            self.message.hide()  # the row it told of was removed
         self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
             self._default_folders(base.checkpoint.folder.parent, replace=False)
         self.evaluate.set_session_models(base.spec if base else None,
                                          list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
-        self.analysis.follow_sources(self._source_key(), self.sources.names)
+        self.analysis.follow_sources(self._source_key(), self.sources.names, self.sources.all_ready())
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
@@ -208,9 +213,9 @@ class MainWindow(QMainWindow):
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders next to the sources, where none is chosen yet
         (or always: ``replace``)."""
-        for edit, name in ((self.method.out_dir, "merged"), (self.compare.folder, "compare")):
-            if replace or not edit.text().strip():
-                edit.setText(str(free_folder(parent / name)))
+        self.method.default_out(parent, replace)
+        if replace or not self.compare.folder.text().strip():
+            self.compare.folder.setText(str(free_folder(parent / "compare")))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""
@@ -308,7 +313,7 @@ class MainWindow(QMainWindow):
 
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(self, "Replace the output folder?",
-                                      f"{out} already holds files. Replace its contents with the merged model?",
+                                      f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
                                       QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
         return answer == QMessageBox.Yes
 
@@ -316,16 +321,19 @@ class MainWindow(QMainWindow):
         session = self._ready_session("Merge")
         if session is None:
             return
+        inputs = [r.checkpoint for r in (self.sources.base, *self.sources.agents) if r and r.checkpoint]
         try:
-            request = merge_request(session, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
+            request = merge_request(session, inputs, self._confirm_replace, self.sources.hub_token,
+                                    self.chunk_elements)
         except InputError as e:
             self.show_error(str(e))
+            if isinstance(e, NotReplaceable):
+                self.message.offer(f"Use {e.free.name}", partial(self.method.out_dir.setText, str(e.free)))
             return
         if request is None:
             return
         self.message.hide()
         self.result = None
-        self.result_box.merging()
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
         self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
 

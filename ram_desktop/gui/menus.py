@@ -107,7 +107,7 @@ class Menus(QObject):
             log.error(str(e))
             return False
         self._used(path)
-        w.setWindowTitle(f"RAM Desktop — {Path(path).name}")
+        w.setWindowTitle(Path(path).name)  # Qt appends " — RAM Desktop"
         log.info("opened recipe %s", path)
         return True
 

@@ -3,6 +3,7 @@ registry appears here with its parameters, defaults, ranges and help without GUI
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
@@ -14,6 +15,7 @@ from ..core import defaults
 from ..core.engine import list_devices
 from ..core.methods import METHODS, MergeMethod, Param
 from ..core.plan import OUT_DTYPES, VOCAB_MODES
+from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
                 "float32": "float32 (keeps RAM+ rescaling)"}
@@ -258,6 +260,9 @@ class MethodPanel(QWidget):
         self._fixed_rows = self.form.rowCount()
 
         self.method.currentIndexChanged.connect(self._rebuild)
+        self.method.currentIndexChanged.connect(self._follow_method)
+        self._out_parent: Path | None = None
+        self._proposed_out = ""  # the output folder last proposed (not typed): it follows the method
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
@@ -267,6 +272,22 @@ class MethodPanel(QWidget):
     @property
     def current(self) -> MergeMethod:
         return METHODS[self.method.currentData()]
+
+    def default_out(self, parent: Path, replace: bool) -> None:
+        """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
+        ``replace``); until edited it follows the method, so one method never targets another's output."""
+        self._out_parent = parent
+        if replace or not self.out_dir.text().strip():
+            self._propose_out()
+
+    def _propose_out(self) -> None:
+        if self._out_parent is not None:
+            self._proposed_out = str(free_folder(self._out_parent / f"{self.current.name}-merged"))
+            self.out_dir.setText(self._proposed_out)
+
+    def _follow_method(self) -> None:
+        if self.out_dir.text() == self._proposed_out:
+            self._propose_out()
 
     def _rebuild(self) -> None:
         for _ in self._param_rows:

@@ -9,19 +9,24 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..core import engine
+from ..core.methods import get_method
 from ..core.output import human_bytes
+from .jobs import JobController, JobState, Outcome
 from .run_bar import duration
 
 
 class ResultBox(QWidget):
-    """What the last merge wrote. Signals: ``publish_requested``, ``evaluate_requested``."""
+    """What the last merge wrote; it follows the job controller's merges (started, stopped without an
+    output). Signals: ``publish_requested``, ``evaluate_requested``."""
 
     publish_requested = Signal()
     evaluate_requested = Signal()
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.out: Path | None = None
+        jobs.state_changed.connect(lambda state: self.merging() if state is JobState.MERGING else None)
+        jobs.finished.connect(self._finished)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.result_text = QLabel("No merge yet.")
@@ -61,14 +66,23 @@ class ResultBox(QWidget):
         self.out = None
         self.result_text.setText("Merging…")
         self._enable_output(False)
+        self.evaluate_result_button.setEnabled(False)
+
+    def _finished(self, state: JobState, outcome: Outcome) -> None:
+        """A merge that stopped without an output says so (its reason is in the message bar and the log)."""
+        if state is JobState.MERGING and outcome is not Outcome.DONE:
+            self.result_text.setText("Merge cancelled; nothing was written." if outcome is Outcome.CANCELLED
+                                     else "The merge stopped with an error (see the message at the top); "
+                                          "nothing was written.")
 
     def show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
+        method = result.report.get("method")
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
+        lam = f" · λ: {lam}" if get_method(method).lambdas is not None else ""  # only a rescaling method has λ
         self.result_text.setText(
             f"<b>Merged model:</b> <a href=\"{QUrl.fromLocalFile(str(result.out)).toString()}\">{result.out}</a><br>"
-            f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · "
-            f"method {result.report.get('method')} · λ: {lam}<br>"
+            f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · method {method}{lam}<br>"
             "Also there: model card (README.md), ram-recipe.yaml, merge-report.json"
             + (", charts (PNG)." if charts else "."))
         self.result_text.setOpenExternalLinks(True)

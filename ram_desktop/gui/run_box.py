@@ -140,6 +140,9 @@ class RunBox(QWidget):
         color = "#b3261e" if level >= logging.ERROR else "#8a5a00" if level >= logging.WARNING else "#333333"
         escaped = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.log_view.appendHtml(f'<span style="color:{color}; white-space:pre-wrap">{escaped}</span>')
+        if level >= logging.ERROR:  # an error is shown even when the log was scrolled back
+            bar = self.log_view.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
 
 def amount(value: float, unit: str) -> str:

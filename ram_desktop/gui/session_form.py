@@ -9,12 +9,15 @@ from typing import Callable
 from ..core import defaults, engine
 from ..core.errors import InputError
 from ..core.events import Reporter
+from ..core.formats import Checkpoint
+from ..core.output import check_apart, is_earlier_output
 from ..core.plan import OUT_DTYPES, VOCAB_MODES
 from ..core.probe import ProbeReport
 from ..core.recipe import Recipe
 from ..core.session import Session
 from .method_panel import MethodPanel
 from .sources_panel import SourcesPanel
+from .widgets import free_folder
 
 
 def read_session(sources: SourcesPanel, method: MethodPanel) -> Session:
@@ -69,14 +72,28 @@ def load_session(path: Path) -> Session:
     return session
 
 
-def merge_request(session: Session, confirm_replace: Callable[[Path], bool], token: str | None,
-                  chunk_elements: int) -> engine.MergeRequest | None:
-    """The engine's request for merging ``session``; None when its output folder holds files and
-    ``confirm_replace(folder)`` says not to replace them. Raises ``InputError`` (no output folder, a bad value)."""
+class NotReplaceable(InputError):
+    """The output folder holds files RAM Desktop did not write: refused, never replaced; ``free`` may be used instead."""
+
+    def __init__(self, out: Path, free: Path) -> None:
+        super().__init__(f"output folder {out} holds files that RAM Desktop did not write, and they are never "
+                         f"replaced; choose a new folder (such as {free.name})")
+        self.out, self.free = out, free
+
+
+def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: Callable[[Path], bool],
+                  token: str | None, chunk_elements: int) -> engine.MergeRequest | None:
+    """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
+    output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
+    (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
+    holding anything else (the engine's own rules: ``check_apart``, ``is_earlier_output``)."""
     if not session.out:
         raise InputError("choose an output folder (section 3) before merging")
     out = Path(session.out).expanduser()
-    overwrite = out.is_dir() and any(out.iterdir())
+    resolved = check_apart(out, inputs)
+    overwrite = resolved.is_dir() and any(resolved.iterdir())
+    if overwrite and not is_earlier_output(resolved):
+        raise NotReplaceable(out, free_folder(out))
     if overwrite and not confirm_replace(out):
         return None
     return session.to_request(out, overwrite=overwrite, token=token, chunk_elements=chunk_elements)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from ..core.output import human_bytes
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job
+
+log = logging.getLogger("ram_desktop")
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
@@ -38,6 +41,7 @@ class Row:
     name: str
     checkpoint: Checkpoint | None = None
     error: str | None = None
+    rejected: str | None = None  # why the last analysis or merge refused this opened source
     generation: int = 0
     status: str = "opening…"
 
@@ -64,6 +68,7 @@ class SourcesPanel(QWidget):
         self._pending: dict[int, Row] = {}
         self._jobs: dict[int, Job] = {}  # generation -> the job opening that row
         self.hub_token: str | None = None  # from the Hub dialog, for this session only
+        self._reported: set[str] = set()  # the open errors reported by ``error``
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -121,7 +126,18 @@ class SourcesPanel(QWidget):
         self._refresh()
 
     # --- model --------------------------------------------------------------------------------
+    def reject(self, message: str) -> None:
+        """An analysis or merge failed with ``message``: the opened sources it names (``display:``) are marked
+        rejected instead of ready (until the next failure or another base)."""
+        for row in [self.base, *self.agents]:
+            if row is not None:
+                ck = row.checkpoint
+                row.rejected = message if ck is not None and f"{ck.display}:" in message else None
+        self._refresh()
+
     def set_base(self, spec: str) -> None:
+        for row in self.agents:
+            row.rejected = None
         self.base = self._open(Row(str(spec), "base"))
         self._refresh()
         self.changed.emit()
@@ -192,6 +208,10 @@ class SourcesPanel(QWidget):
     def errors(self) -> list[str]:
         return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]
 
+    def error_gone(self, text: str) -> bool:
+        """``text`` (a message shown) tells of a source that could not be opened and no row holds any more."""
+        return any(text.endswith(e) for e in self._reported - set(self.errors()))
+
     # --- background opening -------------------------------------------------------------------
     def _open(self, row: Row) -> Row:
         self._generation += 1
@@ -228,6 +248,8 @@ class SourcesPanel(QWidget):
         if row is None:
             return
         row.checkpoint, row.error = None, message
+        self._reported.add(message)
+        log.error(message)
         self._refresh()
         self.changed.emit()
         self.error.emit(message)
@@ -260,7 +282,7 @@ class SourcesPanel(QWidget):
                     values[SIZE] = human_bytes(ck.size_bytes)
                     values[TENSORS] = f"{len(ck.tensors):,}"
                     values[DTYPE] = ck.dtype
-                    values[STATUS] = "✓ ready"
+                    values[STATUS] = "✗ rejected" if row.rejected else "✓ ready"
                 elif row.error:
                     values[STATUS] = "✗ error"
                 else:
@@ -279,9 +301,9 @@ class SourcesPanel(QWidget):
                 if col == SOURCE and row is not None:
                     item.setToolTip(row.checkpoint.display if row.checkpoint else row.spec)
                 if col == STATUS and row is not None:
-                    if row.error:
+                    if row.error or row.rejected:
                         item.setForeground(QBrush(ERROR_COLOR))
-                        item.setToolTip(row.error)
+                        item.setToolTip(row.error or row.rejected)
                     elif row.checkpoint:
                         item.setForeground(QBrush(OK_COLOR))
                     else:

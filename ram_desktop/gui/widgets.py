@@ -4,6 +4,7 @@ folder name."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
@@ -26,7 +27,12 @@ class MessageBar(QWidget):
         close.setFixedWidth(28)
         close.setToolTip("Dismiss")
         close.clicked.connect(self.hide)
+        self.action_button = QPushButton()
+        self.action_button.hide()
+        self.action_button.clicked.connect(self._act)
+        self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
+        row.addWidget(self.action_button, 0, Qt.AlignTop)
         row.addWidget(close, 0, Qt.AlignTop)
         self.kind = ""
         self.setAttribute(Qt.WA_StyledBackground, True)
@@ -39,7 +45,21 @@ class MessageBar(QWidget):
                            f" QLabel {{ color: {fg}; }}")
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
         self.text.setText(prefix + text)
+        self._action = None
+        self.action_button.hide()
         self.show()
+
+    def offer(self, label: str, action: Callable[[], None]) -> None:
+        """A button beside the message shown: ``action`` runs when clicked, then the bar closes."""
+        self._action = action
+        self.action_button.setText(label)
+        self.action_button.show()
+
+    def _act(self) -> None:
+        action, self._action = self._action, None
+        self.hide()
+        if action is not None:
+            action()
 
 
 def group(title: str, widget: QWidget) -> QGroupBox:

@@ -186,10 +186,15 @@ def test_compare_two_variants_is_one_compare_and_shows_them_side_by_side(qtbot, 
     panel.tick("ram-plus", "0, 0.2", "r")
     panel.folder.setText(str(tmp_path / "cmp"))
     assert "toy" in panel.summary.text()
+    window.evaluate.run.end("Scored 3 models on 1 suite in 2 s", True)  # a previous evaluation's status
     with qtbot.waitSignal(panel.compare_finished, timeout=120000) as done:
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+        row = panel.rows["ram-plus"]  # running: the sweep cannot change under it
+        assert not row.values.isEnabled() and not row.param.isEnabled()
     assert done.args == ["done"], window.message.text.text()
     assert len(calls) == 1
+    assert row.values.isEnabled() and "Scored 3 models" not in window.evaluate.run.label.text()
+    assert "Compare scored 5 models" in window.evaluate.run.label.text()
     assert window.steps.currentWidget() is window.evaluate
     names = ["ram-plus_r=0", "ram-plus_r=0.2"]
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())

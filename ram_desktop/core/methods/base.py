@@ -182,7 +182,8 @@ class MergeMethod:
     turn its calibration suites into those inputs before merging (``evaluate.fisher``).
     ``would_keep``: the Analyze view's estimate (None: not shown). ``mergekit``: how it reads and writes
     mergekit configurations (None: not expressible, refused). ``sweep``: what a comparison offers (None:
-    its first parameter at its default). ``short``: its label on charts (default: ``label``).
+    its first parameter at its default). ``short``: its label on charts (default: ``label``). ``citation``:
+    the paper that defines it, as the model card cites it.
     """
 
     name: str
@@ -203,6 +204,7 @@ class MergeMethod:
     mergekit: MergekitMapping | None = None
     sweep: Sweep | None = None
     short: str = ""
+    citation: str = ""
 
     @property
     def short_label(self) -> str:

@@ -786,6 +786,13 @@ DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is 
 SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)",
              0, 2**64 - 1)
 
+TA_PAPER = "Ilharco et al., *Editing Models with Task Arithmetic*, ICLR 2023, arXiv 2212.04089"
+TIES_PAPER = ("Yadav et al., *TIES-Merging: Resolving Interference When Merging Models*, NeurIPS 2023, "
+              "arXiv 2306.01708")
+DARE_PAPER = ("Yu et al., *Language Models are Super Mario: Absorbing Abilities from Homologous Models as a Free "
+              "Lunch*, ICML 2024, arXiv 2311.03099")
+
+
 def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Chunk, DareContext], torch.Tensor],
           ties: bool, keep: Callable[["ProbeReport", dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
     """DARE-TA (``ties`` False: λ·Σ) or DARE-TIES (sign election and disjoint mean): the same drop step,
@@ -801,6 +808,7 @@ def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Ch
                                  (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)),
         sweep=Sweep("drop", "0.5"),
         short=short,
+        citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
     )
 
 
@@ -813,6 +821,8 @@ METHODS = (
         mergekit=MergekitMapping(_to_average, (MergekitImport("linear", {"normalize": True}, {"weight": None},
                                                               _from_linear),)),
         short="Avg",
+        citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
+                 "without increasing inference time*, ICML 2022, arXiv 2203.05482",
     ),
     MergeMethod(
         "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
@@ -822,6 +832,7 @@ METHODS = (
         mergekit=MergekitMapping(_to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)),
         sweep=Sweep("scale", "0.3, 0.5, 1.0"),
         short="TA",
+        citation=TA_PAPER,
     ),
     MergeMethod(
         "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
@@ -836,6 +847,7 @@ METHODS = (
         mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
         sweep=Sweep("density", "0.2"),
         short="TIES",
+        citation=TIES_PAPER,
     ),
     _dare("dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
           0.3, dare_ta_merge, ties=False, keep=scaled_shares, theirs="dare_linear", short="DARE-TA"),

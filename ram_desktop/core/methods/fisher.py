@@ -126,5 +126,6 @@ METHODS = (
         aux_inputs=fisher_aux_inputs,
         calibrated=True,
         thread_safe=True,
+        citation="Matena & Raffel, *Merging Models with Fisher-Weighted Averaging*, NeurIPS 2022, arXiv 2111.09832",
     ),
 )

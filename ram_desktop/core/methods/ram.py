@@ -194,6 +194,7 @@ def _soft_to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
         "closest clipped form"])
 
 
+RAM_PAPER = "*Behavior Knowledge Merge in Reinforced Agentic Models*, arXiv 2601.13572"
 RAM_MERGEKIT = MergekitMapping(_to_ram, (MergekitImport("ram", {"epsilon": 1e-5}, {}, _from_ram),))
 RAM_PLUS_MERGEKIT = MergekitMapping(_to_ramplus_tl, (
     MergekitImport("ramplus_tl", {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, {}, _from_ramplus_tl),))
@@ -207,7 +208,7 @@ def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
         return MergeMethod(name, label, summary, params, lambda chunk, ctx: selective_merge(chunk, None),
                            thread_safe=True, fused=_fused(lambda ctx: None),
                            would_keep=WouldKeep(lambda report, p: ram_shares(report)),
-                           mergekit=mergekit, sweep=sweep, short=short)
+                           mergekit=mergekit, sweep=sweep, short=short, citation=RAM_PAPER)
     return MergeMethod(
         name, label, summary, params,
         merge=selective_merge,
@@ -221,6 +222,7 @@ def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
         mergekit=mergekit,
         sweep=sweep,
         short=short,
+        citation=RAM_PAPER,
     )
 
 
