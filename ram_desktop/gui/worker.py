@@ -10,7 +10,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
 from ..core import kernels
 from ..core.errors import Cancelled, RamError
@@ -77,6 +77,9 @@ class Worker(QObject):
                 self.succeeded.emit(result)
         finally:
             self._fn = _released  # what the function captured is freed now, not when the worker is deleted
+            app = QCoreApplication.instance()
+            if app is not None:  # back to the GUI thread, to be deleted there (see Job)
+                self.moveToThread(app.thread())
             self.done.emit()
 
     def cancel(self) -> None:
@@ -87,10 +90,12 @@ class Job(QObject):
     """Owns a worker and its thread, and releases both when the work ends (``finished``).
 
     The GUI's one way to run work in the background (analysis, merge, chart export, opening sources,
-    listing Hub files). Lifecycle (the QThread + moveToThread recipe): the worker is deleted in its own
-    thread as that thread finishes (``thread.finished`` → ``worker.deleteLater``, processed before the
-    thread ends), then the job drops the thread and deletes itself, so a finished job holds nothing —
-    not its function nor what that captured. A job without a parent keeps itself alive until it
+    listing Hub files). Lifecycle (the QThread + moveToThread recipe): when its function returns, the
+    worker moves itself back to the GUI thread; once the thread has finished, the job deletes the worker
+    and the thread there and then itself, so a finished job holds nothing — not its function nor what that
+    captured. (A PySide object must not be destroyed in the worker thread: its destructor takes Qt's
+    connection lock and then asks for the GIL, while the GUI thread, holding the GIL, may be waiting for
+    that lock in a ``connect`` — a deadlock seen in the GUI tests.) A job without a parent keeps itself alive until it
     finishes, so a dialog that is closed while its job runs never destroys a running thread. After
     ``finished``, ``is_running`` is False, ``wait`` returns True and ``cancel`` does nothing."""
 
@@ -117,9 +122,6 @@ class Job(QObject):
         self.qthread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
         self.worker.done.connect(self.qthread.quit, Qt.DirectConnection)
-        # direct (emitted in the worker's thread, where the worker lives): deleted before that thread ends;
-        # a deleteLater posted from the GUI thread after the thread ended would never run
-        self.qthread.finished.connect(self.worker.deleteLater, Qt.DirectConnection)
         self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
@@ -141,10 +143,10 @@ class Job(QObject):
     @Slot()
     def _cleanup(self) -> None:
         if self.qthread is not None:
-            # its run() has returned; wait until the thread has also deleted the worker (as it ends), and
-            # only then drop the references: dropping them first would delete the worker twice
-            self.qthread.wait()
+            self.qthread.wait()  # its run() has returned and the worker is back in this thread
             self.qthread.deleteLater()
+        if self.worker is not None:
+            self.worker.deleteLater()
         self.qthread, self.worker = None, None
         self.finished.emit()
         Job._detached.discard(self)
