@@ -16,7 +16,7 @@ from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
 from .core import defaults
 from .core.methods import METHODS, Param, get_method
-from .core.plan import OUT_DTYPES, VOCAB_MODES
+from .core.engine.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -237,7 +237,7 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import engine
+    from .core import pipeline
     from .core.recipe import Recipe
     from .core.session import Session
 
@@ -259,7 +259,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
-        report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
+        report = pipeline.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
         if args.json:
             try:
@@ -299,7 +299,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
-    result = engine.merge(request, reporter)
+    result = pipeline.merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK

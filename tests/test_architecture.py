@@ -82,7 +82,7 @@ def test_no_import_cycles_in_ram_desktop():
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert "ram_desktop.core.formats.base" in graph["ram_desktop.core.formats.hub"]  # the walker sees imports
     assert "ram_desktop.core.formats.hub" in graph["ram_desktop.core.formats"]  # ... function-level ones too
-    assert "ram_desktop.core.kernels" in graph["ram_desktop.core.probe"]  # ... and TYPE_CHECKING ones
+    assert "ram_desktop.core.engine.kernels" in graph["ram_desktop.core.engine.probe"]  # ... and TYPE_CHECKING ones
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.formats import open_checkpoint
 

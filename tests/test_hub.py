@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core.engine import MergeRequest, merge, probe
+from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core import errors
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter

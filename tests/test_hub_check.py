@@ -11,7 +11,7 @@ import pytest
 
 from ram_desktop.cli import main
 from ram_desktop.core import hub_check
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import Cancelled
 from ram_desktop.core.events import Reporter
 

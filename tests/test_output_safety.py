@@ -168,15 +168,15 @@ output._exchange = killing
 
 
 SLOW_MERGE = """
-from ram_desktop.core import passes
+from ram_desktop.core.engine import passes
 merge_pass = passes.merge_pass
 def slow(*a, **k):
     print("merging", flush=True)
     time.sleep(float(os.environ.get("SLOW", "30")))
     return merge_pass(*a, **k)
 passes.merge_pass = slow
-from ram_desktop.core import engine
-engine.merge_pass = slow
+from ram_desktop.core import pipeline
+pipeline.merge_pass = slow
 """
 
 
@@ -233,8 +233,8 @@ def test_a_run_that_finishes_first_does_not_let_a_second_replace_it_silently(tmp
     report = (out / "merge-report.json").read_bytes()
     # a second run that already passed check_output (simulated: the check skipped) meets the lock-time check
     patch = """
-from ram_desktop.core import engine
-engine.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib").Path(out).resolve()
+from ram_desktop.core import pipeline
+pipeline.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib").Path(out).resolve()
 """
     one_error_line(run(tmp_path, patch, *merge_args(inputs, out)), "not empty", "--overwrite")
     assert (out / "merge-report.json").read_bytes() == report

@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import errors as hf_errors
 
 from ram_desktop.cli import main
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.publish import publish
 

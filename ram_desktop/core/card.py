@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 
 from .methods import get_method
-from .plan import MergePlan
-from .probe import ProbeReport
+from .engine.plan import MergePlan
+from .engine.probe import ProbeReport
 
 
 def _hub_base_id(plan: MergePlan) -> str | None:

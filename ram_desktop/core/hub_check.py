@@ -31,7 +31,7 @@ import huggingface_hub as hf
 from .formats import hub
 from .errors import Cancelled, HubUnreachable, InputError
 from .events import CancelToken, ProgressEvent, Reporter
-from .plan import MergePlan, make_plan
+from .engine.plan import MergePlan, make_plan
 from .formats import HUB_ID, Checkpoint, TensorInfo
 from .formats.base import DTYPE_TABLE
 

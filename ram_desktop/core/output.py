@@ -31,7 +31,7 @@ from .formats import Checkpoint
 from .formats.base import INDEX_FILE
 from .formats.safetensors_format import SafetensorsStreamWriter
 from .lazy import torch
-from .plan import MergePlan
+from .engine.plan import MergePlan
 
 log = logging.getLogger("ram_desktop")
 

@@ -13,7 +13,7 @@ import yaml
 
 from . import defaults
 from .errors import InputError
-from .plan import check_agent_count
+from .engine.plan import check_agent_count
 from .safe_read import read_yaml
 
 FORMAT = "ram-recipe/1"

@@ -45,7 +45,7 @@ from typing import Any, Callable
 import torch
 
 from .. import paths
-from ..core.engine import resolve_device
+from ..core.pipeline import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.formats import Checkpoint, open_checkpoint

@@ -32,7 +32,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .. import __version__
-from ..core.engine import resolve_device
+from ..core.pipeline import resolve_device
 from ..core.errors import InputError, first_line
 from ..core.events import Reporter
 from ..core.formats import open_checkpoint

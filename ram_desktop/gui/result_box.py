@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..core import engine
+from ..core import pipeline
 from ..core.output import human_bytes
 from .run_bar import duration
 
@@ -62,7 +62,7 @@ class ResultBox(QWidget):
         self.result_text.setText("Merging…")
         self._enable_output(False)
 
-    def show_result(self, result: engine.MergeResult, charts: list[str]) -> None:
+    def show_result(self, result: pipeline.MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
         self.result_text.setText(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..chunks import Chunk
+from ..engine.chunks import Chunk
 from ..errors import InputError
 from ..formats import Checkpoint
 from ..lazy import torch

@@ -21,14 +21,14 @@ from .lazy import torch
 from .. import __version__
 from . import defaults
 from .card import model_card, save_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
+from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
 from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
-from .passes import Variant, merge_pass, probe_pass
-from .plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
-from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .engine.passes import Variant, merge_pass, probe_pass
+from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
+from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
 from .transfer import Transfer
 from .formats import Checkpoint, open_checkpoint
