@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from ram_desktop.cli import main
-from ram_desktop.core import output as output_module
+from ram_desktop.core.storage import output as output_module
 
 from .conftest import tree_snapshot
 

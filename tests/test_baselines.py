@@ -18,7 +18,7 @@ from ram_desktop.core.methods.baselines import (TiesContext, TrimCollector, dare
 from ram_desktop.core.engine.chunks import Chunk, make_chunk, prefetch_chunks
 from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
 from ram_desktop.core.engine.passes import probe_pass
-from ram_desktop.core.transfer import Transfer
+from ram_desktop.core.storage.transfer import Transfer
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import get_method
 from ram_desktop.core.engine.plan import make_plan

@@ -61,7 +61,7 @@ def test_merge_output_folder(capsys, tmp_path, models):
     assert set(merged) == set(index["weight_map"]) == set(load_model(base))
     assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in merged.values())
     for shard in shards:  # every shard within budget unless one tensor alone exceeds it
-        from ram_desktop.core.formats.safetensors_format import read_header
+        from ram_desktop.core.storage.formats.safetensors_format import read_header
 
         tensors, meta = read_header(out / shard)
         assert meta == {"format": "pt"}

@@ -17,7 +17,7 @@ import torch
 
 from ram_desktop.cli import main
 from ram_desktop.core.pipeline import MergeRequest, merge
-from ram_desktop.core.formats import lora
+from ram_desktop.core.storage.formats import lora
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG
 

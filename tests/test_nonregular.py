@@ -381,7 +381,7 @@ def test_hub_check_cached_config(tmp_path, monkeypatch, kind):
     """The pre-check's cached ``config.json`` goes through safe_read: refused naming the file, never blocking
     (ba1bdff: a FIFO blocked, 100k-deep JSON raised RecursionError, a repeated key was silently resolved)."""
     from ram_desktop.core import hub_check
-    from ram_desktop.core.formats import hub
+    from ram_desktop.core.storage.formats import hub
 
     cached = tmp_path / "config.json"
     if kind == "fifo":

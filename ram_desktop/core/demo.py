@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from .errors import InputError
-from .safe_read import os_reason, read_bytes, read_json
+from .storage.safe_read import os_reason, read_bytes, read_json
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned

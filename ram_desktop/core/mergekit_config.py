@@ -24,7 +24,7 @@ import yaml
 from .errors import InputError
 from .methods import METHODS, get_method
 from .methods.mergekit_map import MergekitImport, MergekitInput
-from .safe_read import read_yaml
+from .storage.safe_read import read_yaml
 from .recipe import FORMAT, Recipe
 
 

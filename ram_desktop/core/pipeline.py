@@ -25,13 +25,13 @@ from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
-from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
-from .transfer import Transfer
-from .formats import Checkpoint, open_checkpoint
+from .storage.transfer import Transfer
+from .storage.formats import Checkpoint, open_checkpoint
 
 log = logging.getLogger("ram_desktop")
 
@@ -103,7 +103,7 @@ def open_sources(base: str, agents: list[str], reporter: Reporter,
 def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: str | None, names: list[str] | None,
                        out_dtype: str, vocab: str, out: Path | None) -> None:
     """Hub sources: plan from their remote headers, then download them concurrently (``hub_check``)."""
-    from .formats import HUB_ID
+    from .storage.formats import HUB_ID
 
     if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in [base, *agents]):
         from .hub_check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources

@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 from .errors import HubAuthError, HubError, HubHTTPError, InputError
 from .events import Reporter
-from .formats.hub import REPO_ID, hub_error
+from .storage.formats.hub import REPO_ID, hub_error
 
 log = logging.getLogger("ram_desktop")
 

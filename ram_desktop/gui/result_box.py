@@ -9,7 +9,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..core import pipeline
-from ..core.output import human_bytes
+from ..core.storage.output import human_bytes
 from .run_bar import duration
 
 

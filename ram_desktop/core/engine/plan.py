@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from ..lazy import torch
 from ..errors import InputError
-from ..formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
-from ..formats import Checkpoint, lora
+from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
+from ..storage.formats import Checkpoint, lora
 
 log = logging.getLogger("ram_desktop")
 

@@ -20,12 +20,12 @@ import numpy as np
 
 from ... import paths
 from .chunks import PATTERN_MAX_AGENTS, Chunk
-from ..formats.base import torch_dtype
+from ..storage.formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
 from ..lazy import torch
 from .plan import MergePlan
 from ..errors import InputError
-from ..safe_read import read_json
+from ..storage.safe_read import read_json
 
 _log = logging.getLogger("ram_desktop")
 

@@ -25,7 +25,7 @@ from .mergekit_map import MergekitMapping
 
 if TYPE_CHECKING:
     from ..engine.chunks import Chunk, StoredSlices
-    from ..formats import Checkpoint
+    from ..storage.formats import Checkpoint
     from ..engine.kernels import KernelResult
     from ..engine.plan import MergePlan
     from ..engine.probe import ProbeReport

@@ -112,7 +112,7 @@ class SurvivalObserver:
         self._lock = threading.Lock()
 
     def observe(self, chunk: Chunk, context: object, merged: torch.Tensor) -> None:
-        from ..formats.base import dtype_name
+        from ..storage.formats.base import dtype_name
         from ..engine.probe import rescale_changes
 
         self.add_counts(dtype_name(merged.dtype), rescale_changes(chunk, merged).cpu().numpy())

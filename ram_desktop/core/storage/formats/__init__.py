@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import InputError
-from ..events import Reporter
+from ...errors import InputError
+from ...events import Reporter
 from .base import Checkpoint, TensorInfo
 from .local import open_local, open_slices
 
