@@ -271,7 +271,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "merge":
         session = session_from_args(args)
     elif args.command == "export-mergekit":
-        from .core.mergekit_config import to_mergekit
+        from .core.ecosystem.mergekit import to_mergekit
 
         text = to_mergekit(Recipe.load(args.recipe))
         if args.out is None:
@@ -283,12 +283,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
                 raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
         return EXIT_OK
     elif args.command == "publish":
-        from .core.publish import publish
+        from .core.ecosystem.hub.publish import publish
 
         print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
         return EXIT_OK
     else:
-        from .core.mergekit_config import load_recipe_or_mergekit
+        from .core.ecosystem.mergekit import load_recipe_or_mergekit
 
         loaded = load_recipe_or_mergekit(args.recipe)
         for warning in loaded.warnings:

@@ -80,8 +80,8 @@ def test_the_walker_finds_a_cycle():
 def test_no_import_cycles_in_ram_desktop():
     modules = all_modules()
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert "ram_desktop.core.storage.formats.base" in graph["ram_desktop.core.storage.formats.hub"]  # the walker sees imports
-    assert "ram_desktop.core.storage.formats.hub" in graph["ram_desktop.core.storage.formats"]  # ... function-level ones too
+    assert "ram_desktop.core.storage.formats.base" in graph["ram_desktop.core.ecosystem.hub.source"]  # the walker sees imports
+    assert "ram_desktop.core.ecosystem.hub.source" in graph["ram_desktop.core.sources"]  # ... function-level ones too
     assert "ram_desktop.core.engine.kernels" in graph["ram_desktop.core.engine.probe"]  # ... and TYPE_CHECKING ones
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)

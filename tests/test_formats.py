@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.storage.formats import open_checkpoint
+from ram_desktop.core.sources import open_checkpoint
 
 from . import reference as ref
 from .conftest import make_models

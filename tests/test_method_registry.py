@@ -129,7 +129,7 @@ def test_comparison_offers_its_sweep(registered, qtbot):
 
 
 def test_mergekit_export_maps_it_or_refuses_it(registered):
-    from ram_desktop.core.mergekit_config import from_mergekit, to_mergekit
+    from ram_desktop.core.ecosystem.mergekit import from_mergekit, to_mergekit
 
     text = to_mergekit(Recipe("base", ["a1", "a2"], NAME, {"weight": 0.3}, out_dtype="float32"))
     data = yaml.safe_load(text)
@@ -143,7 +143,7 @@ def test_mergekit_export_maps_it_or_refuses_it(registered):
         to_mergekit(Recipe("base", ["a1", "a2"], REFUSED, {}))
 
 
-READERS = ["core/engine/passes.py", "core/engine/would_keep.py", "core/mergekit_config.py", "core/engine/kernels.py",
+READERS = ["core/engine/passes.py", "core/engine/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
            "gui/compare_panel.py", "gui/inspect_charts.py"]
 
 

@@ -48,7 +48,8 @@ from .. import paths
 from ..core.pipeline import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
-from ..core.storage.formats import Checkpoint, open_checkpoint
+from ..core.sources import open_checkpoint
+from ..core.storage.formats import Checkpoint
 from ..core.storage.formats.safetensors_format import SafetensorsStreamWriter
 from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
 from ..core.storage.output import check_output, staging_folder

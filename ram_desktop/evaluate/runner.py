@@ -35,7 +35,7 @@ from .. import __version__
 from ..core.pipeline import resolve_device
 from ..core.errors import InputError, first_line
 from ..core.events import Reporter
-from ..core.storage.formats import open_checkpoint
+from ..core.sources import open_checkpoint
 from ..core.storage.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer

@@ -45,9 +45,9 @@ from huggingface_hub.file_download import repo_folder_name
 from ...errors import (Cancelled, GatedRepo, HubAuthError, HubError, HubFileMissing, HubHTTPError, HubOffline,
                       HubUnreachable, InputError, RepoDisabled, RepoNotFound, RevisionNotFound)
 from ...events import Reporter
-from ..safe_read import read_text
-from .base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
-from .local import open_local
+from ...storage.safe_read import read_text
+from ...storage.formats.base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
+from ...storage.formats.local import open_local
 
 log = logging.getLogger("ram_desktop")
 
