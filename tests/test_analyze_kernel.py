@@ -18,7 +18,7 @@ import torch
 from ram_desktop.core import pipeline
 from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.synthetic import write_model
+from .synthetic import write_model
 
 from .conftest import SMALL_CONFIG, make_models
 from .test_fused_kernels import _inputs

@@ -102,7 +102,7 @@ def test_float64_inputs_compute_in_float64(tmp_path):
 
 def test_infinite_rho_clips_to_alpha(tmp_path):
     """An agent whose every update overlaps another has ρ = ∞: clip(∞) = α, report says null."""
-    from ram_desktop.core.synthetic import demo_shapes, write_model
+    from .synthetic import demo_shapes, write_model
     from .conftest import SMALL_CONFIG
 
     gen = torch.Generator().manual_seed(3)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ram_desktop.core import pipeline
-from ram_desktop.core.synthetic import demo_shapes, write_model
+from .synthetic import demo_shapes, write_model
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
 from ram_desktop.core.engine.would_keep import would_keep
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir

@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 
 from ram_desktop.cli import main
 from ram_desktop.core.storage import output as output_module
-from ram_desktop.core.synthetic import demo_shapes, generate_tensors, write_model
+from .synthetic import demo_shapes, generate_tensors, write_model
 
 from .conftest import SMALL_CONFIG, make_models, tree_snapshot
 

@@ -18,7 +18,7 @@ from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import baselines, get_method
 from ram_desktop.core.methods.baselines import TrimCollector
 from ram_desktop.core.engine.plan import make_plan
-from ram_desktop.core.synthetic import write_model
+from .synthetic import write_model
 from ram_desktop.core.storage.transfer import Transfer
 
 from . import reference as ref

@@ -7,7 +7,7 @@ out with ``demo.json``:
 
     {"base": "base", "agents": [{"name": "coder", "path": "coder", "suite": "suites/code"}, ...]}
 
-The synthetic generator the demo used to be lives on in ``synthetic.py`` (tests and benchmarks).
+The synthetic generator the demo used to be lives on in ``tests/synthetic.py``.
 """
 
 from __future__ import annotations
