@@ -154,8 +154,8 @@ EXTRA_ENV=()
 # its code in the user cache folder (NUMBA_CACHE_DIR set by entry.py), never inside the bundle.
 check "ram-merge --kernel-check (numba kernels, not the torch fallback)" 0 ram-merge --kernel-check
 [[ "$CHECK_OK" == 1 ]] && say "    $(tail -1 "$TMP/out")"
-[[ -f "$BUNDLE/_internal/ram_desktop/core/kernel_code.py" ]] \
-    || { echo "FAIL: the bundle lacks ram_desktop/core/kernel_code.py as source" >&2; FAILS=$((FAILS + 1)); }
+[[ -f "$BUNDLE/_internal/ram_desktop/core/engine/kernel_code.py" ]] \
+    || { echo "FAIL: the bundle lacks ram_desktop/core/engine/kernel_code.py as source" >&2; FAILS=$((FAILS + 1)); }
 if find "$BUNDLE" -name '*.nbi' | grep -q .; then
     echo "FAIL: numba wrote its cache inside the bundle (read-only when installed)" >&2; FAILS=$((FAILS + 1))
 fi

@@ -86,16 +86,16 @@ def set_numba_cache_dir() -> None:
 def kernel_check() -> int:
     """``ram-merge --kernel-check``: does this bundle run the fused numba kernels (not the torch fallback)?
 
-    Imports numba through ``ram_desktop.core.kernels``, counts update patterns of a small bf16 slice with
+    Imports numba through ``ram_desktop.core.engine.kernels``, counts update patterns of a small bf16 slice with
     the kernel and with torch and compares them, and checks numba cached the compiled code in
     NUMBA_CACHE_DIR. Prints one line and exits 0, or prints the reason and exits 1."""
     try:
         import torch
 
-        from ram_desktop.core import kernels
+        from ram_desktop.core.engine import kernels
 
         if not kernels.available():
-            raise RuntimeError("ram_desktop.core.kernels.available() is False (numba missing, or "
+            raise RuntimeError("ram_desktop.core.engine.kernels.available() is False (numba missing, or "
                                "kernel_code.py not shipped as source); merges use the torch path")
         import numba
 

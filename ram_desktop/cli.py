@@ -16,7 +16,7 @@ from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
 from .core import defaults
 from .core.methods import METHODS, Param, get_method
-from .core.plan import OUT_DTYPES, VOCAB_MODES
+from .core.engine.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -237,7 +237,7 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import engine
+    from .core import pipeline
     from .core.recipe import Recipe
     from .core.session import Session
 
@@ -259,7 +259,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
-        report = engine.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
+        report = pipeline.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
         if args.json:
             try:
@@ -271,7 +271,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "merge":
         session = session_from_args(args)
     elif args.command == "export-mergekit":
-        from .core.mergekit_config import to_mergekit
+        from .core.ecosystem.mergekit import to_mergekit
 
         text = to_mergekit(Recipe.load(args.recipe))
         if args.out is None:
@@ -283,12 +283,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
                 raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
         return EXIT_OK
     elif args.command == "publish":
-        from .core.publish import publish
+        from .core.ecosystem.hub.publish import publish
 
         print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
         return EXIT_OK
     else:
-        from .core.mergekit_config import load_recipe_or_mergekit
+        from .core.ecosystem.mergekit import load_recipe_or_mergekit
 
         loaded = load_recipe_or_mergekit(args.recipe)
         for warning in loaded.warnings:
@@ -299,7 +299,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
-    result = engine.merge(request, reporter)
+    result = pipeline.merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK

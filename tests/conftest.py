@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ram_desktop.core.synthetic import demo_shapes, generate_tensors, write_model
+from .synthetic import demo_shapes, generate_tensors, write_model
 
 SMALL_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32, "intermediate_size": 48,

@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import engine, kernels, passes
+from ram_desktop.core import pipeline
+from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.synthetic import write_model
+from .synthetic import write_model
 
 from .conftest import SMALL_CONFIG, make_models
 from .test_fused_kernels import _inputs
@@ -66,7 +67,7 @@ def _probe(monkeypatch, base: Path, agents: list[Path], fused: bool, eps: float,
     calls = []
     real = kernels.analyze
     monkeypatch.setattr(kernels, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
-    report = engine.probe(str(base), [str(a) for a in agents], eps=eps, device="cpu", use_cache=False,
+    report = pipeline.probe(str(base), [str(a) for a in agents], eps=eps, device="cpu", use_cache=False,
                           chunk_elements=chunk)
     monkeypatch.setattr(kernels, "analyze", real)
     assert bool(calls) == fused  # the kernel really ran (or really did not)
@@ -154,7 +155,7 @@ def _map(fn, values: np.ndarray, out_dtype, *extra):
 
 
 def test_branch_free_float16_conversions_match_torch():
-    from ram_desktop.core import kernel_code as kc
+    from ram_desktop.core.engine import kernel_code as kc
 
     from .test_fused_kernels import _edge_floats
 
@@ -173,7 +174,7 @@ def test_branch_free_float16_conversions_match_torch():
 @pytest.mark.parametrize("dtype,sign_mask,inf_bits", [(torch.bfloat16, 0x8000, 0x7F80), (torch.float16, 0x8000, 0x7C00),
                                                       (torch.float32, 0x80000000, 0x7F800000)])
 def test_step_bits_is_torch_nextafter(dtype, sign_mask, inf_bits):
-    from ram_desktop.core import kernel_code as kc
+    from ram_desktop.core.engine import kernel_code as kc
 
     if dtype == torch.float32:
         bits = np.concatenate([np.arange(0, 1 << 32, 4099, dtype=np.int64),
@@ -199,8 +200,8 @@ def test_step_bits_is_torch_nextafter(dtype, sign_mask, inf_bits):
 def test_lambda_star_bins_equal_torch_keys(compute):
     """Adversarial elements: updates of whole and half ulps of every survival dtype (λ* on bin edges and
     rounding ties), tiny and subnormal updates (1/τ overflows), values at the float16 overflow, ±0 bases."""
-    from ram_desktop.core import kernel_code as kc
-    from ram_desktop.core.probe import SURVIVAL_BINS, SURVIVAL_STEP, _lambda_star_keys
+    from ram_desktop.core.engine import kernel_code as kc
+    from ram_desktop.core.engine.probe import SURVIVAL_BINS, SURVIVAL_STEP, _lambda_star_keys
 
     g = torch.Generator().manual_seed(11)
     n = 40_000

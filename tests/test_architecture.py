@@ -80,9 +80,9 @@ def test_the_walker_finds_a_cycle():
 def test_no_import_cycles_in_ram_desktop():
     modules = all_modules()
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert "ram_desktop.core.formats.base" in graph["ram_desktop.core.formats.hub"]  # the walker sees imports
-    assert "ram_desktop.core.formats.hub" in graph["ram_desktop.core.formats"]  # ... function-level ones too
-    assert "ram_desktop.core.kernels" in graph["ram_desktop.core.probe"]  # ... and TYPE_CHECKING ones
+    assert "ram_desktop.core.storage.formats.base" in graph["ram_desktop.core.ecosystem.hub.source"]  # the walker sees imports
+    assert "ram_desktop.core.ecosystem.hub.source" in graph["ram_desktop.core.sources"]  # ... function-level ones too
+    assert "ram_desktop.core.engine.kernels" in graph["ram_desktop.core.engine.probe"]  # ... and TYPE_CHECKING ones
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
@@ -95,3 +95,46 @@ def test_core_never_imports_the_faces():
                      if m.startswith(("ram_desktop.gui", "ram_desktop.cli"))}
             assert not faces, f"{name} imports {faces}"
             assert "PySide6" not in path.read_text(), name
+
+
+# The rooms of the core (docs/architecture.md): who may import whom. Shared modules (errors, events,
+# lazy, defaults) sit below every room; the entry layer (pipeline, session, recipe, sources) above.
+CORE = "ram_desktop.core"
+SHARED = {f"{CORE}.errors", f"{CORE}.events", f"{CORE}.lazy", f"{CORE}.defaults"}
+ENTRY = {f"{CORE}.pipeline", f"{CORE}.session", f"{CORE}.recipe", f"{CORE}.sources"}
+
+
+def _room_imports(prefix: str) -> dict[str, set[str]]:
+    modules = all_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()
+            if name == prefix or name.startswith(prefix + ".")}
+
+
+def _in(module: str, room: str) -> bool:
+    return module == f"{CORE}.{room}" or module.startswith(f"{CORE}.{room}.")
+
+
+def test_storage_knows_files_not_merges():
+    """storage/ imports only itself and the shared modules: no engine, method, ecosystem or entry."""
+    for name, found in _room_imports(f"{CORE}.storage").items():
+        bad = {m for m in found if not _in(m, "storage") and m not in SHARED}
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_engine_and_methods_never_reach_the_ecosystem_or_the_entry_layer():
+    for room in ("engine", "methods"):
+        for name, found in _room_imports(f"{CORE}.{room}").items():
+            bad = {m for m in found if _in(m, "ecosystem") or m in ENTRY}
+            assert not bad, f"{name} imports {bad}"
+
+
+def test_the_ecosystem_never_imports_the_orchestration():
+    for name, found in _room_imports(f"{CORE}.ecosystem").items():
+        bad = {m for m in found if m in {f"{CORE}.pipeline", f"{CORE}.session"}}
+        assert not bad, f"{name} imports {bad}"
+
+
+def test_core_never_imports_evaluate():
+    for name, found in _room_imports(CORE).items():
+        bad = {m for m in found if m.startswith("ram_desktop.evaluate")}
+        assert not bad, f"{name} imports {bad}"

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from ram_desktop.cli import main
-from ram_desktop.core import output as output_module
+from ram_desktop.core.storage import output as output_module
 
 from .conftest import tree_snapshot
 
@@ -162,7 +162,7 @@ def test_zero_agents(capsys, tmp_path, models):
 
 
 def test_zero_agents_in_core(models, tmp_path):
-    from ram_desktop.core.engine import MergeRequest, merge
+    from ram_desktop.core.pipeline import MergeRequest, merge
     from ram_desktop.core.errors import InputError
 
     base, _ = models
@@ -276,7 +276,7 @@ def _with_value(src: Path, dst: Path, name: str, index: int | slice, value: floa
 @pytest.fixture(params=[True, False], ids=["kernels", "torch"])
 def kernel_choice(request, monkeypatch):
     """Both merge paths: the fused CPU kernels (forced on for these tiny models) and the torch formulation."""
-    from ram_desktop.core import kernels, passes
+    from ram_desktop.core.engine import kernels, passes
 
     if request.param and not kernels.available():
         pytest.skip("numba is not installed")

@@ -15,13 +15,13 @@ import torch
 
 from ram_desktop.cli import build_parser, main
 from ram_desktop.core.methods.baselines import (TiesContext, TrimCollector, dare_uniform, keep_count, mix32)
-from ram_desktop.core.chunks import Chunk, make_chunk, prefetch_chunks
-from ram_desktop.core.engine import MergeRequest, merge, open_sources
-from ram_desktop.core.passes import probe_pass
-from ram_desktop.core.transfer import Transfer
+from ram_desktop.core.engine.chunks import Chunk, make_chunk, prefetch_chunks
+from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
+from ram_desktop.core.engine.passes import probe_pass
+from ram_desktop.core.storage.transfer import Transfer
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import get_method
-from ram_desktop.core.plan import make_plan
+from ram_desktop.core.engine.plan import make_plan
 
 from . import reference as ref
 from .conftest import make_models
@@ -322,7 +322,7 @@ def test_task_arithmetic_equals_mergekit(models, tmp_path, out_dtype):
 
 def test_ties_after_a_cached_probe(models, tmp_path, caplog):
     """With the probe cached, TIES still gets its collector passes (pass 1 + refinement) and is exact."""
-    from ram_desktop.core.engine import probe
+    from ram_desktop.core.pipeline import probe
 
     base_dir, agent_dirs = models
     probe(*_dirs(base_dir, agent_dirs))

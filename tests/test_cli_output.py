@@ -61,7 +61,7 @@ def test_merge_output_folder(capsys, tmp_path, models):
     assert set(merged) == set(index["weight_map"]) == set(load_model(base))
     assert index["metadata"]["total_size"] == sum(t.numel() * 4 for t in merged.values())
     for shard in shards:  # every shard within budget unless one tensor alone exceeds it
-        from ram_desktop.core.formats.safetensors_format import read_header
+        from ram_desktop.core.storage.formats.safetensors_format import read_header
 
         tensors, meta = read_header(out / shard)
         assert meta == {"format": "pt"}
@@ -179,8 +179,8 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
     # Ctrl-C in a terminal: SIGINT raises KeyboardInterrupt (a runner that starts tests in the background
     # may hand the child SIGINT ignored, as shells do for background jobs)
     code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "import sys, ram_desktop.core.chunks as c; c.DEFAULT_CHUNK_ELEMENTS = 64; "
-            "import ram_desktop.core.engine as e; e.DEFAULT_CHUNK_ELEMENTS = 64; "
+            "import sys, ram_desktop.core.engine.chunks as c; c.DEFAULT_CHUNK_ELEMENTS = 64; "
+            "import ram_desktop.core.pipeline as e; e.DEFAULT_CHUNK_ELEMENTS = 64; "
             "e.MergeRequest.__dataclass_fields__['chunk_elements'].default = 64; "
             "from ram_desktop.cli import entry; sys.argv[0] = 'ram-merge'; entry()")
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAM_DESKTOP_KERNELS="0")  # the torch path: slow enough at 64 elements

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ram_desktop.cli import main
-from ram_desktop.core import chunks
+from ram_desktop.core.engine import chunks
 
 from .conftest import tree_snapshot
 

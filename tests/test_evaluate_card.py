@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
-from ram_desktop.evaluate.card import record_evaluation, with_section
+from ram_desktop.core.ecosystem.cards.evaluation import record_evaluation, with_section
 
 
 def result(merged, plain) -> EvalResult:

@@ -68,8 +68,8 @@ def root(tmp_path_factory) -> Path:
 
 def test_the_hub_code_loads_in_a_fresh_process(root):
     """The code the CLI and the window call first for a Hub id, with nothing else imported before it."""
-    code = ("from ram_desktop.core.formats import hub; print(hub.cache_dir()); "
-            "print(hub.storage_folder('acme/base')); print(hub.is_offline())")
+    code = ("from ram_desktop.core.ecosystem.hub import source; print(source.cache_dir()); "
+            "print(source.storage_folder('acme/base')); print(source.is_offline())")
     done = ok(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(root),
                              cwd=root, timeout=120))
     assert done.stdout.split() == [str(root / "hub"), str(root / "hub" / "models--acme--base"), "True"]

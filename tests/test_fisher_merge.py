@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 
 from .conftest import make_models
 from .reference import load_model

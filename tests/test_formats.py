@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.formats import open_checkpoint
+from ram_desktop.core.sources import open_checkpoint
 
 from . import reference as ref
 from .conftest import make_models
@@ -302,7 +302,7 @@ def test_mapped_reader_equals_safetensors_views(tmp_path):
     after the handle is closed (chunks still in flight when a pass's reader finishes)."""
     from safetensors import safe_open
 
-    from ram_desktop.core.formats.safetensors_format import open_slices
+    from ram_desktop.core.storage.formats.safetensors_format import open_slices
 
     g = torch.Generator().manual_seed(0)
     tensors = {

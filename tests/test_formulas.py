@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ram_desktop.core.engine import MergeRequest, merge, probe
+from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core.methods import get_method
 
 from . import reference as ref
@@ -102,7 +102,7 @@ def test_float64_inputs_compute_in_float64(tmp_path):
 
 def test_infinite_rho_clips_to_alpha(tmp_path):
     """An agent whose every update overlaps another has ρ = ∞: clip(∞) = α, report says null."""
-    from ram_desktop.core.synthetic import demo_shapes, write_model
+    from .synthetic import demo_shapes, write_model
     from .conftest import SMALL_CONFIG
 
     gen = torch.Generator().manual_seed(3)
@@ -202,7 +202,7 @@ def test_report_survival_is_an_exact_count(models, tmp_path, method, out_dtype):
 
 
 def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path, caplog):
-    """The merge's pass 1 caches a probe without the λ* histograms; Analyze (engine.probe) computes it
+    """The merge's pass 1 caches a probe without the λ* histograms; Analyze (pipeline.probe) computes it
     completely instead of reusing it, and a later merge reuses the complete one."""
     base_dir, agent_dirs = models
     agents = [str(a) for a in agent_dirs]

@@ -1,4 +1,4 @@
-"""The fused numba kernels (core/kernels.py) equal a plain numpy reference and the torch path, bit for bit.
+"""The fused numba kernels (core/engine/kernels.py) equal a plain numpy reference and the torch path, bit for bit.
 
 The reference below is written from the formulas (SPEC.md section 1, equation 7): whole slices in
 numpy, agents summed in order from +0, rounding to the output dtype by torch's own conversion.
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import kernels, passes
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.engine import kernels, passes
+from ram_desktop.core.pipeline import MergeRequest, merge
 
 from . import reference as ref
 from .conftest import make_models

@@ -12,12 +12,12 @@ import pytest
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core.engine import MergeRequest, merge, probe
+from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core import errors
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.formats.hub import parse_spec
-from ram_desktop.core.formats import open_checkpoint
+from ram_desktop.core.ecosystem.hub.source import parse_spec
+from ram_desktop.core.sources import open_checkpoint
 
 from .conftest import make_models
 from .hubcache import FakeHub, not_found, populate, sha_of
@@ -190,7 +190,7 @@ def test_network_failure_falls_back_to_cached_snapshot(hub_models, monkeypatch, 
 
 
 def test_fallback_follows_the_error_class_not_its_text(hub_models, monkeypatch):
-    from ram_desktop.core.formats import hub
+    from ram_desktop.core.ecosystem.hub import source as hub
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
 
@@ -304,7 +304,7 @@ def test_progress_class_fits_huggingface_hub_progress_machinery(cache):
     from huggingface_hub.utils._xet_progress_reporting import XetDownloadProgressReporter
     from huggingface_hub.utils.tqdm import _get_progress_bar_context
 
-    from ram_desktop.core.formats.hub import _Download
+    from ram_desktop.core.ecosystem.hub.source import _Download
 
     events = []
     reporter = Reporter(events.append)

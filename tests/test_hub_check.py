@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ram_desktop.cli import main
-from ram_desktop.core import hub_check
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.ecosystem.hub import check as hub_check
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import Cancelled
 from ram_desktop.core.events import Reporter
 

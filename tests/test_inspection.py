@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import engine
-from ram_desktop.core.synthetic import demo_shapes, write_model
-from ram_desktop.core.inspection import ULP_BINS, module_grid
-from ram_desktop.core.would_keep import would_keep
-from ram_desktop.core.probe import ProbeReport, cache_dir
+from ram_desktop.core import pipeline
+from .synthetic import demo_shapes, write_model
+from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
+from ram_desktop.core.engine.would_keep import would_keep
+from ram_desktop.core.engine.probe import ProbeReport, cache_dir
 
 from .conftest import SMALL_CONFIG, make_models
 from .reference import load_model
@@ -73,7 +73,7 @@ NINE = {f"x{i}": 0.05 + 0.07 * i for i in range(9)}  # above JOINT_MAX_AGENTS: s
 def test_intersections_pairs_and_ulps_equal_a_whole_tensor_computation(tmp_path, shards, chunk, agents):
     spec = agents or {"a": 0.5, "b": 0.55, "c": 0.04, "d": 0.3}
     base, agents = make_models(tmp_path / "in", shards=shards, agents=spec)
-    report = engine.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False,
+    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False,
                           chunk_elements=chunk)
     ref = _reference(base, agents)
     names = report.names
@@ -117,7 +117,7 @@ def test_ulp_bins_are_the_bit_distance_within_a_binade(tmp_path):
 
 def test_module_grid_sums_to_layers_and_whole_model(tmp_path):
     base, agents = make_models(tmp_path / "in", shards=2)
-    report = engine.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
+    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
     grid = module_grid(report.tensor_stats, len(report.agents))
     assert grid.rows == ["0", "1", "other"]
     assert grid.columns[:8] == ["embeddings", "q", "k", "v", "o", "gate", "up", "down"]
@@ -182,10 +182,10 @@ def _measured_share(base: Path, agents: list[Path], merged: Path, active_only: b
     ("average", {}, False), ("task-arithmetic", {"scale": 0.3}, False), ("task-arithmetic", {"scale": 0.7}, False)])
 def test_would_keep_equals_what_the_merge_keeps(tmp_path, method, params, active_only):
     base, agents = _float32_models(tmp_path / "in")
-    report = engine.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
+    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
     predicted = would_keep(report, method, params)
     out = tmp_path / "out"
-    engine.merge(engine.MergeRequest(str(base), [str(a) for a in agents], out, method, params, eps=EPS,
+    pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, method, params, eps=EPS,
                                      device="cpu", out_dtype="float32", use_cache=False))
     measured = _measured_share(base, agents, out, active_only)
     assert predicted == pytest.approx(measured, rel=1e-5)
@@ -206,7 +206,7 @@ def test_would_keep_estimates_for_ties_and_dare():
 
 def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tmp_path, models):
     base, agents = models
-    first = engine.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
+    first = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
     path = next(cache_dir().glob("*.json"))
     data = json.loads(path.read_text())
     for key in ("intersections", "pairs", "ulp_histogram"):
@@ -216,7 +216,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert old.inspect is None and not old.complete
     assert would_keep(old, "ties", {}) == [None] * 3  # needs the pair statistics
     assert None not in would_keep(old, "ram", {})  # from the overlap counts alone
-    again = engine.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
+    again = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
     assert again.inspect is not None and again.to_json()["pairs"] == first.to_json()["pairs"]
     # the round trip keeps every new key
     back = ProbeReport.from_json(json.loads(json.dumps(again.to_json())))
@@ -224,7 +224,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert back.renamed(["x", "y", "z"], ["1", "2", "3"]).to_json()["pairs"][0]["agents"] == ["x", "y"]
     # a merge's pass 1 (counts only) may reuse the old report
     path.write_text(json.dumps(data))
-    result = engine.merge(engine.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus",
+    result = pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus",
                                               eps=EPS, device="cpu"))
     assert result.report["agents"][0]["updated"] == first.agents[0].updated
 

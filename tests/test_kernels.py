@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ram_desktop.core.chunks import Chunk, Workspace
+from ram_desktop.core.engine.chunks import Chunk, Workspace
 from ram_desktop.core.methods.ram import _selective_merge_masks, selective_merge
 
 

@@ -16,8 +16,8 @@ import safetensors.numpy
 import torch
 
 from ram_desktop.cli import main
-from ram_desktop.core.engine import MergeRequest, merge
-from ram_desktop.core.formats import lora
+from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.storage.formats import lora
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG
 
@@ -263,7 +263,7 @@ def test_adapter_from_the_hub(lora_models, tmp_path, monkeypatch):
 
 
 def test_editing_the_adapter_config_invalidates_the_cached_probe(lora_models, tmp_path):
-    from ram_desktop.core.engine import probe
+    from ram_desktop.core.pipeline import probe
 
     base_dir, agent_dirs, _ = lora_models
     adapter = tmp_path / "plain"

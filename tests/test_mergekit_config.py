@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core.mergekit_config import from_mergekit
+from ram_desktop.core.ecosystem.mergekit import from_mergekit
 from ram_desktop.core.recipe import Recipe
 from tests import reference as ref
 from tests.conftest import make_models

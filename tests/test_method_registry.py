@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ram_desktop.core import engine
+from ram_desktop.core import pipeline
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.methods import METHODS, MergeMethod, Param, Sweep, WouldKeep
 from ram_desktop.core.methods.mergekit_map import MergekitExport, MergekitImport, MergekitMapping, unit_weights
@@ -71,7 +71,7 @@ def test_merge_and_recipe_round_trip(registered, models, tmp_path):
 
     base, agents = models
     out = tmp_path / "out"
-    result = engine.merge(engine.MergeRequest(str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25},
+    result = pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25},
                                               device="cpu", out_dtype="float32", use_cache=False))
     assert result.report["method"] == NAME and result.report["method_params"] == {"weight": 0.25}
     recipe = Recipe.load(out / "ram-recipe.yaml")
@@ -85,11 +85,11 @@ def test_merge_and_recipe_round_trip(registered, models, tmp_path):
 def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
     pytest.importorskip("pyqtgraph")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ram_desktop.core.would_keep import estimated, keep_methods, would_keep
+    from ram_desktop.core.engine.would_keep import estimated, keep_methods, would_keep
     from ram_desktop.gui.inspect_charts import WouldKeepChart
 
     base, agents = models
-    report = engine.probe(str(base), [str(a) for a in agents], device="cpu", use_cache=False)
+    report = pipeline.probe(str(base), [str(a) for a in agents], device="cpu", use_cache=False)
     assert NAME in keep_methods() and REFUSED not in keep_methods() and not estimated(NAME)
     assert would_keep(report, NAME, {"weight": 0.75}) == [0.75 if a.updated else None for a in report.agents]
     chart = WouldKeepChart()
@@ -129,7 +129,7 @@ def test_comparison_offers_its_sweep(registered, qtbot):
 
 
 def test_mergekit_export_maps_it_or_refuses_it(registered):
-    from ram_desktop.core.mergekit_config import from_mergekit, to_mergekit
+    from ram_desktop.core.ecosystem.mergekit import from_mergekit, to_mergekit
 
     text = to_mergekit(Recipe("base", ["a1", "a2"], NAME, {"weight": 0.3}, out_dtype="float32"))
     data = yaml.safe_load(text)
@@ -143,7 +143,7 @@ def test_mergekit_export_maps_it_or_refuses_it(registered):
         to_mergekit(Recipe("base", ["a1", "a2"], REFUSED, {}))
 
 
-READERS = ["core/passes.py", "core/would_keep.py", "core/mergekit_config.py", "core/kernels.py",
+READERS = ["core/engine/passes.py", "core/engine/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
            "gui/compare_panel.py", "gui/inspect_charts.py"]
 
 

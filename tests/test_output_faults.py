@@ -45,7 +45,7 @@ def error_line(done, code: int = 2) -> str:
 def test_disk_full_from_a_real_write_names_the_shard_file(tmp_path, inputs):
     """A failed write() raises OSError without a file name (unlike open()); the line still names the file."""
     patch = """
-from ram_desktop.core.formats import safetensors_format as sf
+from ram_desktop.core.storage.formats import safetensors_format as sf
 def full(self, data):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 sf.SafetensorsStreamWriter.write = full
@@ -63,7 +63,7 @@ def test_cancel_while_the_replaced_output_is_removed_keeps_the_new_output_and_sa
     done = run(tmp_path, "", "merge", *inputs, "--out", str(out), "--method", "ram")
     assert done.returncode == 0, done.stderr
     patch = f"""
-from ram_desktop.core import output
+from ram_desktop.core.storage import output
 if not {exchange}:
     output._exchange = lambda a, b: False
 real, fired = shutil.rmtree, []
@@ -88,7 +88,7 @@ def test_nohup_keeps_sighup_ignored(tmp_path, inputs):
     """``nohup ram-merge ...``: SIGHUP (the terminal closing) was set to be ignored and must stay so."""
     patch = """
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-from ram_desktop.core.formats import safetensors_format as sf
+from ram_desktop.core.storage.formats import safetensors_format as sf
 real, calls = sf.SafetensorsStreamWriter.write, []
 def write(self, data):
     calls.append(1)

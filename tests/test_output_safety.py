@@ -62,7 +62,7 @@ def merge_args(inputs, out: Path, *extra: str) -> list[str]:
 @pytest.mark.parametrize("err,cause", [("ENOSPC", "No space left on device"), ("EIO", "Input/output error")])
 def test_disk_error_while_writing_is_one_line_and_leaves_nothing(tmp_path, inputs, err, cause):
     patch = f"""
-from ram_desktop.core.formats import safetensors_format as sf
+from ram_desktop.core.storage.formats import safetensors_format as sf
 def failing(self, data):
     raise OSError(errno.{err}, os.strerror(errno.{err}), str(self.path) if hasattr(self, "path") else "shard")
 sf.SafetensorsStreamWriter.write = failing
@@ -102,7 +102,7 @@ def test_signal_while_the_output_is_swapped_keeps_a_whole_output(tmp_path, input
     out = tmp_path / "out"
     old = _first_merge(tmp_path, inputs, out)
     patch = f"""
-from ram_desktop.core import output
+from ram_desktop.core.storage import output
 exchange = output._exchange
 def signalled(a, b):
     os.kill(os.getpid(), signal.{sig})
@@ -122,7 +122,7 @@ def test_killed_between_the_two_renames_is_repaired_by_the_next_run(tmp_path, in
     out = tmp_path / "out"
     old = _first_merge(tmp_path, inputs, out)
     patch = """
-from ram_desktop.core import output
+from ram_desktop.core.storage import output
 output._exchange = lambda a, b: False
 rename = os.rename
 calls = []
@@ -150,7 +150,7 @@ def test_killed_after_the_exchange_leaves_a_folder_the_next_run_removes(tmp_path
     _first_merge(tmp_path, inputs, out)
     patch = """
 import shutil
-from ram_desktop.core import output
+from ram_desktop.core.storage import output
 exchange = output._exchange
 def killing(a, b):
     done = exchange(a, b)
@@ -168,15 +168,15 @@ output._exchange = killing
 
 
 SLOW_MERGE = """
-from ram_desktop.core import passes
+from ram_desktop.core.engine import passes
 merge_pass = passes.merge_pass
 def slow(*a, **k):
     print("merging", flush=True)
     time.sleep(float(os.environ.get("SLOW", "30")))
     return merge_pass(*a, **k)
 passes.merge_pass = slow
-from ram_desktop.core import engine
-engine.merge_pass = slow
+from ram_desktop.core import pipeline
+pipeline.merge_pass = slow
 """
 
 
@@ -233,8 +233,8 @@ def test_a_run_that_finishes_first_does_not_let_a_second_replace_it_silently(tmp
     report = (out / "merge-report.json").read_bytes()
     # a second run that already passed check_output (simulated: the check skipped) meets the lock-time check
     patch = """
-from ram_desktop.core import engine
-engine.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib").Path(out).resolve()
+from ram_desktop.core import pipeline
+pipeline.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib").Path(out).resolve()
 """
     one_error_line(run(tmp_path, patch, *merge_args(inputs, out)), "not empty", "--overwrite")
     assert (out / "merge-report.json").read_bytes() == report
@@ -242,7 +242,7 @@ engine.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib
 
 def test_lock_and_swap_cost(tmp_path, inputs):
     """Not a timing assertion: prints what the lock, the tidy-up scan and the exchange cost on this disk."""
-    from ram_desktop.core import output
+    from ram_desktop.core.storage import output
 
     out = tmp_path / "lockbench"
     out.mkdir()

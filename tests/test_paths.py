@@ -99,7 +99,7 @@ def test_guard_stdio_leaves_a_console_alone():
 
 
 def test_every_cache_path_comes_from_paths(monkeypatch, tmp_path):
-    from ram_desktop.core import probe
+    from ram_desktop.core.engine import probe
     from ram_desktop.evaluate import fisher
 
     monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / "shared"))

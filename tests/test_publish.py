@@ -11,9 +11,9 @@ import pytest
 from huggingface_hub import errors as hf_errors
 
 from ram_desktop.cli import main
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.publish import publish
+from ram_desktop.core.ecosystem.hub.publish import publish
 
 SECRET = "hf_typedSECRETtoken789"
 ENV_SECRET = "hf_environmentSECRET012"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ram_desktop.core.plan import MAX_AGENTS
+from ram_desktop.core.engine.plan import MAX_AGENTS
 from ram_desktop.core.recipe import Recipe
 
 from .conftest import make_models

@@ -19,8 +19,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ram_desktop.cli import main
-from ram_desktop.core import output as output_module
-from ram_desktop.core.synthetic import demo_shapes, generate_tensors, write_model
+from ram_desktop.core.storage import output as output_module
+from .synthetic import demo_shapes, generate_tensors, write_model
 
 from .conftest import SMALL_CONFIG, make_models, tree_snapshot
 
@@ -138,7 +138,7 @@ def test_index_errors_are_clear(capsys, tmp_path, mutate, fragments):
 HOLD_STAGING = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from ram_desktop.core.output import staging_folder
+    from ram_desktop.core.storage.output import staging_folder
     with staging_folder(Path(sys.argv[1])) as tmp:
         (tmp / "model.safetensors").write_bytes(b"x" * 1000)
         print(tmp, flush=True)

@@ -1,4 +1,4 @@
-"""core.safe_read, the one reader of user files: regular files only (a FIFO never blocks), UTF-8, JSON
+"""core.storage.safe_read, the one reader of user files: regular files only (a FIFO never blocks), UTF-8, JSON
 without repeated keys or deep nesting, YAML without aliases (a "billion laughs" costs nothing)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from ram_desktop.core import safe_read
+from ram_desktop.core.storage import safe_read
 from ram_desktop.core.errors import InputError
 
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core import engine, kernels
-from ram_desktop.core.chunks import SliceReader, Span, as_tensor
-from ram_desktop.core.engine import MergeRequest, merge
+from ram_desktop.core import pipeline
+from ram_desktop.core.engine import kernels
+from ram_desktop.core.engine.chunks import SliceReader, Span, as_tensor
+from ram_desktop.core.pipeline import MergeRequest, merge
 
 from .conftest import make_models
 
@@ -105,19 +106,19 @@ def test_bit_views_hold_the_stored_bytes(tmp_path, dtype):
 
 def test_device_choice_without_torch_where_no_gpu_can_exist(monkeypatch):
     asked = []
-    monkeypatch.setattr(engine, "resolve_device", lambda spec: asked.append(spec) or torch.device("cuda:1"))
-    monkeypatch.setattr(engine.sys, "platform", "linux")
-    monkeypatch.setattr(engine.os.path, "exists", lambda path: False)
-    assert engine.device_spec("cpu") == "cpu"
-    assert engine.device_spec("auto") == "cpu"
-    assert engine.device_spec("") == "cpu"
+    monkeypatch.setattr(pipeline, "resolve_device", lambda spec: asked.append(spec) or torch.device("cuda:1"))
+    monkeypatch.setattr(pipeline.sys, "platform", "linux")
+    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: False)
+    assert pipeline.device_spec("cpu") == "cpu"
+    assert pipeline.device_spec("auto") == "cpu"
+    assert pipeline.device_spec("") == "cpu"
     assert asked == []
-    assert engine.device_spec("cuda") == "cuda:1"  # asked for explicitly: torch decides (and checks) it
-    monkeypatch.setattr(engine.os.path, "exists", lambda path: path == "/dev/nvidiactl")
-    assert engine.device_spec(" AUTO ") == "cuda:1"
-    monkeypatch.setattr(engine.os.path, "exists", lambda path: False)
-    monkeypatch.setattr(engine.sys, "platform", "win32")
-    assert engine.device_spec("auto") == "cuda:1"  # no device nodes to look at there: torch is asked
+    assert pipeline.device_spec("cuda") == "cuda:1"  # asked for explicitly: torch decides (and checks) it
+    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: path == "/dev/nvidiactl")
+    assert pipeline.device_spec(" AUTO ") == "cuda:1"
+    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: False)
+    monkeypatch.setattr(pipeline.sys, "platform", "win32")
+    assert pipeline.device_spec("auto") == "cuda:1"  # no device nodes to look at there: torch is asked
     assert asked == ["cuda", "auto", "auto"]
 
 

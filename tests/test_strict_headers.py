@@ -13,7 +13,7 @@ import pytest
 from safetensors import safe_open
 
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.formats.safetensors_format import open_slices, read_header
+from ram_desktop.core.storage.formats.safetensors_format import open_slices, read_header
 
 from .conftest import tree_snapshot
 from .subproc import cli, refused
@@ -161,7 +161,7 @@ def test_slice_reader_revalidates_a_file_changed_after_its_header_was_read(tmp_p
 
 
 def test_parse_json_finite_refuses_what_strict_parsers_refuse():
-    from ram_desktop.core.safe_read import parse_json
+    from ram_desktop.core.storage.safe_read import parse_json
 
     assert parse_json('{"x": NaN}', "f")["x"] != 0  # Python's json reads NaN: kept for other files
     for text in ('{"x": NaN}', '{"x": -Infinity}', '[1e400]'):

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import kernels
-from ram_desktop.core.chunks import make_chunk, prefetch_chunks
-from ram_desktop.core.engine import MergeRequest, merge, open_sources
+from ram_desktop.core.engine import kernels
+from ram_desktop.core.engine.chunks import make_chunk, prefetch_chunks
+from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import baselines, get_method
 from ram_desktop.core.methods.baselines import TrimCollector
-from ram_desktop.core.plan import make_plan
-from ram_desktop.core.synthetic import write_model
-from ram_desktop.core.transfer import Transfer
+from ram_desktop.core.engine.plan import make_plan
+from .synthetic import write_model
+from ram_desktop.core.storage.transfer import Transfer
 
 from . import reference as ref
 from .conftest import SMALL_CONFIG, make_models

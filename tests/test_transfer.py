@@ -13,11 +13,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from ram_desktop.core import passes as passes_module
-from ram_desktop.core import transfer as transfer_module
-from ram_desktop.core.chunks import PREFETCH_DEPTH, StoredSlices
-from ram_desktop.core.engine import MergeRequest, merge
-from ram_desktop.core.output import ShardSet
+from ram_desktop.core.engine import passes as passes_module
+from ram_desktop.core.storage import transfer as transfer_module
+from ram_desktop.core.engine.chunks import PREFETCH_DEPTH, StoredSlices
+from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.storage.output import ShardSet
 
 
 class Recorder:

@@ -7,7 +7,7 @@ out with ``demo.json``:
 
     {"base": "base", "agents": [{"name": "coder", "path": "coder", "suite": "suites/code"}, ...]}
 
-The synthetic generator the demo used to be lives on in ``synthetic.py`` (tests and benchmarks).
+The synthetic generator the demo used to be lives on in ``tests/synthetic.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from .errors import InputError
-from .safe_read import os_reason, read_bytes, read_json
+from .storage.safe_read import os_reason, read_bytes, read_json
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned

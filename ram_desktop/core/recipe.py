@@ -13,8 +13,8 @@ import yaml
 
 from . import defaults
 from .errors import InputError
-from .plan import check_agent_count
-from .safe_read import read_yaml
+from .engine.plan import check_agent_count
+from .storage.safe_read import read_yaml
 
 FORMAT = "ram-recipe/1"
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)

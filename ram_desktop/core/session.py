@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import defaults
-from .engine import MergeRequest, VariantSpec
+from .pipeline import MergeRequest, VariantSpec
 from .errors import InputError
 from .methods import get_method
 from .recipe import Recipe

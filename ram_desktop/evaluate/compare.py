@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core.engine import MergeResult, merge_variants
+from ..core.pipeline import MergeResult, merge_variants
 from ..core.errors import InputError
 from ..core.events import Reporter
 from ..core.session import Session, Variant

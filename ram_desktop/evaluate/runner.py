@@ -32,11 +32,11 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from .. import __version__
-from ..core.engine import resolve_device
+from ..core.pipeline import resolve_device
 from ..core.errors import InputError, first_line
 from ..core.events import Reporter
-from ..core.formats import open_checkpoint
-from ..core.safe_read import check_regular, read_json
+from ..core.sources import open_checkpoint
+from ..core.storage.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
 from .suites import Suite

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QT
                                QTabWidget, QVBoxLayout, QWidget)
 
 from ..core.methods import MergeMethod
-from ..core.probe import SURVIVAL_DTYPES, ProbeReport
+from ..core.engine.probe import SURVIVAL_DTYPES, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps

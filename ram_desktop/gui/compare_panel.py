@@ -15,7 +15,7 @@ from ..core.errors import InputError
 from ..core import defaults
 from ..core.methods import METHODS, Sweep
 from ..core.session import Session, Variant
-from ..evaluate.card import record_evaluation
+from ..core.ecosystem.cards.evaluation import record_evaluation
 from ..evaluate.compare import CompareResult, compare
 from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
 from .jobs import JobController, JobState

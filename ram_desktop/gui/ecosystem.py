@@ -1,8 +1,8 @@
 """The window's links to the ecosystem: File > Import / Export mergekit YAML, and the Result step's
-"Publish to Hub…" dialog. Thin faces over ``core.mergekit_config`` and ``core.publish``.
+"Publish to Hub…" dialog. Thin faces over ``core.ecosystem.mergekit`` and ``core.ecosystem.hub.publish``.
 
 The publish dialog's token field echoes as a password; the token lives only in the dialog object and is
-handed to ``core.publish.publish`` — never to QSettings, a recipe or a log.
+handed to ``core.ecosystem.hub.publish.publish`` — never to QSettings, a recipe or a log.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from PySide6.QtWidgets import (
 
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
-from ..core.mergekit_config import load_mergekit, to_mergekit
-from ..core.publish import check_repo_id, has_stored_token, publish
+from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
+from ..core.ecosystem.hub.publish import check_repo_id, has_stored_token, publish
 from ..core.session import Session
 from .worker import Job
 

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxL
 from ..core.demo import demo_suites
 from ..core.errors import InputError
 from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
-from ..evaluate.card import MERGE_REPORT, record_evaluation
+from ..core.ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
 from .jobs import JobController, JobState
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView

@@ -9,12 +9,12 @@ Public API (everything else is private)::
                                   # MergeRequest(token=token); never store it in settings, recipes or logs
     dialog.repo_id()              # "org/name" as typed (stripped)
     dialog.revision()             # "" when left empty (= the default branch)
-    dialog.listing()              # core.formats.hub.RepoFiles of the last successful listing, or None
+    dialog.listing()              # core.ecosystem.hub.source.RepoFiles of the last successful listing, or None
                                   # (.sha, .sizes, .expected, .expected_bytes, .weights_format)
 
 Behaviour:
 
-- When online, it lists the revision's files with their sizes through ``core.formats.hub.list_repo_files``
+- When online, it lists the revision's files with their sizes through ``core.ecosystem.hub.source.list_repo_files``
   (huggingface_hub ``model_info`` with file metadata) — when the repository or revision field is left,
   or with "List files" — in a background thread, so the window never stalls. Files a merge downloads
   are ticked and their total size shown with the resolved commit. Hub errors (not found, gated,
@@ -24,7 +24,7 @@ Behaviour:
 - OK is enabled once the repository id is well formed; listing is informative and not required.
 - The token field echoes as a password; the token lives only in this dialog object.
 
-The dialog imports ``ram_desktop.core.formats.hub`` (and so huggingface_hub) but nothing else from the window;
+The dialog imports ``ram_desktop.core.ecosystem.hub.source`` (and so huggingface_hub) but nothing else from the window;
 it is self-contained.
 """
 
@@ -46,7 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.formats import hub
+from ..core.ecosystem.hub import source as hub
 from ..core.errors import InputError
 from .worker import Job
 

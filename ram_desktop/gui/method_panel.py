@@ -12,9 +12,9 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayo
                                QLineEdit, QPushButton, QSpinBox, QWidget)
 
 from ..core import defaults
-from ..core.engine import list_devices
+from ..core.pipeline import list_devices
 from ..core.methods import METHODS, MergeMethod, Param
-from ..core.plan import OUT_DTYPES, VOCAB_MODES
+from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
 from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar
                                QVBoxLayout, QWidget)
 
 from ..core.events import ProgressEvent
-from ..core.output import human_bytes
+from ..core.storage.output import human_bytes
 from .jobs import JobController, JobState
 from .run_bar import duration
 

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QPushButt
                                QTableWidgetItem, QVBoxLayout, QWidget)
 
 from ..evaluate import EvalResult, SuiteSummary
-from ..evaluate.card import MERGE_REPORT
+from ..core.ecosystem.cards.evaluation import MERGE_REPORT
 from .charts import FOREGROUND, PALETTE, export_png
 
 MERGED_KINDS = ("merged", "variant")

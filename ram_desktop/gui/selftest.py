@@ -43,7 +43,7 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     from safetensors import safe_open
 
     from ..core.errors import InputError
-    from ..core.safe_read import check_regular, read_json
+    from ..core.storage.safe_read import check_regular, read_json
 
     if not out.is_dir():
         raise SelfTestError(f"the merge wrote no output folder {out}")

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from ..core import defaults, engine
+from ..core import defaults, pipeline
 from ..core.errors import InputError
 from ..core.events import Reporter
-from ..core.formats import Checkpoint
-from ..core.output import check_apart, is_earlier_output
-from ..core.plan import OUT_DTYPES, VOCAB_MODES
-from ..core.probe import ProbeReport
+from ..core.storage.formats import Checkpoint
+from ..core.storage.output import check_apart, is_earlier_output
+from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
+from ..core.engine.probe import ProbeReport
 from ..core.recipe import Recipe
 from ..core.session import Session
 from .method_panel import MethodPanel
@@ -82,7 +82,7 @@ class NotReplaceable(InputError):
 
 
 def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: Callable[[Path], bool],
-                  token: str | None, chunk_elements: int) -> engine.MergeRequest | None:
+                  token: str | None, chunk_elements: int) -> pipeline.MergeRequest | None:
     """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
     output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
     (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
@@ -101,11 +101,11 @@ def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: C
 
 def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
     """The analysis (probe pass) of ``session``'s sources."""
-    return engine.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+    return pipeline.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
                         chunk_elements=chunk_elements, token=token, vocab=session.vocab)
 
 
-def run_merge(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeResult:
+def run_merge(request: pipeline.MergeRequest, reporter: Reporter) -> pipeline.MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
     from ..core.methods import get_method
@@ -114,4 +114,4 @@ def run_merge(request: engine.MergeRequest, reporter: Reporter) -> engine.MergeR
         from ..evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
-    return engine.merge(request, reporter)
+    return pipeline.merge(request, reporter)

@@ -13,8 +13,9 @@ from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLay
                                QVBoxLayout, QWidget)
 
 from ..core.events import ProgressEvent
-from ..core.formats import Checkpoint, open_checkpoint
-from ..core.output import human_bytes
+from ..core.sources import open_checkpoint
+from ..core.storage.formats import Checkpoint
+from ..core.storage.output import human_bytes
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
-from ..core import kernels
+from ..core.engine import kernels
 from ..core.errors import Cancelled, RamError
 from ..core.events import CancelToken, ProgressEvent, Reporter
 
@@ -20,7 +20,7 @@ log = logging.getLogger("ram_desktop")
 
 PROGRESS_INTERVAL = 0.1  # seconds between progress signals: ten updates a second, the GUI thread never flooded
 # Window jobs run the fused CPU kernels only on passes over this many elements or more: loading numba's
-# kernels holds the GIL long enough to freeze the event loop once (core/kernels.py ``disabled``), which a
+# kernels holds the GIL long enough to freeze the event loop once (core/engine/kernels.py ``disabled``), which a
 # 300M-parameter merge or Analyze repays many times over and a small model's does not.
 KERNEL_MIN_ELEMENTS = 50_000_000
 

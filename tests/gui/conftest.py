@@ -27,7 +27,7 @@ def demo_models(tmp_path_factory) -> tuple[Path, list[Path]]:
 @pytest.fixture(scope="session")
 def synthetic_models(tmp_path_factory) -> tuple[Path, list[Path]]:
     """The larger synthetic agents (858k elements each): merges that last long enough to cancel or time."""
-    from ram_desktop.core.synthetic import write_synthetic
+    from ..synthetic import write_synthetic
 
     return write_synthetic(tmp_path_factory.mktemp("synthetic"))
 

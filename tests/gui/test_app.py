@@ -39,7 +39,7 @@ def test_screenshot_of_a_bad_recipe_exits_2_with_one_error_line(tmp_path):
 def test_core_imports_without_qt(tmp_path):
     """The engine never imports Qt (ARCHITECTURE.md): import it with PySide6 blocked."""
     code = ("import sys; sys.modules['PySide6'] = None; sys.modules['pyqtgraph'] = None\n"
-            "import ram_desktop.core.engine, ram_desktop.core.methods, ram_desktop.core.recipe, ram_desktop.cli\n"
+            "import ram_desktop.core.pipeline, ram_desktop.core.methods, ram_desktop.core.recipe, ram_desktop.cli\n"
             "assert not [m for m in sys.modules if m.startswith(('PySide6.', 'pyqtgraph.'))]\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -114,7 +114,7 @@ def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tm
 
     from safetensors.torch import save_file
 
-    from ram_desktop.core.formats.safetensors_format import read_header
+    from ram_desktop.core.storage.formats.safetensors_format import read_header
     from tests.gui.conftest import drop_paths
 
     base, agents = demo_models

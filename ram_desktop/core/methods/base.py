@@ -24,11 +24,11 @@ from ..lazy import torch
 from .mergekit_map import MergekitMapping
 
 if TYPE_CHECKING:
-    from ..chunks import Chunk, StoredSlices
-    from ..formats import Checkpoint
-    from ..kernels import KernelResult
-    from ..plan import MergePlan
-    from ..probe import ProbeReport
+    from ..engine.chunks import Chunk, StoredSlices
+    from ..storage.formats import Checkpoint
+    from ..engine.kernels import KernelResult
+    from ..engine.plan import MergePlan
+    from ..engine.probe import ProbeReport
 
 
 @dataclass(frozen=True)

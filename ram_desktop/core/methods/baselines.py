@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 import numpy as np
 
-from ..chunks import Chunk, StoredSlices
+from ..engine.chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
 from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
@@ -63,9 +63,9 @@ from .mergekit_map import (TASK_ARITHMETIC_SHARED, MergekitExport, MergekitImpor
                            all_equal, check_density, one_density, require_weights, unit_weights)
 
 if TYPE_CHECKING:
-    from ..inspection import InspectStats
-    from ..kernels import KernelResult
-    from ..probe import ProbeReport
+    from ..engine.inspection import InspectStats
+    from ..engine.kernels import KernelResult
+    from ..engine.probe import ProbeReport
 
 RADIX_BITS = 16
 RADIX = 1 << RADIX_BITS
@@ -239,7 +239,7 @@ class TrimCollector:
         """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
-        from .. import kernels
+        from ..engine import kernels
 
         job_index = slices.index
         key = self.scope_key(job_index)
@@ -536,7 +536,7 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> "KernelResult | None":
     """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
-    from .. import kernels
+    from ..engine import kernels
 
     job = slices.job
     trim = ctx.chunk_trim(slices.index, slices.span.offset, slices.span.numel)
@@ -551,7 +551,7 @@ def _dare_fused(ties: bool) -> FusedKernel:
     """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
 
     def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> "KernelResult | None":
-        from .. import kernels
+        from ..engine import kernels
 
         job = slices.job
         keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]
@@ -561,7 +561,7 @@ def _dare_fused(ties: bool) -> FusedKernel:
     return fused
 
 
-# --- what each would keep (core.would_keep; docs/engine.md, "What each method would keep") --------------------
+# --- what each would keep (core.engine.would_keep; docs/engine.md, "What each method would keep") --------------------
 
 def _updated(report: "ProbeReport") -> list[float]:
     return [a.updated for a in report.agents]

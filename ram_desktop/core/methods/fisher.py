@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..chunks import Chunk
+from ..engine.chunks import Chunk
 from ..errors import InputError
-from ..formats import Checkpoint
+from ..storage.formats import Checkpoint
 from ..lazy import torch
 from .base import MergeMethod, Param
 
@@ -45,8 +45,8 @@ def aux_key(fisher: list[str]) -> str:
 def open_fisher(folder: str | Path) -> Checkpoint:
     """A Fisher folder (``fisher.safetensors``, or its shards + ``fisher.safetensors.index.json``) or one
     ``.safetensors`` file, opened as a checkpoint: headers read and checked, no tensor data."""
-    from ..formats.base import check_index_covers, index_shards
-    from ..formats.safetensors_format import open_file, read_header
+    from ..storage.formats.base import check_index_covers, index_shards
+    from ..storage.formats.safetensors_format import open_file, read_header
 
     path = Path(folder).expanduser()
     if not path.exists():

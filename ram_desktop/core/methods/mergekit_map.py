@@ -3,7 +3,7 @@
 A method says which mergekit ``merge_method`` names it reads (``MergekitImport``: mergekit's defaults for
 that method's shared and per-model parameters, and a converter to our parameters) and how it is written
 back (``export``: the closest mergekit method, its parameters and a note on every difference).
-``core.mergekit_config`` reads and writes the YAML around these and names no method.
+``core.ecosystem.mergekit`` reads and writes the YAML around these and names no method.
 """
 
 from __future__ import annotations

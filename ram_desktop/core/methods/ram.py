@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
+from ..engine.chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
 from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
 from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
 
 if TYPE_CHECKING:
-    from ..kernels import KernelResult
-    from ..probe import ProbeReport
+    from ..engine.kernels import KernelResult
+    from ..engine.probe import ProbeReport
 
 
 # --- RAM, RAM+, RAM+s (paper equations 6, 7, 8) -------------------------------------------------
@@ -112,8 +112,8 @@ class SurvivalObserver:
         self._lock = threading.Lock()
 
     def observe(self, chunk: Chunk, context: object, merged: torch.Tensor) -> None:
-        from ..formats.base import dtype_name
-        from ..probe import rescale_changes
+        from ..storage.formats.base import dtype_name
+        from ..engine.probe import rescale_changes
 
         self.add_counts(dtype_name(merged.dtype), rescale_changes(chunk, merged).cpu().numpy())
 
@@ -134,7 +134,7 @@ def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
     survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
 
     def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> "KernelResult | None":
-        from .. import kernels
+        from ..engine import kernels
 
         job = slices.job
         return kernels.selective_merge_into(slices.base, slices.agents, slices.eps, job.compute_name, job.out_name,

@@ -12,7 +12,7 @@ most ``MAX_PARALLEL``) with one combined ``download`` progress (bytes of all rep
 cancelling stops every transfer at its next progress update. The huggingface_hub cache keeps finished
 files and partial ``.incomplete`` ones, so a later run resumes.
 
-Every call goes through ``huggingface_hub.get_safetensors_metadata`` and ``core.formats.hub`` (tests replace
+Every call goes through ``huggingface_hub.get_safetensors_metadata`` and ``core.ecosystem.hub.source`` (tests replace
 the huggingface_hub attributes).
 """
 
@@ -28,12 +28,13 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from .formats import hub
-from .errors import Cancelled, HubUnreachable, InputError
-from .events import CancelToken, ProgressEvent, Reporter
-from .plan import MergePlan, make_plan
-from .formats import HUB_ID, Checkpoint, TensorInfo
-from .formats.base import DTYPE_TABLE
+from . import source as hub
+from ...errors import Cancelled, HubUnreachable, InputError
+from ...events import CancelToken, ProgressEvent, Reporter
+from ...engine.plan import MergePlan, make_plan
+from ...sources import HUB_ID
+from ...storage.formats import Checkpoint, TensorInfo
+from ...storage.formats.base import DTYPE_TABLE
 
 log = logging.getLogger("ram_desktop")
 
@@ -107,7 +108,7 @@ def _remote_config(repo_id: str, listing: hub.RepoFiles, token: str | None) -> d
     path = hf.try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=listing.sha)
     if not isinstance(path, str):
         path = hf.hf_hub_download(repo_id, "config.json", revision=listing.sha, cache_dir=cache, token=token)
-    from .safe_read import read_json  # here, not at the top: the module's imports are edited elsewhere
+    from ...storage.safe_read import read_json  # here, not at the top: the module's imports are edited elsewhere
 
     value = read_json(path)  # a cached file that is not a regular file, valid UTF-8 JSON, ...: refused by name
     return value if isinstance(value, dict) else None
@@ -122,7 +123,7 @@ def precheck(base: str, agents: list[str], token: str | None = None, names: list
     remote_specs = [s for s in specs if is_hub_source(s)]
     if not remote_specs or hub.is_offline():
         return None
-    from .formats import open_checkpoint
+    from ...sources import open_checkpoint
 
     opened: dict[str, Checkpoint] = dict(local or {})
     remotes: list[RemoteSource] = []

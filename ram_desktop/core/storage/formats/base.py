@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError
-from ..lazy import torch
+from ...errors import InputError
+from ...lazy import torch
 from ..safe_read import read_json
 
 INDEX_FILE = "model.safetensors.index.json"

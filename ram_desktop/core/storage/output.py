@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -26,12 +26,11 @@ try:
 except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
-from .errors import InputError
+from ..errors import InputError
 from .formats import Checkpoint
 from .formats.base import INDEX_FILE
 from .formats.safetensors_format import SafetensorsStreamWriter
-from .lazy import torch
-from .plan import MergePlan
+from ..lazy import torch
 
 log = logging.getLogger("ram_desktop")
 
@@ -82,7 +81,31 @@ def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_by
     return out
 
 
-def shard_layout(plan: MergePlan, shard_bytes: int) -> list[list[int]]:
+class OutputTensor(Protocol):
+    """One tensor of the output as the writer sees it (the engine's ``TensorJob`` is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def out_name(self) -> str: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def out_bytes(self) -> int: ...
+
+
+class OutputPlan(Protocol):
+    """The output's tensors in plan order (the engine's ``MergePlan`` is one); storage needs no more."""
+
+    @property
+    def jobs(self) -> Sequence[OutputTensor]: ...
+    @property
+    def mergeable_jobs(self) -> Sequence[OutputTensor]: ...
+    @property
+    def out_bytes(self) -> int: ...
+
+
+def shard_layout(plan: OutputPlan, shard_bytes: int) -> list[list[int]]:
     """Job indices per shard, in plan order, each shard filled up to ``shard_bytes`` (a larger tensor alone)."""
     shards: list[list[int]] = [[]]
     used = 0
@@ -112,7 +135,7 @@ def _named(error: OSError, path: Path) -> OSError:
 class ShardSet:
     """Streams merged slices into the shards; one open file at a time, in plan order."""
 
-    def __init__(self, folder: Path, plan: MergePlan, shard_bytes: int) -> None:
+    def __init__(self, folder: Path, plan: OutputPlan, shard_bytes: int) -> None:
         self.folder = folder
         self.plan = plan
         self.layout = shard_layout(plan, shard_bytes)
@@ -449,7 +472,7 @@ def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
         raise
 
 
-def write_config(base: Checkpoint, folder: Path, plan: MergePlan) -> None:
+def write_config(base: Checkpoint, folder: Path, plan: OutputPlan) -> None:
     """The base's config.json with its dtype field set to the output dtype."""
     if base.config is None:
         return

@@ -42,12 +42,12 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.file_download import repo_folder_name
 
-from ..errors import (Cancelled, GatedRepo, HubAuthError, HubError, HubFileMissing, HubHTTPError, HubOffline,
+from ...errors import (Cancelled, GatedRepo, HubAuthError, HubError, HubFileMissing, HubHTTPError, HubOffline,
                       HubUnreachable, InputError, RepoDisabled, RepoNotFound, RevisionNotFound)
-from ..events import Reporter
-from ..safe_read import read_text
-from .base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
-from .local import open_local
+from ...events import Reporter
+from ...storage.safe_read import read_text
+from ...storage.formats.base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
+from ...storage.formats.local import open_local
 
 log = logging.getLogger("ram_desktop")
 

@@ -18,13 +18,13 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import InputError
-from .formats import lora, open_slices
-from .formats.base import FLOAT_OF_BITS, torch_dtype
-from .formats.safetensors_format import MappedSafetensors
-from .lazy import torch
+from ..errors import InputError
+from ..storage.formats import lora, open_slices
+from ..storage.formats.base import FLOAT_OF_BITS, torch_dtype
+from ..storage.formats.safetensors_format import MappedSafetensors
+from ..lazy import torch
 from .plan import AuxInput, MergePlan, TensorJob
-from .transfer import Transfer
+from ..storage.transfer import Transfer
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 19  # 512 Ki elements per input slice: ~2 MiB per float32 copy, cache-sized
 PATTERN_MAX_AGENTS = 16  # up to this many agents, the update pattern Σ m_t·2^t fits a small lookup table

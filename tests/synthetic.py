@@ -2,8 +2,8 @@
 
 Nothing here is learned: the task vectors only mimic the paper's agents' statistics (section 3.2):
 updates of one to three bf16 ulps; one agent very sparse (about 3 %) and mostly overlapping the
-others, two dense (about 46 % and 54 %) with large unique shares. Tests and benchmarks use them as
-fixtures of known shape; the built-in demo (``demo.py``) ships real RL-trained agents instead.
+others, two dense (about 46 % and 54 %) with large unique shares. The tests use them as
+fixtures of known shape; the built-in demo (``ram_desktop.core.demo``) ships real RL-trained agents instead.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from safetensors.torch import save_file
-
-from .lazy import torch
 
 CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],

@@ -19,8 +19,8 @@ import warnings
 import zipfile
 from pathlib import Path
 
-from ..lazy import torch
-from ..errors import InputError
+from ...lazy import torch
+from ...errors import InputError
 from ..safe_read import check_regular
 from .base import (CODE_OF_NAME, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, dtype_name,
                    index_shards, read_config)

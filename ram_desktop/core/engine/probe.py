@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import paths
+from ... import paths
 from .chunks import PATTERN_MAX_AGENTS, Chunk
-from .formats.base import torch_dtype
+from ..storage.formats.base import torch_dtype
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
-from .lazy import torch
+from ..lazy import torch
 from .plan import MergePlan
-from .errors import InputError
-from .safe_read import read_json
+from ..errors import InputError
+from ..storage.safe_read import read_json
 
 _log = logging.getLogger("ram_desktop")
 
@@ -78,7 +78,7 @@ class ProbeReport:
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
     # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
-    # ``survival`` is then empty, and the Analyze step (engine.probe) computes a complete probe instead.
+    # ``survival`` is then empty, and the Analyze step (pipeline.probe) computes a complete probe instead.
     has_survival: bool = True
     # the inspection views' statistics (docs/engine.md, Inspection statistics); None in a probe computed without them
     # (the merge's pass 1) and in a cached report written before they existed

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from safetensors import safe_open
 
-from ..errors import InputError
-from ..lazy import torch
+from ...errors import InputError
+from ...lazy import torch
 from ..safe_read import check_regular, read_json
 from .base import Checkpoint, TensorInfo
 from .safetensors_format import read_header

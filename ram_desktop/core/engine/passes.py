@@ -18,18 +18,18 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .lazy import torch
+from ..lazy import torch
 from . import kernels
-from .errors import InputError
+from ..errors import InputError
 from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
-from .events import Reporter
-from .formats import lora
-from .methods import Collector, MergeMethod, Observer, SliceCollector
-from .output import ShardSet
+from ..events import Reporter
+from ..storage.formats import lora
+from ..methods import Collector, MergeMethod, Observer, SliceCollector
+from ..storage.output import ShardSet
 from .plan import AuxInput, MergePlan
 from .inspection import ULP_BINS
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
-from .transfer import Transfer
+from ..storage.transfer import Transfer
 
 _local = threading.local()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from ...errors import InputError
 from ..safe_read import check_regular
 from . import lora, pickle_format, safetensors_format
 from .base import PICKLE_SUFFIXES, Checkpoint

@@ -8,8 +8,40 @@ import re
 import tempfile
 from pathlib import Path
 
-from ..core.errors import InputError
-from .results import EvalResult
+from typing import Protocol, Sequence
+
+from ...errors import InputError
+
+
+class _Model(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+
+
+class _Suite(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def examples(self) -> int: ...
+    @property
+    def scorer(self) -> str: ...
+
+
+class EvalScores(Protocol):
+    """What the section needs of a result (``evaluate.results.EvalResult`` is one): the core keeps
+    no import of ``evaluate``."""
+
+    @property
+    def models(self) -> Sequence[_Model]: ...
+    @property
+    def suites(self) -> Sequence[_Suite]: ...
+    @property
+    def scores(self) -> Sequence[Sequence[float]]: ...
+    @property
+    def device(self) -> str: ...
+    def write_json(self, path: Path) -> object: ...
 
 EVAL_JSON = "eval.json"
 MERGE_REPORT = "merge-report.json"
@@ -17,7 +49,7 @@ SECTION = "## Evaluation"
 _NEXT_HEADING = re.compile(r"^#{1,2} ", re.M)
 
 
-def merged_folders(result: EvalResult) -> list[tuple[int, Path]]:
+def merged_folders(result: EvalScores) -> list[tuple[int, Path]]:
     """(model index, folder) of every evaluated model that is a RAM Desktop output (holds a merge report)."""
     out = []
     for index, model in enumerate(result.models):
@@ -27,7 +59,7 @@ def merged_folders(result: EvalResult) -> list[tuple[int, Path]]:
     return out
 
 
-def evaluation_section(result: EvalResult, highlight: int | None = None) -> str:
+def evaluation_section(result: EvalScores, highlight: int | None = None) -> str:
     """The card's section: a Markdown table (models × suites and their mean), ``highlight``'s row in bold."""
     heads = [f"{s.name} ({s.examples})" for s in result.suites]
     lines = [SECTION, "",
@@ -59,7 +91,7 @@ def with_section(card: str, section: str) -> str:
     return card[:start] + section + ("\n" + card[end:] if following else "")
 
 
-def record_evaluation(result: EvalResult) -> list[Path]:
+def record_evaluation(result: EvalScores) -> list[Path]:
     """Write ``eval.json`` and the card's Evaluation section into every merged model's folder that
     ``result`` scored; return those folders."""
     written = []

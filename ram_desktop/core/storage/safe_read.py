@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from .errors import InputError
+from ..errors import InputError
 
 MAX_JSON_DEPTH = 64  # far beyond any config, index, header or suite row; serde_json (safetensors) stops at 128
 

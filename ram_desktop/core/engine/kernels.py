@@ -41,8 +41,8 @@ from typing import Iterator
 import numpy as np
 
 from .chunks import PATTERN_MAX_AGENTS
-from .formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
-from .lazy import torch
+from ..storage.formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
+from ..lazy import torch
 
 log = logging.getLogger("ram_desktop")
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .chunks import Chunk
 from .kernels import UlpSample
-from .lazy import torch
+from ..lazy import torch
 
 ULP_STRIDE = 8  # the ulp histogram counts every 8th row of each tensor (every 8th element of a 1-D one)
 ULP_BINS = 65  # bin 0: under 2^−126 ulps (exotic); bins 1..63: powers of two; bin 64: ≥ 2^63 ulps

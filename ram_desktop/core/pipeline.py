@@ -20,18 +20,19 @@ from typing import Any
 from .lazy import torch
 from .. import __version__
 from . import defaults
-from .card import model_card, save_card
-from .chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
+from .ecosystem.cards.merge import model_card, save_card
+from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
-from .output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
-from .passes import Variant, merge_pass, probe_pass
-from .plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
-from .probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .engine.passes import Variant, merge_pass, probe_pass
+from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
+from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .recipe import Recipe, parse_size
-from .transfer import Transfer
-from .formats import Checkpoint, open_checkpoint
+from .storage.transfer import Transfer
+from .sources import open_checkpoint
+from .storage.formats import Checkpoint
 
 log = logging.getLogger("ram_desktop")
 
@@ -102,11 +103,11 @@ def open_sources(base: str, agents: list[str], reporter: Reporter,
 
 def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: str | None, names: list[str] | None,
                        out_dtype: str, vocab: str, out: Path | None) -> None:
-    """Hub sources: plan from their remote headers, then download them concurrently (``hub_check``)."""
-    from .formats import HUB_ID
+    """Hub sources: plan from their remote headers, then download them concurrently (``ecosystem.hub.check``)."""
+    from .sources import HUB_ID
 
     if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in [base, *agents]):
-        from .hub_check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources
+        from .ecosystem.hub.check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources
 
         prepare_sources(base, agents, reporter, token, names, out_dtype, vocab, out)
 

@@ -5,7 +5,7 @@ exact: docs/engine.md, "What each method would keep"."""
 
 from __future__ import annotations
 
-from .methods import METHODS, get_method
+from ..methods import METHODS, get_method
 
 
 def keep_methods() -> list[str]:

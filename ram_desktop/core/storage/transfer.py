@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .lazy import torch
+from ..lazy import torch
 
 
 @dataclass

@@ -16,9 +16,9 @@ from pathlib import Path
 import huggingface_hub as hf
 from huggingface_hub import constants as hf_constants
 
-from .errors import HubAuthError, HubError, HubHTTPError, InputError
-from .events import Reporter
-from .formats.hub import REPO_ID, hub_error
+from ...errors import HubAuthError, HubError, HubHTTPError, InputError
+from ...events import Reporter
+from .source import REPO_ID, hub_error
 
 log = logging.getLogger("ram_desktop")
 

@@ -22,8 +22,8 @@ from typing import BinaryIO
 
 import numpy as np
 
-from ..lazy import torch
-from ..errors import InputError
+from ...lazy import torch
+from ...errors import InputError
 from ..safe_read import json_depth, open_regular, os_reason, parse_json
 from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
                    index_shards, read_config, torch_dtype)

@@ -1,11 +1,9 @@
-"""Weight sources: turn what the user named into a ``Checkpoint`` (files, tensor table, config) without
-reading tensor data, and open a weights file for slicing.
+"""What the user named → a ``Checkpoint`` (files, tensor table, config), without reading tensor data.
 
-One resolver for every kind of checkpoint: a local safetensors folder or file
-(``safetensors_format``), a PyTorch pickle folder or file (``pickle_format``, read only through
-``torch.load(weights_only=True)``), or a Hugging Face Hub id resolved to a cached snapshot folder
-(``hub``), which then opens like a local folder. The shared pieces (``Checkpoint``, ``TensorInfo``,
-file-name constants, index parsing, path containment) live in ``base``.
+One resolver for every kind of source: a local folder or weights file opens through storage
+(``storage.formats.open_local``: safetensors, PyTorch pickle, LoRA adapters); a Hugging Face Hub id
+resolves to a cached snapshot folder through the ecosystem (``ecosystem.hub.source``), which then
+opens like a local folder.
 """
 
 from __future__ import annotations
@@ -13,12 +11,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import InputError
-from ..events import Reporter
-from .base import Checkpoint, TensorInfo
-from .local import open_local, open_slices
+from .errors import InputError
+from .events import Reporter
+from .storage.formats import Checkpoint, open_local
 
-__all__ = ["Checkpoint", "TensorInfo", "open_checkpoint", "open_local", "open_slices"]
+__all__ = ["HUB_ID", "open_checkpoint"]
 
 HUB_ID = re.compile(r"^(?:hf://)?[A-Za-z0-9][\w.-]*/[\w.-]+(?:@[\w./-]+)?$")
 
@@ -36,7 +33,7 @@ def open_checkpoint(spec: str | Path, reporter: Reporter | None = None, token: s
     if not text.startswith("hf://") and path.exists():
         return open_local(path, text)
     if HUB_ID.match(text) and not text.startswith(("/", ".", "~")):
-        from .hub import open_hub  # imported lazily: huggingface_hub is only needed for Hub sources
+        from .ecosystem.hub.source import open_hub  # imported lazily: huggingface_hub is only needed for Hub sources
 
         return open_hub(text, reporter or Reporter(), token=token)
     raise InputError(f"{text}: no such file or folder; check the path")

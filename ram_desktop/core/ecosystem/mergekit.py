@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from .errors import InputError
-from .methods import METHODS, get_method
-from .methods.mergekit_map import MergekitImport, MergekitInput
-from .safe_read import read_yaml
-from .recipe import FORMAT, Recipe
+from ..errors import InputError
+from ..methods import METHODS, get_method
+from ..methods.mergekit_map import MergekitImport, MergekitInput
+from ..storage.safe_read import read_yaml
+from ..recipe import FORMAT, Recipe
 
 
 def _imports() -> dict[str, MergekitImport]:
