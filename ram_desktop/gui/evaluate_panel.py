@@ -289,7 +289,9 @@ class EvaluatePanel(QWidget):
         return True
 
     def _describe_scorer(self, row: int) -> None:
-        suite, item = self.suites[row], self.suite_table.item(row, 3)
+        suite, item, combo = self.suites[row], self.suite_table.item(row, 3), self.suite_table.cellWidget(row, 2)
+        need = max(combo.sizeHint().width(), combo.fontMetrics().horizontalAdvance(suite.scorer) + 48)
+        self.suite_table.setColumnWidth(2, max(self.suite_table.columnWidth(2), need))  # the scorer never cut
         try:
             spec = suite.scorer_spec
             text = spec.describe()
