@@ -103,6 +103,19 @@ def user_log_dir(create: bool = False) -> Path:
                      _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log", create)
 
 
+def outputs_dir(create: bool = False) -> Path:
+    """Where the window proposes to write the demo's merged models: a folder the user sees in a file
+    manager, never a hidden cache. ``$RAM_DESKTOP_OUTPUTS`` when set (tests, scripts), else ``RAM Desktop``
+    in the Documents folder (``$XDG_DOCUMENTS_DIR`` when absolute, else ``~/Documents``), or ``~/RAM Desktop``
+    where there is no Documents folder."""
+    override = os.environ.get("RAM_DESKTOP_OUTPUTS")
+    if override:
+        return _ready(Path(override), create)
+    xdg = os.environ.get("XDG_DOCUMENTS_DIR", "")
+    documents = Path(xdg) if os.path.isabs(xdg) else Path.home() / "Documents"
+    return _ready((documents if documents.is_dir() else Path.home()) / APP_NAME, create)
+
+
 def cache_root() -> Path:
     """The root of every cache: ``$RAM_DESKTOP_CACHE`` when set (as given), else :func:`user_cache_dir`."""
     override = os.environ.get("RAM_DESKTOP_CACHE")

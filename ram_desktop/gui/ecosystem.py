@@ -105,6 +105,7 @@ class PublishDialog(QDialog):
     def __init__(self, parent: QWidget | None, folder: Path, repo_id: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("Publish to the Hugging Face Hub")
+        self.setMinimumWidth(520)  # room for a repository id and the token's whole placeholder
         self.folder = Path(folder)
         self.url: str | None = None
         self._job: Job | None = None
@@ -115,6 +116,8 @@ class PublishDialog(QDialog):
         self.token_edit.setEchoMode(QLineEdit.Password)
         self.token_edit.setPlaceholderText("using HF_TOKEN / hf auth login" if has_stored_token()
                                            else "a token with write access (not stored)")
+        self.token_edit.setMinimumWidth(self.token_edit.fontMetrics().horizontalAdvance(
+            self.token_edit.placeholderText()) + 24)
         self.status = QLabel(f"Uploads {self.folder} with its model card.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextBrowserInteraction)

@@ -19,6 +19,7 @@ from ..core.errors import InputError
 from ..core.engine.probe import ProbeReport
 from ..core.recipe import Recipe
 from ..core.session import Session
+from ..paths import outputs_dir
 from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .chart_saver import ChartSaver
@@ -156,8 +157,9 @@ class MainWindow(QMainWindow):
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
-        """``text`` in the bar at the top (kind: error, warning, info); the status bar points at an error."""
+        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already."""
         self.message.show_message(kind, text)
+        self.run_box.log_once(kind, text)
         if kind == "error":
             self.statusBar().showMessage("Error — see the message at the top", 8000)
 
@@ -211,8 +213,7 @@ class MainWindow(QMainWindow):
         self._maybe_auto_analyse()
 
     def _default_folders(self, parent: Path, replace: bool) -> None:
-        """The merge's and the comparison's output folders next to the sources, where none is chosen yet
-        (or always: ``replace``)."""
+        """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
         self.method.default_out(parent, replace)
         if replace or not self.compare.folder.text().strip():
             self.compare.folder.setText(str(free_folder(parent / "compare")))
@@ -287,10 +288,8 @@ class MainWindow(QMainWindow):
         """The checked Session to Analyze or Merge; None (after saying why) while busy or not ready."""
         if self.busy():
             return None
-        if not self.sources.all_ready():
-            self.show_error(f"add a base and at least one agent that open without errors, then {action}")
-            return None
-        return self._checked_session()
+        problem = self.sources.not_ready(action)  # a row missing, failing, or refused by the analysis
+        return self._checked_session() if problem is None else self.show_error(problem)
 
     def analyse(self) -> None:
         session = self._ready_session("Analyze")
@@ -300,6 +299,7 @@ class MainWindow(QMainWindow):
         key = self._source_key()
 
         def done(report: ProbeReport) -> None:
+            self.sources.reject("")  # the analysis took every row
             self.analysis.show_report(report, key)
             self._method_changed()
             text = (f"Analysed {report.params:,} elements in {report.tensors} tensors "
@@ -371,7 +371,7 @@ class MainWindow(QMainWindow):
             except InputError:
                 suites = None
             self.method.set_agent_defaults("suite", suites)
-            self._default_folders(Path(base).parent, replace=True)
+            self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             log.info("demo agents loaded from %s", Path(base).parent)
 

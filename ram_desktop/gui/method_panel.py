@@ -276,8 +276,8 @@ class MethodPanel(QWidget):
     def default_out(self, parent: Path, replace: bool) -> None:
         """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
         ``replace``); until edited it follows the method, so one method never targets another's output."""
-        self._out_parent = parent
-        if replace or not self.out_dir.text().strip():
+        if replace or not self.out_dir.text().strip():  # the parent of a folder chosen earlier stays
+            self._out_parent = parent
             self._propose_out()
 
     def _propose_out(self) -> None:

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..core import pipeline
 from ..core.methods import get_method
 from ..core.storage.output import human_bytes
 from .jobs import JobController, JobState, Outcome
+from .open_dialogs import open_folder, show_card
 from .run_bar import duration
 
 
@@ -25,6 +25,7 @@ class ResultBox(QWidget):
     def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.out: Path | None = None
+        self.dialog = None  # the card or folder dialog shown last
         jobs.state_changed.connect(lambda state: self.merging() if state is JobState.MERGING else None)
         jobs.finished.connect(self._finished)
         layout = QVBoxLayout(self)
@@ -90,9 +91,11 @@ class ResultBox(QWidget):
         self.evaluate_result_button.setEnabled(True)
 
     def open_output_folder(self) -> None:
+        """The file manager on the folder; where the desktop has none, a dialog that says where it is."""
         if self.out is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.out)))
+            self.dialog = open_folder(self.out, self) or self.dialog
 
     def open_model_card(self) -> None:
+        """The card rendered inside the window (an external launcher may not exist)."""
         if self.out is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.out / "README.md")))
+            self.dialog = show_card(self.out / "README.md", self)

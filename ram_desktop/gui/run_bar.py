@@ -8,10 +8,11 @@ import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
 from ..core.events import ProgressEvent, Reporter
 from .jobs import JobController, JobState, Outcome
+from .widgets import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 
@@ -55,7 +56,7 @@ class RunBar(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("")
-        self.label = QLabel("")
+        self.label = ElidedLabel("")
         self.label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # text changes never re-lay out
         self.label.setFixedHeight(self.label.sizeHint().height())
         self.label.setStyleSheet("color: #444;")

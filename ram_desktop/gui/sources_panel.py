@@ -179,6 +179,9 @@ class SourcesPanel(QWidget):
             self.base = None
         else:
             del self.agents[row - 1]
+        for other in [self.base, *self.agents]:
+            if other is not None:
+                other.rejected = None  # refused along with the row removed, perhaps: the next analysis tells
         self._refresh()
         self.changed.emit()
 
@@ -205,6 +208,18 @@ class SourcesPanel(QWidget):
     def all_ready(self) -> bool:
         return (self.base is not None and self.base.ready and bool(self.agents)
                 and all(r.ready for r in self.agents))
+
+    def not_ready(self, action: str) -> str | None:
+        """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
+        the analysis refused blocks a merge until it is removed (Analyze may try it again)."""
+        if not self.all_ready():
+            return f"add a base and at least one agent that open without errors, then {action}"
+        rows = [("the base", self.base), *((f"agent {i + 1} ({r.name})", r) for i, r in enumerate(self.agents))]
+        refused = next(((label, r) for label, r in rows if r is not None and r.rejected), None)
+        if action == "Merge" and refused is not None:
+            return (f"{refused[0]} blocks the merge: the analysis refused it ({refused[1].rejected}). "
+                    f"Remove it (select its row, then Remove) to merge the others")
+        return None
 
     def errors(self) -> list[str]:
         return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]

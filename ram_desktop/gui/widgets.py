@@ -7,7 +7,27 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+
+
+class ElidedLabel(QLabel):
+    """One line of text that ends in … where the label is narrower than the text (it never runs past the
+    panel's edge); the whole text is its tooltip."""
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        super().setText(text)
+        self.setToolTip(text if text else "")
+
+    def displayed(self) -> str:
+        """The text as painted now."""
+        return self.fontMetrics().elidedText(self.text(), Qt.ElideRight, self.contentsRect().width())
+
+    def paintEvent(self, event) -> None:  # noqa: N802
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(self.contentsRect(), Qt.AlignLeft | Qt.AlignVCenter, self.displayed())
+        painter.end()
 
 
 class MessageBar(QWidget):
