@@ -74,7 +74,8 @@ def fit_legend(legend: pg.LegendItem, width: float) -> None:
     items = legend.items
     if not items:
         return
-    widest = max(sample.boundingRect().width() + label.boundingRect().width() for sample, label in items) + 18
+    # the text's own width (a LabelItem's rectangle grows with its layout cell)
+    widest = max(sample.boundingRect().width() + label.item.boundingRect().width() for sample, label in items) + 30
     legend.setColumnCount(max(1, min(len(items), int(width // max(widest, 1.0)))))
 
 

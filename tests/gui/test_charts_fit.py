@@ -119,6 +119,7 @@ def test_per_layer_lines_never_hide_each_other(qtbot, analysed):
     for a, b in itertools.combinations(xs, 2):
         assert not a & b  # no point of one agent sits exactly on another's
     assert [label.text for _, label in layers.legend.items] == names
+    assert layers.legend.columnCount == 3  # one row: the legend takes no more height than it needs
     legend_box = layers.legend.sceneBoundingRect()
     assert not legend_box.intersects(layers.plot.getViewBox().sceneBoundingRect())  # beside the data, not on it
 
