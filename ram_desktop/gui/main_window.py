@@ -93,7 +93,7 @@ class MainWindow(QMainWindow):
                                       (group("3 · Method and output", self.method), 0))
         self.right_splitter = splitter(Qt.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
                                        (group("5 · Result", self.result_box), 0))
-        self.splitter = splitter(Qt.Horizontal, (self.left_splitter, 4), (self.right_splitter, 7))  # charts, tables: room
+        self.splitter = splitter(Qt.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(8, 6, 8, 8)

@@ -234,6 +234,8 @@ class MethodPanel(QWidget):
         self.out_dtype.setToolTip("Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
                                   "most of RAM+'s rescaling rounds away; float32 keeps it")
         self.vocab = QComboBox()
+        self.vocab.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # its long labels must
+        self.vocab.setMinimumContentsLength(16)  # not set the width of the whole left pane
         for name in VOCAB_MODES:
             self.vocab.addItem(VOCAB_LABELS.get(name, name), name)
         self.vocab.setToolTip("When an agent's embedding or output head has more or fewer vocabulary rows than the "

@@ -114,9 +114,12 @@ class SourcesPanel(QWidget):
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        edit = QHBoxLayout()  # a row of its own: one row of seven buttons set the left pane's width
         for b in (self.remove_button, self.up_button, self.down_button):
-            buttons.addWidget(b)
+            edit.addWidget(b)
+        edit.addStretch(1)
         layout.addLayout(buttons)
+        layout.addLayout(edit)
         self.base_button.clicked.connect(self._browse_base)
         self.add_folder_button.clicked.connect(self._browse_agent_folder)
         self.add_file_button.clicked.connect(self._browse_file)

@@ -203,3 +203,4 @@ def test_suites_table_shows_the_whole_scorer(qtbot, window, tmp_path):
     text_width = combo.fontMetrics().horizontalAdvance(combo.currentText())
     assert combo.lineEdit().width() >= text_width, "the scorer is cut"
     assert panel.suite_table.columnWidth(2) >= combo.sizeHint().width()
+    assert panel.suite_table.horizontalScrollBar().maximum() == 0  # in view without scrolling sideways
