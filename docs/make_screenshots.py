@@ -114,6 +114,14 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     shot("3-merging")
     wait_until(lambda: not window.busy() and window.result is not None, 300, app)
     shot("4-result")
+    from ram_desktop.gui.ecosystem import PublishDialog
+
+    window.result_box.open_card_button.click()  # the card, rendered inside the app
+    for name, dialog in (("4b-model-card", window.result_box.dialog), ("publish-dialog", PublishDialog(window, window.result.out))):
+        dialog.show()
+        wait_until(lambda: False, 0.3, app)
+        save(dialog, out / f"{name}.png")
+        dialog.close()
     window.close()
 
 
