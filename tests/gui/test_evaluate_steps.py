@@ -333,7 +333,9 @@ def test_demo_preloads_the_suites_its_manifest_names(qtbot, window, demo_models,
     qtbot.waitUntil(lambda: len(window.evaluate.suites) == 2, timeout=10000)
     assert [s.name for s in window.evaluate.suites] == ["toy", "more"]
     assert [m.kind for m in window.evaluate.checked_models()] == ["base", "agent", "agent", "agent"]
-    assert window.compare.folder.text() == str(demo / "compare")
+    from ram_desktop.paths import outputs_dir
+
+    assert window.compare.folder.text() == str(outputs_dir() / "demo" / "compare")  # visible, not beside the demo
 
 
 def test_a_broken_demo_manifest_is_reported(qtbot, window, tmp_path):
