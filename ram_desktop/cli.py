@@ -8,15 +8,15 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from . import __version__
+from .core import defaults
+from .core.engine.plan import OUT_DTYPES, VOCAB_MODES
 from .core.errors import Cancelled, InputError
 from .core.events import ProgressEvent, Reporter
-from .core import defaults
 from .core.methods import METHODS, Param, get_method
-from .core.engine.plan import OUT_DTYPES, VOCAB_MODES
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -242,9 +242,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core.session import Session
 
     if args.command == "demo":
-        from .core.demo import write_demo
-
-        from .core.demo import read_manifest
+        from .core.demo import read_manifest, write_demo
 
         base, agents = write_demo(args.dir)
         print(f"demo base: {base}")

@@ -17,22 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .lazy import torch
 from .. import __version__
 from . import defaults
 from .ecosystem.cards.merge import model_card, save_card
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
-from .errors import InputError
-from .events import Reporter
-from .methods import Collector, get_method
-from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .errors import InputError
+from .events import Reporter
+from .lazy import torch
+from .methods import Collector, get_method
 from .recipe import Recipe, parse_size
-from .storage.transfer import Transfer
 from .sources import open_checkpoint
 from .storage.formats import Checkpoint
+from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .storage.transfer import Transfer
 
 log = logging.getLogger("ram_desktop")
 

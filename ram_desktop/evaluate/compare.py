@@ -12,13 +12,14 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..core.pipeline import MergeResult, merge_variants
 from ..core.errors import InputError
 from ..core.events import Reporter
+from ..core.pipeline import MergeResult, merge_variants
 from ..core.session import Session, Variant
 from .fisher import resolve_fisher_params
 from .results import EvalResult, ModelRef

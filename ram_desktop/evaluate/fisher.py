@@ -38,22 +38,23 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .. import paths
-from ..core.pipeline import resolve_device
 from ..core.errors import InputError
 from ..core.events import Reporter
+from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
+from ..core.pipeline import resolve_device
+from ..core.recipe import parse_size
 from ..core.sources import open_checkpoint
 from ..core.storage.formats import Checkpoint
 from ..core.storage.formats.safetensors_format import SafetensorsStreamWriter
-from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
 from ..core.storage.output import check_output, staging_folder
-from ..core.recipe import parse_size
 from .runner import _quiet_transformers, check_loadable, load_model, prompt_ids, require_transformers, stop_token_ids
 from .suites import Suite, load_suite
 

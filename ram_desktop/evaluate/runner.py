@@ -26,15 +26,16 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from .. import __version__
-from ..core.pipeline import resolve_device
 from ..core.errors import InputError, first_line
 from ..core.events import Reporter
+from ..core.pipeline import resolve_device
 from ..core.sources import open_checkpoint
 from ..core.storage.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary

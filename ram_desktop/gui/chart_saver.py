@@ -4,8 +4,8 @@ the window, or every view at once (File ▸ Export charts)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QImage

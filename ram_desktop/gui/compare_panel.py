@@ -8,14 +8,25 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
-                               QPushButton, QScrollArea, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.errors import InputError
 from ..core import defaults
+from ..core.ecosystem.cards.evaluation import record_evaluation
+from ..core.errors import InputError
 from ..core.methods import METHODS, Sweep
 from ..core.session import Session, Variant
-from ..core.ecosystem.cards.evaluation import record_evaluation
 from ..evaluate.compare import CompareResult, compare
 from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
 from .jobs import JobController, JobState

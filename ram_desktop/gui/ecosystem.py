@@ -25,10 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..core.ecosystem.hub.publish import check_repo_id, has_stored_token, publish
+from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
-from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
-from ..core.ecosystem.hub.publish import check_repo_id, has_stored_token, publish
 from ..core.session import Session
 from .worker import Job
 
@@ -186,7 +186,7 @@ class PublishDialog(QDialog):
         """Tests: block until a started upload has finished."""
         return self._job.wait(ms) if self._job is not None else True
 
-    def done(self, code: int) -> None:  # noqa: D401 - Qt override: never close while an upload runs
+    def done(self, code: int) -> None:
         if self._job is not None and self._job.is_running():
             return
         self.token_edit.clear()

@@ -13,10 +13,10 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout,
 
 from .. import __version__
 from ..core import pipeline
-from ..core.engine.chunks import DEFAULT_CHUNK_ELEMENTS
 from ..core.demo import demo_suites, ensure_demo
-from ..core.errors import InputError
+from ..core.engine.chunks import DEFAULT_CHUNK_ELEMENTS
 from ..core.engine.probe import ProbeReport
+from ..core.errors import InputError
 from ..core.recipe import Recipe
 from ..core.session import Session
 from . import ecosystem
@@ -30,8 +30,15 @@ from .method_panel import MethodPanel
 from .result_box import ResultBox
 from .run_bar import duration
 from .run_box import RunBox
-from .session_form import (NotReplaceable, checked_session, merge_request, read_session, run_merge, run_probe,
-                           show_session)
+from .session_form import (
+    NotReplaceable,
+    checked_session,
+    merge_request,
+    read_session,
+    run_merge,
+    run_probe,
+    show_session,
+)
 from .sources_panel import SourcesPanel
 from .widgets import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
@@ -139,7 +146,7 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         save_window(self)
 
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def closeEvent(self, event) -> None:
         self.jobs.cancel()
         self.jobs.wait(15000)
         self.sources.cancel_downloads()

@@ -8,13 +8,24 @@ from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
 from PySide6.QtGui import QRegularExpressionValidator
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
 from ..core import defaults
-from ..core.pipeline import list_devices
-from ..core.methods import METHODS, MergeMethod, Param
 from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
+from ..core.methods import METHODS, MergeMethod, Param
+from ..core.pipeline import list_devices
 from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
@@ -34,7 +45,7 @@ class PreciseSpinBox(QDoubleSpinBox):
         super().__init__()
         self.setDecimals(self.DECIMALS)
 
-    def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt's name)
+    def textFromValue(self, value: float) -> str:
         text = f"{value:.{self.DECIMALS}f}".rstrip("0")
         return text + "0" if text.endswith(".") else text
 
@@ -266,7 +277,7 @@ class MethodPanel(QWidget):
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
-        self.method.setCurrentIndex(index if index >= 0 else 0)
+        self.method.setCurrentIndex(max(index, 0))
         self._rebuild()
 
     @property

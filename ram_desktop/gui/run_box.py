@@ -6,8 +6,16 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..core.events import ProgressEvent
 from ..core.storage.output import human_bytes

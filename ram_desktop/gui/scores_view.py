@@ -9,11 +9,20 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QPushButton, QSplitter, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..evaluate import EvalResult, SuiteSummary
 from ..core.ecosystem.cards.evaluation import MERGE_REPORT
+from ..evaluate import EvalResult, SuiteSummary
 from .charts import FOREGROUND, PALETTE, export_png
 
 MERGED_KINDS = ("merged", "variant")
@@ -82,7 +91,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         axis.setTicks([[(s, metrics.elidedText(name, Qt.TextElideMode.ElideRight, room))
                         for s, name in enumerate(self.suites)]])
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if hasattr(self, "suites"):  # not while the base class is still being set up
             self.fit_suite_labels()

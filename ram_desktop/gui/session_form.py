@@ -3,18 +3,18 @@ merge request or a recipe (the CLI builds the same Session from its flags)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..core import defaults, pipeline
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.storage.formats import Checkpoint
-from ..core.storage.output import check_apart, is_earlier_output
 from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
 from ..core.engine.probe import ProbeReport
+from ..core.errors import InputError
+from ..core.events import Reporter
 from ..core.recipe import Recipe
 from ..core.session import Session
+from ..core.storage.formats import Checkpoint
+from ..core.storage.output import check_apart, is_earlier_output
 from .method_panel import MethodPanel
 from .sources_panel import SourcesPanel
 from .widgets import free_folder

@@ -8,9 +8,19 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout,
-                               QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from ..core.events import ProgressEvent
 from ..core.sources import open_checkpoint
@@ -29,8 +39,7 @@ OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor
 
 def default_name(spec: str) -> str:
     text = spec.rstrip("/\\")
-    if text.startswith("hf://"):
-        text = text[5:]
+    text = text.removeprefix("hf://")
     text = text.split("@")[0]
     name = Path(text).name
     return name.removesuffix(".safetensors") or "agent"
@@ -345,7 +354,7 @@ class SourcesPanel(QWidget):
             self._refresh()
             self.changed.emit()
 
-    def setEnabled(self, enabled: bool) -> None:  # noqa: N802 — keep the table scrollable while busy
+    def setEnabled(self, enabled: bool) -> None:
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             b.setEnabled(enabled)
         self.setAcceptDrops(enabled)
@@ -395,15 +404,15 @@ class SourcesPanel(QWidget):
         for job in self._jobs.values():
             job.cancel()
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802
+    def dragEnterEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
+    def dragMoveEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dropEvent(self, event) -> None:  # noqa: N802
+    def dropEvent(self, event) -> None:
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         for path in paths:
             self.add_source(path)

@@ -57,10 +57,10 @@ class TensorModel(QAbstractTableModel):
                 self.rows.append((texts, keys))
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def rowCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent=QModelIndex()) -> int:
         return 0 if parent.isValid() else len(self.headers)
 
     def data(self, index, role=Qt.DisplayRole):
@@ -79,7 +79,7 @@ class TensorModel(QAbstractTableModel):
             return _RIGHT if col >= 3 else None
         return keys[0] if col == 0 else None  # tooltip: the full tensor name
 
-    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.DisplayRole):
         role = _role(role)
         if role not in _HEADER_ROLES or orientation != Qt.Horizontal:
             return None

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
@@ -107,7 +108,7 @@ class Job(QObject):
     crashed = Signal(str, str)
     cancelled = Signal()
     finished = Signal()
-    _detached: set["Job"] = set()
+    _detached: set[Job] = set()
 
     def __init__(self, fn: Callable[[Reporter], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)

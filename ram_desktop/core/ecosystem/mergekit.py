@@ -24,8 +24,8 @@ import yaml
 from ..errors import InputError
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitImport, MergekitInput
-from ..storage.safe_read import read_yaml
 from ..recipe import FORMAT, Recipe
+from ..storage.safe_read import read_yaml
 
 
 def _imports() -> dict[str, MergekitImport]:

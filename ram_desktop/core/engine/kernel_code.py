@@ -268,7 +268,7 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
             for t in range(len(agents)):
                 product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
                 scaled = product if p == np.int32(1 << t) else scaled
-        divisor = np.float32(c if c > 1 else 1)  # a constant type, not eps's: the loop vectorises
+        divisor = np.float32(max(1, c))  # a constant type, not eps's: the loop vectorises
         written = encoded(o, x + scaled / divisor)
         o[j] = written
         if moved_bit is not None:
@@ -374,7 +374,7 @@ def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, co
             count[j] = count[j] + (one if agree else zero)
     for j in range(length):
         c = count[j]
-        store(o, j, xb[j] + (acc[j] / (c if c > one else one)) * scale)
+        store(o, j, xb[j] + (acc[j] / (max(one, c))) * scale)
 
 
 @jit
@@ -723,8 +723,7 @@ def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint,
         for i in range(r * row, (r + 1) * row):
             x = like(zero, widen(base[i]))  # the compute dtype, as xb
             e = (float_bits(x) >> shift) & field
-            if e < lowest:
-                e = lowest
+            e = max(e, lowest)
             inv_ulp = power_of_two(x, 2 * bias - 1 + sig_bits - e)
             for t in range(nagents):
                 v = widen(agents[t][i]) - x

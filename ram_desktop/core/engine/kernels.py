@@ -35,20 +35,20 @@ import math
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
-from .chunks import PATTERN_MAX_AGENTS
-from ..storage.formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
 from ..lazy import torch
+from ..storage.formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
+from .chunks import PATTERN_MAX_AGENTS
 
 log = logging.getLogger("ram_desktop")
 
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def available() -> bool:
     """Whether the fused kernels can run here: numba importable, its cache usable (a frozen bundle must
     ship ``kernel_code.py`` as source), and not disabled by ``RAM_DESKTOP_KERNELS=0``."""
@@ -99,7 +99,7 @@ def as_bits(t: torch.Tensor | np.ndarray) -> np.ndarray:
     return t.numpy()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jit() -> dict:
     """The compiled kernels (numba imported on first use: commands that never merge on the CPU do
     not pay for it)."""

@@ -12,24 +12,25 @@ import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..lazy import torch
-from . import kernels
 from ..errors import InputError
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
 from ..events import Reporter
-from ..storage.formats import lora
+from ..lazy import torch
 from ..methods import Collector, MergeMethod, Observer, SliceCollector
+from ..storage.formats import lora
 from ..storage.output import ShardSet
-from .plan import AuxInput, MergePlan
-from .inspection import ULP_BINS
-from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from ..storage.transfer import Transfer
+from . import kernels
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
+from .inspection import ULP_BINS
+from .plan import AuxInput, MergePlan
+from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 
 _local = threading.local()
 

@@ -7,10 +7,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from ..lazy import torch
 from ..errors import InputError
-from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
+from ..lazy import torch
 from ..storage.formats import Checkpoint, lora
+from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
 
 log = logging.getLogger("ram_desktop")
 
