@@ -198,7 +198,7 @@ def guard_stdio() -> Path | None:
     stream = _open_log()
     log_path = Path(getattr(stream, "name", "")) if stream is not None else None
     if stream is None:
-        stream = open(os.devnull, "w", encoding="utf-8")
+        stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  stdout / stderr for the process's life
     if sys.stdout is None:
         sys.stdout = stream  # type: ignore[assignment]
     if sys.stderr is None:

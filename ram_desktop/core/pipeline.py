@@ -81,13 +81,13 @@ def list_devices() -> list[tuple[str, str]]:
     devices: list[tuple[str, str]] = []
     try:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # a broken driver must not stop the application from listing the CPU
+    except (RuntimeError, AssertionError):  # a broken driver must not stop the application from listing the CPU
         count = 0
     for index in range(count):
         try:
             props = torch.cuda.get_device_properties(index)
             label = f"cuda:{index} — {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-        except Exception:
+        except (RuntimeError, AssertionError):  # torch's errors for a device it cannot query
             label = f"cuda:{index}"
         devices.append((f"cuda:{index}", label))
     devices.append(("cpu", f"CPU ({os.cpu_count() or 1} cores)"))

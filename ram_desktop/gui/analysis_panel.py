@@ -72,16 +72,16 @@ class AnalysisPanel(QWidget):
         self.would_keep = WouldKeepChart()
         views = [
             (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
-            (self.overlap, "Overlap", "For each agent: how many of its updates no other agent touches (unique) "
-                                      "and how many it shares with 1, 2 ... other agents"),
-            (self.heatmap, "Layers × modules", "Where each agent learned: a layer × module heat map per agent of "
-                                               "density or unique share; hover a cell for its numbers"),
+            (self.overlap, "Overlap", ("For each agent: how many of its updates no other agent touches (unique) "
+                                       "and how many it shares with 1, 2 ... other agents")),
+            (self.heatmap, "Layers × modules", ("Where each agent learned: a layer × module heat map per agent of "
+                                                "density or unique share; hover a cell for its numbers")),
             (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
             (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
             (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
             (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
-            (self.would_keep, "Would keep", "Before merging: the share of each agent's updates each method keeps; "
-                                            "follows the method form as you change it"),
+            (self.would_keep, "Would keep", ("Before merging: the share of each agent's updates each method keeps; "
+                                             "follows the method form as you change it")),
             (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
         ]
         for index, (widget, title, tip) in enumerate(views):

@@ -76,7 +76,7 @@ class PieItem(pg.GraphicsObject):
             span = -360.0 * 16 * value / total
             if value > 0:
                 painter.setBrush(QBrush(color))
-                painter.drawPie(rect, int(round(angle)), int(round(span)) if abs(span) < 5760 else -5760)
+                painter.drawPie(rect, round(angle), round(span) if abs(span) < 5760 else -5760)
             angle += span
         painter.end()
 

@@ -79,7 +79,7 @@ def import_transformers(sources: list[str]) -> None:
             if (Path(source) / "config.json").is_file():
                 try:
                     MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source))]
-                except Exception:  # noqa: BLE001 — the evaluation refuses it with a message naming the folder
+                except (OSError, ValueError, KeyError):  # the evaluation refuses it with a message naming the folder
                     pass
     finally:
         gc.freeze()  # long-lived: kept out of every later collection (enabling would start a full one now)

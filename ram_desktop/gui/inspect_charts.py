@@ -15,6 +15,7 @@ from ..core import defaults
 from ..core.engine.inspection import ulp_bin_labels
 from ..core.engine.probe import ProbeReport
 from ..core.engine.would_keep import estimated, keep_methods, would_keep
+from ..core.errors import InputError
 from ..core.methods import get_method
 from .charts import FOREGROUND, _empty, _label, _plot, agent_color, percent, shade, small_font
 
@@ -288,7 +289,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             method = get_method(name)
             try:
                 params = method.resolve(self.params if name == self.method else {})
-            except Exception:  # a field being typed: the defaults until it is valid again
+            except InputError:  # a field being typed: the defaults until it is valid again
                 params = method.resolve({})
             out[name] = would_keep(report, name, params)
         return out

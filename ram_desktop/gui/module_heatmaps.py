@@ -124,7 +124,7 @@ class ModuleHeatmaps(QWidget):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
         cols, rows = len(self.grid.columns), len(self.grid.rows)
-        x, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        x, r = math.floor(point.x()), math.floor(point.y())
         t, c = divmod(x, cols + self.GAP)
         if 0 <= t < len(self.images) and 0 <= c < cols and 0 <= r < rows:
             return t, r, c

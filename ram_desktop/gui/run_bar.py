@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
@@ -44,7 +44,7 @@ def duration(seconds: float, coarse: bool = False) -> str:
 class RunBar(QWidget):
     """Start button, Cancel, a progress bar and one line of progress text with the time left."""
 
-    STAGES = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
+    STAGES: ClassVar[dict[str, str]] = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
               "download": "Downloading"}
 
     def __init__(self, start_text: str, parent: QWidget | None = None) -> None:

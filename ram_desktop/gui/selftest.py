@@ -58,7 +58,7 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
         try:
             check_regular(shard)  # safe_open opens it itself: a FIFO would block it
             with safe_open(str(shard), framework="pt") as f:
-                for key in f.keys():
+                for key in f.keys():  # noqa: SIM118  safe_open is not a mapping: keys() is its only listing
                     tensor = f.get_tensor(key)
                     elements += tensor.numel()
                     dtypes.add(str(tensor.dtype).replace("torch.", ""))

@@ -369,7 +369,7 @@ class SourcesPanel(QWidget):
 
     # --- user actions -------------------------------------------------------------------------
     def _remember(self, path: str) -> None:
-        folder = str(Path(path).parent if Path(path).is_file() else Path(path).parent)
+        folder = str(Path(path).parent)
         self.browse_dir = folder
         self.browse_dir_changed.emit(folder)
 

@@ -18,6 +18,7 @@ def _role(role) -> int:
 
 _DISPLAY, _ALIGN, _TOOLTIP = (_role(r) for r in (Qt.DisplayRole, Qt.TextAlignmentRole, Qt.ToolTipRole))
 _SORT = _role(Qt.UserRole) + 1
+_ROOT = QModelIndex()  # the invisible root: a flat table's rows and columns hang under it
 _ROLES = frozenset({_DISPLAY, _ALIGN, _TOOLTIP, _SORT})
 _RIGHT = _role(Qt.AlignRight) | _role(Qt.AlignVCenter)
 _FOREGROUND = _role(Qt.ForegroundRole)
@@ -57,10 +58,10 @@ class TensorModel(QAbstractTableModel):
                 self.rows.append((texts, keys))
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()) -> int:
+    def rowCount(self, parent: QModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent=QModelIndex()) -> int:
+    def columnCount(self, parent: QModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self.headers)
 
     def data(self, index, role=Qt.DisplayRole):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
@@ -13,7 +14,7 @@ from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSpli
 class MessageBar(QWidget):
     """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
 
-    STYLES = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+    STYLES: ClassVar[dict[str, tuple[str, str]]] = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)

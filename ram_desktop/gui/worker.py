@@ -9,7 +9,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
@@ -69,7 +69,7 @@ class Worker(QObject):
             self.failed.emit("out of memory; close other programs, or merge on a machine with more memory")
         except OSError as e:
             self.failed.emit(f"{e.filename or 'file system'}: {e.strerror or e}")
-        except Exception as e:  # a bug: reported, never swallowed, never a frozen window
+        except Exception as e:  # noqa: BLE001  a bug: reported, never swallowed, never a frozen window
             self.crashed.emit(f"{type(e).__name__}: {e}", traceback.format_exc())
         else:
             if self.token.cancelled:
@@ -108,7 +108,7 @@ class Job(QObject):
     crashed = Signal(str, str)
     cancelled = Signal()
     finished = Signal()
-    _detached: set[Job] = set()
+    _detached: ClassVar[set[Job]] = set()
 
     def __init__(self, fn: Callable[[Reporter], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -188,5 +188,5 @@ class _SignalHandler(logging.Handler):
             self.bridge.record.emit(record.levelno, line)
         except RuntimeError:  # the window is gone (application shutting down)
             pass
-        except Exception:
+        except Exception:  # noqa: BLE001  logging.Handler's convention: handleError reports it
             self.handleError(record)

@@ -64,7 +64,7 @@ def _widen(v):
 
 def float_to_bf16(x):
     """float32 → bfloat16 bits, round to nearest even (NaN → 0x7FC0, as torch)."""
-    if x != x:
+    if x != x:  # noqa: PLR0124  NaN (numba compiles the self-compare to one instruction)
         return np.int64(0x7FC0)
     u = np.int64(np.float32(x).view(np.uint32))
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
@@ -654,7 +654,7 @@ def lambda_star_bins(xs, taus, count, d, inv_step, big, half, last, bins):
         h = (like(x, n) - y0) * half
         num = np.ceil((((y0 - x) - tau) + h) * scale)
         clipped = min(max(num, zero), last)
-        bins[k] = np.int32(last if num != num else clipped)
+        bins[k] = np.int32(last if num != num else clipped)  # noqa: PLR0124  num is NaN
 
 
 @jit

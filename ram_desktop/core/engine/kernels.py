@@ -56,7 +56,8 @@ def available() -> bool:
         return False
     try:
         _jit()
-    except Exception as e:  # ImportError, or numba's "no locator available" for a missing source file
+    except (ImportError, RuntimeError, OSError) as e:  # no numba, numba's "no locator available" for a missing
+        # source file (RuntimeError), or an unusable cache folder
         log.info("fused CPU kernels unavailable (%s); using the torch path", e)
         return False
     return True

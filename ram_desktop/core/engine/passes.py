@@ -316,7 +316,7 @@ class BackgroundWriter:
                     self._check_range(index, data_host)
                 self._shards.write(index, data_host)
                 kernels.release_output(data)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001  kept and raised in the merging thread (close / next write)
                 self._error = e
 
     def _check_range(self, index: int, data: torch.Tensor | np.ndarray) -> None:

@@ -106,7 +106,7 @@ class ProbeReport:
         total = sum(hist)
         if total == 0:
             return None
-        k = min(int(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9)), SURVIVAL_BINS - 1)
+        k = min(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9), SURVIVAL_BINS - 1)
         return sum(hist[: k + 1]) / total if k >= 0 else 0.0
 
     def layers(self) -> list[dict]:
@@ -312,7 +312,7 @@ def _pattern_table(n: int) -> np.ndarray:
     """[2^n, n·(n+1)] 0/1 matrix: pattern p contributes to (agent t, popcount(p)) for every bit t of p."""
     table = np.zeros((1 << n, n * (n + 1)), np.int64)
     for p in range(1, 1 << n):
-        c = bin(p).count("1")
+        c = p.bit_count()
         for t in range(n):
             if p >> t & 1:
                 table[p, t * (n + 1) + c] = 1

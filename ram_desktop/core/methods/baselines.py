@@ -735,21 +735,21 @@ def _from_dare(ours: str, normalize: bool) -> Callable[[MergekitInput], tuple[st
 
 def _to_average(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("task_arithmetic", {"normalize": True}, {"weight": 1.0}, [
-        "average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
-        "linear would average the models' weights, base included)"])
+        ("average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
+         "linear would average the models' weights, base included)")])
 
 
 def _to_task_arithmetic(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("task_arithmetic", {"lambda": params["scale"]}, {"weight": 1.0}, [
-        "task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
-        "with dtype float32)"])
+        ("task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
+         "with dtype float32)")])
 
 
 def _to_ties(params: dict, eps: float) -> MergekitExport:
     out = MergekitExport("ties", {"lambda": params["scale"], "normalize": True},
                          {"weight": 1.0, "density": params["density"]}, [
-        "ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
-        "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning"])
+        ("ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
+         "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning")])
     if params["ties_scope"] == "model":
         out.notes.append("ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
                          "mergekit trims per tensor")
@@ -763,10 +763,10 @@ def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitEx
             shared["normalize"] = True
         per_model = {"weight": 1.0, "density": float(Decimal(1) - Decimal(repr(params["drop"])))}
         return MergekitExport(theirs, shared, per_model, [
-            f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; false "
-            "keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
-            f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
-            "elements survive"])
+            (f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; "
+             "false keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
+             f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
+             "elements survive")])
 
     return export
 

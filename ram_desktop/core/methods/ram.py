@@ -176,8 +176,8 @@ def _from_ramplus_tl(given: MergekitInput) -> tuple[str, dict]:
 
 def _to_ram(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("ram", {"epsilon": eps}, notes=[
-        "ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
-        "where RAM Desktop divides the sum by c_i, which can differ in the last bit"])
+        ("ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
+         "where RAM Desktop divides the sum by c_i, which can differ in the last bit")])
 
 
 _RHO_NOTE = ("ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
@@ -191,8 +191,8 @@ def _to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
 
 def _soft_to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": 1.0, "epsilon": eps}, notes=[
-        _RHO_NOTE, "ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
-        "closest clipped form"])
+        _RHO_NOTE, ("ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
+                    "closest clipped form")])
 
 
 RAM_PAPER = "*Behavior Knowledge Merge in Reinforced Agentic Models*, arXiv 2601.13572"

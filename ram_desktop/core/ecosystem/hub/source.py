@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import huggingface_hub as hf
 from huggingface_hub import constants as hf_constants
@@ -68,6 +69,9 @@ from ...storage.formats.base import (
 )
 from ...storage.formats.local import open_local
 from ...storage.safe_read import read_text
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger("ram_desktop")
 
@@ -222,7 +226,7 @@ def hub_error(error: BaseException, repo_id: str, revision: str | None) -> HubEr
                                 "repository", repo_id, revision)
         return HubHTTPError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
                             "try again later", repo_id, revision)
-    if isinstance(error, hf_errors.LocalEntryNotFoundError) or isinstance(error, _network_error_types()):
+    if isinstance(error, (hf_errors.LocalEntryNotFoundError, *_network_error_types())):
         if is_offline() or isinstance(error, hf_errors.OfflineModeIsEnabled):
             return offline_error(repo_id, revision)
         return HubUnreachable(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
@@ -352,7 +356,7 @@ class _Download:
             def close(self) -> None:
                 pass
 
-            def __enter__(self) -> Bar:
+            def __enter__(self) -> Self:
                 return self
 
             def __exit__(self, *exc: object) -> None:

@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetensors import safe_open
 
@@ -33,6 +34,9 @@ from ...lazy import torch
 from ..safe_read import check_regular, read_json
 from .base import Checkpoint, TensorInfo
 from .safetensors_format import read_header
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -227,7 +231,7 @@ class DeltaHandle:
         self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
         self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)
 
-    def __enter__(self) -> DeltaHandle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,6 +18,7 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...errors import InputError
 from ...lazy import torch
@@ -33,6 +34,9 @@ from .base import (
     index_shards,
     read_config,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger("ram_desktop")
 
@@ -147,7 +151,7 @@ class PickleHandle:
     def get_tensor(self, name: str) -> torch.Tensor:
         return self.state[name].clone()
 
-    def __enter__(self) -> PickleHandle:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

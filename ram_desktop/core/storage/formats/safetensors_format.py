@@ -18,7 +18,7 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from .base import (
     read_config,
     torch_dtype,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit (MAX_HEADER_SIZE)
 HEADER_MAX_DEPTH = 127  # serde_json, which the library parses headers with, refuses a 128th level of nesting
@@ -331,7 +334,7 @@ class MappedSafetensors:
     def keys(self) -> list[str]:
         return list(self._entries)
 
-    def __enter__(self) -> MappedSafetensors:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -379,7 +382,7 @@ class SafetensorsStreamWriter:
         self.path = path
         self._expected = offset
         self._written = 0
-        self._file: BinaryIO = open(path, "wb")
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115  the writer owns it until close()
         self._file.write(struct.pack("<Q", len(raw)))
         self._file.write(raw)
 
