@@ -100,11 +100,11 @@ class AnalysisPanel(QWidget):
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
         self.table.setHorizontalHeaderLabels(TABLE_COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
-        self.table.setSelectionMode(QTableWidget.NoSelection)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         tips = ["Agent name", "Share of all elements the agent updates (|τ| > ε)",
                 "Elements only this agent updates: RAM keeps them whole, RAM+ scales them by λ",
                 "Elements this agent and at least one other update: averaged over the active agents",
@@ -270,9 +270,9 @@ class AnalysisPanel(QWidget):
                     font.setBold(True)
                     item.setFont(font)
                 else:
-                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if col == 6 and share is not None and share < WARN_BELOW:
-                    item.setForeground(QBrush(Qt.darkRed))
+                    item.setForeground(QBrush(Qt.GlobalColor.darkRed))
                 self.table.setItem(t, col, item)
         rows = min(len(report.agents), 6)
         self.table.setMinimumHeight(self.table.horizontalHeader().height() + rows * self.table.rowHeight(0) + 6)

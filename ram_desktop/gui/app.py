@@ -46,7 +46,7 @@ def install_excepthook() -> None:
         app = QApplication.instance()
         if app is None:
             return
-        box = QMessageBox(QMessageBox.Critical, "Unexpected error",
+        box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error",
                           f"RAM Desktop hit a bug: {kind.__name__}: {value}\n\n"
                           "Your inputs were not changed. The details below help the developers.")
         box.setDetailedText(details)

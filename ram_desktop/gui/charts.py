@@ -60,7 +60,7 @@ class PieItem(pg.GraphicsObject):
 
     def _render(self) -> None:
         painter = QPainter(self._picture)
-        painter.setRenderHint(QPainter.Antialiasing)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         total = sum(self.values)
         rect = QRectF(-1, -1, 2, 2)
         pen = QPen(QColor("white"))

@@ -49,7 +49,7 @@ class MethodRow:
         if method.params:
             for p in method.params:
                 self.param.addItem(p.name, p.name)
-                self.param.setItemData(self.param.count() - 1, p.help, Qt.ToolTipRole)
+                self.param.setItemData(self.param.count() - 1, p.help, Qt.ItemDataRole.ToolTipRole)
             # the sweep the method offers (``MergeMethod.sweep``), else its first parameter at its default
             sweep = method.sweep or Sweep(method.params[0].name, repr(method.params[0].default))
             param, values = sweep.param, sweep.values
@@ -109,7 +109,7 @@ class ComparePanel(QWidget):
         scroll = QScrollArea()
         scroll.setWidget(methods)
         scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.NoFrame)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("folder for the variants (must not exist, or be empty)")

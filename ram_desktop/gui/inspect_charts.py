@@ -333,7 +333,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                     label = pg.TextItem(f"{100 * value:.0f}%", color=FOREGROUND, anchor=(0.5, 1.0))
                     label.setPos(i - 0.4 + width * (t + 0.5), 100 * value)
                     plot.addItem(label)
-        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
+        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))

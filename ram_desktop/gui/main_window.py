@@ -95,11 +95,11 @@ class MainWindow(QMainWindow):
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
-        self.left_splitter = splitter(Qt.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
+        self.left_splitter = splitter(Qt.Orientation.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
                                       (group("3 · Method and output", self.method), 0))
-        self.right_splitter = splitter(Qt.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
+        self.right_splitter = splitter(Qt.Orientation.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
                                        (group("5 · Result", self.result_box), 0))
-        self.splitter = splitter(Qt.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
+        self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(8, 6, 8, 8)
@@ -321,8 +321,8 @@ class MainWindow(QMainWindow):
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(self, "Replace the output folder?",
                                       f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
-                                      QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
-        return answer == QMessageBox.Yes
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
 
     def merge(self) -> None:
         session = self._ready_session("Merge")

@@ -32,8 +32,8 @@ class Menus(QObject):
         self.window = w = window
         self.recipe_path: Path | None = None
         file_menu = w.menuBar().addMenu("&File")
-        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
-        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
+        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.StandardKey.Open, triggered=self.open_recipe_dialog)
+        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.StandardKey.Save, triggered=self.save_recipe_dialog)
         self.export_action = QAction("&Export charts as PNG…", w, triggered=self.export_charts_dialog)
         self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
                                       "ulps, would keep, per layer) into a folder")
@@ -44,7 +44,7 @@ class Menus(QObject):
         self.export_mergekit_action = QAction("Export &mergekit YAML…", w,
                                               triggered=lambda: ecosystem.export_mergekit_dialog(w))
         self.recent_menu = file_menu.addMenu("Open &recent")
-        quit_action = QAction("&Quit", w, shortcut=QKeySequence.Quit, triggered=w.close)
+        quit_action = QAction("&Quit", w, shortcut=QKeySequence.StandardKey.Quit, triggered=w.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)

@@ -43,7 +43,7 @@ class ModuleHeatmaps(QWidget):
         self.graphics.setMinimumHeight(200)
         layout.addWidget(self.graphics, 1)
         self.readout = QLabel("Hover a cell to read its numbers.")
-        self.readout.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # a fixed height: hover text changes must not re-lay out (and re-render) the charts
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
         self.readout.setWordWrap(True)

@@ -31,8 +31,8 @@ class ResultBox(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         self.result_text = QLabel("No merge yet.")
         self.result_text.setWordWrap(True)
-        self.result_text.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.result_text.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        self.result_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.result_text.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         # room for the result from the start: showing it must not re-lay out (and re-render) the charts
         self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")

@@ -57,7 +57,7 @@ class RunBar(QWidget):
         self.bar.setRange(0, 1000)
         self.bar.setFormat("")
         self.label = QLabel("")
-        self.label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # text changes never re-lay out
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)  # text changes never re-lay out
         self.label.setFixedHeight(self.label.sizeHint().height())
         self.label.setStyleSheet("color: #444;")
         row = QHBoxLayout()

@@ -59,7 +59,7 @@ class RunBox(QWidget):
         self.progress_label = QLabel("Ready")
         self.progress_label.setMinimumWidth(260)
         # progress text changes must never re-lay out the window (that would re-render every chart)
-        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
 
         run_row = QHBoxLayout()

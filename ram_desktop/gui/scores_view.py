@@ -107,7 +107,7 @@ class ScoresView(QWidget):
         self.result: EvalResult | None = None
         self.kinds: dict[str, str] = {}
         self.table = QTableWidget(0, 0)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
@@ -121,7 +121,7 @@ class ScoresView(QWidget):
         export_row.addWidget(self.export_csv_button)
         export_row.addWidget(self.export_png_button)
         self.chart = ScoresChart()
-        self.results_splitter = results = QSplitter(Qt.Horizontal)
+        self.results_splitter = results = QSplitter(Qt.Orientation.Horizontal)
         results.addWidget(self.table)
         results.addWidget(self.chart)
         results.setStretchFactor(0, 0)
@@ -194,7 +194,7 @@ class ScoresView(QWidget):
             self.table.setItem(r, 0, name)
             for c, value in enumerate([*row, _mean(row)]):
                 item = QTableWidgetItem(f"{value:.3f}")
-                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if best[c] == r:
                     item.setFont(bold)
                     item.setBackground(QBrush(BEST_BRUSH))

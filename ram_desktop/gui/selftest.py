@@ -112,7 +112,7 @@ def _drive(tmp: Path, deadline: float) -> str:
         errors.append(f"{kind.__name__}: {value}")
 
     sys.excepthook = hook
-    settings = QSettings(str(tmp / "settings.ini"), QSettings.IniFormat)
+    settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings)
     try:
         window.resize(1360, 860)

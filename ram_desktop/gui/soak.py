@@ -76,7 +76,7 @@ def _settle(app, window) -> None:
 
     for _ in range(3):
         app.processEvents()
-        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         time.sleep(0.01)
 
 
@@ -91,7 +91,7 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     tmp = Path(tempfile.mkdtemp(prefix="ram-desktop-soak-"))
-    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.IniFormat))
+    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
     samples: list[Sample] = []
     try:
         window.resize(1360, 860)

@@ -89,17 +89,17 @@ class SourcesPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.ElideMiddle)  # long paths keep their start and their folder name
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long paths keep their start and their folder name
         header = self.table.horizontalHeader()
         for col in range(len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(SOURCE, QHeaderView.Stretch)
-        header.setSectionResizeMode(STATUS, QHeaderView.Interactive)
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(SOURCE, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(STATUS, QHeaderView.ResizeMode.Interactive)
         self.table.setColumnWidth(STATUS, 90)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
@@ -299,9 +299,9 @@ class SourcesPanel(QWidget):
                     values[STATUS] = row.status
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
-                flags = Qt.ItemIsEnabled | Qt.ItemIsSelectable
+                flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
                 if col == NAME and role == "agent" and row is not None:
-                    flags |= Qt.ItemIsEditable
+                    flags |= Qt.ItemFlag.ItemIsEditable
                     item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
                     item.setForeground(QBrush(agent_color(i - 1)))
                     font = item.font()
@@ -321,7 +321,7 @@ class SourcesPanel(QWidget):
                 if row is None:
                     item.setForeground(QBrush(BUSY_COLOR))
                 if col in (SIZE, TENSORS):
-                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, col, item)
         self.table.blockSignals(False)
         if selected is not None and selected < len(rows):
@@ -358,9 +358,9 @@ class SourcesPanel(QWidget):
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             b.setEnabled(enabled)
         self.setAcceptDrops(enabled)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked if enabled
-                                   else QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked if enabled
+                                   else QAbstractItemView.EditTrigger.NoEditTriggers)
         if enabled:
             self._update_buttons()
         else:
@@ -394,7 +394,7 @@ class SourcesPanel(QWidget):
 
     def _ask_hub(self) -> None:
         dialog = HubDialog(self)
-        if dialog.exec() == QDialog.Accepted and dialog.spec():
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.spec():
             if dialog.token():
                 self.hub_token = dialog.token()  # kept in memory only: never in settings, recipes or logs
             self.add_source(dialog.spec())

@@ -22,7 +22,7 @@ class MessageBar(QWidget):
         row.setContentsMargins(10, 6, 6, 6)
         self.text = QLabel()
         self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("✕")
         close.setFlat(True)
         close.setFixedWidth(28)
@@ -33,10 +33,10 @@ class MessageBar(QWidget):
         self.action_button.clicked.connect(self._act)
         self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
-        row.addWidget(self.action_button, 0, Qt.AlignTop)
-        row.addWidget(close, 0, Qt.AlignTop)
+        row.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.kind = ""
-        self.setAttribute(Qt.WA_StyledBackground, True)
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
 
     def show_message(self, kind: str, text: str) -> None:

@@ -122,7 +122,7 @@ class Job(QObject):
             getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
         self.qthread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
-        self.worker.done.connect(self.qthread.quit, Qt.DirectConnection)
+        self.worker.done.connect(self.qthread.quit, Qt.ConnectionType.DirectConnection)
         self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
