@@ -7,13 +7,25 @@ Module-level functions with ``cache=True``: numba keeps the compiled machine cod
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numba
 import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-jit = functools.partial(numba.njit, nogil=True, cache=True)
+if TYPE_CHECKING:
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
+    def jit(function: _F) -> _F:
+        """For the type checker: a compiled kernel is called with its Python signature (numba's stubs type the
+        dispatcher's ``__call__`` as taking no arguments)."""
+        return function
+
+    vector_jit = jit
+else:
+    jit = functools.partial(numba.njit, nogil=True, cache=True)
 
 
 @jit
@@ -570,7 +582,8 @@ def _exponent_layout(x):
     return lambda x: (1023, 52, 0x7FF)
 
 
-vector_jit = functools.partial(numba.njit, nogil=True, cache=True, error_model="numpy")  # no zero-division branch
+if not TYPE_CHECKING:
+    vector_jit = functools.partial(numba.njit, nogil=True, cache=True, error_model="numpy")  # no zero-division branch
 
 
 @vector_jit
