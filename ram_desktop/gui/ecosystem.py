@@ -30,6 +30,7 @@ from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
 from ..core.errors import InputError
 from ..core.events import ProgressEvent
 from ..core.session import Session
+from .session_form import write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -81,17 +82,8 @@ def export_mergekit_dialog(window: MainWindow) -> None:
 
 
 def export_mergekit(window: MainWindow, path: Path) -> bool:
-    if window.sources.base is None or not window.sources.agents:
-        window.show_error("add a base and at least one agent before exporting a mergekit config")
-        return False
-    try:
-        text = to_mergekit(window.current_recipe())
-        Path(path).write_text(text, encoding="utf-8")
-    except InputError as e:
-        window.show_error(str(e))
-        return False
-    except OSError as e:
-        window.show_error(f"{path}: cannot write ({e.strerror})")
+    if not write_from_recipe(window, path, lambda recipe, p: p.write_text(to_mergekit(recipe), encoding="utf-8"),
+                             "exporting a mergekit config", "the mergekit config"):
         return False
     log.info("exported mergekit config %s", path)
     window.statusBar().showMessage(f"Exported {path} (differences from RAM Desktop are comments in the file)", 8000)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from .. import __version__
 from ..core.errors import InputError
 from . import ecosystem
-from .session_form import load_session
+from .session_form import load_session, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
@@ -113,16 +113,7 @@ class Menus(QObject):
 
     def save_recipe(self, path: Path) -> bool:
         w = self.window
-        if w.sources.base is None or not w.sources.agents:
-            w.show_error("add a base and at least one agent before saving a recipe")
-            return False
-        try:
-            w.current_recipe().save(Path(path))
-        except InputError as e:
-            w.show_error(str(e))
-            return False
-        except OSError as e:
-            w.show_error(f"{path}: cannot write the recipe ({e.strerror})")
+        if not write_from_recipe(w, path, lambda recipe, p: recipe.save(p), "saving a recipe", "the recipe"):
             return False
         self._used(path)
         log.info("saved recipe %s", path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ..core import defaults, pipeline
 from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
@@ -67,9 +68,26 @@ def load_session(path: Path) -> Session:
         raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if session.vocab not in VOCAB_MODES:
         raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
-    if not (session.eps >= 0 and session.eps != float("inf")):
-        raise InputError(f"{path}: eps must be a non-negative number, got {session.eps}")
+    pipeline.check_eps(session.eps, f"{path}: eps")
     return session
+
+
+def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], None], doing: str,
+                      what: str) -> bool:
+    """``write(recipe, path)`` with the window's current recipe (saving it, exporting it); False, with a readable
+    message in the window, when the sources are incomplete (``doing``: what needs them) or writing ``what`` fails."""
+    if window.sources.base is None or not window.sources.agents:
+        window.show_error(f"add a base and at least one agent before {doing}")
+        return False
+    try:
+        write(window.current_recipe(), Path(path))
+    except InputError as e:
+        window.show_error(str(e))
+        return False
+    except OSError as e:
+        window.show_error(f"{path}: cannot write {what} ({e.strerror})")
+        return False
+    return True
 
 
 class NotReplaceable(InputError):

@@ -97,16 +97,14 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
 
 def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
                sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-               stage: str = "probe", ordered: bool = False, files: OpenFiles | None = None) -> None:
-    """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
-    the chunks in plan order (a collector whose ``needs_order`` is True), so the pass computes on one
-    thread; otherwise sinks are fed from every compute thread, chunks in any order. ``files``: the run's
-    open inputs, shared by its passes (``chunks.OpenFiles``)."""
+               stage: str = "probe", files: OpenFiles | None = None) -> None:
+    """Stream every mergeable tensor once and ``add`` each chunk to every sink, from every compute thread,
+    chunks in any order. ``files``: the run's open inputs, shared by its passes (``chunks.OpenFiles``)."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress(stage, 0, total, "elements")
-    workers = 1 if ordered else compute_workers(transfer.device_type)
+    workers = compute_workers(transfer.device_type)
     fused = use_kernels(transfer.device_type, total)
 
     def work(item: tuple) -> int:

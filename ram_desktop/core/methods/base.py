@@ -96,13 +96,10 @@ class Collector(Protocol):
     """Whole-model statistics a method gathers in pass 1 beyond the probe (e.g. TIES's magnitude cut).
 
     ``next_pass()`` is called after each full pass over the data; True asks the engine to feed every
-    chunk once more, in the same order, before ``finish`` (TIES refines its exact cut this way).
+    chunk once more before ``finish`` (TIES refines its exact cut this way).
 
-    ``needs_order``: True when ``add`` must see the chunks one at a time in plan order (the pass then
-    computes on one thread); False when ``add`` may run on several compute threads at once, chunks in
-    any order (its statistic is order-independent, e.g. integer histograms summed under a lock)."""
-
-    needs_order: bool
+    ``add`` runs on several compute threads at once, chunks in any order: the statistic must be
+    order-independent (e.g. integer histograms summed under a lock)."""
 
     def add(self, chunk: Chunk) -> None: ...
 

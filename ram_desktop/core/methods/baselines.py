@@ -175,7 +175,7 @@ class TrimCollector:
     """Pass-1 (and refinement passes) statistic of TIES: the exact per-agent magnitude cut per scope,
     and for every chunk the number of elements equal to the cut in earlier chunks of its scope.
 
-    Order-independent (``needs_order = False``): a chunk's digit counts are integers summed into its
+    Order-independent, as every collector: a chunk's digit counts are integers summed into its
     scope's histogram under a lock, so chunks may be counted on any thread in any order. A scope is
     folded into its select state as soon as all its elements were counted (scope ``tensor``: memory
     stays at a few open histograms). In a scope's last level every chunk also keeps its digit counts
@@ -183,8 +183,6 @@ class TrimCollector:
     chunk's count of elements equal to the cut is read off them. Should those records grow beyond
     ``EQUAL_RECORD_BUDGET`` entries, they are dropped and one more pass counts the equal elements
     per chunk directly."""
-
-    needs_order = False
 
     def __init__(self, density: float, scope: str, plan: Any) -> None:
         self.density = density
