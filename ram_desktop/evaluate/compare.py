@@ -17,10 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.pipeline import MergeResult, merge_variants
-from ..core.session import Session, Variant
+from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
 from .fisher import resolve_fisher_params
 from .results import EvalResult, ModelRef
 

@@ -33,10 +33,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..core.errors import InputError, first_line
-from ..core.events import Reporter
-from ..core.pipeline import resolve_device
-from ..core.sources import open_checkpoint
+from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer

@@ -36,7 +36,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..core.errors import InputError, first_line
+from ..core import InputError, first_line
 
 ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
 BUILTIN = ("exact", "contains", "number")

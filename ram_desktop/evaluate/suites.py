@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
-from ..core.errors import InputError
+from ..core import InputError
 from ..core.storage.safe_read import parse_json, parse_yaml, read_bytes, read_text
 from .scorers import ScorerSpec, parse_scorer
 

@@ -11,7 +11,7 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
 
-from ..core.events import Reporter
+from ..core import Reporter
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
 from .jobs import JobController, JobState, Outcome

@@ -14,7 +14,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core.engine.probe import ProbeReport
+from ..core import ProbeReport
 
 PALETTE = ["#1f77b4", "#e4572e", "#2a9d8f", "#8e44ad", "#f2a541", "#5c6b73", "#d62797", "#6a994e"]
 FOREGROUND = "#333333"

@@ -22,11 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import defaults
-from ..core.ecosystem.cards.evaluation import record_evaluation
-from ..core.errors import InputError
-from ..core.methods import METHODS, Sweep
-from ..core.session import Session, Variant
+from ..core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
 from ..evaluate.compare import CompareResult, compare
 from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
 from .jobs import JobController, JobState

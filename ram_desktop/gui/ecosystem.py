@@ -25,11 +25,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.ecosystem.hub.publish import check_repo_id, has_stored_token, publish
-from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
-from ..core.errors import InputError
-from ..core.events import ProgressEvent
-from ..core.session import Session
+from ..core import (
+    InputError,
+    ProgressEvent,
+    Session,
+    check_repo_id,
+    has_stored_token,
+    load_mergekit,
+    publish,
+    to_mergekit,
+)
 from .session_form import write_from_recipe
 from .worker import Job
 

@@ -35,9 +35,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.demo import demo_suites
-from ..core.ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
-from ..core.errors import InputError
+from ..core import MERGE_REPORT, InputError, demo_suites, record_evaluation
 from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
 from .jobs import JobController, JobState
 from .run_bar import PanelJob, RunBar, duration

@@ -11,12 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
-from ..core import defaults
+from ..core import InputError, ProbeReport, defaults, get_method
 from ..core.engine.inspection import ulp_bin_labels
-from ..core.engine.probe import ProbeReport
 from ..core.engine.would_keep import estimated, keep_methods, would_keep
-from ..core.errors import InputError
-from ..core.methods import get_method
 from .charts import FOREGROUND, _empty, _label, _plot, agent_color, percent, shade, small_font
 
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:

@@ -9,7 +9,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from ..core.events import Reporter
+from ..core import Reporter
 from .worker import Job
 
 

@@ -12,13 +12,7 @@ from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from .. import __version__
-from ..core import pipeline
-from ..core.demo import demo_suites, ensure_demo
-from ..core.engine.chunks import DEFAULT_CHUNK_ELEMENTS
-from ..core.engine.probe import ProbeReport
-from ..core.errors import InputError
-from ..core.recipe import Recipe
-from ..core.session import Session
+from ..core import DEFAULT_CHUNK_ELEMENTS, InputError, ProbeReport, Recipe, Session, demo_suites, ensure_demo, pipeline
 from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .chart_saver import ChartSaver

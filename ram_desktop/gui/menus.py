@@ -12,7 +12,7 @@ from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from .. import __version__
-from ..core.errors import InputError
+from ..core import InputError
 from . import ecosystem
 from .session_form import load_session, write_from_recipe
 

@@ -22,10 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import defaults
-from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
-from ..core.methods import METHODS, MergeMethod, Param
-from ..core.pipeline import list_devices
+from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, Param, defaults, list_devices
 from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",

@@ -8,9 +8,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..core import pipeline
-from ..core.methods import get_method
-from ..core.storage.output import human_bytes
+from ..core import get_method, human_bytes, pipeline
 from .jobs import JobController, JobState, Outcome
 from .run_bar import duration
 

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from ..core.events import ProgressEvent, Reporter
+from ..core import ProgressEvent, Reporter
 from .jobs import JobController, JobState, Outcome
 
 log = logging.getLogger("ram_desktop")

@@ -17,8 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.events import ProgressEvent
-from ..core.storage.output import human_bytes
+from ..core import ProgressEvent, human_bytes
 from .jobs import JobController, JobState
 from .run_bar import duration
 

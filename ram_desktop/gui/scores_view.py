@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.ecosystem.cards.evaluation import MERGE_REPORT
+from ..core import MERGE_REPORT
 from ..evaluate import EvalResult, SuiteSummary
 from .charts import FOREGROUND, PALETTE, export_png
 

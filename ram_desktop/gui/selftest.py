@@ -42,7 +42,7 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     """(elements in the merged weights, λ values, dtype) or SelfTestError."""
     from safetensors import safe_open
 
-    from ..core.errors import InputError
+    from ..core import InputError
     from ..core.storage.safe_read import check_regular, read_json
 
     if not out.is_dir():
@@ -90,7 +90,7 @@ def _drive(tmp: Path, deadline: float) -> str:
     from PySide6.QtWidgets import QApplication
 
     from .. import paths
-    from ..core.demo import write_demo
+    from ..core import write_demo
     from .application import setup_application
     from .main_window import MainWindow
 

@@ -7,14 +7,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import defaults, pipeline
-from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
-from ..core.engine.probe import ProbeReport
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.recipe import Recipe
-from ..core.session import Session
-from ..core.storage.formats import Checkpoint
+from ..core import (
+    OUT_DTYPES,
+    VOCAB_MODES,
+    Checkpoint,
+    InputError,
+    ProbeReport,
+    Recipe,
+    Reporter,
+    Session,
+    defaults,
+    pipeline,
+)
 from ..core.storage.output import check_apart, is_earlier_output
 from .method_panel import MethodPanel
 from .sources_panel import SourcesPanel
@@ -126,7 +130,7 @@ def run_probe(session: Session, chunk_elements: int, token: str | None, reporter
 def run_merge(request: pipeline.MergeRequest, reporter: Reporter) -> pipeline.MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
-    from ..core.methods import get_method
+    from ..core import get_method
 
     if get_method(request.method).calibrated:
         from ..evaluate.fisher import resolve_fisher_params

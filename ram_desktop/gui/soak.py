@@ -86,7 +86,7 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
     from PySide6.QtCore import QObject, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from ..core.demo import write_demo
+    from ..core import write_demo
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])

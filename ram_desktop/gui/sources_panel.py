@@ -22,10 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.events import ProgressEvent
-from ..core.sources import open_checkpoint
-from ..core.storage.formats import Checkpoint
-from ..core.storage.output import human_bytes
+from ..core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job

@@ -13,9 +13,8 @@ from typing import Any, ClassVar
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
+from ..core import Cancelled, CancelToken, ProgressEvent, RamError, Reporter
 from ..core.engine import kernels
-from ..core.errors import Cancelled, RamError
-from ..core.events import CancelToken, ProgressEvent, Reporter
 
 log = logging.getLogger("ram_desktop")
 
