@@ -244,7 +244,7 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import Recipe, Session, pipeline
+    from .core import Recipe, Session, merge, probe
 
     if args.command == "demo":
         from .core import read_manifest, write_demo
@@ -262,7 +262,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
-        report = pipeline.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
+        report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
         if args.json:
             try:
@@ -302,7 +302,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
-    result = pipeline.merge(request, reporter)
+    result = merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK

@@ -12,7 +12,16 @@ from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from .. import __version__
-from ..core import DEFAULT_CHUNK_ELEMENTS, InputError, ProbeReport, Recipe, Session, demo_suites, ensure_demo, pipeline
+from ..core import (
+    DEFAULT_CHUNK_ELEMENTS,
+    InputError,
+    MergeResult,
+    ProbeReport,
+    Recipe,
+    Session,
+    demo_suites,
+    ensure_demo,
+)
 from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .chart_saver import ChartSaver
@@ -53,7 +62,7 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings()
         self.setWindowTitle("Merge RL-trained agents")  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
-        self.result: pipeline.MergeResult | None = None
+        self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
 
@@ -253,7 +262,7 @@ class MainWindow(QMainWindow):
             self.analysis_finished.emit(False)
         self._maybe_auto_analyse()
 
-    def _merge_done(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def _merge_done(self, result: MergeResult, charts: list[str]) -> None:
         """A merge and the saving of its charts are over."""
         if charts:
             self._show_result(result, charts)
@@ -338,7 +347,7 @@ class MainWindow(QMainWindow):
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
         self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
 
-    def _merged(self, result: pipeline.MergeResult, key: tuple) -> None:
+    def _merged(self, result: MergeResult, key: tuple) -> None:
         self.result = result
         report = self.report
         if key == self._source_key() and (report is None or report.names != result.probe.names
@@ -348,7 +357,7 @@ class MainWindow(QMainWindow):
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
 
-    def _show_result(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def _show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.run_box.show_state(1000, "Merge done", f"Merged in {duration(result.seconds)}")
         self.result_box.show_result(result, charts)
         self.settings.setValue("paths/last_output", str(result.out))

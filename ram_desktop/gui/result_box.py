@@ -8,7 +8,7 @@ from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..core import get_method, human_bytes, pipeline
+from ..core import MergeResult, get_method, human_bytes
 from .jobs import JobController, JobState, Outcome
 from .run_bar import duration
 
@@ -73,7 +73,7 @@ class ResultBox(QWidget):
                                      else "The merge stopped with an error (see the message at the top); "
                                           "nothing was written.")
 
-    def show_result(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
         method = result.report.get("method")
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))

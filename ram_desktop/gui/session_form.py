@@ -12,12 +12,16 @@ from ..core import (
     VOCAB_MODES,
     Checkpoint,
     InputError,
+    MergeRequest,
+    MergeResult,
     ProbeReport,
     Recipe,
     Reporter,
     Session,
+    check_eps,
     defaults,
-    pipeline,
+    merge,
+    probe,
 )
 from ..core.storage.output import check_apart, is_earlier_output
 from .method_panel import MethodPanel
@@ -72,7 +76,7 @@ def load_session(path: Path) -> Session:
         raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if session.vocab not in VOCAB_MODES:
         raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
-    pipeline.check_eps(session.eps, f"{path}: eps")
+    check_eps(session.eps, f"{path}: eps")
     return session
 
 
@@ -104,7 +108,7 @@ class NotReplaceable(InputError):
 
 
 def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: Callable[[Path], bool],
-                  token: str | None, chunk_elements: int) -> pipeline.MergeRequest | None:
+                  token: str | None, chunk_elements: int) -> MergeRequest | None:
     """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
     output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
     (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
@@ -123,11 +127,11 @@ def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: C
 
 def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
     """The analysis (probe pass) of ``session``'s sources."""
-    return pipeline.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+    return probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
                         chunk_elements=chunk_elements, token=token, vocab=session.vocab)
 
 
-def run_merge(request: pipeline.MergeRequest, reporter: Reporter) -> pipeline.MergeResult:
+def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
     from ..core import get_method
@@ -136,4 +140,4 @@ def run_merge(request: pipeline.MergeRequest, reporter: Reporter) -> pipeline.Me
         from ..evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
-    return pipeline.merge(request, reporter)
+    return merge(request, reporter)
