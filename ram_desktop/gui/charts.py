@@ -14,7 +14,7 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core.engine.probe import ProbeReport
+from ..core import ProbeReport
 
 PALETTE = ["#1f77b4", "#e4572e", "#2a9d8f", "#8e44ad", "#f2a541", "#5c6b73", "#d62797", "#6a994e"]
 FOREGROUND = "#333333"
@@ -60,7 +60,7 @@ class PieItem(pg.GraphicsObject):
 
     def _render(self) -> None:
         painter = QPainter(self._picture)
-        painter.setRenderHint(QPainter.Antialiasing)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         total = sum(self.values)
         rect = QRectF(-1, -1, 2, 2)
         pen = QPen(QColor("white"))
@@ -76,7 +76,7 @@ class PieItem(pg.GraphicsObject):
             span = -360.0 * 16 * value / total
             if value > 0:
                 painter.setBrush(QBrush(color))
-                painter.drawPie(rect, int(round(angle)), int(round(span)) if abs(span) < 5760 else -5760)
+                painter.drawPie(rect, round(angle), round(span) if abs(span) < 5760 else -5760)
             angle += span
         painter.end()
 

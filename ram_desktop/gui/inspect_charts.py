@@ -11,11 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
+from ..core import InputError, ProbeReport, defaults, get_method
 from ..core.engine.inspection import ulp_bin_labels
-from ..core import defaults
 from ..core.engine.would_keep import estimated, keep_methods, would_keep
-from ..core.methods import get_method
-from ..core.engine.probe import ProbeReport
 from .charts import FOREGROUND, _empty, _label, _plot, agent_color, percent, shade, small_font
 
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
@@ -276,7 +274,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             return True
         return False
 
-    def showEvent(self, event) -> None:  # noqa: N802
+    def showEvent(self, event) -> None:
         self.ensure_current()
         super().showEvent(event)
 
@@ -288,7 +286,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             method = get_method(name)
             try:
                 params = method.resolve(self.params if name == self.method else {})
-            except Exception:  # a field being typed: the defaults until it is valid again
+            except InputError:  # a field being typed: the defaults until it is valid again
                 params = method.resolve({})
             out[name] = would_keep(report, name, params)
         return out
@@ -332,7 +330,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                     label = pg.TextItem(f"{100 * value:.0f}%", color=FOREGROUND, anchor=(0.5, 1.0))
                     label.setPos(i - 0.4 + width * (t + 0.5), 100 * value)
                     plot.addItem(label)
-        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
+        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
         plot.getAxis("bottom").setTicks([ticks])
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))

@@ -3,8 +3,9 @@ folder name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import ClassVar
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
@@ -13,7 +14,7 @@ from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSpli
 class MessageBar(QWidget):
     """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
 
-    STYLES = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+    STYLES: ClassVar[dict[str, tuple[str, str]]] = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -21,7 +22,7 @@ class MessageBar(QWidget):
         row.setContentsMargins(10, 6, 6, 6)
         self.text = QLabel()
         self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("✕")
         close.setFlat(True)
         close.setFixedWidth(28)
@@ -32,10 +33,10 @@ class MessageBar(QWidget):
         self.action_button.clicked.connect(self._act)
         self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
-        row.addWidget(self.action_button, 0, Qt.AlignTop)
-        row.addWidget(close, 0, Qt.AlignTop)
+        row.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.kind = ""
-        self.setAttribute(Qt.WA_StyledBackground, True)
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
 
     def show_message(self, kind: str, text: str) -> None:
