@@ -36,9 +36,19 @@ LOG_FILE = "ram-desktop.log"
 LOG_MAX_BYTES = 5_000_000  # rotated once (to .1) above this size
 
 __all__ = [
-    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir", "cache_root",
+    "APP_ID",
+    "APP_NAME",
+    "bundle_dir",
     "cache_dir",
-    "is_frozen", "bundle_dir", "resources_dir", "resource_path", "guard_stdio",
+    "cache_root",
+    "guard_stdio",
+    "is_frozen",
+    "resource_path",
+    "resources_dir",
+    "user_cache_dir",
+    "user_config_dir",
+    "user_data_dir",
+    "user_log_dir",
 ]
 
 
@@ -201,7 +211,7 @@ def guard_stdio() -> Path | None:
     stream = _open_log()
     log_path = Path(getattr(stream, "name", "")) if stream is not None else None
     if stream is None:
-        stream = open(os.devnull, "w", encoding="utf-8")
+        stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  stdout / stderr for the process's life
     if sys.stdout is None:
         sys.stdout = stream  # type: ignore[assignment]
     if sys.stderr is None:

@@ -6,6 +6,7 @@ and Compare charts gets its own (``model_color``), from one colour-blind-safe pa
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
@@ -15,7 +16,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core.engine.probe import ProbeReport
+from ..core import ProbeReport
 
 # Okabe & Ito's colours that read on white (their orange, sky blue and yellow are too light for text),
 # then Paul Tol's dark "muted" colours, black and brown: twelve colours, pairwise far apart in CIELAB
@@ -104,7 +105,7 @@ def _refit_ticks(plot: pg.PlotItem) -> None:
     def fits(step: int) -> bool:  # every step-th label: half of each and the gap between neighbours
         shown = list(range(0, len(ticks), step))
         return all((widths[a] + widths[b]) / 2 + gap <= (ticks[b][0] - ticks[a][0]) * per_unit
-                   for a, b in zip(shown, shown[1:]))
+                   for a, b in itertools.pairwise(shown))
 
     step = next((k for k in range(1, len(ticks)) if fits(k)), max(len(ticks), 1)) if per_unit > 0 else 1
     axis.setTicks([[(x, text if i % step == 0 else "") for i, (x, text) in enumerate(ticks)]])
@@ -124,7 +125,7 @@ class PieItem(pg.GraphicsObject):
 
     def _render(self) -> None:
         painter = QPainter(self._picture)
-        painter.setRenderHint(QPainter.Antialiasing)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         total = sum(self.values)
         rect = QRectF(-1, -1, 2, 2)
         pen = QPen(QColor("white"))
@@ -140,7 +141,7 @@ class PieItem(pg.GraphicsObject):
             span = -360.0 * 16 * value / total
             if value > 0:
                 painter.setBrush(QBrush(color))
-                painter.drawPie(rect, int(round(angle)), int(round(span)) if abs(span) < 5760 else -5760)
+                painter.drawPie(rect, round(angle), round(span) if abs(span) < 5760 else -5760)
             angle += span
         painter.end()
 
@@ -347,8 +348,7 @@ def _short(name: str) -> str:
     if m:
         return f"L{m.group(1)}"
     short = name.split(".")[-1]
-    if short.endswith("_proj"):
-        short = short[:-len("_proj")]
+    short = short.removesuffix("_proj")
     return short.replace("attention", "attn").replace("layernorm", "norm")
 
 

@@ -11,13 +11,22 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
+from ..core import InputError, ProbeReport, defaults, get_method
 from ..core.engine.inspection import ULP_BINS, ulp_bin_labels
-from ..core import defaults
 from ..core.engine.would_keep import estimated, keep_methods, would_keep
-from ..core.methods import get_method
-from ..core.engine.probe import ProbeReport
-from .charts import (FOREGROUND, _empty, _label, _plot, agent_color, fit_legend, fit_ticks, legend_below, percent,
-                     shade, small_font)
+from .charts import (
+    FOREGROUND,
+    _empty,
+    _label,
+    _plot,
+    agent_color,
+    fit_legend,
+    fit_ticks,
+    legend_below,
+    percent,
+    shade,
+    small_font,
+)
 
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
 # every Qt call that returns nothing costs PySide6 6.12.0 a reference to None (see _label).
@@ -290,7 +299,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             return True
         return False
 
-    def showEvent(self, event) -> None:  # noqa: N802
+    def showEvent(self, event) -> None:
         self.ensure_current()
         super().showEvent(event)
 
@@ -302,7 +311,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             method = get_method(name)
             try:
                 params = method.resolve(self.params if name == self.method else {})
-            except Exception:  # a field being typed: the defaults until it is valid again
+            except InputError:  # a field being typed: the defaults until it is valid again
                 params = method.resolve({})
             out[name] = would_keep(report, name, params)
         return out
@@ -344,7 +353,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                                          pen=pg.mkPen(None))
             region.setZValue(-10)
             plot.addItem(region)
-        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
+        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))
         _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")

@@ -8,13 +8,21 @@ from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
 from PySide6.QtGui import QRegularExpressionValidator
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
-from ..core import defaults
-from ..core.pipeline import list_devices
-from ..core.methods import METHODS, MergeMethod, Param
-from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
+from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, Param, defaults, list_devices
 from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
@@ -34,7 +42,7 @@ class PreciseSpinBox(QDoubleSpinBox):
         super().__init__()
         self.setDecimals(self.DECIMALS)
 
-    def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt's name)
+    def textFromValue(self, value: float) -> str:
         text = f"{value:.{self.DECIMALS}f}".rstrip("0")
         return text + "0" if text.endswith(".") else text
 
@@ -204,7 +212,7 @@ class MethodPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.form = QFormLayout(self)
-        self.form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.method = QComboBox()
         for name, m in METHODS.items():
             self.method.addItem(m.label, name)
@@ -268,7 +276,7 @@ class MethodPanel(QWidget):
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
-        self.method.setCurrentIndex(index if index >= 0 else 0)
+        self.method.setCurrentIndex(max(index, 0))
         self._rebuild()
 
     @property

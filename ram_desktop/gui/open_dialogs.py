@@ -7,8 +7,17 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices, QGuiApplication
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QTextBrowser,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class CardDialog(QDialog):
@@ -28,9 +37,9 @@ class CardDialog(QDialog):
         self.editor_button = QPushButton("Open in editor")
         self.editor_button.setToolTip("Open README.md with the desktop's editor")
         self.editor_button.clicked.connect(self.open_in_editor)
-        buttons = QDialogButtonBox(QDialogButtonBox.Close)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
-        buttons.addButton(self.editor_button, QDialogButtonBox.ActionRole)
+        buttons.addButton(self.editor_button, QDialogButtonBox.ButtonRole.ActionRole)
         layout = QVBoxLayout(self)
         layout.addWidget(self.browser, 1)
         layout.addWidget(self.path)
@@ -62,7 +71,7 @@ class FolderDialog(QDialog):
         row = QHBoxLayout()
         row.addWidget(self.path, 1)
         row.addWidget(self.copy_button)
-        buttons = QDialogButtonBox(QDialogButtonBox.Close)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(text)
@@ -84,7 +93,7 @@ def _without_front_matter(text: str) -> str:
     if lines and lines[0].strip() == "---":
         end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
         if end is not None:
-            return "\n".join(lines[end + 1:]).lstrip("\n")
+            return "\n".join(lines[end + 1 :]).lstrip("\n")
     return text
 
 
@@ -93,13 +102,13 @@ def open_folder(folder: Path, parent: QWidget | None = None) -> QDialog | None:
     if QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
         return None
     dialog = FolderDialog(folder, parent)
-    dialog.setAttribute(Qt.WA_DeleteOnClose)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.show()
     return dialog
 
 
 def show_card(card: Path, parent: QWidget | None = None) -> CardDialog:
     dialog = CardDialog(card, parent)
-    dialog.setAttribute(Qt.WA_DeleteOnClose)
+    dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     dialog.show()
     return dialog

@@ -6,11 +6,17 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtWidgets import (QHBoxLayout, QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.events import ProgressEvent
-from ..core.storage.output import human_bytes
+from ..core import ProgressEvent, human_bytes
 from .jobs import JobController, JobState
 from .run_bar import duration
 from .widgets import ElidedLabel
@@ -52,7 +58,7 @@ class RunBox(QWidget):
         self.progress_label = ElidedLabel("Ready")
         self.progress_label.setMinimumWidth(260)
         # progress text changes must never re-lay out the window (that would re-render every chart)
-        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
 
         run_row = QHBoxLayout()

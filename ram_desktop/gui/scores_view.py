@@ -9,11 +9,21 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
-                               QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
+from ..core import MERGE_REPORT
 from ..evaluate import EvalResult, SuiteSummary
-from ..core.ecosystem.cards.evaluation import MERGE_REPORT
 from .charts import BASE_COLOR, FOREGROUND, export_png, model_color
 
 MERGED_KINDS = ("merged", "variant")
@@ -77,7 +87,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
         axis.setTicks([[(s, _fit_label(name, metrics, room)) for s, name in enumerate(self.suites)]])
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if hasattr(self, "suites"):  # not while the base class is still being set up
             self.fit_suite_labels()
@@ -93,7 +103,7 @@ class ScoresView(QWidget):
         self.result: EvalResult | None = None
         self.kinds: dict[str, str] = {}
         self.table = QTableWidget(0, 0)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
@@ -187,7 +197,7 @@ class ScoresView(QWidget):
             self.table.setItem(r, 0, name)
             for c, value in enumerate([*row, _mean(row)]):
                 item = QTableWidgetItem(f"{value:.3f}")
-                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if best[c] == r:
                     item.setFont(bold)
                     item.setBackground(QBrush(BEST_BRUSH))

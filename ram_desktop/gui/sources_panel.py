@@ -8,14 +8,21 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout,
-                               QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.events import ProgressEvent
-from ..core.sources import open_checkpoint
-from ..core.storage.formats import Checkpoint
-from ..core.storage.output import human_bytes
+from ..core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job
@@ -29,8 +36,7 @@ OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor
 
 def default_name(spec: str) -> str:
     text = spec.rstrip("/\\")
-    if text.startswith("hf://"):
-        text = text[5:]
+    text = text.removeprefix("hf://")
     text = text.split("@")[0]
     name = Path(text).name
     return name.removesuffix(".safetensors") or "agent"
@@ -80,17 +86,17 @@ class SourcesPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.ElideMiddle)  # long paths keep their start and their folder name
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long paths keep their start and their folder name
         header = self.table.horizontalHeader()
         for col in range(len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(SOURCE, QHeaderView.Stretch)
-        header.setSectionResizeMode(STATUS, QHeaderView.Interactive)
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(SOURCE, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(STATUS, QHeaderView.ResizeMode.Interactive)
         self.table.setColumnWidth(STATUS, 90)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
@@ -308,9 +314,9 @@ class SourcesPanel(QWidget):
                     values[STATUS] = row.status
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
-                flags = Qt.ItemIsEnabled | Qt.ItemIsSelectable
+                flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
                 if col == NAME and role == "agent" and row is not None:
-                    flags |= Qt.ItemIsEditable
+                    flags |= Qt.ItemFlag.ItemIsEditable
                     item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
                     item.setForeground(QBrush(agent_color(i - 1)))
                     font = item.font()
@@ -330,7 +336,7 @@ class SourcesPanel(QWidget):
                 if row is None:
                     item.setForeground(QBrush(BUSY_COLOR))
                 if col in (SIZE, TENSORS):
-                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, col, item)
         self.table.blockSignals(False)
         if selected is not None and selected < len(rows):
@@ -363,13 +369,13 @@ class SourcesPanel(QWidget):
             self._refresh()
             self.changed.emit()
 
-    def setEnabled(self, enabled: bool) -> None:  # noqa: N802 — keep the table scrollable while busy
+    def setEnabled(self, enabled: bool) -> None:
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             b.setEnabled(enabled)
         self.setAcceptDrops(enabled)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked if enabled
-                                   else QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked if enabled
+                                   else QAbstractItemView.EditTrigger.NoEditTriggers)
         if enabled:
             self._update_buttons()
         else:
@@ -378,7 +384,7 @@ class SourcesPanel(QWidget):
 
     # --- user actions -------------------------------------------------------------------------
     def _remember(self, path: str) -> None:
-        folder = str(Path(path).parent if Path(path).is_file() else Path(path).parent)
+        folder = str(Path(path).parent)
         self.browse_dir = folder
         self.browse_dir_changed.emit(folder)
 
@@ -403,7 +409,7 @@ class SourcesPanel(QWidget):
 
     def _ask_hub(self) -> None:
         dialog = HubDialog(self)
-        if dialog.exec() == QDialog.Accepted and dialog.spec():
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.spec():
             if dialog.token():
                 self.hub_token = dialog.token()  # kept in memory only: never in settings, recipes or logs
             self.add_source(dialog.spec())
@@ -413,15 +419,15 @@ class SourcesPanel(QWidget):
         for job in self._jobs.values():
             job.cancel()
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802
+    def dragEnterEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
+    def dragMoveEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dropEvent(self, event) -> None:  # noqa: N802
+    def dropEvent(self, event) -> None:
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         for path in paths:
             self.add_source(path)
