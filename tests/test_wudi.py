@@ -253,3 +253,19 @@ def test_gui_form_and_comparison_row(qtbot):
     row = MethodRow("wudi")
     qtbot.addWidget(row.check)
     assert row.param.currentData() == "steps" and row.values.text() == "300"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_path_matches_the_cpu_path(models, tmp_path):
+    """``--device cuda``: the same reads, transfer and optimisation on the GPU; the products' summation order
+    is cuBLAS's, so τ_m agrees with the CPU's to float32 rounding (TF32 stays off: torch's default)."""
+    base, agents = models
+    _merge(base, agents, tmp_path / "cpu")
+    pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "gpu", "wudi",
+                                         {"steps": STEPS, "lr": LR}, device="cuda", out_dtype="float32",
+                                         use_cache=False), Reporter())
+    cpu, gpu = reference.load_model(tmp_path / "cpu"), reference.load_model(tmp_path / "gpu")
+    b = reference.load_model(base)
+    for name, t in b.items():
+        moved = float((cpu[name].double() - t.double()).abs().max())
+        assert float((gpu[name].double() - cpu[name].double()).abs().max()) <= 1e-5 * moved + 1e-7, name
