@@ -25,10 +25,9 @@ Bounded memory, one layer at a time. The merge pass hands ``merge`` row slices o
 order on one thread (``thread_safe`` False). At a linear layer's first slice the context reads that
 whole layer (base and agents, through ``chunks.SliceReader``, ``transfer.Transfer`` to the chunk's
 device and ``chunks.load_chunk``, the engine's own path), optimises it and keeps τ_m for the layer's
-remaining slices; the next layer replaces it. Peak: the layer's stored inputs plus its N + 1 widened
-copies while τ is formed, then G ([c, c]), B, τ_m, its gradient and Adam's two moments (5 [r, c]
-tensors) while optimising — about max((N + 1)·(stored bytes + 4), 4·(N + 3)) bytes per element of the
-largest linear layer, plus 4·c² bytes. Progress and cancel come from the merge pass's per-chunk events:
+remaining slices; the next layer replaces it. Peak, while optimising: the layer's N task vectors, B,
+τ_m, its gradient and Adam's two moments ((N + 5)·r·c floats) plus G (c² floats); less while the layer
+is read (its stored inputs and N + 1 widened copies). Progress and cancel come from the merge pass's per-chunk events:
 a layer is the unit of work between two checks. Its collector reads nothing: it only hands the plan to
 ``prepare`` (the pass it rides on is the probe every merge report needs).
 
