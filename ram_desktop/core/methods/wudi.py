@@ -6,9 +6,9 @@ of that layer ([r, c] each), the merged τ_m minimises
 
     L(τ_m) = Σ_t (1 / ‖τ_t‖_F²) · ‖(τ_m − τ_t) τ_tᵀ‖_F²
 
-by Adam (``torch.optim.Adam``: β = (0.9, 0.999), ε = 1e-8, no weight decay) for ``steps`` steps at
-learning rate ``lr`` (the authors' code: 300 steps, 1e-5), starting from Σ_t τ_t (task arithmetic
-with λ = 1). Agents whose τ is zero in the layer add nothing (their term is 0). Every other tensor
+by Adam (``torch.optim.Adam``: β = (0.9, 0.999), ε = 1e-8, no weight decay; its fused kernel on a GPU) for
+``steps`` steps at learning rate ``lr`` (the authors' code: 300 steps, 1e-5), starting from Σ_t τ_t (task
+arithmetic with λ = 1). Agents whose τ is zero in the layer add nothing (their term is 0). Every other tensor
 (biases, norms, embeddings) gets the mean of the task vectors, as the authors' code does for the
 parameters it does not optimise. WUDI has no scaling coefficient: θ = θ_pre + τ_m, rounded once to the
 output dtype.
@@ -90,7 +90,9 @@ def wudi_layer(taus: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
     target.mul_(-2.0)
     grad = torch.empty_like(merged)
     merged.grad = grad
-    optimizer = torch.optim.Adam([merged], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    # on a GPU the fused kernel (one launch per step; measured 0.088 → 0.046 s for 300 steps of a 1024² layer)
+    optimizer = torch.optim.Adam([merged], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                                 fused=True if merged.is_cuda else None)
     for _ in range(steps):
         torch.addmm(target, merged, gram, out=grad)
         optimizer.step()
