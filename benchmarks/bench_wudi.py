@@ -53,15 +53,33 @@ def main() -> None:
     wudi.wudi_layer = timed
     models = json.loads((args.data / "agents.json").read_text())["models"]  # {"base": path, agent: path, ...}
     base, sources = models.pop("base"), list(models.values())
-    results: dict = {"device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-                     "steps": args.steps, "lr": args.lr, "out_dtype": args.out_dtype}
+    results: dict = {
+        "device": args.device,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "steps": args.steps,
+        "lr": args.lr,
+        "out_dtype": args.out_dtype,
+    }
     if args.device.startswith("cuda"):
         results["gpu"] = torch.cuda.get_device_name()
     with tempfile.TemporaryDirectory() as tmp:
+
         def merge(method: str, params: dict, out: str) -> float:
             start = time.perf_counter()
-            pipeline.merge(pipeline.MergeRequest(base, sources, Path(tmp) / out, method, params, device=args.device,
-                                                 out_dtype=args.out_dtype, use_cache=False), Reporter())
+            pipeline.merge(
+                pipeline.MergeRequest(
+                    base,
+                    sources,
+                    Path(tmp) / out,
+                    method,
+                    params,
+                    device=args.device,
+                    out_dtype=args.out_dtype,
+                    use_cache=False,
+                ),
+                Reporter(),
+            )
             return time.perf_counter() - start
 
         merge("wudi", {"steps": 1}, "warm")

@@ -6,6 +6,7 @@ so it shares neither the implementation's closed-form gradient nor its optimiser
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -52,7 +53,7 @@ def reference_wudi(taus: list[torch.Tensor], steps: int, lr: float) -> torch.Ten
         (g,) = torch.autograd.grad(loss, x)
         m1 = b1 * m1 + (1 - b1) * g
         m2 = b2 * m2 + (1 - b2) * g * g
-        p = p - lr * (m1 / (1 - b1 ** k)) / ((m2 / (1 - b2 ** k)).sqrt() + eps)
+        p = p - lr * (m1 / (1 - b1**k)) / ((m2 / (1 - b2**k)).sqrt() + eps)
     return p
 
 
@@ -92,10 +93,20 @@ def test_zero_steps_keep_the_task_arithmetic_sum():
 
 
 def _merge(base: Path, agents: list[Path], out: Path, chunk_elements: int = 1 << 19, **params) -> pipeline.MergeResult:
-    return pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, "wudi",
-                                                {"steps": STEPS, "lr": LR, **params}, device="cpu",
-                                                out_dtype="float32", use_cache=False, chunk_elements=chunk_elements),
-                          Reporter())
+    return pipeline.merge(
+        pipeline.MergeRequest(
+            str(base),
+            [str(a) for a in agents],
+            out,
+            "wudi",
+            {"steps": STEPS, "lr": LR, **params},
+            device="cpu",
+            out_dtype="float32",
+            use_cache=False,
+            chunk_elements=chunk_elements,
+        ),
+        Reporter(),
+    )
 
 
 def test_merge_equals_the_whole_layer_reference(models, tmp_path):
@@ -143,11 +154,15 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     monkeypatch.setattr(wudi, "wudi_layer", counted)
     reporter = Reporter(lambda e: events.append("progress") if e.stage == "merge" and e.done else None)
     out = tmp_path / "all"
-    pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2},
-                                         device="cpu", use_cache=False), reporter)
+    pipeline.merge(
+        pipeline.MergeRequest(
+            str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu", use_cache=False
+        ),
+        reporter,
+    )
     layers = [i for i, e in enumerate(events) if e == "layer"]
     assert len(layers) == 15
-    assert all("progress" in events[i + 1:j] for i, j in zip(layers, layers[1:]))
+    assert all("progress" in events[i + 1 : j] for i, j in itertools.pairwise(layers))
 
     events.clear()
     cancelling = Reporter()
@@ -159,8 +174,12 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     cancelling._on_progress = cancel_after_first_layer
     out = tmp_path / "cancelled"
     with pytest.raises(Cancelled):
-        pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2},
-                                             device="cpu", use_cache=False), cancelling)
+        pipeline.merge(
+            pipeline.MergeRequest(
+                str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu", use_cache=False
+            ),
+            cancelling,
+        )
     assert events.count("layer") == 1
     assert not out.exists() and not list(tmp_path.glob("cancelled.partial-*"))
 
@@ -170,8 +189,23 @@ def test_cli_merge_in_a_fresh_process_loads_with_transformers(models, tmp_path):
 
     base, agents = models
     out = tmp_path / "merged"
-    done = cli(tmp_path, "merge", str(base), *map(str, agents), "--out", str(out), "--method", "wudi",
-               "--steps", "5", "--lr", "2e-5", "--device", "cpu", timeout=300)
+    done = cli(
+        tmp_path,
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(out),
+        "--method",
+        "wudi",
+        "--steps",
+        "5",
+        "--lr",
+        "2e-5",
+        "--device",
+        "cpu",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "merge-report.json").read_text())
     assert report["method"] == "wudi" and report["method_params"] == {"steps": 5, "lr": 2e-5}
@@ -180,12 +214,15 @@ def test_cli_merge_in_a_fresh_process_loads_with_transformers(models, tmp_path):
     assert "Cheng et al." in (out / "README.md").read_text()
 
 
-@pytest.mark.parametrize(("flags", "fragment"), [
-    (["--steps", "-1"], "--steps must be at least 0"),
-    (["--lr", "0"], "--lr must be at least"),
-    (["--lr", "nan"], "--lr must be a finite number"),
-    (["--lr", "2"], "--lr must be at most 1.0"),
-])
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--steps", "-1"], "--steps must be at least 0"),
+        (["--lr", "0"], "--lr must be at least"),
+        (["--lr", "nan"], "--lr must be a finite number"),
+        (["--lr", "2"], "--lr must be at most 1.0"),
+    ],
+)
 def test_bad_parameters_are_refused(models, tmp_path, flags, fragment):
     base, agents = models
     out = tmp_path / "out"
@@ -196,8 +233,18 @@ def test_bad_parameters_are_refused(models, tmp_path, flags, fragment):
 
 def test_a_non_integer_step_count_is_refused(tmp_path, models):
     base, agents = models
-    done = cli(tmp_path, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"), "--method", "wudi",
-               "--steps", "1.5")
+    done = cli(
+        tmp_path,
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(tmp_path / "o"),
+        "--method",
+        "wudi",
+        "--steps",
+        "1.5",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "--steps" in done.stderr
     with pytest.raises(InputError, match="--steps must be a int"):
         METHODS["wudi"].resolve({"steps": 1.5})
@@ -210,8 +257,24 @@ def test_compare_includes_it_beside_another_method(tmp_path, capsys):
 
     base, agents = make_models(tmp_path / "in")
     out = tmp_path / "cmp"
-    code = main(["-q", "compare", str(base), *map(str, agents), "--out", str(out), "--device", "cpu",
-                 "--out-dtype", "float32", "--variant", f"wudi:steps={STEPS},name=w", "--variant", "task-arithmetic"])
+    code = main(
+        [
+            "-q",
+            "compare",
+            str(base),
+            *map(str, agents),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--out-dtype",
+            "float32",
+            "--variant",
+            f"wudi:steps={STEPS},name=w",
+            "--variant",
+            "task-arithmetic",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     compared = json.loads((out / "compare.json").read_text())
     assert [v["method"] for v in compared["variants"]] == ["wudi", "task-arithmetic"]
@@ -227,8 +290,9 @@ def test_schema_reaches_the_faces(capsys):
     from ram_desktop.core.ecosystem.mergekit import to_mergekit
     from ram_desktop.core.engine.would_keep import keep_methods
 
-    args = build_parser().parse_args(["merge", "b", "a", "--out", "o", "--method", "wudi", "--steps", "7",
-                                      "--lr", "3e-5"])
+    args = build_parser().parse_args(
+        ["merge", "b", "a", "--out", "o", "--method", "wudi", "--steps", "7", "--lr", "3e-5"]
+    )
     assert (args.method, args.param_steps, args.param_lr) == ("wudi", 7, 3e-5)
     with pytest.raises(SystemExit):
         main(["merge", "--help"])
@@ -261,9 +325,19 @@ def test_gpu_path_matches_the_cpu_path(models, tmp_path):
     is cuBLAS's, so τ_m agrees with the CPU's to float32 rounding (TF32 stays off: torch's default)."""
     base, agents = models
     _merge(base, agents, tmp_path / "cpu")
-    pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "gpu", "wudi",
-                                         {"steps": STEPS, "lr": LR}, device="cuda", out_dtype="float32",
-                                         use_cache=False), Reporter())
+    pipeline.merge(
+        pipeline.MergeRequest(
+            str(base),
+            [str(a) for a in agents],
+            tmp_path / "gpu",
+            "wudi",
+            {"steps": STEPS, "lr": LR},
+            device="cuda",
+            out_dtype="float32",
+            use_cache=False,
+        ),
+        Reporter(),
+    )
     cpu, gpu = reference.load_model(tmp_path / "cpu"), reference.load_model(tmp_path / "gpu")
     b = reference.load_model(base)
     for name, t in b.items():
