@@ -14,7 +14,12 @@ TASKS = ("code", "tool", "memory")
 AGENT_OF = {"code": "code", "tool": "tool", "memory": "memory"}
 METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher"]
 LABELS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Average",
-          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher"}
+          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher", "wudi": "WUDI"}
+
+
+def methods_of(runs: list[dict]) -> list[str]:
+    """The merge methods the runs hold, in their order (the real-model track adds WUDI when it is built)."""
+    return [m for m in runs[0]["chosen"] if m in LABELS] or METHODS
 
 
 def fmt(values: list[float]) -> str:
@@ -25,7 +30,7 @@ def fmt(values: list[float]) -> str:
 
 def table1(runs: list[dict]) -> str:
     rows = ["| model | code | tool | memory | mean |", "|---|---|---|---|---|"]
-    for name in ["base", *TASKS, *METHODS]:
+    for name in ["base", *TASKS, *methods_of(runs)]:
         label = {"base": "Base", "code": "code agent", "tool": "tool agent", "memory": "memory agent"}.get(name, LABELS.get(name))
         cells = [fmt([r["table1"][name][k] for r in runs]) for k in (*TASKS, "mean")]
         if name in TASKS:  # an agent: its own task in bold
@@ -76,11 +81,12 @@ def density_table(runs: list[dict]) -> str:
 
 
 def chosen_table(runs: list[dict]) -> str:
-    rows = ["| seed | " + " | ".join(LABELS[m] for m in METHODS if runs[0]["chosen"][m]["params"]) + " |"]
+    methods = methods_of(runs)
+    rows = ["| seed | " + " | ".join(LABELS[m] for m in methods if runs[0]["chosen"][m]["params"]) + " |"]
     rows.append("|---" * (len(rows[0].split("|")) - 2) + "|")
     for r in runs:
         rows.append(f"| {r['seed']} | " + " | ".join(
-            ", ".join(f"{k}={v}" for k, v in r["chosen"][m]["params"].items()) for m in METHODS if runs[0]["chosen"][m]["params"]) + " |")
+            ", ".join(f"{k}={v}" for k, v in r["chosen"][m]["params"].items()) for m in methods if runs[0]["chosen"][m]["params"]) + " |")
     return "\n".join(rows)
 
 
