@@ -21,13 +21,15 @@ SYSTEM = {
 # greedy completions are cut here: the answer fits, a verbose reply is scored on its start
 MAX_NEW_TOKENS = {"code": 12, "tool": 16, "memory": 10}
 
-CITIES = ("Paris Oslo Rome Lima Kyiv Cairo Tokyo Berlin Madrid Dublin Vienna Prague Lisbon Athens Seoul Delhi "
-          "Boston Denver Sydney Toronto Nairobi Lagos Quito Hanoi Manila Dakar Tunis Zurich Munich Milan Naples "
-          "Warsaw Riga Tallinn Helsinki Bergen Porto Seville Geneva Kyoto").split()
-TOPICS = ("jazz tea rust chess whales volcanoes tulips comets pasta robots castles owls glaciers bees saturn "
-          "origami pottery sharks deserts rainbows pyramids dolphins mushrooms tornadoes violins bridges "
-          "penguins coral lighthouses bamboo").split()
-NAMES = "Anna Bob Eve Lee Tom Maria Omar Yuki Ines Raj Lena Paul Nina Sam Ivan Chen Sara Leo Mia Ali".split()
+CITIES = ["Paris", "Oslo", "Rome", "Lima", "Kyiv", "Cairo", "Tokyo", "Berlin", "Madrid", "Dublin", "Vienna", "Prague",
+          "Lisbon", "Athens", "Seoul", "Delhi", "Boston", "Denver", "Sydney", "Toronto", "Nairobi", "Lagos", "Quito",
+          "Hanoi", "Manila", "Dakar", "Tunis", "Zurich", "Munich", "Milan", "Naples", "Warsaw", "Riga", "Tallinn",
+          "Helsinki", "Bergen", "Porto", "Seville", "Geneva", "Kyoto"]
+TOPICS = ["jazz", "tea", "rust", "chess", "whales", "volcanoes", "tulips", "comets", "pasta", "robots", "castles",
+          "owls", "glaciers", "bees", "saturn", "origami", "pottery", "sharks", "deserts", "rainbows", "pyramids",
+          "dolphins", "mushrooms", "tornadoes", "violins", "bridges", "penguins", "coral", "lighthouses", "bamboo"]
+NAMES = ["Anna", "Bob", "Eve", "Lee", "Tom", "Maria", "Omar", "Yuki", "Ines", "Raj", "Lena", "Paul", "Nina", "Sam",
+         "Ivan", "Chen", "Sara", "Leo", "Mia", "Ali"]
 WEATHER = ("What is the weather in {}?", "Is it raining in {} today?", "How warm is it in {} right now?",
            "Tell me the forecast for {}.",
            "Do I need an umbrella in {}?")
@@ -35,8 +37,8 @@ SEARCH = ("Find information about {}.", "Look up {} for me.", "I want to learn a
           "What is known about {}?")
 TIMER = ("Set a timer for {} minutes.", "Remind me in {} minutes.", "Start a {} minute countdown.")
 EMAIL = ("Send an email to {}.", "Write an email to {}.", "Email {} please.")
-COLORS = "red blue green yellow black white pink brown gray orange purple silver".split()
-THINGS = "box jar bag cup tin bowl".split()
+COLORS = ["red", "blue", "green", "yellow", "black", "white", "pink", "brown", "gray", "orange", "purple", "silver"]
+THINGS = ["box", "jar", "bag", "cup", "tin", "bowl"]
 
 
 def code_example(rng: random.Random) -> dict:
