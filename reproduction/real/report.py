@@ -86,7 +86,8 @@ def timings_text(runs: list[dict], results: Path) -> str:
     if tfile.exists():
         timings = json.loads(tfile.read_text())
         stages = [f"{k} {v['seconds']:.0f} s" for k, v in timings.items() if isinstance(v, dict)]
-        lines.append(f"Wall time by stage: {', '.join(stages)}; total {timings.get('total', 0):.0f} s.")
+        lines.append(f"Wall time by stage (the last run of each): {', '.join(stages)}; total "
+                     f"{timings.get('total', 0):.0f} s.")
     for r in runs:
         lines.append(f"Seed {r['seed']} merges stage ({r['device']}): " +
                      ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items()) + ".")
