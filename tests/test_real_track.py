@@ -116,7 +116,7 @@ def _fake_run(seed: int, with_wudi: bool) -> dict:
         "recipe": {"learning_rate": 1e-5, "steps": 2, "prompts_per_step": 2, "generations": 4, "temperature": 1.0},
         "table1": {"base": scores(0), **{t: scores(0.05) for t in task_names},
                    **{m: scores(0.01 * seed) for m in methods}},
-        "table2": {"0.0": scores(0.0), "0.2": scores(0.02)},
+        "table2": {"0.0": scores(0.0), "0.2": scores(0.02)}, "base_validation": scores(0.1),
         "figure3": {**{t: scores(0.03) for t in task_names}, **{f"{t}-diluted": scores(0.01) for t in task_names}},
         "recipes": {t: {"steps": 2} for t in task_names},
         "chosen": {m: {"method": m, "params": {"scale": 0.5} if m in ("task-arithmetic", "fisher") else {}}
@@ -148,6 +148,7 @@ def test_report_from_results_json_alone(tmp_path, with_wudi):
     assert ("| WUDI |" in text) is with_wudi and ("WUDI is not in this build" in text) is not with_wudi
     assert "| 1 | memory | 40.0 | 45.0 | +5.0 ± 2.0 (6) | yes | 10.00 % |" in text
     assert text.count("| 2 |\n") == 6  # each agent's own GRPO steps
+    assert "seed 0: code 30.0 % (15.0 % right), tool 40.0 % (20.0 % right), memory 50.0 % (25.0 % right)" in text
     for png in ("figure2.png", "tables.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(list(tmp_path.iterdir())) <= 8  # what may come back from the GPU machine

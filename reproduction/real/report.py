@@ -189,8 +189,13 @@ def render(runs: list[dict], results: Path) -> str:
     rec = r0["recipe"]
     wudi = "" if "wudi" in r0["chosen"] else (
         "\n\nWUDI is not in this build's methods (`ram_desktop.core.methods.METHODS`), so its row is left out.")
+    base_val = "; ".join(
+        f"seed {r['seed']}: " + ", ".join(f"{t} {100 * r['base_validation'][t]:.1f} % "
+                                          f"({100 * r['base_validation'][t + '_exact']:.1f} % right)" for t in TASKS)
+        for r in runs if "base_validation" in r)
     return (
         f"Model: {r0['model']}. Seeds: {seeds}. Device: {r0['device']}.{smoke}\n\n"
+        f"The base on the validation splits (mean reward): {base_val or 'not recorded'}.\n\n"
         f"Splits per task: {', '.join(f'{k} {v}' for k, v in r0['sizes'].items())}. GRPO (TRL `GRPOTrainer`, β = 0, "
         f"float32 master weights, saved in bf16, every parameter trainable): learning rate {rec['learning_rate']:g}, "
         f"{rec['steps']} steps (per agent in the table below) of {rec['prompts_per_step']} prompts × "

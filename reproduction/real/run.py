@@ -326,6 +326,7 @@ def one_seed(args, seed: int, log) -> None:
         folders[name] = out / "merges" / batch / experiments.variant_name(c["method"], c["params"])
     ifeval_table = ifeval_check(out, folders, args.device, log)
     timings["ifeval"] = time.time() - t
+    base_validation = experiments.Scorer(out, "validation", args.smoke, track, log)(out / "base")
     timings["total"] = time.time() - started
 
     probe = {a["name"]: a for a in results["probe"]}
@@ -337,7 +338,8 @@ def one_seed(args, seed: int, log) -> None:
                        "gain_se": results["agent_gains"][t]["se"], "n": results["agent_gains"][t]["n"],
                        "unique": probe[t]["unique"], "shared": probe[t]["shared"], "rho": probe[t]["rho"]}
                    for t in TASKS},
-        "heatmap": maps, "ifeval": ifeval_table, "timings": {k: round(v, 1) for k, v in timings.items()},
+        "heatmap": maps, "ifeval": ifeval_table, "base_validation": base_validation,
+        "timings": {k: round(v, 1) for k, v in timings.items()},
     })
     target = args.results / f"results-seed{seed}.json"
     tmp = target.with_suffix(".json.tmp")
