@@ -364,7 +364,7 @@ def as_tensor(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
 
 
 def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Tensor | np.ndarray,
-               agents_stored: list[torch.Tensor | np.ndarray], eps: float, workspace: Workspace | None = None) -> Chunk:
+               agents_stored: Sequence[torch.Tensor | np.ndarray], eps: float, workspace: Workspace | None = None) -> Chunk:
     """Widen a slice to the compute dtype and form the task vectors (τ_t = agent − base, computed in
     the compute dtype: the mixed-dtype subtraction widens the stored agent value exactly first)."""
     base_raw, agent_raws = as_tensor(base_stored), [as_tensor(a) for a in agents_stored]
@@ -395,7 +395,7 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Te
 
 
 def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor | np.ndarray,
-               agent_raws: list[torch.Tensor | np.ndarray],
+               agent_raws: Sequence[torch.Tensor | np.ndarray],
                eps: float, workspace: Workspace | None = None, aux: dict[str, list] | None = None) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
     probe included): no base or task-vector entry is NaN or ±Inf. ``aux``: the auxiliary inputs' slices

@@ -11,6 +11,7 @@ allocator which stream uses a tensor) is CUDA-specific.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ class Transfer:
     def copy_stream(self) -> Any:
         return self.module.Stream(self.device) if self.cuda else self.module.Stream()
 
-    def send(self, tensors: list[torch.Tensor | np.ndarray]) -> Staged:
+    def send(self, tensors: Sequence[torch.Tensor | np.ndarray]) -> Staged:
         """On the reader thread: stage (pin on CUDA) and start the copies; returns at once."""
         if not self.cuda and any(isinstance(t, np.ndarray) for t in tensors):
             return Staged(list(tensors), None, None)
