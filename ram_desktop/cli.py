@@ -134,14 +134,13 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         first = takers[0][1]
         if first.flag in p._option_string_actions:  # compare's own --suite (evaluation) keeps its meaning
             continue
-        kwargs = {"choices": first.choices} if first.choices else {}
         by_text: dict[str, list[str]] = {}
         for method_name, prm in takers:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
         metavar = f"{name.upper()},..." if first.per_agent else name.upper()
         p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=first.kind, default=None,
-                       help=text, **kwargs)
+                       choices=first.choices or None, help=text)
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
                    help="output dtype (default: the base's)")
     p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
