@@ -156,7 +156,13 @@ def _close_on_termination(app, window, status: dict) -> None:
 
 def entry() -> None:
     """Console-script entry point (``ram-desktop``; also ``python -m ram_desktop`` with no arguments)."""
+    from ..core.compute.runtime import activate
     from ..paths import guard_stdio
 
     guard_stdio()  # a windowed build / Windows gui-script has no console: stdout and stderr go to the log
+    activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch
+    if sys.argv[1:2] in (["--setup-compute"], ["--compute-info"]):
+        from ..compute_cli import main as compute_main
+
+        sys.exit(compute_main(sys.argv[1:]))
     sys.exit(main())
