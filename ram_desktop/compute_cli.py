@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .core.compute import builds, detect, runtime
+from .core.compute.summary import describe_torch
 from .core.errors import Cancelled, ComputeError
 from .core.events import ProgressEvent, Reporter
 
@@ -103,37 +104,6 @@ def info() -> int:
     for key, value in summary.items():
         print(f"{key}: {value}")
     return EXIT_OK
-
-
-def describe_torch() -> dict[str, str]:
-    """What the About box and ``--compute-info`` show (imports torch)."""
-    import torch
-
-    state = runtime.status()
-    found = detect.detect()
-    out = {"torch": str(torch.__version__), "torch file": str(Path(torch.__file__).parent),
-           "runtime folder": str(state.folder) if state.folder else "none (the bundled torch)",
-           "CUDA (torch build)": str(torch.version.cuda), "NVIDIA driver": found.driver or "none found",
-           "driver supports CUDA": found.cuda or "-"}
-    out["compute"] = compute_label(torch)
-    return out
-
-
-def compute_label(torch) -> str:
-    """The status bar's words: the GPU's name, or "CPU" and why not the GPU."""
-    import warnings
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        cuda = torch.cuda.is_available()
-    if cuda:
-        return torch.cuda.get_device_name(0)
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "Apple GPU (MPS)"
-    if torch.version.cuda or getattr(torch.version, "hip", None):
-        said = next((str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()), "")
-        return "CPU (this torch found no usable GPU" + (f": {said})" if said else ")")
-    return "CPU"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
