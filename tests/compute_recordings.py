@@ -1,8 +1,9 @@
 """Outputs of ``nvidia-smi`` and ``rocminfo`` for the detection tests, and a fake-executable helper.
 
-``H100_580`` was recorded on an NVIDIA H100 machine (driver 580.159.04). The others follow the same tools'
-formats for other drivers and failures (the 535 / 470 headers are nvidia-smi's layout of those driver
-series; the failures are nvidia-smi's own messages and exit codes).
+``H100_580_*`` were recorded on an NVIDIA H100 machine (driver 580.159.04, 2026-11-25), byte for byte. The
+others were written here after the same tools' formats, for drivers and failures no machine here has (the
+535 / 470 headers in nvidia-smi's layout of those driver series; the failures with nvidia-smi's own messages
+and exit codes; rocminfo's agent list): they are not recordings.
 """
 
 from __future__ import annotations
@@ -15,16 +16,28 @@ from pathlib import Path
 import pytest
 
 H100_580_QUERY = "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04\n"
-H100_580_HEADER = """\
-Tue Nov 25 13:01:02 2026
-+-----------------------------------------------------------------------------------------+
-| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |
-+-----------------------------------------+------------------------+----------------------+
-| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |
-|=========================================+========================+======================|
-|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:05.0 Off |                    0 |
-+-----------------------------------------+------------------------+----------------------+
-"""
+H100_580_HEADER = (  # nvidia-smi, verbatim (trailing spaces included)
+    'Wed Nov 25 13:06:14 2026       \n'
+    '+-----------------------------------------------------------------------------------------+\n'
+    '| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n'
+    '+-----------------------------------------+------------------------+----------------------+\n'
+    '| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n'
+    '| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n'
+    '|                                         |                        |               MIG M. |\n'
+    '|=========================================+========================+======================|\n'
+    '|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:06.0 Off |                    0 |\n'
+    '| N/A   45C    P0             77W /  700W |       0MiB /  81559MiB |      0%      Default |\n'
+    '|                                         |                        |             Disabled |\n'
+    '+-----------------------------------------+------------------------+----------------------+\n'
+    '\n'
+    '+-----------------------------------------------------------------------------------------+\n'
+    '| Processes:                                                                              |\n'
+    '|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n'
+    '|        ID   ID                                                               Usage      |\n'
+    '|=========================================================================================|\n'
+    '|  No running processes found                                                             |\n'
+    '+-----------------------------------------------------------------------------------------+\n'
+)
 
 RTX_535_QUERY = "NVIDIA GeForce RTX 3090, 24576 MiB, 535.183.01\nNVIDIA GeForce RTX 3090, 24576 MiB, 535.183.01\n"
 RTX_535_HEADER = """\
