@@ -177,8 +177,8 @@ def _face(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "XDG_"))}
     env.update(PATH=path, XDG_DATA_HOME=str(tmp_path / "data"), XDG_CACHE_HOME=str(tmp_path / "cache"),
                ROCM_PATH=str(tmp_path / "no-rocm"))
-    return subprocess.run([sys.executable, "-m", "ram_desktop", *args], check=False, capture_output=True, text=True, env=env,
-                          timeout=120, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-m", "ram_desktop", *args], check=False, capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path)
 
 
 def test_dry_run_prints_detection_and_plan_and_exits_0(tmp_path):
@@ -210,5 +210,6 @@ def test_an_old_driver_without_dry_run_is_refused_with_one_line(tmp_path):
     rec.fake_program(fake, "nvidia-smi", {"query": (0, rec.TESLA_470_QUERY), "plain": (0, rec.TESLA_470_HEADER)})
     done = _face(tmp_path, "--setup-compute", "cuda", path=rec.path_with(fake))
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: NVIDIA driver 470.256.02 is too old")
+    assert done.returncode == 2 and len(lines) == 1
+    assert lines[0].startswith("error: NVIDIA driver 470.256.02 is too old")
     assert not (tmp_path / "data").exists()

@@ -159,7 +159,8 @@ class ComputePage(QDialog):
         self.job = job = Job(lambda reporter: install.install(plan, reporter, offline=offline, log=log.info), self)
         job.progress.connect(self._progress)
         job.succeeded.connect(self._done)
-        job.failed.connect(lambda message: self._ended(f"Not installed: {message}. The bundled CPU torch stays in use."))
+        job.failed.connect(
+            lambda message: self._ended(f"Not installed: {message}. The bundled CPU torch stays in use."))
         job.crashed.connect(lambda message, details: self._ended(f"Not installed (a bug): {message}"))
         job.cancelled.connect(lambda: self._ended("Cancelled; nothing was changed."))
         job.finished.connect(self._finished)

@@ -98,7 +98,8 @@ def machine_name() -> str:
 def _run(program: str, *args: str) -> tuple[int, str, str] | str:
     """``(exit code, stdout, stderr)``, or a one-line reason when the program could not run at all."""
     try:
-        done = subprocess.run([program, *args], check=False, capture_output=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run([program, *args], check=False, capture_output=True, timeout=TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return f"{Path(program).name} did not answer within {TIMEOUT_S:.0f} s"
     except OSError as e:

@@ -169,8 +169,8 @@ def _uv_reason(text: str) -> str:
 def _verify(folder: Path, variant: str, modules: list[str]) -> dict:
     env = dict(os.environ, RAM_DESKTOP_RUNTIME="off", PYTHONNOUSERSITE="1")
     try:
-        done = subprocess.run(verify_command(folder, variant, modules), check=False, capture_output=True, text=True, env=env,
-                              timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(verify_command(folder, variant, modules), check=False, capture_output=True, text=True,
+                              env=env, timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise ComputeError(f"the new torch did not finish its check within {VERIFY_TIMEOUT_S} s") from None
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(PREFIX)), None)
@@ -280,6 +280,8 @@ def _install_into(plan: Plan, staging: Path, site: Path, folder: Path, reporter:
     modules, binaries = _manifest(site)
     verified = _verify(staging, plan.variant, modules)
     reporter.check()
+    if isinstance(verified.get("file"), str):  # where torch will be found, not where it was checked
+        verified["file"] = verified["file"].replace(str(staging), str(folder), 1)
     marker = {"format": FORMAT, "variant": plan.variant, "build": plan.build.key if plan.build else None,
               "torch": verified.get("torch"), "cuda": verified.get("cuda"), "hip": verified.get("hip"),
               "python": f"{sys.version_info.major}.{sys.version_info.minor}",

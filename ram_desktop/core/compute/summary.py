@@ -8,6 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import detect, runtime
+from .verify import no_driver_reason
 
 
 def describe_torch() -> dict[str, str]:
@@ -35,5 +36,6 @@ def compute_label(torch: ModuleType) -> str:
         return "Apple GPU (MPS)"
     if torch.version.cuda or getattr(torch.version, "hip", None):
         said = next((str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()), "")
-        return "CPU (this torch found no usable GPU" + (f": {said})" if said else ")")
+        why = said or no_driver_reason("cuda" if torch.version.cuda else "rocm")
+        return f"CPU (this torch found no usable GPU: {why})"
     return "CPU"

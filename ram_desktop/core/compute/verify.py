@@ -16,9 +16,20 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from .detect import detect_nvidia
 from .runtime import use_folder
 
 PREFIX = "RAM-RUNTIME-VERIFY "
+
+
+def no_driver_reason(variant: str) -> str:
+    """Why a GPU build sees no GPU, when torch itself does not say: what the detection found."""
+    if variant == "rocm":
+        return "no AMD GPU was found under ROCm"
+    gpus, _driver, _cuda, notes = detect_nvidia()
+    if notes:
+        return notes[0]
+    return "the NVIDIA driver did not offer a GPU" if gpus else "no NVIDIA driver or GPU was found (no nvidia-smi)"
 
 
 def _gpu_device(torch, variant: str) -> tuple[str | None, str | None, str]:
@@ -31,7 +42,7 @@ def _gpu_device(torch, variant: str) -> tuple[str | None, str | None, str]:
             return "cuda", torch.cuda.get_device_name(0), ""
         said = next((str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()), "")
         build = f"CUDA {torch.version.cuda}" if torch.version.cuda else f"HIP {getattr(torch.version, 'hip', None)}"
-        return None, None, f"torch ({build}) found no usable GPU" + (f": {said}" if said else "")
+        return None, None, f"torch ({build}) found no usable GPU: {said or no_driver_reason(variant)}"
     if variant == "mps":
         if torch.backends.mps.is_available():
             return "mps", "Apple GPU (MPS)", ""
@@ -72,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = check(Path(args[0]), args[1], [m for m in (args[2] if len(args) == 3 else "torch").split(",") if m])
     except BaseException as e:  # noqa: BLE001  any failure is the answer, reported as one line
-        result = {"ok": False, "error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"}
+        text = str(e).strip()
+        result = {"ok": False, "error": f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"}
     print(PREFIX + json.dumps(result), flush=True)
     return 0 if result.get("ok") else 1
 
