@@ -123,16 +123,27 @@ def _remove_stale_staging(root: Path, log: Callable[[str], None]) -> None:
             log(f"removed {old.name}, left by an install that did not finish")
 
 
+def console_executable() -> str:
+    """The interpreter for uv and the check: this Python, or in the frozen app its console executable (the
+    windowed ``ram-desktop`` of Windows and macOS has no stdout; its sibling ``ram-merge`` has)."""
+    exe = Path(sys.executable)
+    if paths.is_frozen() and sys.platform in ("win32", "darwin"):
+        console = exe.with_name("ram-merge.exe" if sys.platform == "win32" else "ram-merge")
+        if console.is_file():
+            return str(console)
+    return str(exe)
+
+
 def verify_command(folder: Path, variant: str, modules: list[str]) -> list[str]:
     """The child process that checks a runtime folder (the frozen app answers ``--verify-runtime``)."""
     args = [str(folder), variant, ",".join(modules)]
     if paths.is_frozen():
-        return [sys.executable, "--verify-runtime", *args]
+        return [console_executable(), "--verify-runtime", *args]
     return [sys.executable, "-m", "ram_desktop.core.compute.verify", *args]
 
 
 def _uv_command(plan: Plan, site: Path, offline: bool, fresh: bool) -> list[str]:
-    command = [str(uv_binary()), "pip", "install", "--target", str(site), "--python", sys.executable, "--no-deps",
+    command = [str(uv_binary()), "pip", "install", "--target", str(site), "--python", console_executable(), "--no-deps",
                "--no-config", "--cache-dir", str(uv_cache_dir()), "--link-mode", "copy", "--no-progress"]
     if plan.find_links is not None:
         command += ["--no-index", "--find-links", str(plan.find_links),
