@@ -217,3 +217,18 @@ def test_activation_puts_the_folder_first_and_a_finder_ahead_of_the_others(tmp_p
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
                          env=dict(os.environ, RAM_DESKTOP_RUNTIME="")).stdout.split()
     assert out == [str(done.folder), str(done.folder / "site"), str(done.folder / "site" / "torch" / "__init__.py")]
+
+
+@pytest.mark.parametrize("platform,console", [("win32", "ram-merge.exe"), ("darwin", "ram-merge"),
+                                              ("linux", "ram-desktop")])
+def test_the_frozen_app_gives_uv_and_the_check_its_console_executable(tmp_path, monkeypatch, platform, console):
+    """Windows' and macOS' windowed ram-desktop has no stdout for uv's interpreter query or the check's answer."""
+    exe = tmp_path / ("ram-desktop.exe" if platform == "win32" else "ram-desktop")
+    for name in (exe.name, console):
+        (tmp_path / name).write_text("")
+    monkeypatch.setattr(install.paths, "is_frozen", lambda: True)
+    monkeypatch.setattr(install.sys, "executable", str(exe))
+    monkeypatch.setattr(install.sys, "platform", platform)
+    assert install.console_executable() == str(tmp_path / console)
+    assert install.verify_command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
+        str(tmp_path / console), "--verify-runtime", str(tmp_path / "rt"), "cuda", "torch,nvidia"]
