@@ -138,3 +138,12 @@ def test_core_never_imports_evaluate():
     for name, found in _room_imports(CORE).items():
         bad = {m for m in found if m.startswith("ram_desktop.evaluate")}
         assert not bad, f"{name} imports {bad}"
+
+
+def test_compute_imports_only_itself_and_the_shared_modules():
+    """core/compute/ runs at start-up before torch: it leans on nothing but the shared modules and paths."""
+    found = _room_imports(f"{CORE}.compute")
+    assert found, "core/compute/ is missing"
+    for name, imported in found.items():
+        bad = {m for m in imported if not _in(m, "compute") and m not in SHARED and m != "ram_desktop.paths"}
+        assert not bad, f"{name} imports {bad}"
