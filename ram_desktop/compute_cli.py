@@ -11,10 +11,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .core import Cancelled, ComputeError, ProgressEvent, Reporter
 from .core.compute import builds, detect, runtime
 from .core.compute.summary import describe_torch
-from .core.errors import Cancelled, ComputeError
-from .core.events import ProgressEvent, Reporter
 
 EXIT_OK, EXIT_INPUT, EXIT_CANCELLED = 0, 2, 130
 

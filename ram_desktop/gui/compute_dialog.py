@@ -29,9 +29,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..core import ProgressEvent
 from ..core.compute import builds, detect, install, runtime
 from ..core.compute.detect import Detection
-from ..core.events import ProgressEvent
 from .worker import Job
 
 log = logging.getLogger("ram_desktop")
