@@ -131,3 +131,17 @@ def test_an_install_that_fails_says_so_in_the_page(qtbot, settings, machine, tmp
                                          "downloaded (")
     assert page.status.text().endswith("The bundled CPU torch stays in use.")
     assert runtime.active_folder() is None
+
+
+def test_a_runtime_folder_not_used_is_said_in_the_status_bar(qtbot, settings, machine, monkeypatch):
+    root = machine / "data" / "ram-desktop" / "runtimes"
+    (root / "cuda-torch2.13.0" / "site" / "torch").mkdir(parents=True)  # no marker: a half-written install
+    (root / "active").write_text("cuda-torch2.13.0\n")
+    monkeypatch.setattr(runtime, "_STATUS", runtime.RuntimeStatus())
+    monkeypatch.delenv("RAM_DESKTOP_RUNTIME", raising=False)
+    state = runtime.activate()
+    assert state.folder is None and state.message.startswith("compute runtime not used (")
+    w = make_window(qtbot, settings)
+    assert w.compute.label.text() == "Compute: CPU — runtime not used"
+    assert w.compute.label.toolTip() == (f"compute runtime not used ({root / 'cuda-torch2.13.0'} has no runtime.json "
+                                         "(a half-written install?)); using the bundled CPU torch")
