@@ -386,6 +386,11 @@ def entry() -> None:
     flushed: every output file is closed and every worker thread joined by then, and Python's own
     teardown (torch's modules, a last full collection) would cost ~0.5 CPU-s after the work is done. An
     unexpected exception still propagates the usual way (traceback, exit 1)."""
+    from .core.compute.runtime import activate
+
+    state = activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch
+    if state.message and not {"-q", "--quiet"} & set(sys.argv[1:]):
+        print(f"note: {state.message}", file=sys.stderr)
     gc.freeze()
     cancel_on_termination()
     try:
