@@ -178,6 +178,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     parallel = all(v.method.thread_safe for v in variants)
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
+    if any(v.method.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
+        chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
         slices = StoredSlices.read(plan, item, eps, aux)
@@ -194,7 +196,10 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
         outputs = []
         for variant in variants:
             merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-            torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
+            if variant.method.theta:  # the method gives θ itself: rounded once to the output dtype
+                merged.copy_(variant.method.merge(chunk, variant.context).reshape(merged.shape))
+            else:
+                torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
             if variant.observer is not None:
                 variant.observer.observe(chunk, variant.context, merged)
             outputs.append(merged)
