@@ -10,7 +10,9 @@ from ram_desktop.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 MERGE_ONLY = {"--method", "--r", "--alpha", "--scale", "--density", "--drop", "--seed", "--ties-scope",
               "--fisher", "--suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
-              "--names", "--device", "--vocab", "--out"}  # what "[merge flags]" stands for in compare's line
+              "--names", "--device", "--vocab", "--out",
+              "--weight", "--lambda", "--t", "--normalize", "--rescale", "--int8-mask", "--gamma", "--epsilon",
+              "--filter-wise", "--dtype"}  # what "[merge flags]" stands for in compare's line
 
 
 def _synopsis() -> dict[str, set[str]]:
