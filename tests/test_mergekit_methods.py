@@ -85,6 +85,16 @@ CASES = [
                                                  {"value": 0.5}]}, False),
     ("model-stock", "model_stock", 3, [None, None, None], {}, False),
     ("model-stock-filter-wise", "model_stock", 2, [None, None], {"filter_wise": True}, True),
+    ("nuslerp", "nuslerp", 2, [{"weight": 0.3}, {"weight": [0.2, 0.9]}], {}, False),
+    ("nuslerp-no-base-rows", "nuslerp", 2, [{"weight": 0.6}, {"weight": 0.4}],
+     {"nuslerp_flatten": False, "nuslerp_row_wise": True}, None),
+    ("multislerp", "multislerp", 3, [{"weight": 0.2}, {"weight": 0.5}, {"weight": 0.3}], {}, False),
+    ("multislerp-no-base", "multislerp", 3, [{"weight": 1.0}, {"weight": 2.0}, {"weight": 0.5}],
+     {"normalize_weights": True}, None),
+    ("karcher", "karcher", 2, [None, None], {"max_iter": 5}, False),
+    ("sce", "sce", 3, [None, None, None], {"select_topk": 0.5}, False),
+    ("sce-all-int8", "sce", 2, [None, None], {"int8_mask": True}, True),
+    ("nearswap", "nearswap", 1, [None], {"t": [0.0001, 0.01]}, False),
 ]
 
 
