@@ -14,7 +14,7 @@ import torch
 import yaml
 
 from tests import reference as ref
-from tests.conftest import make_models
+from tests.conftest import SMALL_CONFIG, make_models
 
 
 def _mergekit() -> str | None:
@@ -51,7 +51,9 @@ def _assert_same_tensors(ours: Path, theirs: Path) -> None:
 
 
 def _models(tmp_path: Path, n: int, shards: int = 1) -> tuple[Path, list[Path]]:
-    return make_models(tmp_path / "in", agents=dict(list(AGENTS.items())[:n]), shards=shards)
+    # five decoder layers: a gradient's positions 0, 1/4, 1/2, 3/4, 1 all occur
+    return make_models(tmp_path / "in", agents=dict(list(AGENTS.items())[:n]), shards=shards,
+                       config=dict(SMALL_CONFIG, num_hidden_layers=5))
 
 
 def _config(method: str, base: Path | None, models: list[Path], per_model: list[dict | None], **top) -> dict:
@@ -95,6 +97,7 @@ CASES = [
     ("sce", "sce", 3, [None, None, None], {"select_topk": 0.5}, False),
     ("sce-all-int8", "sce", 2, [None, None], {"int8_mask": True}, True),
     ("nearswap", "nearswap", 1, [None], {"t": [0.0001, 0.01]}, False),
+    ("arcee-fusion", "arcee_fusion", 1, [None], {}, True),
 ]
 
 

@@ -71,9 +71,10 @@ class Param:
 
         if not self.per_agent:
             return check_setting(self.flag, value, self._validate_one)
+        if isinstance(value, str) and "," not in value or not isinstance(value, (str, list, tuple)):
+            return check_setting(self.flag, value.strip() if isinstance(value, str) else value,
+                                 self._validate_one)  # one value (or setting) for every agent
         items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)):
-            items = [items]  # one value for every agent
         items = [i.strip() if isinstance(i, str) else i for i in items]
         if not items or any(i == "" for i in items):
             raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")

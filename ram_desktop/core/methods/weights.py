@@ -57,7 +57,7 @@ class WeightsContext:
     def agent(self, key: str, chunk: "Chunk", agent: int) -> Any:
         """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor."""
         values = self.params.get(key)
-        setting = None
+        setting = values  # one value (or setting) for every agent
         if isinstance(values, list):
             if len(values) != chunk.n_agents:
                 raise InputError(f"parameter {key} gives {len(values)} values for {chunk.n_agents} agents; give one "
