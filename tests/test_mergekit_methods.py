@@ -119,3 +119,30 @@ def test_mergekit_config_gives_mergekit_bytes(tmp_path, case, out_dtype):
     _run_mergekit(config, tmp_path / "mk")
     _run_ours(config, tmp_path / "ours")
     _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")
+
+
+EXPORTS = [
+    ("slerp", 1, {"t": [{"filter": "mlp", "value": [0.1, 0.9]}, {"value": 0.4}], "dtype": "float32"}),
+    ("weighted-ties", 3, {"weight": [0.5, [0.2, 1.0], 1.0], "density": [0.3, 0.5, 0.8], "lambda": 0.9}),
+    ("linear", 2, {"weight": [1.0, 3.0]}),
+    ("model-stock", 2, {}),
+    ("breadcrumbs-ties", 2, {"weight": 1.0, "density": 0.6, "gamma": [0.02, 0.05]}),
+]
+
+
+@needs_mergekit
+@pytest.mark.parametrize("method,n,params", EXPORTS, ids=[e[0] for e in EXPORTS])
+def test_exported_recipe_runs_in_mergekit_with_our_bytes(tmp_path, method, n, params):
+    """A recipe of mergekit's methods (gradients, filters, per-agent values), exported with ``export-mergekit``:
+    mergekit-yaml gives the bytes ``ram-merge run`` gives for the recipe, out_dtype (the base's) included."""
+    from ram_desktop.core.recipe import Recipe
+
+    base, agents = _models(tmp_path, n)
+    Recipe(str(base), [str(a) for a in agents], method, params).save(tmp_path / "r.yaml")
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(tmp_path / "r.yaml"),
+                           "--out", str(tmp_path / "mk.yaml")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load((tmp_path / "mk.yaml").read_text())["out_dtype"] == "bfloat16"
+    _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
+    _run_ours(tmp_path / "r.yaml", tmp_path / "ours")
+    _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")
