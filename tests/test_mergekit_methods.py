@@ -4,6 +4,7 @@ benchmarks/setup_mergekit.sh and RAM_MERGEKIT)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -101,12 +102,13 @@ CASES = [
 ]
 
 
-@needs_mergekit
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
-def test_mergekit_config_gives_mergekit_bytes(tmp_path, case, out_dtype):
+OUT_DTYPES = ("float32", "bfloat16")
+
+
+def _write_case(folder: Path, case: tuple, out_dtype: str) -> Path:
+    """The inputs (bfloat16 output: sharded inputs) and the mergekit YAML of one case, in ``folder``."""
     _, method, n, per_model, shared, base_listed = case
-    base, agents = _models(tmp_path, n, shards=2 if out_dtype == "bfloat16" else 1)
+    base, agents = _models(folder, n, shards=2 if out_dtype == "bfloat16" else 1)
     models = [base, *agents] if base_listed else agents
     params = [{"weight": 0.5}] + per_model if base_listed and method == "linear" else (
         [None] + per_model if base_listed else per_model)
@@ -114,11 +116,39 @@ def test_mergekit_config_gives_mergekit_bytes(tmp_path, case, out_dtype):
     if shared:
         top["parameters"] = shared
     data = _config(method, None if base_listed is None else base, models, params, **top)
-    config = tmp_path / "mk.yaml"
+    config = folder / "mk.yaml"
     config.write_text(yaml.safe_dump(data, sort_keys=False))
-    _run_mergekit(config, tmp_path / "mk")
-    _run_ours(config, tmp_path / "ours")
-    _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")
+    return config
+
+
+@pytest.fixture(scope="module")
+def mergekit_outputs(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """Every case's YAML run by mergekit, all in one process of mergekit's venv (``tests/mergekit_batch.py``: what
+    mergekit-yaml does per file, without its start-up per file); case id and out dtype -> the case's folder."""
+    root = tmp_path_factory.mktemp("mergekit-cases")
+    folders, jobs = {}, []
+    for case in CASES:
+        for out_dtype in OUT_DTYPES:
+            folder = root / f"{case[0]}-{out_dtype}"
+            config = _write_case(folder, case, out_dtype)
+            folders[case[0], out_dtype] = folder
+            jobs.append([str(config), str(folder / "mk")])
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    python = Path(_mergekit()).parent / "python"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folders
+
+
+@needs_mergekit
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_mergekit_config_gives_mergekit_bytes(mergekit_outputs, case, out_dtype):
+    folder = mergekit_outputs[case[0], out_dtype]
+    _run_ours(folder / "mk.yaml", folder / "ours")
+    _assert_same_tensors(folder / "ours", folder / "mk")
 
 
 EXPORTS = [
