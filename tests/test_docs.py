@@ -12,7 +12,8 @@ MERGE_ONLY = {"--method", "--r", "--alpha", "--scale", "--density", "--drop", "-
               "--fisher", "--suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
               "--names", "--device", "--vocab", "--out",
               "--weight", "--lambda", "--t", "--normalize", "--rescale", "--int8-mask", "--gamma", "--epsilon",
-              "--filter-wise", "--dtype"}  # what "[merge flags]" stands for in compare's line
+              "--filter-wise", "--dtype", "--use-base", "--nuslerp-flatten", "--nuslerp-row-wise", "--normalize-weights",
+              "--max-iter", "--tol", "--select-topk"}  # what "[merge flags]" stands for in compare's line
 
 
 def _synopsis() -> dict[str, set[str]]:
