@@ -26,7 +26,7 @@ R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
 EPS = 1e-5
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 8  # calibration examples per agent (paper: 256-2048)
 METHOD_ORDER = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
-                "fisher")
+                "fisher", "wudi")
 
 
 def cli(*args: str) -> None:
@@ -164,7 +164,8 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict) -> dict:
     densities = TIES_DENSITIES[:1] if smoke else TIES_DENSITIES
     drops = DARE_DROPS[::4] if smoke else DARE_DROPS
     r_sweep = R_SWEEP[::2] if smoke else R_SWEEP
-    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
+    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {}),
+             ("wudi", {})]  # WUDI at its authors' settings (300 Adam steps, lr 1e-5); Table 10 searches none
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],

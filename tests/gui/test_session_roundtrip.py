@@ -19,6 +19,7 @@ from .conftest import load_sources
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
 TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
          "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300",
+         "steps": "7", "lr": "0.0002",
          # mergekit's methods: a gradient, numbers, the compute dtype
          "t": "[0.1, 0.9, 0.3]", "lambda": "0.75", "eps": "0.0001", "max_iter": "7", "tol": "0.0001",
          "select_topk": "0.6", "dtype": "float64"}
