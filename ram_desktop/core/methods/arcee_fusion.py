@@ -11,6 +11,8 @@ quantiles of the whole tensor: memory bounded by one tensor.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
@@ -18,6 +20,9 @@ from .base import MergeMethod, Param
 from .baselines import dare_uniform
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
 
 SAMPLE = 1_000_000
 SEED = Param("seed", int, 0, "seed of the quantile sample of tensors above 10⁶ elements", 0, 2**64 - 1)
@@ -44,7 +49,7 @@ def arcee_fusion_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return (base + (agent - base) * mask).reshape(-1)
 
 
-def _bind(ctx: WeightsContext, plan) -> WeightsContext:  # type: ignore[no-untyped-def]
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     weights.check_count("arcee-fusion", plan.n_agents, 1, 1)
     return weights.bind(ctx, plan)
 
@@ -53,12 +58,23 @@ EXACT = MergekitExact("arcee_fusion", {}, {}, agents=(1, 1))
 
 METHODS = (
     MergeMethod(
-        "arcee-fusion", "Arcee Fusion", "Take the agent's values where their importance (|Δ|·KL) is an outlier.",
-        PARAMS, arcee_fusion_merge,
+        "arcee-fusion",
+        "Arcee Fusion",
+        "Take the agent's values where their importance (|Δ|·KL) is an outlier.",
+        PARAMS,
+        arcee_fusion_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=_bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor sums and sort: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT, ("tensors above 10⁶ elements: quantiles from a seeded sample "
-                                                      "here, from torch.randint in mergekit",)), exact=(EXACT,)),
+        bind=_bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor sums and sort: as slerp
+        mergekit=MergekitMapping(
+            exact_export(
+                EXACT,
+                ("tensors above 10⁶ elements: quantiles from a seeded sample here, from torch.randint in mergekit",),
+            ),
+            exact=(EXACT,),
+        ),
         short="Fusion",
         citation="Arcee AI, *Arcee Fusion* (mergekit, arXiv 2403.13257)",
     ),

@@ -238,7 +238,7 @@ class MergeMethod:
     citation: str = ""
     whole_tensor: bool = False
     theta: bool = False
-    bind: Callable[[Any, "MergePlan"], Any] | None = None
+    bind: Callable[[Any, MergePlan], Any] | None = None
 
     @property
     def short_label(self) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 from .gta import Family, method
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 
-PAPER = ("Davari & Belilovsky, *Model Breadcrumbs: Scaling Multi-Task Model Merging with Sparse Masks*, ECCV 2024, "
-         "arXiv 2312.06795")
+PAPER = (
+    "Davari & Belilovsky, *Model Breadcrumbs: Scaling Multi-Task Model Merging with Sparse Masks*, ECCV 2024, "
+    "arXiv 2312.06795"
+)
 SHARED = {"lambda": "lambda", "normalize": "normalize", "rescale": "rescale"}
 PER_MODEL = {"weight": "weight", "density": "density", "gamma": "gamma"}
 
@@ -20,10 +22,22 @@ def _mapping(theirs: str, consensus: bool) -> MergekitMapping:
 
 
 METHODS = (
-    method("breadcrumbs", "Breadcrumbs", "Drop outliers and small values of each task vector, then λ·Σ w·τ.",
-           Family("breadcrumbs", "magnitude_outliers", False, False, False), PAPER, "Crumbs",
-           _mapping("breadcrumbs", False)),
-    method("breadcrumbs-ties", "Breadcrumbs + TIES", "Breadcrumbs' sparsification, then sign consensus.",
-           Family("breadcrumbs_ties", "magnitude_outliers", True, False, False), PAPER, "Crumbs-TIES",
-           _mapping("breadcrumbs_ties", True)),
+    method(
+        "breadcrumbs",
+        "Breadcrumbs",
+        "Drop outliers and small values of each task vector, then λ·Σ w·τ.",
+        Family("breadcrumbs", "magnitude_outliers", False, False, False),
+        PAPER,
+        "Crumbs",
+        _mapping("breadcrumbs", False),
+    ),
+    method(
+        "breadcrumbs-ties",
+        "Breadcrumbs + TIES",
+        "Breadcrumbs' sparsification, then sign consensus.",
+        Family("breadcrumbs_ties", "magnitude_outliers", True, False, False),
+        PAPER,
+        "Crumbs-TIES",
+        _mapping("breadcrumbs_ties", True),
+    ),
 )

@@ -8,12 +8,17 @@ from __future__ import annotations
 from .gta import Family, method
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 
-PAPER = ("Deep et al., *DELLA-Merging: Reducing Interference in Model Merging through Magnitude-Based Sampling*, "
-         "arXiv 2406.11617")
+PAPER = (
+    "Deep et al., *DELLA-Merging: Reducing Interference in Model Merging through Magnitude-Based Sampling*, "
+    "arXiv 2406.11617"
+)
 SHARED = {"lambda": "lambda", "normalize": "normalize", "rescale": "rescale"}
 PER_MODEL = {"weight": "weight", "density": "density", "epsilon": "epsilon"}
-NOTE = ("random keep decisions: RAM Desktop's seeded hash, mergekit's torch.bernoulli (mergekit-yaml --random-seed): "
-        "different elements survive",)
+RANDOM_NOTE = (
+    "random keep decisions: RAM Desktop's seeded hash, mergekit's torch.bernoulli (mergekit-yaml --random-seed): "
+    "different elements survive"
+)
+NOTE = (RANDOM_NOTE,)
 
 
 def _mapping(theirs: str, consensus: bool) -> MergekitMapping:
@@ -23,9 +28,22 @@ def _mapping(theirs: str, consensus: bool) -> MergekitMapping:
 
 
 METHODS = (
-    method("della", "DELLA", "Magnitude-ranked random drop (MagPrune), L1 rescale, sign consensus, weighted mean.",
-           Family("della", "della_magprune", True, True, True), PAPER, "DELLA", _mapping("della", True)),
-    method("della-linear", "DELLA linear", "Magnitude-ranked random drop (MagPrune), L1 rescale, weighted sum.",
-           Family("della_linear", "della_magprune", False, False, True), PAPER, "DELLA-lin",
-           _mapping("della_linear", False)),
+    method(
+        "della",
+        "DELLA",
+        "Magnitude-ranked random drop (MagPrune), L1 rescale, sign consensus, weighted mean.",
+        Family("della", "della_magprune", True, True, True),
+        PAPER,
+        "DELLA",
+        _mapping("della", True),
+    ),
+    method(
+        "della-linear",
+        "DELLA linear",
+        "Magnitude-ranked random drop (MagPrune), L1 rescale, weighted sum.",
+        Family("della_linear", "della_magprune", False, False, True),
+        PAPER,
+        "DELLA-lin",
+        _mapping("della_linear", False),
+    ),
 )

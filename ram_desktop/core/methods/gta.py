@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .mergekit_map import MergekitMapping
 
 RESCALE_EPS = 1e-7
+DELLA_BLOCK = 1 << 20  # elements ranked and drawn at a time (whole rows): bounds DELLA's int64 temporaries
 TWO_32 = 4294967296.0
 
 
@@ -92,15 +93,22 @@ def magnitude_outliers(tensor: torch.Tensor, density: float, gamma: float, resca
         w = w.float()
     order = torch.sort(w, descending=False).indices
     mask = torch.zeros(n, dtype=tensor.dtype, device=tensor.device)
-    mask[order[n_bot:n_bot + target]] = 1
+    mask[order[n_bot : n_bot + target]] = 1
     return rescaled_masked(tensor, mask.reshape_as(tensor), rescale)
 
 
-def _keep(probability: torch.Tensor | float, seed: int, agent: int, name: str, n: int,
-          device: torch.device) -> torch.Tensor:
+def _keep(
+    probability: torch.Tensor | float,
+    seed: int,
+    agent: int,
+    name: str,
+    n: int,
+    device: torch.device,
+    offset: int = 0,
+) -> torch.Tensor:
     """Each flat position kept with ``probability`` (a number or one per element): u < ⌊q·2³²⌋, u the seeded
     hash of (seed, agent, tensor, position) that DARE uses."""
-    u = dare_uniform(seed, agent, name, 0, n, device)
+    u = dare_uniform(seed, agent, name, offset, n, device)
     if isinstance(probability, float):
         return u < int(probability * TWO_32)
     return u < torch.floor(probability.reshape(-1).to(torch.float64) * TWO_32).to(torch.int64)
@@ -114,24 +122,33 @@ def random_drop(tensor: torch.Tensor, density: float, rescale: bool, seed: int, 
     return rescaled_masked(tensor.to(work), mask, rescale).to(tensor.dtype)
 
 
-def della_magprune(tensor: torch.Tensor, density: float, epsilon: float, rescale: bool, seed: int, agent: int,
-                   name: str) -> torch.Tensor:
+def della_magprune(
+    tensor: torch.Tensor, density: float, epsilon: float, rescale: bool, seed: int, agent: int, name: str
+) -> torch.Tensor:
     if density >= 1:
         return tensor
     if density <= 0:
         return torch.zeros_like(tensor)
     if density + epsilon >= 1 or density - epsilon <= 0:
-        raise InputError(f"della: epsilon {epsilon:g} must keep density ± epsilon inside (0, 1) (density {density:g}, "
-                         f"tensor {name!r})")
+        raise InputError(
+            f"della: epsilon {epsilon:g} must keep density ± epsilon inside (0, 1) (density {density:g}, "
+            f"tensor {name!r})"
+        )
     shape = tensor.shape
     work = tensor.dtype if tensor.device.type != "cpu" or tensor.dtype == torch.bfloat16 else torch.float32
     rows = tensor.unsqueeze(0) if tensor.dim() < 2 else tensor
-    order = torch.argsort(rows.abs(), dim=1, descending=False, stable=True)
-    ranks = order.argsort(dim=1).to(work) + 1
-    low, high = ranks.min(dim=1, keepdim=True).values, ranks.max(dim=1, keepdim=True).values
-    rank_norm = ((ranks - low) / (high - low)).clamp(0, 1)
-    probs = (density - epsilon) + rank_norm * 2 * epsilon
-    mask = _keep(probs, seed, agent, name, rows.numel(), tensor.device).to(work).reshape(rows.shape)
+    mask = torch.empty(rows.shape, dtype=work, device=tensor.device)
+    width = max(rows.shape[1], 1)
+    step = max(1, DELLA_BLOCK // width)  # rows at a time: the ranks are per row, the draws per position
+    for start in range(0, rows.shape[0], step):
+        block = rows[start : start + step]
+        order = torch.argsort(block.abs(), dim=1, descending=False, stable=True)
+        ranks = order.argsort(dim=1).to(work) + 1
+        low, high = ranks.min(dim=1, keepdim=True).values, ranks.max(dim=1, keepdim=True).values
+        rank_norm = ((ranks - low) / (high - low)).clamp(0, 1)
+        probs = (density - epsilon) + rank_norm * 2 * epsilon
+        keep = _keep(probs, seed, agent, name, block.numel(), tensor.device, offset=start * width)
+        mask[start : start + step] = keep.reshape(block.shape)
     return rescaled_masked(rows.to(work), mask, rescale).to(tensor.dtype).reshape(shape)
 
 
@@ -159,8 +176,9 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
             elif family.sparsify == "random":
                 delta = random_drop(delta, density, rescale, params["seed"], i, chunk.name)
             else:
-                delta = della_magprune(delta, density, float(ctx.agent("epsilon", chunk, i)), rescale, params["seed"],
-                                       i, chunk.name)
+                delta = della_magprune(
+                    delta, density, float(ctx.agent("epsilon", chunk, i)), rescale, params["seed"], i, chunk.name
+                )
         deltas[i] = delta
     w = torch.tensor([float(v) for v in ctx.agents("weight", chunk)], dtype=deltas.dtype, device=deltas.device)
     while deltas.dim() > w.dim():
@@ -183,16 +201,19 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     return (base + mixed).to(base.dtype).reshape(-1)
 
 
-WEIGHT = weights.agent_param("weight", 1.0, "weight w of each agent's task vector (a gradient over layers or filters "
-                             "allowed)")
+WEIGHT = weights.agent_param(
+    "weight", 1.0, "weight w of each agent's task vector (a gradient over layers or filters allowed)"
+)
 DENSITY = weights.agent_param("density", 1.0, "share k of each agent's task vector kept", 0.0, 1.0)
 GAMMA = weights.agent_param("gamma", 0.01, "breadcrumbs: share of the largest magnitudes removed as outliers", 0.0, 1.0)
-EPSILON = weights.agent_param("epsilon", 0.15, "DELLA: spread ε of the keep probability around k (by magnitude rank)",
-                              0.0, 1.0)
+EPSILON = weights.agent_param(
+    "epsilon", 0.15, "DELLA: spread ε of the keep probability around k (by magnitude rank)", 0.0, 1.0
+)
 LAMBDA = weights.shared_param("lambda", 1.0, "scale λ of the merged task vector", -10.0, 10.0)
 INT8_MASK = Param("int8_mask", bool, False, "compute the sign-consensus mask in int8 (same result, less memory)")
-SEED = Param("seed", int, 0, "seed of the random keep decisions (a hash of seed, agent, tensor and position)",
-             0, 2**64 - 1)
+SEED = Param(
+    "seed", int, 0, "seed of the random keep decisions (a hash of seed, agent, tensor and position)", 0, 2**64 - 1
+)
 
 
 def _params(family: Family) -> tuple[Param, ...]:
@@ -203,9 +224,11 @@ def _params(family: Family) -> tuple[Param, ...]:
         out.append(GAMMA)
     if family.sparsify == "della_magprune":
         out.append(EPSILON)
-    out += [LAMBDA, Param("normalize", bool, family.normalize, "divide the merged task vector by the sum of the "
-                          "(kept) weights"),
-            Param("rescale", bool, family.rescale, "rescale the kept values to the task vector's L1 norm")]
+    out += [
+        LAMBDA,
+        Param("normalize", bool, family.normalize, "divide the merged task vector by the sum of the (kept) weights"),
+        Param("rescale", bool, family.rescale, "rescale the kept values to the task vector's L1 norm"),
+    ]
     if family.consensus:
         out.append(INT8_MASK)
     if family.sparsify in ("random", "della_magprune"):
@@ -214,19 +237,34 @@ def _params(family: Family) -> tuple[Param, ...]:
     return tuple(out)
 
 
-def method(name: str, label: str, summary: str, family: Family, citation: str, short: str,
-           mergekit: "MergekitMapping | None" = None) -> MergeMethod:
+def method(
+    name: str,
+    label: str,
+    summary: str,
+    family: Family,
+    citation: str,
+    short: str,
+    mergekit: MergekitMapping | None = None,
+) -> MergeMethod:
     params = _params(family)
 
     def merge(chunk: Chunk, ctx: Any) -> torch.Tensor:
         return gta_merge(family, chunk, ctx)
 
     return MergeMethod(
-        name, label, summary, params, merge,
+        name,
+        label,
+        summary,
+        params,
+        merge,
         prepare=lambda p, probe, collected: weights.prepare(p, params),
-        bind=weights.bind, whole_tensor=True, theta=True,
+        bind=weights.bind,
+        whole_tensor=True,
+        theta=True,
         # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
         # such tensors are merged one at a time with torch's own threads, as mergekit merges them
         thread_safe=family.sparsify is None,
-        mergekit=mergekit, short=short, citation=citation,
+        mergekit=mergekit,
+        short=short,
+        citation=citation,
     )

@@ -67,10 +67,16 @@ EXACT = MergekitExact("karcher", {"max_iter": "max_iter", "tol": "tol"}, {}, bas
 
 METHODS = (
     MergeMethod(
-        "karcher", "Karcher mean", "Riemannian mean of the models' directions, scaled by their mean norm.",
-        PARAMS, karcher_merge,
+        "karcher",
+        "Karcher mean",
+        "Riemannian mean of the models' directions, scaled by their mean norm.",
+        PARAMS,
+        karcher_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=weights.bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor norms: as slerp
+        bind=weights.bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor norms: as slerp
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Karcher",
         citation="Karcher, *Riemannian center of mass and mollifier smoothing*, 1977 (as implemented in mergekit)",

@@ -18,8 +18,9 @@ from .base import MergeMethod, Param
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
-WEIGHT = weights.agent_param("weight", 1.0, "weight w of each model in the average (a gradient over layers or "
-                             "filters allowed)")
+WEIGHT = weights.agent_param(
+    "weight", 1.0, "weight w of each model in the average (a gradient over layers or filters allowed)"
+)
 NORMALIZE = Param("normalize", bool, True, "divide by the sum of the weights")
 PARAMS = (WEIGHT, NORMALIZE, weights.DTYPE)
 
@@ -41,13 +42,18 @@ EXACT = MergekitExact("linear", {"normalize": "normalize"}, {"weight": "weight"}
 
 METHODS = (
     MergeMethod(
-        "linear", "Linear", "Weighted average of the models themselves (no base): Σ w·θ / Σ w.",
-        PARAMS, linear_merge,
+        "linear",
+        "Linear",
+        "Weighted average of the models themselves (no base): Σ w·θ / Σ w.",
+        PARAMS,
+        linear_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=weights.bind, theta=True, thread_safe=True,  # elementwise: any chunk, any order
+        bind=weights.bind,
+        theta=True,
+        thread_safe=True,  # elementwise: any chunk, any order
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Linear",
         citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
-                 "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        "without increasing inference time*, ICML 2022, arXiv 2203.05482",
     ),
 )

@@ -12,12 +12,17 @@ bounded by one tensor.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod, Param
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
 
 FILTER_WISE = Param("filter_wise", bool, False, "one interpolation per row (output filter) instead of per tensor")
 PARAMS = (FILTER_WISE, weights.DTYPE)
@@ -35,7 +40,7 @@ def model_stock_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     offsets = [w - w_0 for w in ws]
     cosines = []
     for i, off_a in enumerate(offsets):
-        for off_b in offsets[i + 1:]:
+        for off_b in offsets[i + 1 :]:
             norm_product = torch.norm(off_a, dim=-1) * torch.norm(off_b, dim=-1)
             cosines.append(((off_a * off_b).sum(dim=-1) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
     cos_theta = torch.stack(cosines).mean(dim=0).unsqueeze(-1)
@@ -48,7 +53,7 @@ def model_stock_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return (t * average + (1 - t) * w_0).reshape(-1)
 
 
-def _bind(ctx: WeightsContext, plan) -> WeightsContext:  # type: ignore[no-untyped-def]
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     weights.check_count("model-stock", plan.n_agents, 2)
     return weights.bind(ctx, plan)
 
@@ -57,10 +62,16 @@ EXACT = MergekitExact("model_stock", {"filter_wise": "filter_wise"}, {}, agents=
 
 METHODS = (
     MergeMethod(
-        "model-stock", "Model Stock", "Interpolate between the base and the agents' mean by the agents' mutual angle.",
-        PARAMS, model_stock_merge,
+        "model-stock",
+        "Model Stock",
+        "Interpolate between the base and the agents' mean by the agents' mutual angle.",
+        PARAMS,
+        model_stock_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=_bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor sums: as slerp
+        bind=_bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor sums: as slerp
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Stock",
         citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",

@@ -47,8 +47,10 @@ def multislerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
         if tensors.shape[0] == 2:
             res = (tensors[0] * w[0] + tensors[1] * w[1]).view(tensors.shape[1:])
             return res + base if base is not None else res
-        raise InputError(f"multislerp: the weighted sum of the inputs of tensor {chunk.name!r} is zero (antipodal "
-                         "inputs with balancing weights); choose other weights")
+        raise InputError(
+            f"multislerp: the weighted sum of the inputs of tensor {chunk.name!r} is zero (antipodal "
+            "inputs with balancing weights); choose other weights"
+        )
     mean = mean / mean_norm
     dots = (units * mean).sum(-1, keepdim=True)
     tangents = units - dots * mean
@@ -60,15 +62,26 @@ def multislerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return result + base if base is not None else result
 
 
-EXACT = MergekitExact("multislerp", {"normalize_weights": "normalize_weights", "eps": "eps"}, {"weight": "weight"},
-                      base="optional", required=("weight",))
+EXACT = MergekitExact(
+    "multislerp",
+    {"normalize_weights": "normalize_weights", "eps": "eps"},
+    {"weight": "weight"},
+    base="optional",
+    required=("weight",),
+)
 
 METHODS = (
     MergeMethod(
-        "multislerp", "Multi-SLERP", "Barycentric spherical interpolation of several agents (or their task vectors).",
-        PARAMS, multislerp_merge,
+        "multislerp",
+        "Multi-SLERP",
+        "Barycentric spherical interpolation of several agents (or their task vectors).",
+        PARAMS,
+        multislerp_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=weights.bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor norms: as slerp
+        bind=weights.bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor norms: as slerp
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="MSLERP",
         citation="Goddard, *Multi-SLERP* (goddard.blog), implemented in mergekit (arXiv 2403.13257)",

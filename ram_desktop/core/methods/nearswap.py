@@ -4,12 +4,17 @@ the compute dtype — mergekit 0.1.5's operations: its bits. Elementwise: memory
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
 
 T = weights.shared_param("t", 0.001, "distance scale: elements closer than t take the agent's value fully")
 PARAMS = (T, weights.DTYPE)
@@ -22,7 +27,7 @@ def nearswap_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return w * b + (1 - w) * a
 
 
-def _bind(ctx: WeightsContext, plan) -> WeightsContext:  # type: ignore[no-untyped-def]
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     weights.check_count("nearswap", plan.n_agents, 1, 1)
     return weights.bind(ctx, plan)
 
@@ -31,10 +36,15 @@ EXACT = MergekitExact("nearswap", {"t": "t"}, {}, agents=(1, 1))
 
 METHODS = (
     MergeMethod(
-        "nearswap", "NearSwap", "Take the agent's values where they are within t of the base's.",
-        PARAMS, nearswap_merge,
+        "nearswap",
+        "NearSwap",
+        "Take the agent's values where they are within t of the base's.",
+        PARAMS,
+        nearswap_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=_bind, theta=True, thread_safe=True,  # elementwise
+        bind=_bind,
+        theta=True,
+        thread_safe=True,  # elementwise
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="NearSwap",
         citation="alchemonaut, *QuartetAnemoi-70B-t0.0001* (Hugging Face model card), implemented in mergekit",

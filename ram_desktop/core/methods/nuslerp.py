@@ -13,12 +13,17 @@ memory bounded by one tensor.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod, Param
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
 
 WEIGHT = weights.agent_param("weight", 1.0, "weight of each of the two agents (t = w₂ / (w₁ + w₂))")
 ROW_WISE = Param("nuslerp_row_wise", bool, False, "interpolate columns (along the first axis) instead of rows")
@@ -61,20 +66,32 @@ def nuslerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return nuslerp(t, thetas[1], thetas[2], dim, p["nuslerp_flatten"]).reshape(-1)
 
 
-def _bind(ctx: WeightsContext, plan) -> WeightsContext:  # type: ignore[no-untyped-def]
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     weights.check_count("nuslerp", plan.n_agents, 2, 2)
     return weights.bind(ctx, plan)
 
 
-EXACT = MergekitExact("nuslerp", {"nuslerp_row_wise": "nuslerp_row_wise", "nuslerp_flatten": "nuslerp_flatten"},
-                      {"weight": "weight"}, base="optional", required=("weight",), agents=(2, 2))
+EXACT = MergekitExact(
+    "nuslerp",
+    {"nuslerp_row_wise": "nuslerp_row_wise", "nuslerp_flatten": "nuslerp_flatten"},
+    {"weight": "weight"},
+    base="optional",
+    required=("weight",),
+    agents=(2, 2),
+)
 
 METHODS = (
     MergeMethod(
-        "nuslerp", "NuSLERP", "Spherical interpolation of two agents (or their task vectors) by weight.",
-        PARAMS, nuslerp_merge,
+        "nuslerp",
+        "NuSLERP",
+        "Spherical interpolation of two agents (or their task vectors) by weight.",
+        PARAMS,
+        nuslerp_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=_bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor norms: as slerp
+        bind=_bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor norms: as slerp
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="NuSLERP",
         citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",

@@ -51,10 +51,16 @@ EXACT = MergekitExact("sce", {"select_topk": "select_topk", "int8_mask": "int8_m
 
 METHODS = (
     MergeMethod(
-        "sce", "SCE", "Select high-variance elements, weight agents by their mean square, erase minority signs.",
-        PARAMS, sce_merge,
+        "sce",
+        "SCE",
+        "Select high-variance elements, weight agents by their mean square, erase minority signs.",
+        PARAMS,
+        sce_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
-        bind=weights.bind, whole_tensor=True, theta=True, thread_safe=False,  # whole-tensor statistics
+        bind=weights.bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor statistics
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="SCE",
         citation="Wan et al., *FuseChat: Knowledge Fusion of Chat Models*, arXiv 2408.07990",

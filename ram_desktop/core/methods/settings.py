@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from ..errors import InputError
 
@@ -104,8 +105,10 @@ def check_setting(where: str, value: Any, validate: Callable[[Any], Any]) -> Any
         return validate(value)
     if isinstance(value, (list, tuple)):
         if not value:
-            raise InputError(f"{where}: an empty list gives no value; write a number, a list of numbers (a gradient "
-                             "over the layers) or filters")
+            raise InputError(
+                f"{where}: an empty list gives no value; write a number, a list of numbers (a gradient "
+                "over the layers) or filters"
+            )
         if all(_is_scalar(e) for e in value):
             return [validate(e) for e in value]
         out = []

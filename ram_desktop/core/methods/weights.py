@@ -24,18 +24,26 @@ if TYPE_CHECKING:
     from ..engine.plan import MergePlan
 
 DTYPES = ("float32", "bfloat16", "float16", "float64", "inputs")
-DTYPE = Param("dtype", str, "float32", "compute dtype: the stored weights are converted to it before merging (inputs: "
-              "the widest stored dtype, mergekit's default when its config sets no dtype)", choices=DTYPES)
+DTYPE = Param(
+    "dtype",
+    str,
+    "float32",
+    "compute dtype: the stored weights are converted to it before merging (inputs: "
+    "the widest stored dtype, mergekit's default when its config sets no dtype)",
+    choices=DTYPES,
+)
 
 
-def agent_param(name: str, default: float | None, help: str, minimum: float | None = None,
-                maximum: float | None = None) -> Param:
+def agent_param(
+    name: str, default: float | None, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Param:
     """A per-agent parameter whose values may be gradients or filters (one setting per agent; None: default)."""
     return Param(name, float, default, help, minimum, maximum, per_agent=True, setting=True)
 
 
-def shared_param(name: str, default: float | None, help: str, minimum: float | None = None,
-                 maximum: float | None = None) -> Param:
+def shared_param(
+    name: str, default: float | None, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Param:
     """A parameter of the whole merge whose value may be a gradient or filters."""
     return Param(name, float, default, help, minimum, maximum, setting=True)
 
@@ -49,19 +57,21 @@ class WeightsContext:
     n_layers: int = 0
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
-    def shared(self, key: str, chunk: "Chunk") -> Any:
+    def shared(self, key: str, chunk: Chunk) -> Any:
         """The value of parameter ``key`` for this chunk's tensor."""
         t = settings.layer_position(chunk.name, self.n_layers)
         return settings.resolve([self.params.get(key)], chunk.name, t, _same, self.defaults.get(key))
 
-    def agent(self, key: str, chunk: "Chunk", agent: int) -> Any:
+    def agent(self, key: str, chunk: Chunk, agent: int) -> Any:
         """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor."""
         values = self.params.get(key)
         setting = values  # one value (or setting) for every agent
         if isinstance(values, list):
             if len(values) != chunk.n_agents:
-                raise InputError(f"parameter {key} gives {len(values)} values for {chunk.n_agents} agents; give one "
-                                 "per agent, in agent order")
+                raise InputError(
+                    f"parameter {key} gives {len(values)} values for {chunk.n_agents} agents; give one "
+                    "per agent, in agent order"
+                )
             setting = values[agent]
         t = settings.layer_position(chunk.name, self.n_layers)
         value = settings.resolve([setting], chunk.name, t, _same, self.defaults.get(key))
@@ -69,10 +79,10 @@ class WeightsContext:
             raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {chunk.name!r}")
         return value
 
-    def agents(self, key: str, chunk: "Chunk") -> list[Any]:
+    def agents(self, key: str, chunk: Chunk) -> list[Any]:
         return [self.agent(key, chunk, t) for t in range(chunk.n_agents)]
 
-    def dtype(self, chunk: "Chunk") -> torch.dtype:
+    def dtype(self, chunk: Chunk) -> torch.dtype:
         """The compute dtype of this chunk (``inputs``: the promotion of the stored dtypes)."""
         name = self.params.get("dtype", "float32")
         if name != "inputs":
@@ -83,7 +93,7 @@ class WeightsContext:
             out = torch.promote_types(out, r.dtype)
         return out
 
-    def shape(self, chunk: "Chunk") -> tuple[int, ...]:
+    def shape(self, chunk: Chunk) -> tuple[int, ...]:
         return self.shapes.get(chunk.job_index, (chunk.base.numel(),))
 
 
@@ -95,7 +105,7 @@ def prepare(params: dict, method_params: tuple[Param, ...]) -> WeightsContext:
     return WeightsContext(dict(params), {p.name: p.default for p in method_params})
 
 
-def bind(ctx: WeightsContext, plan: "MergePlan") -> WeightsContext:
+def bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     names = [j.name for j in plan.jobs]
     ctx.n_layers = settings.count_layers(names)
     ctx.shapes = {i: tuple(j.shape) for i, j in enumerate(plan.jobs)}
