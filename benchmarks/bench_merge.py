@@ -59,7 +59,11 @@ DEFAULT_PAIR = {
     "ties": "ties",
     "dare-ta": "dare_linear",
     "dare-ties": "dare_ties",
+    "slerp": "slerp",           # mergekit's methods (core/methods/slerp.py, della.py, model_stock.py)
+    "della": "della",
+    "model-stock": "model_stock",
 }
+ONE_AGENT = {"slerp", "nearswap", "arcee-fusion", "arcee_fusion"}  # methods of a base and one agent: the first
 DEFAULT_SCALE = {"task-arithmetic": 0.3, "dare-ta": 0.3, "ties": 1.0, "dare-ties": 1.0}
 
 
@@ -260,8 +264,9 @@ def default_ram_merge() -> list[str]:
 
 
 def ours_cmd(a, method: str, base: Path, agents: list[Path], out: Path) -> list[str]:
+    agents = agents[:1] if method in ONE_AGENT else agents
     cmd = [*a.ram_merge, "merge", str(base), *map(str, agents), "--out", str(out),
-           "--method", method, "--names", ",".join(AGENT_NAMES)]
+           "--method", method, "--names", ",".join(AGENT_NAMES[:len(agents)])]
     if method in ("ram", "ram-plus", "ram-plus-soft"):
         cmd += ["--eps", repr(a.eps)]
     if method in ("ram-plus", "ram-plus-soft"):
@@ -272,11 +277,18 @@ def ours_cmd(a, method: str, base: Path, agents: list[Path], out: Path) -> list[
         cmd += ["--density", repr(a.density)]
     if method in ("dare-ta", "dare-ties"):
         cmd += ["--drop", repr(a.drop), "--seed", str(a.seed)]
+    if method == "slerp":
+        cmd += ["--t", "0.5"]
+    if method == "della":  # mergekit's defaults: normalize and rescale on; one density and epsilon for all
+        cmd += ["--density", repr(1.0 - a.drop), "--epsilon", "0.1", "--seed", str(a.seed)]
+    if method in ("slerp", "della", "model-stock"):
+        cmd += ["--dtype", a.mk_dtype or "inputs"]  # mergekit's compute dtype, so both compute the same
     return cmd + shlex.split(a.ours_args)
 
 
 def mergekit_config(a, method: str, base: Path, agents: list[Path]) -> str:
     """YAML for mergekit-yaml (written by hand: no pyyaml needed here)."""
+    agents = agents[:1] if method in ONE_AGENT else agents
     lines = [f"merge_method: {method}"]
     if method != "linear":
         lines.append(f"base_model: {base}")
@@ -299,6 +311,10 @@ def mergekit_config(a, method: str, base: Path, agents: list[Path]) -> str:
     elif method == "dare_ties":
         per_model = {"weight": 1.0, "density": round(1.0 - a.drop, 6)}
         glob = {"normalize": "true", "lambda": a.scale if a.scale is not None else 1.0}
+    elif method == "slerp":
+        glob = {"t": 0.5}
+    elif method == "della":
+        per_model = {"weight": 1.0, "density": round(1.0 - a.drop, 6), "epsilon": 0.1}
     elif method == "dare_linear":
         per_model = {"weight": a.scale if a.scale is not None else 0.3,
                      "density": round(1.0 - a.drop, 6)}

@@ -33,7 +33,9 @@ import torch
 from mergekit.merge_methods import registry
 names = sorted(x.spec.name for x in registry.registered_methods())
 print("mergekit", m.version("mergekit"), "torch", torch.__version__, "cuda build:", torch.version.cuda)
-need = {"ram", "ramplus_tl", "ties", "dare_ties", "task_arithmetic", "dare_linear", "linear"}
+need = {"ram", "ramplus_tl", "ties", "dare_ties", "task_arithmetic", "dare_linear", "linear", "slerp", "nuslerp",
+        "multislerp", "karcher", "model_stock", "breadcrumbs", "breadcrumbs_ties", "della", "della_linear", "sce",
+        "nearswap", "arcee_fusion"}
 missing = need - set(names)
 print("merge methods:", ", ".join(names))
 if missing:

@@ -8,8 +8,9 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .core import (
@@ -139,12 +140,30 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
         metavar = f"{name.upper()},..." if first.per_agent else name.upper()
-        p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=first.kind, default=None,
+        # per-agent lists and true/false may arrive as text: the method's Param validates them
+        loose = any(prm.per_agent or prm.kind is bool for _, prm in takers)
+        kind = _loose(first.kind) if loose else first.kind
+        p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=kind, default=None,
                        choices=first.choices or None, help=text)
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
                    help="output dtype (default: the base's)")
     p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+
+
+def _loose(kind: type) -> Callable[[str], Any]:
+    """A flag's value as ``kind`` where it reads as one, else the text (a comma-separated per-agent list,
+    true/false), which the method's ``Param`` then validates."""
+
+    def convert(text: str) -> Any:
+        if kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                return text
+        return text
+
+    return convert
 
 
 def _methods_epilog() -> str:

@@ -45,6 +45,9 @@ EPS = 1e-5
 # merged on their own, at few steps: in the comparison a method without a fused kernel would send every variant
 # down the single-threaded torch path, and WUDI's 300 Adam steps per layer take many minutes on a CPU
 ALONE = {"wudi": ("--steps", "5")}
+# mergekit's methods (``theta``: slerp's one agent, averages of the weights themselves) are compared with mergekit
+# on synthetic checkpoints (tests/test_mergekit_methods.py); this real-model run keeps to the paper's methods
+COMPARED = [name for name, m in METHODS.items() if not m.theta]
 CHECKED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.14.mlp.down_proj.weight",
            "model.layers.29.input_layernorm.weight", "model.norm.weight")  # compared with the numpy reference
 
@@ -143,11 +146,11 @@ def real(tmp_path_factory) -> dict:
     _timed("ram-merge fisher (1 example per agent)", started)
 
     started = time.perf_counter()
-    variants = [arg for method in METHODS if method not in ALONE for arg in ("--variant", method)]
+    variants = [arg for method in COMPARED if method not in ALONE for arg in ("--variant", method)]
     _run(tmp, "compare", str(base), *map(str, agents.values()), "--names", ",".join(agents),
          "--out", str(tmp / "merged"), *variants, "--fisher", ",".join(map(str, fisher.values())),
          "--device", "cpu")
-    _timed(f"ram-merge compare ({len(METHODS) - len(ALONE)} methods)", started)
+    _timed(f"ram-merge compare ({len(COMPARED) - len(ALONE)} methods)", started)
     for method, flags in ALONE.items():
         started = time.perf_counter()
         _run(tmp, "merge", str(base), *map(str, agents.values()), "--names", ",".join(agents),
@@ -230,7 +233,7 @@ def test_every_method_merges_the_real_model(real, weights):
     for method in ALONE:
         params = json.loads((real["merged"] / method / "merge-report.json").read_text())["method_params"]
         compared["variants"].append({"name": method, "method": method, "params": params})
-    assert sorted(v["method"] for v in compared["variants"]) == sorted(METHODS)
+    assert sorted(v["method"] for v in compared["variants"]) == sorted(COMPARED)
     base, agents, updated = weights["base"], weights["agents"], weights["updated"]
     unique, shared = weights["unique"], weights["shared"]
     rho = [s / u if u else float("inf") for s, u in zip(shared, unique)]
@@ -279,7 +282,7 @@ def test_merged_models_load_and_generate(real):
 
     started = time.perf_counter()
     folders = sorted(p for p in real["merged"].iterdir() if (p / "config.json").exists())
-    assert len(folders) == len(METHODS)
+    assert len(folders) == len(COMPARED)
     tokenizer = AutoTokenizer.from_pretrained(str(folders[0]))
     prompt = _chat(tokenizer, "What is the capital of France?")
     inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)

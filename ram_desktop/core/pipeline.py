@@ -263,6 +263,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
             timings["probe_s"] = time.perf_counter() - t0
         contexts = [m.prepare(p, probe_report, c.finish() if c else None)
                     for m, p, c in zip(methods, params, collectors)]
+        contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
     except BaseException:
         files.close()
         raise

@@ -9,6 +9,7 @@ from typing import Any
 from PySide6.QtCore import QRegularExpression, Signal
 from PySide6.QtGui import QRegularExpressionValidator
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QSpinBox,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -47,6 +49,79 @@ class PreciseSpinBox(QDoubleSpinBox):
         return text + "0" if text.endswith(".") else text
 
 
+SETTING_HINT = "a number, [0.2, 0.8] (a gradient over the layers) or [{filter: mlp, value: 0.5}, {value: 1}]"
+
+
+def parse_setting(text: str) -> Any:
+    """A setting as typed: YAML flow text (a number, a gradient list or filters); the text itself when it is not
+    YAML, so the core's validation names the parameter and what it needs."""
+    import yaml
+
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def setting_text(value: Any) -> str:
+    """A setting as the form shows it: numbers plainly, gradients and filters as one line of YAML flow text."""
+    import yaml
+
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
+    return str(value)
+
+
+class SettingEdit(QWidget):
+    """A parameter whose value may be a gradient over the layers or filters by tensor name (``Param.setting``):
+    a line of YAML flow text and, for a gradient, a small plot of its values over the layers (position 0 = the
+    first layer, 1 = the last; mergekit interpolates linearly between the listed values)."""
+
+    changed = Signal()
+
+    def __init__(self, param: Param, text: str = "") -> None:
+        super().__init__()
+        import pyqtgraph as pg
+
+        self.param = param
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.edit = QLineEdit(text)
+        self.edit.setPlaceholderText(SETTING_HINT)
+        self.edit.setObjectName(f"setting_{param.name}")
+        self.edit.textChanged.connect(self._edited)
+        layout.addWidget(self.edit)
+        self.plot = pg.PlotWidget()
+        self.plot.setObjectName(f"gradient_{param.name}")
+        self.plot.setFixedHeight(70)
+        self.plot.setMouseEnabled(False, False)
+        self.plot.hideButtons()
+        self.plot.setLabel("bottom", "layer position")
+        self.curve = self.plot.plot([], [], symbol="o", symbolSize=5)
+        layout.addWidget(self.plot)
+        self._edited(text)
+
+    def gradient(self) -> list[float] | None:
+        """The typed value when it is a gradient (a list of numbers), else None."""
+        value = parse_setting(self.edit.text())
+        if isinstance(value, list) and len(value) > 1 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return [float(v) for v in value]
+        return None
+
+    def _edited(self, _text: str = "") -> None:
+        values = self.gradient()
+        self.plot.setVisible(values is not None)
+        if values is not None:
+            self.curve.setData([i / (len(values) - 1) for i in range(len(values))], values)
+        self.changed.emit()
+
+
 def _fits_int32(param: Param) -> bool:
     low = param.minimum if param.minimum is not None else INT32[0]
     high = param.maximum if param.maximum is not None else INT32[1]
@@ -59,7 +134,14 @@ class ParamField:
     def __init__(self, param: Param) -> None:
         self.param = param
         tip = f"<b>{param.name}</b>: {param.describe()}"
-        if param.choices:
+        if param.setting:
+            w = SettingEdit(param, setting_text(param.default))
+            self.changed = w.changed
+        elif param.kind is bool:
+            w = QCheckBox()
+            w.setChecked(bool(param.default))
+            self.changed = w.toggled
+        elif param.choices:
             w = QComboBox()
             w.addItems(list(param.choices))
             w.setCurrentText(str(param.default))
@@ -91,6 +173,11 @@ class ParamField:
 
     def value(self) -> Any:
         w = self.widget
+        if isinstance(w, SettingEdit):
+            value = parse_setting(w.edit.text())
+            return self.param.default if value is None else value
+        if isinstance(w, QCheckBox):
+            return w.isChecked()
         if isinstance(w, QComboBox):
             return w.currentText()
         if isinstance(w, (QSpinBox, QDoubleSpinBox)):
@@ -105,7 +192,11 @@ class ParamField:
 
     def set_value(self, value: Any) -> None:
         w = self.widget
-        if isinstance(w, QComboBox):
+        if isinstance(w, SettingEdit):
+            w.edit.setText(setting_text(value))
+        elif isinstance(w, QCheckBox):
+            w.setChecked(value is True or str(value).strip().lower() == "true")
+        elif isinstance(w, QComboBox):
             w.setCurrentText(str(value))
         elif isinstance(w, QSpinBox):
             w.setValue(int(value))
@@ -145,16 +236,19 @@ class PerAgentWidget(QWidget):
             label = QLabel(name)
             edit = QLineEdit(self._values[row] if row < len(self._values) else "")
             edit.setObjectName(f"param_{self.param.name}_{row}")
-            edit.setPlaceholderText("suite file or folder" if self.param.name == "suite" else "folder")
             edit.setToolTip(f"<b>{self.param.name}</b> of agent {name}: {self.param.describe()}")
             edit.textChanged.connect(lambda text, r=row: self._edited(r, text))
-            browse = QPushButton("…")
-            browse.setFixedWidth(32)
-            browse.setToolTip(f"Choose the {self.param.name} of agent {name}")
-            browse.clicked.connect(lambda _=False, r=row: self._browse(r))
             self._grid.addWidget(label, row, 0)
             self._grid.addWidget(edit, row, 1)
-            self._grid.addWidget(browse, row, 2)
+            if self.param.setting:  # a number, a gradient or filters per agent: no file to browse for
+                edit.setPlaceholderText(f"{setting_text(self.param.default) or 'default'} — {SETTING_HINT}")
+            else:
+                edit.setPlaceholderText("suite file or folder" if self.param.name == "suite" else "folder")
+                browse = QPushButton("…")
+                browse.setFixedWidth(32)
+                browse.setToolTip(f"Choose the {self.param.name} of agent {name}")
+                browse.clicked.connect(lambda _=False, r=row: self._browse(r))
+                self._grid.addWidget(browse, row, 2)
             self.edits.append(edit)
 
     def _edited(self, row: int, text: str) -> None:
@@ -173,15 +267,25 @@ class PerAgentWidget(QWidget):
         if path:
             self.edits[row].setText(path)
 
-    def value(self) -> list[str] | None:
+    def value(self) -> list[Any] | None:
         values = [v.strip() for v in self._values]
         while values and not values[-1]:
             values.pop()
+        if self.param.setting and not values:
+            return self.param.default  # one value for every agent
+        if self.param.setting:  # one setting per agent; an empty row takes the default
+            values += [""] * (len(self._names) - len(values))
+            return [parse_setting(v) for v in values]
         return values or None
 
     def set_value(self, value: Any) -> None:
-        values = value.split(",") if isinstance(value, str) else list(value or [])
-        self._values = [str(v) for v in values]
+        if self.param.setting:
+            if not isinstance(value, list):  # one value for every agent
+                value = [value] * max(len(self._names), 1) if value is not None else []
+            self._values = [setting_text(v) for v in value]
+        else:
+            values = value.split(",") if isinstance(value, str) else list(value or [])
+            self._values = [str(v) for v in values]
         self.set_names(self._names)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QLineEdit
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit
 
 from ram_desktop.cli import main as cli_main
 from ram_desktop.core.methods import METHODS
@@ -19,7 +19,15 @@ from .conftest import load_sources
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
 TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
          "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300",
-         "steps": "7", "lr": "0.0002"}
+         "steps": "7", "lr": "0.0002",
+         # mergekit's methods: a gradient, numbers, the compute dtype
+         "t": "[0.1, 0.9, 0.3]", "lambda": "0.75", "eps": "0.0001", "max_iter": "7", "tol": "0.0001",
+         "select_topk": "0.6", "dtype": "float64"}
+# per-agent values typed into each agent's row: a number, a gradient, filters
+PER_AGENT_TYPED = {"weight": ["0.7", "[0.2, 0.9]", "[{filter: mlp, value: 0.5}, {value: 1.5}]"],
+                   "density": ["0.6", "[0.5, 0.8]", "0.7"], "gamma": ["0.02", "0.05", "0.01"],
+                   "epsilon": ["0.1", "0.05", "0.2"]}
+AGENTS_OF = {"slerp": 1, "nearswap": 1, "arcee-fusion": 1, "nuslerp": 2}  # methods of a fixed agent count
 
 
 def weights(folder: Path) -> dict[str, bytes]:
@@ -47,6 +55,7 @@ def inputs(tmp_path_factory):
 @pytest.mark.parametrize("method", list(METHODS))
 def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, method):
     base, agents = inputs
+    agents = agents[:AGENTS_OF.get(method, len(agents))]
     load_sources(qtbot, window, base, agents)
     window.method.set_method(method)
     per_agent = {}
@@ -55,15 +64,32 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
 
         folders, _ = random_fishers(agents, tmp_path / "fisher")
         per_agent = {"fisher": [str(f) for f in folders], "suite": None}
+    expected = {}
     for name, field in window.method.fields.items():
+        if field.param.setting and field.param.per_agent:
+            texts = PER_AGENT_TYPED[name][:len(agents)]
+            for edit, text in zip(field.widget.edits, texts):
+                type_into(qtbot, edit, text)
+            per_agent[name] = [yaml.safe_load(t) for t in texts]
         if field.param.per_agent:
             assert len(field.widget.edits) == len(agents)
-            for edit, text in zip(field.widget.edits, per_agent[name] or []):
-                type_into(qtbot, edit, text)
+            if not field.param.setting:
+                for edit, text in zip(field.widget.edits, per_agent[name] or []):
+                    type_into(qtbot, edit, text)
             assert field.value() == per_agent[name]
             continue
-        type_into(qtbot, field.widget, TYPED[name])
-        assert str(field.value()) == TYPED[name], (name, field.value())
+        if isinstance(field.widget, QCheckBox):  # true/false: one click flips the default
+            qtbot.waitUntil(field.widget.isVisible)
+            qtbot.mouseClick(field.widget, Qt.LeftButton, pos=QPoint(8, field.widget.height() // 2))
+            expected[name] = not field.param.default
+            assert field.value() is expected[name], name
+            continue
+        type_into(qtbot, field.widget.edit if field.param.setting else field.widget, TYPED[name])
+        expected[name] = yaml.safe_load(TYPED[name]) if field.param.setting or field.param.kind is float else None
+        if expected[name] is None:
+            assert str(field.value()) == TYPED[name], (name, field.value())
+        else:
+            assert field.value() == expected[name], (name, field.value())
     window.method.vocab.setCurrentIndex(window.method.vocab.findData("common"))
     window.method.set_out_dtype("float32")
     type_into(qtbot, window.method.eps, "2e-05")
@@ -81,6 +107,8 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     for name in window.method.fields:
         if name in per_agent:
             assert data["parameters"][name] == per_agent[name]
+        elif expected.get(name) is not None:
+            assert data["parameters"][name] == expected[name], name
         else:
             assert str(data["parameters"][name]) == TYPED[name]
     assert cli_main(["-q", "run", str(saved), "--out", str(tmp_path / "cli")]) == 0

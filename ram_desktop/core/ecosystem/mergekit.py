@@ -23,7 +23,7 @@ import yaml
 
 from ..errors import InputError
 from ..methods import METHODS, get_method
-from ..methods.mergekit_map import MergekitImport, MergekitInput
+from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
 from ..recipe import FORMAT, Recipe
 from ..storage.safe_read import read_yaml
 
@@ -33,16 +33,20 @@ def _imports() -> dict[str, MergekitImport]:
     return {imp.name: imp for m in METHODS.values() if m.mergekit is not None for imp in m.mergekit.imports}
 
 
-TOP_LEVEL = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype"}
+def _exact() -> dict[str, tuple[str, MergekitExact]]:
+    """Every mergekit ``merge_method`` a registered method computes with mergekit's semantics: (our method, mapping)."""
+    return {ex.name: (name, ex) for name, m in METHODS.items() if m.mergekit is not None for ex in m.mergekit.exact}
+
+
+TOP_LEVEL = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
 REFUSED_TOP_LEVEL = {
     "slices": "layer slices (RAM Desktop merges whole models with one base)",
     "modules": "per-module definitions (RAM Desktop merges whole models with one base)",
-    "tokenizer_source": "tokenizer merging (RAM Desktop copies the base's tokenizer; use --vocab common for "
-                        "differing vocabulary sizes)",
     "tokenizer": "tokenizer merging (RAM Desktop copies the base's tokenizer)",
     "chat_template": "a chat template override (RAM Desktop copies the base's tokenizer files)",
 }
-DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+DTYPES = {"float64": "float64", "fp64": "float64",
+          "float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
           "float16": "float16", "fp16": "float16", "half": "float16"}
 
 
@@ -147,12 +151,149 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     unknown = sorted(set(data) - TOP_LEVEL - set(REFUSED_TOP_LEVEL))
     if unknown:
         raise InputError(f"{where}: {unknown[0]}: unknown mergekit key, RAM Desktop cannot express it")
+    tokenizer = data.get("tokenizer_source")
+    if tokenizer is not None and str(tokenizer).strip() != "base":
+        raise InputError(f"{where}: tokenizer_source: {tokenizer!r}: tokenizer merging cannot be expressed; "
+                         "RAM Desktop "
+                         "copies the base's tokenizer (tokenizer_source: base)")
     method = str(data.get("merge_method"))
     imports = _imports()
-    if method not in imports:
+    exact = _exact()
+    if method not in imports and method not in exact:
         raise InputError(f"{where}: merge_method: {method!r} has no RAM Desktop equivalent; supported: "
-                         f"{', '.join(imports)}")
-    mapping = imports[method]
+                         f"{', '.join(sorted(set(imports) | set(exact)))}")
+    if method not in imports:
+        return _from_exact(data, where, *exact[method])
+    try:
+        classic = _from_classic(data, where, method, imports[method])
+    except InputError:
+        if method not in exact:
+            raise
+        return _from_exact(data, where, *exact[method])
+    if classic.warnings and method in exact:  # the paper method differs from mergekit's: take mergekit's
+        return _from_exact(data, where, *exact[method])
+    return classic
+
+
+def _combine(own: Any, shared: Any) -> Any:
+    """A model's setting with the merge's shared one as its fallback (mergekit's precedence): filters that may
+    match nothing get the shared setting appended as further filters."""
+    if own is None:
+        return shared
+    if shared is None or not isinstance(own, (list, dict)):
+        return own
+    filters = [own] if isinstance(own, dict) else own
+    if not all(isinstance(f, dict) for f in filters):
+        return own  # a gradient: always a value
+    tail = shared if isinstance(shared, list) and all(isinstance(f, dict) for f in shared) else (
+        [shared] if isinstance(shared, dict) else [{"value": shared}])
+    return [*filters, *tail]
+
+
+def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Imported:
+    """A configuration read with mergekit's semantics: every parameter shape (gradients, filters, per-model
+    values with the shared ones as fallback), the base among the models, mergekit's compute dtype."""
+    method = get_method(ours)
+    known = {p.name: p for p in method.params}
+    models = data.get("models")
+    if not isinstance(models, list) or not models:
+        raise InputError(f"{where}: models: needs a list of models to merge")
+    base = _model_ref(where, "base_model", data["base_model"]) if data.get("base_model") else None
+    given = data.get("parameters") or {}
+    if not isinstance(given, dict):
+        raise InputError(f"{where}: parameters must be a mapping")
+    per_model_keys = set(exact.per_model)
+    for key in given:
+        if key not in exact.shared and key not in per_model_keys:
+            raise InputError(f"{where}: parameters.{key}: not a parameter of mergekit's {exact.name} (it takes "
+                             f"{', '.join([*exact.shared, *exact.per_model]) or 'none'})")
+
+    entries: list[tuple[str, dict, str]] = []
+    for i, entry in enumerate(models):
+        at = f"models[{i}]"
+        if not isinstance(entry, dict) or "model" not in entry:
+            raise InputError(f"{where}: {at}: needs model: PATH")
+        extra = sorted(set(entry) - {"model", "parameters"})
+        if extra:
+            raise InputError(f"{where}: {at}.{extra[0]}: unknown key, RAM Desktop cannot express it")
+        params = entry.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InputError(f"{where}: {at}.parameters must be a mapping")
+        for key in params:
+            if key not in per_model_keys:
+                raise InputError(f"{where}: {at}.parameters.{key}: not a per-model parameter of mergekit's "
+                                 f"{exact.name} (per model it takes {', '.join(exact.per_model) or 'none'})")
+        entries.append((_model_ref(where, f"{at}.model", entry["model"]), params, f"{at}.parameters"))
+
+    params_out: dict[str, Any] = {}
+    if exact.base == "input":  # every model is an input, the base appended last when given and not listed
+        if base is not None and base not in [s for s, _, _ in entries]:
+            entries.append((base, {}, "parameters"))
+        recipe_base, agents = base or entries[0][0], entries
+    elif exact.base == "optional" and base is None:
+        recipe_base, agents = entries[0][0], entries
+        params_out["use_base"] = False
+    else:
+        if base is None:
+            raise InputError(f"{where}: base_model: mergekit's {exact.name} needs a base model; add base_model")
+        recipe_base, agents = base, [e for e in entries if e[0] != base]
+        for source, p, at in entries:
+            if source == base and p:
+                raise InputError(f"{where}: {at}: the base's own parameters are not used by mergekit's {exact.name} "
+                                 "(they apply to the other models only); remove them")
+    low, high = exact.agents
+    if not low <= len(agents) <= (high if high is not None else len(agents)):
+        want = f"exactly {low}" if low == high else f"at least {low}"
+        raise InputError(f"{where}: models: mergekit's {exact.name} merges {want} model(s) besides the base; "
+                         f"found {len(agents)}")
+
+    for theirs, ours_key in exact.shared.items():
+        if theirs in given:
+            params_out[ours_key] = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key])
+    for theirs, ours_key in exact.per_model.items():
+        shared = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key]) if theirs in given else None
+        values = []
+        for _, p, at in agents:
+            own = _setting(where, f"{at}.{theirs}", p[theirs], known[ours_key]) if theirs in p else None
+            value = _combine(own, shared)
+            if value is None and theirs in exact.required:
+                raise InputError(f"{where}: {at}.{theirs}: mergekit's {exact.name} requires a {theirs} for every "
+                                 f"model; add one (or parameters.{theirs} for all)")
+            values.append(value)
+        if any(v is not None for v in values):
+            params_out[ours_key] = values
+    compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
+    if "dtype" in known:
+        params_out["dtype"] = compute or "inputs"
+    out_dtype = (_dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None
+                 else compute or "base")
+    try:
+        method.resolve(params_out)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    recipe = Recipe(base=recipe_base, agents=[s for s, _, _ in agents], method=ours, params=params_out,
+                    out_dtype=out_dtype)
+    warnings = []
+    if any(s == recipe_base for s, _, _ in agents):
+        warnings.append(f"{exact.name}: the base model {recipe_base} is one of the merged inputs (as in mergekit)")
+    return Imported(recipe, warnings)
+
+
+def _setting(where: str, key: str, value: Any, param: Any) -> Any:
+    """One mergekit value as our parameter's setting: checked (numbers, gradients, filters), naming the key."""
+    from ..methods.settings import check_setting
+
+    if param.kind is bool:
+        return _flag(where, key, value)
+    try:
+        return check_setting(f"{where}: {key}", value, param._validate_one) if param.setting else \
+            param._validate_one(_scalar(where, key, value))
+    except InputError as e:
+        raise InputError(str(e) if str(e).startswith(where) else f"{where}: {key}: {e}") from None
+
+
+def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) -> Imported:
+    """The classic import: one value per parameter, the base apart from the models, our paper methods."""
     if not data.get("base_model"):
         raise InputError(f"{where}: base_model: RAM Desktop merges task vectors against a base; add base_model "
                          "(the model the agents were fine-tuned from)")
@@ -216,6 +357,24 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
 
 # --- export ------------------------------------------------------------------------------------------------------
 
+CODE_NAMES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16"}
+
+
+def _base_dtype(base: str) -> str | None:
+    """The one float dtype of a local base's tensors (what ``out_dtype: base`` writes), from its headers; None
+    for a Hub id or a base whose float tensors differ in dtype."""
+    from ..storage.formats.local import open_local
+
+    path = Path(base).expanduser()
+    if not path.exists():
+        return None
+    try:
+        checkpoint = open_local(path, base)
+    except InputError:
+        return None
+    codes = {t.dtype for t in checkpoint.tensors.values() if t.dtype in CODE_NAMES}
+    return CODE_NAMES[codes.pop()] if len(codes) == 1 else None
+
 def to_mergekit(recipe: Recipe) -> str:
     """The closest mergekit YAML for a recipe, a ``#`` comment on every difference."""
     m = recipe.method
@@ -230,22 +389,34 @@ def to_mergekit(recipe: Recipe) -> str:
     notes.append(f"shard size {recipe.shard_size}: see mergekit-yaml --out-shard-size; device {recipe.device}: "
                  "pass --cuda for a GPU")
 
-    data: dict[str, Any] = {"merge_method": exported.method, "base_model": recipe.base, "models": []}
-    for agent in recipe.agents:
+    data: dict[str, Any] = {"merge_method": exported.method}
+    if exported.base:
+        data["base_model"] = recipe.base
+    data["models"] = []
+    for i, agent in enumerate(recipe.agents):
         entry: dict[str, Any] = {"model": agent}
-        if per_model:
-            entry["parameters"] = dict(per_model)
+        own = dict(per_model)
+        for key, values in exported.per_agent.items():
+            value = values[i] if isinstance(values, list) else values
+            if value is not None:
+                own[key] = value
+        if own:
+            entry["parameters"] = own
         data["models"].append(entry)
     if shared:
         data["parameters"] = shared
-    data["dtype"] = "float32"
-    if recipe.out_dtype != "base":
-        data["out_dtype"] = recipe.out_dtype
+    if exported.dtype is not None:
+        data["dtype"] = exported.dtype
+    out_dtype = recipe.out_dtype if recipe.out_dtype != "base" else _base_dtype(recipe.base)
+    if out_dtype is not None:
+        data["out_dtype"] = out_dtype
     else:
         notes.append("out_dtype: base (the base's dtype) — mergekit writes dtype (float32) unless out_dtype is set; "
                      "set out_dtype to the base's dtype")
     head = [("# mergekit configuration exported by RAM Desktop from a ram-recipe "
              f"({FORMAT}, method {m}); differences:")]
     head += [f"# - {line}" for line in notes]
-    head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
+    if exported.dtype == "float32" and not method.theta:
+        head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output "
+                    "dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

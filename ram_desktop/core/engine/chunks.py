@@ -100,6 +100,9 @@ class Chunk:
     _masked_sum: torch.Tensor | None = field(default=None, repr=False)
     # per-agent auxiliary slices (``MergeMethod.aux_inputs``): key -> one raw slice per agent, as stored
     aux: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
+    # the slices as stored (base, then agents), for methods that combine weights rather than task vectors
+    raw: list[torch.Tensor] | None = field(default=None, repr=False)
+    delta_agents: tuple[bool, ...] = field(default=(), repr=False)  # agents whose stored slice is already τ (LoRA)
 
     @property
     def n_agents(self) -> int:
@@ -189,6 +192,27 @@ class Chunk:
                 total.addcmul_(self.taus[t], m[t])
             self._masked_sum = total.add_(0.0)
         return self._masked_sum
+
+    def thetas(self, dtype: torch.dtype) -> list[torch.Tensor]:
+        """The weights as stored, base first and then each agent, converted to ``dtype`` (a value-exact
+        widening, or the one rounding of a narrowing, like ``Tensor.to``). A LoRA agent, whose slice is its
+        task vector, becomes base + τ in the compute dtype; an agent with fewer vocabulary rows than the base
+        takes the base's values in the rest."""
+        if self.raw is None:
+            return [self.base.to(dtype)] + [(self.base + tau).to(dtype) for tau in self.taus]
+        base = self.raw[0].reshape(-1).to(dtype)
+        out = [base]
+        for t, raw in enumerate(self.raw[1:]):
+            flat = raw.reshape(-1)
+            if t < len(self.delta_agents) and self.delta_agents[t]:
+                out.append((self.base + self.taus[t]).to(dtype))
+            elif flat.numel() == base.numel():
+                out.append(flat.to(dtype))
+            else:
+                full = base.clone()
+                full[:flat.numel()] = flat.to(dtype)
+                out.append(full)
+        return out
 
     def all_finite(self) -> bool:
         """True when no task vector entry is NaN or ±Inf (one reduction over τ). A sum of finite values
@@ -391,7 +415,8 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Te
         else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
             torch.sub(raw, base[:m], out=taus[t, :m])
             taus[t, m:] = 0
-    return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace)
+    return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace, raw=[base_raw, *agent_raws],
+                 delta_agents=tuple(lora.is_delta_file(a.file) for a in job.agents))
 
 
 def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor | np.ndarray,

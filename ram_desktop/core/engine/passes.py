@@ -27,7 +27,7 @@ from ..storage.formats import lora
 from ..storage.output import ShardSet
 from ..storage.transfer import Transfer
 from . import kernels
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
+from .chunks import DEFAULT_CHUNK_ELEMENTS, PREFETCH_DEPTH, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
@@ -179,6 +179,10 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     parallel = all(v.method.thread_safe for v in variants)
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
+    depth = PREFETCH_DEPTH
+    if any(v.method.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
+        chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
+        depth = 1  # one whole tensor read ahead, not three: memory stays near one tensor's inputs and outputs
 
     def work(item: tuple) -> tuple[int, int, list[torch.Tensor | np.ndarray]]:
         slices = StoredSlices.read(plan, item, eps, aux)
@@ -195,7 +199,10 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
         outputs = []
         for variant in variants:
             merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-            torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
+            if variant.method.theta:  # the method gives θ itself: rounded once to the output dtype
+                merged.copy_(variant.method.merge(chunk, variant.context).reshape(merged.shape))
+            else:
+                torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
             if variant.observer is not None:
                 variant.observer.observe(chunk, variant.context, merged)
             outputs.append(merged)
@@ -205,8 +212,8 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, bits=fused, files=files,
-                                aux=aux)
+        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, depth=depth, bits=fused,
+                                files=files, aux=aux)
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)

@@ -8,13 +8,31 @@ read the registry and the method's fields.
 from __future__ import annotations
 
 from ..errors import InputError
-from . import baselines, fisher, ram, wudi
+from . import (
+    arcee_fusion,
+    baselines,
+    breadcrumbs,
+    della,
+    fisher,
+    karcher,
+    linear,
+    model_stock,
+    multislerp,
+    nearswap,
+    nuslerp,
+    ram,
+    sce,
+    slerp,
+    weighted,
+    wudi,
+)
 from .base import Collector, FusedKernel, MergeMethod, Observer, Param, SliceCollector, Sweep, WouldKeep
 
 __all__ = ["METHODS", "Collector", "FusedKernel", "MergeMethod", "Observer", "Param", "SliceCollector", "Sweep",
            "WouldKeep", "get_method"]
 
-_FAMILIES = (ram, baselines, fisher, wudi)
+_FAMILIES = (ram, baselines, fisher, wudi, linear, slerp, model_stock, weighted, breadcrumbs, della, nuslerp, multislerp,
+             karcher, sce, nearswap, arcee_fusion)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
 
 

@@ -36,7 +36,7 @@ class Param:
     """One method parameter: its type, default, allowed range and the help shown as a tooltip."""
 
     name: str
-    kind: type  # float, int or str
+    kind: type  # float, int, str or bool
     default: Any
     help: str
     minimum: float | None = None
@@ -44,12 +44,17 @@ class Param:
     choices: tuple[str, ...] | None = None
     paper_range: str | None = None
     per_agent: bool = False  # a list with one value per agent, in agent order (CLI: comma-separated)
+    # the value may be a mergekit-style setting: a gradient over the layers or filters by tensor name
+    # (``settings``); per agent, each entry is one (None: the default)
+    setting: bool = False
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
     def validate(self, value: Any) -> Any:
+        if self.setting:
+            return self._validate_setting(value)
         if self.per_agent:
             items = value.split(",") if isinstance(value, str) else value
             if not isinstance(items, (list, tuple)):
@@ -60,7 +65,28 @@ class Param:
             return [self._validate_one(i) for i in items]
         return self._validate_one(value)
 
+    def _validate_setting(self, value: Any) -> Any:
+        """A setting (``settings.check_setting``); per agent a list of them (text: comma-separated numbers)."""
+        from .settings import check_setting
+
+        if not self.per_agent:
+            return check_setting(self.flag, value, self._validate_one)
+        if isinstance(value, str) and "," not in value or not isinstance(value, (str, list, tuple)):
+            return check_setting(self.flag, value.strip() if isinstance(value, str) else value,
+                                 self._validate_one)  # one value (or setting) for every agent
+        items = value.split(",") if isinstance(value, str) else value
+        items = [i.strip() if isinstance(i, str) else i for i in items]
+        if not items or any(i == "" for i in items):
+            raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")
+        return [None if i is None else check_setting(f"{self.flag}[{k}]", i, self._validate_one)
+                for k, i in enumerate(items)]
+
     def _validate_one(self, value: Any) -> Any:
+        if self.kind is bool:  # true/false (YAML booleans, or their text from a command line or form)
+            text = str(value).strip().lower() if isinstance(value, (bool, str)) else None
+            if text not in ("true", "false"):
+                raise InputError(f"{self.flag} must be true or false, got {value!r}")
+            return text == "true"
         try:
             if self.kind is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
@@ -181,6 +207,14 @@ class MergeMethod:
     mergekit configurations (None: not expressible, refused). ``sweep``: what a comparison offers (None:
     its first parameter at its default). ``short``: its label on charts (default: ``label``). ``citation``:
     the paper that defines it, as the model card cites it.
+
+    ``whole_tensor``: ``merge`` needs whole-tensor statistics (norms, angles, ranks, cosines), so the engine
+    hands it each tensor as one chunk (memory bounded by one tensor per compute thread, not by the chunk
+    size). ``theta``: ``merge`` returns the merged weights θ (any float dtype; the engine rounds them once to
+    the output dtype) instead of τ_merged; it reads the stored weights through ``chunk.thetas``.
+    ``bind(context, plan) -> context``: called once after ``prepare`` with the plan, for what a context needs
+    to know about the model (layer count for gradients, tensor shapes). Methods written before these
+    fields existed leave them at their defaults and behave as before.
     """
 
     name: str
@@ -202,6 +236,9 @@ class MergeMethod:
     sweep: Sweep | None = None
     short: str = ""
     citation: str = ""
+    whole_tensor: bool = False
+    theta: bool = False
+    bind: Callable[[Any, MergePlan], Any] | None = None
 
     @property
     def short_label(self) -> str:

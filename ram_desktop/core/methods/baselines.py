@@ -69,7 +69,6 @@ from .mergekit_map import (
     all_equal,
     check_density,
     one_density,
-    require_weights,
     unit_weights,
 )
 
@@ -671,16 +670,6 @@ def election_weight(k: int, agree: float, present: float) -> float:
 
 # --- mergekit (0.1.5: merge_methods/generalized_task_arithmetic.py, linear.py, sparsify.py) ---------------------
 
-def _from_linear(given: MergekitInput) -> tuple[str, dict]:
-    all_equal(given.where, require_weights(given), "RAM Desktop's average weights every agent equally")
-    if not given.shared["normalize"]:
-        raise InputError(f"{given.where}: parameters.normalize: false makes linear a weighted sum, which RAM Desktop "
-                         "cannot express; remove it")
-    given.warnings.append("linear: mergekit averages the listed models' weights (and adds base_model to the inputs); "
-                          "RAM Desktop's average is base + mean of the agents' task vectors")
-    return "average", {}
-
-
 def _from_task_arithmetic(given: MergekitInput) -> tuple[str, dict]:
     scale = unit_weights(given)
     all_equal(given.where, given.per_model["density"], "task_arithmetic does not sparsify", must=1.0)
@@ -831,8 +820,8 @@ METHODS = (
         (), average_merge,
         thread_safe=True,  # pure per chunk: the result depends only on the chunk
         would_keep=WouldKeep(average_shares),
-        mergekit=MergekitMapping(_to_average, (MergekitImport("linear", {"normalize": True}, {"weight": None},
-                                                              _from_linear),)),
+        # mergekit's linear averages the models themselves (methods/linear.py reads it)
+        mergekit=MergekitMapping(_to_average),
         short="Avg",
         citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
                  "without increasing inference time*, ICML 2022, arXiv 2203.05482",

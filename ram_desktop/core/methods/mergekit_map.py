@@ -52,14 +52,38 @@ class MergekitExport:
     shared: dict[str, Any] = field(default_factory=dict)
     per_model: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    per_agent: dict[str, list[Any]] = field(default_factory=dict)  # one value (setting) per agent, in agent order
+    base: bool = True  # write base_model (False: the base only aligns the models; every model is an agent)
+    dtype: str | None = "float32"  # mergekit's dtype (None: not written, the promotion of the inputs)
+
+
+@dataclass(frozen=True)
+class MergekitExact:
+    """A mergekit ``merge_method`` this method computes with mergekit's own semantics, every parameter shape
+    included (gradients, filters, per-model values): ``shared`` maps mergekit's shared parameter names to ours,
+    ``per_model`` its per-model ones; ``base``: how the base takes part — ``required`` (θ_base is the base,
+    the other models are the agents; a base listed among the models is that base), ``optional`` (as required
+    when ``base_model`` is given, else every model is an agent and ``use_base`` is false), ``input`` (every
+    model is an input in mergekit's order, the base appended last when given and not listed)."""
+
+    name: str
+    shared: Mapping[str, str]
+    per_model: Mapping[str, str]
+    base: str = "required"
+    required: tuple[str, ...] = ()  # per-model parameters mergekit requires of every model (no default)
+    agents: tuple[int, int | None] = (1, None)  # how many models besides the base it merges (at most: None)
 
 
 @dataclass(frozen=True)
 class MergekitMapping:
-    """``export(resolved params, ε)``: our method as mergekit's; ``imports``: the mergekit methods it reads."""
+    """``export(resolved params, ε)``: our method as mergekit's; ``imports``: the mergekit methods it reads;
+    ``exact``: the mergekit methods it computes with mergekit's semantics (``MergekitExact``). A configuration
+    the classic ``imports`` refuse (per-model weights, gradients, filters, the base among the models) is
+    read by the method that lists its ``merge_method`` in ``exact``."""
 
     export: Callable[[dict[str, Any], float], MergekitExport]
     imports: tuple[MergekitImport, ...] = ()
+    exact: tuple[MergekitExact, ...] = ()
 
 
 def all_equal(where: str, values: list[tuple[str, float]], what: str, must: float | None = None) -> float | None:
@@ -103,3 +127,20 @@ def check_density(given: MergekitInput, density: float) -> None:
     """A density in (0, 1]."""
     if not 0.0 < density <= 1.0:
         raise InputError(f"{given.where}: models[*].parameters.density must be in (0, 1], got {density:g}")
+
+
+def exact_export(exact: MergekitExact,
+                 notes: tuple[str, ...] = ()) -> Callable[[dict[str, Any], float], MergekitExport]:
+    """The export of a method that computes ``exact``'s mergekit method: every parameter as it is (gradients
+    and filters included), per-agent values per model, the compute dtype as ``dtype``."""
+
+    def export(params: dict[str, Any], eps: float) -> MergekitExport:
+        shared = {theirs: params[ours] for theirs, ours in exact.shared.items() if params.get(ours) is not None}
+        per_agent = {theirs: params[ours] for theirs, ours in exact.per_model.items() if params.get(ours) is not None}
+        dtype = params.get("dtype", "float32")
+        out = MergekitExport(exact.name, shared, {}, list(notes), per_agent,
+                             base=exact.base != "input" and params.get("use_base", True) is not False,
+                             dtype=None if dtype == "inputs" else dtype)
+        return out
+
+    return export

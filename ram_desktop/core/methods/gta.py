@@ -1,0 +1,270 @@
+"""mergekit's generalized task arithmetic with per-agent parameters (docs/methods.md, "Weighted task arithmetic
+family"; mergekit ``task_arithmetic``, ``ties``, ``dare_linear``, ``dare_ties``, ``breadcrumbs``,
+``breadcrumbs_ties``, ``della``, ``della_linear``).
+
+Per tensor, in the compute dtype, with δ_t = θ_t − θ_base:
+
+1. sparsify each δ_t with its own density k_t (and γ_t, ε_t):
+   * ``magnitude`` (TIES): keep the max(1, int(k·n)) largest |δ| (as ``torch.argsort`` orders them);
+   * ``magnitude_outliers`` (breadcrumbs): drop the int(γ·n) largest and then the smallest, keep int(k·n);
+   * ``random`` (DARE): keep each element with probability k;
+   * ``della_magprune`` (DELLA): per row, keep with probability k − ε + 2ε·r, r the element's magnitude rank
+     scaled to [0, 1];
+   with ``rescale`` the kept values are scaled so that the L1 norm of δ_t is unchanged;
+2. weight: δ_t ← w_t·δ_t;
+3. with a sign consensus (the ``-ties`` methods, della): keep only the δ_t whose sign equals the sign of
+   Σ_t δ_t (≥ 0 counts as +), Σ = Σ_t kept δ_t, divisor = Σ_t w_t over the kept ones (0 → 1); without one,
+   Σ = Σ_t δ_t, divisor = Σ_t w_t (|·| < 1e-8 → 1);
+4. ``normalize``: Σ ← Σ / divisor; then Σ ← λ·Σ (λ ≠ 1); θ = θ_base + Σ, rounded to the compute dtype.
+
+The deterministic ones (task_arithmetic, ties, breadcrumbs, breadcrumbs_ties) are mergekit 0.1.5's operations
+in its order, so its bits. The random ones (DARE, DELLA) draw each element's keep decision from the seeded
+counter-based hash of the ``dare`` methods (u < ⌊q·2³²⌋ with q the keep probability): deterministic for a
+seed, the asked share kept in expectation, and not mergekit's ``torch.bernoulli`` draws. Sparsification needs
+the whole tensor (its ranks and L1 norm): memory is bounded by one tensor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..engine.chunks import Chunk
+from ..errors import InputError
+from ..lazy import torch
+from . import weights
+from .base import MergeMethod, Param
+from .baselines import dare_uniform
+from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from .mergekit_map import MergekitMapping
+
+RESCALE_EPS = 1e-7
+DELLA_BLOCK = 1 << 20  # elements ranked and drawn at a time (whole rows): bounds DELLA's int64 temporaries
+TWO_32 = 4294967296.0
+
+
+@dataclass(frozen=True)
+class Family:
+    """One member: mergekit's name, its sparsification and consensus, and its defaults."""
+
+    theirs: str
+    sparsify: str | None  # None, "magnitude", "magnitude_outliers", "random", "della_magprune"
+    consensus: bool
+    normalize: bool
+    rescale: bool
+
+
+def rescaled_masked(tensor: torch.Tensor, mask: torch.Tensor, rescale: bool) -> torch.Tensor:
+    masked = tensor * mask
+    if not rescale:
+        return masked
+    before = tensor.abs().sum()
+    after = masked.abs().sum()
+    if before < RESCALE_EPS or after < RESCALE_EPS:
+        return masked
+    return masked * (before / after)
+
+
+def magnitude(tensor: torch.Tensor, density: float, rescale: bool) -> torch.Tensor:
+    if density >= 1:
+        return tensor
+    if density <= 0 or tensor.numel() == 0:
+        return torch.zeros_like(tensor)
+    k = max(1, int(density * tensor.numel()))
+    mask = torch.zeros(tensor.numel(), dtype=tensor.dtype, device=tensor.device)
+    w = tensor.abs().reshape(-1)
+    if w.device.type == "cpu":
+        w = w.float()
+    mask[torch.argsort(w, descending=True)[:k]] = 1
+    return rescaled_masked(tensor, mask.reshape_as(tensor), rescale)
+
+
+def magnitude_outliers(tensor: torch.Tensor, density: float, gamma: float, rescale: bool) -> torch.Tensor:
+    if density >= 1:
+        return tensor
+    n = tensor.numel()
+    target = int(density * n)
+    n_top = int(gamma * n)
+    n_bot = max(0, n - target - n_top)
+    w = tensor.abs().reshape(-1)
+    if w.device.type == "cpu":
+        w = w.float()
+    order = torch.sort(w, descending=False).indices
+    mask = torch.zeros(n, dtype=tensor.dtype, device=tensor.device)
+    mask[order[n_bot : n_bot + target]] = 1
+    return rescaled_masked(tensor, mask.reshape_as(tensor), rescale)
+
+
+def _keep(
+    probability: torch.Tensor | float,
+    seed: int,
+    agent: int,
+    name: str,
+    n: int,
+    device: torch.device,
+    offset: int = 0,
+) -> torch.Tensor:
+    """Each flat position kept with ``probability`` (a number or one per element): u < ⌊q·2³²⌋, u the seeded
+    hash of (seed, agent, tensor, position) that DARE uses."""
+    u = dare_uniform(seed, agent, name, offset, n, device)
+    if isinstance(probability, float):
+        return u < int(probability * TWO_32)
+    return u < torch.floor(probability.reshape(-1).to(torch.float64) * TWO_32).to(torch.int64)
+
+
+def random_drop(tensor: torch.Tensor, density: float, rescale: bool, seed: int, agent: int, name: str) -> torch.Tensor:
+    if density >= 1:
+        return tensor
+    work = tensor.dtype if tensor.device.type != "cpu" or tensor.dtype == torch.bfloat16 else torch.float32
+    mask = _keep(float(density), seed, agent, name, tensor.numel(), tensor.device).to(work).reshape(tensor.shape)
+    return rescaled_masked(tensor.to(work), mask, rescale).to(tensor.dtype)
+
+
+def della_magprune(
+    tensor: torch.Tensor, density: float, epsilon: float, rescale: bool, seed: int, agent: int, name: str
+) -> torch.Tensor:
+    if density >= 1:
+        return tensor
+    if density <= 0:
+        return torch.zeros_like(tensor)
+    if density + epsilon >= 1 or density - epsilon <= 0:
+        raise InputError(
+            f"della: epsilon {epsilon:g} must keep density ± epsilon inside (0, 1) (density {density:g}, "
+            f"tensor {name!r})"
+        )
+    shape = tensor.shape
+    work = tensor.dtype if tensor.device.type != "cpu" or tensor.dtype == torch.bfloat16 else torch.float32
+    rows = tensor.unsqueeze(0) if tensor.dim() < 2 else tensor
+    mask = torch.empty(rows.shape, dtype=work, device=tensor.device)
+    width = max(rows.shape[1], 1)
+    step = max(1, DELLA_BLOCK // width)  # rows at a time: the ranks are per row, the draws per position
+    for start in range(0, rows.shape[0], step):
+        block = rows[start : start + step]
+        order = torch.argsort(block.abs(), dim=1, descending=False, stable=True)
+        ranks = order.argsort(dim=1).to(work) + 1
+        low, high = ranks.min(dim=1, keepdim=True).values, ranks.max(dim=1, keepdim=True).values
+        rank_norm = ((ranks - low) / (high - low)).clamp(0, 1)
+        probs = (density - epsilon) + rank_norm * 2 * epsilon
+        keep = _keep(probs, seed, agent, name, block.numel(), tensor.device, offset=start * width)
+        mask[start : start + step] = keep.reshape(block.shape)
+    return rescaled_masked(rows.to(work), mask, rescale).to(tensor.dtype).reshape(shape)
+
+
+def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype) -> torch.Tensor:
+    sign = deltas.sign().to(mask_dtype)
+    majority = (deltas.sum(dim=0) >= 0).to(mask_dtype) * 2 - 1
+    return sign == majority
+
+
+def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
+    shape = ctx.shape(chunk)
+    thetas = [t.reshape(shape) for t in chunk.thetas(ctx.dtype(chunk))]
+    base, entries = thetas[0], thetas[1:]
+    params = ctx.params
+    deltas = base.new_empty((len(entries), *base.shape))
+    for i, entry in enumerate(entries):
+        delta = entry - base
+        if family.sparsify is not None:
+            density = float(ctx.agent("density", chunk, i))
+            rescale = bool(params["rescale"])
+            if family.sparsify == "magnitude":
+                delta = magnitude(delta, density, rescale)
+            elif family.sparsify == "magnitude_outliers":
+                delta = magnitude_outliers(delta, density, float(ctx.agent("gamma", chunk, i)), rescale)
+            elif family.sparsify == "random":
+                delta = random_drop(delta, density, rescale, params["seed"], i, chunk.name)
+            else:
+                delta = della_magprune(
+                    delta, density, float(ctx.agent("epsilon", chunk, i)), rescale, params["seed"], i, chunk.name
+                )
+        deltas[i] = delta
+    w = torch.tensor([float(v) for v in ctx.agents("weight", chunk)], dtype=deltas.dtype, device=deltas.device)
+    while deltas.dim() > w.dim():
+        w.unsqueeze_(-1)
+    deltas.mul_(w)
+    if family.consensus:
+        mask = consensus_mask(deltas, torch.int8 if params["int8_mask"] else base.dtype)
+        mixed = (deltas * mask).sum(dim=0)
+        divisor = (w * mask).sum(dim=0)
+        divisor[divisor == 0] = 1
+    else:
+        mixed = deltas.sum(dim=0)
+        divisor = w.sum(dim=0)
+        divisor[divisor.abs() < 1e-8] = 1
+    if params["normalize"]:
+        mixed /= divisor
+    lam = float(ctx.shared("lambda", chunk))
+    if lam != 1:
+        mixed *= lam
+    return (base + mixed).to(base.dtype).reshape(-1)
+
+
+WEIGHT = weights.agent_param(
+    "weight", 1.0, "weight w of each agent's task vector (a gradient over layers or filters allowed)"
+)
+DENSITY = weights.agent_param("density", 1.0, "share k of each agent's task vector kept", 0.0, 1.0)
+GAMMA = weights.agent_param("gamma", 0.01, "breadcrumbs: share of the largest magnitudes removed as outliers", 0.0, 1.0)
+EPSILON = weights.agent_param(
+    "epsilon", 0.15, "DELLA: spread ε of the keep probability around k (by magnitude rank)", 0.0, 1.0
+)
+LAMBDA = weights.shared_param("lambda", 1.0, "scale λ of the merged task vector", -10.0, 10.0)
+INT8_MASK = Param("int8_mask", bool, False, "compute the sign-consensus mask in int8 (same result, less memory)")
+SEED = Param(
+    "seed", int, 0, "seed of the random keep decisions (a hash of seed, agent, tensor and position)", 0, 2**64 - 1
+)
+
+
+def _params(family: Family) -> tuple[Param, ...]:
+    out = [WEIGHT]
+    if family.sparsify is not None:
+        out.append(DENSITY)
+    if family.sparsify == "magnitude_outliers":
+        out.append(GAMMA)
+    if family.sparsify == "della_magprune":
+        out.append(EPSILON)
+    out += [
+        LAMBDA,
+        Param("normalize", bool, family.normalize, "divide the merged task vector by the sum of the (kept) weights"),
+        Param("rescale", bool, family.rescale, "rescale the kept values to the task vector's L1 norm"),
+    ]
+    if family.consensus:
+        out.append(INT8_MASK)
+    if family.sparsify in ("random", "della_magprune"):
+        out.append(SEED)
+    out.append(weights.DTYPE)
+    return tuple(out)
+
+
+def method(
+    name: str,
+    label: str,
+    summary: str,
+    family: Family,
+    citation: str,
+    short: str,
+    mergekit: MergekitMapping | None = None,
+) -> MergeMethod:
+    params = _params(family)
+
+    def merge(chunk: Chunk, ctx: Any) -> torch.Tensor:
+        return gta_merge(family, chunk, ctx)
+
+    return MergeMethod(
+        name,
+        label,
+        summary,
+        params,
+        merge,
+        prepare=lambda p, probe, collected: weights.prepare(p, params),
+        bind=weights.bind,
+        whole_tensor=True,
+        theta=True,
+        # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
+        # such tensors are merged one at a time with torch's own threads, as mergekit merges them
+        thread_safe=family.sparsify is None,
+        mergekit=mergekit,
+        short=short,
+        citation=citation,
+    )

@@ -1,0 +1,79 @@
+"""Model Stock (docs/methods.md, "Model Stock"; Jang et al., arXiv 2403.19522; mergekit ``model_stock``).
+
+Per tensor (or per row with ``filter_wise``), with the base w₀ and N ≥ 2 agents w_i, in the compute dtype:
+
+    cos θ = mean over agent pairs i < j of clamp(⟨w_i − w₀, w_j − w₀⟩ / max(‖w_i − w₀‖·‖w_j − w₀‖, 1e-6), −1, 1)
+    t     = N·cos θ / (1 + (N − 1)·cos θ)      (t = 0 where |1 + (N − 1)·cos θ| < 1e-6: the base is kept)
+    θ     = t·mean_i w_i + (1 − t)·w₀
+
+with mergekit 0.1.5's operations in its order, so its bits. The cosines need the whole tensor: memory is
+bounded by one tensor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.chunks import Chunk
+from ..lazy import torch
+from . import weights
+from .base import MergeMethod, Param
+from .mergekit_map import MergekitExact, MergekitMapping, exact_export
+from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
+
+FILTER_WISE = Param("filter_wise", bool, False, "one interpolation per row (output filter) instead of per tensor")
+PARAMS = (FILTER_WISE, weights.DTYPE)
+
+
+def model_stock_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
+    shape = ctx.shape(chunk)
+    all_weights = [w.reshape(shape) for w in chunk.thetas(ctx.dtype(chunk))]
+    w_0, ws = all_weights[0], all_weights[1:]
+    if ctx.params["filter_wise"]:
+        if w_0.dim() == 1:
+            w_0, ws = w_0.unsqueeze(0), [w.unsqueeze(0) for w in ws]
+    else:
+        w_0, ws = w_0.reshape(-1), [w.reshape(-1) for w in ws]
+    offsets = [w - w_0 for w in ws]
+    cosines = []
+    for i, off_a in enumerate(offsets):
+        for off_b in offsets[i + 1 :]:
+            norm_product = torch.norm(off_a, dim=-1) * torch.norm(off_b, dim=-1)
+            cosines.append(((off_a * off_b).sum(dim=-1) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
+    cos_theta = torch.stack(cosines).mean(dim=0).unsqueeze(-1)
+    n = len(ws)
+    denominator = 1 + (n - 1) * cos_theta
+    singular = denominator.abs() < 1e-6
+    safe = torch.where(singular, torch.ones_like(denominator), denominator)
+    t = torch.where(singular, torch.zeros_like(cos_theta), (n * cos_theta) / safe)
+    average = sum(ws) / n
+    return (t * average + (1 - t) * w_0).reshape(-1)
+
+
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
+    weights.check_count("model-stock", plan.n_agents, 2)
+    return weights.bind(ctx, plan)
+
+
+EXACT = MergekitExact("model_stock", {"filter_wise": "filter_wise"}, {}, agents=(2, None))
+
+METHODS = (
+    MergeMethod(
+        "model-stock",
+        "Model Stock",
+        "Interpolate between the base and the agents' mean by the agents' mutual angle.",
+        PARAMS,
+        model_stock_merge,
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        bind=_bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,  # whole-tensor sums: as slerp
+        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+        short="Stock",
+        citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
+    ),
+)

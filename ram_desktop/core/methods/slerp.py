@@ -1,0 +1,110 @@
+"""SLERP: spherical interpolation between the base and one agent (docs/methods.md, "SLERP"; mergekit ``slerp``).
+
+Per tensor, with a = θ_base and b = θ_agent flattened (float32; float64 for float64 inputs):
+
+    â = a / ‖a‖,  b̂ = b / ‖b‖   (a norm ≤ 1e-8 counts as 1),   d = clamp(Σ â·b̂, −1, 1),   Ω = acos d
+    θ = (1 − t)·a + t·b                                     where |d| > 0.9995 (nearly collinear)
+    θ = sin((1 − t)·Ω)/sin Ω · a + sin(t·Ω)/sin Ω · b       elsewhere
+
+rounded to the compute dtype. ``t`` may be a gradient over the layers or filtered by tensor name (the
+common ``self_attn`` / ``mlp`` recipes). The norms are computed as mergekit 0.1.5 computes them (the
+norm of the norms of 2²⁰-element pieces), and so is the dot product (the sum of the pieces' sums), so
+the result is mergekit's to the bit. Needs the whole tensor (its norms and angle): memory is bounded by
+one tensor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..engine.chunks import Chunk
+from ..lazy import torch
+from . import weights
+from .base import MergeMethod
+from .mergekit_map import MergekitExact, MergekitMapping, exact_export
+from .weights import WeightsContext
+
+if TYPE_CHECKING:
+    from ..engine.plan import MergePlan
+
+PIECE = 1 << 20  # elements per piece of the norm and dot sums (mergekit's _CHUNK_ELEMENTS)
+DOT_THRESHOLD = 0.9995
+NORM_EPS = 1e-8
+
+T = weights.shared_param(
+    "t", 0.5, "interpolation position: 0 = the base, 1 = the agent (a gradient over layers or filters allowed)"
+)
+PARAMS = (T, weights.DTYPE)
+
+
+def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
+    """Spherical interpolation of two flat tensors (computed in float32, or float64 for float64 inputs),
+    returned in the inputs' dtype."""
+    dtype = torch.float64 if v0.dtype == torch.float64 else torch.float32
+    a, b = v0.reshape(1, -1), v1.reshape(1, -1)
+    tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
+    if not a.shape[1]:
+        return ((1 - tt) * a + tt * b).reshape(v0.shape).to(v0.dtype)
+    pieces = range(0, a.shape[1], PIECE)
+    norm_a = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(a[:, s : s + PIECE].to(dtype), dim=1, keepdim=True) for s in pieces]),
+        dim=0,
+    )
+    norm_b = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(b[:, s : s + PIECE].to(dtype), dim=1, keepdim=True) for s in pieces]),
+        dim=0,
+    )
+    norm_a = torch.where(norm_a > NORM_EPS, norm_a, 1)
+    norm_b = torch.where(norm_b > NORM_EPS, norm_b, 1)
+    dots = [
+        ((a[:, s : s + PIECE].to(dtype) / norm_a) * (b[:, s : s + PIECE].to(dtype) / norm_b)).sum(dim=1, keepdim=True)
+        for s in pieces
+    ]
+    dot = torch.stack(dots).sum(dim=0).clamp(-1, 1)
+    linear = dot.abs() > DOT_THRESHOLD
+    omega = torch.acos(torch.where(linear, 0, dot))
+    sin_omega = torch.sin(omega)
+    coef_a = torch.where(linear, 1 - tt, torch.sin((1 - tt) * omega) / sin_omega)
+    coef_b = torch.where(linear, tt, torch.sin(tt * omega) / sin_omega)
+    result = torch.empty_like(a)
+    for s in pieces:
+        result[:, s : s + PIECE] = coef_a * a[:, s : s + PIECE].to(dtype) + coef_b * b[:, s : s + PIECE].to(dtype)
+    return result.reshape(v0.shape)
+
+
+def slerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
+    base, agent = chunk.thetas(ctx.dtype(chunk))
+    return slerp(float(ctx.shared("t", chunk)), base, agent)
+
+
+def _check(params: dict) -> WeightsContext:
+    return weights.prepare(params, PARAMS)
+
+
+def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
+    weights.check_count("slerp", plan.n_agents, 1, 1)
+    return weights.bind(ctx, plan)
+
+
+EXACT = MergekitExact("slerp", {"t": "t"}, {}, agents=(1, 1))
+
+METHODS = (
+    MergeMethod(
+        "slerp",
+        "SLERP",
+        "Spherical interpolation between the base and one agent, position t per tensor.",
+        PARAMS,
+        slerp_merge,
+        prepare=lambda params, probe, collected: _check(params),
+        # the norms are whole-tensor sums whose rounding follows torch's intra-op threads: one tensor at a
+        # time with torch's own threads, as mergekit computes them
+        bind=_bind,
+        whole_tensor=True,
+        theta=True,
+        thread_safe=False,
+        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+        short="SLERP",
+        citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
+        "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
+    ),
+)

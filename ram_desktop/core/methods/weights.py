@@ -1,0 +1,122 @@
+"""What the methods that combine weights the way mergekit 0.1.5 does share (docs/methods.md, "Parameter values"):
+the context that resolves a parameter per tensor (gradients over layers, filters by tensor name) and per
+agent, the compute dtype, and the shared parameters.
+
+These methods see whole tensors (``MergeMethod.whole_tensor``) and return θ (``MergeMethod.theta``): each
+converts the stored weights to its compute dtype (``dtype``; ``inputs``: the promotion of the stored
+dtypes, mergekit's default) and computes with the same operations, in the same order, as mergekit, so the
+result is mergekit's to the bit; the engine rounds it once to the output dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from ..lazy import torch
+from . import settings
+from .base import Param
+
+if TYPE_CHECKING:
+    from ..engine.chunks import Chunk
+    from ..engine.plan import MergePlan
+
+DTYPES = ("float32", "bfloat16", "float16", "float64", "inputs")
+DTYPE = Param(
+    "dtype",
+    str,
+    "float32",
+    "compute dtype: the stored weights are converted to it before merging (inputs: "
+    "the widest stored dtype, mergekit's default when its config sets no dtype)",
+    choices=DTYPES,
+)
+
+
+def agent_param(
+    name: str, default: float | None, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Param:
+    """A per-agent parameter whose values may be gradients or filters (one setting per agent; None: default)."""
+    return Param(name, float, default, help, minimum, maximum, per_agent=True, setting=True)
+
+
+def shared_param(
+    name: str, default: float | None, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Param:
+    """A parameter of the whole merge whose value may be a gradient or filters."""
+    return Param(name, float, default, help, minimum, maximum, setting=True)
+
+
+@dataclass
+class WeightsContext:
+    """Resolved parameters plus what the plan tells (``bind``): decoder layer count and tensor shapes."""
+
+    params: dict[str, Any]
+    defaults: dict[str, Any]
+    n_layers: int = 0
+    shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def shared(self, key: str, chunk: Chunk) -> Any:
+        """The value of parameter ``key`` for this chunk's tensor."""
+        t = settings.layer_position(chunk.name, self.n_layers)
+        return settings.resolve([self.params.get(key)], chunk.name, t, _same, self.defaults.get(key))
+
+    def agent(self, key: str, chunk: Chunk, agent: int) -> Any:
+        """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor."""
+        values = self.params.get(key)
+        setting = values  # one value (or setting) for every agent
+        if isinstance(values, list):
+            if len(values) != chunk.n_agents:
+                raise InputError(
+                    f"parameter {key} gives {len(values)} values for {chunk.n_agents} agents; give one "
+                    "per agent, in agent order"
+                )
+            setting = values[agent]
+        t = settings.layer_position(chunk.name, self.n_layers)
+        value = settings.resolve([setting], chunk.name, t, _same, self.defaults.get(key))
+        if value is None:
+            raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {chunk.name!r}")
+        return value
+
+    def agents(self, key: str, chunk: Chunk) -> list[Any]:
+        return [self.agent(key, chunk, t) for t in range(chunk.n_agents)]
+
+    def dtype(self, chunk: Chunk) -> torch.dtype:
+        """The compute dtype of this chunk (``inputs``: the promotion of the stored dtypes)."""
+        name = self.params.get("dtype", "float32")
+        if name != "inputs":
+            return getattr(torch, name)
+        raw = chunk.raw or [chunk.base]
+        out = raw[0].dtype
+        for r in raw[1:]:
+            out = torch.promote_types(out, r.dtype)
+        return out
+
+    def shape(self, chunk: Chunk) -> tuple[int, ...]:
+        return self.shapes.get(chunk.job_index, (chunk.base.numel(),))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def prepare(params: dict, method_params: tuple[Param, ...]) -> WeightsContext:
+    return WeightsContext(dict(params), {p.name: p.default for p in method_params})
+
+
+def bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
+    names = [j.name for j in plan.jobs]
+    ctx.n_layers = settings.count_layers(names)
+    ctx.shapes = {i: tuple(j.shape) for i, j in enumerate(plan.jobs)}
+    return ctx
+
+
+def check_count(method: str, n: int, minimum: int, maximum: int | None = None) -> None:
+    if n < minimum or (maximum is not None and n > maximum):
+        want = f"exactly {minimum}" if minimum == maximum else f"at least {minimum}"
+        raise InputError(f"{method} merges {want} agent(s); got {n}")
+
+
+def is_close_to_zero(x: float) -> bool:
+    return math.isclose(x, 0.0, abs_tol=1e-6)
