@@ -2,7 +2,22 @@
 
 import sys
 
-CLI_COMMANDS = {"probe", "merge", "run", "demo", "eval", "compare", "export-mergekit", "publish", "fisher", "--version", "-h", "--help", "-q", "--quiet"}
+CLI_COMMANDS = {
+    "probe",
+    "merge",
+    "run",
+    "demo",
+    "eval",
+    "compare",
+    "export-mergekit",
+    "publish",
+    "fisher",
+    "--version",
+    "-h",
+    "--help",
+    "-q",
+    "--quiet",
+}
 
 
 COMPUTE_COMMANDS = {"--setup-compute", "--compute-info"}  # ram_desktop.compute_cli (docs/compute.md)

@@ -62,30 +62,53 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--names", help="comma-separated agent names (default: folder names)")
         p.add_argument("--eps", type=float, default=defaults.EPS, help=f"update threshold ε (default {defaults.EPS:g})")
         p.add_argument("--device", default=defaults.DEVICE, help="auto, cpu, cuda or cuda:N (default auto)")
-        p.add_argument("--vocab", default=defaults.VOCAB, choices=list(VOCAB_MODES),
-                       help="vocabulary-size differences between base and agents: exact (default) refuses them; "
-                            "common merges the shared rows and keeps the base's rows for the rest")
+        p.add_argument(
+            "--vocab",
+            default=defaults.VOCAB,
+            choices=list(VOCAB_MODES),
+            help="vocabulary-size differences between base and agents: exact (default) refuses them; "
+            "common merges the shared rows and keeps the base's rows for the rest",
+        )
 
     p = sub.add_parser("probe", help="measure task-vector density and overlap")
     sources(p)
     p.add_argument("--json", type=Path, help="write the ram-probe/1 report to this file")
 
-    p = sub.add_parser("merge", help="merge agents into one model", formatter_class=argparse.RawDescriptionHelpFormatter,
-                       epilog=_methods_epilog())
+    p = sub.add_parser(
+        "merge",
+        help="merge agents into one model",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_methods_epilog(),
+    )
     sources(p)
     p.add_argument("--out", type=Path, required=True, help="output folder (must not exist or be empty)")
-    p.add_argument("--method", default=defaults.METHOD, choices=list(METHODS),
-                   help=f"merge method (default {defaults.METHOD})")
+    p.add_argument(
+        "--method", default=defaults.METHOD, choices=list(METHODS), help=f"merge method (default {defaults.METHOD})"
+    )
     merge_options(p)
 
-    p = sub.add_parser("compare", help="merge several variants from one read of the inputs, then score them",
-                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_methods_epilog())
+    p = sub.add_parser(
+        "compare",
+        help="merge several variants from one read of the inputs, then score them",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_methods_epilog(),
+    )
     sources(p)
     p.add_argument("--out", type=Path, required=True, help="folder for one output folder per variant and compare.json")
-    p.add_argument("--variant", action="append", required=True, metavar="SPEC",
-                   help="METHOD or METHOD:key=value,...[,name=NAME], e.g. ram-plus:r=0.2,alpha=1.0 (repeat)")
-    p.add_argument("--suite", action="append", default=[], metavar="SUITE",
-                   help="evaluate base, agents and variants on this suite (repeat); see ram-merge eval")
+    p.add_argument(
+        "--variant",
+        action="append",
+        required=True,
+        metavar="SPEC",
+        help="METHOD or METHOD:key=value,...[,name=NAME], e.g. ram-plus:r=0.2,alpha=1.0 (repeat)",
+    )
+    p.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="SUITE",
+        help="evaluate base, agents and variants on this suite (repeat); see ram-merge eval",
+    )
     p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
     merge_options(p, "shared defaults for every variant whose method takes them; ")
@@ -95,7 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
-    p = sub.add_parser("demo", help="write the built-in demo: base, three RL-trained agents, their test suites, demo.json")
+    p = sub.add_parser(
+        "demo", help="write the built-in demo: base, three RL-trained agents, their test suites, demo.json"
+    )
     p.add_argument("dir", type=Path)
 
     p = sub.add_parser("fisher", help="estimate an agent's diagonal Fisher information on its calibration suite")
@@ -118,8 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
-    p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE",
-                   help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml")
+    p.add_argument(
+        "--suite",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="SUITE",
+        help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml",
+    )
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
     p.add_argument("--json", type=Path, help="write the ram-eval/1 results to this file")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
@@ -143,11 +174,21 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         # per-agent lists and true/false may arrive as text: the method's Param validates them
         loose = any(prm.per_agent or prm.kind is bool for _, prm in takers)
         kind = _loose(first.kind) if loose else first.kind
-        p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=kind, default=None,
-                       choices=first.choices or None, help=text)
-    p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
-                   help="output dtype (default: the base's)")
-    p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
+        p.add_argument(
+            first.flag,
+            dest=f"param_{name}",
+            metavar=metavar,
+            type=kind,
+            default=None,
+            choices=first.choices or None,
+            help=text,
+        )
+    p.add_argument(
+        "--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES), help="output dtype (default: the base's)"
+    )
+    p.add_argument(
+        "--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})"
+    )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
 
 
@@ -189,8 +230,15 @@ class _ProgressBar:
 
         bar = self.bars.get(event.stage)
         if bar is None:
-            bar = tqdm(total=event.total, desc=event.stage, unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
-                       unit_scale=event.unit != "examples", file=sys.stderr, leave=True, dynamic_ncols=True)
+            bar = tqdm(
+                total=event.total,
+                desc=event.stage,
+                unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
+                unit_scale=event.unit != "examples",
+                file=sys.stderr,
+                leave=True,
+                dynamic_ncols=True,
+            )
             self.bars[event.stage] = bar
         if event.total != bar.total:  # type: ignore[attr-defined]
             bar.total = event.total  # type: ignore[attr-defined]  # a download's total grows as files are listed
@@ -280,8 +328,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
-        report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
-                              vocab=args.vocab)
+        report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter, vocab=args.vocab)
         if args.json:
             try:
                 args.json.write_text(json.dumps(report.to_json(), indent=1) + "\n")
@@ -330,11 +377,20 @@ def session_from_args(args: argparse.Namespace):
     """The Session that ``merge``'s flags describe."""
     from .core import Session
 
-    params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
-    return Session(base=args.base, agents=list(args.agents), names=_names(args.names),
-                   method=getattr(args, "method", defaults.METHOD),
-                   params=params, eps=args.eps, device=args.device, out_dtype=args.out_dtype,
-                   shard_size=args.shard_size, out=str(args.out), vocab=args.vocab)
+    params = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    return Session(
+        base=args.base,
+        agents=list(args.agents),
+        names=_names(args.names),
+        method=getattr(args, "method", defaults.METHOD),
+        params=params,
+        eps=args.eps,
+        device=args.device,
+        out_dtype=args.out_dtype,
+        shard_size=args.shard_size,
+        out=str(args.out),
+        vocab=args.vocab,
+    )
 
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -342,8 +398,16 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, compare
 
     variants = [Variant.parse(text) for text in args.variant]
-    result = compare(session_from_args(args), variants, args.out, args.suite, overwrite=args.overwrite,
-                     reporter=reporter, batch_size=args.batch_size, limit=args.limit)
+    result = compare(
+        session_from_args(args),
+        variants,
+        args.out,
+        args.suite,
+        overwrite=args.overwrite,
+        reporter=reporter,
+        batch_size=args.batch_size,
+        limit=args.limit,
+    )
     print(format_probe(result.merges[0].probe))
     for variant, merged in zip(variants, result.merges):
         print(f"{variant.name}: {merged.report['method']} {merged.report['method_params']} -> {merged.out}")
@@ -357,10 +421,13 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
 def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluate.fisher import write_fisher
 
-    info = write_fisher(args.agent, args.suite, args.out, args.examples, args.device, reporter, args.overwrite,
-                        args.shard_size)
-    print(f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
-          f"{info['completion_tokens']} completion tokens, {info['seconds']:.1f} s -> {args.out}")
+    info = write_fisher(
+        args.agent, args.suite, args.out, args.examples, args.device, reporter, args.overwrite, args.shard_size
+    )
+    print(
+        f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
+        f"{info['completion_tokens']} completion tokens, {info['seconds']:.1f} s -> {args.out}"
+    )
     return EXIT_OK
 
 

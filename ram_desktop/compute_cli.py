@@ -25,10 +25,19 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="ram-desktop --setup-compute",
-                     description="Detect the GPU, and fetch and check the torch build that uses it.")
-    parser.add_argument("--setup-compute", dest="variant", nargs="?", const="auto", default="auto",
-                        choices=builds.VARIANTS, help="which build: auto (from the detection), cpu, cuda, rocm, mps")
+    parser = _Parser(
+        prog="ram-desktop --setup-compute",
+        description="Detect the GPU, and fetch and check the torch build that uses it.",
+    )
+    parser.add_argument(
+        "--setup-compute",
+        dest="variant",
+        nargs="?",
+        const="auto",
+        default="auto",
+        choices=builds.VARIANTS,
+        help="which build: auto (from the detection), cpu, cuda, rocm, mps",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the detection and the plan, change nothing")
     parser.add_argument("--offline", action="store_true", help="no network: only local wheels or uv's cache")
     parser.add_argument("--find-links", type=Path, metavar="DIR", help="install from this folder of wheels")
@@ -73,8 +82,9 @@ def setup(argv: Sequence[str]) -> int:
 
     reporter, _ = _progress_printer()
     try:
-        done = install.install(plan, reporter, offline=args.offline, fresh=args.fresh,
-                               log=lambda line: print(f"  {line}", file=sys.stderr))
+        done = install.install(
+            plan, reporter, offline=args.offline, fresh=args.fresh, log=lambda line: print(f"  {line}", file=sys.stderr)
+        )
     except Cancelled:
         print("error: cancelled; the runtime folder was not changed", file=sys.stderr)
         return EXIT_CANCELLED
@@ -86,8 +96,10 @@ def setup(argv: Sequence[str]) -> int:
         return EXIT_INPUT
     v = done.verified
     where = v.get("device_name") or "the CPU"
-    print(f"installed torch {v.get('torch')} (CUDA {v.get('cuda')}) into {done.folder}: "
-          f"{builds.human_bytes(done.bytes_on_disk)} in {done.seconds:.0f} s; check passed on {where}")
+    print(
+        f"installed torch {v.get('torch')} (CUDA {v.get('cuda')}) into {done.folder}: "
+        f"{builds.human_bytes(done.bytes_on_disk)} in {done.seconds:.0f} s; check passed on {where}"
+    )
     if not v.get("gpu") and plan.variant != "cpu":
         print(f"note: {v.get('why_no_gpu') or 'no GPU is usable'}; merges run on the CPU until one is")
     print("RAM Desktop uses it from its next start")

@@ -92,26 +92,42 @@ def _user_dir(windows: Path, macos: Path, linux: Path, create: bool) -> Path:
 
 def user_data_dir(create: bool = False) -> Path:
     """Folder for files the user would not want to lose (recent recipes, probe cache index)."""
-    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME, _library("Application Support"),
-                     _xdg("XDG_DATA_HOME", ".local/share") / APP_ID, create)
+    return _user_dir(
+        _windows_dir("LOCALAPPDATA") / APP_NAME,
+        _library("Application Support"),
+        _xdg("XDG_DATA_HOME", ".local/share") / APP_ID,
+        create,
+    )
 
 
 def user_config_dir(create: bool = False) -> Path:
     """Folder for settings."""
-    return _user_dir(_windows_dir("APPDATA") / APP_NAME, _library("Application Support"),
-                     _xdg("XDG_CONFIG_HOME", ".config") / APP_ID, create)
+    return _user_dir(
+        _windows_dir("APPDATA") / APP_NAME,
+        _library("Application Support"),
+        _xdg("XDG_CONFIG_HOME", ".config") / APP_ID,
+        create,
+    )
 
 
 def user_cache_dir(create: bool = False) -> Path:
     """Folder for data that can be rebuilt (probe results, exported chart previews)."""
-    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Cache", _library("Caches"),
-                     _xdg("XDG_CACHE_HOME", ".cache") / APP_ID, create)
+    return _user_dir(
+        _windows_dir("LOCALAPPDATA") / APP_NAME / "Cache",
+        _library("Caches"),
+        _xdg("XDG_CACHE_HOME", ".cache") / APP_ID,
+        create,
+    )
 
 
 def user_log_dir(create: bool = False) -> Path:
     """Folder for log files (the windowed build's stdout / stderr go here)."""
-    return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Logs", _library("Logs"),
-                     _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log", create)
+    return _user_dir(
+        _windows_dir("LOCALAPPDATA") / APP_NAME / "Logs",
+        _library("Logs"),
+        _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log",
+        create,
+    )
 
 
 def outputs_dir(create: bool = False) -> Path:
@@ -226,6 +242,9 @@ def guard_stdio() -> Path | None:
     if log_path is not None:
         import datetime
 
-        print(f"--- {APP_ID} started {datetime.datetime.now().isoformat(timespec='seconds')} "
-              f"(pid {os.getpid()}, frozen={is_frozen()}) ---", file=stream)
+        print(
+            f"--- {APP_ID} started {datetime.datetime.now().isoformat(timespec='seconds')} "
+            f"(pid {os.getpid()}, frozen={is_frozen()}) ---",
+            file=stream,
+        )
     return log_path

@@ -46,9 +46,12 @@ def read_manifest(folder: Path | str) -> dict:
     path = folder / MANIFEST
     data = read_json(path)  # a FIFO, bad JSON, repeated keys, deep nesting, non-UTF-8: refused naming the file
     try:
-        return {"base": folder / data["base"],
-                "agents": [{"name": a["name"], "path": folder / a["path"], "suite": folder / a["suite"]}
-                           for a in data["agents"]]}
+        return {
+            "base": folder / data["base"],
+            "agents": [
+                {"name": a["name"], "path": folder / a["path"], "suite": folder / a["suite"]} for a in data["agents"]
+            ],
+        }
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{path}: not a readable demo manifest ({exc}); run `ram-merge demo DIR` again") from exc
 

@@ -72,5 +72,3 @@ class Reporter:
 
     def check(self) -> None:
         self.cancel.raise_if_cancelled()
-
-

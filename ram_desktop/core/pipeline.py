@@ -95,15 +95,24 @@ def list_devices() -> list[tuple[str, str]]:
     return devices
 
 
-def open_sources(base: str, agents: list[str], reporter: Reporter,
-                 token: str | None = None) -> tuple[Checkpoint, list[Checkpoint]]:
+def open_sources(
+    base: str, agents: list[str], reporter: Reporter, token: str | None = None
+) -> tuple[Checkpoint, list[Checkpoint]]:
     """Resolve every source (headers only; Hub sources are downloaded to the cache first)."""
     base_ckpt = open_checkpoint(base, reporter, token)
     return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
 
 
-def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: str | None, names: list[str] | None,
-                       out_dtype: str, vocab: str, out: Path | None) -> None:
+def _check_hub_sources(
+    base: str,
+    agents: list[str],
+    reporter: Reporter,
+    token: str | None,
+    names: list[str] | None,
+    out_dtype: str,
+    vocab: str,
+    out: Path | None,
+) -> None:
     """Hub sources: plan from their remote headers, then download them concurrently (``ecosystem.hub.check``)."""
     from .sources import HUB_ID
 
@@ -113,10 +122,18 @@ def _check_hub_sources(base: str, agents: list[str], reporter: Reporter, token: 
         prepare_sources(base, agents, reporter, token, names, out_dtype, vocab, out)
 
 
-def probe(base: str, agents: list[str], names: list[str] | None = None, eps: float = defaults.EPS,
-          device: str = defaults.DEVICE, reporter: Reporter | None = None, use_cache: bool = True,
-          chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, token: str | None = None,
-          vocab: str = defaults.VOCAB) -> ProbeReport:
+def probe(
+    base: str,
+    agents: list[str],
+    names: list[str] | None = None,
+    eps: float = defaults.EPS,
+    device: str = defaults.DEVICE,
+    reporter: Reporter | None = None,
+    use_cache: bool = True,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    token: str | None = None,
+    vocab: str = defaults.VOCAB,
+) -> ProbeReport:
     """Probe task-vector density and overlap (docs/methods.md, RAM, RAM+, RAM+s); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
@@ -128,9 +145,17 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
     return _probe_plan(plan, eps, Transfer(device_spec(device)), reporter, use_cache, chunk_elements)
 
 
-def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
-                chunk_elements: int, collectors: Sequence[Collector] = (), survival: bool = True,
-                files: OpenFiles | None = None) -> ProbeReport:
+def _probe_plan(
+    plan: MergePlan,
+    eps: float,
+    transfer: Transfer,
+    reporter: Reporter,
+    use_cache: bool,
+    chunk_elements: int,
+    collectors: Sequence[Collector] = (),
+    survival: bool = True,
+    files: OpenFiles | None = None,
+) -> ProbeReport:
     """The probe from the cache when possible, then every collector's passes (as many as it asks for;
     all reading through ``files`` when given.
 
@@ -149,8 +174,7 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         accumulator = ProbeAccumulator(plan, eps, survival)
         probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, files=files)
         report = accumulator.report()
-        log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors,
-                 time.perf_counter() - start)
+        log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors, time.perf_counter() - start)
         save_cached(report)
     passes = 1
     refining = collectors
@@ -159,8 +183,7 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         if not refining:
             return report
         passes += 1  # a collector needs another look at the data (TIES refines its exact cut)
-        probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}",
-                   files=files)
+        probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}", files=files)
 
 
 def check_eps(eps: float, what: str = "--eps") -> float:
@@ -222,8 +245,11 @@ def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResul
     return merge_variants(request, [VariantSpec(request.method, dict(request.params), Path(request.out))], reporter)[0]
 
 
-def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Reporter | None = None,
-                   ) -> list[MergeResult]:
+def merge_variants(
+    request: MergeRequest,
+    specs: list[VariantSpec],
+    reporter: Reporter | None = None,
+) -> list[MergeResult]:
     """Merge base and agents with every variant from one read of the inputs: one probe (when any variant
     needs it) and every collector's passes, then one merge pass in which each chunk is merged by every
     variant and written by that variant's own writer. ``request`` gives the inputs and every shared
@@ -242,8 +268,9 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
     check_agent_count(len(request.agents))
-    _check_hub_sources(request.base, request.agents, reporter, request.token, request.names, request.out_dtype,
-                       request.vocab, outs[0])
+    _check_hub_sources(
+        request.base, request.agents, reporter, request.token, request.names, request.out_dtype, request.vocab, outs[0]
+    )
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
     plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
     aux = _aux_inputs(plan, methods, params)
@@ -258,11 +285,21 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
             t0 = time.perf_counter()
             # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
-            probe_report = _probe_plan(plan, eps, transfer, reporter, request.use_cache, request.chunk_elements,
-                                       [c for c in collectors if c is not None], survival=False, files=files)
+            probe_report = _probe_plan(
+                plan,
+                eps,
+                transfer,
+                reporter,
+                request.use_cache,
+                request.chunk_elements,
+                [c for c in collectors if c is not None],
+                survival=False,
+                files=files,
+            )
             timings["probe_s"] = time.perf_counter() - t0
-        contexts = [m.prepare(p, probe_report, c.finish() if c else None)
-                    for m, p, c in zip(methods, params, collectors)]
+        contexts = [
+            m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)
+        ]
         contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
     except BaseException:
         files.close()
@@ -272,12 +309,15 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
     with ExitStack() as stack:
         stack.enter_context(files)
         folders = [stack.enter_context(staging_folder(o, request.overwrite)) for o in outs]
-        variants = [Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
-                    for m, p, ctx, folder in zip(methods, params, contexts, folders)]
+        variants = [
+            Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
+            for m, p, ctx, folder in zip(methods, params, contexts, folders)
+        ]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
         try:  # the auxiliary inputs are read beside the agents in the merge pass only (the probe needs none)
-            merge_pass(plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files,
-                       list(aux.values()))
+            merge_pass(
+                plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files, list(aux.values())
+            )
         except BaseException:
             for v in variants:
                 v.shards.abort()
@@ -295,16 +335,28 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
             variant_request = replace(request, method=spec.method, params=v.params, out=out)
-            report = merge_report(plan, variant_request, v.params, probe_report, lambdas, transfer.spec, timings,
-                                  v.shards.files, v.shards.bytes_written, survival)
+            report = merge_report(
+                plan,
+                variant_request,
+                v.params,
+                probe_report,
+                lambdas,
+                transfer.spec,
+                timings,
+                v.shards.files,
+                v.shards.bytes_written,
+                survival,
+            )
             _write_extras(folder, plan, variant_request, v.params, probe_report, lambdas, report)
-            results.append(MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written,
-                                       probe_report.warnings))
+            results.append(
+                MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, probe_report.warnings)
+            )
     seconds = time.perf_counter() - start
     for result in results:
         result.seconds = seconds
-        log.info("merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out,
-                 seconds)
+        log.info(
+            "merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out, seconds
+        )
     return results
 
 
@@ -321,9 +373,18 @@ def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str,
     return aux
 
 
-def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
-                 lambdas: list[float], device: str, timings: dict[str, float], files: list[str],
-                 bytes_written: int, survival: dict[str, list[float | None]] | None = None) -> dict:
+def merge_report(
+    plan: MergePlan,
+    request: MergeRequest,
+    params: dict,
+    probe_report: ProbeReport,
+    lambdas: list[float],
+    device: str,
+    timings: dict[str, float],
+    files: list[str],
+    bytes_written: int,
+    survival: dict[str, list[float | None]] | None = None,
+) -> dict:
     """The probe report plus what the merge did (docs/contracts.md, The probe and merge report)."""
     report = probe_report.to_json()
     out_names = {j.out_name for j in plan.mergeable_jobs}
@@ -331,21 +392,27 @@ def merge_report(plan: MergePlan, request: MergeRequest, params: dict, probe_rep
         survival = {}
         for name in out_names & set(probe_report.survival):
             survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
-    report.update({
-        "method": request.method,
-        "method_params": params,
-        "lambda": lambdas,
-        "out_dtype": request.out_dtype,
-        "vocab": request.vocab,
-        "device": str(device),
-        "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
-        "rescale_survival_share": survival,
-        "output": {"files": files, "bytes": bytes_written},
-        "timings": {k: round(v, 4) for k, v in timings.items()},
-        "versions": {"ram_desktop": __version__, "torch": _package_version("torch"),
-                     "safetensors": _package_version("safetensors"),
-                     "huggingface_hub": _package_version("huggingface_hub"), "python": platform.python_version()},
-    })
+    report.update(
+        {
+            "method": request.method,
+            "method_params": params,
+            "lambda": lambdas,
+            "out_dtype": request.out_dtype,
+            "vocab": request.vocab,
+            "device": str(device),
+            "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
+            "rescale_survival_share": survival,
+            "output": {"files": files, "bytes": bytes_written},
+            "timings": {k: round(v, 4) for k, v in timings.items()},
+            "versions": {
+                "ram_desktop": __version__,
+                "torch": _package_version("torch"),
+                "safetensors": _package_version("safetensors"),
+                "huggingface_hub": _package_version("huggingface_hub"),
+                "python": platform.python_version(),
+            },
+        }
+    )
     return report
 
 
@@ -358,15 +425,30 @@ def _package_version(name: str) -> str:
         return importlib.import_module(name).__version__
 
 
-def _write_extras(folder: Path, plan: MergePlan, request: MergeRequest, params: dict, probe_report: ProbeReport,
-                  lambdas: list[float], report: dict) -> None:
+def _write_extras(
+    folder: Path,
+    plan: MergePlan,
+    request: MergeRequest,
+    params: dict,
+    probe_report: ProbeReport,
+    lambdas: list[float],
+    report: dict,
+) -> None:
     write_config(plan.base, folder, plan)
     copy_tokenizer_files(plan.base, folder)
     save_card(model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype), folder / "README.md")
     recipe = Recipe(
-        base=_pinned(plan.base), agents=[_pinned(a) for a in plan.agents], method=request.method, params=params,
-        names=plan.names, eps=request.eps, out_dtype=request.out_dtype, shard_size=str(request.shard_size),
-        device=request.device, out=str(Path(request.out).expanduser().resolve()), vocab=request.vocab,
+        base=_pinned(plan.base),
+        agents=[_pinned(a) for a in plan.agents],
+        method=request.method,
+        params=params,
+        names=plan.names,
+        eps=request.eps,
+        out_dtype=request.out_dtype,
+        shard_size=str(request.shard_size),
+        device=request.device,
+        out=str(Path(request.out).expanduser().resolve()),
+        vocab=request.vocab,
     )
     recipe.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -18,8 +18,17 @@ from .storage.safe_read import read_yaml
 
 FORMAT = "ram-recipe/1"
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
-UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+UNITS = {
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_size(text: str | int) -> int:
@@ -57,8 +66,10 @@ class Recipe:
             "parameters": dict(self.params),
             "eps": self.eps,
             "base": self.base,
-            "agents": [{"name": n, "source": s} if n else {"source": s}
-                       for n, s in zip(self.names or [""] * len(self.agents), self.agents)],
+            "agents": [
+                {"name": n, "source": s} if n else {"source": s}
+                for n, s in zip(self.names or [""] * len(self.agents), self.agents)
+            ],
             "out_dtype": self.out_dtype,
             "shard_size": self.shard_size,
             "device": self.device,
@@ -89,8 +100,10 @@ class Recipe:
                 raise InputError(f"{where}: {key}: missing; a recipe needs base and agents")
         agents = data["agents"]
         if not isinstance(agents, list) or not agents:
-            raise InputError(f"{where}: agents: expected a list of agents (each a path, a Hub id, or "
-                             "name: and source:), found " + _type_name(agents))
+            raise InputError(
+                f"{where}: agents: expected a list of agents (each a path, a Hub id, or "
+                "name: and source:), found " + _type_name(agents)
+            )
         check_agent_count(len(agents))
         sources, names = [], []
         for i, agent in enumerate(agents):
@@ -133,14 +146,32 @@ class Recipe:
         )
 
 
-RECIPE_KEYS = ("format", "method", "parameters", "eps", "base", "agents", "out_dtype", "shard_size", "device",
-               "output", "vocab")
+RECIPE_KEYS = (
+    "format",
+    "method",
+    "parameters",
+    "eps",
+    "base",
+    "agents",
+    "out_dtype",
+    "shard_size",
+    "device",
+    "output",
+    "vocab",
+)
 AGENT_KEYS = ("name", "source")
 
 
 def _type_name(value: Any) -> str:
-    return {str: "text", int: "a number", float: "a number", bool: "true/false", list: "a list",
-            dict: "a mapping", type(None): "nothing"}.get(type(value), type(value).__name__)
+    return {
+        str: "text",
+        int: "a number",
+        float: "a number",
+        bool: "true/false",
+        list: "a list",
+        dict: "a mapping",
+        type(None): "nothing",
+    }.get(type(value), type(value).__name__)
 
 
 def _text(where: str, key: str, value: Any) -> str:
@@ -170,8 +201,10 @@ def _check_parameters(where: str, method: str, params: dict) -> None:
             continue
         owners = [name for name, m in METHODS.items() if any(p.name == str(key) for p in m.params)]
         if owners:
-            raise InputError(f"{where}: parameters.{key}: a parameter of {', '.join(owners)}, not of {method} "
-                             f"(which takes {', '.join(own) or 'none'})")
+            raise InputError(
+                f"{where}: parameters.{key}: a parameter of {', '.join(owners)}, not of {method} "
+                f"(which takes {', '.join(own) or 'none'})"
+            )
         close = difflib.get_close_matches(str(key), own, n=1)
         hint = f"; did you mean {close[0]}?" if close else f"; {method} takes {', '.join(own) or 'none'}"
         raise InputError(f"{where}: parameters.{key}: unknown parameter{hint}")

@@ -76,7 +76,9 @@ class Session:
     agents: list[str] = field(default_factory=list)
     names: list[str] | None = None  # None: names derived from the folders (plan.default_names)
     method: str = defaults.METHOD
-    params: dict[str, Any] = field(default_factory=dict)  # the method's parameters as given (defaults filled on resolve)
+    params: dict[str, Any] = field(
+        default_factory=dict
+    )  # the method's parameters as given (defaults filled on resolve)
     eps: float = defaults.EPS
     device: str = defaults.DEVICE
     out_dtype: str = defaults.OUT_DTYPE
@@ -90,18 +92,39 @@ class Session:
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> Session:
-        return cls(base=recipe.base, agents=list(recipe.agents), names=list(recipe.names) if recipe.names else None,
-                   method=recipe.method, params=dict(recipe.params), eps=recipe.eps, device=recipe.device,
-                   out_dtype=recipe.out_dtype, shard_size=recipe.shard_size, out=recipe.out, vocab=recipe.vocab)
+        return cls(
+            base=recipe.base,
+            agents=list(recipe.agents),
+            names=list(recipe.names) if recipe.names else None,
+            method=recipe.method,
+            params=dict(recipe.params),
+            eps=recipe.eps,
+            device=recipe.device,
+            out_dtype=recipe.out_dtype,
+            shard_size=recipe.shard_size,
+            out=recipe.out,
+            vocab=recipe.vocab,
+        )
 
     def to_recipe(self) -> Recipe:
         """The recipe of this session, parameters resolved (so the file states every value it ran with)."""
-        return Recipe(base=self.base, agents=list(self.agents), method=self.method, params=self.resolved_params(),
-                      names=list(self.names) if self.names else None, eps=self.eps, out_dtype=self.out_dtype,
-                      shard_size=str(self.shard_size), device=self.device, out=self.out, vocab=self.vocab)
+        return Recipe(
+            base=self.base,
+            agents=list(self.agents),
+            method=self.method,
+            params=self.resolved_params(),
+            names=list(self.names) if self.names else None,
+            eps=self.eps,
+            out_dtype=self.out_dtype,
+            shard_size=str(self.shard_size),
+            device=self.device,
+            out=self.out,
+            vocab=self.vocab,
+        )
 
-    def to_request(self, out: str | Path | None = None, overwrite: bool = False, token: str | None = None,
-                   **engine_options: Any) -> MergeRequest:
+    def to_request(
+        self, out: str | Path | None = None, overwrite: bool = False, token: str | None = None, **engine_options: Any
+    ) -> MergeRequest:
         """The engine request; ``out`` overrides the session's folder. ``token`` is for Hub sources only
         and is never stored in the session, the recipe or the report."""
         target = out if out is not None else self.out
@@ -109,9 +132,22 @@ class Session:
             raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
         if not self.base:
             raise InputError("no base model chosen; name the base the agents were fine-tuned from")
-        return MergeRequest(self.base, list(self.agents), Path(target), self.method, self.resolved_params(),
-                            list(self.names) if self.names else None, self.eps, self.device, self.out_dtype,
-                            str(self.shard_size), overwrite, vocab=self.vocab, token=token, **engine_options)
+        return MergeRequest(
+            self.base,
+            list(self.agents),
+            Path(target),
+            self.method,
+            self.resolved_params(),
+            list(self.names) if self.names else None,
+            self.eps,
+            self.device,
+            self.out_dtype,
+            str(self.shard_size),
+            overwrite,
+            vocab=self.vocab,
+            token=token,
+            **engine_options,
+        )
 
     def variant_specs(self, variants: list[Variant], out_dir: str | Path) -> list[VariantSpec]:
         """One engine spec per variant, each into ``out_dir/<name>``; the session's method parameters

@@ -37,5 +37,20 @@ from .runner import evaluate, model_refs
 from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
 from .suites import Suite, load_suite
 
-__all__ = ["FORMAT", "EvalResult", "ModelRef", "Scorer", "ScorerSpec", "Suite", "SuiteSummary", "check_json_path",
-           "evaluate", "first_number", "format_table", "load_suite", "make_scorer", "model_refs", "parse_scorer"]
+__all__ = [
+    "FORMAT",
+    "EvalResult",
+    "ModelRef",
+    "Scorer",
+    "ScorerSpec",
+    "Suite",
+    "SuiteSummary",
+    "check_json_path",
+    "evaluate",
+    "first_number",
+    "format_table",
+    "load_suite",
+    "make_scorer",
+    "model_refs",
+    "parse_scorer",
+]

@@ -34,18 +34,30 @@ class CompareResult:
     evaluation: EvalResult | None
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"variants": [{"name": v.name, "method": m.report["method"],
-                                              "params": m.report["method_params"]}
-                                             for v, m in zip(self.variants, self.merges)]}
+        data: dict[str, Any] = {
+            "variants": [
+                {"name": v.name, "method": m.report["method"], "params": m.report["method_params"]}
+                for v, m in zip(self.variants, self.merges)
+            ]
+        }
         if self.evaluation is not None:
             data.update(self.evaluation.to_json())
         return data
 
 
-def compare(session: Session, variants: Sequence[Variant], folder: str | Path, suites: Sequence[Any] = (),
-            overwrite: bool = False, reporter: Reporter | None = None, device: str | None = None,
-            batch_size: int = 8, limit: int | None = None, token: str | None = None,
-            **engine_options: Any) -> CompareResult:
+def compare(
+    session: Session,
+    variants: Sequence[Variant],
+    folder: str | Path,
+    suites: Sequence[Any] = (),
+    overwrite: bool = False,
+    reporter: Reporter | None = None,
+    device: str | None = None,
+    batch_size: int = 8,
+    limit: int | None = None,
+    token: str | None = None,
+    **engine_options: Any,
+) -> CompareResult:
     """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
     ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
     checked before anything is merged."""
@@ -62,8 +74,10 @@ def compare(session: Session, variants: Sequence[Variant], folder: str | Path, s
     specs = session.variant_specs(list(variants), folder)
     # the shared parameters reach the variants through their specs; the session's own method need not take them
     request = replace(session, params={}).to_request(folder, overwrite=overwrite, token=token, **engine_options)
-    specs = [replace(spec, params=resolve_fisher_params(spec.method, spec.params, session.agents, session.device,
-                                                        reporter)) for spec in specs]
+    specs = [
+        replace(spec, params=resolve_fisher_params(spec.method, spec.params, session.agents, session.device, reporter))
+        for spec in specs
+    ]
     merges = merge_variants(request, specs, reporter)
     evaluation = None
     if loaded:
@@ -104,8 +118,10 @@ def check_compare_folder(folder: Path, overwrite: bool) -> None:
         return item.is_dir() and all((item / n).is_file() for n in ("merge-report.json", "ram-recipe.yaml"))
 
     if not all(ours(item) for item in items):
-        raise InputError(f"output folder {folder} holds files that RAM Desktop did not write (no {COMPARE_JSON}); "
-                         "--overwrite replaces only an earlier RAM Desktop output — choose a new folder")
+        raise InputError(
+            f"output folder {folder} holds files that RAM Desktop did not write (no {COMPARE_JSON}); "
+            "--overwrite replaces only an earlier RAM Desktop output — choose a new folder"
+        )
 
 
 def _write_json(path: Path, data: dict) -> None:

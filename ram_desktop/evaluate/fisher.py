@@ -100,8 +100,13 @@ def _check_examples(examples: Any) -> int:
     return examples
 
 
-def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = DEFAULT_EXAMPLES,
-                    device: str = "auto", reporter: Reporter | None = None) -> FisherEstimate:
+def estimate_fisher(
+    agent: str | Path,
+    suite: Suite | str | Path,
+    examples: int = DEFAULT_EXAMPLES,
+    device: str = "auto",
+    reporter: Reporter | None = None,
+) -> FisherEstimate:
     """The diagonal Fisher of ``agent`` on the first ``examples`` prompts of ``suite`` (module docstring).
 
     Progress: ``Reporter.progress("fisher", done, total, "examples", detail)`` after every example;
@@ -114,8 +119,10 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
     torch_device = resolve_device(device)
     ckpt = open_checkpoint(str(agent), reporter)
     if not ckpt.path.is_dir():
-        raise InputError(f"{agent}: the Fisher estimate needs a model folder (config.json, tokenizer and weights), "
-                         f"not a single weights file")
+        raise InputError(
+            f"{agent}: the Fisher estimate needs a model folder (config.json, tokenizer and weights), "
+            f"not a single weights file"
+        )
     name = ckpt.path.name
     check_loadable(ckpt.path, name)
     used = suite.head(examples)
@@ -124,8 +131,7 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
     model, tokenizer = _load(ckpt.path, name, torch_device)
     try:
         accumulators, names_of = _accumulators(model, ckpt)
-        hooks = [p.register_post_accumulate_grad_hook(_square_into(acc))
-                 for p, acc in accumulators.values()]
+        hooks = [p.register_post_accumulate_grad_hook(_square_into(acc)) for p, acc in accumulators.values()]
         try:
             prompts = prompt_ids(tokenizer, used, name)
             stops = stop_token_ids(model, tokenizer)
@@ -134,7 +140,9 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
                 reporter.check()
                 tokens += _example(model, ids, stops, used.max_new_tokens, torch_device)
                 elapsed = max(time.perf_counter() - start, 1e-9)
-                reporter.progress(STAGE, i + 1, n, "examples", f"{name} · {suite.name} · {(i + 1) / elapsed:.2f} examples/s")
+                reporter.progress(
+                    STAGE, i + 1, n, "examples", f"{name} · {suite.name} · {(i + 1) / elapsed:.2f} examples/s"
+                )
         finally:
             for h in hooks:
                 h.remove()
@@ -152,10 +160,16 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
         if torch_device.type == "cuda":
             torch.cuda.empty_cache()
     details = {
-        "format": FORMAT, "agent": ckpt.display, "agent_fingerprint": agent_fingerprint(ckpt),
+        "format": FORMAT,
+        "agent": ckpt.display,
+        "agent_fingerprint": agent_fingerprint(ckpt),
         "suite": {"name": suite.name, "source": str(suite.source), "fingerprint": suite_fingerprint(suite)},
-        "examples": n, "examples_requested": examples, "estimator": ESTIMATOR,
-        "completion_tokens": tokens, "device": str(torch_device), "dtype": "float32",
+        "examples": n,
+        "examples_requested": examples,
+        "estimator": ESTIMATOR,
+        "completion_tokens": tokens,
+        "device": str(torch_device),
+        "dtype": "float32",
         "seconds": round(time.perf_counter() - start, 3),
         "versions": _versions(),
     }
@@ -176,8 +190,9 @@ def _load(folder: Path, name: str, device: torch.device) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def _accumulators(model: Any, ckpt: Checkpoint) -> tuple[dict[int, tuple[torch.nn.Parameter, torch.Tensor]],
-                                                         dict[int, list[str]]]:
+def _accumulators(
+    model: Any, ckpt: Checkpoint
+) -> tuple[dict[int, tuple[torch.nn.Parameter, torch.Tensor]], dict[int, list[str]]]:
     """One float32 host accumulator per distinct parameter, and the checkpoint names each one answers
     (a tied parameter answers every name it is stored under)."""
     accumulators: dict[int, tuple[torch.nn.Parameter, torch.Tensor]] = {}
@@ -187,17 +202,21 @@ def _accumulators(model: Any, ckpt: Checkpoint) -> tuple[dict[int, tuple[torch.n
         if pname not in stored:
             continue
         if tuple(p.shape) != ckpt.tensors[pname].shape:
-            raise InputError(f"{ckpt.display}: tensor {pname} has shape {list(ckpt.tensors[pname].shape)} in the "
-                             f"checkpoint but {list(p.shape)} in the loaded model")
+            raise InputError(
+                f"{ckpt.display}: tensor {pname} has shape {list(ckpt.tensors[pname].shape)} in the "
+                f"checkpoint but {list(p.shape)} in the loaded model"
+            )
         if id(p) not in accumulators:
             accumulators[id(p)] = (p, torch.zeros(p.shape, dtype=torch.float32))
         names_of.setdefault(id(p), []).append(pname)
     unstored = sorted({id(p): n for n, p in model.named_parameters() if id(p) not in accumulators}.values())
     if unstored:  # transformers renamed tensors on load: F could not be written under the agent's names
         more = f" and {len(unstored) - 5} more" if len(unstored) > 5 else ""
-        raise InputError(f"{ckpt.display}: the model transformers loaded has parameters the checkpoint does not store "
-                         f"under that name ({', '.join(unstored[:5])}{more}); the Fisher file must carry the "
-                         f"agent's tensor names, so this architecture is not supported for Fisher merging yet")
+        raise InputError(
+            f"{ckpt.display}: the model transformers loaded has parameters the checkpoint does not store "
+            f"under that name ({', '.join(unstored[:5])}{more}); the Fisher file must carry the "
+            f"agent's tensor names, so this architecture is not supported for Fisher merging yet"
+        )
     return accumulators, names_of
 
 
@@ -222,25 +241,31 @@ def _example(model: Any, prompt: list[int], stops: list[int], max_new_tokens: in
     from transformers import GenerationConfig
 
     ids = torch.tensor([prompt], dtype=torch.long, device=device)
-    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                              eos_token_id=stops or None, pad_token_id=stops[0] if stops else 0,
-                              bos_token_id=getattr(model.generation_config, "bos_token_id", None))
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stops or None,
+        pad_token_id=stops[0] if stops else 0,
+        bos_token_id=getattr(model.generation_config, "bos_token_id", None),
+    )
     with torch.no_grad(), _quiet_transformers():
         output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
-    completion = output[0, len(prompt):].tolist()
+    completion = output[0, len(prompt) :].tolist()
     stop = next((k for k, t in enumerate(completion) if t in stops), None)
-    completion = completion if stop is None else completion[:stop + 1]
+    completion = completion if stop is None else completion[: stop + 1]
     if not completion:
         return 0
     full = torch.tensor([prompt + completion], dtype=torch.long, device=device)
-    logits = model(input_ids=full).logits[0, len(prompt) - 1:-1].float()
-    target = full[0, len(prompt):]
+    logits = model(input_ids=full).logits[0, len(prompt) - 1 : -1].float()
+    target = full[0, len(prompt) :]
     log_likelihood = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum()
     log_likelihood.backward()  # the hooks square each gradient into its accumulator and free it
     return len(completion)
 
 
 # --- files ---------------------------------------------------------------------------------------
+
 
 def _layout(entries: list[tuple[str, tuple[int, ...]]], shard_bytes: int) -> list[list[tuple[str, tuple[int, ...]]]]:
     shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
@@ -260,27 +285,40 @@ def write_fisher_files(folder: Path, estimate: FisherEstimate, shard_size: str |
     ``shard_size``, and ``fisher.json``. Returns the weight file names."""
     entries = [(n, tuple(estimate.tensors[n].shape)) for n in sorted(estimate.tensors)]
     shards = _layout(entries, parse_size(shard_size))
-    names = [SINGLE_FILE] if len(shards) == 1 else \
-        [f"fisher-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    names = (
+        [SINGLE_FILE]
+        if len(shards) == 1
+        else [f"fisher-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    )
     for file, shard in zip(names, shards):
-        writer = SafetensorsStreamWriter(folder / file, [(n, "float32", s) for n, s in shard],
-                                         {"format": "pt", "ram_desktop": FORMAT})
+        writer = SafetensorsStreamWriter(
+            folder / file, [(n, "float32", s) for n, s in shard], {"format": "pt", "ram_desktop": FORMAT}
+        )
         for n, _ in shard:
             writer.write(estimate.tensors[n].contiguous())
         writer.close()
     if len(shards) > 1:
         total = sum(math.prod(s) * 4 for _, s in entries)
-        index = {"metadata": {"total_size": total},
-                 "weight_map": {n: f for f, shard in zip(names, shards) for n, _ in shard}}
+        index = {
+            "metadata": {"total_size": total},
+            "weight_map": {n: f for f, shard in zip(names, shards) for n, _ in shard},
+        }
         (folder / INDEX_FILE).write_text(json.dumps(index, indent=2))
     info = dict(estimate.info, files=names + ([INDEX_FILE] if len(shards) > 1 else []))
     (folder / FISHER_JSON).write_text(json.dumps(info, indent=1) + "\n")
     return names
 
 
-def write_fisher(agent: str | Path, suite: Suite | str | Path, out: str | Path, examples: int = DEFAULT_EXAMPLES,
-                 device: str = "auto", reporter: Reporter | None = None, overwrite: bool = False,
-                 shard_size: str | int = DEFAULT_SHARD) -> dict[str, Any]:
+def write_fisher(
+    agent: str | Path,
+    suite: Suite | str | Path,
+    out: str | Path,
+    examples: int = DEFAULT_EXAMPLES,
+    device: str = "auto",
+    reporter: Reporter | None = None,
+    overwrite: bool = False,
+    shard_size: str | int = DEFAULT_SHARD,
+) -> dict[str, Any]:
     """``ram-merge fisher``: estimate and write into ``out`` (staged; nothing written on error or cancel)."""
     reporter = reporter or Reporter()
     suite = suite if isinstance(suite, Suite) else load_suite(suite)
@@ -296,6 +334,7 @@ def write_fisher(agent: str | Path, suite: Suite | str | Path, out: str | Path, 
 
 # --- cache ---------------------------------------------------------------------------------------
 
+
 def cache_root() -> Path:
     """Where Fisher estimates are cached (``paths.cache_dir("fisher")``)."""
     return paths.cache_dir("fisher")
@@ -306,8 +345,13 @@ def cache_key(ckpt: Checkpoint, suite: Suite, examples: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = DEFAULT_EXAMPLES,
-                  device: str = "auto", reporter: Reporter | None = None) -> Path:
+def cached_fisher(
+    agent: str | Path,
+    suite: Suite | str | Path,
+    examples: int = DEFAULT_EXAMPLES,
+    device: str = "auto",
+    reporter: Reporter | None = None,
+) -> Path:
     """The Fisher folder of ``agent`` on ``suite``: from the cache when an estimate with the same agent
     fingerprint, suite contents, examples and estimator exists, else estimated and cached."""
     reporter = reporter or Reporter()
@@ -316,8 +360,9 @@ def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = 
     ckpt = open_checkpoint(str(agent), reporter)
     folder = cache_root() / cache_key(ckpt, suite, examples)
     if (folder / FISHER_JSON).is_file():
-        log.info("reusing the cached Fisher of %s on suite %s (%d examples): %s", ckpt.display, suite.name,
-                 examples, folder)
+        log.info(
+            "reusing the cached Fisher of %s on suite %s (%d examples): %s", ckpt.display, suite.name, examples, folder
+        )
         return folder
     estimate = estimate_fisher(agent, suite, examples, device, reporter)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -332,13 +377,20 @@ def cached_fisher(agent: str | Path, suite: Suite | str | Path, examples: int = 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    log.info("Fisher of %s on suite %s: %d examples in %.1f s, cached in %s", ckpt.display, suite.name,
-             estimate.info["examples"], estimate.info["seconds"], folder)
+    log.info(
+        "Fisher of %s on suite %s: %d examples in %.1f s, cached in %s",
+        ckpt.display,
+        suite.name,
+        estimate.info["examples"],
+        estimate.info["seconds"],
+        folder,
+    )
     return folder
 
 
-def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str], device: str = "auto",
-                          reporter: Reporter | None = None) -> dict[str, Any]:
+def resolve_fisher_params(
+    method: str, params: dict[str, Any], agents: list[str], device: str = "auto", reporter: Reporter | None = None
+) -> dict[str, Any]:
     """For a calibrated method (``--method fisher``) with ``suite``: the parameters with ``fisher`` set to each
     agent's cached (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
     from ..core import get_method
@@ -353,8 +405,10 @@ def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str]
             return dict(params, fisher=[_absolute(f) for f in resolved["fisher"]])
         return params
     if len(suites) != len(agents):
-        raise InputError(f"{len(suites)} calibration suites for {len(agents)} agents; give one --suite per agent, "
-                         f"comma-separated, in agent order")
+        raise InputError(
+            f"{len(suites)} calibration suites for {len(agents)} agents; give one --suite per agent, "
+            f"comma-separated, in agent order"
+        )
     loaded = [load_suite(s) for s in suites]  # every suite checked before the first estimate starts
     folders = [str(cached_fisher(a, s, resolved["examples"], device, reporter)) for a, s in zip(agents, loaded)]
     return dict(params, suite=[_absolute(s) for s in suites], fisher=folders)

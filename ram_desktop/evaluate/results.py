@@ -56,8 +56,9 @@ class EvalResult:
         return {
             "format": FORMAT,
             "models": [{"name": m.name, "source": m.source} for m in self.models],
-            "suites": [{"name": s.name, "source": s.source, "examples": s.examples, "scorer": s.scorer}
-                       for s in self.suites],
+            "suites": [
+                {"name": s.name, "source": s.source, "examples": s.examples, "scorer": s.scorer} for s in self.suites
+            ],
             "scores": [list(row) for row in self.scores],
             "seconds": round(self.seconds, 3),
             "device": self.device,
@@ -79,8 +80,9 @@ class EvalResult:
 
     def table(self) -> str:
         """Models × suites as plain text, one row per model (scores with three decimals)."""
-        return format_table([m.name for m in self.models], [s.name for s in self.suites], self.scores,
-                            [s.examples for s in self.suites])
+        return format_table(
+            [m.name for m in self.models], [s.name for s in self.suites], self.scores, [s.examples for s in self.suites]
+        )
 
 
 def format_table(models: list[str], suites: list[str], scores: list[list[float]], examples: list[int]) -> str:

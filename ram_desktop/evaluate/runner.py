@@ -41,7 +41,14 @@ from .suites import Suite
 
 log = logging.getLogger("ram_desktop")
 STAGE = "evaluate"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
 
 
 def model_refs(sources: Sequence[str | Path], names: Sequence[str] | None = None) -> list[ModelRef]:
@@ -76,9 +83,15 @@ def _default_name(source: str) -> str:
     return source.removeprefix("hf://").split("@")[0].rstrip("/").split("/")[-1] or source
 
 
-def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], device: str = "auto",
-             batch_size: int = 8, limit: int | None = None, reporter: Reporter | None = None,
-             threads: int | None = None) -> EvalResult:
+def evaluate(
+    models: Sequence[ModelRef | str | Path],
+    suites: Sequence[Suite],
+    device: str = "auto",
+    batch_size: int = 8,
+    limit: int | None = None,
+    reporter: Reporter | None = None,
+    threads: int | None = None,
+) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
     examples of each suite. Python scorers are loaded (their files run) here, before any model.
     ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
@@ -89,8 +102,11 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
     """
     reporter = reporter or Reporter()
     start = time.perf_counter()
-    plain = iter(model_refs([m for m in models if not isinstance(m, ModelRef)]) if not all(
-        isinstance(m, ModelRef) for m in models) else [])
+    plain = iter(
+        model_refs([m for m in models if not isinstance(m, ModelRef)])
+        if not all(isinstance(m, ModelRef) for m in models)
+        else []
+    )
     refs = [m if isinstance(m, ModelRef) else next(plain) for m in models]
     if not refs:
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
@@ -126,14 +142,21 @@ def evaluate(models: Sequence[ModelRef | str | Path], suites: Sequence[Suite], d
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
             # scored now, so a reward function that fails stops the run after the first model, not the last
-            rewards.append([scorer.score(suite, texts)
-                            for scorer, suite, texts in zip(scorers, suites, completions[-1])])
+            rewards.append(
+                [scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, completions[-1])]
+            )
     scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
     return EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
         suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
-        scores=scores, seconds=time.perf_counter() - start, device=str(torch_device), versions=versions(),
-        completions=completions, rewards=rewards, generated_tokens=progress.tokens)
+        scores=scores,
+        seconds=time.perf_counter() - start,
+        device=str(torch_device),
+        versions=versions(),
+        completions=completions,
+        rewards=rewards,
+        generated_tokens=progress.tokens,
+    )
 
 
 @contextlib.contextmanager
@@ -177,12 +200,15 @@ class _Progress:
         self.model_done += examples
         self.model_tokens += tokens
         elapsed = max(time.perf_counter() - self.model_start, 1e-9)
-        self.report(f"{model} · {suite} · {self.model_done / elapsed:.2f} examples/s · "
-                    f"{self.model_tokens / elapsed:.1f} tokens/s")
+        self.report(
+            f"{model} · {suite} · {self.model_done / elapsed:.2f} examples/s · "
+            f"{self.model_tokens / elapsed:.1f} tokens/s"
+        )
 
 
-def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int,
-              progress: _Progress) -> list[list[str]]:
+def _complete(
+    ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int, progress: _Progress
+) -> list[list[str]]:
     """Load one model, generate the completions of every suite (in suite order), free the model."""
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
@@ -193,8 +219,9 @@ def _complete(ref: ModelRef, folder: Path, suites: list[Suite], device: torch.de
             prompts = prompt_ids(tokenizer, suite, ref.name)
             texts = [""] * len(prompts)
             where = f"model {ref.name}, suite {suite.name!r}"
-            for indices, outputs, tokens in _generate(model, tokenizer, prompts, suite.max_new_tokens, batch_size,
-                                                      device, progress.reporter, where):
+            for indices, outputs, tokens in _generate(
+                model, tokenizer, prompts, suite.max_new_tokens, batch_size, device, progress.reporter, where
+            ):
                 for i, text in zip(indices, outputs):
                     texts[i] = text
                 progress.batch(ref.name, suite.name, len(indices), tokens)
@@ -209,16 +236,22 @@ def require_transformers() -> None:
         import tokenizers  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
-        raise InputError(f"evaluation needs transformers and tokenizers ({e}); install them with "
-                         f"pip install 'ram-desktop[eval]'") from None
+        raise InputError(
+            f"evaluation needs transformers and tokenizers ({e}); install them with pip install 'ram-desktop[eval]'"
+        ) from None
 
 
 def versions() -> dict[str, str]:
     import tokenizers
     import transformers
 
-    return {"ram_desktop": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__, "python": platform.python_version()}
+    return {
+        "ram_desktop": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
@@ -226,8 +259,10 @@ def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
     name its source, after checking it is something ``transformers`` may load without remote code."""
     ckpt = open_checkpoint(ref.source, reporter)
     if not ckpt.path.is_dir():
-        raise InputError(f"{ref.source}: evaluation needs a model folder (config.json, tokenizer and weights), "
-                         f"not a single weights file")
+        raise InputError(
+            f"{ref.source}: evaluation needs a model folder (config.json, tokenizer and weights), "
+            f"not a single weights file"
+        )
     check_loadable(ckpt.path, ref.name)
     return ref, ckpt.path, ckpt.display
 
@@ -270,22 +305,29 @@ def check_loadable(folder: Path, name: str) -> None:
     model_type = config.get("model_type")
     known = isinstance(model_type, str) and model_type in CONFIG_MAPPING
     if not known and "auto_map" in config:
-        raise InputError(f"{where}: needs the code in its own repository (config.json has auto_map and model type "
-                         f"{model_type!r}, which transformers does not know); evaluation never runs a model's own "
-                         f"code (trust_remote_code)")
+        raise InputError(
+            f"{where}: needs the code in its own repository (config.json has auto_map and model type "
+            f"{model_type!r}, which transformers does not know); evaluation never runs a model's own "
+            f"code (trust_remote_code)"
+        )
     if not known:
-        raise InputError(f"{where}: transformers does not know the model type {model_type!r} in config.json; "
-                         f"it cannot be loaded")
+        raise InputError(
+            f"{where}: transformers does not know the model type {model_type!r} in config.json; it cannot be loaded"
+        )
     if not any((folder / f).is_file() for f in TOKENIZER_FILES) and not any(folder.glob("*.tiktoken")):
-        raise InputError(f"{where}: no tokenizer ({', '.join(TOKENIZER_FILES[:3])} ...); evaluation needs the "
-                         f"model's tokenizer: copy the base model's tokenizer files into the folder")
+        raise InputError(
+            f"{where}: no tokenizer ({', '.join(TOKENIZER_FILES[:3])} ...); evaluation needs the "
+            f"model's tokenizer: copy the base model's tokenizer files into the folder"
+        )
     tokenizer_config = folder / "tokenizer_config.json"
     if tokenizer_config.exists():
         tok = _read_json(tokenizer_config, where)
         if isinstance(tok, dict) and "auto_map" in tok and not _known_tokenizer_class(tok.get("tokenizer_class")):
-            raise InputError(f"{where}: its tokenizer needs the code in its own repository (tokenizer_config.json "
-                             f"has auto_map and tokenizer class {tok.get('tokenizer_class')!r}); evaluation never "
-                             f"runs a model's own code (trust_remote_code)")
+            raise InputError(
+                f"{where}: its tokenizer needs the code in its own repository (tokenizer_config.json "
+                f"has auto_map and tokenizer class {tok.get('tokenizer_class')!r}); evaluation never "
+                f"runs a model's own code (trust_remote_code)"
+            )
 
 
 def _known_tokenizer_class(name: Any) -> bool:
@@ -325,17 +367,20 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
         except InputError:
             raise
         except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
-            raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
-                             f"{first_line(e)})") from None
+            raise InputError(
+                f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: {first_line(e)})"
+            ) from None
         try:
             # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
             # transformers annotates the return as the model alone; output_loading_info=True gives (model, info)
             loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
-                folder, dtype=dtype, trust_remote_code=False, ignore_mismatched_sizes=True, output_loading_info=True)
+                folder, dtype=dtype, trust_remote_code=False, ignore_mismatched_sizes=True, output_loading_info=True
+            )
             model, info = loaded
         except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
-            raise InputError(f"{where}: transformers cannot load it as a causal language model "
-                             f"({type(e).__name__}: {first_line(e)})") from None
+            raise InputError(
+                f"{where}: transformers cannot load it as a causal language model ({type(e).__name__}: {first_line(e)})"
+            ) from None
     _check_loading_info(info, where)
     model.to(device)
     model.eval()
@@ -376,11 +421,18 @@ def _as_declared(folder: Path, tokenizer: Any, where: str) -> Any:
     if declared not in GENERIC_TOKENIZERS:
         return tokenizer
     as_written = PreTrainedTokenizerFast.from_pretrained(folder)
-    if as_written(PROBE_TEXT, add_special_tokens=False)["input_ids"] == tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]:
+    if (
+        as_written(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        == tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    ):
         return tokenizer
-    log.warning("%s: transformers would load the tokenizer as %s, which encodes differently from the folder's "
-                "tokenizer.json; using tokenizer.json as written (tokenizer_config.json declares %s)", where,
-                type(tokenizer).__name__, declared)
+    log.warning(
+        "%s: transformers would load the tokenizer as %s, which encodes differently from the folder's "
+        "tokenizer.json; using tokenizer.json as written (tokenizer_config.json declares %s)",
+        where,
+        type(tokenizer).__name__,
+        declared,
+    )
     return as_written
 
 
@@ -390,23 +442,29 @@ def _check_loading_info(info: dict[str, Any], where: str) -> None:
     mismatched = sorted(info.get("mismatched_keys") or [], key=lambda item: item[0])
     if mismatched:
         name, stored, expected = mismatched[0]
-        raise InputError(f"{where}: tensor {name} has shape {list(stored)} in the checkpoint but config.json "
-                         f"implies {list(expected)} ({len(mismatched)} tensor(s) differ); the weights do not match "
-                         f"the config")
+        raise InputError(
+            f"{where}: tensor {name} has shape {list(stored)} in the checkpoint but config.json "
+            f"implies {list(expected)} ({len(mismatched)} tensor(s) differ); the weights do not match "
+            f"the config"
+        )
     missing = sorted(info.get("missing_keys") or [])
     if missing:
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise InputError(f"{where}: the checkpoint lacks {', '.join(missing[:5])}{more}, which config.json's "
-                         f"model needs; transformers would fill them with random values")
+        raise InputError(
+            f"{where}: the checkpoint lacks {', '.join(missing[:5])}{more}, which config.json's "
+            f"model needs; transformers would fill them with random values"
+        )
 
 
 def use_chat_template(tokenizer: Any, suite: Suite, model_name: str) -> bool:
     """Whether ``suite``'s prompts go through ``tokenizer``'s chat template."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     if suite.chat_template == "true" and not has_template:
-        raise InputError(f"suite {suite.name!r} asks for the chat template (chat_template: true) but the tokenizer "
-                         f"of model {model_name} has none; set chat_template: auto or false in "
-                         f"{suite.config_file or 'suite.yaml'}")
+        raise InputError(
+            f"suite {suite.name!r} asks for the chat template (chat_template: true) but the tokenizer "
+            f"of model {model_name} has none; set chat_template: auto or false in "
+            f"{suite.config_file or 'suite.yaml'}"
+        )
     return suite.chat_template == "true" or (suite.chat_template == "auto" and has_template)
 
 
@@ -415,61 +473,87 @@ def prompt_ids(tokenizer: Any, suite: Suite, model_name: str) -> list[list[int]]
     if use_chat_template(tokenizer, suite, model_name):
         system = [{"role": "system", "content": suite.system}] if suite.system else []
         try:
-            texts = [tokenizer.apply_chat_template(system + [{"role": "user", "content": p}], tokenize=False,
-                                                   add_generation_prompt=True) for p in suite.prompts]
+            texts = [
+                tokenizer.apply_chat_template(
+                    system + [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+                )
+                for p in suite.prompts
+            ]
         except Exception as e:  # noqa: BLE001  the template is the model's own Jinja code: any failure is named
-            raise InputError(f"model {model_name}: its chat template failed on suite {suite.name!r} "
-                             f"({type(e).__name__}: {first_line(e)})") from None
+            raise InputError(
+                f"model {model_name}: its chat template failed on suite {suite.name!r} "
+                f"({type(e).__name__}: {first_line(e)})"
+            ) from None
         encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     else:
         texts = [f"{suite.system}\n\n{p}" if suite.system else p for p in suite.prompts]
         encoded = [tokenizer(t)["input_ids"] for t in texts]
     for ids, line in zip(encoded, suite.lines):
         if not ids:
-            raise InputError(f"{suite.data_file}, line {line}: the prompt gives no tokens with the tokenizer of "
-                             f"model {model_name}")
+            raise InputError(
+                f"{suite.data_file}, line {line}: the prompt gives no tokens with the tokenizer of model {model_name}"
+            )
     return [list(ids) for ids in encoded]
 
 
 def stop_token_ids(model: Any, tokenizer: Any) -> list[int]:
     """Every end-of-sequence id named by the generation config, the model config and the tokenizer."""
     ids: list[int] = []
-    for value in (getattr(model.generation_config, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
-                  tokenizer.eos_token_id):
+    for value in (
+        getattr(model.generation_config, "eos_token_id", None),
+        getattr(model.config, "eos_token_id", None),
+        tokenizer.eos_token_id,
+    ):
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, int) and v not in ids:
                 ids.append(v)
     return ids
 
 
-def _generate(model: Any, tokenizer: Any, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
-              device: torch.device, reporter: Reporter, where: str) -> Iterator[tuple[list[int], list[str], int]]:
+def _generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    device: torch.device,
+    reporter: Reporter,
+    where: str,
+) -> Iterator[tuple[list[int], list[str], int]]:
     """Greedy completions in batches: yields (example indices, completion texts, generated tokens)."""
     from transformers import GenerationConfig
 
     stops = stop_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
-    config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
-                              eos_token_id=stops or None, pad_token_id=pad,
-                              bos_token_id=getattr(model.generation_config, "bos_token_id", None))
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stops or None,
+        pad_token_id=pad,
+        bos_token_id=getattr(model.generation_config, "bos_token_id", None),
+    )
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     for first in range(0, len(order), batch_size):
         reporter.check()
-        indices = order[first:first + batch_size]
+        indices = order[first : first + batch_size]
         width = max(len(prompts[i]) for i in indices)
         input_ids = torch.full((len(indices), width), pad, dtype=torch.long)
         attention = torch.zeros((len(indices), width), dtype=torch.long)
         for row, i in enumerate(indices):
             ids = prompts[i]
-            input_ids[row, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention[row, width - len(ids):] = 1
+            input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention[row, width - len(ids) :] = 1
         try:
             with torch.inference_mode(), _quiet_transformers():
-                output = model.generate(input_ids=input_ids.to(device), attention_mask=attention.to(device),
-                                        generation_config=config)
+                output = model.generate(
+                    input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
+                )
         except torch.OutOfMemoryError:
-            raise InputError(f"{where}: out of memory generating a batch of {len(indices)} prompts of up to "
-                             f"{width} tokens on {device}; use a smaller --batch-size") from None
+            raise InputError(
+                f"{where}: out of memory generating a batch of {len(indices)} prompts of up to "
+                f"{width} tokens on {device}; use a smaller --batch-size"
+            ) from None
         except (RuntimeError, ValueError, IndexError) as e:
             raise InputError(f"{where}: generation failed ({type(e).__name__}: {first_line(e)})") from None
         texts, tokens = [], 0

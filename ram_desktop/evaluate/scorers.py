@@ -140,13 +140,17 @@ class Scorer:
         for i, line in enumerate(suite.lines):
             answer = answers[i] if answers is not None else None
             if answer is None or answer == []:
-                raise InputError(f"{suite.data_file}, line {line}: no \"answer\"; the {self.spec.kind} scorer "
-                                 f"compares the completion with it")
+                raise InputError(
+                    f'{suite.data_file}, line {line}: no "answer"; the {self.spec.kind} scorer '
+                    f"compares the completion with it"
+                )
             if self.spec.kind == "number":
                 for item in answer if isinstance(answer, list) else [answer]:
                     if _answer_number(item) is None:
-                        raise InputError(f"{suite.data_file}, line {line}: the answer {item!r} is not a number; "
-                                         f"the number scorer needs one")
+                        raise InputError(
+                            f"{suite.data_file}, line {line}: the answer {item!r} is not a number; "
+                            f"the number scorer needs one"
+                        )
 
     def score(self, suite: Rows, completions: Sequence[str]) -> list[float]:
         """Rewards for ``completions`` of ``suite``'s prompts (in order), checked: one finite number each.
@@ -168,17 +172,22 @@ class Scorer:
         if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
             rewards = rewards.tolist()  # a numpy array or torch tensor
         if not isinstance(rewards, (list, tuple)):
-            raise InputError(f"{where} returned {type(rewards).__name__}; a reward function returns a list with "
-                             f"one number per completion ({n})")
+            raise InputError(
+                f"{where} returned {type(rewards).__name__}; a reward function returns a list with "
+                f"one number per completion ({n})"
+            )
         if len(rewards) != n:
-            raise InputError(f"{where} returned {len(rewards)} scores for {n} completions; it must return one "
-                             f"per completion")
+            raise InputError(
+                f"{where} returned {len(rewards)} scores for {n} completions; it must return one per completion"
+            )
         values = []
         for i, r in enumerate(rewards):
             value = _as_float(r)
             if value is None or not math.isfinite(value):
-                raise InputError(f"{where} returned {r!r} as the score of example {i + 1} "
-                                 f"({suite.data_file}, line {suite.lines[i]}); scores must be finite numbers")
+                raise InputError(
+                    f"{where} returned {r!r} as the score of example {i + 1} "
+                    f"({suite.data_file}, line {suite.lines[i]}); scores must be finite numbers"
+                )
             values.append(value)
         return values
 
@@ -196,8 +205,10 @@ def make_scorer(spec: str | ScorerSpec, base_dir: Path | None = None) -> Scorer:
         return Scorer(spec, _per_example(_same_number))
     if spec.kind == "regex":
         pattern = re.compile(spec.pattern or "")
-        return Scorer(spec, lambda prompts, completions, **_: [float(pattern.fullmatch(c.strip()) is not None)
-                                                               for c in completions])
+        return Scorer(
+            spec,
+            lambda prompts, completions, **_: [float(pattern.fullmatch(c.strip()) is not None) for c in completions],
+        )
     return Scorer(spec, _load_function(spec))
 
 
@@ -205,8 +216,10 @@ def _per_example(match: Callable[[str, Any], bool]) -> Callable[..., list[float]
     """A reward function from a per-example comparison with the answer; a list answer accepts any item."""
 
     def reward(prompts: list[str], completions: list[str], answer: list[Any], **_: Any) -> list[float]:
-        return [float(any(match(c, item) for item in (a if isinstance(a, list) else [a])))
-                for c, a in zip(completions, answer)]
+        return [
+            float(any(match(c, item) for item in (a if isinstance(a, list) else [a])))
+            for c, a in zip(completions, answer)
+        ]
 
     return reward
 
@@ -261,8 +274,10 @@ def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
         import_spec.loader.exec_module(module)
     except SystemExit as e:
         sys.modules.pop(module_name, None)
-        raise InputError(f"{file}: loading the scorer module called sys.exit({e.code!r}) (scorer {spec.text!r}); "
-                         "a scorer file must only define its function") from None
+        raise InputError(
+            f"{file}: loading the scorer module called sys.exit({e.code!r}) (scorer {spec.text!r}); "
+            "a scorer file must only define its function"
+        ) from None
     except Exception as e:  # noqa: BLE001  the user's scorer module: whatever loading it raises is named
         sys.modules.pop(module_name, None)
         raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {first_line(e)}") from None

@@ -64,8 +64,9 @@ class Suite:
         """The first ``n`` examples (all when ``n`` is None or not smaller)."""
         if n is None or n >= len(self):
             return self
-        return replace(self, prompts=self.prompts[:n], lines=self.lines[:n],
-                       columns={k: v[:n] for k, v in self.columns.items()})
+        return replace(
+            self, prompts=self.prompts[:n], lines=self.lines[:n], columns={k: v[:n] for k, v in self.columns.items()}
+        )
 
     def with_scorer(self, spec: str) -> Suite:
         """The same suite scored by ``spec`` (checked, not run); a python file is relative to the suite."""
@@ -95,9 +96,17 @@ def load_suite(path: str | Path) -> Suite:
     config_file = data_file.parent / SUITE_YAML
     settings = _read_yaml(config_file) if config_file.is_file() else {}
     prompts, columns, lines = _read_jsonl(data_file)
-    return Suite(name=settings.pop("name", default_name), source=given, data_file=data_file, prompts=prompts,
-                 columns=columns, lines=lines, config_file=config_file if config_file.is_file() else None,
-                 scorer_dir=data_file.parent, **settings)
+    return Suite(
+        name=settings.pop("name", default_name),
+        source=given,
+        data_file=data_file,
+        prompts=prompts,
+        columns=columns,
+        lines=lines,
+        config_file=config_file if config_file.is_file() else None,
+        scorer_dir=data_file.parent,
+        **settings,
+    )
 
 
 def _read_jsonl(file: Path) -> tuple[tuple[str, ...], dict[str, tuple[Any, ...]], tuple[int, ...]]:
@@ -115,19 +124,22 @@ def _read_jsonl(file: Path) -> tuple[tuple[str, ...], dict[str, tuple[Any, ...]]
             continue
         row = parse_json(line, f"{file}, line {number}")  # one parse per line: repeated keys, deep nesting refused
         if not isinstance(row, dict):
-            raise InputError(f"{file}, line {number}: expected a JSON object like "
-                             f"{{\"prompt\": ..., \"answer\": ...}}, found {type(row).__name__}")
+            raise InputError(
+                f"{file}, line {number}: expected a JSON object like "
+                f'{{"prompt": ..., "answer": ...}}, found {type(row).__name__}'
+            )
         prompt = row.get("prompt")
         if not isinstance(prompt, str):
-            what = "no \"prompt\"" if prompt is None else f"a \"prompt\" that is {type(prompt).__name__}, not text"
-            raise InputError(f"{file}, line {number}: {what}; every row needs a \"prompt\" string")
+            what = 'no "prompt"' if prompt is None else f'a "prompt" that is {type(prompt).__name__}, not text'
+            raise InputError(f'{file}, line {number}: {what}; every row needs a "prompt" string')
         if not prompt.strip():
             raise InputError(f"{file}, line {number}: the prompt is empty")
         rows.append(row)
         lines.append(number)
     if not rows:
-        raise InputError(f"{file}: no examples; a suite has one JSON object per line, "
-                         f"e.g. {{\"prompt\": \"2+3=\", \"answer\": \"5\"}}")
+        raise InputError(
+            f'{file}: no examples; a suite has one JSON object per line, e.g. {{"prompt": "2+3=", "answer": "5"}}'
+        )
     names: dict[str, None] = {}
     for row in rows:
         names.update(dict.fromkeys(k for k in row if k != "prompt"))

@@ -37,7 +37,9 @@ def survival_dtype(out_dtype: str, base_dtype: str | None) -> str | None:
     return SAFETENSORS_DTYPES.get(base_dtype or "")
 
 
-def rescale_survival(report: ProbeReport, lambdas: list[float] | None, dtype: str | None) -> tuple[list[float | None], float | None]:
+def rescale_survival(
+    report: ProbeReport, lambdas: list[float] | None, dtype: str | None
+) -> tuple[list[float | None], float | None]:
     """Per agent: share of unique elements whose RAM+ rescale survives rounding to ``dtype``; and the
     share over all agents' unique elements together (None when nothing is rescaled)."""
     if lambdas is None or dtype is None or dtype not in report.survival:
@@ -67,8 +69,10 @@ class AnalysisPanel(QWidget):
         super().__init__(parent)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.placeholder = QLabel("Add a base and agents, then click <b>Analyze</b> to see how dense and how "
-                                  "overlapping their task vectors are.")
+        self.placeholder = QLabel(
+            "Add a base and agents, then click <b>Analyze</b> to see how dense and how "
+            "overlapping their task vectors are."
+        )
         self.placeholder.setWordWrap(True)
         self.placeholder.setStyleSheet("color: #666; padding: 4px;")
         layout.addWidget(self.placeholder)
@@ -84,16 +88,34 @@ class AnalysisPanel(QWidget):
         self.would_keep = WouldKeepChart()
         views: list[tuple[QWidget, str, str]] = [
             (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
-            (self.overlap, "Overlap", ("For each agent: how many of its updates no other agent touches (unique) "
-                                       "and how many it shares with 1, 2 ... other agents")),
-            (self.heatmap, "Layers × modules", ("Where each agent learned: a layer × module heat map per agent of "
-                                                "density or unique share; hover a cell for its numbers")),
+            (
+                self.overlap,
+                "Overlap",
+                (
+                    "For each agent: how many of its updates no other agent touches (unique) "
+                    "and how many it shares with 1, 2 ... other agents"
+                ),
+            ),
+            (
+                self.heatmap,
+                "Layers × modules",
+                (
+                    "Where each agent learned: a layer × module heat map per agent of "
+                    "density or unique share; hover a cell for its numbers"
+                ),
+            ),
             (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
             (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
             (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
             (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
-            (self.would_keep, "Would keep", ("Before merging: the share of each agent's updates each method keeps; "
-                                             "follows the method form as you change it")),
+            (
+                self.would_keep,
+                "Would keep",
+                (
+                    "Before merging: the share of each agent's updates each method keeps; "
+                    "follows the method form as you change it"
+                ),
+            ),
             (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
         ]
         for index, (widget, title, tip) in enumerate(views):
@@ -117,12 +139,15 @@ class AnalysisPanel(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        tips = ["Agent name", "Share of all elements the agent updates (|τ| > ε)",
-                "Elements only this agent updates: RAM keeps them whole, RAM+ scales them by λ",
-                "Elements this agent and at least one other update: averaged over the active agents",
-                "Overlap-unique ratio ρ = shared / unique (paper eq. 5)",
-                "Scale of this agent's unique updates for the chosen method and parameters",
-                "Share of the agent's unique elements whose rescaled value survives rounding to the output dtype"]
+        tips = [
+            "Agent name",
+            "Share of all elements the agent updates (|τ| > ε)",
+            "Elements only this agent updates: RAM keeps them whole, RAM+ scales them by λ",
+            "Elements this agent and at least one other update: averaged over the active agents",
+            "Overlap-unique ratio ρ = shared / unique (paper eq. 5)",
+            "Scale of this agent's unique updates for the chosen method and parameters",
+            "Share of the agent's unique elements whose rescaled value survives rounding to the output dtype",
+        ]
         for col, tip in enumerate(tips):
             header_item = self.table.horizontalHeaderItem(col)
             assert header_item is not None  # setHorizontalHeaderLabels made it
@@ -243,9 +268,14 @@ class AnalysisPanel(QWidget):
         if self.report is None:
             return
         if key != self.report_key:
-            self.set_stale("The sources or ε changed since this analysis — " + (
-                "click Analyze to update it." if ready else
-                "Analyze again once every source has opened (remove or replace a row marked ✗ error)."))
+            self.set_stale(
+                "The sources or ε changed since this analysis — "
+                + (
+                    "click Analyze to update it."
+                    if ready
+                    else "Analyze again once every source has opened (remove or replace a row marked ✗ error)."
+                )
+            )
             return
         if self.report.names != names:
             self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
@@ -274,10 +304,15 @@ class AnalysisPanel(QWidget):
         for t, a in enumerate(report.agents):
             lam = self.lambdas[t] if self.lambdas else None
             share = self.survival[t]
-            values = [a.name, f"{100 * a.density:.2f} %", f"{a.unique:,}", f"{a.shared:,}",
-                      "∞" if math.isinf(a.rho) else f"{a.rho:.3f}",
-                      f"{lam:.4f}" if lam is not None else "—",
-                      f"{100 * share:.1f} % in {dtype}" if share is not None else "—"]
+            values = [
+                a.name,
+                f"{100 * a.density:.2f} %",
+                f"{a.unique:,}",
+                f"{a.shared:,}",
+                "∞" if math.isinf(a.rho) else f"{a.rho:.3f}",
+                f"{lam:.4f}" if lam is not None else "—",
+                f"{100 * share:.1f} % in {dtype}" if share is not None else "—",
+            ]
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 if col == 0:
@@ -297,7 +332,8 @@ class AnalysisPanel(QWidget):
             self.warning_text.setText(
                 f"<b>{method.label} rescaling will mostly round away.</b> In {dtype} output only "
                 f"{100 * overall:.1f} % of the rescaled unique updates differ from plain RAM (RL updates are often "
-                f"one or two {dtype} ulps). Choose float32 output to keep the rescale.")
+                f"one or two {dtype} ulps). Choose float32 output to keep the rescale."
+            )
             self.warning_fix.setVisible(dtype != "float32")
             self.warning.show()
         else:

@@ -19,18 +19,32 @@ log = logging.getLogger("ram_desktop")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ram-desktop", description="RAM Desktop: merge RL-trained agents with RAM / RAM+.")
+    parser = argparse.ArgumentParser(
+        prog="ram-desktop", description="RAM Desktop: merge RL-trained agents with RAM / RAM+."
+    )
     parser.add_argument("recipe", nargs="?", type=Path, help="a ram-recipe.yaml to open")
     parser.add_argument("--demo", action="store_true", help="open with the built-in demo agents loaded and analysed")
-    parser.add_argument("--screenshot", type=Path, metavar="FILE",
-                        help="with --demo or a recipe: save a PNG of the window after the analysis and exit")
+    parser.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="FILE",
+        help="with --demo or a recipe: save a PNG of the window after the analysis and exit",
+    )
     parser.add_argument("--size", default="1360x860", help="window size for --screenshot (default 1360x860)")
-    parser.add_argument("--self-test", action="store_true",
-                        help="offscreen: analyse and merge the demo agents through the window, check the output, "
-                             "print one line and exit 0 (or 1 with the reason)")
-    parser.add_argument("--setup-compute", nargs="?", const="auto", metavar="auto|cpu|cuda|rocm|mps",
-                        help="detect the GPU and fetch the torch build that uses it, without the window "
-                             "(--dry-run, --offline, --find-links DIR, --json: see docs/compute.md)")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="offscreen: analyse and merge the demo agents through the window, check the output, "
+        "print one line and exit 0 (or 1 with the reason)",
+    )
+    parser.add_argument(
+        "--setup-compute",
+        nargs="?",
+        const="auto",
+        metavar="auto|cpu|cuda|rocm|mps",
+        help="detect the GPU and fetch the torch build that uses it, without the window "
+        "(--dry-run, --offline, --find-links DIR, --json: see docs/compute.md)",
+    )
     parser.add_argument("--compute-info", action="store_true", help="print the torch and device in use and exit")
     parser.add_argument("--version", action="version", version=f"ram-desktop {__version__}")
     return parser
@@ -50,9 +64,12 @@ def install_excepthook() -> None:
         app = QApplication.instance()
         if app is None:
             return
-        box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error",
-                          f"RAM Desktop hit a bug: {kind.__name__}: {value}\n\n"
-                          "Your inputs were not changed. The details below help the developers.")
+        box = QMessageBox(
+            QMessageBox.Icon.Critical,
+            "Unexpected error",
+            f"RAM Desktop hit a bug: {kind.__name__}: {value}\n\n"
+            "Your inputs were not changed. The details below help the developers.",
+        )
         box.setDetailedText(details)
         box.exec()
 
@@ -79,8 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from PySide6.QtCore import QSettings, QTimer
         from PySide6.QtWidgets import QApplication
     except ImportError:
-        print("error: the desktop application needs PySide6 and pyqtgraph: pip install 'ram-desktop[gui]'",
-              file=sys.stderr)
+        print(
+            "error: the desktop application needs PySide6 and pyqtgraph: pip install 'ram-desktop[gui]'",
+            file=sys.stderr,
+        )
         return 2
     import torch  # noqa: F401 — the core imports torch at first use (``core.lazy``); the window loads it before
 

@@ -39,10 +39,22 @@ class ChartSaver(QObject):
         a = self.analysis
         if a.report is None:
             return []
-        widgets = (a.density, a.overlap, a.layers.graphics, a.heatmap, a.tensors, a.intersections, a.pairs, a.ulps,
-                   a.would_keep)
-        return [(Path(folder) / f"{name}.png", widget) for name, widget in zip(VIEWS, widgets)
-                if every_view or name in OVERVIEW]
+        widgets = (
+            a.density,
+            a.overlap,
+            a.layers.graphics,
+            a.heatmap,
+            a.tensors,
+            a.intersections,
+            a.pairs,
+            a.ulps,
+            a.would_keep,
+        )
+        return [
+            (Path(folder) / f"{name}.png", widget)
+            for name, widget in zip(VIEWS, widgets)
+            if every_view or name in OVERVIEW
+        ]
 
     def queue(self, folder: Path) -> None:
         """A merge's overview charts, to be saved into ``folder`` by :meth:`save`."""

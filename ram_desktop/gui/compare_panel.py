@@ -51,8 +51,10 @@ class MethodRow:
             param, values = sweep.param, sweep.values
             self.param.setCurrentIndex(max(0, self.param.findData(param)))
             self.values.setText(values)
-            self.values.setToolTip("Values to try, separated by commas; one variant each. Other parameters: "
-                                   "the Method step's values where the method has them, else its defaults")
+            self.values.setToolTip(
+                "Values to try, separated by commas; one variant each. Other parameters: "
+                "the Method step's values where the method has them, else its defaults"
+            )
         else:
             self.param.setEnabled(False)
             self.values.setEnabled(False)
@@ -121,11 +123,15 @@ class ComparePanel(QWidget):
         self.summary.setWordWrap(True)
         self.summary.setStyleSheet("color: #555;")
         self.run = RunBar("Run compare")
-        self.run.start_button.setToolTip("Merge every ticked variant from one read of the inputs, then score "
-                                         "base, agents and variants on the Evaluate step's ticked suites")
-        intro = QLabel("Tick methods and the values to sweep. All variants are merged in one pass over the inputs "
-                       "(the sources and the Method step's settings), then scored with the Evaluate step's "
-                       "ticked suites; the scores appear side by side in its table.")
+        self.run.start_button.setToolTip(
+            "Merge every ticked variant from one read of the inputs, then score "
+            "base, agents and variants on the Evaluate step's ticked suites"
+        )
+        intro = QLabel(
+            "Tick methods and the values to sweep. All variants are merged in one pass over the inputs "
+            "(the sources and the Method step's settings), then scored with the Evaluate step's "
+            "ticked suites; the scores appear side by side in its table."
+        )
         intro.setWordWrap(True)
         intro.setStyleSheet("color: #555;")
         layout = QVBoxLayout(self)
@@ -163,17 +169,19 @@ class ComparePanel(QWidget):
     def _update_actions(self) -> None:
         running = self.task.running()
         ticked = any(r.check.isChecked() for r in self.rows.values())
-        self.run.start_button.setEnabled(not self.jobs.busy() and ticked
-                                         and bool(self.folder.text().strip()))
+        self.run.start_button.setEnabled(not self.jobs.busy() and ticked and bool(self.folder.text().strip()))
         self.run.cancel_button.setEnabled(running)
         for row in self.rows.values():
             row.check.setEnabled(not running)
             row.param.setEnabled(not running and row.has_params)
             row.values.setEnabled(not running and row.has_params)
         suites = self.evaluate.checked_suites()
-        self.summary.setText(f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
-                             + ", ".join(s.name for s in suites) if suites else
-                             "No suite ticked in Evaluate: the variants are merged, not scored.")
+        self.summary.setText(
+            f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
+            + ", ".join(s.name for s in suites)
+            if suites
+            else "No suite ticked in Evaluate: the variants are merged, not scored."
+        )
 
     def start(self, session: Session, token: str | None = None, options: dict | None = None) -> bool:
         """Merge (and score) the ticked variants of ``session``; ``options`` go to ``compare``."""
@@ -196,8 +204,18 @@ class ComparePanel(QWidget):
         def run(reporter) -> CompareResult:
             if suites:
                 import_transformers([session.base])  # the variants share the base's architecture
-            result = compare(session, variants, folder, suites, reporter=reporter, device=device, batch_size=batch,
-                             limit=limit, token=token, **options)
+            result = compare(
+                session,
+                variants,
+                folder,
+                suites,
+                reporter=reporter,
+                device=device,
+                batch_size=batch,
+                limit=limit,
+                token=token,
+                **options,
+            )
             if result.evaluation is not None:
                 record_evaluation(result.evaluation)
             return result
@@ -212,13 +230,19 @@ class ComparePanel(QWidget):
         for merge in result.merges:
             self.evaluate.add_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
         if result.evaluation is not None:
-            kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges):]}
+            kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges) :]}
             self.evaluate.show_result(result.evaluation, kinds)
-            self.evaluate.run.end(f"Compare scored {len(result.evaluation.models)} models (the base, the agents and "
-                                  f"{len(result.merges)} variants) — see the table", True)
+            self.evaluate.run.end(
+                f"Compare scored {len(result.evaluation.models)} models (the base, the agents and "
+                f"{len(result.merges)} variants) — see the table",
+                True,
+            )
         seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
-        self.run.end(f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
-                     + (" and scored — see Evaluate" if result.evaluation is not None else ""), True)
+        self.run.end(
+            f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
+            + (" and scored — see Evaluate" if result.evaluation is not None else ""),
+            True,
+        )
         log.info("compare done: %s", result.folder)
 
     def _failed(self, message: str, details: str = "") -> None:
@@ -228,15 +252,19 @@ class ComparePanel(QWidget):
 
     def _cancelled(self) -> None:
         log.info("compare cancelled")
-        self.info.emit("Compare cancelled: a cancelled merge leaves no variant folder; variants merged before an "
-                       "evaluation was cancelled stay, without scores.")
+        self.info.emit(
+            "Compare cancelled: a cancelled merge leaves no variant folder; variants merged before an "
+            "evaluation was cancelled stay, without scores."
+        )
         self.run.end("Cancelled", False)
 
     def _finished(self, status: str) -> None:
         self.compare_finished.emit(status)
 
     def _browse(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Folder for the variants", self.folder.text() or str(Path.home()))
+        folder = QFileDialog.getExistingDirectory(
+            self, "Folder for the variants", self.folder.text() or str(Path.home())
+        )
         if folder:
             self.folder.setText(folder)
 

@@ -53,9 +53,12 @@ def about_lines() -> list[str]:
     from ..core.compute.summary import describe_torch
 
     info = describe_torch()
-    return [f"torch {info['torch']} ({info['runtime folder']})", f"CUDA in this torch: {info['CUDA (torch build)']}",
-            f"NVIDIA driver: {info['NVIDIA driver']} (supports CUDA {info['driver supports CUDA']})",
-            f"compute: {info['compute']}"]
+    return [
+        f"torch {info['torch']} ({info['runtime folder']})",
+        f"CUDA in this torch: {info['CUDA (torch build)']}",
+        f"NVIDIA driver: {info['NVIDIA driver']} (supports CUDA {info['driver supports CUDA']})",
+        f"compute: {info['compute']}",
+    ]
 
 
 class ComputePage(QDialog):
@@ -160,7 +163,8 @@ class ComputePage(QDialog):
         job.progress.connect(self._progress)
         job.succeeded.connect(self._done)
         job.failed.connect(
-            lambda message: self._ended(f"Not installed: {message}. The bundled CPU torch stays in use."))
+            lambda message: self._ended(f"Not installed: {message}. The bundled CPU torch stays in use.")
+        )
         job.crashed.connect(lambda message, details: self._ended(f"Not installed (a bug): {message}"))
         job.cancelled.connect(lambda: self._ended("Cancelled; nothing was changed."))
         job.finished.connect(self._finished)
@@ -188,9 +192,11 @@ class ComputePage(QDialog):
     def _done(self, result: install.InstallResult) -> None:
         v = result.verified
         where = v.get("device_name") or "the CPU"
-        text = (f"Installed torch {v.get('torch')} into {result.folder} "
-                f"({builds.human_bytes(result.bytes_on_disk)}, {result.seconds:.0f} s); its check passed on {where}. "
-                "RAM Desktop uses it from its next start.")
+        text = (
+            f"Installed torch {v.get('torch')} into {result.folder} "
+            f"({builds.human_bytes(result.bytes_on_disk)}, {result.seconds:.0f} s); its check passed on {where}. "
+            "RAM Desktop uses it from its next start."
+        )
         if not v.get("gpu") and v.get("why_no_gpu"):
             text += f" Note: {v['why_no_gpu']}; merges run on the CPU until a GPU is usable."
         self._ended(text)
@@ -303,9 +309,11 @@ class ComputeFace(QObject):
         if plan.action != "install" or found.kind == "cpu":
             return
         device = found.nvidia[0].name if found.nvidia else (found.amd_gpus[0] if found.amd_gpus else found.kind)
-        self.banner = OfferBanner(f"Found {device}. RAM Desktop computes on the CPU now; it can fetch torch "
-                                  f"{builds.TORCH_VERSION} ({plan.build.label if plan.build else plan.variant}, "
-                                  f"{builds.human_bytes(plan.download_bytes)}) to use the GPU.")
+        self.banner = OfferBanner(
+            f"Found {device}. RAM Desktop computes on the CPU now; it can fetch torch "
+            f"{builds.TORCH_VERSION} ({plan.build.label if plan.build else plan.variant}, "
+            f"{builds.human_bytes(plan.download_bytes)}) to use the GPU."
+        )
         self.banner.setup_button.clicked.connect(self._setup)
         self.banner.later_button.clicked.connect(self._hide)
         self.banner.never_button.clicked.connect(self._never)

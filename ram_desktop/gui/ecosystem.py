@@ -114,10 +114,12 @@ class PublishDialog(QDialog):
         self.private = QCheckBox("Private repository")
         self.token_edit = QLineEdit()
         self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
-        self.token_edit.setPlaceholderText("using HF_TOKEN / hf auth login" if has_stored_token()
-                                           else "a token with write access (not stored)")
-        self.token_edit.setMinimumWidth(self.token_edit.fontMetrics().horizontalAdvance(
-            self.token_edit.placeholderText()) + 24)
+        self.token_edit.setPlaceholderText(
+            "using HF_TOKEN / hf auth login" if has_stored_token() else "a token with write access (not stored)"
+        )
+        self.token_edit.setMinimumWidth(
+            self.token_edit.fontMetrics().horizontalAdvance(self.token_edit.placeholderText()) + 24
+        )
         self.status = QLabel(f"Uploads {self.folder} with its model card.")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
@@ -176,7 +178,7 @@ class PublishDialog(QDialog):
         self.url = result.url
         self.bar.setValue(1000)
         kind = "private" if result.private else "public"
-        self.status.setText(f"Published ({kind}, {len(result.files)} files): <a href=\"{result.url}\">{result.url}</a>")
+        self.status.setText(f'Published ({kind}, {len(result.files)} files): <a href="{result.url}">{result.url}</a>')
 
     def _failed(self, message: str) -> None:
         self.bar.setVisible(False)

@@ -69,8 +69,9 @@ class HubDialog(QDialog):
 
     COLUMNS = ("", "File", "Size")
 
-    def __init__(self, parent: QWidget | None = None, repo_id: str = "", revision: str = "",
-                 token: str | None = None) -> None:
+    def __init__(
+        self, parent: QWidget | None = None, repo_id: str = "", revision: str = "", token: str | None = None
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Add a model from the Hugging Face Hub")
         self.resize(620, 460)
@@ -128,8 +129,11 @@ class HubDialog(QDialog):
         if self._offline:
             self.list_button.setEnabled(False)
             self.table.setEnabled(False)
-            self._set_status("Offline (HF_HUB_OFFLINE is set): files cannot be listed or downloaded. The model is "
-                             "used from the local Hugging Face cache if it is there.", error=False)
+            self._set_status(
+                "Offline (HF_HUB_OFFLINE is set): files cannot be listed or downloaded. The model is "
+                "used from the local Hugging Face cache if it is there.",
+                error=False,
+            )
         else:
             self._set_status("The files a merge needs are listed here before anything is downloaded.", error=False)
         self._update_buttons()
@@ -226,4 +230,6 @@ class HubDialog(QDialog):
         self._set_status(
             f"{result.repo_id} at commit {result.sha[:12]}: {len(needed)} of {len(names)} files "
             f"({result.weights_format} weights, {_size(result.expected_bytes)}) will be downloaded into the "
-            f"Hugging Face cache; files already cached are reused.{gated}", error=False)
+            f"Hugging Face cache; files already cached are reused.{gated}",
+            error=False,
+        )

@@ -79,7 +79,11 @@ class MainWindow(QMainWindow):
         self.charts = ChartSaver(self.analysis, self.jobs)
         # the widgets that tests and scripts reach through the window
         rb, res = self.run_box, self.result_box
-        self.analyse_button, self.merge_button, self.cancel_button = rb.analyse_button, rb.merge_button, rb.cancel_button
+        self.analyse_button, self.merge_button, self.cancel_button = (
+            rb.analyse_button,
+            rb.merge_button,
+            rb.cancel_button,
+        )
         self.progress, self.progress_label, self.log_view = rb.progress, rb.progress_label, rb.log_view
         self.result_text, self.publish_button = res.result_text, res.publish_button
         self.open_folder_button, self.evaluate_result_button = res.open_folder_button, res.evaluate_result_button
@@ -101,10 +105,17 @@ class MainWindow(QMainWindow):
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
-        self.left_splitter = splitter(Qt.Orientation.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
-                                      (group("3 · Method and output", self.method), 0))
-        self.right_splitter = splitter(Qt.Orientation.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
-                                       (group("5 · Result", self.result_box), 0))
+        self.left_splitter = splitter(
+            Qt.Orientation.Vertical,
+            (group("1 · Sources — base model and agents", self.sources), 1),
+            (group("3 · Method and output", self.method), 0),
+        )
+        self.right_splitter = splitter(
+            Qt.Orientation.Vertical,
+            (self.steps, 3),
+            (group("4 · Merge", self.run_box), 1),
+            (group("5 · Result", self.result_box), 0),
+        )
         self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
@@ -122,8 +133,11 @@ class MainWindow(QMainWindow):
         self.run_box.message.connect(self.notify)
         self.jobs.state_changed.connect(self._update_actions)
         self.jobs.finished.connect(self._job_finished)
-        self.jobs.failed.connect(lambda text: self.sources.reject(text) if self.jobs.state in (
-            JobState.ANALYSING, JobState.MERGING) else None)
+        self.jobs.failed.connect(
+            lambda text: (
+                self.sources.reject(text) if self.jobs.state in (JobState.ANALYSING, JobState.MERGING) else None
+            )
+        )
         self.sources.changed.connect(self._sources_changed)
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
@@ -136,7 +150,8 @@ class MainWindow(QMainWindow):
             panel.info.connect(self.show_info)
         self.compare.run_requested.connect(self._compare)
         self.compare.compare_finished.connect(
-            lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None)
+            lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None
+        )
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()
@@ -199,12 +214,16 @@ class MainWindow(QMainWindow):
         self.method.setEnabled(not busy)
         self.menus.set_busy(busy)
         # charts not on screen wait while a merge runs and while its charts are saved
-        self.analysis.set_held(self.jobs.state in (JobState.MERGING, JobState.SAVING_CHARTS)
-                               or bool(self.charts.pending))
+        self.analysis.set_held(
+            self.jobs.state in (JobState.MERGING, JobState.SAVING_CHARTS) or bool(self.charts.pending)
+        )
 
     def _source_key(self) -> tuple:
-        return (self.sources.base.spec if self.sources.base else None,
-                tuple(r.spec for r in self.sources.agents), self.method.eps.text().strip())
+        return (
+            self.sources.base.spec if self.sources.base else None,
+            tuple(r.spec for r in self.sources.agents),
+            self.method.eps.text().strip(),
+        )
 
     def _base_dtype(self) -> str | None:
         base = self.sources.base
@@ -217,8 +236,9 @@ class MainWindow(QMainWindow):
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
             self._default_folders(base.checkpoint.folder.parent, replace=False)
-        self.evaluate.set_session_models(base.spec if base else None,
-                                         list(zip(self.sources.names, [r.spec for r in self.sources.agents])))
+        self.evaluate.set_session_models(
+            base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
+        )
         self.analysis.follow_sources(self._source_key(), self.sources.names, self.sources.all_ready())
         self._method_changed()
         self._update_actions()
@@ -247,8 +267,9 @@ class MainWindow(QMainWindow):
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
-        self.analysis.update_method(self.method.current, self.method.params(),
-                                    self.method.out_dtype.currentData(), self._base_dtype())
+        self.analysis.update_method(
+            self.method.current, self.method.params(), self.method.out_dtype.currentData(), self._base_dtype()
+        )
 
     # --- background jobs ----------------------------------------------------------------------
     @Slot(object, object)
@@ -317,19 +338,26 @@ class MainWindow(QMainWindow):
             self.sources.reject("")  # the analysis took every row
             self.analysis.show_report(report, key)
             self._method_changed()
-            text = (f"Analysed {report.params:,} elements in {report.tensors} tensors "
-                    f"(ε = {report.eps:g}). Pick a method and Merge.")
+            text = (
+                f"Analysed {report.params:,} elements in {report.tensors} tensors "
+                f"(ε = {report.eps:g}). Pick a method and Merge."
+            )
             self.run_box.show_state(1000, "Analysis done", text)
             for w in report.warnings:
                 self.show_warning(w)
 
-        self.jobs.start(JobState.ANALYSING, partial(run_probe, session, self.chunk_elements, self.sources.hub_token),
-                        done)
+        self.jobs.start(
+            JobState.ANALYSING, partial(run_probe, session, self.chunk_elements, self.sources.hub_token), done
+        )
 
     def _confirm_replace(self, out: Path) -> bool:
-        answer = QMessageBox.question(self, "Replace the output folder?",
-                                      f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
-                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        answer = QMessageBox.question(
+            self,
+            "Replace the output folder?",
+            f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No,
+        )
         return answer == QMessageBox.StandardButton.Yes
 
     def merge(self) -> None:
@@ -338,8 +366,7 @@ class MainWindow(QMainWindow):
             return
         inputs = [r.checkpoint for r in (self.sources.base, *self.sources.agents) if r and r.checkpoint]
         try:
-            request = merge_request(session, inputs, self._confirm_replace, self.sources.hub_token,
-                                    self.chunk_elements)
+            request = merge_request(session, inputs, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
         except InputError as e:
             self.show_error(str(e))
             if isinstance(e, NotReplaceable):
@@ -355,8 +382,9 @@ class MainWindow(QMainWindow):
     def _merged(self, result: MergeResult, key: tuple) -> None:
         self.result = result
         report = self.report
-        if key == self._source_key() and (report is None or report.names != result.probe.names
-                                          or self.analysis.report_key != key):
+        if key == self._source_key() and (
+            report is None or report.names != result.probe.names or self.analysis.report_key != key
+        ):
             self.analysis.show_report(result.probe, key)
             self._method_changed()
         self._show_result(result, [])

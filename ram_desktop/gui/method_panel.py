@@ -27,11 +27,17 @@ from PySide6.QtWidgets import (
 from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, Param, defaults, list_devices
 from .widgets import free_folder
 
-DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
-                "float32": "float32 (keeps RAM+ rescaling)"}
-VOCAB_LABELS = {"exact": "exact (refuse different vocabulary sizes)",
-                "common": "common rows (merge the shared rows, keep the base's for the rest)"}
-INT32 = (-2**31, 2**31 - 1)
+DTYPE_LABELS = {
+    "base": "same as the base",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+    "float32": "float32 (keeps RAM+ rescaling)",
+}
+VOCAB_LABELS = {
+    "exact": "exact (refuse different vocabulary sizes)",
+    "common": "common rows (merge the shared rows, keep the base's for the rest)",
+}
+INT32 = (-(2**31), 2**31 - 1)
 
 
 class PreciseSpinBox(QDoubleSpinBox):
@@ -109,8 +115,11 @@ class SettingEdit(QWidget):
     def gradient(self) -> list[float] | None:
         """The typed value when it is a gradient (a list of numbers), else None."""
         value = parse_setting(self.edit.text())
-        if isinstance(value, list) and len(value) > 1 and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        if (
+            isinstance(value, list)
+            and len(value) > 1
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        ):
             return [float(v) for v in value]
         return None
 
@@ -148,8 +157,10 @@ class ParamField:
             self.changed = w.currentTextChanged
         elif param.kind is int and _fits_int32(param):
             w = QSpinBox()
-            w.setRange(int(param.minimum) if param.minimum is not None else INT32[0],
-                       int(param.maximum) if param.maximum is not None else INT32[1])
+            w.setRange(
+                int(param.minimum) if param.minimum is not None else INT32[0],
+                int(param.maximum) if param.maximum is not None else INT32[1],
+            )
             w.setValue(int(param.default))
             self.changed = w.valueChanged
         elif param.kind is int:  # wider than a QSpinBox (e.g. a 64-bit seed): digits, range checked by the core
@@ -158,8 +169,10 @@ class ParamField:
             self.changed = w.textChanged
         elif param.kind is float:
             w = PreciseSpinBox()
-            w.setRange(param.minimum if param.minimum is not None else -1e12,
-                       param.maximum if param.maximum is not None else 1e12)
+            w.setRange(
+                param.minimum if param.minimum is not None else -1e12,
+                param.maximum if param.maximum is not None else 1e12,
+            )
             w.setSingleStep(0.01 if (param.maximum or 1e9) <= 10 else 0.1)
             w.setValue(float(param.default))
             w.setKeyboardTracking(True)
@@ -260,8 +273,9 @@ class PerAgentWidget(QWidget):
     def _browse(self, row: int) -> None:
         start = self.edits[row].text() or ""
         if self.param.name == "suite":
-            path, _ = QFileDialog.getOpenFileName(self, "Calibration suite", start,
-                                                  "Suites (*.jsonl suite.yaml);;All files (*)")
+            path, _ = QFileDialog.getOpenFileName(
+                self, "Calibration suite", start, "Suites (*.jsonl suite.yaml);;All files (*)"
+            )
         else:
             path = QFileDialog.getExistingDirectory(self, self.param.name, start)
         if path:
@@ -333,8 +347,10 @@ class MethodPanel(QWidget):
         self._agent_defaults: dict[str, list[str]] = {}  # per-agent parameter -> default values (the demo's suites)
 
         self.eps = QLineEdit(repr(defaults.EPS))
-        self.eps.setToolTip("Update threshold ε: an element counts as updated when |θ_agent − θ_base| > ε "
-                            "(default 1e-5). Changing it needs a new analysis.")
+        self.eps.setToolTip(
+            "Update threshold ε: an element counts as updated when |θ_agent − θ_base| > ε "
+            "(default 1e-5). Changing it needs a new analysis."
+        )
         self.device = QComboBox()
         self.device.addItem("Automatic (GPU when present)", "auto")
         for spec, label in list_devices():
@@ -343,16 +359,20 @@ class MethodPanel(QWidget):
         self.out_dtype = QComboBox()
         for name in OUT_DTYPES:
             self.out_dtype.addItem(DTYPE_LABELS.get(name, name), name)
-        self.out_dtype.setToolTip("Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
-                                  "most of RAM+'s rescaling rounds away; float32 keeps it")
+        self.out_dtype.setToolTip(
+            "Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
+            "most of RAM+'s rescaling rounds away; float32 keeps it"
+        )
         self.vocab = QComboBox()
         self.vocab.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # its long labels must
         self.vocab.setMinimumContentsLength(16)  # not set the width of the whole left pane
         for name in VOCAB_MODES:
             self.vocab.addItem(VOCAB_LABELS.get(name, name), name)
-        self.vocab.setToolTip("When an agent's embedding or output head has more or fewer vocabulary rows than the "
-                              "base's: exact refuses the merge; common merges the rows they share (only right when "
-                              "the agent's tokenizer extends the base's)")
+        self.vocab.setToolTip(
+            "When an agent's embedding or output head has more or fewer vocabulary rows than the "
+            "base's: exact refuses the merge; common merges the rows they share (only right when "
+            "the agent's tokenizer extends the base's)"
+        )
         self.shard_size = QLineEdit(defaults.SHARD_SIZE)
         self.shard_size.setToolTip("Largest output shard, like 5GB, 500MB or 2GiB")
         self.out_dir = QLineEdit()

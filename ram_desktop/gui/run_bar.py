@@ -45,8 +45,13 @@ def duration(seconds: float, coarse: bool = False) -> str:
 class RunBar(QWidget):
     """Start button, Cancel, a progress bar and one line of progress text with the time left."""
 
-    STAGES: ClassVar[dict[str, str]] = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
-              "download": "Downloading"}
+    STAGES: ClassVar[dict[str, str]] = {
+        "evaluate": "Evaluating",
+        "probe": "Analysing",
+        "merge": "Merging",
+        "resolve": "Resolving",
+        "download": "Downloading",
+    }
 
     def __init__(self, start_text: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -144,8 +149,9 @@ class PanelJob(QObject):
     @Slot(str, str)
     def _crashed(self, message: str, details: str) -> None:
         if self.running():
-            self.failed.emit(f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the details.",
-                             details)
+            self.failed.emit(
+                f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the details.", details
+            )
 
     @Slot()
     def _cancelled(self) -> None:

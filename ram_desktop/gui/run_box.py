@@ -23,10 +23,18 @@ from .widgets import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 
-STAGE_LABELS = {"probe": "Analysing", "merge": "Merging", "fisher": "Estimating Fisher", "download": "Downloading",
-                "resolve": "Resolving"}
-START_TEXT = {JobState.ANALYSING: "Analysing…", JobState.MERGING: "Preparing the merge…",
-              JobState.DEMO: "Generating the demo agents…"}
+STAGE_LABELS = {
+    "probe": "Analysing",
+    "merge": "Merging",
+    "fisher": "Estimating Fisher",
+    "download": "Downloading",
+    "resolve": "Resolving",
+}
+START_TEXT = {
+    JobState.ANALYSING: "Analysing…",
+    JobState.MERGING: "Preparing the merge…",
+    JobState.DEMO: "Generating the demo agents…",
+}
 
 
 class RunBox(QWidget):
@@ -113,8 +121,11 @@ class RunBox(QWidget):
         if not self._mine():
             return
         log.error("unexpected error (a bug in RAM Desktop): %s\n%s", message, details)
-        self.message.emit("error", f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the "
-                                   "details. Nothing was written to the output folder.")
+        self.message.emit(
+            "error",
+            f"unexpected error: {message}. This is a bug in RAM Desktop; the log has the "
+            "details. Nothing was written to the output folder.",
+        )
         self.progress_label.setText("Stopped by an unexpected error")
 
     @Slot()
@@ -151,7 +162,6 @@ class RunBox(QWidget):
         if level >= logging.ERROR:  # an error is shown even when the log was scrolled back
             bar = self.log_view.verticalScrollBar()
             bar.setValue(bar.maximum())
-
 
     def log_once(self, kind: str, text: str) -> None:
         """A message the window shows (error, warning) into the log too, unless one of its last lines has it."""

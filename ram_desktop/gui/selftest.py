@@ -173,8 +173,10 @@ def _drive(tmp: Path, deadline: float) -> str:
         elements, lambdas, _ = _check_output(out)
         total_s = time.monotonic() - t0
         lam = ", ".join(f"{v:.3f}" for v in lambdas)
-        return (f"analysed {n_agents} agents, merged {elements:,} elements with RAM+ (λ {lam}) to float32 "
-                f"in {merge_s:.1f} s, {len(names)} charts {chart_bytes // 1000} KB, all in {total_s:.1f} s")
+        return (
+            f"analysed {n_agents} agents, merged {elements:,} elements with RAM+ (λ {lam}) to float32 "
+            f"in {merge_s:.1f} s, {len(names)} charts {chart_bytes // 1000} KB, all in {total_s:.1f} s"
+        )
     finally:
         sys.excepthook = previous_hook
         qInstallMessageHandler(previous_handler)

@@ -35,12 +35,19 @@ def read_session(sources: SourcesPanel, method: MethodPanel) -> Session:
         eps = method.eps_value()
     except ValueError:
         raise _bad_eps(method) from None
-    return Session(base=sources.base.spec if sources.base else "",
-                   agents=[r.spec for r in sources.agents], names=sources.names or None,
-                   method=method.current.name, params=method.params(), eps=eps,
-                   device=method.device.currentData(), out_dtype=method.out_dtype.currentData(),
-                   shard_size=method.shard_size.text().strip() or defaults.SHARD_SIZE,
-                   out=method.out_dir.text().strip() or None, vocab=method.vocab.currentData())
+    return Session(
+        base=sources.base.spec if sources.base else "",
+        agents=[r.spec for r in sources.agents],
+        names=sources.names or None,
+        method=method.current.name,
+        params=method.params(),
+        eps=eps,
+        device=method.device.currentData(),
+        out_dtype=method.out_dtype.currentData(),
+        shard_size=method.shard_size.text().strip() or defaults.SHARD_SIZE,
+        out=method.out_dir.text().strip() or None,
+        vocab=method.vocab.currentData(),
+    )
 
 
 def checked_session(sources: SourcesPanel, method: MethodPanel) -> Session:
@@ -80,8 +87,7 @@ def load_session(path: Path) -> Session:
     return session
 
 
-def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], None], doing: str,
-                      what: str) -> bool:
+def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], None], doing: str, what: str) -> bool:
     """``write(recipe, path)`` with the window's current recipe (saving it, exporting it); False, with a readable
     message in the window, when the sources are incomplete (``doing``: what needs them) or writing ``what`` fails."""
     if window.sources.base is None or not window.sources.agents:
@@ -102,13 +108,20 @@ class NotReplaceable(InputError):
     """The output folder holds files RAM Desktop did not write: refused, never replaced; ``free`` may be used instead."""
 
     def __init__(self, out: Path, free: Path) -> None:
-        super().__init__(f"output folder {out} holds files that RAM Desktop did not write, and they are never "
-                         f"replaced; choose a new folder (such as {free.name})")
+        super().__init__(
+            f"output folder {out} holds files that RAM Desktop did not write, and they are never "
+            f"replaced; choose a new folder (such as {free.name})"
+        )
         self.out, self.free = out, free
 
 
-def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: Callable[[Path], bool],
-                  token: str | None, chunk_elements: int) -> MergeRequest | None:
+def merge_request(
+    session: Session,
+    inputs: list[Checkpoint],
+    confirm_replace: Callable[[Path], bool],
+    token: str | None,
+    chunk_elements: int,
+) -> MergeRequest | None:
     """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
     output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
     (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
@@ -127,8 +140,17 @@ def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: C
 
 def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
     """The analysis (probe pass) of ``session``'s sources."""
-    return probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
-                        chunk_elements=chunk_elements, token=token, vocab=session.vocab)
+    return probe(
+        session.base,
+        session.agents,
+        session.names,
+        session.eps,
+        session.device,
+        reporter,
+        chunk_elements=chunk_elements,
+        token=token,
+        vocab=session.vocab,
+    )
 
 
 def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:

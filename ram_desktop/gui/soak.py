@@ -38,8 +38,10 @@ class Sample:
     window_objects: int  # QObjects under the window (C++ side: a job parented to it shows here too)
 
     def line(self) -> str:
-        return (f"cycle {self.cycle:4d}: RSS {self.rss_mb:7.1f} MB, live QThread {self.threads}, "
-                f"Worker {self.workers}, Job {self.jobs}, QObjects in the window {self.window_objects}")
+        return (
+            f"cycle {self.cycle:4d}: RSS {self.rss_mb:7.1f} MB, live QThread {self.threads}, "
+            f"Worker {self.workers}, Job {self.jobs}, QObjects in the window {self.window_objects}"
+        )
 
 
 def rss_mb() -> float:
@@ -143,11 +145,15 @@ def verdict(samples: list[Sample], max_growth_mb: float) -> list[str]:
     first, last = samples[0], samples[-1]
     faults = []
     if max(last.threads, last.workers, last.jobs) > ONE_JOB:
-        faults.append(f"{last.threads} QThread, {last.workers} Worker, {last.jobs} Job objects alive after "
-                      f"{last.cycle} cycles (one job needs {ONE_JOB} of each)")
+        faults.append(
+            f"{last.threads} QThread, {last.workers} Worker, {last.jobs} Job objects alive after "
+            f"{last.cycle} cycles (one job needs {ONE_JOB} of each)"
+        )
     if len(samples) > 1 and last.rss_mb - first.rss_mb > max_growth_mb:
-        faults.append(f"RSS grew {last.rss_mb - first.rss_mb:.0f} MB from cycle {first.cycle} to {last.cycle} "
-                      f"(limit {max_growth_mb:.0f} MB)")
+        faults.append(
+            f"RSS grew {last.rss_mb - first.rss_mb:.0f} MB from cycle {first.cycle} to {last.cycle} "
+            f"(limit {max_growth_mb:.0f} MB)"
+        )
     return faults
 
 
@@ -155,8 +161,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ram_desktop.gui.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=200, help="cycles of analyse, merge, cancelled merge (200)")
     parser.add_argument("--every", type=int, default=20, help="report after this many cycles (20)")
-    parser.add_argument("--max-growth-mb", type=float, default=100.0,
-                        help="fail when RSS grows more than this beyond the first report (100)")
+    parser.add_argument(
+        "--max-growth-mb",
+        type=float,
+        default=100.0,
+        help="fail when RSS grows more than this beyond the first report (100)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     os.environ.setdefault("RAM_DESKTOP_CACHE", tempfile.mkdtemp(prefix="ram-desktop-soak-cache-"))

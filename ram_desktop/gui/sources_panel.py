@@ -88,8 +88,11 @@ class SourcesPanel(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
-                                   | QAbstractItemView.EditTrigger.SelectedClicked)
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked
+            | QAbstractItemView.EditTrigger.EditKeyPressed
+            | QAbstractItemView.EditTrigger.SelectedClicked
+        )
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long paths keep their start and their folder name
         header = self.table.horizontalHeader()
@@ -215,8 +218,7 @@ class SourcesPanel(QWidget):
         return bool(self._pending)
 
     def all_ready(self) -> bool:
-        return (self.base is not None and self.base.ready and bool(self.agents)
-                and all(r.ready for r in self.agents))
+        return self.base is not None and self.base.ready and bool(self.agents) and all(r.ready for r in self.agents)
 
     def not_ready(self, action: str) -> str | None:
         """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
@@ -226,8 +228,10 @@ class SourcesPanel(QWidget):
         rows = [("the base", self.base), *((f"agent {i + 1} ({r.name})", r) for i, r in enumerate(self.agents))]
         refused = next(((label, r) for label, r in rows if r is not None and r.rejected), None)
         if action == "Merge" and refused is not None:
-            return (f"{refused[0]} blocks the merge: the analysis refused it ({refused[1].rejected}). "
-                    f"Remove it (select its row, then Remove) to merge the others")
+            return (
+                f"{refused[0]} blocks the merge: the analysis refused it ({refused[1].rejected}). "
+                f"Remove it (select its row, then Remove) to merge the others"
+            )
         return None
 
     def errors(self) -> list[str]:
@@ -373,9 +377,13 @@ class SourcesPanel(QWidget):
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             b.setEnabled(enabled)
         self.setAcceptDrops(enabled)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
-                                   | QAbstractItemView.EditTrigger.SelectedClicked if enabled
-                                   else QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked
+            | QAbstractItemView.EditTrigger.EditKeyPressed
+            | QAbstractItemView.EditTrigger.SelectedClicked
+            if enabled
+            else QAbstractItemView.EditTrigger.NoEditTriggers
+        )
         if enabled:
             self._update_buttons()
         else:
@@ -401,8 +409,9 @@ class SourcesPanel(QWidget):
             self.add_source(path)
 
     def _browse_file(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Checkpoint files", self.browse_dir,
-                                                "safetensors (*.safetensors);;All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Checkpoint files", self.browse_dir, "safetensors (*.safetensors);;All files (*)"
+        )
         for path in paths:
             self._remember(path)
             self.add_source(path)

@@ -16,7 +16,9 @@ def _role(role) -> int:
     return role if type(role) is int else int(role.value if hasattr(role, "value") else role)
 
 
-_DISPLAY, _ALIGN, _TOOLTIP = (_role(r) for r in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.TextAlignmentRole, Qt.ItemDataRole.ToolTipRole))
+_DISPLAY, _ALIGN, _TOOLTIP = (
+    _role(r) for r in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.TextAlignmentRole, Qt.ItemDataRole.ToolTipRole)
+)
 _SORT = _role(Qt.ItemDataRole.UserRole) + 1
 _ROOT = QModelIndex()  # the invisible root: a flat table's rows and columns hang under it
 _ROLES = frozenset({_DISPLAY, _ALIGN, _TOOLTIP, _SORT})
@@ -47,8 +49,12 @@ class TensorModel(QAbstractTableModel):
             for stats in report.tensor_stats:
                 layer = layer_of(stats.name)
                 kind = module_kind(stats.name)
-                texts = [stats.name.removeprefix("model."), str(layer) if layer is not None else "—", kind,
-                         f"{stats.params:,}"]
+                texts = [
+                    stats.name.removeprefix("model."),
+                    str(layer) if layer is not None else "—",
+                    kind,
+                    f"{stats.params:,}",
+                ]
                 keys: list = [stats.name, layer if layer is not None else -1, kind, stats.params]
                 for t in range(self.agents):
                     density = stats.updated[t] / stats.params if stats.params else None
@@ -90,8 +96,11 @@ class TensorModel(QAbstractTableModel):
             return None
         if role == _FOREGROUND:
             return QBrush(agent_color((section - 4) // 2))
-        return ("Share of the tensor's elements this agent updates" if section % 2 == 0 else
-                "Of this agent's updates in the tensor, the share no other agent touches")
+        return (
+            "Share of the tensor's elements this agent updates"
+            if section % 2 == 0
+            else "Of this agent's updates in the tensor, the share no other agent touches"
+        )
 
 
 class TensorTable(QWidget):

@@ -27,14 +27,20 @@ class ElidedLabel(QLabel):
     def paintEvent(self, event) -> None:
         painter = QPainter(self)
         painter.setPen(self.palette().color(self.foregroundRole()))
-        painter.drawText(self.contentsRect(), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.displayed())
+        painter.drawText(
+            self.contentsRect(), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.displayed()
+        )
         painter.end()
 
 
 class MessageBar(QWidget):
     """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
 
-    STYLES: ClassVar[dict[str, tuple[str, str]]] = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+    STYLES: ClassVar[dict[str, tuple[str, str]]] = {
+        "error": ("#fdecea", "#b3261e"),
+        "warning": ("#fff4ce", "#7a5a00"),
+        "info": ("#e8f1fb", "#1a4d80"),
+    }
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -62,8 +68,9 @@ class MessageBar(QWidget):
     def show_message(self, kind: str, text: str) -> None:
         bg, fg = self.STYLES[kind]
         self.kind = kind
-        self.setStyleSheet(f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }}"
-                           f" QLabel {{ color: {fg}; }}")
+        self.setStyleSheet(
+            f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }} QLabel {{ color: {fg}; }}"
+        )
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
         self.text.setText(prefix + text)
         self._action = None

@@ -10,8 +10,11 @@ MainWindow = Any  # the main window (not imported: main_window imports this modu
 
 
 def _splitters(window: MainWindow) -> tuple:
-    return (("window/splitter", window.splitter), ("window/left", window.left_splitter),
-            ("window/right", window.right_splitter))
+    return (
+        ("window/splitter", window.splitter),
+        ("window/left", window.left_splitter),
+        ("window/right", window.right_splitter),
+    )
 
 
 def restore_window(window: MainWindow) -> None:

@@ -54,16 +54,27 @@ class TorchBuild:
 BUILDS: tuple[TorchBuild, ...] = (
     # PyPI's torch for Linux x86-64 is the CUDA 13.0 build (torch + nvidia-* + triton); CUDA 13 needs a
     # driver of the 580 series or newer.
-    TorchBuild("cuda13", "cuda", "CUDA 13.0 build from PyPI", PYPI, (("linux", "x86_64"),),
-               {"linux": (580, 65, 6)}),
+    TorchBuild("cuda13", "cuda", "CUDA 13.0 build from PyPI", PYPI, (("linux", "x86_64"),), {"linux": (580, 65, 6)}),
     # CUDA 12.6 builds come only from PyTorch's own index; CUDA 12 runs on drivers from 525.60.13 (Linux) /
     # 528.33 (Windows) by CUDA's minor-version compatibility.
-    TorchBuild("cu126", "cuda", "CUDA 12.6 build from PyTorch's index", f"{PYTORCH_INDEX}/cu126",
-               (("linux", "x86_64"), ("windows", "x86_64")), {"linux": (525, 60, 13), "windows": (528, 33)}),
-    TorchBuild("rocm6.4", "rocm", "ROCm 6.4 build from PyTorch's index", f"{PYTORCH_INDEX}/rocm6.4",
-               (("linux", "x86_64"),)),
-    TorchBuild("cpu", "cpu", "CPU build from PyTorch's index", f"{PYTORCH_INDEX}/cpu",
-               (("linux", "x86_64"), ("windows", "x86_64"))),
+    TorchBuild(
+        "cu126",
+        "cuda",
+        "CUDA 12.6 build from PyTorch's index",
+        f"{PYTORCH_INDEX}/cu126",
+        (("linux", "x86_64"), ("windows", "x86_64")),
+        {"linux": (525, 60, 13), "windows": (528, 33)},
+    ),
+    TorchBuild(
+        "rocm6.4", "rocm", "ROCm 6.4 build from PyTorch's index", f"{PYTORCH_INDEX}/rocm6.4", (("linux", "x86_64"),)
+    ),
+    TorchBuild(
+        "cpu",
+        "cpu",
+        "CPU build from PyTorch's index",
+        f"{PYTORCH_INDEX}/cpu",
+        (("linux", "x86_64"), ("windows", "x86_64")),
+    ),
     TorchBuild("mps", "mps", "macOS build from PyPI (CPU and MPS)", PYPI, (("macos", "arm64"),)),
 )
 
@@ -138,12 +149,19 @@ class Plan:
         return lines
 
     def to_json(self) -> dict:
-        return {"variant": self.variant, "action": self.action, "reason": self.reason,
-                "build": self.build.key if self.build else None, "lock": str(self.lock) if self.lock else None,
-                "index": self.index, "find_links": str(self.find_links) if self.find_links else None,
-                "packages": [{"name": p.name, "version": p.version, "bytes": p.size} for p in self.packages],
-                "download_bytes": self.download_bytes, "folder": str(self.folder) if self.folder else None,
-                "warnings": list(self.warnings)}
+        return {
+            "variant": self.variant,
+            "action": self.action,
+            "reason": self.reason,
+            "build": self.build.key if self.build else None,
+            "lock": str(self.lock) if self.lock else None,
+            "index": self.index,
+            "find_links": str(self.find_links) if self.find_links else None,
+            "packages": [{"name": p.name, "version": p.version, "bytes": p.size} for p in self.packages],
+            "download_bytes": self.download_bytes,
+            "folder": str(self.folder) if self.folder else None,
+            "warnings": list(self.warnings),
+        }
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -177,8 +195,13 @@ def _fits(build: TorchBuild, det: Detection) -> bool:
     return (det.system, det.machine) in build.platforms
 
 
-def choose(det: Detection, want: str = "auto", find_links: Path | None = None, locks: Path | None = None,
-           runtimes: Path | None = None) -> Plan:
+def choose(
+    det: Detection,
+    want: str = "auto",
+    find_links: Path | None = None,
+    locks: Path | None = None,
+    runtimes: Path | None = None,
+) -> Plan:
     """The plan for ``want`` ("auto" picks from the detection) on the detected machine.
 
     With ``find_links`` the packages come from that folder of wheels (``torch==TORCH_VERSION``, no lock
@@ -199,13 +222,24 @@ def choose(det: Detection, want: str = "auto", find_links: Path | None = None, l
 
     def install(build: TorchBuild | None, reason: str) -> Plan:
         if find_links is not None:
-            return Plan(variant, "install", reason, build, None, None, find_links,
-                        (Package("torch", TORCH_VERSION, 0),), folder, tuple(warnings))
+            return Plan(
+                variant,
+                "install",
+                reason,
+                build,
+                None,
+                None,
+                find_links,
+                (Package("torch", TORCH_VERSION, 0),),
+                folder,
+                tuple(warnings),
+            )
         assert build is not None
         lock = lock_of(build)
         assert lock is not None
-        return Plan(variant, "install", reason, build, lock, build.index, None, _read_lock(lock), folder,
-                    tuple(warnings))
+        return Plan(
+            variant, "install", reason, build, lock, build.index, None, _read_lock(lock), folder, tuple(warnings)
+        )
 
     candidates = [b for b in BUILDS if b.variant == variant and _fits(b, det)]
     if variant == "mps":
@@ -220,8 +254,11 @@ def choose(det: Detection, want: str = "auto", find_links: Path | None = None, l
         return Plan(variant, "none", "the bundled torch is the CPU build; nothing to fetch")
     if not candidates:
         what = "CUDA" if variant == "cuda" else "ROCm"
-        return Plan(variant, "impossible", f"torch {TORCH_VERSION} has no {what} build for {platform_text}; "
-                    "the bundled CPU torch stays in use")
+        return Plan(
+            variant,
+            "impossible",
+            f"torch {TORCH_VERSION} has no {what} build for {platform_text}; the bundled CPU torch stays in use",
+        )
     if variant == "rocm" and not det.amd_gpus:
         warnings.append("no AMD GPU was found under ROCm: this torch will compute on the CPU until one is")
     if variant == "cuda":
@@ -231,11 +268,17 @@ def choose(det: Detection, want: str = "auto", find_links: Path | None = None, l
             driver = _version(det.driver)
             runnable = [b for b in candidates if det.system in b.min_driver and driver >= b.min_driver[det.system]]
             if not runnable:
-                needs = " or ".join(f"{_dotted(b.min_driver[det.system])} for the {b.label} ({b.index})"
-                                    for b in candidates if det.system in b.min_driver)
-                return Plan(variant, "impossible",
-                            f"NVIDIA driver {det.driver} is too old for torch {TORCH_VERSION}: it needs driver "
-                            f"{needs}. Update the NVIDIA driver; until then the bundled CPU torch stays in use")
+                needs = " or ".join(
+                    f"{_dotted(b.min_driver[det.system])} for the {b.label} ({b.index})"
+                    for b in candidates
+                    if det.system in b.min_driver
+                )
+                return Plan(
+                    variant,
+                    "impossible",
+                    f"NVIDIA driver {det.driver} is too old for torch {TORCH_VERSION}: it needs driver "
+                    f"{needs}. Update the NVIDIA driver; until then the bundled CPU torch stays in use",
+                )
             candidates = runnable
     if find_links is not None:
         return install(candidates[0], f"torch {TORCH_VERSION}, {candidates[0].label}, from local wheels")
@@ -247,9 +290,14 @@ def choose(det: Detection, want: str = "auto", find_links: Path | None = None, l
     if variant == "cuda" and det.system == "linux":
         newest = BUILDS[0]
         if newest not in candidates and lock_of(newest):
-            hint = (f"; or update the NVIDIA driver to {_dotted(newest.min_driver['linux'])} or newer to use the "
-                    f"{newest.label}")
-    return Plan(variant, "impossible",
-                f"this machine needs the {names}, and this installation has no lock file for it (made by the "
-                f"release workflow where that index is reachable); install it with "
-                f"--find-links DIR from wheels you downloaded{hint}. The bundled CPU torch stays in use")
+            hint = (
+                f"; or update the NVIDIA driver to {_dotted(newest.min_driver['linux'])} or newer to use the "
+                f"{newest.label}"
+            )
+    return Plan(
+        variant,
+        "impossible",
+        f"this machine needs the {names}, and this installation has no lock file for it (made by the "
+        f"release workflow where that index is reachable); install it with "
+        f"--find-links DIR from wheels you downloaded{hint}. The bundled CPU torch stays in use",
+    )

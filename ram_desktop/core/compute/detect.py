@@ -64,8 +64,10 @@ class Detection:
             memory = f", {gpu.memory_mib / 1024:.0f} GiB" if gpu.memory_mib else ""
             lines.append(f"NVIDIA GPU {i}: {gpu.name}{memory}")
         if self.driver:
-            lines.append(f"NVIDIA driver {self.driver}"
-                         + (f" (supports CUDA up to {self.cuda})" if self.cuda else " (CUDA version not reported)"))
+            lines.append(
+                f"NVIDIA driver {self.driver}"
+                + (f" (supports CUDA up to {self.cuda})" if self.cuda else " (CUDA version not reported)")
+            )
         if self.rocm is not None or self.amd_gpus:
             gpus = ", ".join(self.amd_gpus) or "no GPU agent listed"
             lines.append(f"AMD ROCm {self.rocm or '(version unknown)'}: {gpus}")
@@ -98,8 +100,9 @@ def machine_name() -> str:
 def _run(program: str, *args: str) -> tuple[int, str, str] | str:
     """``(exit code, stdout, stderr)``, or a one-line reason when the program could not run at all."""
     try:
-        done = subprocess.run([program, *args], check=False, capture_output=True, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            [program, *args], check=False, capture_output=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return f"{Path(program).name} did not answer within {TIMEOUT_S:.0f} s"
     except OSError as e:

@@ -143,11 +143,29 @@ def verify_command(folder: Path, variant: str, modules: list[str]) -> list[str]:
 
 
 def _uv_command(plan: Plan, site: Path, offline: bool, fresh: bool) -> list[str]:
-    command = [str(uv_binary()), "pip", "install", "--target", str(site), "--python", console_executable(), "--no-deps",
-               "--no-config", "--cache-dir", str(uv_cache_dir()), "--link-mode", "copy", "--no-progress"]
+    command = [
+        str(uv_binary()),
+        "pip",
+        "install",
+        "--target",
+        str(site),
+        "--python",
+        console_executable(),
+        "--no-deps",
+        "--no-config",
+        "--cache-dir",
+        str(uv_cache_dir()),
+        "--link-mode",
+        "copy",
+        "--no-progress",
+    ]
     if plan.find_links is not None:
-        command += ["--no-index", "--find-links", str(plan.find_links),
-                    *[f"{p.name}=={p.version}" for p in plan.packages]]
+        command += [
+            "--no-index",
+            "--find-links",
+            str(plan.find_links),
+            *[f"{p.name}=={p.version}" for p in plan.packages],
+        ]
     else:
         assert plan.lock is not None and plan.index is not None
         command += ["--require-hashes", "--index-url", plan.index, "-r", str(plan.lock)]
@@ -170,8 +188,10 @@ def _uv_reason(text: str) -> str:
     if "no space left" in low or "os error 28" in low:
         return f"the disk is full ({reason}); free some space and retry"
     if "offline" in low or "failed to fetch" in low or "dns" in low or "connect" in low or "network" in low:
-        return f"the packages could not be downloaded ({reason}); check the network and retry " \
-               "(wheels downloaded so far are kept)"
+        return (
+            f"the packages could not be downloaded ({reason}); check the network and retry "
+            "(wheels downloaded so far are kept)"
+        )
     if "hash mismatch" in low:
         return f"a download does not match the lock file's hash ({reason}); retry with a clean start"
     return reason
@@ -180,24 +200,37 @@ def _uv_reason(text: str) -> str:
 def _verify(folder: Path, variant: str, modules: list[str]) -> dict:
     env = dict(os.environ, RAM_DESKTOP_RUNTIME="off", PYTHONNOUSERSITE="1")
     try:
-        done = subprocess.run(verify_command(folder, variant, modules), check=False, capture_output=True, text=True,
-                              env=env, timeout=VERIFY_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            verify_command(folder, variant, modules),
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=VERIFY_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         raise ComputeError(f"the new torch did not finish its check within {VERIFY_TIMEOUT_S} s") from None
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(PREFIX)), None)
     if line is None:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ComputeError(f"the new torch failed its check (exit {done.returncode}): {tail}")
-    result = json.loads(line[len(PREFIX):])
+    result = json.loads(line[len(PREFIX) :])
     if not result.get("ok"):
         raise ComputeError(f"the new torch failed its check: {result.get('error', 'unknown reason')}")
     return result
 
 
 def _manifest(site: Path) -> tuple[list[str], dict[str, int]]:
-    modules = sorted({p.name.split(".")[0] for p in site.iterdir()
-                      if not p.name.endswith((".dist-info", ".data")) and p.name not in ("bin", "__pycache__")
-                      and (p.is_dir() or p.suffix in (".py", *BINARY_SUFFIXES))})
+    modules = sorted(
+        {
+            p.name.split(".")[0]
+            for p in site.iterdir()
+            if not p.name.endswith((".dist-info", ".data"))
+            and p.name not in ("bin", "__pycache__")
+            and (p.is_dir() or p.suffix in (".py", *BINARY_SUFFIXES))
+        }
+    )
     binaries: dict[str, int] = {}
     for root, _dirs, files in os.walk(site):
         for name in files:
@@ -207,8 +240,13 @@ def _manifest(site: Path) -> tuple[list[str], dict[str, int]]:
     return modules, binaries
 
 
-def install(plan: Plan, reporter: Reporter | None = None, offline: bool = False, fresh: bool = False,
-            log: Callable[[str], None] = lambda line: None) -> InstallResult:
+def install(
+    plan: Plan,
+    reporter: Reporter | None = None,
+    offline: bool = False,
+    fresh: bool = False,
+    log: Callable[[str], None] = lambda line: None,
+) -> InstallResult:
     """Carry out an "install" plan (see the module docstring). Raises :class:`ComputeError` or
     :class:`~ram_desktop.core.errors.Cancelled`."""
     if plan.action != "install" or plan.folder is None:
@@ -221,8 +259,10 @@ def install(plan: Plan, reporter: Reporter | None = None, offline: bool = False,
     for where in (root, uv_cache_dir()):
         free, probe = _free(where)
         if free < need:
-            raise ComputeError(f"not enough free disk for the {human_bytes(plan.download_bytes)} download: "
-                               f"{human_bytes(need)} needed, {human_bytes(free)} free on {probe}")
+            raise ComputeError(
+                f"not enough free disk for the {human_bytes(plan.download_bytes)} download: "
+                f"{human_bytes(need)} needed, {human_bytes(free)} free on {probe}"
+            )
     try:
         root.mkdir(parents=True, exist_ok=True)
         uv_cache_dir().mkdir(parents=True, exist_ok=True)
@@ -252,21 +292,34 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-def _install_into(plan: Plan, staging: Path, site: Path, folder: Path, reporter: Reporter, offline: bool,
-                  fresh: bool, log: Callable[[str], None], t0: float) -> InstallResult:
+def _install_into(
+    plan: Plan,
+    staging: Path,
+    site: Path,
+    folder: Path,
+    reporter: Reporter,
+    offline: bool,
+    fresh: bool,
+    log: Callable[[str], None],
+    t0: float,
+) -> InstallResult:
     command = _uv_command(plan, site, offline, fresh)
     log("running " + " ".join(command))
     uv_log = staging / "uv.log"
     cache = uv_cache_dir()
     start_bytes = folder_bytes(cache)
     total = plan.download_bytes
-    kwargs: dict = {"start_new_session": True} if not sys.platform.startswith("win") else \
-        {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    kwargs: dict = (
+        {"start_new_session": True}
+        if not sys.platform.startswith("win")
+        else {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    )
     env = dict(os.environ, UV_NO_PROGRESS="1", NO_COLOR="1")
     with open(uv_log, "wb") as out:
         try:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, **kwargs)
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, **kwargs
+            )
         except OSError as e:
             raise ComputeError(f"uv could not start: {e.strerror or e}") from None
         last_t, last_b = time.monotonic(), 0
@@ -277,8 +330,13 @@ def _install_into(plan: Plan, staging: Path, site: Path, folder: Path, reporter:
                 written = max(0, folder_bytes(cache) - start_bytes) + folder_bytes(site)
                 speed = (written - last_b) / max(now - last_t, 1e-3)
                 last_t, last_b = now, written
-                reporter.progress("download", written, max(total, written), "B",
-                                  detail=f"{human_bytes(written)} written, {human_bytes(max(speed, 0))}/s")
+                reporter.progress(
+                    "download",
+                    written,
+                    max(total, written),
+                    "B",
+                    detail=f"{human_bytes(written)} written, {human_bytes(max(speed, 0))}/s",
+                )
         except BaseException:
             _stop(process)
             raise
@@ -293,12 +351,21 @@ def _install_into(plan: Plan, staging: Path, site: Path, folder: Path, reporter:
     reporter.check()
     if isinstance(verified.get("file"), str):  # where torch will be found, not where it was checked
         verified["file"] = verified["file"].replace(str(staging), str(folder), 1)
-    marker = {"format": FORMAT, "variant": plan.variant, "build": plan.build.key if plan.build else None,
-              "torch": verified.get("torch"), "cuda": verified.get("cuda"), "hip": verified.get("hip"),
-              "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-              "source": str(plan.find_links) if plan.find_links else plan.index,
-              "lock": plan.lock.name if plan.lock else None, "installed": time.strftime("%Y-%m-%dT%H:%M:%S"),
-              "verified": verified, "modules": modules, "binaries": binaries}
+    marker = {
+        "format": FORMAT,
+        "variant": plan.variant,
+        "build": plan.build.key if plan.build else None,
+        "torch": verified.get("torch"),
+        "cuda": verified.get("cuda"),
+        "hip": verified.get("hip"),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "source": str(plan.find_links) if plan.find_links else plan.index,
+        "lock": plan.lock.name if plan.lock else None,
+        "installed": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "verified": verified,
+        "modules": modules,
+        "binaries": binaries,
+    }
     (staging / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")  # last: the folder is whole
     old = folder.with_name(f"{folder.name}.old-{os.getpid()}")
     try:
@@ -314,8 +381,13 @@ def _install_into(plan: Plan, staging: Path, site: Path, folder: Path, reporter:
     check_folder(folder)
     # the wheels are in the runtime folder now; uv's copy of them (as large again) is only needed to resume
     # a failed install, so it goes
-    subprocess.run([str(uv_binary()), "cache", "clean", "--cache-dir", str(cache)], check=False,
-                   capture_output=True, timeout=600, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        [str(uv_binary()), "cache", "clean", "--cache-dir", str(cache)],
+        check=False,
+        capture_output=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     reporter.progress("verify", 1, 1, "")
     return InstallResult(folder, time.monotonic() - t0, folder_bytes(folder), verified)
 
@@ -340,11 +412,11 @@ def installed(root: Path) -> list[tuple[Path, dict | None, str | None]]:
 
     found: list[tuple[Path, dict | None, str | None]] = []
     if root.is_dir():
-        for folder in sorted(p for p in root.iterdir() if p.is_dir() and ".partial-" not in p.name
-                             and ".old-" not in p.name):
+        for folder in sorted(
+            p for p in root.iterdir() if p.is_dir() and ".partial-" not in p.name and ".old-" not in p.name
+        ):
             try:
                 found.append((folder, check_folder(folder), None))
             except RuntimeProblem as e:
                 found.append((folder, None, str(e)))
     return found
-

@@ -145,8 +145,9 @@ class _RuntimeFinder(importlib.abc.MetaPathFinder):
         self.site = str(site)
         self.names = frozenset(names)
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] not in self.names:
             return None
         return importlib.machinery.PathFinder.find_spec(fullname, [self.site] if "." not in fullname else path)

@@ -17,10 +17,14 @@ def describe_torch() -> dict[str, str]:
 
     state = runtime.status()
     found = detect.detect()
-    out = {"torch": str(torch.__version__), "torch file": str(Path(torch.__file__).parent),
-           "runtime folder": str(state.folder) if state.folder else "none (the bundled torch)",
-           "CUDA (torch build)": str(torch.version.cuda), "NVIDIA driver": found.driver or "none found",
-           "driver supports CUDA": found.cuda or "-"}
+    out = {
+        "torch": str(torch.__version__),
+        "torch file": str(Path(torch.__file__).parent),
+        "runtime folder": str(state.folder) if state.folder else "none (the bundled torch)",
+        "CUDA (torch build)": str(torch.version.cuda),
+        "NVIDIA driver": found.driver or "none found",
+        "driver supports CUDA": found.cuda or "-",
+    }
     out["compute"] = compute_label(torch)
     return out
 

@@ -55,8 +55,12 @@ def check(folder: Path, variant: str, modules: Sequence[str] = ("torch",)) -> di
     result: dict = {"ok": False}
     import torch
 
-    result.update(torch=torch.__version__, file=str(torch.__file__), cuda=torch.version.cuda,
-                  hip=getattr(torch.version, "hip", None))
+    result.update(
+        torch=torch.__version__,
+        file=str(torch.__file__),
+        cuda=torch.version.cuda,
+        hip=getattr(torch.version, "hip", None),
+    )
     site = (folder / "site").resolve()
     if not Path(torch.__file__).resolve().is_relative_to(site):
         result["error"] = f"torch was imported from {torch.__file__}, not from {site}"

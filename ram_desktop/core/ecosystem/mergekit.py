@@ -45,9 +45,18 @@ REFUSED_TOP_LEVEL = {
     "tokenizer": "tokenizer merging (RAM Desktop copies the base's tokenizer)",
     "chat_template": "a chat template override (RAM Desktop copies the base's tokenizer files)",
 }
-DTYPES = {"float64": "float64", "fp64": "float64",
-          "float32": "float32", "fp32": "float32", "float": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16", "half": "float16"}
+DTYPES = {
+    "float64": "float64",
+    "fp64": "float64",
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+}
 
 
 @dataclass
@@ -85,11 +94,15 @@ def _read_yaml(path: Path) -> Any:
 def _scalar(where: str, key: str, value: Any) -> Any:
     """A plain value; gradients (lists) and filtered values (mappings) are refused."""
     if isinstance(value, list):
-        raise InputError(f"{where}: {key} is a per-layer value list (gradient); RAM Desktop uses one value "
-                         "for the whole model, write a single number")
+        raise InputError(
+            f"{where}: {key} is a per-layer value list (gradient); RAM Desktop uses one value "
+            "for the whole model, write a single number"
+        )
     if isinstance(value, dict):
-        raise InputError(f"{where}: {key} has filtered values (filter/value); RAM Desktop uses one value "
-                         "for every tensor, write a single number")
+        raise InputError(
+            f"{where}: {key} has filtered values (filter/value); RAM Desktop uses one value "
+            "for every tensor, write a single number"
+        )
     return value
 
 
@@ -116,8 +129,10 @@ def _model_ref(where: str, key: str, ref: Any) -> str:
     """mergekit's ``model`` value as our source text (``path``, ``org/name`` or ``org/name@revision``)."""
     if isinstance(ref, dict):
         if ref.get("lora"):
-            raise InputError(f"{where}: {key}.lora (a LoRA applied on the fly) cannot be expressed; "
-                             "merge the adapter into its model first")
+            raise InputError(
+                f"{where}: {key}.lora (a LoRA applied on the fly) cannot be expressed; "
+                "merge the adapter into its model first"
+            )
         inner = ref.get("model", ref)
         if isinstance(inner, dict):
             path, revision = inner.get("path"), inner.get("revision")
@@ -129,8 +144,10 @@ def _model_ref(where: str, key: str, ref: Any) -> str:
     if not isinstance(ref, str) or not ref.strip():
         raise InputError(f"{where}: {key} must name a model (a folder or org/name)")
     if "+" in ref and not Path(ref).exists():
-        raise InputError(f"{where}: {key} = {ref!r} applies a LoRA (model+lora), which cannot be expressed; "
-                         "merge the adapter into its model first")
+        raise InputError(
+            f"{where}: {key} = {ref!r} applies a LoRA (model+lora), which cannot be expressed; "
+            "merge the adapter into its model first"
+        )
     return ref.strip()
 
 
@@ -153,15 +170,19 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
         raise InputError(f"{where}: {unknown[0]}: unknown mergekit key, RAM Desktop cannot express it")
     tokenizer = data.get("tokenizer_source")
     if tokenizer is not None and str(tokenizer).strip() != "base":
-        raise InputError(f"{where}: tokenizer_source: {tokenizer!r}: tokenizer merging cannot be expressed; "
-                         "RAM Desktop "
-                         "copies the base's tokenizer (tokenizer_source: base)")
+        raise InputError(
+            f"{where}: tokenizer_source: {tokenizer!r}: tokenizer merging cannot be expressed; "
+            "RAM Desktop "
+            "copies the base's tokenizer (tokenizer_source: base)"
+        )
     method = str(data.get("merge_method"))
     imports = _imports()
     exact = _exact()
     if method not in imports and method not in exact:
-        raise InputError(f"{where}: merge_method: {method!r} has no RAM Desktop equivalent; supported: "
-                         f"{', '.join(sorted(set(imports) | set(exact)))}")
+        raise InputError(
+            f"{where}: merge_method: {method!r} has no RAM Desktop equivalent; supported: "
+            f"{', '.join(sorted(set(imports) | set(exact)))}"
+        )
     if method not in imports:
         return _from_exact(data, where, *exact[method])
     try:
@@ -185,8 +206,11 @@ def _combine(own: Any, shared: Any) -> Any:
     filters = [own] if isinstance(own, dict) else own
     if not all(isinstance(f, dict) for f in filters):
         return own  # a gradient: always a value
-    tail = shared if isinstance(shared, list) and all(isinstance(f, dict) for f in shared) else (
-        [shared] if isinstance(shared, dict) else [{"value": shared}])
+    tail = (
+        shared
+        if isinstance(shared, list) and all(isinstance(f, dict) for f in shared)
+        else ([shared] if isinstance(shared, dict) else [{"value": shared}])
+    )
     return [*filters, *tail]
 
 
@@ -205,8 +229,10 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
     per_model_keys = set(exact.per_model)
     for key in given:
         if key not in exact.shared and key not in per_model_keys:
-            raise InputError(f"{where}: parameters.{key}: not a parameter of mergekit's {exact.name} (it takes "
-                             f"{', '.join([*exact.shared, *exact.per_model]) or 'none'})")
+            raise InputError(
+                f"{where}: parameters.{key}: not a parameter of mergekit's {exact.name} (it takes "
+                f"{', '.join([*exact.shared, *exact.per_model]) or 'none'})"
+            )
 
     entries: list[tuple[str, dict, str]] = []
     for i, entry in enumerate(models):
@@ -221,8 +247,10 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
             raise InputError(f"{where}: {at}.parameters must be a mapping")
         for key in params:
             if key not in per_model_keys:
-                raise InputError(f"{where}: {at}.parameters.{key}: not a per-model parameter of mergekit's "
-                                 f"{exact.name} (per model it takes {', '.join(exact.per_model) or 'none'})")
+                raise InputError(
+                    f"{where}: {at}.parameters.{key}: not a per-model parameter of mergekit's "
+                    f"{exact.name} (per model it takes {', '.join(exact.per_model) or 'none'})"
+                )
         entries.append((_model_ref(where, f"{at}.model", entry["model"]), params, f"{at}.parameters"))
 
     params_out: dict[str, Any] = {}
@@ -239,13 +267,16 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
         recipe_base, agents = base, [e for e in entries if e[0] != base]
         for source, p, at in entries:
             if source == base and p:
-                raise InputError(f"{where}: {at}: the base's own parameters are not used by mergekit's {exact.name} "
-                                 "(they apply to the other models only); remove them")
+                raise InputError(
+                    f"{where}: {at}: the base's own parameters are not used by mergekit's {exact.name} "
+                    "(they apply to the other models only); remove them"
+                )
     low, high = exact.agents
     if not low <= len(agents) <= (high if high is not None else len(agents)):
         want = f"exactly {low}" if low == high else f"at least {low}"
-        raise InputError(f"{where}: models: mergekit's {exact.name} merges {want} model(s) besides the base; "
-                         f"found {len(agents)}")
+        raise InputError(
+            f"{where}: models: mergekit's {exact.name} merges {want} model(s) besides the base; found {len(agents)}"
+        )
 
     for theirs, ours_key in exact.shared.items():
         if theirs in given:
@@ -257,22 +288,26 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
             own = _setting(where, f"{at}.{theirs}", p[theirs], known[ours_key]) if theirs in p else None
             value = _combine(own, shared)
             if value is None and theirs in exact.required:
-                raise InputError(f"{where}: {at}.{theirs}: mergekit's {exact.name} requires a {theirs} for every "
-                                 f"model; add one (or parameters.{theirs} for all)")
+                raise InputError(
+                    f"{where}: {at}.{theirs}: mergekit's {exact.name} requires a {theirs} for every "
+                    f"model; add one (or parameters.{theirs} for all)"
+                )
             values.append(value)
         if any(v is not None for v in values):
             params_out[ours_key] = values
     compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
     if "dtype" in known:
         params_out["dtype"] = compute or "inputs"
-    out_dtype = (_dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None
-                 else compute or "base")
+    out_dtype = (
+        _dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None else compute or "base"
+    )
     try:
         method.resolve(params_out)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    recipe = Recipe(base=recipe_base, agents=[s for s, _, _ in agents], method=ours, params=params_out,
-                    out_dtype=out_dtype)
+    recipe = Recipe(
+        base=recipe_base, agents=[s for s, _, _ in agents], method=ours, params=params_out, out_dtype=out_dtype
+    )
     warnings = []
     if any(s == recipe_base for s, _, _ in agents):
         warnings.append(f"{exact.name}: the base model {recipe_base} is one of the merged inputs (as in mergekit)")
@@ -286,8 +321,11 @@ def _setting(where: str, key: str, value: Any, param: Any) -> Any:
     if param.kind is bool:
         return _flag(where, key, value)
     try:
-        return check_setting(f"{where}: {key}", value, param._validate_one) if param.setting else \
-            param._validate_one(_scalar(where, key, value))
+        return (
+            check_setting(f"{where}: {key}", value, param._validate_one)
+            if param.setting
+            else param._validate_one(_scalar(where, key, value))
+        )
     except InputError as e:
         raise InputError(str(e) if str(e).startswith(where) else f"{where}: {key}: {e}") from None
 
@@ -295,8 +333,10 @@ def _setting(where: str, key: str, value: Any, param: Any) -> Any:
 def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) -> Imported:
     """The classic import: one value per parameter, the base apart from the models, our paper methods."""
     if not data.get("base_model"):
-        raise InputError(f"{where}: base_model: RAM Desktop merges task vectors against a base; add base_model "
-                         "(the model the agents were fine-tuned from)")
+        raise InputError(
+            f"{where}: base_model: RAM Desktop merges task vectors against a base; add base_model "
+            "(the model the agents were fine-tuned from)"
+        )
     base = _model_ref(where, "base_model", data["base_model"])
     models = data.get("models")
     if not isinstance(models, list) or not models:
@@ -308,8 +348,10 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
         raise InputError(f"{where}: parameters must be a mapping")
     for key, value in given.items():
         if key not in shared:
-            raise InputError(f"{where}: parameters.{key}: not a parameter RAM Desktop can express for {method} "
-                             f"(it takes {', '.join(shared) or 'none'})")
+            raise InputError(
+                f"{where}: parameters.{key}: not a parameter RAM Desktop can express for {method} "
+                f"(it takes {', '.join(shared) or 'none'})"
+            )
         if isinstance(shared[key], bool):
             shared[key] = _flag(where, f"parameters.{key}", value)
         else:
@@ -326,16 +368,19 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
             raise InputError(f"{where}: {at}.{extra[0]}: unknown key, RAM Desktop cannot express it")
         source = _model_ref(where, f"{at}.model", entry["model"])
         if source == base:
-            raise InputError(f"{where}: {at}.model: the base model listed as a model to merge; RAM Desktop merges "
-                             "the agents' task vectors against the base, remove it from models")
+            raise InputError(
+                f"{where}: {at}.model: the base model listed as a model to merge; RAM Desktop merges "
+                "the agents' task vectors against the base, remove it from models"
+            )
         agents.append(source)
         params = entry.get("parameters") or {}
         if not isinstance(params, dict):
             raise InputError(f"{where}: {at}.parameters must be a mapping")
         for key, value in params.items():
             if key not in mapping.per_model:
-                raise InputError(f"{where}: {at}.parameters.{key}: not a per-model parameter RAM Desktop can express "
-                                 f"for {method}")
+                raise InputError(
+                    f"{where}: {at}.parameters.{key}: not a per-model parameter RAM Desktop can express for {method}"
+                )
             per_model[key].append((f"{at}.parameters.{key}", _number(where, f"{at}.parameters.{key}", value)))
         for key, default in mapping.per_model.items():
             if key not in params and default is not None:
@@ -343,11 +388,14 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
 
     warnings: list[str] = []
     compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
-    out_dtype = (_dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None
-                 else compute or "base")
+    out_dtype = (
+        _dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None else compute or "base"
+    )
     if compute not in (None, "float32"):
-        warnings.append(f"dtype: {compute}: mergekit computes in {compute}; RAM Desktop computes in float32 and "
-                        f"rounds once to the output dtype ({out_dtype})")
+        warnings.append(
+            f"dtype: {compute}: mergekit computes in {compute}; RAM Desktop computes in float32 and "
+            f"rounds once to the output dtype ({out_dtype})"
+        )
 
     our_method, recipe_params = mapping.convert(MergekitInput(where, method, shared, per_model, len(agents), warnings))
     eps = float(shared.get("epsilon", 1e-5))
@@ -375,6 +423,7 @@ def _base_dtype(base: str) -> str | None:
     codes = {t.dtype for t in checkpoint.tensors.values() if t.dtype in CODE_NAMES}
     return CODE_NAMES[codes.pop()] if len(codes) == 1 else None
 
+
 def to_mergekit(recipe: Recipe) -> str:
     """The closest mergekit YAML for a recipe, a ``#`` comment on every difference."""
     m = recipe.method
@@ -386,8 +435,10 @@ def to_mergekit(recipe: Recipe) -> str:
     shared, per_model, notes = exported.shared, exported.per_model, list(exported.notes)
     if recipe.vocab != "exact":
         notes.append("vocab: common (merge shared vocabulary rows) has no mergekit equivalent here")
-    notes.append(f"shard size {recipe.shard_size}: see mergekit-yaml --out-shard-size; device {recipe.device}: "
-                 "pass --cuda for a GPU")
+    notes.append(
+        f"shard size {recipe.shard_size}: see mergekit-yaml --out-shard-size; device {recipe.device}: "
+        "pass --cuda for a GPU"
+    )
 
     data: dict[str, Any] = {"merge_method": exported.method}
     if exported.base:
@@ -411,12 +462,14 @@ def to_mergekit(recipe: Recipe) -> str:
     if out_dtype is not None:
         data["out_dtype"] = out_dtype
     else:
-        notes.append("out_dtype: base (the base's dtype) — mergekit writes dtype (float32) unless out_dtype is set; "
-                     "set out_dtype to the base's dtype")
-    head = [("# mergekit configuration exported by RAM Desktop from a ram-recipe "
-             f"({FORMAT}, method {m}); differences:")]
+        notes.append(
+            "out_dtype: base (the base's dtype) — mergekit writes dtype (float32) unless out_dtype is set; "
+            "set out_dtype to the base's dtype"
+        )
+    head = [
+        (f"# mergekit configuration exported by RAM Desktop from a ram-recipe ({FORMAT}, method {m}); differences:")
+    ]
     head += [f"# - {line}" for line in notes]
     if exported.dtype == "float32" and not method.theta:
-        head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output "
-                    "dtype")
+        head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

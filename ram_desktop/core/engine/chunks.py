@@ -53,8 +53,10 @@ def spans(job: TensorJob, chunk_elements: int) -> list[Span]:
     if row == 0 or job.shape[0] == 0:
         return [Span(0, job.shape[0], 0, 0)]
     rows = max(1, chunk_elements // row)
-    return [Span(s, min(s + rows, job.shape[0]), s * row, (min(s + rows, job.shape[0]) - s) * row)
-            for s in range(0, job.shape[0], rows)]
+    return [
+        Span(s, min(s + rows, job.shape[0]), s * row, (min(s + rows, job.shape[0]) - s) * row)
+        for s in range(0, job.shape[0], rows)
+    ]
 
 
 class Workspace:
@@ -150,8 +152,9 @@ class Chunk:
     @property
     def counts(self) -> torch.Tensor:
         if self._counts is None:
-            self._counts = torch.sum(self.masks, 0, dtype=torch.int32,
-                                     out=self.scratch("counts", (self.taus.shape[1],), torch.int32))
+            self._counts = torch.sum(
+                self.masks, 0, dtype=torch.int32, out=self.scratch("counts", (self.taus.shape[1],), torch.int32)
+            )
         return self._counts
 
     @property
@@ -187,7 +190,9 @@ class Chunk:
         """
         if self._masked_sum is None:
             m = self.mask_values
-            total = torch.mul(self.taus[0], m[0], out=self.scratch("masked_sum", (self.taus.shape[1],), self.taus.dtype))
+            total = torch.mul(
+                self.taus[0], m[0], out=self.scratch("masked_sum", (self.taus.shape[1],), self.taus.dtype)
+            )
             for t in range(1, self.n_agents):
                 total.addcmul_(self.taus[t], m[t])
             self._masked_sum = total.add_(0.0)
@@ -210,7 +215,7 @@ class Chunk:
                 out.append(flat.to(dtype))
             else:
                 full = base.clone()
-                full[:flat.numel()] = flat.to(dtype)
+                full[: flat.numel()] = flat.to(dtype)
                 out.append(full)
         return out
 
@@ -290,11 +295,12 @@ class SliceReader:
             return handle.bits(name, span.start, span.stop) if shape else handle.bits(name, 0, 1)
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)
-        return handle.get_slice(name)[span.start:span.stop].reshape(-1)
+        return handle.get_slice(name)[span.start : span.stop].reshape(-1)
 
 
-def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int,
-                 aux: Sequence[AuxInput]) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
+def _read_chunks(
+    plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int, aux: Sequence[AuxInput]
+) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
     for index in jobs:
         job = plan.jobs[index]
         for span in spans(job, chunk_elements):
@@ -359,9 +365,16 @@ def _background(produce: Callable[[Callable[[_Item], None]], None], depth: int) 
         thread.join()
 
 
-def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
-                    depth: int = PREFETCH_DEPTH, bits: bool = False, files: OpenFiles | None = None,
-                    aux: Sequence[AuxInput] = ()) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
+def prefetch_chunks(
+    plan: MergePlan,
+    jobs: list[int],
+    chunk_elements: int,
+    transfer: Transfer,
+    depth: int = PREFETCH_DEPTH,
+    bits: bool = False,
+    files: OpenFiles | None = None,
+    aux: Sequence[AuxInput] = (),
+) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
     """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
     in order, read and copied ahead in a background thread (``transfer.send`` there,
     ``transfer.receive`` here). ``bits``: safetensors slices as numpy bit views (``SliceReader``), for a
@@ -387,8 +400,15 @@ def as_tensor(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
     return raw
 
 
-def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Tensor | np.ndarray,
-               agents_stored: Sequence[torch.Tensor | np.ndarray], eps: float, workspace: Workspace | None = None) -> Chunk:
+def make_chunk(
+    job_index: int,
+    job: TensorJob,
+    span: Span,
+    base_stored: torch.Tensor | np.ndarray,
+    agents_stored: Sequence[torch.Tensor | np.ndarray],
+    eps: float,
+    workspace: Workspace | None = None,
+) -> Chunk:
     """Widen a slice to the compute dtype and form the task vectors (τ_t = agent − base, computed in
     the compute dtype: the mixed-dtype subtraction widens the stored agent value exactly first)."""
     base_raw, agent_raws = as_tensor(base_stored), [as_tensor(a) for a in agents_stored]
@@ -415,13 +435,29 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Te
         else:  # an agent with fewer vocabulary rows than the base (plan vocab="common"): the rest is unchanged
             torch.sub(raw, base[:m], out=taus[t, :m])
             taus[t, m:] = 0
-    return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace, raw=[base_raw, *agent_raws],
-                 delta_agents=tuple(lora.is_delta_file(a.file) for a in job.agents))
+    return Chunk(
+        job_index,
+        job.name,
+        span.offset,
+        base,
+        taus,
+        eps,
+        workspace=workspace,
+        raw=[base_raw, *agent_raws],
+        delta_agents=tuple(lora.is_delta_file(a.file) for a in job.agents),
+    )
 
 
-def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor | np.ndarray,
-               agent_raws: Sequence[torch.Tensor | np.ndarray],
-               eps: float, workspace: Workspace | None = None, aux: dict[str, list] | None = None) -> Chunk:
+def load_chunk(
+    plan: MergePlan,
+    job_index: int,
+    span: Span,
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: Sequence[torch.Tensor | np.ndarray],
+    eps: float,
+    workspace: Workspace | None = None,
+    aux: dict[str, list] | None = None,
+) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
     probe included): no base or task-vector entry is NaN or ±Inf. ``aux``: the auxiliary inputs' slices
     (key -> one raw slice per agent), handed to the chunk as ``chunk.aux``."""
@@ -430,12 +466,16 @@ def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tens
         chunk.aux[key] = [as_tensor(a) for a in raws]
     if not chunk.all_finite():
         if not bool(torch.isfinite(chunk.base).all()):  # then every agent's τ is NaN there: blame the base
-            raise InputError(f"tensor {chunk.name!r} of the base ({plan.base.display}) has NaN or Inf; "
-                             "the checkpoint is broken — re-export it")
+            raise InputError(
+                f"tensor {chunk.name!r} of the base ({plan.base.display}) has NaN or Inf; "
+                "the checkpoint is broken — re-export it"
+            )
         for t in range(chunk.n_agents):
             if not bool(torch.isfinite(chunk.taus[t]).all()):
-                raise InputError(f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
-                                 "has NaN or Inf in its task vector; the checkpoint is broken — re-export it")
+                raise InputError(
+                    f"tensor {chunk.name!r} of agent {plan.names[t]!r} ({plan.agents[t].display}) "
+                    "has NaN or Inf in its task vector; the checkpoint is broken — re-export it"
+                )
     return chunk
 
 
@@ -461,7 +501,7 @@ class StoredSlices:
         if not aux or not plan.jobs[index].mergeable:
             return cls(plan, index, span, base, raws, eps)
         n = plan.n_agents
-        extra = {x.key: raws[n + k * n:n + (k + 1) * n] for k, x in enumerate(aux)}
+        extra = {x.key: raws[n + k * n : n + (k + 1) * n] for k, x in enumerate(aux)}
         return cls(plan, index, span, base, raws[:n], eps, extra)
 
     @property

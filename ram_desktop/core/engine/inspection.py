@@ -64,8 +64,11 @@ class InspectStats:
 
     def pairs(self, names: list[str]) -> list[dict]:
         n = len(names)
-        return [{"agents": [names[a], names[b]], "both": self.both[a][b], "same_sign": self.same_sign[a][b]}
-                for a in range(n) for b in range(a + 1, n)]
+        return [
+            {"agents": [names[a], names[b]], "both": self.both[a][b], "same_sign": self.same_sign[a][b]}
+            for a in range(n)
+            for b in range(a + 1, n)
+        ]
 
     def to_json(self, names: list[str]) -> dict:
         return {
@@ -334,13 +337,16 @@ class ModuleGrid:
     tensors: list[list[list[str]]]
 
     def density(self, agent: int) -> list[list[float | None]]:
-        return [[u / p if p else None for u, p in zip(urow, prow)]
-                for urow, prow in zip(self.updated[agent], self.params)]
+        return [
+            [u / p if p else None for u, p in zip(urow, prow)] for urow, prow in zip(self.updated[agent], self.params)
+        ]
 
     def unique_share(self, agent: int) -> list[list[float | None]]:
         """unique / updated per cell: how much of the agent's update there no other agent touches."""
-        return [[q / u if u else None for q, u in zip(qrow, urow)]
-                for qrow, urow in zip(self.unique[agent], self.updated[agent])]
+        return [
+            [q / u if u else None for q, u in zip(qrow, urow)]
+            for qrow, urow in zip(self.unique[agent], self.updated[agent])
+        ]
 
 
 def module_grid(tensor_stats: list, n_agents: int) -> ModuleGrid:

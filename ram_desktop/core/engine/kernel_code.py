@@ -29,8 +29,6 @@ else:
 
 
 @jit
-
-
 def half_to_float(h):
     """float16 bits → float32, exact, with selects only (no loop over a subnormal's leading zeros) on
     32-bit integers (each result cast back: numba widens integer arithmetic to 64 bits), so loops widening
@@ -48,8 +46,6 @@ def half_to_float(h):
 
 
 @jit
-
-
 def bf16_to_float(h):
     return np.uint32(np.int64(h) << 16).view(np.float32)
 
@@ -59,8 +55,6 @@ def widen(v):  # pragma: no cover - replaced by the overload in compiled code
 
 
 @overload(widen)
-
-
 def _widen(v):
     """The compute value of one stored element: bfloat16 bits arrive as uint16, float16 bits as
     int16 (so the dtype is known when compiling), other floats as themselves."""
@@ -72,8 +66,6 @@ def _widen(v):
 
 
 @jit
-
-
 def float_to_bf16(x):
     """float32 → bfloat16 bits, round to nearest even (NaN → 0x7FC0, as torch)."""
     if x != x:  # noqa: PLR0124  NaN (numba compiles the self-compare to one instruction)
@@ -83,8 +75,6 @@ def float_to_bf16(x):
 
 
 @jit
-
-
 def float_to_half(x):
     """float32 → float16 bits, round to nearest even, overflow to ±inf (NaN → sign | 0x7E00, as torch),
     with selects only on 32-bit lanes (as ``half_to_float``), so loops storing float16 vectorise. Normal
@@ -110,8 +100,10 @@ def store(out, i, x):  # pragma: no cover
 @overload(store)
 def _store(out, i, x):
     """Round the compute value x once to the output dtype (``encoded``) and store it at out[i]."""
+
     def impl(out, i, x):
         out[i] = encoded(out, x)
+
     return impl
 
 
@@ -144,6 +136,7 @@ def _same_value(out, a, b):
     if out.dtype == types.uint16:
         return lambda out, a, b: bf16_to_float(a) == bf16_to_float(b)
     if out.dtype == types.int16:
+
         def impl(out, a, b):
             ua = np.uint32(np.uint16(a))
             ub = np.uint32(np.uint16(b))
@@ -151,13 +144,12 @@ def _same_value(out, a, b):
             mb = np.uint32(ub & np.uint32(0x7FFF))
             equal = (ua == ub) | (np.uint32(ma | mb) == np.uint32(0))
             return equal & (ma <= np.uint32(0x7C00))
+
         return impl
     return lambda out, a, b: a == b
 
 
 @jit
-
-
 def histogram_block(pattern, length, hist):
     """hist[k, p] += 1 for each element's pattern, four interleaved rows (no store-to-load stall)."""
     j = 0
@@ -201,7 +193,7 @@ def pattern_histogram(pattern, length, nagents, hist):
     one = np.uint64(1)
     zero = np.uint64(0)
     for first in range(0, length, PACKED_RUN):
-        run = pattern[first:min(first + PACKED_RUN, length)]
+        run = pattern[first : min(first + PACKED_RUN, length)]
         low = zero
         high = zero
         for j in range(len(run)):
@@ -308,7 +300,7 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     bad = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        o = out[start:start + length]
+        o = out[start : start + length]
         if use_lam and want_surv:
             ok = merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern)
         elif use_lam:
@@ -327,8 +319,6 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
 
 
 @jit
-
-
 def count_moved(pattern, length, nagents, surv):
     """surv[0, t] += agent t's unique elements flagged as moved, surv[1, t] += all its unique elements
     (int32 counters within a block, cast back after each add, as numba widens int32 sums to int64: the
@@ -390,8 +380,9 @@ def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, co
 
 
 @jit
-def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values,
-                acc, count, u):
+def dare_kernel(
+    base, agents, first, keys_a, keys_b, threshold, keep_scale, scale, ties, out, xb, total, values, acc, count, u
+):
     """θ = base + DARE-TA (``ties`` False) or DARE-TIES merged task vector, rounded once into ``out``,
     as ``methods.baselines`` computes them: per agent, u = mix32(mix32((i mod 2³²) XOR a_t) XOR
     (i div 2³²) XOR b_t) for the flat position i = first + k, kept where u ≥ threshold as τ / (1 − p)
@@ -405,13 +396,13 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
     bad_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        b = base[start:start + length]
+        b = base[start : start + length]
         bad = np.int32(0)
         for j in range(length):
             xb[j] = widen(b[j])
             total[j] = zero
         for t in range(len(agents)):
-            a = agents[t][start:start + length]
+            a = agents[t][start : start + length]
             ka = keys_a[t]
             kb = keys_b[t]
             v_t = values[t]
@@ -424,7 +415,7 @@ def dare_kernel(base, agents, first, keys_a, keys_b, threshold, keep_scale, scal
                 total[j] = total[j] + v
         if bad != 0:
             bad_blocks += 1
-        o = out[start:start + length]
+        o = out[start : start + length]
         if not ties:
             for j in range(length):
                 store(o, j, xb[j] + total[j] * scale)
@@ -458,12 +449,12 @@ def ties_digits_kernel(base, agents, one, key64, shift, level0, prefixes, hist, 
     bad_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        b = base[start:start + length]
+        b = base[start : start + length]
         bad = np.int32(0)
         for j in range(length):
             xb[j] = widen(b[j])
         for t in range(len(agents)):
-            a = agents[t][start:start + length]
+            a = agents[t][start : start + length]
             h = hist[t]
             prefix = prefixes[t]
             for j in range(length):
@@ -497,13 +488,13 @@ def ties_kernel(base, agents, key64, cuts, left, scale, out, xb, total, values, 
     bad_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        b = base[start:start + length]
+        b = base[start : start + length]
         bad = np.int32(0)
         for j in range(length):
             xb[j] = widen(b[j])
             total[j] = zero
         for t in range(nagents):
-            a = agents[t][start:start + length]
+            a = agents[t][start : start + length]
             cut = cuts[t]
             v_t = values[t]
             if left[t] <= 0:  # no tie at the cut is kept here: a plain threshold (vectorises)
@@ -528,11 +519,12 @@ def ties_kernel(base, agents, key64, cuts, left, scale, out, xb, total, values, 
             ranks[t] = rank
         if bad != 0:
             bad_blocks += 1
-        elect_store(out[start:start + length], values, total, xb, length, nagents, zero, one, scale, acc, count)
+        elect_store(out[start : start + length], values, total, xb, length, nagents, zero, one, scale, acc, count)
     return bad_blocks
 
 
 # --- the Analyze probe: counts, signs, λ* survival keys and the ulp sample in one pass -------------
+
 
 def like(x, v):  # pragma: no cover
     raise NotImplementedError
@@ -671,8 +663,31 @@ def lambda_star_bins(xs, taus, count, d, inv_step, big, half, last, bins):
 
 
 @jit
-def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint, surv,
-                   row, first_row, stride, sig_bits, min_exponent, ulps, xb, total, key, ux, ut, ua, bins):
+def analyze_kernel(
+    base,
+    agents,
+    eps,
+    one,
+    inv_step,
+    big,
+    last,
+    agent_of,
+    joint,
+    surv,
+    row,
+    first_row,
+    stride,
+    sig_bits,
+    min_exponent,
+    ulps,
+    xb,
+    total,
+    key,
+    ux,
+    ut,
+    ua,
+    bins,
+):
     """The complete (Analyze) probe of one slice in one pass over memory, as ``ProbeAccumulator`` and
     ``InspectAccumulator`` compute it with torch:
 
@@ -694,14 +709,14 @@ def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint,
     bad_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
-        b = base[start:start + length]
+        b = base[start : start + length]
         bad = np.int32(0)
         for j in range(length):
             xb[j] = widen(b[j])
             total[j] = zero
             key[j] = 0
         for t in range(nagents):
-            a = agents[t][start:start + length]
+            a = agents[t][start : start + length]
             bit = np.int32(1 << t)
             sign_bit = np.int32(1 << (t + nagents))
             for j in range(length):

@@ -47,7 +47,6 @@ from .chunks import PATTERN_MAX_AGENTS
 log = logging.getLogger("ram_desktop")
 
 
-
 @functools.cache
 def available() -> bool:
     """Whether the fused kernels can run here: numba importable, its cache usable (a frozen bundle must
@@ -106,10 +105,19 @@ def _jit() -> dict:
     not pay for it)."""
     from . import kernel_code as k
 
-    return {"count": k.count_kernel, "merge": k.merge_kernel, "to_bf16": k.float_to_bf16, "to_half": k.float_to_half,
-            "from_bf16": k.bf16_to_float, "from_half": k.half_to_float, "dare": k.dare_kernel,
-            "analyze": k.analyze_kernel, "ties_digits": k.ties_digits_kernel, "ties_merge": k.ties_kernel,
-            "exponent_all_ones": k.exponent_all_ones}
+    return {
+        "count": k.count_kernel,
+        "merge": k.merge_kernel,
+        "to_bf16": k.float_to_bf16,
+        "to_half": k.float_to_half,
+        "from_bf16": k.bf16_to_float,
+        "from_half": k.half_to_float,
+        "dare": k.dare_kernel,
+        "analyze": k.analyze_kernel,
+        "ties_digits": k.ties_digits_kernel,
+        "ties_merge": k.ties_kernel,
+        "exponent_all_ones": k.exponent_all_ones,
+    }
 
 
 def _name(dtype: torch.dtype | str) -> str:
@@ -195,8 +203,9 @@ def release_output(data: object) -> None:
         _OUTPUTS.release(data)
 
 
-def _output(base_raw: torch.Tensor | np.ndarray,
-            out_dtype: torch.dtype | str) -> tuple[np.ndarray, torch.Tensor | np.ndarray] | None:
+def _output(
+    base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str
+) -> tuple[np.ndarray, torch.Tensor | np.ndarray] | None:
     """A new output slice for the merged values: its bits (what the kernel writes) and what the caller gets,
     in the kind of the input (numpy bits from the pool for numpy slices, a new tensor of the base's shape
     for tensors). None when the output dtype is not a float."""
@@ -226,8 +235,12 @@ class _MergeOperands:
     result: torch.Tensor | np.ndarray
 
 
-def _merge_operands(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
-                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str) -> _MergeOperands | None:
+def _merge_operands(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+) -> _MergeOperands | None:
     """The operands of a merging kernel, or None when the kernels do not cover the slice."""
     ops = _operands(base_raw, agent_raws)
     output = _output(base_raw, out_dtype)
@@ -259,8 +272,12 @@ class _Buffers(threading.local):
         """A block's unique elements for ``kernel_code.analyze_kernel``: base values, updates, agents, bins."""
         cache = self.__dict__.setdefault("unique_blocks", {})
         if dtype not in cache:
-            cache[dtype] = (np.empty(BLOCK, dtype), np.empty(BLOCK, dtype), np.empty(BLOCK, np.int64),
-                            np.empty(BLOCK, np.int32))
+            cache[dtype] = (
+                np.empty(BLOCK, dtype),
+                np.empty(BLOCK, dtype),
+                np.empty(BLOCK, np.int64),
+                np.empty(BLOCK, np.int32),
+            )
         return cache[dtype]
 
     def hashes(self) -> np.ndarray:
@@ -292,8 +309,12 @@ class KernelResult:
     survival: np.ndarray | None = None
 
 
-def count_patterns(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], eps: float,
-                   compute_dtype: torch.dtype | str) -> KernelResult | None:
+def count_patterns(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    eps: float,
+    compute_dtype: torch.dtype | str,
+) -> KernelResult | None:
     """Histogram of update patterns over a slice (int64, 2^N bins) and whether every τ is finite;
     None when the kernels do not cover the slice (use the torch path)."""
     ops = _operands(base_raw, agent_raws)
@@ -313,9 +334,16 @@ def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) 
     return np.array(lambdas if lambdas is not None else [1.0] * n_agents, cdt)
 
 
-def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
-                         eps: float, compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str,
-                         lambdas: list[float] | None, want_hist: bool, want_survival: bool) -> KernelResult | None:
+def selective_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    eps: float,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    lambdas: list[float] | None,
+    want_hist: bool,
+    want_survival: bool,
+) -> KernelResult | None:
     """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
     a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
     ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
@@ -330,14 +358,24 @@ def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[t
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
     _, _, pattern = _BUFFERS.get(cdt)
-    bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist,
-                          want_hist, surv, count_survival, pattern)
+    bad = _jit()["merge"](
+        base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist, want_hist, surv, count_survival, pattern
+    )
     return KernelResult(m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None)
 
 
-def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], first: int,
-                    keys: list[tuple[int, int]], threshold: int, drop: float, scale: float, ties: bool,
-                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str) -> KernelResult | None:
+def dare_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    first: int,
+    keys: list[tuple[int, int]],
+    threshold: int,
+    drop: float,
+    scale: float,
+    ties: bool,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+) -> KernelResult | None:
     """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
     ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
     ``baselines.dare_keys``. None when the kernels do not cover the slice."""
@@ -349,14 +387,34 @@ def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
     values = _BUFFERS.values(len(agents), cdt)
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
-    bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, m.out, xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
+    bad = _jit()["dare"](
+        base,
+        agents,
+        np.int64(first),
+        keys_a,
+        keys_b,
+        np.int64(threshold),
+        cdt(1.0 - drop),
+        cdt(scale),
+        ties,
+        m.out,
+        xb,
+        total,
+        values,
+        *_BUFFERS.pair(cdt),
+        _BUFFERS.hashes(),
+    )
     return KernelResult(m.result, bad == 0)
 
 
-def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
-                      compute_dtype: torch.dtype | str,
-                      key64: bool, level: int, prefixes: list[int]) -> KernelResult | None:
+def ties_digit_counts(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    key64: bool,
+    level: int,
+    prefixes: list[int],
+) -> KernelResult | None:
     """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
     32-bit, or with ``key64`` 64-bit, magnitude key): ``hist``, an ``[N, 65536]`` int64 histogram per agent of
     the elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
@@ -369,14 +427,22 @@ def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torc
     hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
     shift = (64 if key64 else 32) - 16 * (level + 1)
     xb, _, digits = _BUFFERS.get(cdt)
-    bad = _jit()["ties_digits"](base, agents, cdt(1), key64, np.int64(shift), level == 0,
-                                np.array(prefixes, np.int64), hist, xb, digits)
-    return KernelResult(None, bad == 0, hist=hist[:, :, :1 << 16].sum(1, dtype=np.int64))
+    bad = _jit()["ties_digits"](
+        base, agents, cdt(1), key64, np.int64(shift), level == 0, np.array(prefixes, np.int64), hist, xb, digits
+    )
+    return KernelResult(None, bad == 0, hist=hist[:, :, : 1 << 16].sum(1, dtype=np.int64))
 
 
-def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
-                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str, key64: bool, cuts: list[int],
-                    left: list[int], scale: float) -> KernelResult | None:
+def ties_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    key64: bool,
+    cuts: list[int],
+    left: list[int],
+    scale: float,
+) -> KernelResult | None:
     """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
     keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
     every τ is finite. None when the kernels do not cover the slice."""
@@ -385,8 +451,19 @@ def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
         return None
     base, agents, cdt = m.base, m.agents, m.cdt
     xb, total, _ = _BUFFERS.get(cdt)
-    bad = _jit()["ties_merge"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
-                         m.out, xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
+    bad = _jit()["ties_merge"](
+        base,
+        agents,
+        key64,
+        np.array(cuts, np.int64),
+        np.array(left, np.int64),
+        cdt(scale),
+        m.out,
+        xb,
+        total,
+        _BUFFERS.values(len(agents), cdt),
+        *_BUFFERS.pair(cdt),
+    )
     return KernelResult(m.result, bad == 0)
 
 
@@ -424,9 +501,16 @@ def _unique_agent(n_agents: int) -> np.ndarray:
     return table.reshape(-1)
 
 
-def analyze(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], eps: float,
-            compute_dtype: torch.dtype | str,
-            survival_step: float, survival_bins: int, ulp_bins: int, sample: UlpSample | None) -> Analysis | None:
+def analyze(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    eps: float,
+    compute_dtype: torch.dtype | str,
+    survival_step: float,
+    survival_bins: int,
+    ulp_bins: int,
+    sample: UlpSample | None,
+) -> Analysis | None:
     """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
     update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
     what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
@@ -443,8 +527,29 @@ def analyze(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] 
     s = sample or UlpSample(0, 0, 1, 0, 0)
     xb, total, key = _BUFFERS.get(cdt)
     ux, ut, ua, bins = _BUFFERS.unique(cdt)
-    bad = _jit()["analyze"](base, agents, cdt(eps), cdt(1), cdt(1.0 / survival_step), cdt(np.finfo(cdt).max),
-                            cdt(survival_bins - 1), _unique_agent(n), joint, surv, np.int64(s.row),
-                            np.int64(s.first), np.int64(s.stride), np.int64(s.significand),
-                            np.int64(s.min_exponent), ulps, xb, total, key, ux, ut, ua, bins)
+    bad = _jit()["analyze"](
+        base,
+        agents,
+        cdt(eps),
+        cdt(1),
+        cdt(1.0 / survival_step),
+        cdt(np.finfo(cdt).max),
+        cdt(survival_bins - 1),
+        _unique_agent(n),
+        joint,
+        surv,
+        np.int64(s.row),
+        np.int64(s.first),
+        np.int64(s.stride),
+        np.int64(s.significand),
+        np.int64(s.min_exponent),
+        ulps,
+        xb,
+        total,
+        key,
+        ux,
+        ut,
+        ua,
+        bins,
+    )
     return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)

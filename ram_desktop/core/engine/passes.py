@@ -95,9 +95,16 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
                 future.cancel()
 
 
-def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
-               sinks: Sequence[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-               stage: str = "probe", files: OpenFiles | None = None) -> None:
+def probe_pass(
+    plan: MergePlan,
+    eps: float,
+    transfer: Transfer,
+    reporter: Reporter,
+    sinks: Sequence[ProbeAccumulator | Collector],
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    stage: str = "probe",
+    files: OpenFiles | None = None,
+) -> None:
     """Stream every mergeable tensor once and ``add`` each chunk to every sink, from every compute thread,
     chunks in any order. ``files``: the run's open inputs, shared by its passes (``chunks.OpenFiles``)."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
@@ -136,8 +143,9 @@ def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool
         # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
         assert sink.inspect is not None  # a probe with survival keeps the inspection statistics
         sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
-        analysis = kernels.analyze(slices.base, slices.agents, slices.eps, job.compute_name, SURVIVAL_STEP,
-                                   SURVIVAL_BINS, ULP_BINS, sample)
+        analysis = kernels.analyze(
+            slices.base, slices.agents, slices.eps, job.compute_name, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample
+        )
         if analysis is None or not analysis.finite:
             return False
         sink.add_analysis(index, analysis)
@@ -164,9 +172,17 @@ class Variant:
     observer: Observer | None = None
 
 
-def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: Transfer, reporter: Reporter,
-               chunk_elements: int = DEFAULT_CHUNK_ELEMENTS, accumulator: ProbeAccumulator | None = None,
-               files: OpenFiles | None = None, aux: Sequence[AuxInput] = ()) -> None:
+def merge_pass(
+    plan: MergePlan,
+    variants: list[Variant],
+    eps: float,
+    transfer: Transfer,
+    reporter: Reporter,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    accumulator: ProbeAccumulator | None = None,
+    files: OpenFiles | None = None,
+    aux: Sequence[AuxInput] = (),
+) -> None:
     """Read every tensor once; merge each chunk with every variant (θ = base + τ_merged, rounded once
     to the output dtype) and write it to that variant's shards, in order, from a writer thread.
     Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
@@ -212,8 +228,9 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     for writer in writers:
         writer.start()
     try:
-        items = prefetch_chunks(plan, list(range(len(plan.jobs))), chunk_elements, transfer, depth=depth, bits=fused,
-                                files=files, aux=aux)
+        items = prefetch_chunks(
+            plan, list(range(len(plan.jobs))), chunk_elements, transfer, depth=depth, bits=fused, files=files, aux=aux
+        )
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
                 writer.write(index, merged)
@@ -246,8 +263,9 @@ def _fusable(variant: Variant) -> bool:
     return variant.method.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
 
 
-def _fused_merges(slices: StoredSlices, variants: list[Variant],
-                  accumulator: ProbeAccumulator | None) -> list[torch.Tensor | np.ndarray] | None:
+def _fused_merges(
+    slices: StoredSlices, variants: list[Variant], accumulator: ProbeAccumulator | None
+) -> list[torch.Tensor | np.ndarray] | None:
     """Every variant of one chunk through its method's fused kernel (one pass over memory each), the probe's
     counts on the way when no probe ran first (from the first variant's kernel where it counts them, else
     ``kernels.count_patterns``); None when the kernels do not cover this chunk (the torch path then runs it)."""
@@ -281,8 +299,10 @@ def _fused_merges(slices: StoredSlices, variants: list[Variant],
 
 
 _EXPONENT_BITS: dict[str, tuple[type, int]] = {
-    "float16": (np.uint16, 0x7C00), "bfloat16": (np.uint16, 0x7F80),
-    "float32": (np.uint32, 0x7F800000), "float64": (np.uint64, 0x7FF0000000000000),
+    "float16": (np.uint16, 0x7C00),
+    "bfloat16": (np.uint16, 0x7F80),
+    "float32": (np.uint32, 0x7F800000),
+    "float64": (np.uint64, 0x7FF0000000000000),
 }
 
 
@@ -342,8 +362,10 @@ class BackgroundWriter:
         job = self._plan.jobs[index] if self._plan is not None else None
         if job is None or not job.mergeable or not out_of_range(data, job.out_name):
             return
-        raise InputError(f"tensor {job.name!r}: the {self._method} merge gives values beyond the range of "
-                         f"{job.out_name} (±Inf); lower the method's scale or choose a wider --out-dtype")
+        raise InputError(
+            f"tensor {job.name!r}: the {self._method} merge gives values beyond the range of "
+            f"{job.out_name} (±Inf); lower the method's scale or choose a wider --out-dtype"
+        )
 
     def write(self, index: int, data: torch.Tensor | np.ndarray) -> None:
         if self._error is not None:

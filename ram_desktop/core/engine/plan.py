@@ -24,13 +24,21 @@ MAX_LISTED = 5
 VOCAB_MODES = ("exact", "common")
 # output embedding -> the input embeddings it is tied to, by architecture family (first present wins)
 TIED_OUTPUTS: dict[str, tuple[str, ...]] = {
-    "lm_head.weight": ("model.embed_tokens.weight", "transformer.wte.weight", "model.decoder.embed_tokens.weight",
-                       "transformer.word_embeddings.weight", "model.tok_embeddings.weight", "embed_tokens.weight"),
+    "lm_head.weight": (
+        "model.embed_tokens.weight",
+        "transformer.wte.weight",
+        "model.decoder.embed_tokens.weight",
+        "transformer.word_embeddings.weight",
+        "model.tok_embeddings.weight",
+        "embed_tokens.weight",
+    ),
     "embed_out.weight": ("gpt_neox.embed_in.weight",),
     "output.weight": ("tok_embeddings.weight",),
 }
-VOCAB_TENSOR = re.compile(r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|embed_in|embed_out|tok_embeddings|output)"
-                          r"\.weight$")
+VOCAB_TENSOR = re.compile(
+    r"(^|\.)(embed_tokens|lm_head|wte|word_embeddings|embed_in|embed_out|tok_embeddings|output)"
+    r"\.weight$"
+)
 
 
 @dataclass(frozen=True)
@@ -126,8 +134,10 @@ def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: st
     with the shape agent t stores it, and nothing the agent does not store; otherwise ``InputError``
     naming the file, the tensors and both shapes."""
     if len(checkpoints) != plan.n_agents:
-        raise InputError(f"{len(checkpoints)} {what} files for {plan.n_agents} agents; give one per agent, "
-                         f"in agent order ({', '.join(plan.names)})")
+        raise InputError(
+            f"{len(checkpoints)} {what} files for {plan.n_agents} agents; give one per agent, "
+            f"in agent order ({', '.join(plan.names)})"
+        )
     tensors: dict[int, list[TensorInfo]] = {i: [] for i, j in enumerate(plan.jobs) if j.mergeable}
     for t, (agent, ckpt) in enumerate(zip(plan.agents, checkpoints)):
         where = f"{what} file {ckpt.display} of agent {plan.names[t]!r}"
@@ -136,14 +146,18 @@ def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: st
         extra = sorted(ckpt.tensors.keys() - {n for n, i in agent.tensors.items() if i.is_float})
         if missing or extra:
             parts = _differences(missing, extra, "lacks {}", "has tensors the agent does not ({})")
-            raise InputError(f"{where} {' and '.join(parts)}; it was not computed for this agent — "
-                             f"compute it again for {agent.display}")
+            raise InputError(
+                f"{where} {' and '.join(parts)}; it was not computed for this agent — "
+                f"compute it again for {agent.display}"
+            )
         for i, found in tensors.items():
             info = plan.jobs[i].agents[t]
             aux = ckpt.tensors[info.name]
             if aux.shape != info.shape:
-                raise InputError(f"{where}: tensor {info.name!r} has shape {list(aux.shape)} but "
-                                 f"{list(info.shape)} in the agent {agent.display}; compute it again for this agent")
+                raise InputError(
+                    f"{where}: tensor {info.name!r} has shape {list(aux.shape)} but "
+                    f"{list(info.shape)} in the agent {agent.display}; compute it again for this agent"
+                )
             if not aux.is_float:
                 raise InputError(f"{where}: tensor {info.name!r} is {aux.dtype}, not a floating-point tensor")
             found.append(aux)
@@ -154,7 +168,9 @@ def default_names(agents: list[Checkpoint]) -> list[str]:
     """Agent names from their folder, file or repository names, made unique."""
     names: list[str] = []
     for ckpt in agents:
-        stem = ckpt.repo_id.split("/")[-1] if ckpt.repo_id else (ckpt.path.name if ckpt.path.is_dir() else ckpt.path.stem)
+        stem = (
+            ckpt.repo_id.split("/")[-1] if ckpt.repo_id else (ckpt.path.name if ckpt.path.is_dir() else ckpt.path.stem)
+        )
         name, k = stem, 2
         while name in names:
             name, k = f"{stem}-{k}", k + 1
@@ -168,12 +184,19 @@ MAX_AGENTS = 256  # a chunk's task vectors take ~N × 2 MiB per float32 copy (se
 def check_agent_count(count: int) -> None:
     """Refuse more agents than the engine holds in memory per chunk, before any file is opened."""
     if count > MAX_AGENTS:
-        raise InputError(f"{count} agents: RAM Desktop merges at most {MAX_AGENTS} agents at once (each chunk holds "
-                         "every agent's task vector in memory); merge them in groups")
+        raise InputError(
+            f"{count} agents: RAM Desktop merges at most {MAX_AGENTS} agents at once (each chunk holds "
+            "every agent's task vector in memory); merge them in groups"
+        )
 
 
-def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | None = None,
-              out_dtype: str = "base", vocab: str = "exact") -> MergePlan:
+def make_plan(
+    base: Checkpoint,
+    agents: list[Checkpoint],
+    names: list[str] | None = None,
+    out_dtype: str = "base",
+    vocab: str = "exact",
+) -> MergePlan:
     """Check that base and agents line up and list the tensor jobs; raise one clear ``InputError`` if not.
 
     Tied embeddings: the output's tensors are the base's. An agent that omits the base's output
@@ -218,12 +241,16 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
                 rows_b, rows_a = b.shape[0], info.shape[0]
                 if rows_a > rows_b:
                     extra = f"rows {rows_b}..{rows_a - 1} exist only in the agent"
-                    fate = f"rows {rows_b}..{rows_a - 1} of the agent are dropped (the output keeps the base's vocabulary)"
+                    fate = (
+                        f"rows {rows_b}..{rows_a - 1} of the agent are dropped (the output keeps the base's vocabulary)"
+                    )
                 else:
                     extra = f"rows {rows_a}..{rows_b - 1} exist only in the base"
                     fate = f"rows {rows_a}..{rows_b - 1} count as unchanged for this agent"
-                text = (f"tensor {name!r} has {rows_a} vocabulary rows in {ckpt.display} but {rows_b} in the base "
-                        f"{base.display}")
+                text = (
+                    f"tensor {name!r} has {rows_a} vocabulary rows in {ckpt.display} but {rows_b} in the base "
+                    f"{base.display}"
+                )
                 if vocab == "common":
                     warnings.append(f"{text}: merging rows 0..{min(rows_a, rows_b) - 1}; {fate}")
                 else:
@@ -243,7 +270,8 @@ def make_plan(base: Checkpoint, agents: list[Checkpoint], names: list[str] | Non
         jobs.append(TensorJob(name, b.shape, b, infos, out, compute, b.is_float))
     if vocab_problems:
         raise InputError(
-            "vocabulary sizes differ: " + "; ".join(vocab_problems[:MAX_LISTED])
+            "vocabulary sizes differ: "
+            + "; ".join(vocab_problems[:MAX_LISTED])
             + ("; ..." if len(vocab_problems) > MAX_LISTED else "")
             + ". Rows 0..n-1 of both are the same tokens only if the agent's tokenizer extends the base's; "
             "if so, pass --vocab common (recipe: 'vocab: common') to merge the common rows and keep the base's "
@@ -290,8 +318,10 @@ def _aligned_tensors(base: Checkpoint, agent: Checkpoint, warnings: list[str]) -
         elif output not in base.tensors and output in tensors and _ties(base, output):
             del tensors[output]
             if not _ties(agent, output):
-                warnings.append(f"{agent.display} has an untied {output} but the base ties it to {source}; the "
-                                f"merged model stays tied and this agent's {output} is not merged")
+                warnings.append(
+                    f"{agent.display} has an untied {output} but the base ties it to {source}; the "
+                    f"merged model stays tied and this agent's {output} is not merged"
+                )
     return tensors
 
 
@@ -330,7 +360,10 @@ def _check_tensor_sets(base: Checkpoint, agents: list[Checkpoint], aligned: list
             problems.append(f"{ckpt.display}: {'; '.join(parts)}")
     if problems:
         raise InputError(
-            "tensor names differ from the base " + base.display + " — " + " | ".join(problems)
+            "tensor names differ from the base "
+            + base.display
+            + " — "
+            + " | ".join(problems)
             + "; agents must be fine-tuned from this base with the same architecture"
         )
 

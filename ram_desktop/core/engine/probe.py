@@ -111,11 +111,11 @@ class ProbeReport:
 
     def layers(self) -> list[dict]:
         """Density per transformer layer (``...layers.N``) and per other top-level tensor."""
-        return _grouped(self, lambda name: (m.group(1) if (m := LAYER.match(name)) else _strip(name)))
+        return _grouped(self, lambda name: m.group(1) if (m := LAYER.match(name)) else _strip(name))
 
     def modules(self) -> list[dict]:
         """Density per module kind across layers (``self_attn.q_proj``, ``mlp.down_proj`` ...)."""
-        return _grouped(self, lambda name: (m.group(3) if (m := LAYER.match(name)) else _strip(name)))
+        return _grouped(self, lambda name: m.group(3) if (m := LAYER.match(name)) else _strip(name))
 
     def to_json(self) -> dict:
         return {
@@ -124,9 +124,16 @@ class ProbeReport:
             "params": self.params,
             "tensors": self.tensors,
             "agents": [
-                {"name": a.name, "source": a.source, "updated": a.updated, "density": a.density,
-                 "unique": a.unique, "shared": a.shared, "rho": None if math.isinf(a.rho) else a.rho,
-                 "overlap": a.overlap}
+                {
+                    "name": a.name,
+                    "source": a.source,
+                    "updated": a.updated,
+                    "density": a.density,
+                    "unique": a.unique,
+                    "shared": a.shared,
+                    "rho": None if math.isinf(a.rho) else a.rho,
+                    "overlap": a.overlap,
+                }
                 for a in self.agents
             ],
             "fingerprint": self.fingerprint,
@@ -143,19 +150,41 @@ class ProbeReport:
     def from_json(cls, data: dict) -> ProbeReport:
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} report")
-        agents = [AgentStats(a["name"], a["source"], a["updated"], a["unique"], a["shared"], a["overlap"],
-                             a["density"]) for a in data["agents"]]
-        return cls(data["eps"], data["params"], data["tensors"], agents,
-                   [TensorStats(**t) for t in data["tensor_stats"]], data["rescale_survival"]["hist"],
-                   data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)),
-                   InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]))
+        agents = [
+            AgentStats(a["name"], a["source"], a["updated"], a["unique"], a["shared"], a["overlap"], a["density"])
+            for a in data["agents"]
+        ]
+        return cls(
+            data["eps"],
+            data["params"],
+            data["tensors"],
+            agents,
+            [TensorStats(**t) for t in data["tensor_stats"]],
+            data["rescale_survival"]["hist"],
+            data.get("fingerprint", ""),
+            data.get("warnings", []),
+            bool(data.get("has_survival", True)),
+            InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]),
+        )
 
     def renamed(self, names: list[str], sources: list[str]) -> ProbeReport:
         """The same statistics under other agent names (a cached probe reused with new names)."""
-        agents = [AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
-                  for a, n, s in zip(self.agents, names, sources)]
-        return ProbeReport(self.eps, self.params, self.tensors, agents, self.tensor_stats, self.survival,
-                           self.fingerprint, self.warnings, self.has_survival, self.inspect)
+        agents = [
+            AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
+            for a, n, s in zip(self.agents, names, sources)
+        ]
+        return ProbeReport(
+            self.eps,
+            self.params,
+            self.tensors,
+            agents,
+            self.tensor_stats,
+            self.survival,
+            self.fingerprint,
+            self.warnings,
+            self.has_survival,
+            self.inspect,
+        )
 
 
 def _strip(name: str) -> str:
@@ -171,9 +200,16 @@ def _grouped(report: ProbeReport, key) -> list[dict]:
         for i in range(n):
             g["updated"][i] += t.updated[i]
             g["unique"][i] += t.unique[i]
-    return [{"name": name, "params": g["params"], "updated": g["updated"], "unique": g["unique"],
-             "density": [u / g["params"] if g["params"] else 0.0 for u in g["updated"]]}
-            for name, g in groups.items()]
+    return [
+        {
+            "name": name,
+            "params": g["params"],
+            "updated": g["updated"],
+            "unique": g["unique"],
+            "density": [u / g["params"] if g["params"] else 0.0 for u in g["updated"]],
+        }
+        for name, g in groups.items()
+    ]
 
 
 class ProbeAccumulator:
@@ -185,14 +221,19 @@ class ProbeAccumulator:
         self.n = plan.n_agents
         self.with_survival = survival
         self._overlap: dict[int, np.ndarray] = {}  # job -> [N, N+1] int64 (column 0 unused)
-        self._survival_all = (torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64)
-                              if survival else None)
+        self._survival_all = (
+            torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64) if survival else None
+        )
         self._nonfinite: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # add() may run in several compute threads
         # the inspection views' statistics come with the complete (Analyze) probe only
-        self.inspect = (InspectAccumulator(self.n, [j.base.dtype for j in plan.jobs],
-                                           [math.prod(j.shape[1:]) if j.shape else 1 for j in plan.jobs])
-                        if survival else None)
+        self.inspect = (
+            InspectAccumulator(
+                self.n, [j.base.dtype for j in plan.jobs], [math.prod(j.shape[1:]) if j.shape else 1 for j in plan.jobs]
+            )
+            if survival
+            else None
+        )
 
     def add(self, chunk: Chunk) -> None:
         n = self.n
@@ -211,8 +252,10 @@ class ProbeAccumulator:
             # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
             # and its agent, and one bincount for all agents and dtypes.
             base = chunk.base
-            agent_of, = _pattern_luts(n, str(pattern.device))
-            owner = torch.index_select(agent_of, 0, pattern, out=chunk.scratch("owner", tuple(pattern.shape), torch.int32))
+            (agent_of,) = _pattern_luts(n, str(pattern.device))
+            owner = torch.index_select(
+                agent_of, 0, pattern, out=chunk.scratch("owner", tuple(pattern.shape), torch.int32)
+            )
             idx = _flatnonzero(owner >= 0)
             agent = owner.index_select(0, idx).long()
             x = base.index_select(0, idx)
@@ -289,17 +332,39 @@ class ProbeAccumulator:
         for t in range(n):
             ov = overlap_total[t, 1:].tolist()
             updated = sum(ov)
-            agents.append(AgentStats(plan.names[t], plan.agents[t].display, updated, ov[0], updated - ov[0], ov,
-                                     updated / params if params else 0.0))
+            agents.append(
+                AgentStats(
+                    plan.names[t],
+                    plan.agents[t].display,
+                    updated,
+                    ov[0],
+                    updated - ov[0],
+                    ov,
+                    updated / params if params else 0.0,
+                )
+            )
         warnings = list(plan.warnings)
         for a in agents:
             if a.updated == 0:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
-        survival = ({d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
-                    if self._survival_all is not None else {})  # kept with survival only
+        survival = (
+            {d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
+            if self._survival_all is not None
+            else {}
+        )  # kept with survival only
         inspect = self.inspect.finish([a.updated for a in agents]) if self.inspect is not None else None
-        return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
-                           plan.fingerprint(), warnings, self.with_survival, inspect)
+        return ProbeReport(
+            self.eps,
+            params,
+            len(tensor_stats),
+            agents,
+            tensor_stats,
+            survival,
+            plan.fingerprint(),
+            warnings,
+            self.with_survival,
+            inspect,
+        )
 
 
 def _int64(counts: torch.Tensor | np.ndarray) -> np.ndarray:
@@ -379,7 +444,9 @@ def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | 
             y0.copy_(rounded)
             neighbour = torch.nextafter(rounded, toward.to(dtype)).to(tau.dtype)
         h = neighbour.sub_(y0).mul_(0.5)  # signed half gap, exact
-        num = y0.sub_(x).sub_(tau).add_(h)  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
+        num = (
+            y0.sub_(x).sub_(tau).add_(h)
+        )  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
         num.mul_(scale).ceil_()  # ceil((λ* − 1) / STEP)
         num.clamp_(0.0, SURVIVAL_BINS - 1)
         if not finite:  # y0 overflowed to ±inf somewhere (float16): NaN gaps land in the last bin ("never")

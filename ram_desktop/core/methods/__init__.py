@@ -28,11 +28,37 @@ from . import (
 )
 from .base import Collector, FusedKernel, MergeMethod, Observer, Param, SliceCollector, Sweep, WouldKeep
 
-__all__ = ["METHODS", "Collector", "FusedKernel", "MergeMethod", "Observer", "Param", "SliceCollector", "Sweep",
-           "WouldKeep", "get_method"]
+__all__ = [
+    "METHODS",
+    "Collector",
+    "FusedKernel",
+    "MergeMethod",
+    "Observer",
+    "Param",
+    "SliceCollector",
+    "Sweep",
+    "WouldKeep",
+    "get_method",
+]
 
-_FAMILIES = (ram, baselines, fisher, wudi, linear, slerp, model_stock, weighted, breadcrumbs, della, nuslerp, multislerp,
-             karcher, sce, nearswap, arcee_fusion)
+_FAMILIES = (
+    ram,
+    baselines,
+    fisher,
+    wudi,
+    linear,
+    slerp,
+    model_stock,
+    weighted,
+    breadcrumbs,
+    della,
+    nuslerp,
+    multislerp,
+    karcher,
+    sce,
+    nearswap,
+    arcee_fusion,
+)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
 
 

@@ -61,7 +61,9 @@ class Param:
                 raise InputError(f"{self.flag} takes one value per agent, comma-separated; got {value!r}")
             items = [i.strip() if isinstance(i, str) else i for i in items]
             if not items or any(i == "" or i is None for i in items):
-                raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")
+                raise InputError(
+                    f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order"
+                )
             return [self._validate_one(i) for i in items]
         return self._validate_one(value)
 
@@ -72,14 +74,17 @@ class Param:
         if not self.per_agent:
             return check_setting(self.flag, value, self._validate_one)
         if isinstance(value, str) and "," not in value or not isinstance(value, (str, list, tuple)):
-            return check_setting(self.flag, value.strip() if isinstance(value, str) else value,
-                                 self._validate_one)  # one value (or setting) for every agent
+            return check_setting(
+                self.flag, value.strip() if isinstance(value, str) else value, self._validate_one
+            )  # one value (or setting) for every agent
         items = value.split(",") if isinstance(value, str) else value
         items = [i.strip() if isinstance(i, str) else i for i in items]
         if not items or any(i == "" for i in items):
             raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")
-        return [None if i is None else check_setting(f"{self.flag}[{k}]", i, self._validate_one)
-                for k, i in enumerate(items)]
+        return [
+            None if i is None else check_setting(f"{self.flag}[{k}]", i, self._validate_one)
+            for k, i in enumerate(items)
+        ]
 
     def _validate_one(self, value: Any) -> Any:
         if self.kind is bool:  # true/false (YAML booleans, or their text from a command line or form)
@@ -111,8 +116,10 @@ class Param:
         if self.choices:
             parts.append("one of " + "|".join(self.choices))
         elif self.minimum is not None or self.maximum is not None:
-            parts.append(f"allowed {self.minimum if self.minimum is not None else '-inf'}.."
-                         f"{self.maximum if self.maximum is not None else 'inf'}")
+            parts.append(
+                f"allowed {self.minimum if self.minimum is not None else '-inf'}.."
+                f"{self.maximum if self.maximum is not None else 'inf'}"
+            )
         if self.paper_range:
             parts.append(f"paper search range {self.paper_range}")
         return "; ".join(parts)
@@ -249,7 +256,10 @@ class MergeMethod:
         known = {p.name: p for p in self.params}
         unknown = [k for k, v in given.items() if k not in known and v is not None]
         if unknown:
-            raise InputError(f"method {self.name} takes no parameter {', '.join(unknown)}; "
-                             f"its parameters: {', '.join(known) or 'none'}")
-        return {name: p.validate(given[name]) if given.get(name) is not None else p.default
-                for name, p in known.items()}
+            raise InputError(
+                f"method {self.name} takes no parameter {', '.join(unknown)}; "
+                f"its parameters: {', '.join(known) or 'none'}"
+            )
+        return {
+            name: p.validate(given[name]) if given.get(name) is not None else p.default for name, p in known.items()
+        }

@@ -85,6 +85,7 @@ TABLE_11_SCALE = "0.1, 0.3, 0.5, 0.7, 0.9, 1.0 (Table 11)"
 
 # --- shared pieces -------------------------------------------------------------------------------
 
+
 def _scalar(value: float, like: torch.Tensor) -> torch.Tensor:
     """A 0-dim tensor in ``like``'s dtype and device: keeps products and quotients elementwise-exact
     (CUDA turns a division by a host scalar into a multiplication by its reciprocal)."""
@@ -114,6 +115,7 @@ def elect_disjoint_mean(values: list[torch.Tensor], like: torch.Tensor) -> torch
 
 # --- average, task arithmetic --------------------------------------------------------------------
 
+
 def average_merge(chunk: Chunk, ctx: Any) -> torch.Tensor:
     total = agent_sum(chunk.taus, chunk.base)
     return total / _scalar(float(chunk.n_agents), total)
@@ -125,6 +127,7 @@ def task_arithmetic_merge(chunk: Chunk, ctx: dict) -> torch.Tensor:
 
 
 # --- TIES: exact trim ----------------------------------------------------------------------------
+
 
 def keep_count(density: float, n: int) -> int:
     """K = ⌊k·n⌋, at least 1 (0 for an empty scope); k taken as the decimal it was written as."""
@@ -243,8 +246,9 @@ class TrimCollector:
                 digits = bits[(bits >> (shift + RADIX_BITS)) == self._state[key][t].prefix]
                 digits = (digits >> shift) & (RADIX - 1) if shift else digits & (RADIX - 1)
             counts.append(torch.bincount(digits, minlength=RADIX).cpu().numpy())
-        self._add_counts(key, (chunk.job_index, chunk.offset), numel, np.stack(counts),
-                         _sparse_digits(counts) if last else None)
+        self._add_counts(
+            key, (chunk.job_index, chunk.offset), numel, np.stack(counts), _sparse_digits(counts) if last else None
+        )
 
     def add_slices(self, slices: StoredSlices) -> bool:
         """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
@@ -260,18 +264,35 @@ class TrimCollector:
         if not self._active(key) or numel == 0:
             return True
         key_dtype = self._key_dtype[key]
-        done = kernels.ties_digit_counts(slices.base, slices.agents, slices.job.compute_name, key_dtype == "float64",
-                                         self.level, [s.prefix for s in self._state[key]])
+        done = kernels.ties_digit_counts(
+            slices.base,
+            slices.agents,
+            slices.job.compute_name,
+            key_dtype == "float64",
+            self.level,
+            [s.prefix for s in self._state[key]],
+        )
         if done is None or not done.finite:
             return False
         counts = done.hist
         assert counts is not None  # ties_digit_counts always counts
-        self._add_counts(key, (job_index, slices.span.offset), numel, counts,
-                         _sparse_digits(counts) if self._last_level(key) else None)
+        self._add_counts(
+            key,
+            (job_index, slices.span.offset),
+            numel,
+            counts,
+            _sparse_digits(counts) if self._last_level(key) else None,
+        )
         return True
 
-    def _add_counts(self, key: Hashable, chunk_key: ChunkKey, numel: int, counts: np.ndarray,
-                    sparse: list[tuple[np.ndarray, np.ndarray]] | None) -> None:
+    def _add_counts(
+        self,
+        key: Hashable,
+        chunk_key: ChunkKey,
+        numel: int,
+        counts: np.ndarray,
+        sparse: list[tuple[np.ndarray, np.ndarray]] | None,
+    ) -> None:
         """Add one chunk's [N, RADIX] digit counts to its scope (any thread); fold the scope when complete."""
         with self._lock:
             scope = self._open.get(key)
@@ -310,8 +331,10 @@ class TrimCollector:
     def _count_equal(self, key: Hashable, chunk: Chunk) -> None:
         """The extra pass: this chunk's elements equal to the final cut, per agent."""
         key_dtype = self._key_dtype[key]
-        equal = [int((magnitude_bits(chunk.taus[t], key_dtype) == state.prefix).sum())
-                 for t, state in enumerate(self._state[key])]
+        equal = [
+            int((magnitude_bits(chunk.taus[t], key_dtype) == state.prefix).sum())
+            for t, state in enumerate(self._state[key])
+        ]
         with self._lock:
             self._equal[(chunk.job_index, chunk.offset)] = equal
             self._chunk_scope[(chunk.job_index, chunk.offset)] = key
@@ -387,8 +410,10 @@ class TrimCuts:
         try:
             return self.equal_before[(job_index, offset)]
         except KeyError:
-            raise RuntimeError(f"TIES: no equal-to-cut offset for chunk ({job_index}, {offset}); the merge pass "
-                               "must chunk the tensors as the collector passes did") from None
+            raise RuntimeError(
+                f"TIES: no equal-to-cut offset for chunk ({job_index}, {offset}); the merge pass "
+                "must chunk the tensors as the collector passes did"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -404,8 +429,10 @@ class TiesContext:
         first m equal to it in scope order (the earliest positions win ties)."""
         trim = self.chunk_trim(chunk.job_index, chunk.offset, chunk.taus.shape[1])
         if trim is None:  # an empty tensor
-            return [torch.zeros(chunk.taus.shape[1], dtype=torch.bool, device=chunk.base.device)
-                    for _ in range(chunk.n_agents)]
+            return [
+                torch.zeros(chunk.taus.shape[1], dtype=torch.bool, device=chunk.base.device)
+                for _ in range(chunk.n_agents)
+            ]
         key_dtype, cuts, left = trim
         masks = []
         for t, (cut, quota) in enumerate(zip(cuts, left)):
@@ -493,8 +520,8 @@ def dare_uniform(seed: int, agent: int, name: str, offset: int, n: int, device: 
     tmp = torch.empty(min(block, n), dtype=torch.int64, device=device)
     hi = torch.empty_like(tmp)
     for s in range(0, n, block):
-        x = out[s:s + block]
-        t, h = tmp[:x.numel()], hi[:x.numel()]
+        x = out[s : s + block]
+        t, h = tmp[: x.numel()], hi[: x.numel()]
         torch.arange(offset + s, offset + s + x.numel(), out=x)
         torch.bitwise_right_shift(x, 32, out=h)
         h.bitwise_xor_(b)  # (i div 2³²) XOR b
@@ -505,8 +532,9 @@ def dare_uniform(seed: int, agent: int, name: str, offset: int, n: int, device: 
     return out
 
 
-def dare_keep(seed: int, agent: int, name: str, offset: int, n: int, threshold: int,
-              device: torch.device) -> torch.Tensor:
+def dare_keep(
+    seed: int, agent: int, name: str, offset: int, n: int, threshold: int, device: torch.device
+) -> torch.Tensor:
     """The kept elements (u ≥ T) of flat positions offset .. offset+n-1."""
     return dare_uniform(seed, agent, name, offset, n, device) >= threshold
 
@@ -545,6 +573,7 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 
 # --- fused CPU kernels (kernels.py): the same bits as the merges above ---------------------------------------
 
+
 def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
     """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
@@ -555,8 +584,9 @@ def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: b
     if trim is None:
         return None
     key_dtype, cuts, left = trim
-    return kernels.ties_merge_into(slices.base, slices.agents, job.compute_name, job.out_name, key_dtype == "float64",
-                                   cuts, left, ctx.scale)
+    return kernels.ties_merge_into(
+        slices.base, slices.agents, job.compute_name, job.out_name, key_dtype == "float64", cuts, left, ctx.scale
+    )
 
 
 def _dare_fused(ties: bool) -> FusedKernel:
@@ -567,13 +597,24 @@ def _dare_fused(ties: bool) -> FusedKernel:
 
         job = slices.job
         keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]
-        return kernels.dare_merge_into(slices.base, slices.agents, slices.span.offset, keys, drop_threshold(ctx.drop),
-                                       ctx.drop, ctx.scale, ties, job.compute_name, job.out_name)
+        return kernels.dare_merge_into(
+            slices.base,
+            slices.agents,
+            slices.span.offset,
+            keys,
+            drop_threshold(ctx.drop),
+            ctx.drop,
+            ctx.scale,
+            ties,
+            job.compute_name,
+            job.out_name,
+        )
 
     return fused
 
 
 # --- what each would keep (core.engine.would_keep; docs/engine.md, "What each method would keep") --------------------
+
 
 def _updated(report: ProbeReport) -> list[float]:
     return [a.updated for a in report.agents]
@@ -615,8 +656,10 @@ def _elected_shares(report: ProbeReport, scale: float, own: list[float], present
         return None
     n = len(report.agents)
     agree = agreement(stats, n)
-    return [scale * own[t] * sum(a.overlap[k] * election_weight(k, agree[t], present[t]) for k in range(n))
-            for t, a in enumerate(report.agents)]
+    return [
+        scale * own[t] * sum(a.overlap[k] * election_weight(k, agree[t], present[t]) for k in range(n))
+        for t, a in enumerate(report.agents)
+    ]
 
 
 def agreement(stats: InspectStats, n: int) -> list[float]:
@@ -657,7 +700,7 @@ def election_weight(k: int, agree: float, present: float) -> float:
     p_agree, p_dis, p_abs = present * agree, present * (1.0 - agree), 1.0 - present
     for j in range(k + 1):
         for d in range(k - j + 1):
-            prob = (math.comb(k, j) * math.comb(k - j, d) * p_agree ** j * p_dis ** d * p_abs ** (k - j - d))
+            prob = math.comb(k, j) * math.comb(k - j, d) * p_agree**j * p_dis**d * p_abs ** (k - j - d)
             if j + 1 > d:
                 win = 1.0
             elif j + 1 == d:
@@ -670,13 +713,16 @@ def election_weight(k: int, agree: float, present: float) -> float:
 
 # --- mergekit (0.1.5: merge_methods/generalized_task_arithmetic.py, linear.py, sparsify.py) ---------------------
 
+
 def _from_task_arithmetic(given: MergekitInput) -> tuple[str, dict]:
     scale = unit_weights(given)
     all_equal(given.where, given.per_model["density"], "task_arithmetic does not sparsify", must=1.0)
     if given.shared["normalize"]:
         if scale != 1.0:
-            raise InputError(f"{given.where}: parameters.normalize: true with lambda ≠ 1 cannot be expressed "
-                             "(it is the average times lambda); use normalize: false or lambda: 1")
+            raise InputError(
+                f"{given.where}: parameters.normalize: true with lambda ≠ 1 cannot be expressed "
+                "(it is the average times lambda); use normalize: false or lambda: 1"
+            )
         return "average", {}
     return "task-arithmetic", {"scale": scale}
 
@@ -685,15 +731,20 @@ def _from_ties(given: MergekitInput) -> tuple[str, dict]:
     where, scale = given.where, unit_weights(given)
     density = one_density(given)
     if not given.shared["normalize"]:
-        raise InputError(f"{where}: parameters.normalize: false (a disjoint sum) cannot be expressed; "
-                         "RAM Desktop's TIES takes the disjoint mean, set normalize: true")
+        raise InputError(
+            f"{where}: parameters.normalize: false (a disjoint sum) cannot be expressed; "
+            "RAM Desktop's TIES takes the disjoint mean, set normalize: true"
+        )
     if given.shared["rescale"]:
-        raise InputError(f"{where}: parameters.rescale: true (L1 rescale of the trimmed values) cannot be "
-                         "expressed; remove it")
+        raise InputError(
+            f"{where}: parameters.rescale: true (L1 rescale of the trimmed values) cannot be expressed; remove it"
+        )
     check_density(given, density)
-    given.warnings.append("ties: RAM Desktop keeps exactly ⌊k·n⌋ elements per tensor (exact rational k; earliest "
-                          "positions win among equal magnitudes at the cut); mergekit keeps int(k·n) by a float "
-                          "product and picks ties with a non-stable argsort")
+    given.warnings.append(
+        "ties: RAM Desktop keeps exactly ⌊k·n⌋ elements per tensor (exact rational k; earliest "
+        "positions win among equal magnitudes at the cut); mergekit keeps int(k·n) by a float "
+        "product and picks ties with a non-stable argsort"
+    )
     return "ties", {"density": density, "scale": scale, "ties_scope": "tensor"}
 
 
@@ -704,46 +755,79 @@ def _from_dare(ours: str, normalize: bool) -> Callable[[MergekitInput], tuple[st
         where, method, scale = given.where, given.method, unit_weights(given)
         density = one_density(given)
         if not given.shared["rescale"]:
-            raise InputError(f"{where}: parameters.rescale: false (no rescale of the kept values) cannot be "
-                             "expressed; RAM Desktop divides them by 1 − p")
+            raise InputError(
+                f"{where}: parameters.rescale: false (no rescale of the kept values) cannot be "
+                "expressed; RAM Desktop divides them by 1 − p"
+            )
         if normalize and not given.shared["normalize"]:
-            raise InputError(f"{where}: parameters.normalize: false (mergekit's default for {method}: a disjoint "
-                             f"sum) cannot be expressed; RAM Desktop's {ours} takes the disjoint mean, set "
-                             "normalize: true")
+            raise InputError(
+                f"{where}: parameters.normalize: false (mergekit's default for {method}: a disjoint "
+                f"sum) cannot be expressed; RAM Desktop's {ours} takes the disjoint mean, set "
+                "normalize: true"
+            )
         if not normalize and given.shared["normalize"]:
-            raise InputError(f"{where}: parameters.normalize: true (dividing by the number of models) cannot be "
-                             f"expressed for {method}; remove it and put the scale in lambda")
+            raise InputError(
+                f"{where}: parameters.normalize: true (dividing by the number of models) cannot be "
+                f"expressed for {method}; remove it and put the scale in lambda"
+            )
         check_density(given, density)
         drop = float(Decimal(1) - Decimal(repr(density)))
-        given.warnings.append(f"{method}: RAM Desktop drops with a seeded counter-based mask and divides the kept "
-                              f"values by 1 − p (p = 1 − density = {drop:g}); mergekit draws torch.bernoulli and "
-                              "rescales each tensor to its L1 norm, so the results differ in which elements survive "
-                              "and by how much they grow")
+        given.warnings.append(
+            f"{method}: RAM Desktop drops with a seeded counter-based mask and divides the kept "
+            f"values by 1 − p (p = 1 − density = {drop:g}); mergekit draws torch.bernoulli and "
+            "rescales each tensor to its L1 norm, so the results differ in which elements survive "
+            "and by how much they grow"
+        )
         return ours, {"drop": drop, "seed": 0, "scale": scale}
 
     return convert
 
 
 def _to_average(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("task_arithmetic", {"normalize": True}, {"weight": 1.0}, [
-        ("average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
-         "linear would average the models' weights, base included)")])
+    return MergekitExport(
+        "task_arithmetic",
+        {"normalize": True},
+        {"weight": 1.0},
+        [
+            (
+                "average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
+                "linear would average the models' weights, base included)"
+            )
+        ],
+    )
 
 
 def _to_task_arithmetic(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("task_arithmetic", {"lambda": params["scale"]}, {"weight": 1.0}, [
-        ("task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
-         "with dtype float32)")])
+    return MergekitExport(
+        "task_arithmetic",
+        {"lambda": params["scale"]},
+        {"weight": 1.0},
+        [
+            (
+                "task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
+                "with dtype float32)"
+            )
+        ],
+    )
 
 
 def _to_ties(params: dict, eps: float) -> MergekitExport:
-    out = MergekitExport("ties", {"lambda": params["scale"], "normalize": True},
-                         {"weight": 1.0, "density": params["density"]}, [
-        ("ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
-         "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning")])
+    out = MergekitExport(
+        "ties",
+        {"lambda": params["scale"], "normalize": True},
+        {"weight": 1.0, "density": params["density"]},
+        [
+            (
+                "ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
+                "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning"
+            )
+        ],
+    )
     if params["ties_scope"] == "model":
-        out.notes.append("ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
-                         "mergekit trims per tensor")
+        out.notes.append(
+            "ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
+            "mergekit trims per tensor"
+        )
     return out
 
 
@@ -753,11 +837,19 @@ def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitEx
         if normalize:
             shared["normalize"] = True
         per_model = {"weight": 1.0, "density": float(Decimal(1) - Decimal(repr(params["drop"])))}
-        return MergekitExport(theirs, shared, per_model, [
-            (f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; "
-             "false keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
-             f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
-             "elements survive")])
+        return MergekitExport(
+            theirs,
+            shared,
+            per_model,
+            [
+                (
+                    f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; "
+                    "false keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
+                    f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
+                    "elements survive"
+                )
+            ],
+        )
 
     return export
 
@@ -765,49 +857,89 @@ def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitEx
 SPARSE_PER_MODEL = {"weight": None, "density": 1.0}
 
 
-def _gta(name: str, normalize: bool, rescale: bool,
-         convert: Callable[[MergekitInput], tuple[str, dict]]) -> MergekitImport:
+def _gta(
+    name: str, normalize: bool, rescale: bool, convert: Callable[[MergekitInput], tuple[str, dict]]
+) -> MergekitImport:
     """A mergekit generalized-task-arithmetic method with its defaults."""
-    return MergekitImport(name, {**TASK_ARITHMETIC_SHARED, "normalize": normalize, "rescale": rescale},
-                          SPARSE_PER_MODEL, convert)
+    return MergekitImport(
+        name, {**TASK_ARITHMETIC_SHARED, "normalize": normalize, "rescale": rescale}, SPARSE_PER_MODEL, convert
+    )
 
 
 # --- registration --------------------------------------------------------------------------------
 
+
 def _scale(default: float, paper: str | None) -> Param:
-    return Param("scale", float, default, "scaling term λ multiplying the merged task vector", -10.0, 10.0,
-                 paper_range=paper)
+    return Param(
+        "scale", float, default, "scaling term λ multiplying the merged task vector", -10.0, 10.0, paper_range=paper
+    )
 
 
-DENSITY = Param("density", float, 0.2, "TIES trim: share k of each task vector kept (exactly ⌊k·n⌋ "
-                "largest-magnitude elements per scope, at least 1)", 0.0, 1.0, paper_range="0.1, 0.2, 0.3 (Table 11)")
-TIES_SCOPE = Param("ties_scope", str, "tensor", "TIES trim scope: tensor = per tensor per agent (like mergekit), "
-                   "model = one cut over each agent's whole task vector (the TIES paper's)", choices=("tensor", "model"))
-DROP = Param("drop", float, 0.5, "DARE drop rate p: each task-vector element is dropped with probability p, "
-             "kept ones divided by 1-p", 0.0, 0.99, paper_range="0.1-0.9 in steps of 0.1 (Table 11)")
-SEED = Param("seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)",
-             0, 2**64 - 1)
+DENSITY = Param(
+    "density",
+    float,
+    0.2,
+    "TIES trim: share k of each task vector kept (exactly ⌊k·n⌋ largest-magnitude elements per scope, at least 1)",
+    0.0,
+    1.0,
+    paper_range="0.1, 0.2, 0.3 (Table 11)",
+)
+TIES_SCOPE = Param(
+    "ties_scope",
+    str,
+    "tensor",
+    "TIES trim scope: tensor = per tensor per agent (like mergekit), "
+    "model = one cut over each agent's whole task vector (the TIES paper's)",
+    choices=("tensor", "model"),
+)
+DROP = Param(
+    "drop",
+    float,
+    0.5,
+    "DARE drop rate p: each task-vector element is dropped with probability p, kept ones divided by 1-p",
+    0.0,
+    0.99,
+    paper_range="0.1-0.9 in steps of 0.1 (Table 11)",
+)
+SEED = Param(
+    "seed", int, 0, "DARE random seed (the mask depends only on seed, agent, tensor and position)", 0, 2**64 - 1
+)
 
 TA_PAPER = "Ilharco et al., *Editing Models with Task Arithmetic*, ICLR 2023, arXiv 2212.04089"
-TIES_PAPER = ("Yadav et al., *TIES-Merging: Resolving Interference When Merging Models*, NeurIPS 2023, "
-              "arXiv 2306.01708")
-DARE_PAPER = ("Yu et al., *Language Models are Super Mario: Absorbing Abilities from Homologous Models as a Free "
-              "Lunch*, ICML 2024, arXiv 2311.03099")
+TIES_PAPER = "Yadav et al., *TIES-Merging: Resolving Interference When Merging Models*, NeurIPS 2023, arXiv 2306.01708"
+DARE_PAPER = (
+    "Yu et al., *Language Models are Super Mario: Absorbing Abilities from Homologous Models as a Free "
+    "Lunch*, ICML 2024, arXiv 2311.03099"
+)
 
 
-def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Chunk, DareContext], torch.Tensor],
-          ties: bool, keep: Callable[[ProbeReport, dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
+def _dare(
+    name: str,
+    label: str,
+    summary: str,
+    scale: float,
+    merge: Callable[[Chunk, DareContext], torch.Tensor],
+    ties: bool,
+    keep: Callable[[ProbeReport, dict], list[float] | None],
+    theirs: str,
+    short: str,
+) -> MergeMethod:
     """DARE-TA (``ties`` False: λ·Σ) or DARE-TIES (sign election and disjoint mean): the same drop step,
     mask, parameters and mergekit family (``theirs``: dare_linear or dare_ties)."""
     return MergeMethod(
-        name, label, summary, (DROP, SEED, _scale(scale, None)), merge,
+        name,
+        label,
+        summary,
+        (DROP, SEED, _scale(scale, None)),
+        merge,
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
         # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
         thread_safe=True,
         fused=_dare_fused(ties),
         would_keep=WouldKeep(keep, estimated=True),
-        mergekit=MergekitMapping(_to_dare(theirs, normalize=ties),
-                                 (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)),
+        mergekit=MergekitMapping(
+            _to_dare(theirs, normalize=ties), (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)
+        ),
         sweep=Sweep("drop", "0.5"),
         short=short,
         citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
@@ -816,19 +948,25 @@ def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Ch
 
 METHODS = (
     MergeMethod(
-        "average", "Average", "θ_pre + mean of the task vectors (plain weight averaging).",
-        (), average_merge,
+        "average",
+        "Average",
+        "θ_pre + mean of the task vectors (plain weight averaging).",
+        (),
+        average_merge,
         thread_safe=True,  # pure per chunk: the result depends only on the chunk
         would_keep=WouldKeep(average_shares),
         # mergekit's linear averages the models themselves (methods/linear.py reads it)
         mergekit=MergekitMapping(_to_average),
         short="Avg",
         citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
-                 "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        "without increasing inference time*, ICML 2022, arXiv 2203.05482",
     ),
     MergeMethod(
-        "task-arithmetic", "Task Arithmetic", "θ_pre + λ·Σ task vectors.",
-        (_scale(0.3, TABLE_11_SCALE),), task_arithmetic_merge,
+        "task-arithmetic",
+        "Task Arithmetic",
+        "θ_pre + λ·Σ task vectors.",
+        (_scale(0.3, TABLE_11_SCALE),),
+        task_arithmetic_merge,
         thread_safe=True,
         would_keep=WouldKeep(scaled_shares),
         mergekit=MergekitMapping(_to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)),
@@ -837,7 +975,9 @@ METHODS = (
         citation=TA_PAPER,
     ),
     MergeMethod(
-        "ties", "TIES", "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
+        "ties",
+        "TIES",
+        "Trim each task vector to its ⌊k·n⌋ largest magnitudes, elect signs, disjoint mean, ×λ.",
         (DENSITY, _scale(1.0, TABLE_11_SCALE), TIES_SCOPE),
         ties_merge,
         prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
@@ -851,8 +991,26 @@ METHODS = (
         short="TIES",
         citation=TIES_PAPER,
     ),
-    _dare("dare-ta", "DARE + Task Arithmetic", "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
-          0.3, dare_ta_merge, ties=False, keep=scaled_shares, theirs="dare_linear", short="DARE-TA"),
-    _dare("dare-ties", "DARE + TIES", "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
-          1.0, dare_ties_merge, ties=True, keep=dare_ties_shares, theirs="dare_ties", short="DARE-TIES"),
+    _dare(
+        "dare-ta",
+        "DARE + Task Arithmetic",
+        "Drop task-vector elements with probability p, rescale by 1/(1-p), λ·Σ.",
+        0.3,
+        dare_ta_merge,
+        ties=False,
+        keep=scaled_shares,
+        theirs="dare_linear",
+        short="DARE-TA",
+    ),
+    _dare(
+        "dare-ties",
+        "DARE + TIES",
+        "DARE drop and rescale in place of TIES's trim, then sign election, disjoint mean, ×λ.",
+        1.0,
+        dare_ties_merge,
+        ties=True,
+        keep=dare_ties_shares,
+        theirs="dare_ties",
+        short="DARE-TIES",
+    ),
 )

@@ -29,13 +29,22 @@ KEY_PREFIX = "fisher:"
 SINGLE_FILE = "fisher.safetensors"
 INDEX_FILE = "fisher.safetensors.index.json"
 
-SCALE = Param("scale", float, 1.0, "scaling λ of the Fisher-weighted average of task vectors", 0.0, 10.0,
-              paper_range="0.1-1.0")
-EXAMPLES = Param("examples", int, 256, "calibration examples per agent for the Fisher estimate (with --suite)",
-                 1, 1_000_000, paper_range="256-2048")
+SCALE = Param(
+    "scale", float, 1.0, "scaling λ of the Fisher-weighted average of task vectors", 0.0, 10.0, paper_range="0.1-1.0"
+)
+EXAMPLES = Param(
+    "examples",
+    int,
+    256,
+    "calibration examples per agent for the Fisher estimate (with --suite)",
+    1,
+    1_000_000,
+    paper_range="256-2048",
+)
 FISHER = Param("fisher", str, None, "Fisher folder of each agent (written by ram-merge fisher)", per_agent=True)
-SUITE = Param("suite", str, None, "calibration suite of each agent (its Fisher is computed and cached first)",
-              per_agent=True)
+SUITE = Param(
+    "suite", str, None, "calibration suite of each agent (its Fisher is computed and cached first)", per_agent=True
+)
 
 
 def aux_key(fisher: list[str]) -> str:
@@ -50,8 +59,9 @@ def open_fisher(folder: str | Path) -> Checkpoint:
 
     path = Path(folder).expanduser()
     if not path.exists():
-        raise InputError(f"Fisher folder {path} does not exist; write one with ram-merge fisher AGENT --suite SUITE "
-                         f"--out DIR")
+        raise InputError(
+            f"Fisher folder {path} does not exist; write one with ram-merge fisher AGENT --suite SUITE --out DIR"
+        )
     path = path.resolve()
     if path.is_file():
         return open_file(path, str(folder))
@@ -73,11 +83,15 @@ def fisher_aux_inputs(params: dict) -> dict[str, list[Checkpoint]]:
     if fisher:
         return {aux_key(fisher): [open_fisher(f) for f in fisher]}
     if params.get("suite"):
-        raise InputError("fisher merging with --suite needs the agents' Fisher files computed first: run it with "
-                         "ram-merge merge/run or the window (they compute and cache them), or pass --fisher DIR,... "
-                         "from ram-merge fisher")
-    raise InputError("fisher merging needs each agent's Fisher information: pass --suite SUITE,... (one calibration "
-                     "suite per agent, in agent order) or --fisher DIR,... (folders written by ram-merge fisher)")
+        raise InputError(
+            "fisher merging with --suite needs the agents' Fisher files computed first: run it with "
+            "ram-merge merge/run or the window (they compute and cache them), or pass --fisher DIR,... "
+            "from ram-merge fisher"
+        )
+    raise InputError(
+        "fisher merging needs each agent's Fisher information: pass --suite SUITE,... (one calibration "
+        "suite per agent, in agent order) or --fisher DIR,... (folders written by ram-merge fisher)"
+    )
 
 
 def fisher_prepare(params: dict, probe: Any, collected: Any) -> dict:
@@ -97,9 +111,11 @@ def fisher_merge(chunk: Chunk, ctx: dict) -> torch.Tensor:
     for t in range(n):
         f = _widened(fishers[t], like)
         if not bool(torch.isfinite(f).all()) or bool((f < 0).any()):
-            raise InputError(f"Fisher file {ctx['sources'][t]} has a negative, NaN or infinite value in tensor "
-                             f"{chunk.name!r} (agent {t + 1}); a Fisher information is finite and >= 0 — compute it "
-                             f"again with ram-merge fisher")
+            raise InputError(
+                f"Fisher file {ctx['sources'][t]} has a negative, NaN or infinite value in tensor "
+                f"{chunk.name!r} (agent {t + 1}); a Fisher information is finite and >= 0 — compute it "
+                f"again with ram-merge fisher"
+            )
         weighted += f * chunk.taus[t]
         total_f += f
         total_tau += chunk.taus[t]
@@ -111,13 +127,14 @@ def fisher_merge(chunk: Chunk, ctx: dict) -> torch.Tensor:
 def _widened(f: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """The Fisher slice in the compute dtype; rows an agent lacks (``--vocab common``) get F = 0."""
     out = torch.zeros_like(like)
-    out[:f.numel()] = f
+    out[: f.numel()] = f
     return out
 
 
 METHODS = (
     MergeMethod(
-        "fisher", "Fisher",
+        "fisher",
+        "Fisher",
         "Fisher-weighted average λ·ΣF_t·τ_t/ΣF_t (diagonal Fisher per agent on its calibration suite; "
         "mean where ΣF = 0).",
         (SCALE, EXAMPLES, FISHER, SUITE),

@@ -104,15 +104,21 @@ def require_weights(given: MergekitInput) -> list[tuple[str, float]]:
     weights = given.per_model["weight"]
     if len(weights) < given.n_agents:
         missing = given.n_agents - len(weights)
-        raise InputError(f"{given.where}: models[*].parameters.weight: {missing} model(s) without a weight "
-                         f"(mergekit requires one for {given.method}); write weight: 1.0")
+        raise InputError(
+            f"{given.where}: models[*].parameters.weight: {missing} model(s) without a weight "
+            f"(mergekit requires one for {given.method}); write weight: 1.0"
+        )
     return weights
 
 
 def unit_weights(given: MergekitInput) -> float:
     """The checks of a weighted task-vector sum: every weight 1 (the scale goes in ``lambda``); returns λ."""
-    all_equal(given.where, require_weights(given), "RAM Desktop weights every agent by 1; put the scale in "
-              "parameters.lambda", must=1.0)
+    all_equal(
+        given.where,
+        require_weights(given),
+        "RAM Desktop weights every agent by 1; put the scale in parameters.lambda",
+        must=1.0,
+    )
     return given.shared["lambda"]
 
 
@@ -129,8 +135,9 @@ def check_density(given: MergekitInput, density: float) -> None:
         raise InputError(f"{given.where}: models[*].parameters.density must be in (0, 1], got {density:g}")
 
 
-def exact_export(exact: MergekitExact,
-                 notes: tuple[str, ...] = ()) -> Callable[[dict[str, Any], float], MergekitExport]:
+def exact_export(
+    exact: MergekitExact, notes: tuple[str, ...] = ()
+) -> Callable[[dict[str, Any], float], MergekitExport]:
     """The export of a method that computes ``exact``'s mergekit method: every parameter as it is (gradients
     and filters included), per-agent values per model, the compute dtype as ``dtype``."""
 
@@ -138,9 +145,15 @@ def exact_export(exact: MergekitExact,
         shared = {theirs: params[ours] for theirs, ours in exact.shared.items() if params.get(ours) is not None}
         per_agent = {theirs: params[ours] for theirs, ours in exact.per_model.items() if params.get(ours) is not None}
         dtype = params.get("dtype", "float32")
-        out = MergekitExport(exact.name, shared, {}, list(notes), per_agent,
-                             base=exact.base != "input" and params.get("use_base", True) is not False,
-                             dtype=None if dtype == "inputs" else dtype)
+        out = MergekitExport(
+            exact.name,
+            shared,
+            {},
+            list(notes),
+            per_agent,
+            base=exact.base != "input" and params.get("use_base", True) is not False,
+            dtype=None if dtype == "inputs" else dtype,
+        )
         return out
 
     return export

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 # --- RAM, RAM+, RAM+s (paper equations 6, 7, 8) -------------------------------------------------
 
+
 def ram_plus_lambdas(params: dict, probe: ProbeReport) -> list[float]:
     """λ_t = 1 + r · clip(ρ_t, 0, α), with clip(∞) = α (equation 6)."""
     return [1.0 + params["r"] * min(max(a.rho, 0.0), params["alpha"]) for a in probe.agents]
@@ -100,9 +101,13 @@ def _selective_merge_masks(chunk: Chunk, lambdas: list[float] | None) -> torch.T
     return torch.where(counts == 1, unique_value, torch.where(counts >= 2, mean, 0.0))
 
 
-R = Param("r", float, 0.1, "rescaling strength r of unique updates", 0.0, 10.0, paper_range="0.1; ablation 0.0-0.2 (Table 2)")
-ALPHA = Param("alpha", float, 2.0, "upper clip α of the overlap-unique ratio ρ", 0.0, 1000.0,
-              paper_range="2.0 (paper setting)")
+R = Param(
+    "r", float, 0.1, "rescaling strength r of unique updates", 0.0, 10.0, paper_range="0.1; ablation 0.0-0.2 (Table 2)"
+)
+ALPHA = Param(
+    "alpha", float, 2.0, "upper clip α of the overlap-unique ratio ρ", 0.0, 1000.0, paper_range="2.0 (paper setting)"
+)
+
 
 class SurvivalObserver:
     """Counts, per output dtype and agent, the unique elements whose written value differs from the
@@ -138,8 +143,16 @@ def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
         from ..engine import kernels
 
         job = slices.job
-        return kernels.selective_merge_into(slices.base, slices.agents, slices.eps, job.compute_name, job.out_name,
-                                            lambdas_of(context), counts, survival)
+        return kernels.selective_merge_into(
+            slices.base,
+            slices.agents,
+            slices.eps,
+            job.compute_name,
+            job.out_name,
+            lambdas_of(context),
+            counts,
+            survival,
+        )
 
     return fused
 
@@ -154,13 +167,15 @@ def _rescaled_shares(lambdas: Callable[[dict, ProbeReport], list[float]]) -> Wou
     """RAM with λ_t instead of 1 where agent t alone updates: exact."""
 
     def shares(report: ProbeReport, params: dict) -> list[float]:
-        return [r + (lam - 1.0) * a.unique
-                for r, lam, a in zip(ram_shares(report), lambdas(params, report), report.agents)]
+        return [
+            r + (lam - 1.0) * a.unique for r, lam, a in zip(ram_shares(report), lambdas(params, report), report.agents)
+        ]
 
     return WouldKeep(shares)
 
 
 # --- mergekit: ram and ramplus_tl (mergekit 0.1.5 merge_methods/ram.py) ---------------------------------------
+
 
 def _from_ram(given: MergekitInput) -> tuple[str, dict]:
     return "ram", {}
@@ -168,55 +183,94 @@ def _from_ram(given: MergekitInput) -> tuple[str, dict]:
 
 def _from_ramplus_tl(given: MergekitInput) -> tuple[str, dict]:
     shared = given.shared
-    given.warnings.append("ramplus_tl: mergekit computes ρ per tensor (shared / unique within each tensor) and "
-                          "defaults α to 0.2; RAM Desktop's ram-plus computes ρ over the whole model, as the paper "
-                          f"defines it (paper default α = 2.0); using r = {shared['r']:g}, α = {shared['alpha']:g}")
+    given.warnings.append(
+        "ramplus_tl: mergekit computes ρ per tensor (shared / unique within each tensor) and "
+        "defaults α to 0.2; RAM Desktop's ram-plus computes ρ over the whole model, as the paper "
+        f"defines it (paper default α = 2.0); using r = {shared['r']:g}, α = {shared['alpha']:g}"
+    )
     return "ram-plus", {"r": shared["r"], "alpha": shared["alpha"]}
 
 
 def _to_ram(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("ram", {"epsilon": eps}, notes=[
-        ("ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
-         "where RAM Desktop divides the sum by c_i, which can differ in the last bit")])
+    return MergekitExport(
+        "ram",
+        {"epsilon": eps},
+        notes=[
+            (
+                "ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
+                "where RAM Desktop divides the sum by c_i, which can differ in the last bit"
+            )
+        ],
+    )
 
 
-_RHO_NOTE = ("ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
-             "elements gets λ = 1 + r·α); RAM Desktop computes ρ once over the whole model. Results differ")
+_RHO_NOTE = (
+    "ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
+    "elements gets λ = 1 + r·α); RAM Desktop computes ρ once over the whole model. Results differ"
+)
 
 
 def _to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": params["alpha"], "epsilon": eps},
-                          notes=[_RHO_NOTE])
+    return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": params["alpha"], "epsilon": eps}, notes=[_RHO_NOTE])
 
 
 def _soft_to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": 1.0, "epsilon": eps}, notes=[
-        _RHO_NOTE, ("ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
-                    "closest clipped form")])
+    return MergekitExport(
+        "ramplus_tl",
+        {"r": params["r"], "alpha": 1.0, "epsilon": eps},
+        notes=[
+            _RHO_NOTE,
+            (
+                "ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
+                "closest clipped form"
+            ),
+        ],
+    )
 
 
 RAM_PAPER = "*Behavior Knowledge Merge in Reinforced Agentic Models*, arXiv 2601.13572"
 RAM_MERGEKIT = MergekitMapping(_to_ram, (MergekitImport("ram", {"epsilon": 1e-5}, {}, _from_ram),))
-RAM_PLUS_MERGEKIT = MergekitMapping(_to_ramplus_tl, (
-    MergekitImport("ramplus_tl", {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, {}, _from_ramplus_tl),))
+RAM_PLUS_MERGEKIT = MergekitMapping(
+    _to_ramplus_tl, (MergekitImport("ramplus_tl", {"r": 0.1, "alpha": 0.2, "epsilon": 1e-5}, {}, _from_ramplus_tl),)
+)
 
 
-def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
-                lambdas: Callable[[dict, ProbeReport], list[float]] | None, short: str,
-                mergekit: MergekitMapping, sweep: Sweep | None) -> MergeMethod:
+def _ram_family(
+    name: str,
+    label: str,
+    summary: str,
+    params: tuple[Param, ...],
+    lambdas: Callable[[dict, ProbeReport], list[float]] | None,
+    short: str,
+    mergekit: MergekitMapping,
+    sweep: Sweep | None,
+) -> MergeMethod:
     """RAM (no λ) or a rescaling variant whose λ is declared once, by ``lambdas``."""
     if lambdas is None:
-        return MergeMethod(name, label, summary, params, lambda chunk, ctx: selective_merge(chunk, None),
-                           thread_safe=True, fused=_fused(lambda ctx: None),
-                           would_keep=WouldKeep(lambda report, p: ram_shares(report)),
-                           mergekit=mergekit, sweep=sweep, short=short, citation=RAM_PAPER)
+        return MergeMethod(
+            name,
+            label,
+            summary,
+            params,
+            lambda chunk, ctx: selective_merge(chunk, None),
+            thread_safe=True,
+            fused=_fused(lambda ctx: None),
+            would_keep=WouldKeep(lambda report, p: ram_shares(report)),
+            mergekit=mergekit,
+            sweep=sweep,
+            short=short,
+            citation=RAM_PAPER,
+        )
 
     def prepare(params: dict, probe: ProbeReport | None, collected: object) -> list[float]:
         assert probe is not None  # needs_probe: the probe ran first
         return lambdas(params, probe)
 
     return MergeMethod(
-        name, label, summary, params,
+        name,
+        label,
+        summary,
+        params,
         merge=selective_merge,
         prepare=prepare,
         needs_probe=lambda params: True,
@@ -233,12 +287,34 @@ def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
 
 
 METHODS = (
-    _ram_family("ram", "RAM", "Average where agents overlap, keep unique updates whole (λ = 1).", (), None,
-                "RAM", RAM_MERGEKIT, None),
-    _ram_family("ram-plus", "RAM+", "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
-                (R, ALPHA), ram_plus_lambdas, "RAM+", RAM_PLUS_MERGEKIT,
-                Sweep("r", "0, 0.05, 0.1, 0.15, 0.2")),  # the paper's Table 2 r sweep
-    _ram_family("ram-plus-soft", "RAM+s",
-                "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
-                (R,), ram_plus_soft_lambdas, "RAM+s", MergekitMapping(_soft_to_ramplus_tl), Sweep("r", "0.1")),
+    _ram_family(
+        "ram",
+        "RAM",
+        "Average where agents overlap, keep unique updates whole (λ = 1).",
+        (),
+        None,
+        "RAM",
+        RAM_MERGEKIT,
+        None,
+    ),
+    _ram_family(
+        "ram-plus",
+        "RAM+",
+        "RAM with unique updates rescaled by λ_t = 1 + r·clip(ρ_t, 0, α).",
+        (R, ALPHA),
+        ram_plus_lambdas,
+        "RAM+",
+        RAM_PLUS_MERGEKIT,
+        Sweep("r", "0, 0.05, 0.1, 0.15, 0.2"),
+    ),  # the paper's Table 2 r sweep
+    _ram_family(
+        "ram-plus-soft",
+        "RAM+s",
+        "RAM with soft-saturated rescaling λ_t = 1 + r·ρ_t/(1+ρ_t) (paper appendix E).",
+        (R,),
+        ram_plus_soft_lambdas,
+        "RAM+s",
+        MergekitMapping(_soft_to_ramplus_tl),
+        Sweep("r", "0.1"),
+    ),
 )

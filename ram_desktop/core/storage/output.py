@@ -35,9 +35,19 @@ from .formats.safetensors_format import SafetensorsStreamWriter
 
 log = logging.getLogger("ram_desktop")
 
-TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab.*", "merges.txt",
-                   "*.tiktoken", "spiece.model", "sentencepiece*.model", "generation_config.json",
-                   "chat_template*", "preprocessor_config.json")
+TOKENIZER_FILES = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.tiktoken",
+    "spiece.model",
+    "sentencepiece*.model",
+    "generation_config.json",
+    "chat_template*",
+    "preprocessor_config.json",
+)
 DISK_MARGIN = 64 * 2**20
 
 
@@ -76,9 +86,11 @@ def check_output(out: Path, inputs: list[Checkpoint], overwrite: bool, needed_by
         anchor = anchor.parent
     free = shutil.disk_usage(anchor).free
     if free < needed_bytes + DISK_MARGIN:
-        raise InputError(f"not enough free disk at {anchor}: the merge needs {human_bytes(needed_bytes + DISK_MARGIN)} "
-                         f"(output and a safety margin), {human_bytes(free)} are free; free space or choose another "
-                         "output folder")
+        raise InputError(
+            f"not enough free disk at {anchor}: the merge needs {human_bytes(needed_bytes + DISK_MARGIN)} "
+            f"(output and a safety margin), {human_bytes(free)} are free; free space or choose another "
+            "output folder"
+        )
     return out
 
 
@@ -161,8 +173,9 @@ class ShardSet:
     def _open(self, shard: int) -> None:
         if self._writer is not None:
             self._writer.close()
-        entries = [(self.plan.jobs[j].name, self.plan.jobs[j].out_name, self.plan.jobs[j].shape)
-                   for j in self.layout[shard]]
+        entries = [
+            (self.plan.jobs[j].name, self.plan.jobs[j].out_name, self.plan.jobs[j].shape) for j in self.layout[shard]
+        ]
         self._writer = SafetensorsStreamWriter(self.folder / self.names[shard], entries, {"format": "pt"})
         self._current = shard
 
@@ -310,9 +323,11 @@ def check_replaceable(out: Path, overwrite: bool) -> None:
     if not overwrite:
         raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
     if not is_earlier_output(out):
-        raise InputError(f"output folder {out} holds files that RAM Desktop did not write (no merge-report.json and "
-                         "ram-recipe.yaml, no fisher.json); --overwrite replaces only an earlier RAM Desktop output — "
-                         "choose a new folder")
+        raise InputError(
+            f"output folder {out} holds files that RAM Desktop did not write (no merge-report.json and "
+            "ram-recipe.yaml, no fisher.json); --overwrite replaces only an earlier RAM Desktop output — "
+            "choose a new folder"
+        )
 
 
 @contextmanager
@@ -328,8 +343,10 @@ def output_lock(out: Path) -> Iterator[None]:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise InputError(f"output folder {out} is being written by another RAM Desktop run (pid {holder}); wait "
-                             "for it to finish or choose another folder") from None
+            raise InputError(
+                f"output folder {out} is being written by another RAM Desktop run (pid {holder}); wait "
+                "for it to finish or choose another folder"
+            ) from None
         except BaseException:
             os.close(fd)
             raise

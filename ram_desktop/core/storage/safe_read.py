@@ -21,8 +21,13 @@ from ..errors import InputError
 
 MAX_JSON_DEPTH = 64  # far beyond any config, index, header or suite row; serde_json (safetensors) stops at 128
 
-_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
 def os_reason(error: OSError) -> str:
@@ -81,8 +86,9 @@ def decode_utf8(data: bytes, where: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise InputError(f"{where}: not UTF-8 text (byte {e.start} is {data[e.start:e.start + 1]!r}); "
-                         "save it as UTF-8") from None
+        raise InputError(
+            f"{where}: not UTF-8 text (byte {e.start} is {data[e.start : e.start + 1]!r}); save it as UTF-8"
+        ) from None
 
 
 def read_text(path: Path | str) -> str:
@@ -205,8 +211,10 @@ def parse_yaml(text: str, where: str) -> Any:
             return None
         size = _expanded_size(node, {})
         if size > MAX_YAML_NODES:
-            raise InputError(f"{where}: its aliases expand to more than {MAX_YAML_NODES:,} values; write the "
-                             "values out instead of repeating anchors")
+            raise InputError(
+                f"{where}: its aliases expand to more than {MAX_YAML_NODES:,} values; write the "
+                "values out instead of repeating anchors"
+            )
         return loader.construct_document(node)
     except RecursionError:
         raise InputError(f"{where}: YAML nested too deeply") from None

@@ -43,6 +43,7 @@ class EvalScores(Protocol):
     def device(self) -> str: ...
     def write_json(self, path: Path) -> object: ...
 
+
 EVAL_JSON = "eval.json"
 MERGE_REPORT = "merge-report.json"
 SECTION = "## Evaluation"
@@ -62,12 +63,17 @@ def merged_folders(result: EvalScores) -> list[tuple[int, Path]]:
 def evaluation_section(result: EvalScores, highlight: int | None = None) -> str:
     """The card's section: a Markdown table (models × suites and their mean), ``highlight``'s row in bold."""
     heads = [f"{s.name} ({s.examples})" for s in result.suites]
-    lines = [SECTION, "",
-             f"Mean reward per suite (greedy decoding, {result.device}, "
-             f"{sum(s.examples for s in result.suites)} examples per model; scorers: "
-             + ", ".join(f"{s.name}: `{s.scorer}`" for s in result.suites) + ").", "",
-             "| model | " + " | ".join(heads) + " | mean |",
-             "|---" * (len(heads) + 2) + "|"]
+    lines = [
+        SECTION,
+        "",
+        f"Mean reward per suite (greedy decoding, {result.device}, "
+        f"{sum(s.examples for s in result.suites)} examples per model; scorers: "
+        + ", ".join(f"{s.name}: `{s.scorer}`" for s in result.suites)
+        + ").",
+        "",
+        "| model | " + " | ".join(heads) + " | mean |",
+        "|---" * (len(heads) + 2) + "|",
+    ]
     for m, (model, row) in enumerate(zip(result.models, result.scores)):
         cells = [model.name, *(f"{v:.3f}" for v in row), f"{sum(row) / len(row):.3f}" if row else "—"]
         if m == highlight:

@@ -22,8 +22,9 @@ def _hub_base_id(plan: MergePlan) -> str | None:
     return name if isinstance(name, str) and name.count("/") == 1 and not name.startswith((".", "/")) else None
 
 
-def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[float], probe: ProbeReport,
-               out_dtype: str) -> str:
+def model_card(
+    plan: MergePlan, method_name: str, params: dict, lambdas: list[float], probe: ProbeReport, out_dtype: str
+) -> str:
     """The card's text: YAML front matter (``base_model``, ``tags``, ``library_name``) and the body."""
     from huggingface_hub.repocard_data import ModelCardData  # the front matter only (not the Hub client)
 
@@ -38,11 +39,15 @@ def model_card(plan: MergePlan, method_name: str, params: dict, lambdas: list[fl
     rows = []
     for t, a in enumerate(probe.agents):
         rho = "∞" if math.isinf(a.rho) else f"{a.rho:.3f}"
-        rows.append(f"| {a.name} | `{plan.agents[t].display}` | {a.density:.2%} | {a.unique:,} | {a.shared:,} "
-                    f"| {rho} |" + (f" {lambdas[t]:.4f} |" if rescales else ""))
+        rows.append(
+            f"| {a.name} | `{plan.agents[t].display}` | {a.density:.2%} | {a.unique:,} | {a.shared:,} "
+            f"| {rho} |" + (f" {lambdas[t]:.4f} |" if rescales else "")
+        )
     overlap_head = " | ".join(f"{k + 1} agent{'s' if k else ''}" for k in range(len(probe.agents)))
-    overlap_rows = [f"| {a.name} | " + " | ".join(f"{c / a.updated:.1%}" if a.updated else "-" for c in a.overlap)
-                    + " |" for a in probe.agents]
+    overlap_rows = [
+        f"| {a.name} | " + " | ".join(f"{c / a.updated:.1%}" if a.updated else "-" for c in a.overlap) + " |"
+        for a in probe.agents
+    ]
     body = f"""
 # Merged with RAM Desktop: {method.label}
 
@@ -63,7 +68,7 @@ This model merges {plan.n_agents} reinforcement-learning-trained agents into the
 ## Overlap: share of each agent's updates that k agents update
 
 | agent | {overlap_head} |
-|---|{'---|' * len(probe.agents)}
+|---|{"---|" * len(probe.agents)}
 {chr(10).join(overlap_rows)}
 
 ## Reproduce

@@ -86,16 +86,29 @@ def remote_source(spec: str, token: str | None = None) -> RemoteSource | None:
     for filename, file_meta in meta.files_metadata.items():
         for name, info in file_meta.tensors.items():
             if info.dtype not in DTYPE_TABLE:
-                raise InputError(f"{repo_id}@{listing.sha}: tensor {name!r} in {filename} has dtype {info.dtype}, "
-                                 "which RAM Desktop cannot read")
+                raise InputError(
+                    f"{repo_id}@{listing.sha}: tensor {name!r} in {filename} has dtype {info.dtype}, "
+                    "which RAM Desktop cannot read"
+                )
             tensors[name] = TensorInfo(name, info.dtype, tuple(int(d) for d in info.shape), Path(filename))
     files = sorted(meta.files_metadata)
     cache = hub.cache_dir()
-    missing = [f for f in [*listing.needed, *files] if not isinstance(
-        hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=listing.sha), str)]
+    missing = [
+        f
+        for f in [*listing.needed, *files]
+        if not isinstance(hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=listing.sha), str)
+    ]
     download = sum(listing.sizes.get(f) or 0 for f in dict.fromkeys(missing))
-    ckpt = Checkpoint(spec, Path(f"{repo_id}@{listing.sha}"), [Path(f) for f in files], tensors, config,
-                      revision=listing.sha, repo_id=repo_id, metadata=dict(meta.metadata or {}))
+    ckpt = Checkpoint(
+        spec,
+        Path(f"{repo_id}@{listing.sha}"),
+        [Path(f) for f in files],
+        tensors,
+        config,
+        revision=listing.sha,
+        repo_id=repo_id,
+        metadata=dict(meta.metadata or {}),
+    )
     return RemoteSource(spec, repo_id, listing.sha, ckpt, download)
 
 
@@ -113,9 +126,16 @@ def _remote_config(repo_id: str, listing: hub.RepoFiles, token: str | None) -> d
     return value if isinstance(value, dict) else None
 
 
-def precheck(base: str, agents: list[str], token: str | None = None, names: list[str] | None = None,
-             out_dtype: str = "base", vocab: str = "exact", out: Path | None = None,
-             local: dict[str, Checkpoint] | None = None) -> MergePlan | None:
+def precheck(
+    base: str,
+    agents: list[str],
+    token: str | None = None,
+    names: list[str] | None = None,
+    out_dtype: str = "base",
+    vocab: str = "exact",
+    out: Path | None = None,
+    local: dict[str, Checkpoint] | None = None,
+) -> MergePlan | None:
     """Plan the merge from remote headers (local sources opened as usual) and check free disk; None when no
     source needs the Hub (or the check cannot run: offline, pickle weights). ``InputError`` as ``make_plan``."""
     specs = [base, *agents]
@@ -144,8 +164,11 @@ def precheck(base: str, agents: list[str], token: str | None = None, names: list
         return None
     plan = make_plan(opened[base], [opened[a] for a in agents], names, out_dtype, vocab)
     check_disk([r.download_bytes for r in remotes], hub.cache_dir(), plan.out_bytes, out)
-    log.info("checked %d Hub source(s) from their headers: %s to download", len(remotes),
-             hub._mb(sum(r.download_bytes for r in remotes)))
+    log.info(
+        "checked %d Hub source(s) from their headers: %s to download",
+        len(remotes),
+        hub._mb(sum(r.download_bytes for r in remotes)),
+    )
     return plan
 
 
@@ -162,9 +185,16 @@ def _cached_commit(spec: str) -> Checkpoint | None:
     return ckpt
 
 
-def prepare_sources(base: str, agents: list[str], reporter: Reporter, token: str | None = None,
-                    names: list[str] | None = None, out_dtype: str = "base", vocab: str = "exact",
-                    out: Path | None = None) -> None:
+def prepare_sources(
+    base: str,
+    agents: list[str],
+    reporter: Reporter,
+    token: str | None = None,
+    names: list[str] | None = None,
+    out_dtype: str = "base",
+    vocab: str = "exact",
+    out: Path | None = None,
+) -> None:
     """Before a probe or merge opens its sources: check Hub sources from their headers, then download them
     concurrently. When the Hub cannot be reached, the sources open as before (a cached snapshot is used
     with a warning, or the usual error comes)."""
@@ -201,8 +231,10 @@ def check_disk(downloads: list[int], cache: Path, out_bytes: int, out: Path | No
     for path, total, whats in needs.values():
         free = shutil.disk_usage(path).free
         if total > free:
-            raise InputError(f"not enough free disk space on {path}: {' and '.join(whats)} need {hub._mb(total)}, "
-                             f"{hub._mb(free)} free; free some space or choose another output folder / HF_HUB_CACHE")
+            raise InputError(
+                f"not enough free disk space on {path}: {' and '.join(whats)} need {hub._mb(total)}, "
+                f"{hub._mb(free)} free; free some space or choose another output folder / HF_HUB_CACHE"
+            )
 
 
 class _Combined:
@@ -231,8 +263,9 @@ class _Combined:
         return Reporter(on_progress, self.inner)
 
 
-def download_all(specs: list[str], reporter: Reporter, token: str | None = None,
-                 max_parallel: int = MAX_PARALLEL) -> dict[str, tuple[Path, str]]:
+def download_all(
+    specs: list[str], reporter: Reporter, token: str | None = None, max_parallel: int = MAX_PARALLEL
+) -> dict[str, tuple[Path, str]]:
     """Resolve (download into the cache) every Hub source in ``specs`` concurrently; spec → (snapshot, sha).
 
     The first failure or a cancel stops the other transfers; the error (or ``Cancelled``) is raised."""
@@ -255,7 +288,9 @@ def download_all(specs: list[str], reporter: Reporter, token: str | None = None,
             inner.cancel()
             errors.append(e)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(todo))), thread_name_prefix="hub-download") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(max_parallel, len(todo))), thread_name_prefix="hub-download"
+    ) as pool:
         list(pool.map(fetch, todo))
     if errors:
         first = next((e for e in errors if not isinstance(e, Cancelled)), errors[0])

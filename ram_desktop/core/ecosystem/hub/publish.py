@@ -65,15 +65,15 @@ def check_repo_id(repo_id: str) -> str:
     return repo_id
 
 
-def publish(folder: Path, repo_id: str, private: bool = False, token: str | None = None,
-            reporter: Reporter | None = None) -> Published:
+def publish(
+    folder: Path, repo_id: str, private: bool = False, token: str | None = None, reporter: Reporter | None = None
+) -> Published:
     """Create ``repo_id`` (a model repository; it must not exist yet) and upload ``folder`` into it."""
     reporter = reporter or Reporter()
     repo_id = check_repo_id(repo_id)
     files = output_files(Path(folder))
     if token is None and not has_stored_token():
-        raise InputError("no Hugging Face token: set HF_TOKEN, run `hf auth login`, or type a token with write "
-                         "access")
+        raise InputError("no Hugging Face token: set HF_TOKEN, run `hf auth login`, or type a token with write access")
     total = sum((Path(folder) / f).stat().st_size for f in files)
     api = hf.HfApi(token=token or None)
     reporter.progress("upload", 0, total, "B", f"creating {repo_id}")
@@ -81,8 +81,13 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
     try:
         repo_url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=False)
         reporter.progress("upload", 0, total, "B", f"uploading {len(files)} files")
-        api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
-                          commit_message="Upload merged model (RAM Desktop)", ignore_patterns=[".*", "**/.*"])
+        api.upload_folder(
+            folder_path=str(folder),
+            repo_id=repo_id,
+            repo_type="model",
+            commit_message="Upload merged model (RAM Desktop)",
+            ignore_patterns=[".*", "**/.*"],
+        )
     except failures as e:  # the Hub's errors (OSError subclasses) and the network's
         # become one line naming the repository
         raise _publish_error(e, repo_id) from None
@@ -95,15 +100,20 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
 def _publish_error(error: BaseException, repo_id: str) -> BaseException:
     status = getattr(getattr(error, "response", None), "status_code", None)
     if status == 409:
-        return HubHTTPError(f"{repo_id}: the repository already exists on the Hub; choose another name (nothing "
-                            "was uploaded)", repo_id)
+        return HubHTTPError(
+            f"{repo_id}: the repository already exists on the Hub; choose another name (nothing was uploaded)", repo_id
+        )
     if status in (401, 403):
-        return HubAuthError(f"{repo_id}: the Hub refused the token (HTTP {status}); use a token with write "
-                            f"access to {repo_id.split('/')[0]}", repo_id)
+        return HubAuthError(
+            f"{repo_id}: the Hub refused the token (HTTP {status}); use a token with write "
+            f"access to {repo_id.split('/')[0]}",
+            repo_id,
+        )
     known = hub_error(error, repo_id, None)
     if known is not None:
         return known
     if isinstance(error, OSError):
-        return HubError(f"{repo_id}: upload failed ({error.__class__.__name__}); check the connection and "
-                        "publish again", repo_id)
+        return HubError(
+            f"{repo_id}: upload failed ({error.__class__.__name__}); check the connection and publish again", repo_id
+        )
     return error

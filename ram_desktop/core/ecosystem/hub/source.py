@@ -75,9 +75,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ram_desktop")
 
-EXTRA_FILES = ("config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json",
-               "added_tokens.json", "vocab.*", "merges.txt", "*.tiktoken", "spiece.model", "sentencepiece*.model",
-               "chat_template*", "preprocessor_config.json", "adapter_config.json")
+EXTRA_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.*",
+    "merges.txt",
+    "*.tiktoken",
+    "spiece.model",
+    "sentencepiece*.model",
+    "chat_template*",
+    "preprocessor_config.json",
+    "adapter_config.json",
+)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DEFAULT_REVISION = "main"
@@ -167,8 +179,10 @@ def needed_files(names: list[str]) -> tuple[list[str], str]:
     elif PICKLE_SINGLE in root:
         weights, fmt = [PICKLE_SINGLE], "bin"
     else:
-        raise InputError("has no weights RAM Desktop can read (model.safetensors, model.safetensors.index.json, "
-                         "pytorch_model.bin or pytorch_model.bin.index.json at the repository root)")
+        raise InputError(
+            "has no weights RAM Desktop can read (model.safetensors, model.safetensors.index.json, "
+            "pytorch_model.bin or pytorch_model.bin.index.json at the repository root)"
+        )
     return weights + [e for e in extras if e not in weights], fmt
 
 
@@ -177,6 +191,7 @@ def _index_shards(index_file: Path, where: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------------------------------- errors
+
 
 def _network_error_types() -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = [ConnectionError, TimeoutError, hf_errors.OfflineModeIsEnabled]
@@ -201,49 +216,77 @@ def hub_error(error: BaseException, repo_id: str, revision: str | None) -> HubEr
     rev = revision or DEFAULT_REVISION
     login = "set HF_TOKEN, run `hf auth login`, or enter a token"
     if isinstance(error, hf_errors.GatedRepoError):
-        return GatedRepo(f"{repo_id}: gated repository — you need access. Accept its conditions at "
-                         f"https://huggingface.co/{repo_id} with your account, then use a token of that account "
-                         f"({login})", repo_id, revision)
+        return GatedRepo(
+            f"{repo_id}: gated repository — you need access. Accept its conditions at "
+            f"https://huggingface.co/{repo_id} with your account, then use a token of that account "
+            f"({login})",
+            repo_id,
+            revision,
+        )
     if isinstance(error, hf_errors.RepositoryNotFoundError):
-        return RepoNotFound(f"{repo_id}: repository not found on the Hugging Face Hub (or it is private and no "
-                            f"token with access was given); check the id, or {login}", repo_id, revision)
+        return RepoNotFound(
+            f"{repo_id}: repository not found on the Hugging Face Hub (or it is private and no "
+            f"token with access was given); check the id, or {login}",
+            repo_id,
+            revision,
+        )
     if isinstance(error, hf_errors.RevisionNotFoundError):
-        return RevisionNotFound(f"{repo_id}: revision {rev!r} not found; check the branch, tag or commit sha",
-                                repo_id, revision)
+        return RevisionNotFound(
+            f"{repo_id}: revision {rev!r} not found; check the branch, tag or commit sha", repo_id, revision
+        )
     if isinstance(error, hf_errors.DisabledRepoError):
-        return RepoDisabled(f"{repo_id}: the repository has been disabled by its owner and cannot be downloaded",
-                            repo_id, revision)
+        return RepoDisabled(
+            f"{repo_id}: the repository has been disabled by its owner and cannot be downloaded", repo_id, revision
+        )
     if isinstance(error, hf_errors.RemoteEntryNotFoundError):
-        return HubFileMissing(f"{repo_id}@{rev}: a file listed by the Hub could not be downloaded (404); "
-                              "the revision may have changed — try again", repo_id, revision)
+        return HubFileMissing(
+            f"{repo_id}@{rev}: a file listed by the Hub could not be downloaded (404); "
+            "the revision may have changed — try again",
+            repo_id,
+            revision,
+        )
     if isinstance(error, hf_errors.HfHubHTTPError):
         status = getattr(getattr(error, "response", None), "status_code", None)
         if status == 401:
-            return HubAuthError(f"{repo_id}: the Hub refused the token (401 unauthorized); check it, or {login}",
-                                repo_id, revision)
+            return HubAuthError(
+                f"{repo_id}: the Hub refused the token (401 unauthorized); check it, or {login}", repo_id, revision
+            )
         if status == 403:
-            return HubAuthError(f"{repo_id}: access forbidden (403); your token lacks permission for this "
-                                "repository", repo_id, revision)
-        return HubHTTPError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
-                            "try again later", repo_id, revision)
+            return HubAuthError(
+                f"{repo_id}: access forbidden (403); your token lacks permission for this repository", repo_id, revision
+            )
+        return HubHTTPError(
+            f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); try again later",
+            repo_id,
+            revision,
+        )
     if isinstance(error, (hf_errors.LocalEntryNotFoundError, *_network_error_types())):
         if is_offline() or isinstance(error, hf_errors.OfflineModeIsEnabled):
             return offline_error(repo_id, revision)
-        return HubUnreachable(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
-                              f"complete copy of revision {rev!r} is in the cache ({cache_dir()}); check your "
-                              "connection or proxy, or use a local folder", repo_id, revision)
+        return HubUnreachable(
+            f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
+            f"complete copy of revision {rev!r} is in the cache ({cache_dir()}); check your "
+            "connection or proxy, or use a local folder",
+            repo_id,
+            revision,
+        )
     return None
 
 
 def offline_error(repo_id: str, revision: str | None) -> HubOffline:
     """Offline (``HF_HUB_OFFLINE``) and the revision's weights are not in the cache."""
     rev = revision or DEFAULT_REVISION
-    return HubOffline(f"{repo_id}: offline (HF_HUB_OFFLINE=1) and revision {rev!r} is not in the local cache "
-                      f"{cache_dir()} with its weights; connect and unset HF_HUB_OFFLINE to download it, "
-                      "or use a local folder", repo_id, revision)
+    return HubOffline(
+        f"{repo_id}: offline (HF_HUB_OFFLINE=1) and revision {rev!r} is not in the local cache "
+        f"{cache_dir()} with its weights; connect and unset HF_HUB_OFFLINE to download it, "
+        "or use a local folder",
+        repo_id,
+        revision,
+    )
 
 
 # --------------------------------------------------------------------------------------------------- cache
+
 
 def cached_snapshot(repo_id: str, revision: str | None) -> tuple[Path, str] | None:
     """The cached snapshot folder and commit sha for a revision (branch or tag via ``refs/``, or a sha)."""
@@ -280,14 +323,18 @@ def _complete(folder: Path) -> bool:
 
 # --------------------------------------------------------------------------------------------------- online
 
+
 def list_repo_files(repo_id: str, revision: str | None = None, token: str | None = None) -> RepoFiles:
     """Ask the Hub (``model_info`` with file sizes) for a revision's files and pick those a merge needs.
 
     Raises a ``HubError`` naming the repository for every Hub error, and ``HubOffline`` when offline.
     """
     if is_offline():
-        raise HubOffline(f"{repo_id}: offline (HF_HUB_OFFLINE=1); the Hub cannot list files — a cached copy is "
-                         "used if there is one", repo_id, revision)
+        raise HubOffline(
+            f"{repo_id}: offline (HF_HUB_OFFLINE=1); the Hub cannot list files — a cached copy is used if there is one",
+            repo_id,
+            revision,
+        )
     try:
         info = hf.model_info(repo_id, revision=revision, files_metadata=True, token=token)
     except Cancelled:
@@ -302,8 +349,15 @@ def list_repo_files(repo_id: str, revision: str | None = None, token: str | None
         needed, fmt = needed_files(list(sizes))
     except InputError as e:
         raise InputError(f"{repo_id}@{info.sha}: {e}") from None
-    return RepoFiles(repo_id, str(info.sha), sizes, needed, fmt, getattr(info, "gated", False) or False,
-                     bool(getattr(info, "private", False)))
+    return RepoFiles(
+        repo_id,
+        str(info.sha),
+        sizes,
+        needed,
+        fmt,
+        getattr(info, "gated", False) or False,
+        bool(getattr(info, "private", False)),
+    )
 
 
 class _Download:
@@ -388,20 +442,27 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
             hf.hf_hub_download(repo_id, name, revision=sha, cache_dir=str(cache), token=token, tqdm_class=bar)
             if progress:
                 progress.done = start + size
-                progress.reporter.progress("download", progress.done, max(progress.total, progress.done), "B",
-                                           f"{repo_id}: {name} done")
+                progress.reporter.progress(
+                    "download", progress.done, max(progress.total, progress.done), "B", f"{repo_id}: {name} done"
+                )
 
     try:
         if files[0].endswith(".index.json"):  # the index names the shards: fetch it first
             fetch([files[0]], None)
             index = storage_folder(repo_id, cache) / "snapshots" / sha / files[0]
             files += [s for s in _index_shards(index, f"{repo_id}@{sha}") if s not in files]
-        missing = [f for f in files
-                   if not isinstance(hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=sha), str)]
+        missing = [
+            f
+            for f in files
+            if not isinstance(hf.try_to_load_from_cache(repo_id, f, cache_dir=str(cache), revision=sha), str)
+        ]
         unknown = [f for f in missing if f not in listing.sizes]
         if unknown:
-            raise HubFileMissing(f"{repo_id}@{sha}: the index names {unknown[0]!r}, which the repository does not "
-                                 "have", repo_id, revision)
+            raise HubFileMissing(
+                f"{repo_id}@{sha}: the index names {unknown[0]!r}, which the repository does not have",
+                repo_id,
+                revision,
+            )
         total = sum(listing.sizes.get(f) or 0 for f in missing)
         if missing:
             log.info("%s@%s: downloading %d files (%s) into %s", repo_id, sha[:12], len(missing), _mb(total), cache)
@@ -416,9 +477,10 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
         mapped = hub_error(e, repo_id, revision)
         if mapped is None:
             if isinstance(e, OSError):
-                raise InputError(f"{repo_id}: download failed ({e.__class__.__name__}: "
-                                 f"{getattr(e, 'strerror', None) or 'I/O error'}); check free disk space at {cache}"
-                                 ) from None
+                raise InputError(
+                    f"{repo_id}: download failed ({e.__class__.__name__}: "
+                    f"{getattr(e, 'strerror', None) or 'I/O error'}); check free disk space at {cache}"
+                ) from None
             raise
         raise mapped from None
     return storage_folder(repo_id, cache) / "snapshots" / sha, sha
@@ -440,8 +502,12 @@ def resolve(repo_id: str, revision: str | None, reporter: Reporter, token: str |
         return download(repo_id, revision, reporter, token)
     except HubUnreachable:
         if usable is not None:
-            log.warning("%s: the Hub cannot be reached; using the cached snapshot %s of %r", repo_id, usable[1],
-                        revision or DEFAULT_REVISION)
+            log.warning(
+                "%s: the Hub cannot be reached; using the cached snapshot %s of %r",
+                repo_id,
+                usable[1],
+                revision or DEFAULT_REVISION,
+            )
             return usable
         raise
 

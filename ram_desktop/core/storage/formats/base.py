@@ -149,14 +149,16 @@ def read_index(index: Path, where: str | None = None) -> dict[str, str]:
     where = where or str(index)
     value = read_json(index)
     if not isinstance(value, dict) or "weight_map" not in value:
-        raise InputError(f"{where}: not a valid index (needs a JSON object with a \"weight_map\")")
+        raise InputError(f'{where}: not a valid index (needs a JSON object with a "weight_map")')
     weight_map = value["weight_map"]
     if not isinstance(weight_map, dict):
-        raise InputError(f"{where}: not a valid index (its \"weight_map\" must map tensor names to file names)")
+        raise InputError(f'{where}: not a valid index (its "weight_map" must map tensor names to file names)')
     for name, file in weight_map.items():
         if not isinstance(file, str) or not file:
-            raise InputError(f"{where}: the index maps tensor {name!r} to {file!r}, which is not a file name; "
-                             "re-download or re-save the checkpoint")
+            raise InputError(
+                f"{where}: the index maps tensor {name!r} to {file!r}, which is not a file name; "
+                "re-download or re-save the checkpoint"
+            )
         if not contained(index.parent, file):
             raise InputError(f"{where}: names {file!r}, which is outside the model folder; refusing to read it")
     return weight_map
@@ -187,8 +189,10 @@ def check_index_covers(index: Path, tensors: dict[str, TensorInfo]) -> None:
             problems.append(f"{name!r} (the index says {file}, but it is in {info.file.name})")
     if problems:
         shown = "; ".join(problems[:5]) + ("; ..." if len(problems) > 5 else "")
-        raise InputError(f"{index}: the index names {len(problems)} tensor(s) its shards do not hold as it says: "
-                         f"{shown}; the checkpoint is incomplete or the index is stale — re-download or re-save it")
+        raise InputError(
+            f"{index}: the index names {len(problems)} tensor(s) its shards do not hold as it says: "
+            f"{shown}; the checkpoint is incomplete or the index is stale — re-download or re-save it"
+        )
 
 
 def read_config(folder: Path) -> dict | None:

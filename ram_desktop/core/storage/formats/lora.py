@@ -42,8 +42,10 @@ ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DELTA_FILE = "adapter_model.lora-delta"
 PREFIX = "base_model.model."
-FACTOR = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|"
-                    r"^(?P<emodule>.+)\.(?P<ekind>lora_embedding_A|lora_embedding_B)$")
+FACTOR = re.compile(
+    r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B)\.weight$|"
+    r"^(?P<emodule>.+)\.(?P<ekind>lora_embedding_A|lora_embedding_B)$"
+)
 
 
 def is_adapter_folder(path: Path) -> bool:
@@ -80,11 +82,14 @@ def read_config(folder: Path) -> dict:
         raise InputError(f"{folder / ADAPTER_CONFIG}: not a PEFT adapter config")
     peft_type = str(config.get("peft_type", "LORA")).upper()
     if peft_type != "LORA":
-        raise InputError(f"{folder / ADAPTER_CONFIG}: peft_type {peft_type} is not LoRA; only LoRA adapters can be "
-                         "merged as agents")
+        raise InputError(
+            f"{folder / ADAPTER_CONFIG}: peft_type {peft_type} is not LoRA; only LoRA adapters can be merged as agents"
+        )
     if config.get("use_dora"):
-        raise InputError(f"{folder / ADAPTER_CONFIG}: use_dora: DoRA adapters rescale the weight's norm and have no "
-                         "task vector B·A; merge the adapter into its base first (peft merge_and_unload)")
+        raise InputError(
+            f"{folder / ADAPTER_CONFIG}: use_dora: DoRA adapters rescale the weight's norm and have no "
+            "task vector B·A; merge the adapter into its base first (peft merge_and_unload)"
+        )
     return config
 
 
@@ -105,16 +110,27 @@ def factors(folder: Path, tensors: dict[str, TensorInfo], config: dict) -> dict[
         m = FACTOR.match(name)
         if m is None:
             if "lora_magnitude_vector" in name:
-                raise InputError(f"{where}: {name!r} is a DoRA magnitude; DoRA adapters cannot be merged as task "
-                                 "vectors — merge the adapter into its base first")
+                raise InputError(
+                    f"{where}: {name!r} is a DoRA magnitude; DoRA adapters cannot be merged as task "
+                    "vectors — merge the adapter into its base first"
+                )
             if ".base_layer." in name:
-                raise InputError(f"{where}: tensor {name!r} is a full copy of a base layer (peft's "
-                                 "save_embedding_layers); if the vocabulary was not resized, save the adapter again "
-                                 "with save_embedding_layers=False, else merge it into its base and use the full model")
-            what = "a modules_to_save copy" if "modules_to_save" in name or not name.startswith(PREFIX) else \
-                "a trained bias or other full tensor" if name.endswith(".bias") else "not a LoRA factor"
-            raise InputError(f"{where}: tensor {name!r} is {what}; only lora_A / lora_B factors can be merged as an "
-                             "agent (merge the adapter into its base and use the full model instead)")
+                raise InputError(
+                    f"{where}: tensor {name!r} is a full copy of a base layer (peft's "
+                    "save_embedding_layers); if the vocabulary was not resized, save the adapter again "
+                    "with save_embedding_layers=False, else merge it into its base and use the full model"
+                )
+            what = (
+                "a modules_to_save copy"
+                if "modules_to_save" in name or not name.startswith(PREFIX)
+                else "a trained bias or other full tensor"
+                if name.endswith(".bias")
+                else "not a LoRA factor"
+            )
+            raise InputError(
+                f"{where}: tensor {name!r} is {what}; only lora_A / lora_B factors can be merged as an "
+                "agent (merge the adapter into its base and use the full model instead)"
+            )
         module = m.group("module") or m.group("emodule")
         kind = (m.group("kind") or m.group("ekind")).replace("lora_embedding_", "lora_")
         if m.group("emodule"):
@@ -127,8 +143,10 @@ def factors(folder: Path, tensors: dict[str, TensorInfo], config: dict) -> dict[
             raise InputError(f"{where}: module {module!r} has no {missing} factor")
         a, b = tensors[pair["lora_A"]], tensors[pair["lora_B"]]
         if len(a.shape) != 2 or len(b.shape) != 2:
-            raise InputError(f"{where}: module {module!r}: only linear and embedding LoRA factors (2-D) are supported, "
-                             f"got {list(a.shape)} and {list(b.shape)}")
+            raise InputError(
+                f"{where}: module {module!r}: only linear and embedding LoRA factors (2-D) are supported, "
+                f"got {list(a.shape)} and {list(b.shape)}"
+            )
         transposed = module in embedding or bool(config.get("fan_in_fan_out"))
         if module in embedding:  # A [r, num_embeddings], B [dim, r]: weight [num_embeddings, dim]
             rank, shape = a.shape[0], (a.shape[1], b.shape[0])
@@ -182,25 +200,39 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
     config = read_config(folder)
     recorded = str(config.get("base_model_name_or_path") or "")
     if not _names_base(recorded, base):
-        raise InputError(f"{folder}: the adapter was trained on {recorded!r} (adapter_config.json "
-                         f"base_model_name_or_path) but the base is {base.display}; use that base, or fix the config "
-                         "if it is the same model under another name")
+        raise InputError(
+            f"{folder}: the adapter was trained on {recorded!r} (adapter_config.json "
+            f"base_model_name_or_path) but the base is {base.display}; use that base, or fix the config "
+            "if it is the same model under another name"
+        )
     pairs = factors(folder, adapter.tensors, config)
     tensors = dict(base.tensors)
     delta = folder / DELTA_FILE
     for target, f in pairs.items():
         info = base.tensors.get(target)
         if info is None:
-            raise InputError(f"{folder}: the adapter changes {target!r}, which the base {base.display} does not have; "
-                             "it was trained on another architecture")
+            raise InputError(
+                f"{folder}: the adapter changes {target!r}, which the base {base.display} does not have; "
+                "it was trained on another architecture"
+            )
         if tuple(info.shape) != f.shape:
-            raise InputError(f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
-                             f"{list(info.shape)}; it was trained on another base")
+            raise InputError(
+                f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
+                f"{list(info.shape)}; it was trained on another base"
+            )
         tensors[target] = TensorInfo(target, info.dtype, info.shape, delta)
     # the config is listed too: its scale changes τ, so an edit must invalidate a cached probe
     files = [folder / ADAPTER_WEIGHTS, folder / ADAPTER_CONFIG, *base.files]
-    return Checkpoint(adapter.spec, folder, files, tensors, config=base.config,
-                      revision=adapter.revision, repo_id=adapter.repo_id, metadata=dict(adapter.metadata))
+    return Checkpoint(
+        adapter.spec,
+        folder,
+        files,
+        tensors,
+        config=base.config,
+        revision=adapter.revision,
+        repo_id=adapter.repo_id,
+        metadata=dict(adapter.metadata),
+    )
 
 
 def bind_all(base: Checkpoint, agents: list[Checkpoint]) -> list[Checkpoint]:
@@ -280,7 +312,7 @@ def fixed_order_product(left: torch.Tensor, right: torch.Tensor, scale: float) -
     right = right.to(torch.float64)
     acc = torch.zeros((left.shape[0], right.shape[1]), dtype=torch.float64)
     for k in range(left.shape[1]):
-        acc.addcmul_(left[:, k:k + 1], right[k:k + 1, :])
+        acc.addcmul_(left[:, k : k + 1], right[k : k + 1, :])
     return acc.mul_(scale).to(torch.float32)
 
 

@@ -103,8 +103,9 @@ def load_state_dict(file: Path) -> dict[str, torch.Tensor]:
         ) from None
     except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
         text = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        raise InputError(f"{file}: cannot read this PyTorch checkpoint ({text}); the file is corrupt or truncated — "
-                         "re-download it") from None
+        raise InputError(
+            f"{file}: cannot read this PyTorch checkpoint ({text}); the file is corrupt or truncated — re-download it"
+        ) from None
     if isinstance(obj, dict):
         for key in WRAPPER_KEYS:
             if isinstance(obj.get(key), dict) and not isinstance(obj.get(key), torch.Tensor):
@@ -120,8 +121,13 @@ def load_state_dict(file: Path) -> dict[str, torch.Tensor]:
         else:
             skipped.append(str(name))
     if skipped:
-        log.warning("%s: ignoring %d entries that are not tensors (%s%s)", file, len(skipped), ", ".join(skipped[:5]),
-                    ", ..." if len(skipped) > 5 else "")
+        log.warning(
+            "%s: ignoring %d entries that are not tensors (%s%s)",
+            file,
+            len(skipped),
+            ", ".join(skipped[:5]),
+            ", ..." if len(skipped) > 5 else "",
+        )
     return state
 
 

@@ -124,8 +124,9 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
     except OSError as e:
         raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
     if len(raw) < n:
-        raise InputError(f"{path}: corrupt safetensors header (the file ended inside it); the file is truncated — "
-                         "re-download it")
+        raise InputError(
+            f"{path}: corrupt safetensors header (the file ended inside it); the file is truncated — re-download it"
+        )
     corrupt = f"{path}: corrupt safetensors header"
     if raw.lstrip(_JSON_SPACE)[:1] != b"{":
         raise InputError(f"{corrupt} (it does not start with '{{'); the file is not safetensors — re-download it")
@@ -141,27 +142,41 @@ def _parse_header(f: BinaryIO, path: Path) -> Header:
     if metadata is None:
         metadata = {}
     if not isinstance(metadata, dict):
-        raise InputError(f"{corrupt} (__metadata__ is {_json_kind(metadata)}, not an object of strings); "
-                         "re-download or re-save it")
+        raise InputError(
+            f"{corrupt} (__metadata__ is {_json_kind(metadata)}, not an object of strings); re-download or re-save it"
+        )
     for key, value in metadata.items():
         if not isinstance(value, str):
-            raise InputError(f"{corrupt} (__metadata__ {key!r} is {_json_kind(value)}, not a string); "
-                             "re-download or re-save it")
+            raise InputError(
+                f"{corrupt} (__metadata__ {key!r} is {_json_kind(value)}, not a string); re-download or re-save it"
+            )
     data_size = size - 8 - n
     tensors: dict[str, TensorInfo] = {}
     offsets: dict[str, tuple[int, int]] = {}
     for name, entry in header.items():
-        dtype, shape, span = (entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")) \
-            if type(entry) is dict else (None, None, None)
-        if (type(dtype) is not str or type(shape) is not list or type(span) is not list or len(span) != 2
-                or type(span[0]) is not int or type(span[1]) is not int or not 0 <= span[0] <= span[1]
-                or not all(type(d) is int and d >= 0 for d in shape)):
+        dtype, shape, span = (
+            (entry.get("dtype"), entry.get("shape"), entry.get("data_offsets"))
+            if type(entry) is dict
+            else (None, None, None)
+        )
+        if (
+            type(dtype) is not str
+            or type(shape) is not list
+            or type(span) is not list
+            or len(span) != 2
+            or type(span[0]) is not int
+            or type(span[1]) is not int
+            or not 0 <= span[0] <= span[1]
+            or not all(type(d) is int and d >= 0 for d in shape)
+        ):
             raise _bad_entry(corrupt, name, entry)  # the precise message, built only for a bad entry
         if len(entry) > 3:  # extra keys: allowed (as by the library), nested up to its limit
             for key, value in entry.items():
                 if key not in _ENTRY_KEYS and 2 + json_depth(value) > HEADER_MAX_DEPTH:
-                    raise InputError(f"{path}: invalid JSON in the safetensors header: JSON nested too deeply "
-                                     f"(more than {HEADER_MAX_DEPTH} levels, in tensor {name!r})")
+                    raise InputError(
+                        f"{path}: invalid JSON in the safetensors header: JSON nested too deeply "
+                        f"(more than {HEADER_MAX_DEPTH} levels, in tensor {name!r})"
+                    )
         if dtype not in DTYPE_TABLE:
             raise InputError(f"{path}: tensor {name!r} has dtype {dtype}, which RAM Desktop cannot read")
         begin, end = span
@@ -186,8 +201,9 @@ def _bad_entry(corrupt: str, name: str, entry: object) -> InputError:
     """What is wrong with a tensor's header entry that failed the quick check in ``_parse_header``."""
     where = f"{corrupt} (tensor {name!r}"
     if not isinstance(entry, dict):
-        return InputError(f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); "
-                          "re-download it")
+        return InputError(
+            f"{where} is {_json_kind(entry)}, not an object with dtype, shape and data_offsets); re-download it"
+        )
     missing = [key for key in ("dtype", "shape", "data_offsets") if key not in entry]
     if missing:
         return InputError(f"{where} has no {', '.join(missing)}); re-download it")
@@ -195,10 +211,10 @@ def _bad_entry(corrupt: str, name: str, entry: object) -> InputError:
     if not isinstance(dtype, str):
         return InputError(f"{where}: dtype is {_json_kind(dtype)}, not a string); re-download it")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
-        return InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); "
-                          "re-download it")
-    return InputError(f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers "
-                      "begin <= end); re-download it")
+        return InputError(f"{where}: shape {json.dumps(shape)} is not a list of non-negative integers); re-download it")
+    return InputError(
+        f"{where}: data_offsets {json.dumps(span)} are not two non-negative integers begin <= end); re-download it"
+    )
 
 
 def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: int) -> None:
@@ -206,23 +222,35 @@ def _check_tiling(path: Path, offsets: dict[str, tuple[int, int]], data_size: in
     expected, previous = 0, None
     for name, (begin, end) in sorted(offsets.items(), key=lambda item: item[1]):
         if begin < expected:
-            raise InputError(f"{path}: tensors {previous!r} and {name!r} overlap (bytes {begin}..{expected}); "
-                             "the file is corrupt — re-download it")
+            raise InputError(
+                f"{path}: tensors {previous!r} and {name!r} overlap (bytes {begin}..{expected}); "
+                "the file is corrupt — re-download it"
+            )
         if begin > expected:
-            raise InputError(f"{path}: bytes {expected}..{begin} before tensor {name!r} belong to no tensor; "
-                             "the file is corrupt — re-download it")
+            raise InputError(
+                f"{path}: bytes {expected}..{begin} before tensor {name!r} belong to no tensor; "
+                "the file is corrupt — re-download it"
+            )
         expected, previous = end, name
     if expected != data_size:
         after = f", after tensor {previous!r}," if previous is not None else ""
-        raise InputError(f"{path}: the last {data_size - expected} bytes of the file{after} belong to no tensor; "
-                         "the file is corrupt — re-download it")
+        raise InputError(
+            f"{path}: the last {data_size - expected} bytes of the file{after} belong to no tensor; "
+            "the file is corrupt — re-download it"
+        )
 
 
 def _json_kind(value: object) -> str:
     if isinstance(value, bool):
         return "a boolean"
-    return {dict: "an object", list: "a list", str: "a string", int: "a number", float: "a number",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 def weight_files(folder: Path) -> list[Path] | None:
@@ -294,8 +322,9 @@ class MappedSafetensors:
             except OSError as e:
                 raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
         start = header.data_start
-        self._entries = {name: (info.dtype, info.shape, start + header.offsets[name][0])
-                         for name, info in header.tensors.items()}
+        self._entries = {
+            name: (info.dtype, info.shape, start + header.offsets[name][0]) for name, info in header.tensors.items()
+        }
 
     def _span(self, name: str, first: int, last: int) -> tuple[str, tuple[int, ...], int, int]:
         """Rows first..last of a tensor: its dtype code, the slice's shape, element count and byte offset."""
