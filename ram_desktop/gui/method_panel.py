@@ -6,25 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QRegularExpression, Signal
-from PySide6.QtGui import QRegularExpressionValidator
+from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
-    QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
-    QSpinBox,
-    QVBoxLayout,
     QWidget,
 )
 
-from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, Param, defaults, list_devices
+from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
+from .method_fields import ParamField, PerAgentField
 from .widgets import free_folder
 
 DTYPE_LABELS = {
@@ -37,287 +32,6 @@ VOCAB_LABELS = {
     "exact": "exact (refuse different vocabulary sizes)",
     "common": "common rows (merge the shared rows, keep the base's for the rest)",
 }
-INT32 = (-(2**31), 2**31 - 1)
-
-
-class PreciseSpinBox(QDoubleSpinBox):
-    """A float spin box that keeps what the user or a recipe gave (12 decimals, so 0.1234 stays 0.1234 and
-    is not rounded to 0.123) and shows it without trailing zeros."""
-
-    DECIMALS = 12
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.setDecimals(self.DECIMALS)
-
-    def textFromValue(self, value: float) -> str:
-        text = f"{value:.{self.DECIMALS}f}".rstrip("0")
-        return text + "0" if text.endswith(".") else text
-
-
-SETTING_HINT = "a number, [0.2, 0.8] (a gradient over the layers) or [{filter: mlp, value: 0.5}, {value: 1}]"
-
-
-def parse_setting(text: str) -> Any:
-    """A setting as typed: YAML flow text (a number, a gradient list or filters); the text itself when it is not
-    YAML, so the core's validation names the parameter and what it needs."""
-    import yaml
-
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def setting_text(value: Any) -> str:
-    """A setting as the form shows it: numbers plainly, gradients and filters as one line of YAML flow text."""
-    import yaml
-
-    if value is None:
-        return ""
-    if isinstance(value, (list, dict)):
-        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
-    return str(value)
-
-
-class SettingEdit(QWidget):
-    """A parameter whose value may be a gradient over the layers or filters by tensor name (``Param.setting``):
-    a line of YAML flow text and, for a gradient, a small plot of its values over the layers (position 0 = the
-    first layer, 1 = the last; mergekit interpolates linearly between the listed values)."""
-
-    changed = Signal()
-
-    def __init__(self, param: Param, text: str = "") -> None:
-        super().__init__()
-        import pyqtgraph as pg
-
-        self.param = param
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.edit = QLineEdit(text)
-        self.edit.setPlaceholderText(SETTING_HINT)
-        self.edit.setObjectName(f"setting_{param.name}")
-        self.edit.textChanged.connect(self._edited)
-        layout.addWidget(self.edit)
-        self.plot = pg.PlotWidget()
-        self.plot.setObjectName(f"gradient_{param.name}")
-        self.plot.setFixedHeight(70)
-        self.plot.setMouseEnabled(False, False)
-        self.plot.hideButtons()
-        self.plot.setLabel("bottom", "layer position")
-        self.curve = self.plot.plot([], [], symbol="o", symbolSize=5)
-        layout.addWidget(self.plot)
-        self._edited(text)
-
-    def gradient(self) -> list[float] | None:
-        """The typed value when it is a gradient (a list of numbers), else None."""
-        value = parse_setting(self.edit.text())
-        if (
-            isinstance(value, list)
-            and len(value) > 1
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        ):
-            return [float(v) for v in value]
-        return None
-
-    def _edited(self, _text: str = "") -> None:
-        values = self.gradient()
-        self.plot.setVisible(values is not None)
-        if values is not None:
-            self.curve.setData([i / (len(values) - 1) for i in range(len(values))], values)
-        self.changed.emit()
-
-
-def _fits_int32(param: Param) -> bool:
-    low = param.minimum if param.minimum is not None else INT32[0]
-    high = param.maximum if param.maximum is not None else INT32[1]
-    return INT32[0] <= low and high <= INT32[1]
-
-
-class ParamField:
-    """One generated input for a ``Param``: spin box, combo box or line edit."""
-
-    def __init__(self, param: Param) -> None:
-        self.param = param
-        tip = f"<b>{param.name}</b>: {param.describe()}"
-        if param.setting:
-            w = SettingEdit(param, setting_text(param.default))
-            self.changed = w.changed
-        elif param.kind is bool:
-            w = QCheckBox()
-            w.setChecked(bool(param.default))
-            self.changed = w.toggled
-        elif param.choices:
-            w = QComboBox()
-            w.addItems(list(param.choices))
-            w.setCurrentText(str(param.default))
-            self.changed = w.currentTextChanged
-        elif param.kind is int and _fits_int32(param):
-            w = QSpinBox()
-            w.setRange(
-                int(param.minimum) if param.minimum is not None else INT32[0],
-                int(param.maximum) if param.maximum is not None else INT32[1],
-            )
-            w.setValue(int(param.default))
-            self.changed = w.valueChanged
-        elif param.kind is int:  # wider than a QSpinBox (e.g. a 64-bit seed): digits, range checked by the core
-            w = QLineEdit(str(param.default))
-            w.setValidator(QRegularExpressionValidator(QRegularExpression(r"-?\d{0,20}")))
-            self.changed = w.textChanged
-        elif param.kind is float:
-            w = PreciseSpinBox()
-            w.setRange(
-                param.minimum if param.minimum is not None else -1e12,
-                param.maximum if param.maximum is not None else 1e12,
-            )
-            w.setSingleStep(0.01 if (param.maximum or 1e9) <= 10 else 0.1)
-            w.setValue(float(param.default))
-            w.setKeyboardTracking(True)
-            self.changed = w.valueChanged
-        else:
-            w = QLineEdit(str(param.default))
-            self.changed = w.textChanged
-        w.setToolTip(tip)
-        w.setObjectName(f"param_{param.name}")
-        self.widget = w
-
-    def value(self) -> Any:
-        w = self.widget
-        if isinstance(w, SettingEdit):
-            value = parse_setting(w.edit.text())
-            return self.param.default if value is None else value
-        if isinstance(w, QCheckBox):
-            return w.isChecked()
-        if isinstance(w, QComboBox):
-            return w.currentText()
-        if isinstance(w, (QSpinBox, QDoubleSpinBox)):
-            return w.value()
-        text = w.text().strip()
-        if not text:
-            return self.param.default
-        try:
-            return self.param.kind(text)
-        except ValueError:
-            return text  # the core's validation names the parameter and what it needs
-
-    def set_value(self, value: Any) -> None:
-        w = self.widget
-        if isinstance(w, SettingEdit):
-            w.edit.setText(setting_text(value))
-        elif isinstance(w, QCheckBox):
-            w.setChecked(value is True or str(value).strip().lower() == "true")
-        elif isinstance(w, QComboBox):
-            w.setCurrentText(str(value))
-        elif isinstance(w, QSpinBox):
-            w.setValue(int(value))
-        elif isinstance(w, QDoubleSpinBox):
-            w.setValue(float(value))
-        else:
-            w.setText(str(value))
-
-
-class PerAgentWidget(QWidget):
-    """One line edit (with a browse button) per agent for a per-agent parameter (``Param.per_agent``), e.g.
-    Fisher merging's calibration suite of each agent. Values are kept by agent position, so they survive
-    the agent list being filled in after a recipe set them."""
-
-    changed = Signal()
-
-    def __init__(self, param: Param, names: list[str]) -> None:
-        super().__init__()
-        self.param = param
-        self._values: list[str] = []
-        self._names: list[str] = []
-        self._grid = QGridLayout(self)
-        self._grid.setContentsMargins(0, 0, 0, 0)
-        self.edits: list[QLineEdit] = []
-        self.set_names(names)
-
-    def set_names(self, names: list[str]) -> None:
-        self._names = list(names)
-        while self._grid.count():
-            item = self._grid.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
-        self.edits = []
-        rows = max(len(self._names), len(self._values), 1)
-        for row in range(rows):
-            name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
-            label = QLabel(name)
-            edit = QLineEdit(self._values[row] if row < len(self._values) else "")
-            edit.setObjectName(f"param_{self.param.name}_{row}")
-            edit.setToolTip(f"<b>{self.param.name}</b> of agent {name}: {self.param.describe()}")
-            edit.textChanged.connect(lambda text, r=row: self._edited(r, text))
-            self._grid.addWidget(label, row, 0)
-            self._grid.addWidget(edit, row, 1)
-            if self.param.setting:  # a number, a gradient or filters per agent: no file to browse for
-                edit.setPlaceholderText(f"{setting_text(self.param.default) or 'default'} — {SETTING_HINT}")
-            else:
-                edit.setPlaceholderText("suite file or folder" if self.param.name == "suite" else "folder")
-                browse = QPushButton("…")
-                browse.setFixedWidth(32)
-                browse.setToolTip(f"Choose the {self.param.name} of agent {name}")
-                browse.clicked.connect(lambda _=False, r=row: self._browse(r))
-                self._grid.addWidget(browse, row, 2)
-            self.edits.append(edit)
-
-    def _edited(self, row: int, text: str) -> None:
-        while len(self._values) <= row:
-            self._values.append("")
-        self._values[row] = text
-        self.changed.emit()
-
-    def _browse(self, row: int) -> None:
-        start = self.edits[row].text() or ""
-        if self.param.name == "suite":
-            path, _ = QFileDialog.getOpenFileName(
-                self, "Calibration suite", start, "Suites (*.jsonl suite.yaml);;All files (*)"
-            )
-        else:
-            path = QFileDialog.getExistingDirectory(self, self.param.name, start)
-        if path:
-            self.edits[row].setText(path)
-
-    def value(self) -> list[Any] | None:
-        values = [v.strip() for v in self._values]
-        while values and not values[-1]:
-            values.pop()
-        if self.param.setting and not values:
-            return self.param.default  # one value for every agent
-        if self.param.setting:  # one setting per agent; an empty row takes the default
-            values += [""] * (len(self._names) - len(values))
-            return [parse_setting(v) for v in values]
-        return values or None
-
-    def set_value(self, value: Any) -> None:
-        if self.param.setting:
-            if not isinstance(value, list):  # one value for every agent
-                value = [value] * max(len(self._names), 1) if value is not None else []
-            self._values = [setting_text(v) for v in value]
-        else:
-            values = value.split(",") if isinstance(value, str) else list(value or [])
-            self._values = [str(v) for v in values]
-        self.set_names(self._names)
-
-
-class PerAgentField:
-    """``ParamField``'s counterpart for a per-agent parameter."""
-
-    def __init__(self, param: Param, names: list[str]) -> None:
-        self.param = param
-        self.widget = PerAgentWidget(param, names)
-        self.widget.setObjectName(f"param_{param.name}")
-        self.widget.setToolTip(f"<b>{param.name}</b>: {param.describe()}")
-        self.changed = self.widget.changed
-
-    def value(self) -> list[str] | None:
-        return self.widget.value()
-
-    def set_value(self, value: Any) -> None:
-        self.widget.set_value(value)
 
 
 class MethodPanel(QWidget):
@@ -364,7 +78,9 @@ class MethodPanel(QWidget):
             "most of RAM+'s rescaling rounds away; float32 keeps it"
         )
         self.vocab = QComboBox()
-        self.vocab.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # its long labels must
+        self.vocab.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )  # its long labels must
         self.vocab.setMinimumContentsLength(16)  # not set the width of the whole left pane
         for name in VOCAB_MODES:
             self.vocab.addItem(VOCAB_LABELS.get(name, name), name)
