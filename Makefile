@@ -1,18 +1,19 @@
 # Two entry points for a fresh machine: `make demo` (open the app with the built-in demo) and
-# `make test` (the full test suite). Both create .venv with the pinned constraints first.
+# `make test` (the full test suite); `make lint` runs ruff and mypy. All create .venv with the pinned
+# constraints first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-mergekit install clean
+.PHONY: demo test lint test-mergekit install clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gui,test,eval,reproduce]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gui,test,eval,reproduce,lint]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -24,6 +25,13 @@ SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 test: $(STAMP)
 	@echo "test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --randomly-seed=$(SEED)
+
+# ruff (lint, then the format check: no file may change) and mypy, all configured in pyproject.toml;
+# .pre-commit-config.yaml runs the same on commit
+lint: $(STAMP)
+	$(BIN)/ruff check ram_desktop
+	$(BIN)/ruff format --check ram_desktop
+	$(BIN)/mypy ram_desktop
 
 # mergekit's own output compared bit for bit with ours (tests skip without it); its venv lives outside the repo
 MERGEKIT_VENV ?= $(HOME)/.cache/ram-desktop/mergekit-venv

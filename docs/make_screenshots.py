@@ -2,9 +2,12 @@
 
     QT_QPA_PLATFORM=offscreen python docs/make_screenshots.py
 
-Drives the real window through the main states with the built-in demo agents: sources loaded,
-analysis (density and overlap), a merge under way, and the result; then Compare and Evaluate on the
-same demo with its test suites (``--eval-only`` takes just those two).
+Drives the real window through the main states with the built-in demo agents: sources loaded, every
+Analysis tab, a merge under way, and the result; then Compare (RAM+ against averaging, Task Arithmetic
+and TIES) and Evaluate on the same demo with its test suites: eight models in one table and chart.
+Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
+1920×1080 (``docs/screenshots/1920x1080/*.png``). ``--eval-only`` takes just Compare and Evaluate;
+``--size 1360x860`` just one size.
 """
 
 from __future__ import annotations
@@ -33,35 +36,51 @@ def hover_cell(app, heatmap, agent: int, row: int, column: int) -> None:
     app.sendEvent(view.viewport(), event)
 
 
+SIZES = {(1360, 860): ROOT / "screenshots", (1920, 1080): ROOT / "screenshots" / "1920x1080"}
+
+
+def save(window, path: Path) -> None:
+    """The window as a PNG at the strongest compression, in its true colours (Qt's 256-colour conversion
+    maps onto a fixed colour cube: the light shades of the charts came out as other colours)."""
+    window.grab().save(str(path), "PNG", 0)
+    print(f"{path} ({path.stat().st_size // 1024} KB)")
+
+
 def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
-    if "--eval-only" in sys.argv:
-        app = QApplication([sys.argv[0]])
-        from ram_desktop.gui import charts
-
-        charts.configure()
-        os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")
-        return evaluation_shots(app, ROOT / "screenshots", tmp)
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
     app = QApplication([sys.argv[0]])
     from ram_desktop.gui import charts
+
+    charts.configure()
+    sizes = SIZES
+    if "--size" in sys.argv:
+        w, h = (int(v) for v in sys.argv[sys.argv.index("--size") + 1].split("x"))
+        sizes = {(w, h): SIZES[(w, h)]}
+    for (width, height), out in sizes.items():
+        out.mkdir(parents=True, exist_ok=True)
+        run = tmp / f"{width}x{height}"
+        run.mkdir()
+        os.environ["RAM_DESKTOP_OUTPUTS"] = str(run / "RAM Desktop")  # the demo's merges, not in the home folder
+        if "--eval-only" not in sys.argv:
+            window_shots(app, (width, height), out, run)
+        evaluation_shots(app, (width, height), out, run)
+    return 0
+
+
+def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     from ram_desktop.core.demo import ensure_demo
     from ram_desktop.gui.application import wait_until
     from ram_desktop.gui.main_window import MainWindow
 
-    charts.configure()
-    out = ROOT / "screenshots"
-    out.mkdir(exist_ok=True)
     window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.IniFormat))
-    window.resize(1360, 860)
+    window.resize(*size)
     window.show()
 
     def shot(name: str) -> None:
         wait_until(lambda: window.analysis.charts_ready(), 10, app)
         wait_until(lambda: False, 0.3, app)
-        path = out / f"{name}.png"
-        window.grab().save(str(path), "PNG")
-        print(f"{path} ({path.stat().st_size // 1024} KB)")
+        save(window, out / f"{name}.png")
 
     base, agents = ensure_demo()
     window.set_sources(str(base), [str(a) for a in agents], None, analyse=False)
@@ -95,47 +114,55 @@ def main() -> int:
     shot("3-merging")
     wait_until(lambda: not window.busy() and window.result is not None, 300, app)
     shot("4-result")
+    from ram_desktop.gui.ecosystem import PublishDialog
+
+    window.result_box.open_card_button.click()  # the card, rendered inside the app
+    for name, dialog in (("4b-model-card", window.result_box.dialog), ("publish-dialog", PublishDialog(window, window.result.out))):
+        dialog.show()
+        wait_until(lambda: False, 0.3, app)
+        save(dialog, out / f"{name}.png")
+        dialog.close()
     window.close()
-    return evaluation_shots(app, out, tmp)
 
 
 VARIANTS = (("average", None, None), ("task-arithmetic", "0.3", "scale"), ("ties", "1.0", "scale"))  # beside RAM+
 
 
-def evaluation_shots(app, out: Path, tmp: Path) -> int:
-    """5-evaluate.png and 6-compare.png on the built-in demo: the RAM+ merge, a compare against averaging,
-    Task Arithmetic and TIES, and every model scored on the agents' own test suites (preloaded by --demo)."""
+def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
+    """6-compare.png, 5-evaluate.png (the table) and 5b-evaluate-chart.png on the built-in demo: the RAM+
+    merge, a compare against averaging, Task Arithmetic and TIES, and all eight models (base, three agents,
+    the merge, three variants) scored on the agents' own test suites (preloaded by --demo)."""
     from ram_desktop.gui.application import wait_until
     from ram_desktop.gui.main_window import MainWindow
 
     window = MainWindow(QSettings(str(tmp / "settings-eval.ini"), QSettings.IniFormat))
-    window.resize(1360, 860)
+    window.resize(*size)
     window.show()
     window.load_demo()
     wait_until(lambda: window.report is not None and not window.jobs.busy() and len(window.evaluate.suites) == 3, 120, app)
-    window.method.out_dir.setText(str(tmp / "demo-merged"))
     window.merge()
     wait_until(lambda: not window.busy() and window.result is not None, 120, app)
     window.steps.setCurrentWidget(window.compare)
     window.compare.rows["ram-plus"].check.setChecked(False)  # ticked by default; the merge above is RAM+
     for method, values, param in VARIANTS:
         window.compare.tick(method, values, param)
-    window.compare.folder.setText(str(tmp / "demo-compare"))
-    window.compare.start()
+    window.compare.run.start_button.click()  # as a user does: the window answers with the Session it shows
     wait_until(lambda: not window.busy(), 300, app)
-    for name, widget in (("6-compare", window.compare), ("5-evaluate", window.evaluate)):
-        window.steps.setCurrentWidget(widget)
-        if widget is window.evaluate:  # base, agents, the merge and every compared variant on the same suites
-            models = window.evaluate.model_list
-            window.evaluate.set_checked([models.item(i).data(Qt.UserRole).name for i in range(models.count())])
-            window.evaluate.start()
-            wait_until(lambda: not window.busy(), 900, app)
-        wait_until(lambda: False, 0.3, app)
-        path = out / f"{name}.png"
-        window.grab().save(str(path), "PNG")
-        print(f"{path} ({path.stat().st_size // 1024} KB)")
+    window.steps.setCurrentWidget(window.compare)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "6-compare.png")
+    window.steps.setCurrentWidget(window.evaluate)
+    models = window.evaluate.model_list  # base, agents, the merge and every compared variant on the same suites
+    window.evaluate.set_checked([models.item(i).data(Qt.UserRole).name for i in range(models.count())])
+    window.evaluate.start()
+    wait_until(lambda: not window.busy(), 900, app)
+    assert window.evaluate.table.rowCount() == 8, window.evaluate.table.rowCount()
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "5-evaluate.png")
+    window.evaluate.scores.views.setCurrentWidget(window.evaluate.chart)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "5b-evaluate-chart.png")
     window.close()
-    return 0
 
 
 if __name__ == "__main__":

@@ -160,7 +160,25 @@ Description: merge RL-trained LLM agents with RAM / RAM+ (desktop app and ram-me
  under /opt/ram-desktop; evaluates models with transformers (ram-merge eval / compare).
 EOF
 rm -f "$DEB"
-dpkg-deb --root-owner-group -Zgzip -z6 --build "$STAGE" "$DEB" >/dev/null
+# Packed by hand, not with `dpkg-deb --build`: that archives every folder of the tree, ./opt/ too, and a
+# package that ships ./opt/ owns /opt (no Debian package does), so `dpkg -r` warned "directory '/opt'
+# not empty so not removed". The data archive lists ./opt/ram-desktop/ and below only; /opt itself
+# exists on every FHS system (the preinst creates it where it does not).
+(cd "$STAGE" && find opt usr -type f -print0 | sort -z | xargs -0 md5sum) > "$STAGE/DEBIAN/md5sums"
+printf '#!/bin/sh\nset -e\n[ -d /opt ] || mkdir -m 755 /opt\n' > "$STAGE/DEBIAN/preinst"
+chmod 755 "$STAGE/DEBIAN/preinst"
+PACK=build/deb/pack
+mkdir -p "$PACK"
+printf '2.0\n' > "$PACK/debian-binary"
+TAR_ARGS=(--owner=0 --group=0 --numeric-owner --sort=name --format=gnu)
+tar -C "$STAGE/DEBIAN" "${TAR_ARGS[@]}" -czf "$PACK/control.tar.gz" ./control ./md5sums ./preinst
+tar -C "$STAGE" "${TAR_ARGS[@]}" -cf - ./usr ./opt/ram-desktop | gzip -6 > "$PACK/data.tar.gz"
+ar rc "$DEB" "$PACK/debian-binary" "$PACK/control.tar.gz" "$PACK/data.tar.gz"
+dpkg-deb --info "$DEB" >/dev/null  # a well-formed package, or stop here
+if dpkg-deb -c "$DEB" | awk '{print $NF}' | grep -qx './opt/'; then
+    echo "error: $DEB ships ./opt/ itself" >&2
+    exit 1
+fi
 rm -rf build/deb
 
 say "done in $(( $(date +%s) - T0 )) s"

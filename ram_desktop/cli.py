@@ -8,15 +8,22 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from . import __version__
-from .core.errors import Cancelled, InputError
-from .core.events import ProgressEvent, Reporter
-from .core import defaults
-from .core.methods import METHODS, Param, get_method
-from .core.engine.plan import OUT_DTYPES, VOCAB_MODES
+from .core import (
+    METHODS,
+    OUT_DTYPES,
+    VOCAB_MODES,
+    Cancelled,
+    InputError,
+    Param,
+    ProgressEvent,
+    Reporter,
+    defaults,
+    get_method,
+)
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -237,14 +244,10 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import pipeline
-    from .core.recipe import Recipe
-    from .core.session import Session
+    from .core import Recipe, Session, merge, probe
 
     if args.command == "demo":
-        from .core.demo import write_demo
-
-        from .core.demo import read_manifest
+        from .core import read_manifest, write_demo
 
         base, agents = write_demo(args.dir)
         print(f"demo base: {base}")
@@ -259,7 +262,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "compare":
         return _compare(args, reporter)
     if args.command == "probe":
-        report = pipeline.probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
+        report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter,
                               vocab=args.vocab)
         if args.json:
             try:
@@ -271,7 +274,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "merge":
         session = session_from_args(args)
     elif args.command == "export-mergekit":
-        from .core.ecosystem.mergekit import to_mergekit
+        from .core import to_mergekit
 
         text = to_mergekit(Recipe.load(args.recipe))
         if args.out is None:
@@ -283,12 +286,12 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
                 raise InputError(f"{args.out}: cannot write ({e.strerror})") from None
         return EXIT_OK
     elif args.command == "publish":
-        from .core.ecosystem.hub.publish import publish
+        from .core import publish
 
         print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
         return EXIT_OK
     else:
-        from .core.ecosystem.mergekit import load_recipe_or_mergekit
+        from .core import load_recipe_or_mergekit
 
         loaded = load_recipe_or_mergekit(args.recipe)
         for warning in loaded.warnings:
@@ -299,7 +302,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
-    result = pipeline.merge(request, reporter)
+    result = merge(request, reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
@@ -307,7 +310,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def session_from_args(args: argparse.Namespace):
     """The Session that ``merge``'s flags describe."""
-    from .core.session import Session
+    from .core import Session
 
     params = {k[len("param_"):]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
     return Session(base=args.base, agents=list(args.agents), names=_names(args.names),
@@ -317,7 +320,7 @@ def session_from_args(args: argparse.Namespace):
 
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core.session import Variant
+    from .core import Variant
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, compare
 
     variants = [Variant.parse(text) for text in args.variant]

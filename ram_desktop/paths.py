@@ -36,9 +36,19 @@ LOG_FILE = "ram-desktop.log"
 LOG_MAX_BYTES = 5_000_000  # rotated once (to .1) above this size
 
 __all__ = [
-    "APP_NAME", "APP_ID", "user_data_dir", "user_config_dir", "user_cache_dir", "user_log_dir", "cache_root",
+    "APP_ID",
+    "APP_NAME",
+    "bundle_dir",
     "cache_dir",
-    "is_frozen", "bundle_dir", "resources_dir", "resource_path", "guard_stdio",
+    "cache_root",
+    "guard_stdio",
+    "is_frozen",
+    "resource_path",
+    "resources_dir",
+    "user_cache_dir",
+    "user_config_dir",
+    "user_data_dir",
+    "user_log_dir",
 ]
 
 
@@ -101,6 +111,19 @@ def user_log_dir(create: bool = False) -> Path:
     """Folder for log files (the windowed build's stdout / stderr go here)."""
     return _user_dir(_windows_dir("LOCALAPPDATA") / APP_NAME / "Logs", _library("Logs"),
                      _xdg("XDG_STATE_HOME", ".local/state") / APP_ID / "log", create)
+
+
+def outputs_dir(create: bool = False) -> Path:
+    """Where the window proposes to write the demo's merged models: a folder the user sees in a file
+    manager, never a hidden cache. ``$RAM_DESKTOP_OUTPUTS`` when set (tests, scripts), else ``RAM Desktop``
+    in the Documents folder (``$XDG_DOCUMENTS_DIR`` when absolute, else ``~/Documents``), or ``~/RAM Desktop``
+    where there is no Documents folder."""
+    override = os.environ.get("RAM_DESKTOP_OUTPUTS")
+    if override:
+        return _ready(Path(override), create)
+    xdg = os.environ.get("XDG_DOCUMENTS_DIR", "")
+    documents = Path(xdg) if os.path.isabs(xdg) else Path.home() / "Documents"
+    return _ready((documents if documents.is_dir() else Path.home()) / APP_NAME, create)
 
 
 def cache_root() -> Path:
@@ -188,7 +211,7 @@ def guard_stdio() -> Path | None:
     stream = _open_log()
     log_path = Path(getattr(stream, "name", "")) if stream is not None else None
     if stream is None:
-        stream = open(os.devnull, "w", encoding="utf-8")
+        stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  stdout / stderr for the process's life
     if sys.stdout is None:
         sys.stdout = stream  # type: ignore[assignment]
     if sys.stderr is None:

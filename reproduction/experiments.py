@@ -32,7 +32,7 @@ R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
 EPS = 1e-5
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 8  # calibration examples per agent (paper: 256-2048)
 METHOD_ORDER = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
-                "fisher")
+                "fisher", "wudi")
 
 # per task: (reward per example, exact match per example) of one model on one split's examples
 ModelScores = dict[str, tuple[list[float], list[float]]]
@@ -60,6 +60,7 @@ class Track:
     merge_flags: list[str] = field(default_factory=list)  # e.g. ["--device", "cuda"] for probe and compare
     smoke_grids: bool = True  # in --smoke, a few points of each grid
     prune_merges: bool = False  # delete the weights of merges that validation did not choose (disk space)
+    wudi_params: dict = field(default_factory=dict)  # e.g. fewer Adam steps in a CPU smoke run
 
 
 TOY = Track()
@@ -217,8 +218,9 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     densities = track.ties_densities[:1] if few else track.ties_densities
     drops = track.dare_drops[::4] if few else track.dare_drops
     r_sweep = track.r_sweep[::2] if few else track.r_sweep
-    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
-    fixed += [(m, {}) for m in track.methods if m not in METHOD_ORDER]  # e.g. WUDI, at its defaults
+    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {}),
+             ("wudi", dict(track.wudi_params))]  # WUDI at its authors' settings (300 Adam steps, lr 1e-5) unless
+    fixed = [(m, p) for m, p in fixed if m in track.methods]  # a track says otherwise; Table 10 searches none
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],

@@ -12,14 +12,16 @@ from pathlib import Path
 
 TASKS = ("code", "tool", "memory")
 AGENT_OF = {"code": "code", "tool": "tool", "memory": "memory"}
-METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher"]
+METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher",
+           "wudi"]
 LABELS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Average",
-          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher", "wudi": "WUDI"}
+          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher",
+          "wudi": "WUDI"}
 
 
-def methods_of(runs: list[dict]) -> list[str]:
-    """The merge methods the runs hold, in their order (the real-model track adds WUDI when it is built)."""
-    return [m for m in runs[0]["chosen"] if m in LABELS] or METHODS
+def merged(runs: list[dict]) -> list[str]:
+    """The methods these runs merged with (results written before a method existed lack it)."""
+    return [m for m in METHODS if all(m in r["table1"] for r in runs)]
 
 
 def fmt(values: list[float]) -> str:
@@ -30,7 +32,7 @@ def fmt(values: list[float]) -> str:
 
 def table1(runs: list[dict]) -> str:
     rows = ["| model | code | tool | memory | mean |", "|---|---|---|---|---|"]
-    for name in ["base", *TASKS, *methods_of(runs)]:
+    for name in ["base", *TASKS, *merged(runs)]:
         label = {"base": "Base", "code": "code agent", "tool": "tool agent", "memory": "memory agent"}.get(name, LABELS.get(name))
         cells = [fmt([r["table1"][name][k] for r in runs]) for k in (*TASKS, "mean")]
         if name in TASKS:  # an agent: its own task in bold
@@ -81,7 +83,7 @@ def density_table(runs: list[dict]) -> str:
 
 
 def chosen_table(runs: list[dict]) -> str:
-    methods = methods_of(runs)
+    methods = merged(runs)
     rows = ["| seed | " + " | ".join(LABELS[m] for m in methods if runs[0]["chosen"][m]["params"]) + " |"]
     rows.append("|---" * (len(rows[0].split("|")) - 2) + "|")
     for r in runs:
@@ -113,7 +115,7 @@ def plots(runs: list[dict], out: Path) -> None:
     fig.savefig(out / "figure2-density.png", dpi=110)
     plt.close(fig)
 
-    models = ["base", *TASKS, *METHODS]
+    models = ["base", *TASKS, *merged(runs)]
     fig, ax = plt.subplots(figsize=(11, 3.8))
     width = 0.8 / 4
     x = np.arange(len(models))
@@ -121,7 +123,7 @@ def plots(runs: list[dict], out: Path) -> None:
         means = [100 * statistics.fmean(r["table1"][m][k] for r in runs) for m in models]
         errs = [100 * statistics.stdev(r["table1"][m][k] for r in runs) if len(runs) > 1 else 0 for m in models]
         ax.bar(x + (i - 1.5) * width, means, width, yerr=errs, label=k, capsize=2)
-    ax.set_xticks(x, ["Base", "code agent", "tool agent", "memory agent", *(LABELS[m] for m in METHODS)], rotation=30, ha="right")
+    ax.set_xticks(x, ["Base", "code agent", "tool agent", "memory agent", *(LABELS[m] for m in merged(runs))], rotation=30, ha="right")
     ax.set_ylabel("test score (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Table 1 in miniature ({len(runs)} seed{'s' if len(runs) > 1 else ''})")

@@ -54,6 +54,7 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     """Each test gets its own probe cache and Qt settings, never the user's."""
     root = tmp_path_factory.mktemp("cache")
     monkeypatch.setenv("RAM_DESKTOP_CACHE", str(root / "ram"))
+    monkeypatch.setenv("RAM_DESKTOP_OUTPUTS", str(root / "outputs"))  # the demo's merges, never in the home folder
     monkeypatch.setenv("XDG_CONFIG_HOME", str(root / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 

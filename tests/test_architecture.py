@@ -138,3 +138,46 @@ def test_core_never_imports_evaluate():
     for name, found in _room_imports(CORE).items():
         bad = {m for m in found if m.startswith("ram_desktop.evaluate")}
         assert not bad, f"{name} imports {bad}"
+
+
+# The faces and evaluate reach the core through its public API (``ram_desktop.core``: names loaded lazily)
+# and its defaults; these modules are the documented exceptions (docs/architecture.md): the charts' data
+# helpers, guarded file reading, the Fisher estimate's output folder, the kernels' warm-up, the Hub dialog.
+API_EXCEPTIONS = {
+    f"{CORE}.defaults",
+    f"{CORE}.engine.inspection", f"{CORE}.engine.would_keep",  # the Analyze charts' data
+    f"{CORE}.storage.safe_read",  # guarded reads of suites, reports and manifests
+    f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
+    f"{CORE}.engine.kernels",  # the worker compiles the kernels ahead of the first merge
+    f"{CORE}.ecosystem.hub.source",  # the Hub dialog's lookups
+}
+
+
+def test_faces_and_evaluate_import_the_core_through_its_api():
+    modules = all_modules()
+    for name, path in modules.items():
+        if not (name == "ram_desktop.cli" or name.startswith(("ram_desktop.gui.", "ram_desktop.evaluate"))):
+            continue
+        found = imports_of(name, path, modules)
+        bad = {m for m in found if m.startswith(CORE + ".") and m not in API_EXCEPTIONS}
+        assert not bad, f"{name} imports {sorted(bad)}; import from ram_desktop.core (its __init__ lists the API)"
+
+
+def test_the_api_names_match_what_the_type_checker_sees():
+    """core/__init__.py: ``_EXPORTS`` (what ``__getattr__`` loads), ``__all__`` and the ``TYPE_CHECKING`` imports
+    name the same things, and each name is defined where ``_EXPORTS`` says."""
+    import importlib
+
+    import ram_desktop.core as core
+
+    tree = ast.parse((PACKAGE / "core" / "__init__.py").read_text())
+    typed = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in node.body:
+                assert isinstance(stmt, ast.ImportFrom) and stmt.level == 1
+                typed.update({a.name: stmt.module for a in stmt.names})
+    assert typed == core._EXPORTS
+    assert sorted(core.__all__) == sorted(core._EXPORTS)
+    for name, module in core._EXPORTS.items():
+        assert hasattr(importlib.import_module(f"{CORE}.{module}"), name), (name, module)

@@ -10,7 +10,8 @@ from ram_desktop.cli import build_parser
 ROOT = Path(__file__).resolve().parents[1]
 MERGE_ONLY = {"--method", "--r", "--alpha", "--scale", "--density", "--drop", "--seed", "--ties-scope",
               "--fisher", "--suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
-              "--names", "--device", "--vocab", "--out"}  # what "[merge flags]" stands for in compare's line
+              "--names", "--device", "--vocab", "--out",
+              "--steps", "--lr"}  # what "[merge flags]" stands for in compare's line
 
 
 def _synopsis() -> dict[str, set[str]]:

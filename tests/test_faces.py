@@ -186,11 +186,19 @@ def test_window_closes_cleanly_on_termination_signals(root, sig):
     import signal
     import time
 
+    env = _env(root)
+    cache = root / f"ram-cache-{sig}"  # its own cache: the demo's probe result appears there once analysed
+    env["RAM_DESKTOP_CACHE"] = str(cache)
     proc = subprocess.Popen([str(RAM_DESKTOP), "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(root), cwd=root)
+                            text=True, env=env, cwd=root)
     try:
-        time.sleep(6)  # the window is up and analysing the demo
+        # wait until the window is up and has analysed the demo (its handlers are in place by then); a fixed
+        # sleep sent the signal during start-up on a loaded machine, before any handler existed
+        deadline = time.monotonic() + 240
+        while not list(cache.glob("probe/*.json")) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert proc.poll() is None, proc.stderr.read()
+        assert list(cache.glob("probe/*.json")), "the demo was not analysed within 240 s"
         proc.send_signal(getattr(signal, sig))
         proc.wait(30)
     finally:

@@ -168,7 +168,6 @@ def _chunks(plan, chunk_elements):
 
 def _collect(plan, chunks, scope, shuffle_seed=None):
     collector = TrimCollector(0.2, scope, plan)
-    assert collector.needs_order is False
     passes = 0
     while True:
         passes += 1

@@ -1,1 +1,129 @@
-"""Headless merge engine: torch, safetensors and huggingface_hub only — never Qt."""
+"""Headless merge engine: torch, safetensors and huggingface_hub only — never Qt.
+
+The public API of the core, what the faces (``cli``, ``gui``) and ``evaluate`` import instead of reaching into
+its rooms (docs/architecture.md). Every name is loaded on first use (module ``__getattr__``), so importing the
+core stays cheap: ``ram-merge --help`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name → the module (relative to this package) that defines it
+_EXPORTS: dict[str, str] = {
+    # a merge end to end, and what the faces fill
+    "Session": "session", "Variant": "session",
+    "Recipe": "recipe", "parse_size": "recipe",
+    "MergeRequest": "pipeline", "MergeResult": "pipeline", "merge": "pipeline", "merge_variants": "pipeline",
+    "probe": "pipeline", "check_eps": "pipeline", "list_devices": "pipeline", "resolve_device": "pipeline",
+    "open_checkpoint": "sources",
+    # the methods
+    "METHODS": "methods", "MergeMethod": "methods", "Param": "methods", "Sweep": "methods", "get_method": "methods",
+    # what the probe reports, and the plan's choices
+    "ProbeReport": "engine.probe", "SURVIVAL_DTYPES": "engine.probe", "OUT_DTYPES": "engine.plan",
+    "VOCAB_MODES": "engine.plan", "DEFAULT_CHUNK_ELEMENTS": "engine.chunks",
+    # errors and events
+    "RamError": "errors", "InputError": "errors", "Cancelled": "errors", "HubError": "errors",
+    "first_line": "errors",
+    "Reporter": "events", "ProgressEvent": "events", "CancelToken": "events",
+    # the built-in demo
+    "write_demo": "demo", "read_manifest": "demo", "ensure_demo": "demo", "demo_suites": "demo",
+    # the ecosystem: mergekit configs, publishing, the evaluation card
+    "to_mergekit": "ecosystem.mergekit", "load_mergekit": "ecosystem.mergekit",
+    "load_recipe_or_mergekit": "ecosystem.mergekit",
+    "publish": "ecosystem.hub.publish", "check_repo_id": "ecosystem.hub.publish",
+    "has_stored_token": "ecosystem.hub.publish",
+    "record_evaluation": "ecosystem.cards.evaluation", "MERGE_REPORT": "ecosystem.cards.evaluation",
+    # storage the faces show or check
+    "Checkpoint": "storage.formats", "human_bytes": "storage.output",
+}
+
+__all__ = [  # the names of _EXPORTS
+    "DEFAULT_CHUNK_ELEMENTS",
+    "MERGE_REPORT",
+    "METHODS",
+    "OUT_DTYPES",
+    "SURVIVAL_DTYPES",
+    "VOCAB_MODES",
+    "CancelToken",
+    "Cancelled",
+    "Checkpoint",
+    "HubError",
+    "InputError",
+    "MergeMethod",
+    "MergeRequest",
+    "MergeResult",
+    "Param",
+    "ProbeReport",
+    "ProgressEvent",
+    "RamError",
+    "Recipe",
+    "Reporter",
+    "Session",
+    "Sweep",
+    "Variant",
+    "check_eps",
+    "check_repo_id",
+    "demo_suites",
+    "ensure_demo",
+    "first_line",
+    "get_method",
+    "has_stored_token",
+    "human_bytes",
+    "list_devices",
+    "load_mergekit",
+    "load_recipe_or_mergekit",
+    "merge",
+    "merge_variants",
+    "open_checkpoint",
+    "parse_size",
+    "probe",
+    "publish",
+    "read_manifest",
+    "record_evaluation",
+    "resolve_device",
+    "to_mergekit",
+    "write_demo",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # loaded once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keeps _EXPORTS and this in step
+    from .demo import demo_suites, ensure_demo, read_manifest, write_demo
+    from .ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
+    from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish
+    from .ecosystem.mergekit import load_mergekit, load_recipe_or_mergekit, to_mergekit
+    from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
+    from .engine.plan import OUT_DTYPES, VOCAB_MODES
+    from .engine.probe import SURVIVAL_DTYPES, ProbeReport
+    from .errors import Cancelled, HubError, InputError, RamError, first_line
+    from .events import CancelToken, ProgressEvent, Reporter
+    from .methods import METHODS, MergeMethod, Param, Sweep, get_method
+    from .pipeline import (
+        MergeRequest,
+        MergeResult,
+        check_eps,
+        list_devices,
+        merge,
+        merge_variants,
+        probe,
+        resolve_device,
+    )
+    from .recipe import Recipe, parse_size
+    from .session import Session, Variant
+    from .sources import open_checkpoint
+    from .storage.formats import Checkpoint
+    from .storage.output import human_bytes

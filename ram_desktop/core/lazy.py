@@ -57,6 +57,6 @@ class DeferredModule:
 
 
 if TYPE_CHECKING:
-    import torch as torch
+    import torch
 else:
     torch = DeferredModule("torch")

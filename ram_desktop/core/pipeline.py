@@ -17,22 +17,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .lazy import torch
 from .. import __version__
 from . import defaults
 from .ecosystem.cards.merge import model_card, save_card
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
-from .errors import InputError
-from .events import Reporter
-from .methods import Collector, get_method
-from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
+from .errors import InputError
+from .events import Reporter
+from .lazy import torch
+from .methods import Collector, get_method
 from .recipe import Recipe, parse_size
-from .storage.transfer import Transfer
 from .sources import open_checkpoint
 from .storage.formats import Checkpoint
+from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .storage.transfer import Transfer
 
 log = logging.getLogger("ram_desktop")
 
@@ -81,13 +81,13 @@ def list_devices() -> list[tuple[str, str]]:
     devices: list[tuple[str, str]] = []
     try:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # a broken driver must not stop the application from listing the CPU
+    except (RuntimeError, AssertionError):  # a broken driver must not stop the application from listing the CPU
         count = 0
     for index in range(count):
         try:
             props = torch.cuda.get_device_properties(index)
             label = f"cuda:{index} — {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-        except Exception:
+        except (RuntimeError, AssertionError):  # torch's errors for a device it cannot query
             label = f"cuda:{index}"
         devices.append((f"cuda:{index}", label))
     devices.append(("cpu", f"CPU ({os.cpu_count() or 1} cores)"))
@@ -119,7 +119,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
     """Probe task-vector density and overlap (docs/methods.md, RAM, RAM+, RAM+s); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
     reporter = reporter or Reporter()
-    eps = _check_eps(eps)
+    eps = check_eps(eps)
     check_agent_count(len(agents))
     _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
@@ -131,7 +131,7 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
                 chunk_elements: int, collectors: list[Collector] = (), survival: bool = True,
                 files: OpenFiles | None = None) -> ProbeReport:
     """The probe from the cache when possible, then every collector's passes (as many as it asks for;
-    on one thread only when a collector ``needs_order``), all reading through ``files`` when given.
+    all reading through ``files`` when given.
 
     ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
@@ -142,13 +142,11 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:
-            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, ordered=_ordered(collectors),
-                       files=files)
+            probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, files=files)
     else:
         start = time.perf_counter()
         accumulator = ProbeAccumulator(plan, eps, survival)
-        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements,
-                   ordered=_ordered(collectors), files=files)
+        probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, files=files)
         report = accumulator.report()
         log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors,
                  time.perf_counter() - start)
@@ -161,21 +159,17 @@ def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Repor
             return report
         passes += 1  # a collector needs another look at the data (TIES refines its exact cut)
         probe_pass(plan, eps, transfer, reporter, refining, chunk_elements, stage=f"refine {passes}",
-                   ordered=_ordered(refining), files=files)
+                   files=files)
 
 
-def _ordered(collectors: list[Collector]) -> bool:
-    """A pass computes on one thread when any collector needs the chunks in plan order."""
-    return any(c.needs_order for c in collectors)
-
-
-def _check_eps(eps: float) -> float:
+def check_eps(eps: float, what: str = "--eps") -> float:
+    """ε as a float: a non-negative finite number (0 included), else ``InputError`` naming ``what``."""
     try:
         eps = float(eps)
     except (TypeError, ValueError):
-        raise InputError(f"--eps must be a non-negative number, got {eps!r}") from None
+        raise InputError(f"{what} must be a non-negative number, got {eps!r}") from None
     if not (eps >= 0.0 and eps < float("inf")):
-        raise InputError(f"--eps must be a non-negative number, got {eps}")
+        raise InputError(f"{what} must be a non-negative number, got {eps}")
     return eps
 
 
@@ -240,7 +234,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         raise InputError("no variants to merge; give at least one method")
     methods = [get_method(s.method) for s in specs]
     params = [m.resolve(s.params) for m, s in zip(methods, specs)]
-    eps = _check_eps(request.eps)
+    eps = check_eps(request.eps)
     shard_bytes = parse_size(request.shard_size)
     transfer = Transfer(device_spec(request.device))
     outs = [Path(s.out) for s in specs]

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 
 from . import defaults
-from .errors import InputError
 from .engine.plan import check_agent_count
+from .errors import InputError
 from .storage.safe_read import read_yaml
 
 FORMAT = "ram-recipe/1"
@@ -74,11 +74,11 @@ class Recipe:
         path.write_text(self.to_yaml(), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: Path) -> "Recipe":
+    def load(cls, path: Path) -> Recipe:
         return cls.from_dict(read_yaml(path), str(path))
 
     @classmethod
-    def from_dict(cls, data: Any, where: str = "recipe") -> "Recipe":
+    def from_dict(cls, data: Any, where: str = "recipe") -> Recipe:
         """A recipe from its parsed YAML. Every key is checked: an unknown or misplaced key, or a value of the
         wrong type, is refused naming it (a typo must never change a merge silently)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:

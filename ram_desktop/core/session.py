@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from . import defaults
-from .pipeline import MergeRequest, VariantSpec
 from .errors import InputError
 from .methods import get_method
+from .pipeline import MergeRequest, VariantSpec
 from .recipe import Recipe
 
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._=-]+")
@@ -31,7 +31,7 @@ class Variant:
     params: dict[str, Any]
 
     @classmethod
-    def parse(cls, text: str) -> "Variant":
+    def parse(cls, text: str) -> Variant:
         """``METHOD`` or ``METHOD:key=value,key=value`` with an optional ``name=...`` (default: the spec text
         made file-name safe), e.g. ``ram-plus:r=0.2,alpha=1.0``. Values are validated by the method."""
         spec = text.strip()
@@ -89,7 +89,7 @@ class Session:
         return get_method(self.method).resolve(self.params)
 
     @classmethod
-    def from_recipe(cls, recipe: Recipe) -> "Session":
+    def from_recipe(cls, recipe: Recipe) -> Session:
         return cls(base=recipe.base, agents=list(recipe.agents), names=list(recipe.names) if recipe.names else None,
                    method=recipe.method, params=dict(recipe.params), eps=recipe.eps, device=recipe.device,
                    out_dtype=recipe.out_dtype, shard_size=recipe.shard_size, out=recipe.out, vocab=recipe.vocab)

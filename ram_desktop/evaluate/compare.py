@@ -12,14 +12,12 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..core.pipeline import MergeResult, merge_variants
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.session import Session, Variant
+from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
 from .fisher import resolve_fisher_params
 from .results import EvalResult, ModelRef
 

@@ -38,22 +38,18 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .. import paths
-from ..core.pipeline import resolve_device
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.sources import open_checkpoint
-from ..core.storage.formats import Checkpoint
-from ..core.storage.formats.safetensors_format import SafetensorsStreamWriter
+from ..core import Checkpoint, InputError, Reporter, open_checkpoint, parse_size, resolve_device
 from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
+from ..core.storage.formats.safetensors_format import SafetensorsStreamWriter
 from ..core.storage.output import check_output, staging_folder
-from ..core.recipe import parse_size
 from .runner import _quiet_transformers, check_loadable, load_model, prompt_ids, require_transformers, stop_token_ids
 from .suites import Suite, load_suite
 
@@ -345,7 +341,7 @@ def resolve_fisher_params(method: str, params: dict[str, Any], agents: list[str]
                           reporter: Reporter | None = None) -> dict[str, Any]:
     """For a calibrated method (``--method fisher``) with ``suite``: the parameters with ``fisher`` set to each
     agent's cached (or freshly estimated) Fisher folder; any other method's parameters unchanged."""
-    from ..core.methods import get_method
+    from ..core import get_method
 
     merge_method = get_method(method)
     if not merge_method.calibrated:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InputError
+from ..core import InputError
 
 FORMAT = "ram-eval/1"
 

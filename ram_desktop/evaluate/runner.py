@@ -26,16 +26,14 @@ import logging
 import os
 import platform
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
 
 from .. import __version__
-from ..core.pipeline import resolve_device
-from ..core.errors import InputError, first_line
-from ..core.events import Reporter
-from ..core.sources import open_checkpoint
+from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
@@ -326,7 +324,7 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
             tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
         except InputError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
             raise InputError(f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: "
                              f"{first_line(e)})") from None
         try:
@@ -334,7 +332,7 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
             model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
                                                                ignore_mismatched_sizes=True,
                                                                output_loading_info=True)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
             raise InputError(f"{where}: transformers cannot load it as a causal language model "
                              f"({type(e).__name__}: {first_line(e)})") from None
     _check_loading_info(info, where)
@@ -418,7 +416,7 @@ def prompt_ids(tokenizer: Any, suite: Suite, model_name: str) -> list[list[int]]
         try:
             texts = [tokenizer.apply_chat_template(system + [{"role": "user", "content": p}], tokenize=False,
                                                    add_generation_prompt=True) for p in suite.prompts]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  the template is the model's own Jinja code: any failure is named
             raise InputError(f"model {model_name}: its chat template failed on suite {suite.name!r} "
                              f"({type(e).__name__}: {first_line(e)})") from None
         encoded = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]

@@ -30,12 +30,13 @@ import math
 import numbers
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Literal, Protocol
 
-from ..core.errors import InputError, first_line
+from ..core import InputError, first_line
 
 ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
 BUILTIN = ("exact", "contains", "number")
@@ -162,7 +163,7 @@ class Scorer:
             raise
         except SystemExit as e:
             raise InputError(f"{where} called sys.exit({e.code!r}); a reward function must return its scores") from None
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001  the user's reward function: whatever it raises is named
             raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
         if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
             rewards = rewards.tolist()  # a numpy array or torch tensor
@@ -262,7 +263,7 @@ def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
         sys.modules.pop(module_name, None)
         raise InputError(f"{file}: loading the scorer module called sys.exit({e.code!r}) (scorer {spec.text!r}); "
                          "a scorer file must only define its function") from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001  the user's scorer module: whatever loading it raises is named
         sys.modules.pop(module_name, None)
         raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {first_line(e)}") from None
     finally:

@@ -19,14 +19,13 @@ Loading a suite never runs code: a ``python:`` scorer is only parsed (its file m
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
-from ..core.errors import InputError
+from ..core import InputError
 from ..core.storage.safe_read import parse_json, parse_yaml, read_bytes, read_text
 from .scorers import ScorerSpec, parse_scorer
 
@@ -61,14 +60,14 @@ class Suite:
         """The parsed scorer (runs nothing): ``.file`` is the file a python scorer will execute."""
         return parse_scorer(self.scorer, self.scorer_dir)
 
-    def head(self, n: int | None) -> "Suite":
+    def head(self, n: int | None) -> Suite:
         """The first ``n`` examples (all when ``n`` is None or not smaller)."""
         if n is None or n >= len(self):
             return self
         return replace(self, prompts=self.prompts[:n], lines=self.lines[:n],
                        columns={k: v[:n] for k, v in self.columns.items()})
 
-    def with_scorer(self, spec: str) -> "Suite":
+    def with_scorer(self, spec: str) -> Suite:
         """The same suite scored by ``spec`` (checked, not run); a python file is relative to the suite."""
         parse_scorer(spec, self.scorer_dir)
         return replace(self, scorer=spec.strip())

@@ -6,11 +6,19 @@ import math
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.methods import MergeMethod
-from ..core.engine.probe import SURVIVAL_DTYPES, ProbeReport
+from ..core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps
@@ -63,16 +71,16 @@ class AnalysisPanel(QWidget):
         self.would_keep = WouldKeepChart()
         views = [
             (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
-            (self.overlap, "Overlap", "For each agent: how many of its updates no other agent touches (unique) "
-                                      "and how many it shares with 1, 2 ... other agents"),
-            (self.heatmap, "Layers × modules", "Where each agent learned: a layer × module heat map per agent of "
-                                               "density or unique share; hover a cell for its numbers"),
+            (self.overlap, "Overlap", ("For each agent: how many of its updates no other agent touches (unique) "
+                                       "and how many it shares with 1, 2 ... other agents")),
+            (self.heatmap, "Layers × modules", ("Where each agent learned: a layer × module heat map per agent of "
+                                                "density or unique share; hover a cell for its numbers")),
             (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
             (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
             (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
             (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
-            (self.would_keep, "Would keep", "Before merging: the share of each agent's updates each method keeps; "
-                                            "follows the method form as you change it"),
+            (self.would_keep, "Would keep", ("Before merging: the share of each agent's updates each method keeps; "
+                                             "follows the method form as you change it")),
             (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
         ]
         for index, (widget, title, tip) in enumerate(views):
@@ -91,11 +99,11 @@ class AnalysisPanel(QWidget):
         self.table = QTableWidget(0, len(TABLE_COLUMNS))
         self.table.setHorizontalHeaderLabels(TABLE_COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
-        self.table.setSelectionMode(QTableWidget.NoSelection)
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.setSelectionMode(QTableWidget.SelectionMode.NoSelection)
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         tips = ["Agent name", "Share of all elements the agent updates (|τ| > ε)",
                 "Elements only this agent updates: RAM keeps them whole, RAM+ scales them by λ",
                 "Elements this agent and at least one other update: averaged over the active agents",
@@ -261,9 +269,9 @@ class AnalysisPanel(QWidget):
                     font.setBold(True)
                     item.setFont(font)
                 else:
-                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if col == 6 and share is not None and share < WARN_BELOW:
-                    item.setForeground(QBrush(Qt.darkRed))
+                    item.setForeground(QBrush(Qt.GlobalColor.darkRed))
                 self.table.setItem(t, col, item)
         rows = min(len(report.agents), 6)
         self.table.setMinimumHeight(self.table.horizontalHeader().height() + rows * self.table.rowHeight(0) + 6)

@@ -9,8 +9,8 @@ import logging
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .. import __version__
 from .application import setup_application
@@ -46,7 +46,7 @@ def install_excepthook() -> None:
         app = QApplication.instance()
         if app is None:
             return
-        box = QMessageBox(QMessageBox.Critical, "Unexpected error",
+        box = QMessageBox(QMessageBox.Icon.Critical, "Unexpected error",
                           f"RAM Desktop hit a bug: {kind.__name__}: {value}\n\n"
                           "Your inputs were not changed. The details below help the developers.")
         box.setDetailedText(details)
@@ -74,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     import torch  # noqa: F401 — the core imports torch at first use (``core.lazy``); the window loads it before
+
     # its event loop starts, so that no click waits for it
     from .main_window import MainWindow
 

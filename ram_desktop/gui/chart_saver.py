@@ -4,14 +4,14 @@ the window, or every view at once (File ▸ Export charts)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
 
-from ..core.events import Reporter
+from ..core import Reporter
 from .analysis_panel import AnalysisPanel
 from .charts import export_png
 from .jobs import JobController, JobState, Outcome

@@ -1,27 +1,41 @@
 """Charts of a probe report (pyqtgraph): density bars, overlap pies, per-layer density.
 
-Every agent keeps one colour in every chart and table (``agent_color``).
+Every agent keeps one colour in every chart and table (``agent_color``); every model in the Evaluate
+and Compare charts gets its own (``model_color``), from one colour-blind-safe palette.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from pathlib import Path
 
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
-from PySide6.QtGui import QBrush, QColor, QFont, QPainter, QPen, QPicture
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core.engine.probe import ProbeReport
+from ..core import ProbeReport
 
-PALETTE = ["#1f77b4", "#e4572e", "#2a9d8f", "#8e44ad", "#f2a541", "#5c6b73", "#d62797", "#6a994e"]
+# Okabe & Ito's colours that read on white (their orange, sky blue and yellow are too light for text),
+# then Paul Tol's dark "muted" colours, black and brown: twelve colours, pairwise far apart in CIELAB
+# and each at least 3:1 against the white background (tests/gui/test_charts_fit.py checks both).
+PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#332288", "#999933", "#882255", "#000000",
+           "#117733", "#aa4499", "#8c564b", "#cc6677"]
+BASE_COLOR = "#9e9e9e"  # the base model: grey, in no other role
 FOREGROUND = "#333333"
 
 
 def agent_color(index: int) -> QColor:
-    return QColor(PALETTE[index % len(PALETTE)])
+    return model_color(index)
+
+
+def model_color(index: int) -> QColor:
+    """The ``index``-th colour of the palette; past its end, further hues that keep clear of it."""
+    if index < len(PALETTE):
+        return QColor(PALETTE[index])
+    return QColor.fromHsvF(((index - len(PALETTE)) * 0.618034 + 0.05) % 1.0, 0.85, 0.55)
 
 
 def shade(color: QColor, step: int, steps: int) -> QColor:
@@ -46,6 +60,57 @@ def _plot(widget: pg.GraphicsLayoutWidget, **kwargs) -> pg.PlotItem:
     return plot
 
 
+def legend_below(widget: pg.GraphicsLayoutWidget, plot: pg.PlotItem, row: int = 1) -> pg.LegendItem:
+    """A legend in its own row under ``plot``: it never covers a bar or a line, and sizes to its names (no
+    name is cut); as many columns as the width holds, redone when the plot changes size."""
+    legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="9pt", horSpacing=18, verSpacing=-4)
+    widget.addItem(legend, row=row, col=0)
+    widget.ci.layout.setAlignment(legend, Qt.AlignHCenter)
+    plot.getViewBox().sigResized.connect(lambda *_: fit_legend(legend, widget.width() - 20))
+    return legend
+
+
+def fit_legend(legend: pg.LegendItem, width: float) -> None:
+    """As many legend columns as fit ``width`` px (at least one)."""
+    items = legend.items
+    if not items:
+        return
+    # the text's own width (a LabelItem's rectangle grows with its layout cell)
+    widest = max(sample.boundingRect().width() + label.item.boundingRect().width() for sample, label in items) + 30
+    legend.setColumnCount(max(1, min(len(items), int(width // max(widest, 1.0)))))
+
+
+def fit_ticks(plot: pg.PlotItem, ticks: list[tuple[float, str]], gap: float = 10.0) -> None:
+    """Category labels on the bottom axis that never run together: when the widest label with ``gap`` px
+    does not fit between two neighbours, only every k-th is written (the others keep their tick). Redone
+    whenever the plot changes size."""
+    plot.__dict__["_ram_ticks"] = (list(ticks), gap)
+    if not plot.__dict__.get("_ram_fit_connected"):
+        plot.__dict__["_ram_fit_connected"] = True
+        plot.getViewBox().sigResized.connect(lambda *_: _refit_ticks(plot))
+    _refit_ticks(plot)
+
+
+def _refit_ticks(plot: pg.PlotItem) -> None:
+    ticks, gap = plot.__dict__.get("_ram_ticks", ([], 0.0))
+    axis = plot.getAxis("bottom")
+    if not ticks:
+        axis.setTicks([[]])
+        return
+    metrics = QFontMetricsF(axis.style["tickFont"] or QFont())
+    widths = [metrics.horizontalAdvance(text) for _, text in ticks]
+    (x0, x1), width = plot.getViewBox().viewRange()[0], plot.getViewBox().width()
+    per_unit = width / (x1 - x0) if x1 > x0 and width > 0 else 0.0
+
+    def fits(step: int) -> bool:  # every step-th label: half of each and the gap between neighbours
+        shown = list(range(0, len(ticks), step))
+        return all((widths[a] + widths[b]) / 2 + gap <= (ticks[b][0] - ticks[a][0]) * per_unit
+                   for a, b in itertools.pairwise(shown))
+
+    step = next((k for k in range(1, len(ticks)) if fits(k)), max(len(ticks), 1)) if per_unit > 0 else 1
+    axis.setTicks([[(x, text if i % step == 0 else "") for i, (x, text) in enumerate(ticks)]])
+
+
 class PieItem(pg.GraphicsObject):
     """A pie chart of ``values`` with ``colors``, centred on (0, 0) with radius 1, percentages on slices
     of at least 4 %."""
@@ -60,7 +125,7 @@ class PieItem(pg.GraphicsObject):
 
     def _render(self) -> None:
         painter = QPainter(self._picture)
-        painter.setRenderHint(QPainter.Antialiasing)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         total = sum(self.values)
         rect = QRectF(-1, -1, 2, 2)
         pen = QPen(QColor("white"))
@@ -76,7 +141,7 @@ class PieItem(pg.GraphicsObject):
             span = -360.0 * 16 * value / total
             if value > 0:
                 painter.setBrush(QBrush(color))
-                painter.drawPie(rect, int(round(angle)), int(round(span)) if abs(span) < 5760 else -5760)
+                painter.drawPie(rect, round(angle), round(span) if abs(span) < 5760 else -5760)
             angle += span
         painter.end()
 
@@ -203,8 +268,13 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             cell.addLabel("<br>".join(lines), color=FOREGROUND, size="8pt")
 
 
+LINE_STYLES = [Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine, Qt.DashDotDotLine]
+SYMBOLS = ["o", "s", "t", "d", "star", "p", "h", "t1", "+", "x", "t2", "t3"]
+
+
 class LayerDensityChart(QWidget):
-    """Density per transformer layer (or per module kind) with one line per agent."""
+    """Density per transformer layer (or per module kind) with one line per agent: each agent its colour,
+    dash and marker, its points set slightly apart, so that no line hides another."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -222,8 +292,9 @@ class LayerDensityChart(QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setMinimumHeight(160)
         layout.addWidget(self.graphics, 1)
-        self.plot = _plot(self.graphics)
-        self.legend = self.plot.addLegend(offset=(10, 5), labelTextColor=FOREGROUND)
+        self.plot = _plot(self.graphics, row=0, col=0)
+        self.legend = legend_below(self.graphics, self.plot)
+        self.lines: list[pg.PlotDataItem] = []
         self.report: ProbeReport | None = None
         self.show_report(None)
 
@@ -232,25 +303,31 @@ class LayerDensityChart(QWidget):
         plot = self.plot
         plot.clear()
         self.legend.clear()
+        self.lines = []
         by_layer = self.grouping.currentIndex() == 0
         plot.setTitle("Density per layer" if by_layer else "Density per module kind", size="10pt")
         plot.setLabel("left", "elements updated", units="%")
         if report is None or not report.agents:
-            plot.getAxis("bottom").setTicks([[]])
+            fit_ticks(plot, [])
             return
         groups = sorted(report.layers() if by_layer else report.modules(), key=_group_order)
-        self.legend.setColumnCount(max(1, len(report.agents)))
-        ticks = [(i, _short(g["name"])) for i, g in enumerate(groups)]
+        n = len(report.agents)
+        spread = min(0.3, 0.08 * (n - 1))  # the agents' points side by side within a group
         for t, a in enumerate(report.agents):
             color = agent_color(t)
+            offset = (t / (n - 1) - 0.5) * spread if n > 1 else 0.0
             ys = [100.0 * g["density"][t] for g in groups]
-            plot.plot(list(range(len(groups))), ys, pen=pg.mkPen(color, width=2), symbol="o", symbolSize=6,
-                      symbolBrush=color, symbolPen=color, name=a.name)
-        plot.getAxis("bottom").setTicks([ticks])
-        plot.getAxis("bottom").setStyle(tickTextOffset=4)
+            line = plot.plot([i + offset for i in range(len(groups))], ys,
+                             pen=pg.mkPen(color, width=2, style=LINE_STYLES[t % len(LINE_STYLES)]),
+                             symbol=SYMBOLS[t % len(SYMBOLS)], symbolSize=7, symbolBrush=color, symbolPen=color)
+            self.legend.addItem(line, a.name)
+            self.lines.append(line)
+        fit_legend(self.legend, self.graphics.width() - 20)
+        fit_ticks(plot, [(i, _short(g["name"])) for i, g in enumerate(groups)])
         plot.setXRange(-0.5, len(groups) - 0.5, padding=0)
         top = max((100.0 * d for g in groups for d in g["density"]), default=1.0) or 1.0
-        plot.setYRange(0, top * 1.3, padding=0)  # headroom for the legend
+        plot.setYRange(0, top * 1.1, padding=0)
+        _refit_ticks(plot)
 
 
 def _group_order(group: dict) -> tuple:
@@ -265,11 +342,14 @@ def _group_order(group: dict) -> tuple:
 
 
 def _short(name: str) -> str:
-    """``model.layers.3`` -> ``L3``; ``model.embed_tokens`` -> ``embed_tokens``; ``self_attn.q_proj`` -> ``q_proj``."""
+    """``model.layers.3`` -> ``L3``; ``model.embed_tokens`` -> ``embed_tokens``; ``self_attn.q_proj`` -> ``q``;
+    ``post_attention_layernorm`` -> ``post_attn_norm``."""
     m = re.search(r"layers\.(\d+)$", name)
     if m:
         return f"L{m.group(1)}"
-    return name.split(".")[-1]
+    short = name.split(".")[-1]
+    short = short.removesuffix("_proj")
+    return short.replace("attention", "attn").replace("layernorm", "norm")
 
 
 def _label(plot: pg.PlotItem, where: str, text: str, **style) -> None:

@@ -8,14 +8,21 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit,
-                               QPushButton, QScrollArea, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.errors import InputError
-from ..core import defaults
-from ..core.methods import METHODS, Sweep
-from ..core.session import Session, Variant
-from ..core.ecosystem.cards.evaluation import record_evaluation
+from ..core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
 from ..evaluate.compare import CompareResult, compare
 from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
 from .jobs import JobController, JobState
@@ -38,7 +45,7 @@ class MethodRow:
         if method.params:
             for p in method.params:
                 self.param.addItem(p.name, p.name)
-                self.param.setItemData(self.param.count() - 1, p.help, Qt.ToolTipRole)
+                self.param.setItemData(self.param.count() - 1, p.help, Qt.ItemDataRole.ToolTipRole)
             # the sweep the method offers (``MergeMethod.sweep``), else its first parameter at its default
             sweep = method.sweep or Sweep(method.params[0].name, repr(method.params[0].default))
             param, values = sweep.param, sweep.values
@@ -98,7 +105,7 @@ class ComparePanel(QWidget):
         scroll = QScrollArea()
         scroll.setWidget(methods)
         scroll.setWidgetResizable(True)
-        scroll.setFrameShape(QScrollArea.NoFrame)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("folder for the variants (must not exist, or be empty)")

@@ -25,11 +25,17 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core.errors import InputError
-from ..core.events import ProgressEvent
-from ..core.ecosystem.mergekit import load_mergekit, to_mergekit
-from ..core.ecosystem.hub.publish import check_repo_id, has_stored_token, publish
-from ..core.session import Session
+from ..core import (
+    InputError,
+    ProgressEvent,
+    Session,
+    check_repo_id,
+    has_stored_token,
+    load_mergekit,
+    publish,
+    to_mergekit,
+)
+from .session_form import write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -81,17 +87,8 @@ def export_mergekit_dialog(window: MainWindow) -> None:
 
 
 def export_mergekit(window: MainWindow, path: Path) -> bool:
-    if window.sources.base is None or not window.sources.agents:
-        window.show_error("add a base and at least one agent before exporting a mergekit config")
-        return False
-    try:
-        text = to_mergekit(window.current_recipe())
-        Path(path).write_text(text, encoding="utf-8")
-    except InputError as e:
-        window.show_error(str(e))
-        return False
-    except OSError as e:
-        window.show_error(f"{path}: cannot write ({e.strerror})")
+    if not write_from_recipe(window, path, lambda recipe, p: p.write_text(to_mergekit(recipe), encoding="utf-8"),
+                             "exporting a mergekit config", "the mergekit config"):
         return False
     log.info("exported mergekit config %s", path)
     window.statusBar().showMessage(f"Exported {path} (differences from RAM Desktop are comments in the file)", 8000)
@@ -105,6 +102,7 @@ class PublishDialog(QDialog):
     def __init__(self, parent: QWidget | None, folder: Path, repo_id: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("Publish to the Hugging Face Hub")
+        self.setMinimumWidth(520)  # room for a repository id and the token's whole placeholder
         self.folder = Path(folder)
         self.url: str | None = None
         self._job: Job | None = None
@@ -112,12 +110,14 @@ class PublishDialog(QDialog):
         self.repo.setPlaceholderText("org/name")
         self.private = QCheckBox("Private repository")
         self.token_edit = QLineEdit()
-        self.token_edit.setEchoMode(QLineEdit.Password)
+        self.token_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.token_edit.setPlaceholderText("using HF_TOKEN / hf auth login" if has_stored_token()
                                            else "a token with write access (not stored)")
+        self.token_edit.setMinimumWidth(self.token_edit.fontMetrics().horizontalAdvance(
+            self.token_edit.placeholderText()) + 24)
         self.status = QLabel(f"Uploads {self.folder} with its model card.")
         self.status.setWordWrap(True)
-        self.status.setTextInteractionFlags(Qt.TextBrowserInteraction)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
         self.status.setOpenExternalLinks(True)
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
@@ -126,8 +126,8 @@ class PublishDialog(QDialog):
         form.addRow("Repository", self.repo)
         form.addRow("", self.private)
         form.addRow("Token", self.token_edit)
-        self.buttons = QDialogButtonBox(QDialogButtonBox.Close)
-        self.publish_button = self.buttons.addButton("Publish", QDialogButtonBox.AcceptRole)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        self.publish_button = self.buttons.addButton("Publish", QDialogButtonBox.ButtonRole.AcceptRole)
         self.buttons.rejected.connect(self.reject)
         self.buttons.accepted.connect(self.start)
         layout = QVBoxLayout(self)
@@ -186,7 +186,7 @@ class PublishDialog(QDialog):
         """Tests: block until a started upload has finished."""
         return self._job.wait(ms) if self._job is not None else True
 
-    def done(self, code: int) -> None:  # noqa: D401 - Qt override: never close while an upload runs
+    def done(self, code: int) -> None:
         if self._job is not None and self._job.is_running():
             return
         self.token_edit.clear()

@@ -11,20 +11,32 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
-                               QListWidget, QListWidgetItem, QPushButton, QSpinBox, QSplitter, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.demo import demo_suites
-from ..core.errors import InputError
+from ..core import MERGE_REPORT, InputError, demo_suites, record_evaluation
 from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
-from ..core.ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
 from .jobs import JobController, JobState
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
@@ -65,7 +77,7 @@ def import_transformers(sources: list[str]) -> None:
             if (Path(source) / "config.json").is_file():
                 try:
                     MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(source))]
-                except Exception:  # noqa: BLE001 — the evaluation refuses it with a message naming the folder
+                except (OSError, ValueError, KeyError):  # the evaluation refuses it with a message naming the folder
                     pass
     finally:
         gc.freeze()  # long-lived: kept out of every later collection (enabling would start a full one now)
@@ -99,11 +111,11 @@ class EvaluatePanel(QWidget):
         self.suite_table = QTableWidget(0, 4)
         self.suite_table.setHorizontalHeaderLabels(["Suite", "Examples", "Scorer", "Scored by"])
         self.suite_table.verticalHeader().setVisible(False)
-        self.suite_table.setSelectionBehavior(QAbstractItemView.SelectRows)
+        self.suite_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         header = self.suite_table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.Interactive)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self.suite_table.setColumnWidth(2, 110)
         self.suite_table.setToolTip("Tick the suites to run. Scorer: exact, contains, number, regex:PATTERN or "
@@ -152,7 +164,7 @@ class EvaluatePanel(QWidget):
         models_layout.addWidget(self.model_list, 1)
         models_layout.addLayout(options_row)
 
-        setup = QSplitter(Qt.Horizontal)
+        setup = QSplitter(Qt.Orientation.Horizontal)
         setup.addWidget(suites_box)
         setup.addWidget(models_box)
         setup.setStretchFactor(0, 3)
@@ -166,7 +178,7 @@ class EvaluatePanel(QWidget):
         self.table, self.chart, self.note = self.scores.table, self.scores.chart, self.scores.note
         self.export_csv_button, self.export_png_button = self.scores.export_csv_button, self.scores.export_png_button
 
-        self.splitter = QSplitter(Qt.Vertical)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         top_layout = QVBoxLayout(top)
         top_layout.setContentsMargins(0, 0, 0, 0)
@@ -241,12 +253,12 @@ class EvaluatePanel(QWidget):
         row = self.suite_table.rowCount()
         self.suite_table.insertRow(row)
         name = QTableWidgetItem(suite.name)
-        name.setFlags(Qt.ItemIsEnabled | Qt.ItemIsSelectable | Qt.ItemIsUserCheckable)
-        name.setCheckState(Qt.Checked)
+        name.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsUserCheckable)
+        name.setCheckState(Qt.CheckState.Checked)
         name.setToolTip(str(suite.source))
         count = QTableWidgetItem(f"{len(suite):,}")
-        count.setFlags(Qt.ItemIsEnabled | Qt.ItemIsSelectable)
-        count.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+        count.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
+        count.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         self.suite_table.setItem(row, 0, name)
         self.suite_table.setItem(row, 1, count)
         combo = QComboBox()
@@ -259,7 +271,7 @@ class EvaluatePanel(QWidget):
         combo.activated.connect(lambda _=0, c=combo: self._scorer_edited(c))
         self.suite_table.setCellWidget(row, 2, combo)
         runs = QTableWidgetItem()
-        runs.setFlags(Qt.ItemIsEnabled | Qt.ItemIsSelectable)
+        runs.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
         self.suite_table.setItem(row, 3, runs)
         self.suites.append(suite)
         self._describe_scorer(row)
@@ -289,7 +301,9 @@ class EvaluatePanel(QWidget):
         return True
 
     def _describe_scorer(self, row: int) -> None:
-        suite, item = self.suites[row], self.suite_table.item(row, 3)
+        suite, item, combo = self.suites[row], self.suite_table.item(row, 3), self.suite_table.cellWidget(row, 2)
+        need = max(combo.sizeHint().width(), combo.fontMetrics().horizontalAdvance(suite.scorer) + 48)
+        self.suite_table.setColumnWidth(2, max(self.suite_table.columnWidth(2), need))  # the scorer never cut
         try:
             spec = suite.scorer_spec
             text = spec.describe()
@@ -309,7 +323,7 @@ class EvaluatePanel(QWidget):
         self._update_actions()
 
     def checked_suites(self) -> list[Suite]:
-        return [s for r, s in enumerate(self.suites) if self.suite_table.item(r, 0).checkState() == Qt.Checked]
+        return [s for r, s in enumerate(self.suites) if self.suite_table.item(r, 0).checkState() == Qt.CheckState.Checked]
 
     # --- models -------------------------------------------------------------------------------
     def add_model(self, entry: ModelEntry, checked: bool = True) -> None:
@@ -317,46 +331,46 @@ class EvaluatePanel(QWidget):
         self.kinds[entry.source] = entry.kind
         for i in range(self.model_list.count()):
             item = self.model_list.item(i)
-            if item.data(Qt.UserRole).source == entry.source:
+            if item.data(Qt.ItemDataRole.UserRole).source == entry.source:
                 self._set_item(item, entry)
                 return
         item = QListWidgetItem()
-        item.setFlags(Qt.ItemIsEnabled | Qt.ItemIsSelectable | Qt.ItemIsUserCheckable)
-        item.setCheckState(Qt.Checked if checked else Qt.Unchecked)
+        item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
         self._set_item(item, entry)
         self.model_list.addItem(item)
         self._update_actions()
 
     def _set_item(self, item: QListWidgetItem, entry: ModelEntry) -> None:
-        item.setData(Qt.UserRole, entry)
+        item.setData(Qt.ItemDataRole.UserRole, entry)
         item.setText(f"{entry.name}  —  {KIND_LABELS.get(entry.kind, entry.kind)}")
         item.setToolTip(entry.source)
 
     def set_session_models(self, base: str | None, agents: list[tuple[str, str]]) -> None:
         """Replace the base and agent rows with the Sources step's (merged, variant and other rows stay)."""
         keep = [self.model_list.item(i) for i in range(self.model_list.count())]
-        state = {item.data(Qt.UserRole).source: item.checkState() for item in keep}
-        others = [(item.data(Qt.UserRole), item.checkState()) for item in keep
-                  if item.data(Qt.UserRole).kind not in ("base", "agent")]
+        state = {item.data(Qt.ItemDataRole.UserRole).source: item.checkState() for item in keep}
+        others = [(item.data(Qt.ItemDataRole.UserRole), item.checkState()) for item in keep
+                  if item.data(Qt.ItemDataRole.UserRole).kind not in ("base", "agent")]
         self.model_list.blockSignals(True)
         self.model_list.clear()
         entries = ([ModelEntry("base", base, "base")] if base else []) + [ModelEntry(n, s, "agent") for n, s in agents]
         for entry in entries:
-            self.add_model(entry, state.get(entry.source, Qt.Checked) == Qt.Checked)
+            self.add_model(entry, state.get(entry.source, Qt.CheckState.Checked) == Qt.CheckState.Checked)
         for entry, check in others:
-            self.add_model(entry, check == Qt.Checked)
+            self.add_model(entry, check == Qt.CheckState.Checked)
         self.model_list.blockSignals(False)
         self._update_actions()
 
     def checked_models(self) -> list[ModelEntry]:
         items = [self.model_list.item(i) for i in range(self.model_list.count())]
-        return [item.data(Qt.UserRole) for item in items if item.checkState() == Qt.Checked]
+        return [item.data(Qt.ItemDataRole.UserRole) for item in items if item.checkState() == Qt.CheckState.Checked]
 
     def set_checked(self, names: list[str]) -> None:
         """Tick exactly the models named (tests and scripts)."""
         for i in range(self.model_list.count()):
             item = self.model_list.item(i)
-            item.setCheckState(Qt.Checked if item.data(Qt.UserRole).name in names else Qt.Unchecked)
+            item.setCheckState(Qt.CheckState.Checked if item.data(Qt.ItemDataRole.UserRole).name in names else Qt.CheckState.Unchecked)
 
     # --- running ------------------------------------------------------------------------------
     def set_device(self, device: str) -> None:
@@ -480,7 +494,7 @@ class EvaluatePanel(QWidget):
 
     def add_model_folder(self, folder: Path) -> None:
         kind = "merged" if (folder / MERGE_REPORT).is_file() else "other"
-        taken = {self.model_list.item(i).data(Qt.UserRole).name for i in range(self.model_list.count())}
+        taken = {self.model_list.item(i).data(Qt.ItemDataRole.UserRole).name for i in range(self.model_list.count())}
         name, k = folder.name, 2
         while name in taken:
             name, k = f"{folder.name}-{k}", k + 1

@@ -46,8 +46,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from ..core import InputError
 from ..core.ecosystem.hub import source as hub
-from ..core.errors import InputError
 from .worker import Job
 
 

@@ -11,12 +11,22 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
-from ..core.engine.inspection import ulp_bin_labels
-from ..core import defaults
+from ..core import InputError, ProbeReport, defaults, get_method
+from ..core.engine.inspection import ULP_BINS, ulp_bin_labels
 from ..core.engine.would_keep import estimated, keep_methods, would_keep
-from ..core.methods import get_method
-from ..core.engine.probe import ProbeReport
-from .charts import FOREGROUND, _empty, _label, _plot, agent_color, percent, shade, small_font
+from .charts import (
+    FOREGROUND,
+    _empty,
+    _label,
+    _plot,
+    agent_color,
+    fit_legend,
+    fit_ticks,
+    legend_below,
+    percent,
+    shade,
+    small_font,
+)
 
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
 # every Qt call that returns nothing costs PySide6 6.12.0 a reference to None (see _label).
@@ -33,8 +43,8 @@ def _compact(count: float) -> str:
 def _cleared_plot_with_legend(chart) -> pg.PlotItem:
     """The chart's plot and legend (made on first use, as ``chart.plot`` / ``chart.legend``), emptied."""
     if chart.plot is None:
-        chart.plot = _plot(chart)
-        chart.legend = chart.plot.addLegend(offset=(-10, 5), labelTextColor=FOREGROUND)
+        chart.plot = _plot(chart, row=0, col=0)
+        chart.legend = legend_below(chart, chart.plot)
     chart.plot.clear()
     chart.legend.clear()
     return chart.plot
@@ -214,7 +224,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         self.shares = shares[:, lo:hi + 1].tolist()
         n = len(report.agents)
         width = 0.8 / n
-        labels = ulp_bin_labels()
+        labels = ulp_short_labels()
         for t, agent in enumerate(report.agents):
             xs = [i - 0.4 + width * (t + 0.5) for i in range(len(bins))]
             color = agent_color(t)
@@ -224,13 +234,26 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         unit = f"{dtype} ulps" if dtype else "ulps of the stored dtype"
         _label(plot, "title", f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
         _label(plot, "left", "share of the agent's updates", units="%")
-        _label(plot, "bottom", f"{unit} (every 8th row counted)")
+        _label(plot, "bottom", f"{unit}: each bar from its value to just under twice it (every 8th row counted)")
         self.setToolTip("An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
                         "RAM+'s rescale survives only in a finer output dtype (float32)")
-        plot.getAxis("bottom").setTicks([[(i, labels[b]) for i, b in enumerate(bins)]])
         plot.setXRange(-0.6, len(bins) - 0.4, padding=0)
-        plot.setYRange(0, 100 * float(shares.max() or 1.0) * 1.3, padding=0)
-        self.legend.setColumnCount(n)
+        plot.setYRange(0, 100 * float(shares.max() or 1.0) * 1.08, padding=0)
+        fit_ticks(plot, [(i, labels[b]) for i, b in enumerate(bins)])
+        fit_legend(self.legend, self.width() - 20)
+
+
+def ulp_short_labels() -> list[str]:
+    """Per ulp bin the smallest size it holds, compact (``1``, ``2``, ``4`` … ``1k`` … ``≥256k``); the bins
+    of ``ulp_bin_labels`` (``2-3``, ``4-7`` …) double in width, so their lower ends say the same."""
+    def compact(n: int) -> str:
+        if n < 1024:
+            return str(n)
+        exponent = n.bit_length() - 1
+        return f"{1 << exponent % 10}{'kMGTPE'[exponent // 10 - 1]}"
+
+    labels = ulp_bin_labels()
+    return [labels[0]] + [compact(1 << (b - 1)) for b in range(1, ULP_BINS - 1)] + [f"≥{compact(1 << (ULP_BINS - 2))}"]
 
 
 # --- what each method would keep ------------------------------------------------------------------------
@@ -276,7 +299,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             return True
         return False
 
-    def showEvent(self, event) -> None:  # noqa: N802
+    def showEvent(self, event) -> None:
         self.ensure_current()
         super().showEvent(event)
 
@@ -288,7 +311,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             method = get_method(name)
             try:
                 params = method.resolve(self.params if name == self.method else {})
-            except Exception:  # a field being typed: the defaults until it is valid again
+            except InputError:  # a field being typed: the defaults until it is valid again
                 params = method.resolve({})
             out[name] = would_keep(report, name, params)
         return out
@@ -307,6 +330,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         width = 0.8 / n
         top = 1.0
         names = keep_methods()
+        chosen = self.method if self.method in names else None
         for t, agent in enumerate(report.agents):
             color = agent_color(t)
             xs, hs, brushes = [], [], []
@@ -319,22 +343,18 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                 brushes.append(shade(color, 1, 3) if estimated(name) else color)
                 top = max(top, value)
             plot.addItem(pg.BarGraphItem(x=xs, height=hs, width=width * 0.92, brushes=brushes, pen=color))
-            self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
-        if self.method in names:
-            i = names.index(self.method)
+            # the chosen method's share in the legend, not over the bars (labels there ran into each other)
+            kept = self.values[chosen][t] if chosen else None
+            label = agent.name + (f": {get_method(chosen).short_label} keeps {100 * kept:.0f}%" if kept is not None else "")
+            self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), label)
+        if chosen:
+            i = names.index(chosen)
             region = pg.LinearRegionItem((i - 0.48, i + 0.48), movable=False, brush=QColor(255, 220, 120, 60),
                                          pen=pg.mkPen(None))
             region.setZValue(-10)
             plot.addItem(region)
-            for t in range(n):
-                value = self.values[self.method][t]
-                if value is not None:
-                    label = pg.TextItem(f"{100 * value:.0f}%", color=FOREGROUND, anchor=(0.5, 1.0))
-                    label.setPos(i - 0.4 + width * (t + 0.5), 100 * value)
-                    plot.addItem(label)
-        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.DashLine)))
+        plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
-        plot.getAxis("bottom").setTicks([ticks])
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))
         _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")
         _label(plot, "left", "kept", units="%")
@@ -343,5 +363,6 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
                         "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
                         "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults.")
         plot.setXRange(-0.6, len(names) - 0.4, padding=0)
-        plot.setYRange(0, 100 * top * 1.3, padding=0)
-        self.legend.setColumnCount(n)
+        plot.setYRange(0, 100 * top * 1.08, padding=0)
+        fit_ticks(plot, ticks)
+        fit_legend(self.legend, self.width() - 20)

@@ -3,12 +3,13 @@ start, cancel and finish in one place. A finished job is dropped with all it hel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from ..core.events import Reporter
+from ..core import Reporter
 from .worker import Job
 
 

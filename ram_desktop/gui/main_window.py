@@ -12,13 +12,17 @@ from PySide6.QtCore import QSettings, Qt, Signal, Slot
 from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from .. import __version__
-from ..core import pipeline
-from ..core.engine.chunks import DEFAULT_CHUNK_ELEMENTS
-from ..core.demo import demo_suites, ensure_demo
-from ..core.errors import InputError
-from ..core.engine.probe import ProbeReport
-from ..core.recipe import Recipe
-from ..core.session import Session
+from ..core import (
+    DEFAULT_CHUNK_ELEMENTS,
+    InputError,
+    MergeResult,
+    ProbeReport,
+    Recipe,
+    Session,
+    demo_suites,
+    ensure_demo,
+)
+from ..paths import outputs_dir
 from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .chart_saver import ChartSaver
@@ -30,8 +34,15 @@ from .method_panel import MethodPanel
 from .result_box import ResultBox
 from .run_bar import duration
 from .run_box import RunBox
-from .session_form import (NotReplaceable, checked_session, merge_request, read_session, run_merge, run_probe,
-                           show_session)
+from .session_form import (
+    NotReplaceable,
+    checked_session,
+    merge_request,
+    read_session,
+    run_merge,
+    run_probe,
+    show_session,
+)
 from .sources_panel import SourcesPanel
 from .widgets import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
@@ -52,7 +63,7 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings()
         self.setWindowTitle("Merge RL-trained agents")  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
-        self.result: pipeline.MergeResult | None = None
+        self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
 
@@ -88,11 +99,11 @@ class MainWindow(QMainWindow):
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
-        self.left_splitter = splitter(Qt.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
+        self.left_splitter = splitter(Qt.Orientation.Vertical, (group("1 · Sources — base model and agents", self.sources), 1),
                                       (group("3 · Method and output", self.method), 0))
-        self.right_splitter = splitter(Qt.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
+        self.right_splitter = splitter(Qt.Orientation.Vertical, (self.steps, 3), (group("4 · Merge", self.run_box), 1),
                                        (group("5 · Result", self.result_box), 0))
-        self.splitter = splitter(Qt.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
+        self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
         layout.setContentsMargins(8, 6, 8, 8)
@@ -139,7 +150,7 @@ class MainWindow(QMainWindow):
     def save_settings(self) -> None:
         save_window(self)
 
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def closeEvent(self, event) -> None:
         self.jobs.cancel()
         self.jobs.wait(15000)
         self.sources.cancel_downloads()
@@ -156,8 +167,9 @@ class MainWindow(QMainWindow):
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
-        """``text`` in the bar at the top (kind: error, warning, info); the status bar points at an error."""
+        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already."""
         self.message.show_message(kind, text)
+        self.run_box.log_once(kind, text)
         if kind == "error":
             self.statusBar().showMessage("Error — see the message at the top", 8000)
 
@@ -211,8 +223,7 @@ class MainWindow(QMainWindow):
         self._maybe_auto_analyse()
 
     def _default_folders(self, parent: Path, replace: bool) -> None:
-        """The merge's and the comparison's output folders next to the sources, where none is chosen yet
-        (or always: ``replace``)."""
+        """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
         self.method.default_out(parent, replace)
         if replace or not self.compare.folder.text().strip():
             self.compare.folder.setText(str(free_folder(parent / "compare")))
@@ -252,7 +263,7 @@ class MainWindow(QMainWindow):
             self.analysis_finished.emit(False)
         self._maybe_auto_analyse()
 
-    def _merge_done(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def _merge_done(self, result: MergeResult, charts: list[str]) -> None:
         """A merge and the saving of its charts are over."""
         if charts:
             self._show_result(result, charts)
@@ -287,8 +298,9 @@ class MainWindow(QMainWindow):
         """The checked Session to Analyze or Merge; None (after saying why) while busy or not ready."""
         if self.busy():
             return None
-        if not self.sources.all_ready():
-            self.show_error(f"add a base and at least one agent that open without errors, then {action}")
+        problem = self.sources.not_ready(action)  # a row missing, failing, or refused by the analysis
+        if problem is not None:
+            self.show_error(problem)
             return None
         return self._checked_session()
 
@@ -300,6 +312,7 @@ class MainWindow(QMainWindow):
         key = self._source_key()
 
         def done(report: ProbeReport) -> None:
+            self.sources.reject("")  # the analysis took every row
             self.analysis.show_report(report, key)
             self._method_changed()
             text = (f"Analysed {report.params:,} elements in {report.tensors} tensors "
@@ -314,8 +327,8 @@ class MainWindow(QMainWindow):
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(self, "Replace the output folder?",
                                       f"{out} holds an earlier RAM Desktop output. Replace it with this merge?",
-                                      QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
-        return answer == QMessageBox.Yes
+                                      QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No, QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
 
     def merge(self) -> None:
         session = self._ready_session("Merge")
@@ -337,7 +350,7 @@ class MainWindow(QMainWindow):
         log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
         self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
 
-    def _merged(self, result: pipeline.MergeResult, key: tuple) -> None:
+    def _merged(self, result: MergeResult, key: tuple) -> None:
         self.result = result
         report = self.report
         if key == self._source_key() and (report is None or report.names != result.probe.names
@@ -347,7 +360,7 @@ class MainWindow(QMainWindow):
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
 
-    def _show_result(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def _show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.run_box.show_state(1000, "Merge done", f"Merged in {duration(result.seconds)}")
         self.result_box.show_result(result, charts)
         self.settings.setValue("paths/last_output", str(result.out))
@@ -371,7 +384,7 @@ class MainWindow(QMainWindow):
             except InputError:
                 suites = None
             self.method.set_agent_defaults("suite", suites)
-            self._default_folders(Path(base).parent, replace=True)
+            self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             log.info("demo agents loaded from %s", Path(base).parent)
 

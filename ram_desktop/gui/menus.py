@@ -12,9 +12,9 @@ from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from .. import __version__
-from ..core.errors import InputError
+from ..core import InputError
 from . import ecosystem
-from .session_form import load_session
+from .session_form import load_session, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
@@ -32,8 +32,8 @@ class Menus(QObject):
         self.window = w = window
         self.recipe_path: Path | None = None
         file_menu = w.menuBar().addMenu("&File")
-        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.Open, triggered=self.open_recipe_dialog)
-        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.Save, triggered=self.save_recipe_dialog)
+        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.StandardKey.Open, triggered=self.open_recipe_dialog)
+        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.StandardKey.Save, triggered=self.save_recipe_dialog)
         self.export_action = QAction("&Export charts as PNG…", w, triggered=self.export_charts_dialog)
         self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
                                       "ulps, would keep, per layer) into a folder")
@@ -44,7 +44,7 @@ class Menus(QObject):
         self.export_mergekit_action = QAction("Export &mergekit YAML…", w,
                                               triggered=lambda: ecosystem.export_mergekit_dialog(w))
         self.recent_menu = file_menu.addMenu("Open &recent")
-        quit_action = QAction("&Quit", w, shortcut=QKeySequence.Quit, triggered=w.close)
+        quit_action = QAction("&Quit", w, shortcut=QKeySequence.StandardKey.Quit, triggered=w.close)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)
@@ -113,16 +113,7 @@ class Menus(QObject):
 
     def save_recipe(self, path: Path) -> bool:
         w = self.window
-        if w.sources.base is None or not w.sources.agents:
-            w.show_error("add a base and at least one agent before saving a recipe")
-            return False
-        try:
-            w.current_recipe().save(Path(path))
-        except InputError as e:
-            w.show_error(str(e))
-            return False
-        except OSError as e:
-            w.show_error(f"{path}: cannot write the recipe ({e.strerror})")
+        if not write_from_recipe(w, path, lambda recipe, p: recipe.save(p), "saving a recipe", "the recipe"):
             return False
         self._used(path)
         log.info("saved recipe %s", path)

@@ -8,13 +8,21 @@ from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
 from PySide6.QtGui import QRegularExpressionValidator
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGridLayout, QHBoxLayout, QLabel,
-                               QLineEdit, QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
-from ..core import defaults
-from ..core.pipeline import list_devices
-from ..core.methods import METHODS, MergeMethod, Param
-from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
+from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, Param, defaults, list_devices
 from .widgets import free_folder
 
 DTYPE_LABELS = {"base": "same as the base", "bfloat16": "bfloat16", "float16": "float16",
@@ -34,7 +42,7 @@ class PreciseSpinBox(QDoubleSpinBox):
         super().__init__()
         self.setDecimals(self.DECIMALS)
 
-    def textFromValue(self, value: float) -> str:  # noqa: N802 (Qt's name)
+    def textFromValue(self, value: float) -> str:
         text = f"{value:.{self.DECIMALS}f}".rstrip("0")
         return text + "0" if text.endswith(".") else text
 
@@ -204,7 +212,7 @@ class MethodPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.form = QFormLayout(self)
-        self.form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.method = QComboBox()
         for name, m in METHODS.items():
             self.method.addItem(m.label, name)
@@ -234,6 +242,8 @@ class MethodPanel(QWidget):
         self.out_dtype.setToolTip("Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
                                   "most of RAM+'s rescaling rounds away; float32 keeps it")
         self.vocab = QComboBox()
+        self.vocab.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)  # its long labels must
+        self.vocab.setMinimumContentsLength(16)  # not set the width of the whole left pane
         for name in VOCAB_MODES:
             self.vocab.addItem(VOCAB_LABELS.get(name, name), name)
         self.vocab.setToolTip("When an agent's embedding or output head has more or fewer vocabulary rows than the "
@@ -266,7 +276,7 @@ class MethodPanel(QWidget):
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
-        self.method.setCurrentIndex(index if index >= 0 else 0)
+        self.method.setCurrentIndex(max(index, 0))
         self._rebuild()
 
     @property
@@ -276,8 +286,8 @@ class MethodPanel(QWidget):
     def default_out(self, parent: Path, replace: bool) -> None:
         """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
         ``replace``); until edited it follows the method, so one method never targets another's output."""
-        self._out_parent = parent
-        if replace or not self.out_dir.text().strip():
+        if replace or not self.out_dir.text().strip():  # the parent of a folder chosen earlier stays
+            self._out_parent = parent
             self._propose_out()
 
     def _propose_out(self) -> None:

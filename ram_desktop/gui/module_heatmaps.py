@@ -10,8 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from ..core import ProbeReport
 from ..core.engine.inspection import OTHER_ROW, module_grid
-from ..core.engine.probe import ProbeReport
 from .charts import _empty, _html, _label, _plot, agent_color, percent, small_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
@@ -43,7 +43,7 @@ class ModuleHeatmaps(QWidget):
         self.graphics.setMinimumHeight(200)
         layout.addWidget(self.graphics, 1)
         self.readout = QLabel("Hover a cell to read its numbers.")
-        self.readout.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # a fixed height: hover text changes must not re-lay out (and re-render) the charts
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
         self.readout.setWordWrap(True)
@@ -124,7 +124,7 @@ class ModuleHeatmaps(QWidget):
             return None
         point = self.plot.vb.mapSceneToView(scene_pos)
         cols, rows = len(self.grid.columns), len(self.grid.rows)
-        x, r = int(math.floor(point.x())), int(math.floor(point.y()))
+        x, r = math.floor(point.x()), math.floor(point.y())
         t, c = divmod(x, cols + self.GAP)
         if 0 <= t < len(self.images) and 0 <= c < cols and 0 <= r < rows:
             return t, r, c

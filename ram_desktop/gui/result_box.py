@@ -5,13 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..core import pipeline
-from ..core.methods import get_method
-from ..core.storage.output import human_bytes
+from ..core import MergeResult, get_method, human_bytes
 from .jobs import JobController, JobState, Outcome
+from .open_dialogs import open_folder, show_card
 from .run_bar import duration
 
 
@@ -25,14 +23,15 @@ class ResultBox(QWidget):
     def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.out: Path | None = None
+        self.dialog = None  # the card or folder dialog shown last
         jobs.state_changed.connect(lambda state: self.merging() if state is JobState.MERGING else None)
         jobs.finished.connect(self._finished)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.result_text = QLabel("No merge yet.")
         self.result_text.setWordWrap(True)
-        self.result_text.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.result_text.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        self.result_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.result_text.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
         # room for the result from the start: showing it must not re-lay out (and re-render) the charts
         self.result_text.setFixedHeight(self.result_text.fontMetrics().lineSpacing() * 3 + 6)
         self.open_folder_button = QPushButton("Open output folder")
@@ -75,7 +74,7 @@ class ResultBox(QWidget):
                                      else "The merge stopped with an error (see the message at the top); "
                                           "nothing was written.")
 
-    def show_result(self, result: pipeline.MergeResult, charts: list[str]) -> None:
+    def show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
         method = result.report.get("method")
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
@@ -90,9 +89,11 @@ class ResultBox(QWidget):
         self.evaluate_result_button.setEnabled(True)
 
     def open_output_folder(self) -> None:
+        """The file manager on the folder; where the desktop has none, a dialog that says where it is."""
         if self.out is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.out)))
+            self.dialog = open_folder(self.out, self) or self.dialog
 
     def open_model_card(self) -> None:
+        """The card rendered inside the window (an external launcher may not exist)."""
         if self.out is not None:
-            QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.out / "README.md")))
+            self.dialog = show_card(self.out / "README.md", self)

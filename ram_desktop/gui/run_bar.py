@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from ..core.events import ProgressEvent, Reporter
+from ..core import ProgressEvent, Reporter
 from .jobs import JobController, JobState, Outcome
+from .widgets import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 
@@ -43,7 +45,7 @@ def duration(seconds: float, coarse: bool = False) -> str:
 class RunBar(QWidget):
     """Start button, Cancel, a progress bar and one line of progress text with the time left."""
 
-    STAGES = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
+    STAGES: ClassVar[dict[str, str]] = {"evaluate": "Evaluating", "probe": "Analysing", "merge": "Merging", "resolve": "Resolving",
               "download": "Downloading"}
 
     def __init__(self, start_text: str, parent: QWidget | None = None) -> None:
@@ -55,8 +57,8 @@ class RunBar(QWidget):
         self.bar = QProgressBar()
         self.bar.setRange(0, 1000)
         self.bar.setFormat("")
-        self.label = QLabel("")
-        self.label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)  # text changes never re-lay out
+        self.label = ElidedLabel("")
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)  # text changes never re-lay out
         self.label.setFixedHeight(self.label.sizeHint().height())
         self.label.setStyleSheet("color: #444;")
         row = QHBoxLayout()

@@ -6,13 +6,20 @@ from __future__ import annotations
 import logging
 
 from PySide6.QtCore import Signal, Slot
-from PySide6.QtWidgets import (QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QPushButton, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.events import ProgressEvent
-from ..core.storage.output import human_bytes
+from ..core import ProgressEvent, human_bytes
 from .jobs import JobController, JobState
 from .run_bar import duration
+from .widgets import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 
@@ -48,10 +55,10 @@ class RunBox(QWidget):
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
         self.progress.setFormat("")
-        self.progress_label = QLabel("Ready")
+        self.progress_label = ElidedLabel("Ready")
         self.progress_label.setMinimumWidth(260)
         # progress text changes must never re-lay out the window (that would re-render every chart)
-        self.progress_label.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Fixed)
+        self.progress_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Fixed)
         self.progress_label.setFixedHeight(self.progress_label.sizeHint().height())
 
         run_row = QHBoxLayout()
@@ -137,12 +144,19 @@ class RunBox(QWidget):
 
     @Slot(int, str)
     def append_log(self, level: int, line: str) -> None:
+        self._recent = [*getattr(self, "_recent", [])[-7:], line]
         color = "#b3261e" if level >= logging.ERROR else "#8a5a00" if level >= logging.WARNING else "#333333"
         escaped = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.log_view.appendHtml(f'<span style="color:{color}; white-space:pre-wrap">{escaped}</span>')
         if level >= logging.ERROR:  # an error is shown even when the log was scrolled back
             bar = self.log_view.verticalScrollBar()
             bar.setValue(bar.maximum())
+
+
+    def log_once(self, kind: str, text: str) -> None:
+        """A message the window shows (error, warning) into the log too, unless one of its last lines has it."""
+        if kind in ("error", "warning") and not any(text in line for line in getattr(self, "_recent", [])):
+            log.log(logging.ERROR if kind == "error" else logging.WARNING, text)
 
 
 def amount(value: float, unit: str) -> str:

@@ -9,21 +9,27 @@ from pathlib import Path
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetrics
-from PySide6.QtWidgets import (QAbstractItemView, QHBoxLayout, QLabel, QPushButton, QSplitter, QTableWidget,
-                               QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
+from ..core import MERGE_REPORT
 from ..evaluate import EvalResult, SuiteSummary
-from ..core.ecosystem.cards.evaluation import MERGE_REPORT
-from .charts import FOREGROUND, PALETTE, export_png
+from .charts import BASE_COLOR, FOREGROUND, export_png, model_color
 
 MERGED_KINDS = ("merged", "variant")
 KIND_LABELS = {"base": "base model", "agent": "agent", "merged": "merged model", "variant": "compare variant",
                "other": "model folder"}
-MERGED_COLORS = ["#111111", "#6d4c41", "#3949ab", "#00897b", "#c0ca33", "#d81b60", "#546e7a", "#fb8c00"]
 BEST_BRUSH = QColor("#e3f2e1")
-
-
-LEGEND_TEXT_WIDTH = 120  # px: a longer model name keeps its start and end (the table beside has it whole)
 
 
 class ScoresChart(pg.GraphicsLayoutWidget):
@@ -38,7 +44,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         plot.getViewBox().setMouseEnabled(False, False)
         plot.showGrid(y=True, alpha=0.25)
         plot.setLabel("left", "mean reward")
-        plot.getAxis("bottom").setHeight(34)
+        plot.getAxis("bottom").setHeight(2 * QFontMetrics(self.font()).lineSpacing() + 10)  # two-line names
         self.bars: list[pg.BarGraphItem] = []
         self.suites: list[str] = []
         self.legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="8pt", verSpacing=-6)
@@ -55,13 +61,12 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         self.legend.clear()
         n_models, n_suites = len(models), len(suites)
         width = 0.8 / max(n_models, 1)
-        legend_metrics = QFontMetrics(self.font())  # long compare-variant names would take the bars' room
         for m, (name, color) in enumerate(zip(models, colors)):
             xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
             item = pg.BarGraphItem(x=xs, height=[scores[m][s] for s in range(n_suites)], width=width * 0.92,
                                    brush=pg.mkBrush(color), pen=pg.mkPen(color.darker(130)), name=name)
             plot.addItem(item)
-            self.legend.addItem(item, legend_metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, LEGEND_TEXT_WIDTH))
+            self.legend.addItem(item, name)  # whole: the legend sizes to its longest name
             self.bars.append(item)
         self.legend.setVisible(bool(models))
         self.suites = list(suites)
@@ -73,16 +78,16 @@ class ScoresChart(pg.GraphicsLayoutWidget):
                       size="10pt")
 
     def fit_suite_labels(self) -> None:
-        """Each suite's name under its group, cut to the group's width (… at the end): pyqtgraph
-        hides a label that would reach past the axis, so on a narrow chart the outer suites lost theirs."""
+        """Each suite's name under its group: whole if it fits the group's width, else on two lines broken
+        after a ``-`` / ``_`` / space, else cut (… at the end): pyqtgraph hides a label that would reach past
+        the axis, so on a narrow chart the outer suites lost theirs."""
         axis = self.plot.getAxis("bottom")
         slot = self.plot.getViewBox().width() / (max(len(self.suites), 1) + 0.1)  # the x range is n + 0.1 wide
         metrics = QFontMetrics(axis.style["tickFont"] or self.font())
         room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
-        axis.setTicks([[(s, metrics.elidedText(name, Qt.TextElideMode.ElideRight, room))
-                        for s, name in enumerate(self.suites)]])
+        axis.setTicks([[(s, _fit_label(name, metrics, room)) for s, name in enumerate(self.suites)]])
 
-    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+    def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if hasattr(self, "suites"):  # not while the base class is still being set up
             self.fit_suite_labels()
@@ -98,10 +103,13 @@ class ScoresView(QWidget):
         self.result: EvalResult | None = None
         self.kinds: dict[str, str] = {}
         self.table = QTableWidget(0, 0)
-        self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
+        header = self.table.horizontalHeader()
+        header.setDefaultAlignment(Qt.AlignCenter | Qt.TextWordWrap)  # a long suite name wraps, not cut
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
         self.note = QLabel("No scores yet.")
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #555;")
@@ -112,11 +120,12 @@ class ScoresView(QWidget):
         export_row.addWidget(self.export_csv_button)
         export_row.addWidget(self.export_png_button)
         self.chart = ScoresChart()
-        self.results_splitter = results = QSplitter(Qt.Horizontal)
-        results.addWidget(self.table)
-        results.addWidget(self.chart)
-        results.setStretchFactor(0, 0)
-        results.setStretchFactor(1, 1)
+        # table and chart one at a time, each the pane's full width: side by side, the table hid suite
+        # columns and the chart's legend cut the models' names
+        self.views = results = QTabWidget()
+        results.setDocumentMode(True)
+        results.addTab(self.table, "Table")
+        results.addTab(self.chart, "Chart")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(results, 1)
@@ -153,23 +162,26 @@ class ScoresView(QWidget):
 
     def model_colors(self) -> list[QColor]:
         assert self.result is not None
-        colors, agent, merged = [], 0, 0
-        for model in self.result.models:
-            kind = self.kinds.get(model.source, "other")
+        """Grey for the base; the agents their Analysis colours; every other model the next palette colour
+        after the agents': no two models share a colour."""
+        kinds = [self.kinds.get(model.source, "other") for model in self.result.models]
+        agents = kinds.count("agent")
+        colors, agent, other = [], 0, 0
+        for kind in kinds:
             if kind == "base":
-                colors.append(QColor("#9e9e9e"))
+                colors.append(QColor(BASE_COLOR))
             elif kind == "agent":
-                colors.append(QColor(PALETTE[agent % len(PALETTE)]))
+                colors.append(model_color(agent))
                 agent += 1
             else:
-                colors.append(QColor(MERGED_COLORS[merged % len(MERGED_COLORS)]))
-                merged += 1
+                colors.append(model_color(agents + other))
+                other += 1
         return colors
 
     def _fill_table(self) -> None:
         result = self.result
         assert result is not None
-        heads = [f"{s.name} ({s.examples})" for s in result.suites] + ["mean"]
+        heads = [f"{s.name}\n({s.examples})" for s in result.suites] + ["mean"]  # two lines: narrower columns
         self.table.clear()
         self.table.setRowCount(len(result.models))
         self.table.setColumnCount(len(heads) + 1)
@@ -185,21 +197,12 @@ class ScoresView(QWidget):
             self.table.setItem(r, 0, name)
             for c, value in enumerate([*row, _mean(row)]):
                 item = QTableWidgetItem(f"{value:.3f}")
-                item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 if best[c] == r:
                     item.setFont(bold)
                     item.setBackground(QBrush(BEST_BRUSH))
                     item.setToolTip("best merged model" + (" on this suite" if c < len(row) else " on average"))
                 self.table.setItem(r, c + 1, item)
-        self.table.resizeColumnsToContents()
-        self.table.horizontalHeader().setStretchLastSection(False)
-        # the table as wide as its columns (the chart takes the rest), at most half the pane
-        width = sum(self.table.columnWidth(c) for c in range(self.table.columnCount())) + 2 * self.table.frameWidth()
-        width += self.table.verticalScrollBar().sizeHint().width()
-        total = sum(self.results_splitter.sizes())
-        if total > 0:
-            table_width = min(width, total // 2)
-            self.results_splitter.setSizes([table_width, total - table_width])
         self.chart.show_scores([m.name for m in result.models], colors, [s.name for s in result.suites],
                                result.scores)
         marked = "Bold on green: the best merged model per suite and on average. " if any(
@@ -228,6 +231,15 @@ class ScoresView(QWidget):
 
     def export_png(self, path: Path) -> Path:
         return export_png(self.chart, Path(path))
+
+
+def _fit_label(name: str, metrics: QFontMetrics, room: int) -> str:
+    if metrics.horizontalAdvance(name) <= room:
+        return name
+    for i in range(len(name) - 1, 0, -1):
+        if name[i - 1] in "-_ " and metrics.horizontalAdvance(name[:i]) <= room:
+            return name[:i] + "\n" + metrics.elidedText(name[i:], Qt.TextElideMode.ElideRight, room)
+    return metrics.elidedText(name, Qt.TextElideMode.ElideRight, room)
 
 
 _KIND_ORDER = {"base": 0, "agent": 1, "merged": 2, "variant": 3, "other": 4}

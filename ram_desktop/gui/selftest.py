@@ -42,7 +42,7 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     """(elements in the merged weights, λ values, dtype) or SelfTestError."""
     from safetensors import safe_open
 
-    from ..core.errors import InputError
+    from ..core import InputError
     from ..core.storage.safe_read import check_regular, read_json
 
     if not out.is_dir():
@@ -58,11 +58,11 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
         try:
             check_regular(shard)  # safe_open opens it itself: a FIFO would block it
             with safe_open(str(shard), framework="pt") as f:
-                for key in f.keys():
+                for key in f.keys():  # noqa: SIM118  safe_open is not a mapping: keys() is its only listing
                     tensor = f.get_tensor(key)
                     elements += tensor.numel()
                     dtypes.add(str(tensor.dtype).replace("torch.", ""))
-        except Exception as e:  # noqa: BLE001  any reason it cannot be read is a failure
+        except Exception as e:
             raise SelfTestError(f"cannot load {shard.name} with safetensors: {type(e).__name__}: {e}") from e
     if elements == 0:
         raise SelfTestError("the merged weights hold no elements")
@@ -90,7 +90,7 @@ def _drive(tmp: Path, deadline: float) -> str:
     from PySide6.QtWidgets import QApplication
 
     from .. import paths
-    from ..core.demo import write_demo
+    from ..core import write_demo
     from .application import setup_application
     from .main_window import MainWindow
 
@@ -112,7 +112,7 @@ def _drive(tmp: Path, deadline: float) -> str:
         errors.append(f"{kind.__name__}: {value}")
 
     sys.excepthook = hook
-    settings = QSettings(str(tmp / "settings.ini"), QSettings.IniFormat)
+    settings = QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat)
     window = MainWindow(settings)
     try:
         window.resize(1360, 860)

@@ -3,18 +3,27 @@ merge request or a recipe (the CLI builds the same Session from its flags)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
-from ..core import defaults, pipeline
-from ..core.errors import InputError
-from ..core.events import Reporter
-from ..core.storage.formats import Checkpoint
+from ..core import (
+    OUT_DTYPES,
+    VOCAB_MODES,
+    Checkpoint,
+    InputError,
+    MergeRequest,
+    MergeResult,
+    ProbeReport,
+    Recipe,
+    Reporter,
+    Session,
+    check_eps,
+    defaults,
+    merge,
+    probe,
+)
 from ..core.storage.output import check_apart, is_earlier_output
-from ..core.engine.plan import OUT_DTYPES, VOCAB_MODES
-from ..core.engine.probe import ProbeReport
-from ..core.recipe import Recipe
-from ..core.session import Session
 from .method_panel import MethodPanel
 from .sources_panel import SourcesPanel
 from .widgets import free_folder
@@ -67,9 +76,26 @@ def load_session(path: Path) -> Session:
         raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if session.vocab not in VOCAB_MODES:
         raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
-    if not (session.eps >= 0 and session.eps != float("inf")):
-        raise InputError(f"{path}: eps must be a non-negative number, got {session.eps}")
+    check_eps(session.eps, f"{path}: eps")
     return session
+
+
+def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], None], doing: str,
+                      what: str) -> bool:
+    """``write(recipe, path)`` with the window's current recipe (saving it, exporting it); False, with a readable
+    message in the window, when the sources are incomplete (``doing``: what needs them) or writing ``what`` fails."""
+    if window.sources.base is None or not window.sources.agents:
+        window.show_error(f"add a base and at least one agent before {doing}")
+        return False
+    try:
+        write(window.current_recipe(), Path(path))
+    except InputError as e:
+        window.show_error(str(e))
+        return False
+    except OSError as e:
+        window.show_error(f"{path}: cannot write {what} ({e.strerror})")
+        return False
+    return True
 
 
 class NotReplaceable(InputError):
@@ -82,7 +108,7 @@ class NotReplaceable(InputError):
 
 
 def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: Callable[[Path], bool],
-                  token: str | None, chunk_elements: int) -> pipeline.MergeRequest | None:
+                  token: str | None, chunk_elements: int) -> MergeRequest | None:
     """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
     output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
     (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
@@ -101,17 +127,17 @@ def merge_request(session: Session, inputs: list[Checkpoint], confirm_replace: C
 
 def run_probe(session: Session, chunk_elements: int, token: str | None, reporter: Reporter) -> ProbeReport:
     """The analysis (probe pass) of ``session``'s sources."""
-    return pipeline.probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
+    return probe(session.base, session.agents, session.names, session.eps, session.device, reporter,
                         chunk_elements=chunk_elements, token=token, vocab=session.vocab)
 
 
-def run_merge(request: pipeline.MergeRequest, reporter: Reporter) -> pipeline.MergeResult:
+def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
-    from ..core.methods import get_method
+    from ..core import get_method
 
     if get_method(request.method).calibrated:
         from ..evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
-    return pipeline.merge(request, reporter)
+    return merge(request, reporter)

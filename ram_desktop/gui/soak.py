@@ -16,9 +16,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from .application import wait_until
 
@@ -76,7 +76,7 @@ def _settle(app, window) -> None:
 
     for _ in range(3):
         app.processEvents()
-        QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
         time.sleep(0.01)
 
 
@@ -86,12 +86,12 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
     from PySide6.QtCore import QObject, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from ..core.demo import write_demo
+    from ..core import write_demo
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     tmp = Path(tempfile.mkdtemp(prefix="ram-desktop-soak-"))
-    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.IniFormat))
+    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
     samples: list[Sample] = []
     try:
         window.resize(1360, 860)

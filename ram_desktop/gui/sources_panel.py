@@ -8,14 +8,21 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import (QAbstractItemView, QDialog, QFileDialog, QHBoxLayout,
-                               QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
-from ..core.events import ProgressEvent
-from ..core.sources import open_checkpoint
-from ..core.storage.formats import Checkpoint
-from ..core.storage.output import human_bytes
+from ..core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
 from .charts import agent_color
 from .hub_dialog import HubDialog
 from .worker import Job
@@ -29,8 +36,7 @@ OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor
 
 def default_name(spec: str) -> str:
     text = spec.rstrip("/\\")
-    if text.startswith("hf://"):
-        text = text[5:]
+    text = text.removeprefix("hf://")
     text = text.split("@")[0]
     name = Path(text).name
     return name.removesuffix(".safetensors") or "agent"
@@ -80,17 +86,17 @@ class SourcesPanel(QWidget):
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
-        self.table.setSelectionMode(QAbstractItemView.SingleSelection)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked)
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.ElideMiddle)  # long paths keep their start and their folder name
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long paths keep their start and their folder name
         header = self.table.horizontalHeader()
         for col in range(len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(SOURCE, QHeaderView.Stretch)
-        header.setSectionResizeMode(STATUS, QHeaderView.Interactive)
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(SOURCE, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(STATUS, QHeaderView.ResizeMode.Interactive)
         self.table.setColumnWidth(STATUS, 90)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
@@ -114,9 +120,12 @@ class SourcesPanel(QWidget):
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        edit = QHBoxLayout()  # a row of its own: one row of seven buttons set the left pane's width
         for b in (self.remove_button, self.up_button, self.down_button):
-            buttons.addWidget(b)
+            edit.addWidget(b)
+        edit.addStretch(1)
         layout.addLayout(buttons)
+        layout.addLayout(edit)
         self.base_button.clicked.connect(self._browse_base)
         self.add_folder_button.clicked.connect(self._browse_agent_folder)
         self.add_file_button.clicked.connect(self._browse_file)
@@ -179,6 +188,9 @@ class SourcesPanel(QWidget):
             self.base = None
         else:
             del self.agents[row - 1]
+        for other in [self.base, *self.agents]:
+            if other is not None:
+                other.rejected = None  # refused along with the row removed, perhaps: the next analysis tells
         self._refresh()
         self.changed.emit()
 
@@ -205,6 +217,18 @@ class SourcesPanel(QWidget):
     def all_ready(self) -> bool:
         return (self.base is not None and self.base.ready and bool(self.agents)
                 and all(r.ready for r in self.agents))
+
+    def not_ready(self, action: str) -> str | None:
+        """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
+        the analysis refused blocks a merge until it is removed (Analyze may try it again)."""
+        if not self.all_ready():
+            return f"add a base and at least one agent that open without errors, then {action}"
+        rows = [("the base", self.base), *((f"agent {i + 1} ({r.name})", r) for i, r in enumerate(self.agents))]
+        refused = next(((label, r) for label, r in rows if r is not None and r.rejected), None)
+        if action == "Merge" and refused is not None:
+            return (f"{refused[0]} blocks the merge: the analysis refused it ({refused[1].rejected}). "
+                    f"Remove it (select its row, then Remove) to merge the others")
+        return None
 
     def errors(self) -> list[str]:
         return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]
@@ -290,9 +314,9 @@ class SourcesPanel(QWidget):
                     values[STATUS] = row.status
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
-                flags = Qt.ItemIsEnabled | Qt.ItemIsSelectable
+                flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
                 if col == NAME and role == "agent" and row is not None:
-                    flags |= Qt.ItemIsEditable
+                    flags |= Qt.ItemFlag.ItemIsEditable
                     item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
                     item.setForeground(QBrush(agent_color(i - 1)))
                     font = item.font()
@@ -312,7 +336,7 @@ class SourcesPanel(QWidget):
                 if row is None:
                     item.setForeground(QBrush(BUSY_COLOR))
                 if col in (SIZE, TENSORS):
-                    item.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, col, item)
         self.table.blockSignals(False)
         if selected is not None and selected < len(rows):
@@ -345,13 +369,13 @@ class SourcesPanel(QWidget):
             self._refresh()
             self.changed.emit()
 
-    def setEnabled(self, enabled: bool) -> None:  # noqa: N802 — keep the table scrollable while busy
+    def setEnabled(self, enabled: bool) -> None:
         for b in (self.base_button, self.add_folder_button, self.add_file_button, self.add_hub_button):
             b.setEnabled(enabled)
         self.setAcceptDrops(enabled)
-        self.table.setEditTriggers(QAbstractItemView.DoubleClicked | QAbstractItemView.EditKeyPressed
-                                   | QAbstractItemView.SelectedClicked if enabled
-                                   else QAbstractItemView.NoEditTriggers)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.SelectedClicked if enabled
+                                   else QAbstractItemView.EditTrigger.NoEditTriggers)
         if enabled:
             self._update_buttons()
         else:
@@ -360,7 +384,7 @@ class SourcesPanel(QWidget):
 
     # --- user actions -------------------------------------------------------------------------
     def _remember(self, path: str) -> None:
-        folder = str(Path(path).parent if Path(path).is_file() else Path(path).parent)
+        folder = str(Path(path).parent)
         self.browse_dir = folder
         self.browse_dir_changed.emit(folder)
 
@@ -385,7 +409,7 @@ class SourcesPanel(QWidget):
 
     def _ask_hub(self) -> None:
         dialog = HubDialog(self)
-        if dialog.exec() == QDialog.Accepted and dialog.spec():
+        if dialog.exec() == QDialog.DialogCode.Accepted and dialog.spec():
             if dialog.token():
                 self.hub_token = dialog.token()  # kept in memory only: never in settings, recipes or logs
             self.add_source(dialog.spec())
@@ -395,15 +419,15 @@ class SourcesPanel(QWidget):
         for job in self._jobs.values():
             job.cancel()
 
-    def dragEnterEvent(self, event) -> None:  # noqa: N802
+    def dragEnterEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dragMoveEvent(self, event) -> None:  # noqa: N802
+    def dragMoveEvent(self, event) -> None:
         if event.mimeData().hasUrls():
             event.acceptProposedAction()
 
-    def dropEvent(self, event) -> None:  # noqa: N802
+    def dropEvent(self, event) -> None:
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         for path in paths:
             self.add_source(path)

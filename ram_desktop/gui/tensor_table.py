@@ -7,8 +7,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyMod
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
 
+from ..core import ProbeReport
 from ..core.engine.inspection import layer_of, module_kind
-from ..core.engine.probe import ProbeReport
 from .charts import agent_color, percent
 
 
@@ -16,18 +16,19 @@ def _role(role) -> int:
     return role if type(role) is int else int(role.value if hasattr(role, "value") else role)
 
 
-_DISPLAY, _ALIGN, _TOOLTIP = (_role(r) for r in (Qt.DisplayRole, Qt.TextAlignmentRole, Qt.ToolTipRole))
-_SORT = _role(Qt.UserRole) + 1
+_DISPLAY, _ALIGN, _TOOLTIP = (_role(r) for r in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.TextAlignmentRole, Qt.ItemDataRole.ToolTipRole))
+_SORT = _role(Qt.ItemDataRole.UserRole) + 1
+_ROOT = QModelIndex()  # the invisible root: a flat table's rows and columns hang under it
 _ROLES = frozenset({_DISPLAY, _ALIGN, _TOOLTIP, _SORT})
-_RIGHT = _role(Qt.AlignRight) | _role(Qt.AlignVCenter)
-_FOREGROUND = _role(Qt.ForegroundRole)
+_RIGHT = _role(Qt.AlignmentFlag.AlignRight) | _role(Qt.AlignmentFlag.AlignVCenter)
+_FOREGROUND = _role(Qt.ItemDataRole.ForegroundRole)
 _HEADER_ROLES = frozenset({_DISPLAY, _FOREGROUND, _TOOLTIP})
 
 
 class TensorModel(QAbstractTableModel):
     """The per-tensor statistics as a table model: text for display, numbers for sorting (``SORT_ROLE``)."""
 
-    SORT_ROLE = Qt.UserRole + 1
+    SORT_ROLE = Qt.ItemDataRole.UserRole + 1
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -57,13 +58,13 @@ class TensorModel(QAbstractTableModel):
                 self.rows.append((texts, keys))
         self.endResetModel()
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def rowCount(self, parent: QModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self.rows)
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent: QModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(self.headers)
 
-    def data(self, index, role=Qt.DisplayRole):
+    def data(self, index, role=Qt.ItemDataRole.DisplayRole):
         # roles compared as plain ints: comparing Qt's enum objects costs tens of microseconds per call,
         # and a table view asks for several roles per visible cell on every paint
         role = _role(role)
@@ -79,9 +80,9 @@ class TensorModel(QAbstractTableModel):
             return _RIGHT if col >= 3 else None
         return keys[0] if col == 0 else None  # tooltip: the full tensor name
 
-    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
         role = _role(role)
-        if role not in _HEADER_ROLES or orientation != Qt.Horizontal:
+        if role not in _HEADER_ROLES or orientation != Qt.Orientation.Horizontal:
             return None
         if role == _DISPLAY:
             return self.headers[section]
@@ -115,18 +116,18 @@ class TensorTable(QWidget):
         self.proxy.setSourceModel(self.model)
         self.proxy.setSortRole(TensorModel.SORT_ROLE)
         self.proxy.setFilterKeyColumn(0)
-        self.proxy.setFilterCaseSensitivity(Qt.CaseInsensitive)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self.filter.textChanged.connect(self._apply_filter)
         self.table = QTableView()
         self.table.setModel(self.proxy)
         self.table.verticalHeader().setVisible(False)
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().lineSpacing() + 6)
-        self.table.setSelectionBehavior(QTableView.SelectRows)
+        self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
         self.table.setSortingEnabled(True)
-        self.table.sortByColumn(-1, Qt.AscendingOrder)  # model order until a header is clicked
+        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a header is clicked
         header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.Interactive)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(False)
         layout.addWidget(self.table, 1)
         self.report: ProbeReport | None = None

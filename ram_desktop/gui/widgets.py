@@ -3,17 +3,38 @@ folder name."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+from typing import ClassVar
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+
+
+class ElidedLabel(QLabel):
+    """One line of text that ends in … where the label is narrower than the text (it never runs past the
+    panel's edge); the whole text is its tooltip."""
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setToolTip(text if text else "")
+
+    def displayed(self) -> str:
+        """The text as painted now."""
+        return self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+
+    def paintEvent(self, event) -> None:
+        painter = QPainter(self)
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(self.contentsRect(), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.displayed())
+        painter.end()
 
 
 class MessageBar(QWidget):
     """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
 
-    STYLES = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
+    STYLES: ClassVar[dict[str, tuple[str, str]]] = {"error": ("#fdecea", "#b3261e"), "warning": ("#fff4ce", "#7a5a00"), "info": ("#e8f1fb", "#1a4d80")}
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -21,7 +42,7 @@ class MessageBar(QWidget):
         row.setContentsMargins(10, 6, 6, 6)
         self.text = QLabel()
         self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("✕")
         close.setFlat(True)
         close.setFixedWidth(28)
@@ -32,10 +53,10 @@ class MessageBar(QWidget):
         self.action_button.clicked.connect(self._act)
         self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
-        row.addWidget(self.action_button, 0, Qt.AlignTop)
-        row.addWidget(close, 0, Qt.AlignTop)
+        row.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
+        row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
         self.kind = ""
-        self.setAttribute(Qt.WA_StyledBackground, True)
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
 
     def show_message(self, kind: str, text: str) -> None:

@@ -23,6 +23,7 @@ def restore_window(window: MainWindow) -> None:
         window.restoreGeometry(geometry)
     else:
         window.resize(1360, 860)
+        window.splitter.setSizes([490, 870])  # the charts and tables get the room; the forms need less
         window.left_splitter.setSizes([330, 400])
         window.right_splitter.setSizes([560, 170, 100])
     screen = window.screen().availableGeometry() if window.screen() is not None else None

@@ -8,13 +8,13 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
+from ..core import Cancelled, CancelToken, ProgressEvent, RamError, Reporter
 from ..core.engine import kernels
-from ..core.errors import Cancelled, RamError
-from ..core.events import CancelToken, ProgressEvent, Reporter
 
 log = logging.getLogger("ram_desktop")
 
@@ -68,7 +68,7 @@ class Worker(QObject):
             self.failed.emit("out of memory; close other programs, or merge on a machine with more memory")
         except OSError as e:
             self.failed.emit(f"{e.filename or 'file system'}: {e.strerror or e}")
-        except Exception as e:  # a bug: reported, never swallowed, never a frozen window
+        except Exception as e:  # noqa: BLE001  a bug: reported, never swallowed, never a frozen window
             self.crashed.emit(f"{type(e).__name__}: {e}", traceback.format_exc())
         else:
             if self.token.cancelled:
@@ -107,7 +107,7 @@ class Job(QObject):
     crashed = Signal(str, str)
     cancelled = Signal()
     finished = Signal()
-    _detached: set["Job"] = set()
+    _detached: ClassVar[set[Job]] = set()
 
     def __init__(self, fn: Callable[[Reporter], Any], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -121,7 +121,7 @@ class Job(QObject):
             getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
         self.qthread.started.connect(self.worker.run)
         # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
-        self.worker.done.connect(self.qthread.quit, Qt.DirectConnection)
+        self.worker.done.connect(self.qthread.quit, Qt.ConnectionType.DirectConnection)
         self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
@@ -187,5 +187,5 @@ class _SignalHandler(logging.Handler):
             self.bridge.record.emit(record.levelno, line)
         except RuntimeError:  # the window is gone (application shutting down)
             pass
-        except Exception:
+        except Exception:  # noqa: BLE001  logging.Handler's convention: handleError reports it
             self.handleError(record)

@@ -125,7 +125,7 @@ def plots(runs: list[dict], out: Path) -> None:
     fig.savefig(out / "figure2.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
 
-    methods = toy.methods_of(runs)
+    methods = toy.merged(runs)
     models = ["base", *TASKS, *methods]
     fig, ax = plt.subplots(2, 2, figsize=(14, 8))
     width = 0.8 / 4

@@ -17,7 +17,7 @@ from PySide6.QtCore import Qt, QTimer
 pytest.importorskip("transformers")
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary  # noqa: E402
-from ram_desktop.gui import compare_panel, evaluate_panel, main_window, scores_view  # noqa: E402
+from ram_desktop.gui import charts, compare_panel, evaluate_panel, main_window  # noqa: E402
 
 from ..test_compare import _tiny_agents  # noqa: E402
 from ..test_evaluate_runner import reference  # noqa: E402
@@ -241,7 +241,7 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     # the agents' 0.9 and 0.8 are higher, but only merged models compete for the mark
     assert bold_cells(panel) == {("ta", 1), ("ram", 2), ("ram", 3)}  # code, tool, mean (0.575 vs 0.5)
     assert table_values(panel)["ram"] == ["0.600", "0.550", "0.575"]
-    assert panel.table.horizontalHeaderItem(1).text() == "code (10)"
+    assert panel.table.horizontalHeaderItem(1).text() == "code\n(10)"
     assert "best merged" in panel.note.text()
 
     monkeypatch.setattr(evaluate_panel.QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "s.csv"), ""))
@@ -259,7 +259,7 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     image = QImage(str(tmp_path / "s.png"))
     assert not image.isNull() and image.width() > 200
     colors = {image.pixelColor(x, y).name() for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)}
-    assert {"#9e9e9e", scores_view.PALETTE[0], scores_view.MERGED_COLORS[0]} <= colors  # bars were drawn
+    assert {"#9e9e9e", charts.PALETTE[0], charts.PALETTE[2]} <= colors  # bars were drawn
 
 
 def test_rows_merge_on_the_same_suites_and_reset_on_others(qtbot, window):
@@ -333,7 +333,9 @@ def test_demo_preloads_the_suites_its_manifest_names(qtbot, window, demo_models,
     qtbot.waitUntil(lambda: len(window.evaluate.suites) == 2, timeout=10000)
     assert [s.name for s in window.evaluate.suites] == ["toy", "more"]
     assert [m.kind for m in window.evaluate.checked_models()] == ["base", "agent", "agent", "agent"]
-    assert window.compare.folder.text() == str(demo / "compare")
+    from ram_desktop.paths import outputs_dir
+
+    assert window.compare.folder.text() == str(outputs_dir() / "demo" / "compare")  # visible, not beside the demo
 
 
 def test_a_broken_demo_manifest_is_reported(qtbot, window, tmp_path):
@@ -365,20 +367,19 @@ def test_every_suite_keeps_its_label_on_a_narrow_chart(qtbot, window):
     panel = window.evaluate
     window.steps.setCurrentWidget(panel)
     panel.show_result(result, {"/m/base": "base", "/c/ram": "variant", "/c/ta": "variant"})
+    panel.scores.views.setCurrentWidget(panel.chart)  # the chart's tab beside the table's
     legend = [label.text for _, label in panel.chart.legend.items]
-    assert legend[:2] == ["base", "ram"]  # short names whole; a long one keeps its start and its end
-    head, tail = legend[2].split("…")
-    assert long_name.startswith(head) and long_name.endswith(tail) and len(legend[2]) < len(long_name)
+    assert legend == ["base", "ram", long_name]  # every name whole: the legend sizes to its text
     axis = panel.chart.plot.getAxis("bottom")
     names = [s.name for s in suites]
     seen = {}
-    for width in (2400, 700, 330):
+    for width in (2400, 700, 480):
         panel.chart.setFixedWidth(width)
         qtbot.wait(50)
-        labels = _drawn_labels(axis)
+        labels = [label.replace("\n", "") for label in _drawn_labels(axis)]  # a long name may take two lines
         assert len(labels) == 3, (width, labels)
         for label, name in zip(labels, names):
             assert label == name or (label.endswith("…") and name.startswith(label[:-1])), (width, label)
         seen[width] = labels
     assert seen[2400] == names  # room for the whole names
-    assert any("…" in label for label in seen[330])
+    assert any("…" in label for label in seen[480])

@@ -18,7 +18,8 @@ from .conftest import load_sources
 
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
 TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
-         "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300"}
+         "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300",
+         "steps": "7", "lr": "0.0002"}
 
 
 def weights(folder: Path) -> dict[str, bytes]:

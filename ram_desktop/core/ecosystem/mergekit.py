@@ -24,8 +24,8 @@ import yaml
 from ..errors import InputError
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitImport, MergekitInput
-from ..storage.safe_read import read_yaml
 from ..recipe import FORMAT, Recipe
+from ..storage.safe_read import read_yaml
 
 
 def _imports() -> dict[str, MergekitImport]:
@@ -244,8 +244,8 @@ def to_mergekit(recipe: Recipe) -> str:
     else:
         notes.append("out_dtype: base (the base's dtype) — mergekit writes dtype (float32) unless out_dtype is set; "
                      "set out_dtype to the base's dtype")
-    head = ["# mergekit configuration exported by RAM Desktop from a ram-recipe "
-            f"({FORMAT}, method {m}); differences:"]
+    head = [("# mergekit configuration exported by RAM Desktop from a ram-recipe "
+             f"({FORMAT}, method {m}); differences:")]
     head += [f"# - {line}" for line in notes]
     head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)

@@ -11,20 +11,24 @@ from __future__ import annotations
 import math
 import queue
 import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import InputError
+from ..lazy import torch
 from ..storage.formats import lora, open_slices
 from ..storage.formats.base import FLOAT_OF_BITS, torch_dtype
 from ..storage.formats.safetensors_format import MappedSafetensors
-from ..lazy import torch
-from .plan import AuxInput, MergePlan, TensorJob
 from ..storage.transfer import Transfer
+from .plan import AuxInput, MergePlan, TensorJob
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 DEFAULT_CHUNK_ELEMENTS = 1 << 19  # 512 Ki elements per input slice: ~2 MiB per float32 copy, cache-sized
 PATTERN_MAX_AGENTS = 16  # up to this many agents, the update pattern Σ m_t·2^t fits a small lookup table
@@ -218,7 +222,7 @@ class OpenFiles:
             self._handles.clear()
             self._stack.close()
 
-    def __enter__(self) -> "OpenFiles":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -237,7 +241,7 @@ class SliceReader:
         self._files = OpenFiles() if files is None else files
         self._bits = bits
 
-    def __enter__(self) -> "SliceReader":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -295,7 +299,7 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
             put((done, None))
         except _Stop:
             pass
-        except BaseException as e:  # handed to the consumer
+        except BaseException as e:  # noqa: BLE001  handed to the consumer, which raises it in its thread
             try:
                 put((done, e))
             except _Stop:
@@ -409,7 +413,7 @@ class StoredSlices:
     aux: dict[str, list] = field(default_factory=dict)
 
     @classmethod
-    def read(cls, plan: MergePlan, item: tuple, eps: float, aux: Sequence[AuxInput] = ()) -> "StoredSlices":
+    def read(cls, plan: MergePlan, item: tuple, eps: float, aux: Sequence[AuxInput] = ()) -> StoredSlices:
         """From one ``prefetch_chunks`` item read with the same ``aux``: the agents' slices and, after them,
         each auxiliary input's (one per agent, in ``aux`` order) apart."""
         index, span, base, raws = item

@@ -31,9 +31,9 @@ import re
 import threading
 from dataclasses import dataclass
 
+from ..lazy import torch
 from .chunks import Chunk
 from .kernels import UlpSample
-from ..lazy import torch
 
 ULP_STRIDE = 8  # the ulp histogram counts every 8th row of each tensor (every 8th element of a 1-D one)
 ULP_BINS = 65  # bin 0: under 2^−126 ulps (exotic); bins 1..63: powers of two; bin 64: ≥ 2^63 ulps
@@ -75,7 +75,7 @@ class InspectStats:
         }
 
     @classmethod
-    def from_json(cls, data: dict, names: list[str], updated_counts: list[int]) -> "InspectStats | None":
+    def from_json(cls, data: dict, names: list[str], updated_counts: list[int]) -> InspectStats | None:
         """The statistics back from a report; None when the report predates them."""
         if "pairs" not in data or "ulp_histogram" not in data:
             return None
@@ -268,13 +268,13 @@ class InspectAccumulator:
         return InspectStats(patterns, both, same, ulps)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _key_weights(n: int, device: str, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     low = torch.tensor([float(1 << t) for t in range(n)], dtype=dtype, device=device)
     return low, low * float(1 << n)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exponent_bins(levels: int, bias: int) -> torch.Tensor:
     """Biased exponent of |τ|/ulp -> ulp bin: 0 for 0 (not updated), else clamp(E − bias + 1, 1, ULP_BINS − 1)."""
     e = torch.arange(levels, dtype=torch.int64)

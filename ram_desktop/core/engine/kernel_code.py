@@ -7,13 +7,25 @@ Module-level functions with ``cache=True``: numba keeps the compiled machine cod
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numba
 import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-jit = functools.partial(numba.njit, nogil=True, cache=True)
+if TYPE_CHECKING:
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
+    def jit(function: _F) -> _F:
+        """For the type checker: a compiled kernel is called with its Python signature (numba's stubs type the
+        dispatcher's ``__call__`` as taking no arguments)."""
+        return function
+
+    vector_jit = jit
+else:
+    jit = functools.partial(numba.njit, nogil=True, cache=True)
 
 
 @jit
@@ -64,7 +76,7 @@ def _widen(v):
 
 def float_to_bf16(x):
     """float32 → bfloat16 bits, round to nearest even (NaN → 0x7FC0, as torch)."""
-    if x != x:
+    if x != x:  # noqa: PLR0124  NaN (numba compiles the self-compare to one instruction)
         return np.int64(0x7FC0)
     u = np.int64(np.float32(x).view(np.uint32))
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
@@ -268,7 +280,7 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
             for t in range(len(agents)):
                 product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
                 scaled = product if p == np.int32(1 << t) else scaled
-        divisor = np.float32(c if c > 1 else 1)  # a constant type, not eps's: the loop vectorises
+        divisor = np.float32(max(1, c))  # a constant type, not eps's: the loop vectorises
         written = encoded(o, x + scaled / divisor)
         o[j] = written
         if moved_bit is not None:
@@ -374,7 +386,7 @@ def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, co
             count[j] = count[j] + (one if agree else zero)
     for j in range(length):
         c = count[j]
-        store(o, j, xb[j] + (acc[j] / (c if c > one else one)) * scale)
+        store(o, j, xb[j] + (acc[j] / (max(one, c))) * scale)
 
 
 @jit
@@ -570,7 +582,8 @@ def _exponent_layout(x):
     return lambda x: (1023, 52, 0x7FF)
 
 
-vector_jit = functools.partial(numba.njit, nogil=True, cache=True, error_model="numpy")  # no zero-division branch
+if not TYPE_CHECKING:
+    vector_jit = functools.partial(numba.njit, nogil=True, cache=True, error_model="numpy")  # no zero-division branch
 
 
 @vector_jit
@@ -654,7 +667,7 @@ def lambda_star_bins(xs, taus, count, d, inv_step, big, half, last, bins):
         h = (like(x, n) - y0) * half
         num = np.ceil((((y0 - x) - tau) + h) * scale)
         clipped = min(max(num, zero), last)
-        bins[k] = np.int32(last if num != num else clipped)
+        bins[k] = np.int32(last if num != num else clipped)  # noqa: PLR0124  num is NaN
 
 
 @jit
@@ -723,8 +736,7 @@ def analyze_kernel(base, agents, eps, one, inv_step, big, last, agent_of, joint,
         for i in range(r * row, (r + 1) * row):
             x = like(zero, widen(base[i]))  # the compute dtype, as xb
             e = (float_bits(x) >> shift) & field
-            if e < lowest:
-                e = lowest
+            e = max(e, lowest)
             inv_ulp = power_of_two(x, 2 * bias - 1 + sig_bits - e)
             for t in range(nagents):
                 v = widen(agents[t][i]) - x

@@ -35,20 +35,20 @@ import math
 import os
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
-from .chunks import PATTERN_MAX_AGENTS
-from ..storage.formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
 from ..lazy import torch
+from ..storage.formats.base import FLOAT_BITS, FLOAT_OF_BITS, dtype_name, torch_dtype
+from .chunks import PATTERN_MAX_AGENTS
 
 log = logging.getLogger("ram_desktop")
 
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def available() -> bool:
     """Whether the fused kernels can run here: numba importable, its cache usable (a frozen bundle must
     ship ``kernel_code.py`` as source), and not disabled by ``RAM_DESKTOP_KERNELS=0``."""
@@ -56,7 +56,8 @@ def available() -> bool:
         return False
     try:
         _jit()
-    except Exception as e:  # ImportError, or numba's "no locator available" for a missing source file
+    except (ImportError, RuntimeError, OSError) as e:  # no numba, numba's "no locator available" for a missing
+        # source file (RuntimeError), or an unusable cache folder
         log.info("fused CPU kernels unavailable (%s); using the torch path", e)
         return False
     return True
@@ -99,7 +100,7 @@ def as_bits(t: torch.Tensor | np.ndarray) -> np.ndarray:
     return t.numpy()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jit() -> dict:
     """The compiled kernels (numba imported on first use: commands that never merge on the CPU do
     not pay for it)."""
@@ -194,7 +195,8 @@ def release_output(data: object) -> None:
         _OUTPUTS.release(data)
 
 
-def _output(base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str) -> tuple[np.ndarray, object] | None:
+def _output(base_raw: torch.Tensor | np.ndarray,
+            out_dtype: torch.dtype | str) -> tuple[np.ndarray, torch.Tensor | np.ndarray] | None:
     """A new output slice for the merged values: its bits (what the kernel writes) and what the caller gets,
     in the kind of the input (numpy bits from the pool for numpy slices, a new tensor of the base's shape
     for tensors). None when the output dtype is not a float."""
@@ -210,6 +212,28 @@ def _output(base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str) -
 
 def _compute_np(compute_dtype: torch.dtype | str) -> type:
     return np.float64 if _name(compute_dtype) == "float64" else np.float32
+
+
+@dataclass(frozen=True)
+class _MergeOperands:
+    """What a merging kernel reads and writes for one slice: the base's and the agents' bits (``_operands``),
+    the compute dtype as a numpy type, the output bits the kernel writes and what the caller gets (``_output``)."""
+
+    base: np.ndarray
+    agents: tuple[np.ndarray, ...]
+    cdt: type
+    out: np.ndarray
+    result: torch.Tensor | np.ndarray
+
+
+def _merge_operands(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
+                    compute_dtype: torch.dtype | str, out_dtype: torch.dtype | str) -> _MergeOperands | None:
+    """The operands of a merging kernel, or None when the kernels do not cover the slice."""
+    ops = _operands(base_raw, agent_raws)
+    output = _output(base_raw, out_dtype)
+    if ops is None or output is None:
+        return None
+    return _MergeOperands(ops[0], ops[1], _compute_np(compute_dtype), output[0], output[1])
 
 
 BLOCK = 2048  # elements per block: the per-block buffers stay in L1/L2
@@ -296,21 +320,19 @@ def selective_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[t
     a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
     ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
     when the kernels do not cover the slice."""
-    ops = _operands(base_raw, agent_raws)
-    output = _output(base_raw, out_dtype)
-    if ops is None or output is None:
+    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
         return None
-    base, agents = ops
+    base, agents, cdt = m.base, m.agents, m.cdt
     n_agents = len(agents)
-    cdt = _compute_np(compute_dtype)
     lam = _agent_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
     hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
     _, _, pattern = _BUFFERS.get(cdt)
-    bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, output[0], hist,
+    bad = _jit()["merge"](base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist,
                           want_hist, surv, count_survival, pattern)
-    return KernelResult(output[1], bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None)
+    return KernelResult(m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None)
 
 
 def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], first: int,
@@ -319,19 +341,17 @@ def dare_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
     """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
     ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
     ``baselines.dare_keys``. None when the kernels do not cover the slice."""
-    ops = _operands(base_raw, agent_raws)
-    output = _output(base_raw, out_dtype)
-    if ops is None or output is None:
+    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
         return None
-    base, agents = ops
-    cdt = _compute_np(compute_dtype)
+    base, agents, cdt = m.base, m.agents, m.cdt
     xb, total, _ = _BUFFERS.get(cdt)
     values = _BUFFERS.values(len(agents), cdt)
     keys_a = np.array([k[0] for k in keys], np.int64)
     keys_b = np.array([k[1] for k in keys], np.int64)
     bad = _jit()["dare"](base, agents, np.int64(first), keys_a, keys_b, np.int64(threshold), cdt(1.0 - drop), cdt(scale),
-                         ties, output[0], xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
-    return KernelResult(output[1], bad == 0)
+                         ties, m.out, xb, total, values, *_BUFFERS.pair(cdt), _BUFFERS.hashes())
+    return KernelResult(m.result, bad == 0)
 
 
 def ties_digit_counts(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray],
@@ -360,16 +380,14 @@ def ties_merge_into(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.
     """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
     keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
     every τ is finite. None when the kernels do not cover the slice."""
-    ops = _operands(base_raw, agent_raws)
-    output = _output(base_raw, out_dtype)
-    if ops is None or output is None or (_name(compute_dtype) == "float64" and not key64):
+    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None or (_name(compute_dtype) == "float64" and not key64):
         return None
-    base, agents = ops
-    cdt = _compute_np(compute_dtype)
+    base, agents, cdt = m.base, m.agents, m.cdt
     xb, total, _ = _BUFFERS.get(cdt)
     bad = _jit()["ties_merge"](base, agents, key64, np.array(cuts, np.int64), np.array(left, np.int64), cdt(scale),
-                         output[0], xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
-    return KernelResult(output[1], bad == 0)
+                         m.out, xb, total, _BUFFERS.values(len(agents), cdt), *_BUFFERS.pair(cdt))
+    return KernelResult(m.result, bad == 0)
 
 
 ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins

@@ -12,24 +12,25 @@ import os
 import queue
 import threading
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..lazy import torch
-from . import kernels
 from ..errors import InputError
-from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
 from ..events import Reporter
-from ..storage.formats import lora
+from ..lazy import torch
 from ..methods import Collector, MergeMethod, Observer, SliceCollector
+from ..storage.formats import lora
 from ..storage.output import ShardSet
-from .plan import AuxInput, MergePlan
-from .inspection import ULP_BINS
-from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 from ..storage.transfer import Transfer
+from . import kernels
+from .chunks import DEFAULT_CHUNK_ELEMENTS, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
+from .inspection import ULP_BINS
+from .plan import AuxInput, MergePlan
+from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
 
 _local = threading.local()
 
@@ -96,16 +97,14 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
 
 def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
                sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-               stage: str = "probe", ordered: bool = False, files: OpenFiles | None = None) -> None:
-    """Stream every mergeable tensor once and ``add`` each chunk to every sink. ``ordered``: a sink needs
-    the chunks in plan order (a collector whose ``needs_order`` is True), so the pass computes on one
-    thread; otherwise sinks are fed from every compute thread, chunks in any order. ``files``: the run's
-    open inputs, shared by its passes (``chunks.OpenFiles``)."""
+               stage: str = "probe", files: OpenFiles | None = None) -> None:
+    """Stream every mergeable tensor once and ``add`` each chunk to every sink, from every compute thread,
+    chunks in any order. ``files``: the run's open inputs, shared by its passes (``chunks.OpenFiles``)."""
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     total = sum(plan.jobs[i].numel for i in jobs)
     done = 0
     reporter.progress(stage, 0, total, "elements")
-    workers = 1 if ordered else compute_workers(transfer.device_type)
+    workers = compute_workers(transfer.device_type)
     fused = use_kernels(transfer.device_type, total)
 
     def work(item: tuple) -> int:
@@ -315,7 +314,7 @@ class BackgroundWriter:
                     self._check_range(index, data_host)
                 self._shards.write(index, data_host)
                 kernels.release_output(data)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001  kept and raised in the merging thread (close / next write)
                 self._error = e
 
     def _check_range(self, index: int, data: torch.Tensor | np.ndarray) -> None:

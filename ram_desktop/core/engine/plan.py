@@ -7,10 +7,10 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from ..lazy import torch
 from ..errors import InputError
-from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
+from ..lazy import torch
 from ..storage.formats import Checkpoint, lora
+from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
 
 log = logging.getLogger("ram_desktop")
 
@@ -138,7 +138,7 @@ def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: st
             parts = _differences(missing, extra, "lacks {}", "has tensors the agent does not ({})")
             raise InputError(f"{where} {' and '.join(parts)}; it was not computed for this agent — "
                              f"compute it again for {agent.display}")
-        for i in tensors:
+        for i, found in tensors.items():
             info = plan.jobs[i].agents[t]
             aux = ckpt.tensors[info.name]
             if aux.shape != info.shape:
@@ -146,7 +146,7 @@ def check_aux(plan: MergePlan, key: str, checkpoints: list[Checkpoint], what: st
                                  f"{list(info.shape)} in the agent {agent.display}; compute it again for this agent")
             if not aux.is_float:
                 raise InputError(f"{where}: tensor {info.name!r} is {aux.dtype}, not a floating-point tensor")
-            tensors[i].append(aux)
+            found.append(aux)
     return AuxInput(key, what, tuple(checkpoints), {i: tuple(v) for i, v in tensors.items()})
 
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ... import paths
-from .chunks import PATTERN_MAX_AGENTS, Chunk
-from ..storage.formats.base import torch_dtype
-from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
-from ..lazy import torch
-from .plan import MergePlan
 from ..errors import InputError
+from ..lazy import torch
+from ..storage.formats.base import torch_dtype
 from ..storage.safe_read import read_json
+from .chunks import PATTERN_MAX_AGENTS, Chunk
+from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
+from .plan import MergePlan
 
 _log = logging.getLogger("ram_desktop")
 
@@ -106,7 +106,7 @@ class ProbeReport:
         total = sum(hist)
         if total == 0:
             return None
-        k = min(int(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9)), SURVIVAL_BINS - 1)
+        k = min(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9), SURVIVAL_BINS - 1)
         return sum(hist[: k + 1]) / total if k >= 0 else 0.0
 
     def layers(self) -> list[dict]:
@@ -140,7 +140,7 @@ class ProbeReport:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "ProbeReport":
+    def from_json(cls, data: dict) -> ProbeReport:
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} report")
         agents = [AgentStats(a["name"], a["source"], a["updated"], a["unique"], a["shared"], a["overlap"],
@@ -150,7 +150,7 @@ class ProbeReport:
                    data.get("fingerprint", ""), data.get("warnings", []), bool(data.get("has_survival", True)),
                    InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]))
 
-    def renamed(self, names: list[str], sources: list[str]) -> "ProbeReport":
+    def renamed(self, names: list[str], sources: list[str]) -> ProbeReport:
         """The same statistics under other agent names (a cached probe reused with new names)."""
         agents = [AgentStats(n, s, a.updated, a.unique, a.shared, a.overlap, a.density)
                   for a, n, s in zip(self.agents, names, sources)]
@@ -226,7 +226,7 @@ class ProbeAccumulator:
         """Whether the complete probe's chunks can be counted by ``kernels.analyze`` (``add_analysis``)."""
         return self.with_survival and self.inspect is not None and self.n <= JOINT_MAX_AGENTS
 
-    def add_analysis(self, job_index: int, analysis: "Analysis") -> None:
+    def add_analysis(self, job_index: int, analysis: Analysis) -> None:
         """Add one chunk counted by ``kernels.analyze``: the same counts ``add`` gets from a chunk."""
         n = self.n
         joint = torch.from_numpy(analysis.joint)
@@ -307,12 +307,12 @@ def _int64(counts: torch.Tensor | np.ndarray) -> np.ndarray:
     return counts.cpu().numpy().astype(np.int64, copy=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern_table(n: int) -> np.ndarray:
     """[2^n, n·(n+1)] 0/1 matrix: pattern p contributes to (agent t, popcount(p)) for every bit t of p."""
     table = np.zeros((1 << n, n * (n + 1)), np.int64)
     for p in range(1, 1 << n):
-        c = bin(p).count("1")
+        c = p.bit_count()
         for t in range(n):
             if p >> t & 1:
                 table[p, t * (n + 1) + c] = 1
@@ -326,12 +326,12 @@ def _flatnonzero(mask: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(mask).squeeze(1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _unique_patterns(n: int) -> torch.Tensor:
     return torch.tensor([1 << t for t in range(n)], dtype=torch.int64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pattern_luts(n: int, device: str) -> tuple[torch.Tensor]:
     """agent_of[p] = t for the one-agent pattern 2^t, −1 for every other pattern."""
     agent_of = torch.full((1 << n,), -1, dtype=torch.int32)

@@ -8,13 +8,13 @@ read the registry and the method's fields.
 from __future__ import annotations
 
 from ..errors import InputError
-from . import baselines, fisher, ram
+from . import baselines, fisher, ram, wudi
 from .base import Collector, FusedKernel, MergeMethod, Observer, Param, SliceCollector, Sweep, WouldKeep
 
 __all__ = ["METHODS", "Collector", "FusedKernel", "MergeMethod", "Observer", "Param", "SliceCollector", "Sweep",
            "WouldKeep", "get_method"]
 
-_FAMILIES = (ram, baselines, fisher)
+_FAMILIES = (ram, baselines, fisher, wudi)
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
 
 

@@ -15,20 +15,20 @@ comparison offers and its short chart label.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import InputError
 from ..lazy import torch
-
 from .mergekit_map import MergekitMapping
 
 if TYPE_CHECKING:
     from ..engine.chunks import Chunk, StoredSlices
-    from ..storage.formats import Checkpoint
     from ..engine.kernels import KernelResult
     from ..engine.plan import MergePlan
     from ..engine.probe import ProbeReport
+    from ..storage.formats import Checkpoint
 
 
 @dataclass(frozen=True)
@@ -96,15 +96,12 @@ class Collector(Protocol):
     """Whole-model statistics a method gathers in pass 1 beyond the probe (e.g. TIES's magnitude cut).
 
     ``next_pass()`` is called after each full pass over the data; True asks the engine to feed every
-    chunk once more, in the same order, before ``finish`` (TIES refines its exact cut this way).
+    chunk once more before ``finish`` (TIES refines its exact cut this way).
 
-    ``needs_order``: True when ``add`` must see the chunks one at a time in plan order (the pass then
-    computes on one thread); False when ``add`` may run on several compute threads at once, chunks in
-    any order (its statistic is order-independent, e.g. integer histograms summed under a lock)."""
+    ``add`` runs on several compute threads at once, chunks in any order: the statistic must be
+    order-independent (e.g. integer histograms summed under a lock)."""
 
-    needs_order: bool
-
-    def add(self, chunk: "Chunk") -> None: ...
+    def add(self, chunk: Chunk) -> None: ...
 
     def next_pass(self) -> bool: ...
 
@@ -119,14 +116,14 @@ class SliceCollector(Collector, Protocol):
     and returns True, or returns False having added nothing (the kernels do not cover the slices, or a τ is
     not finite): the pass then forms the chunk and calls ``add``."""
 
-    def add_slices(self, slices: "StoredSlices") -> bool: ...
+    def add_slices(self, slices: StoredSlices) -> bool: ...
 
 
 class Observer(Protocol):
     """Watches each merged chunk: ``observe(chunk, context, merged)`` with ``merged`` the output slice as
     written (θ rounded to the output dtype). It may run in several compute threads at once."""
 
-    def observe(self, chunk: "Chunk", context: Any, merged: torch.Tensor) -> None: ...
+    def observe(self, chunk: Chunk, context: Any, merged: torch.Tensor) -> None: ...
 
     def finish(self) -> Any: ...
 
@@ -136,7 +133,7 @@ class FusedKernel(Protocol):
     ``merge``: ``counts`` asks for the update-pattern histogram too where the kernel counts it in the same
     pass, ``survival`` for the observer's counts. None when the kernels do not cover the slices."""
 
-    def __call__(self, slices: "StoredSlices", context: Any, counts: bool, survival: bool) -> "KernelResult | None": ...
+    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None: ...
 
 
 @dataclass(frozen=True)
@@ -145,7 +142,7 @@ class WouldKeep:
     its updated elements of the weight its own update gets), or None when the report lacks what it
     needs; ``estimated``: an estimate rather than an exact or expected value (drawn lighter)."""
 
-    shares: Callable[["ProbeReport", dict], "list[float] | None"]
+    shares: Callable[[ProbeReport, dict], list[float] | None]
     estimated: bool = False
 
 
@@ -157,7 +154,7 @@ class Sweep:
     values: str
 
 
-def _params_only(params: dict, probe: "ProbeReport | None", collected: Any) -> Any:
+def _params_only(params: dict, probe: ProbeReport | None, collected: Any) -> Any:
     return params
 
 
@@ -190,15 +187,15 @@ class MergeMethod:
     label: str
     summary: str
     params: tuple[Param, ...]
-    merge: Callable[["Chunk", Any], torch.Tensor]
-    prepare: Callable[[dict, "ProbeReport | None", Any], Any] = _params_only
+    merge: Callable[[Chunk, Any], torch.Tensor]
+    prepare: Callable[[dict, ProbeReport | None, Any], Any] = _params_only
     needs_probe: Callable[[dict], bool] = _never
-    collector: Callable[[dict, "MergePlan"], Collector] | None = None
-    lambdas: Callable[[dict, "ProbeReport"], list[float]] | None = None
-    observer: Callable[[dict, "MergePlan"], Observer] | None = None
+    collector: Callable[[dict, MergePlan], Collector] | None = None
+    lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
+    observer: Callable[[dict, MergePlan], Observer] | None = None
     thread_safe: bool = False
     fused: FusedKernel | None = None
-    aux_inputs: Callable[[dict], dict[str, list["Checkpoint"]]] | None = None
+    aux_inputs: Callable[[dict], dict[str, list[Checkpoint]]] | None = None
     calibrated: bool = False
     would_keep: WouldKeep | None = None
     mergekit: MergekitMapping | None = None

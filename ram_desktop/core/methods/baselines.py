@@ -48,10 +48,11 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -59,8 +60,18 @@ from ..engine.chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
 from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
-from .mergekit_map import (TASK_ARITHMETIC_SHARED, MergekitExport, MergekitImport, MergekitInput, MergekitMapping,
-                           all_equal, check_density, one_density, require_weights, unit_weights)
+from .mergekit_map import (
+    TASK_ARITHMETIC_SHARED,
+    MergekitExport,
+    MergekitImport,
+    MergekitInput,
+    MergekitMapping,
+    all_equal,
+    check_density,
+    one_density,
+    require_weights,
+    unit_weights,
+)
 
 if TYPE_CHECKING:
     from ..engine.inspection import InspectStats
@@ -164,7 +175,7 @@ class TrimCollector:
     """Pass-1 (and refinement passes) statistic of TIES: the exact per-agent magnitude cut per scope,
     and for every chunk the number of elements equal to the cut in earlier chunks of its scope.
 
-    Order-independent (``needs_order = False``): a chunk's digit counts are integers summed into its
+    Order-independent, as every collector: a chunk's digit counts are integers summed into its
     scope's histogram under a lock, so chunks may be counted on any thread in any order. A scope is
     folded into its select state as soon as all its elements were counted (scope ``tensor``: memory
     stays at a few open histograms). In a scope's last level every chunk also keeps its digit counts
@@ -172,8 +183,6 @@ class TrimCollector:
     chunk's count of elements equal to the cut is read off them. Should those records grow beyond
     ``EQUAL_RECORD_BUDGET`` entries, they are dropped and one more pass counts the equal elements
     per chunk directly."""
-
-    needs_order = False
 
     def __init__(self, density: float, scope: str, plan: Any) -> None:
         self.density = density
@@ -322,7 +331,7 @@ class TrimCollector:
         self._counting_pass = bool(self._needs_count)
         return self._counting_pass
 
-    def finish(self) -> "TrimCuts":
+    def finish(self) -> TrimCuts:
         self._fold_open()
         assert not any(self._active(key) for key in self._state), "TIES cut not fully refined"
         assert not self._needs_count, "TIES equal-to-cut counts not taken"
@@ -533,7 +542,7 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 
 # --- fused CPU kernels (kernels.py): the same bits as the merges above ---------------------------------------
 
-def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> "KernelResult | None":
+def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
     """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
     from ..engine import kernels
@@ -550,7 +559,7 @@ def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: b
 def _dare_fused(ties: bool) -> FusedKernel:
     """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
 
-    def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> "KernelResult | None":
+    def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> KernelResult | None:
         from ..engine import kernels
 
         job = slices.job
@@ -563,22 +572,22 @@ def _dare_fused(ties: bool) -> FusedKernel:
 
 # --- what each would keep (core.engine.would_keep; docs/engine.md, "What each method would keep") --------------------
 
-def _updated(report: "ProbeReport") -> list[float]:
+def _updated(report: ProbeReport) -> list[float]:
     return [a.updated for a in report.agents]
 
 
-def average_shares(report: "ProbeReport", params: dict) -> list[float]:
+def average_shares(report: ProbeReport, params: dict) -> list[float]:
     """Exact: w = 1/N."""
     n = len(report.agents)
     return [tot / n for tot in _updated(report)]
 
 
-def scaled_shares(report: "ProbeReport", params: dict) -> list[float]:
+def scaled_shares(report: ProbeReport, params: dict) -> list[float]:
     """Task Arithmetic exactly (w = λ); DARE-TA in expectation (kept with probability 1 − p, scaled by 1/(1 − p))."""
     return [tot * params["scale"] for tot in _updated(report)]
 
 
-def ties_shares(report: "ProbeReport", params: dict) -> list[float] | None:
+def ties_shares(report: ProbeReport, params: dict) -> list[float] | None:
     """TIES: the trim (``trim_keep``), then the sign election's expected weight (``election_weight``)."""
     if getattr(report, "inspect", None) is None:  # an old report without the pair statistics
         return None
@@ -588,14 +597,14 @@ def ties_shares(report: "ProbeReport", params: dict) -> list[float] | None:
     return _elected_shares(report, params["scale"], trim, present)
 
 
-def dare_ties_shares(report: "ProbeReport", params: dict) -> list[float] | None:
+def dare_ties_shares(report: ProbeReport, params: dict) -> list[float] | None:
     """DARE-TIES: each element kept with probability 1 − p and scaled by 1/(1 − p) (1 in expectation)."""
     n = len(report.agents)
     p = params["drop"]
     return _elected_shares(report, params["scale"], [1.0] * n, [1.0 - p] * n)
 
 
-def _elected_shares(report: "ProbeReport", scale: float, own: list[float], present: list[float]) -> list[float] | None:
+def _elected_shares(report: ProbeReport, scale: float, own: list[float], present: list[float]) -> list[float] | None:
     """Σ over the agent's elements shared with k others of the sign election's expected weight; None for an
     old report without the pair statistics."""
     stats = getattr(report, "inspect", None)
@@ -607,7 +616,7 @@ def _elected_shares(report: "ProbeReport", scale: float, own: list[float], prese
             for t, a in enumerate(report.agents)]
 
 
-def agreement(stats: "InspectStats", n: int) -> list[float]:
+def agreement(stats: InspectStats, n: int) -> list[float]:
     """Per agent: the share of its shared elements' partners whose τ has the same sign (from ``pairs``)."""
     out = []
     for t in range(n):
@@ -617,7 +626,7 @@ def agreement(stats: "InspectStats", n: int) -> list[float]:
     return out
 
 
-def trim_keep(report: "ProbeReport", density: float, scope: str) -> list[float]:
+def trim_keep(report: ProbeReport, density: float, scope: str) -> list[float]:
     """TIES's trim: per agent, the share of its updated elements among the ⌊k·n⌋ it keeps per scope,
     (every updated element outranks every other one: |τ| > ε ≥ the rest). Exact for the count of
     kept elements; it ignores which of an agent's elements the trim drops (the smallest ones)."""
@@ -724,21 +733,21 @@ def _from_dare(ours: str, normalize: bool) -> Callable[[MergekitInput], tuple[st
 
 def _to_average(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("task_arithmetic", {"normalize": True}, {"weight": 1.0}, [
-        "average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
-        "linear would average the models' weights, base included)"])
+        ("average = base + (Σ τ_t)/N: task_arithmetic with weight 1 and normalize: true computes the same (mergekit's "
+         "linear would average the models' weights, base included)")])
 
 
 def _to_task_arithmetic(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("task_arithmetic", {"lambda": params["scale"]}, {"weight": 1.0}, [
-        "task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
-        "with dtype float32)"])
+        ("task_arithmetic with weight 1 and lambda = scale computes base + λ·Σ τ_t like RAM Desktop (bit-identical "
+         "with dtype float32)")])
 
 
 def _to_ties(params: dict, eps: float) -> MergekitExport:
     out = MergekitExport("ties", {"lambda": params["scale"], "normalize": True},
                          {"weight": 1.0, "density": params["density"]}, [
-        "ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
-        "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning"])
+        ("ties: mergekit keeps int(k·n) elements per tensor (float product: int(0.29·100) = 28) and breaks ties at "
+         "the cut with a non-stable argsort; RAM Desktop keeps exactly ⌊k·n⌋ with the earliest positions winning")])
     if params["ties_scope"] == "model":
         out.notes.append("ties_scope: model (one trim over the whole task vector) has no mergekit equivalent; "
                          "mergekit trims per tensor")
@@ -752,10 +761,10 @@ def _to_dare(theirs: str, normalize: bool) -> Callable[[dict, float], MergekitEx
             shared["normalize"] = True
         per_model = {"weight": 1.0, "density": float(Decimal(1) - Decimal(repr(params["drop"])))}
         return MergekitExport(theirs, shared, per_model, [
-            f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; false "
-            "keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
-            f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
-            "elements survive"])
+            (f"{theirs}: density = 1 − p. mergekit rescales kept values to each tensor's L1 norm (rescale: true; "
+             "false keeps them unscaled) where RAM Desktop divides by 1 − p, and draws its mask with torch.bernoulli "
+             f"(mergekit-yaml --random-seed) instead of seed {params['seed']}'s counter-based hash: different "
+             "elements survive")])
 
     return export
 
@@ -794,7 +803,7 @@ DARE_PAPER = ("Yu et al., *Language Models are Super Mario: Absorbing Abilities 
 
 
 def _dare(name: str, label: str, summary: str, scale: float, merge: Callable[[Chunk, DareContext], torch.Tensor],
-          ties: bool, keep: Callable[["ProbeReport", dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
+          ties: bool, keep: Callable[[ProbeReport, dict], list[float] | None], theirs: str, short: str) -> MergeMethod:
     """DARE-TA (``ties`` False: λ·Σ) or DARE-TIES (sign election and disjoint mean): the same drop step,
     mask, parameters and mergekit family (``theirs``: dare_linear or dare_ties)."""
     return MergeMethod(

@@ -21,8 +21,8 @@ from typing import Any
 
 from ..engine.chunks import Chunk
 from ..errors import InputError
-from ..storage.formats import Checkpoint
 from ..lazy import torch
+from ..storage.formats import Checkpoint
 from .base import MergeMethod, Param
 
 KEY_PREFIX = "fisher:"

@@ -8,8 +8,9 @@ back (``export``: the closest mergekit method, its parameters and a note on ever
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ..errors import InputError
 

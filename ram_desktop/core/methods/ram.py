@@ -7,7 +7,8 @@ Sums over agents run in a fixed order (agent 0, 1, ...) so every device gives th
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,12 +24,12 @@ if TYPE_CHECKING:
 
 # --- RAM, RAM+, RAM+s (paper equations 6, 7, 8) -------------------------------------------------
 
-def ram_plus_lambdas(params: dict, probe: "ProbeReport") -> list[float]:
+def ram_plus_lambdas(params: dict, probe: ProbeReport) -> list[float]:
     """λ_t = 1 + r · clip(ρ_t, 0, α), with clip(∞) = α (equation 6)."""
     return [1.0 + params["r"] * min(max(a.rho, 0.0), params["alpha"]) for a in probe.agents]
 
 
-def ram_plus_soft_lambdas(params: dict, probe: "ProbeReport") -> list[float]:
+def ram_plus_soft_lambdas(params: dict, probe: ProbeReport) -> list[float]:
     """λ_t = 1 + r · ρ_t / (1 + ρ_t) = 1 + r · shared_t / updated_t (equation 8); 1 when nothing is updated."""
     return [1.0 + params["r"] * (a.shared / a.updated) if a.updated else 1.0 for a in probe.agents]
 
@@ -112,8 +113,8 @@ class SurvivalObserver:
         self._lock = threading.Lock()
 
     def observe(self, chunk: Chunk, context: object, merged: torch.Tensor) -> None:
-        from ..storage.formats.base import dtype_name
         from ..engine.probe import rescale_changes
+        from ..storage.formats.base import dtype_name
 
         self.add_counts(dtype_name(merged.dtype), rescale_changes(chunk, merged).cpu().numpy())
 
@@ -133,7 +134,7 @@ def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
     """Equation 7 through ``kernels.selective_merge_into`` (the pattern histogram and, with λ, the
     survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
 
-    def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> "KernelResult | None":
+    def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:
         from ..engine import kernels
 
         job = slices.job
@@ -143,16 +144,16 @@ def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
     return fused
 
 
-def ram_shares(report: "ProbeReport") -> list[float]:
+def ram_shares(report: ProbeReport) -> list[float]:
     """RAM's kept update mass per agent: 1 where the agent alone updates, 1/c where c agents do."""
     n = len(report.agents)
     return [sum(a.overlap[k] / (k + 1) for k in range(n)) for a in report.agents]
 
 
-def _rescaled_shares(lambdas: "Callable[[dict, ProbeReport], list[float]]") -> WouldKeep:
+def _rescaled_shares(lambdas: Callable[[dict, ProbeReport], list[float]]) -> WouldKeep:
     """RAM with λ_t instead of 1 where agent t alone updates: exact."""
 
-    def shares(report: "ProbeReport", params: dict) -> list[float]:
+    def shares(report: ProbeReport, params: dict) -> list[float]:
         return [r + (lam - 1.0) * a.unique
                 for r, lam, a in zip(ram_shares(report), lambdas(params, report), report.agents)]
 
@@ -175,8 +176,8 @@ def _from_ramplus_tl(given: MergekitInput) -> tuple[str, dict]:
 
 def _to_ram(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("ram", {"epsilon": eps}, notes=[
-        "ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
-        "where RAM Desktop divides the sum by c_i, which can differ in the last bit"])
+        ("ram: same per-element rule. With two agents the output is bit-identical; with more, mergekit sums τ_t/c_i "
+         "where RAM Desktop divides the sum by c_i, which can differ in the last bit")])
 
 
 _RHO_NOTE = ("ramplus_tl computes ρ per tensor (shared / unique within each tensor; a tensor without unique "
@@ -190,8 +191,8 @@ def _to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
 
 def _soft_to_ramplus_tl(params: dict, eps: float) -> MergekitExport:
     return MergekitExport("ramplus_tl", {"r": params["r"], "alpha": 1.0, "epsilon": eps}, notes=[
-        _RHO_NOTE, "ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
-        "closest clipped form"])
+        _RHO_NOTE, ("ram-plus-soft (λ = 1 + r·ρ/(1+ρ)) has no mergekit equivalent; ramplus_tl with α = 1 is the "
+                    "closest clipped form")])
 
 
 RAM_PAPER = "*Behavior Knowledge Merge in Reinforced Agentic Models*, arXiv 2601.13572"
@@ -201,7 +202,7 @@ RAM_PLUS_MERGEKIT = MergekitMapping(_to_ramplus_tl, (
 
 
 def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
-                lambdas: "Callable[[dict, ProbeReport], list[float]] | None", short: str,
+                lambdas: Callable[[dict, ProbeReport], list[float]] | None, short: str,
                 mergekit: MergekitMapping, sweep: Sweep | None) -> MergeMethod:
     """RAM (no λ) or a rescaling variant whose λ is declared once, by ``lambdas``."""
     if lambdas is None:

@@ -14,10 +14,11 @@ import socket
 import sys
 import threading
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -27,10 +28,10 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import InputError
+from ..lazy import torch
 from .formats import Checkpoint
 from .formats.base import INDEX_FILE
 from .formats.safetensors_format import SafetensorsStreamWriter
-from ..lazy import torch
 
 log = logging.getLogger("ram_desktop")
 

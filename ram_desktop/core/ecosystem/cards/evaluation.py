@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from ...errors import InputError
 
@@ -46,7 +46,7 @@ class EvalScores(Protocol):
 EVAL_JSON = "eval.json"
 MERGE_REPORT = "merge-report.json"
 SECTION = "## Evaluation"
-_NEXT_HEADING = re.compile(r"^#{1,2} ", re.M)
+_NEXT_HEADING = re.compile(r"^#{1,2} ", re.MULTILINE)
 
 
 def merged_folders(result: EvalScores) -> list[tuple[int, Path]]:

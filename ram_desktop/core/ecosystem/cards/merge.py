@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ...methods import get_method
 from ...engine.plan import MergePlan
 from ...engine.probe import ProbeReport
+from ...methods import get_method
 
 
 def _hub_base_id(plan: MergePlan) -> str | None:

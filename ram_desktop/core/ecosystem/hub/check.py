@@ -18,7 +18,6 @@ the huggingface_hub attributes).
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 import threading
@@ -28,13 +27,13 @@ from pathlib import Path
 
 import huggingface_hub as hf
 
-from . import source as hub
+from ...engine.plan import MergePlan, make_plan
 from ...errors import Cancelled, HubUnreachable, InputError
 from ...events import CancelToken, ProgressEvent, Reporter
-from ...engine.plan import MergePlan, make_plan
 from ...sources import HUB_ID
 from ...storage.formats import Checkpoint, TensorInfo
 from ...storage.formats.base import DTYPE_TABLE
+from . import source as hub
 
 log = logging.getLogger("ram_desktop")
 
@@ -78,7 +77,7 @@ def remote_source(spec: str, token: str | None = None) -> RemoteSource | None:
         config = _remote_config(repo_id, listing, token)
     except (Cancelled, InputError):
         raise
-    except Exception as e:  # noqa: BLE001 — every Hub failure becomes one message
+    except Exception as e:
         mapped = hub.hub_error(e, repo_id, revision)
         if mapped is None:
             raise

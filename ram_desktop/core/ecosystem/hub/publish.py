@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 from ...errors import HubAuthError, HubError, HubHTTPError, InputError
 from ...events import Reporter
-from .source import REPO_ID, hub_error
+from .source import REPO_ID, _network_error_types, hub_error
 
 log = logging.getLogger("ram_desktop")
 
@@ -54,7 +54,7 @@ def has_stored_token() -> bool:
     """Whether huggingface_hub finds a token by itself (``HF_TOKEN`` or a stored login)."""
     try:
         return bool(hf.get_token())
-    except Exception:  # a broken token file must not stop the dialog from opening
+    except (OSError, ValueError):  # a broken or unreadable token file must not stop the dialog from opening
         return False
 
 
@@ -82,7 +82,8 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
         reporter.progress("upload", 0, total, "B", f"uploading {len(files)} files")
         api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
                           commit_message="Upload merged model (RAM Desktop)", ignore_patterns=[".*", "**/.*"])
-    except Exception as e:  # huggingface_hub errors become one line naming the repository
+    except (OSError, *_network_error_types()) as e:  # the Hub's errors (OSError subclasses) and the network's
+        # become one line naming the repository
         raise _publish_error(e, repo_id) from None
     reporter.progress("upload", total, total, "B", "done")
     url = str(getattr(repo_url, "url", None) or f"{hf_constants.ENDPOINT}/{repo_id}")

@@ -36,18 +36,42 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import huggingface_hub as hf
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import errors as hf_errors
 from huggingface_hub.file_download import repo_folder_name
 
-from ...errors import (Cancelled, GatedRepo, HubAuthError, HubError, HubFileMissing, HubHTTPError, HubOffline,
-                      HubUnreachable, InputError, RepoDisabled, RepoNotFound, RevisionNotFound)
+from ...errors import (
+    Cancelled,
+    GatedRepo,
+    HubAuthError,
+    HubError,
+    HubFileMissing,
+    HubHTTPError,
+    HubOffline,
+    HubUnreachable,
+    InputError,
+    RepoDisabled,
+    RepoNotFound,
+    RevisionNotFound,
+)
 from ...events import Reporter
-from ...storage.safe_read import read_text
-from ...storage.formats.base import INDEX_FILE, PICKLE_INDEX, PICKLE_SINGLE, SINGLE_FILE, Checkpoint, contained, read_index
+from ...storage.formats.base import (
+    INDEX_FILE,
+    PICKLE_INDEX,
+    PICKLE_SINGLE,
+    SINGLE_FILE,
+    Checkpoint,
+    contained,
+    read_index,
+)
 from ...storage.formats.local import open_local
+from ...storage.safe_read import read_text
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger("ram_desktop")
 
@@ -62,8 +86,7 @@ DEFAULT_REVISION = "main"
 def parse_spec(text: str) -> tuple[str, str | None]:
     """``"hf://org/name@rev"`` → ``("org/name", "rev")``; the revision is None when not given."""
     body = text.strip()
-    if body.startswith("hf://"):
-        body = body[len("hf://"):]
+    body = body.removeprefix("hf://")
     repo_id, _, revision = body.partition("@")
     repo_id = repo_id.strip().strip("/")
     if not REPO_ID.match(repo_id) or ".." in repo_id:
@@ -203,7 +226,7 @@ def hub_error(error: BaseException, repo_id: str, revision: str | None) -> HubEr
                                 "repository", repo_id, revision)
         return HubHTTPError(f"{repo_id}: the Hugging Face Hub answered with an error ({status or 'HTTP error'}); "
                             "try again later", repo_id, revision)
-    if isinstance(error, hf_errors.LocalEntryNotFoundError) or isinstance(error, _network_error_types()):
+    if isinstance(error, (hf_errors.LocalEntryNotFoundError, *_network_error_types())):
         if is_offline() or isinstance(error, hf_errors.OfflineModeIsEnabled):
             return offline_error(repo_id, revision)
         return HubUnreachable(f"{repo_id}: cannot reach the Hugging Face Hub ({error.__class__.__name__}) and no "
@@ -269,7 +292,7 @@ def list_repo_files(repo_id: str, revision: str | None = None, token: str | None
         info = hf.model_info(repo_id, revision=revision, files_metadata=True, token=token)
     except Cancelled:
         raise
-    except Exception as e:  # noqa: BLE001 — every Hub failure becomes one message
+    except Exception as e:
         mapped = hub_error(e, repo_id, revision)
         if mapped is None:
             raise
@@ -308,14 +331,14 @@ class _Download:
                     raise AttributeError(name)
                 return lambda *args, **kwargs: None
 
-            def update(self, n: int | float | None = 1) -> None:
+            def update(self, n: float | None = 1) -> None:
                 n = int(n or 0)
                 self.n += n
                 outer.done += n
                 detail = f"{outer.repo_id}: {filename} {_mb(self.n)} of {_mb(self.total)}"
                 outer.reporter.progress("download", outer.done, max(outer.total, outer.done), "B", detail)
 
-            def update_transfer(self, n: int | float | None = 1) -> None:
+            def update_transfer(self, n: float | None = 1) -> None:
                 outer.reporter.check()
 
             def set_postfix_str(self, *args: object, **kwargs: object) -> None:
@@ -333,7 +356,7 @@ class _Download:
             def close(self) -> None:
                 pass
 
-            def __enter__(self) -> "Bar":
+            def __enter__(self) -> Self:
                 return self
 
             def __exit__(self, *exc: object) -> None:
@@ -389,7 +412,7 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
             log.info("%s@%s: every needed file is in the cache", repo_id, sha[:12])
     except (Cancelled, InputError):
         raise
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         mapped = hub_error(e, repo_id, revision)
         if mapped is None:
             if isinstance(e, OSError):

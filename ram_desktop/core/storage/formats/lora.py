@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safetensors import safe_open
 
@@ -33,6 +34,9 @@ from ...lazy import torch
 from ..safe_read import check_regular, read_json
 from .base import Checkpoint, TensorInfo
 from .safetensors_format import read_header
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -133,7 +137,7 @@ def factors(folder: Path, tensors: dict[str, TensorInfo], config: dict) -> dict[
             shape = (a.shape[1], b.shape[0]) if transposed else (b.shape[0], a.shape[1])
         if b.shape[1] != rank:
             raise InputError(f"{where}: module {module!r}: lora_B has {b.shape[1]} columns but lora_A has {rank} rows")
-        bare = module[len(PREFIX):] if module.startswith(PREFIX) else module
+        bare = module.removeprefix(PREFIX)
         alpha = float(_pattern_value(config.get("alpha_pattern"), bare, config.get("lora_alpha", rank)))
         r = int(_pattern_value(config.get("rank_pattern"), bare, config.get("r", rank)))
         if r != rank:
@@ -207,7 +211,7 @@ def bind_all(base: Checkpoint, agents: list[Checkpoint]) -> list[Checkpoint]:
 
 
 class _DeltaSlice:
-    def __init__(self, handle: "DeltaHandle", target: str) -> None:
+    def __init__(self, handle: DeltaHandle, target: str) -> None:
         self.handle, self.target = handle, target
 
     def __getitem__(self, rows: slice) -> torch.Tensor:
@@ -227,7 +231,7 @@ class DeltaHandle:
         self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
         self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)
 
-    def __enter__(self) -> "DeltaHandle":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,12 +18,25 @@ import pickle
 import warnings
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ...lazy import torch
 from ...errors import InputError
+from ...lazy import torch
 from ..safe_read import check_regular
-from .base import (CODE_OF_NAME, PICKLE_INDEX, PICKLE_SINGLE, Checkpoint, TensorInfo, check_index_covers, dtype_name,
-                   index_shards, read_config)
+from .base import (
+    CODE_OF_NAME,
+    PICKLE_INDEX,
+    PICKLE_SINGLE,
+    Checkpoint,
+    TensorInfo,
+    check_index_covers,
+    dtype_name,
+    index_shards,
+    read_config,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 log = logging.getLogger("ram_desktop")
 
@@ -132,13 +145,13 @@ class PickleHandle:
         self.file = file
         self.state = load_state_dict(file)
 
-    def get_slice(self, name: str) -> "_Slice":
+    def get_slice(self, name: str) -> _Slice:
         return _Slice(self.state[name])
 
     def get_tensor(self, name: str) -> torch.Tensor:
         return self.state[name].clone()
 
-    def __enter__(self) -> "PickleHandle":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

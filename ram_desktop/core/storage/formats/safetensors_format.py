@@ -18,15 +18,28 @@ import struct
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
-from ...lazy import torch
 from ...errors import InputError
+from ...lazy import torch
 from ..safe_read import json_depth, open_regular, os_reason, parse_json
-from .base import (CODE_OF_NAME, DTYPE_TABLE, INDEX_FILE, SINGLE_FILE, Checkpoint, TensorInfo, check_index_covers,
-                   index_shards, read_config, torch_dtype)
+from .base import (
+    CODE_OF_NAME,
+    DTYPE_TABLE,
+    INDEX_FILE,
+    SINGLE_FILE,
+    Checkpoint,
+    TensorInfo,
+    check_index_covers,
+    index_shards,
+    read_config,
+    torch_dtype,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's limit (MAX_HEADER_SIZE)
 HEADER_MAX_DEPTH = 127  # serde_json, which the library parses headers with, refuses a 128th level of nesting
@@ -252,7 +265,7 @@ def open_file(path: Path, spec: str) -> Checkpoint:
     return Checkpoint(spec, path, [path], tensors, read_config(path.parent), metadata=metadata)
 
 
-def open_slices(file: Path) -> "MappedSafetensors":
+def open_slices(file: Path) -> MappedSafetensors:
     """The file's slice reader (``get_slice(name)[a:b]``, ``get_tensor(name)``) as a context manager."""
     return MappedSafetensors(file)
 
@@ -309,7 +322,7 @@ class MappedSafetensors:
             return np.empty(0, bits_type)
         return np.frombuffer(self._map, dtype=bits_type, count=count, offset=offset)
 
-    def get_slice(self, name: str) -> "_RowSlice":
+    def get_slice(self, name: str) -> _RowSlice:
         if name not in self._entries:
             raise KeyError(name)
         return _RowSlice(self, name)
@@ -321,7 +334,7 @@ class MappedSafetensors:
     def keys(self) -> list[str]:
         return list(self._entries)
 
-    def __enter__(self) -> "MappedSafetensors":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -369,7 +382,7 @@ class SafetensorsStreamWriter:
         self.path = path
         self._expected = offset
         self._written = 0
-        self._file: BinaryIO = open(path, "wb")
+        self._file: BinaryIO = open(path, "wb")  # noqa: SIM115  the writer owns it until close()
         self._file.write(struct.pack("<Q", len(raw)))
         self._file.write(raw)
 
