@@ -208,6 +208,8 @@ def render(runs: list[dict], results: Path) -> str:
         f"partner. Scores are mean rewards in percent on the test splits (mean ± sample standard deviation "
         f"over seeds); \"right answers\" are rewards of 1.0.{wudi}\n\n"
         f"### Agents against the base (each on its own task's test split)\n\n{agents_table(runs)}\n\n"
+        f"Density: the fraction of elements whose bf16 value changed (τ ≠ 0); unique, shared and ρ: the probe's "
+        f"counts of |τ| > ε = 1e-5, as RAM uses them.\n\n"
         f"### Figure 2: where the agents' updates are\n\nDensity per module kind, % of elements changed in bf16 "
         f"(mean over layers and seeds):\n\n{module_table(runs)}\n\n![figure 2](figure2.png)\n\n"
         f"### Table 1\n\n{toy.table1(runs)}\n\nSettings chosen on the validation split:\n\n{toy.chosen_table(runs)}\n\n"
