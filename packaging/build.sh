@@ -46,7 +46,7 @@ fi
 # what the build venv holds (part of its stamp: adding a package here rebuilds an existing venv)
 VENV_PACKAGES=(pyinstaller pyinstaller-hooks-contrib setuptools
     torch safetensors huggingface_hub pyyaml tqdm numpy PySide6_Essentials pyqtgraph
-    numba llvmlite transformers tokenizers jinja2)
+    numba llvmlite transformers tokenizers jinja2 uv)
 TORCH_INDEX_ARGS=()
 [[ -n "${TORCH_INDEX_URL:-}" ]] && TORCH_INDEX_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
 want_stamp=$( (cat constraints.txt packaging/constraints-build.txt pyproject.toml; echo "${TORCH_INDEX_URL:-}"

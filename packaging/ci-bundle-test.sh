@@ -194,6 +194,65 @@ if ls -d "$D"/*.partial-* >/dev/null 2>&1; then
     echo "FAIL: a failed merge left a .partial folder" >&2; FAILS=$((FAILS + 1))
 fi
 
+# The compute set-up, frozen (docs/compute.md): the bundled uv and lock files, a dry run, then an offline
+# install of a CPU torch from a local folder of wheels into a runtime folder of a separate HOME, and proof
+# that the frozen app then imports torch from that folder (and merges with it, bit-identical to the bundled
+# torch's merge on the torch path), and that RAM_DESKTOP_RUNTIME=off or a damaged folder brings back the
+# bundled torch with one line saying why.
+[[ -x "$BUNDLE/_internal/uv/uv" ]] || { echo "FAIL: the bundle lacks _internal/uv/uv" >&2; FAILS=$((FAILS + 1)); }
+ls "$BUNDLE/_internal/locks/"*.txt >/dev/null 2>&1 || { echo "FAIL: the bundle lacks _internal/locks/" >&2; FAILS=$((FAILS + 1)); }
+check "ram-desktop --setup-compute --dry-run" 0 ram-desktop --setup-compute --dry-run
+if [[ "$CHECK_OK" == 1 ]] && ! grep -q '^plan: ' "$TMP/out"; then
+    echo "FAIL: the dry run printed no plan" >&2; sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
+fi
+check "ram-desktop --setup-compute cuda --dry-run (the PyPI CUDA 13 lock is bundled)" 0 ram-desktop --setup-compute cuda --dry-run
+grep -q 'plan: install — torch 2.13.0, CUDA 13.0 build from PyPI' "$TMP/out" \
+    || { echo "FAIL: no CUDA 13 plan from the bundled lock" >&2; sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1)); }
+WHEELS=${WHEELHOUSE:-$TMP/wheels}
+REAL_TORCH=1
+if [[ -z "${WHEELHOUSE:-}" ]]; then
+    mkdir -p "$WHEELS"
+    # a CPU build of torch where this machine's pip finds one (its configured wheels), else the stand-in
+    # torch the tests build (then the frozen merge with it is skipped)
+    if ! "$HOST_PY" -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" 'torch==2.13.0+cpu' >/dev/null 2>&1; then
+        REAL_TORCH=0
+        "$HOST_PY" -c "import sys; sys.path.insert(0, '.'); from pathlib import Path; from tests.fake_torch import build_wheel; import shutil; h = build_wheel(Path(sys.argv[1])); [shutil.copy(w, sys.argv[2]) for w in h.glob('*.whl')]" "$TMP/fake-build" "$WHEELS"
+    fi
+fi
+RT_HOME=$TMP/home-runtime
+mkdir -p "$RT_HOME"
+EXTRA_ENV=(HOME="$RT_HOME")
+check "ram-desktop --setup-compute cpu --offline --find-links (frozen uv, frozen check)" 0 \
+    ram-desktop --setup-compute cpu --offline --find-links "$WHEELS"
+[[ "$CHECK_OK" == 1 ]] && say "    $(grep '^installed ' "$TMP/out")"
+RT=$RT_HOME/.local/share/ram-desktop/runtimes/cpu-torch2.13.0
+check "ram-desktop --compute-info after the install" 0 ram-desktop --compute-info
+if [[ "$CHECK_OK" == 1 ]] && ! grep -qx "torch file: $RT/site/torch" "$TMP/out"; then
+    echo "FAIL: the frozen app did not import torch from the runtime folder" >&2; sed 's/^/    | /' "$TMP/out" >&2
+    FAILS=$((FAILS + 1))
+else
+    say "    $(grep '^torch' "$TMP/out" | tr '\n' ' ')"
+fi
+if [[ "$REAL_TORCH" == 1 ]]; then
+    EXTRA_ENV=(HOME="$RT_HOME" RAM_DESKTOP_KERNELS=0)
+    check "merge on the runtime's torch (torch path)" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --out "$TMP/rt-merge"
+    EXTRA_ENV=(HOME="$RT_HOME" RAM_DESKTOP_KERNELS=0 RAM_DESKTOP_RUNTIME=off)
+    check "merge on the bundled torch (torch path)" 0 ram-merge -q merge "$D/base" "${AGENTS[@]}" --out "$TMP/bundled-merge"
+    cmp -s "$TMP/rt-merge/model.safetensors" "$TMP/bundled-merge/model.safetensors" \
+        || { echo "FAIL: the runtime torch's merge differs from the bundled torch's" >&2; FAILS=$((FAILS + 1)); }
+fi
+EXTRA_ENV=(HOME="$RT_HOME" RAM_DESKTOP_RUNTIME=off)
+check "--compute-info with RAM_DESKTOP_RUNTIME=off" 0 ram-desktop --compute-info
+grep -q "^torch file: $BUNDLE/_internal/torch" "$TMP/out" \
+    || { echo "FAIL: RAM_DESKTOP_RUNTIME=off did not give the bundled torch" >&2; sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1)); }
+rm -f "$RT/runtime.json"  # a half-written folder: never used, one line says why
+EXTRA_ENV=(HOME="$RT_HOME")
+check "--compute-info with a half-written runtime folder" 0 ram-desktop --compute-info
+if ! grep -q "^torch file: $BUNDLE/_internal/torch" "$TMP/out" || ! grep -q '^note: compute runtime not used (' "$TMP/out"; then
+    echo "FAIL: a half-written runtime folder was used or not reported" >&2; sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
+fi
+EXTRA_ENV=()
+
 # The window, frozen: --self-test (offscreen: demo agents -> analysis -> RAM+ float32 merge -> chart
 # export -> output checks; one line) and a --demo screenshot.
 if grep -rqs -- '--self-test' ram_desktop/gui ram_desktop/__main__.py; then

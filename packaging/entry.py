@@ -123,8 +123,30 @@ def kernel_check() -> int:
         return 1
 
 
+def answer_as_python() -> bool:
+    """``ram-desktop -I -B -c CODE``: run CODE as the Python this bundle embeds would.
+
+    The compute set-up (docs/compute.md) runs the bundled ``uv pip install --python <this executable>``, and uv
+    asks that interpreter about itself (version, platform, paths) with ``-I -B -c CODE``. No RAM Desktop
+    command starts with these flags."""
+    args = sys.argv[1:]
+    while args and args[0] in ("-I", "-B", "-E", "-s", "-S", "-u"):
+        args = args[1:]
+    if len(args) < 2 or args[0] != "-c" or sys.argv[1] not in ("-I", "-B", "-E", "-s", "-S", "-u", "-c"):
+        return False
+    sys.argv = ["-c", *args[2:]]
+    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    return True
+
+
 def run() -> None:
     multiprocessing.freeze_support()  # a frozen child process started with "spawn" must not reopen the app
+    if getattr(sys, "frozen", False) and answer_as_python():
+        sys.exit(0)
+    if sys.argv[1:2] == ["--verify-runtime"]:  # the new runtime folder's check, before any torch is imported
+        from ram_desktop.core.compute.verify import main as verify
+
+        sys.exit(verify(sys.argv[2:]))
     from ram_desktop.paths import guard_stdio
 
     guard_stdio()
@@ -134,6 +156,12 @@ def run() -> None:
         sys.exit(bundle_check())
     if sys.argv[1:2] == ["--kernel-check"]:
         sys.exit(kernel_check())
+    if sys.argv[1:2] in (["--setup-compute"], ["--compute-info"]):  # either name, the console ram-merge.exe too
+        from ram_desktop.compute_cli import main as compute_main
+        from ram_desktop.core.compute.runtime import activate
+
+        activate()
+        sys.exit(compute_main(sys.argv[1:]))
     if _invoked_as_cli():
         from ram_desktop.cli import entry
 

@@ -5,7 +5,17 @@ import sys
 CLI_COMMANDS = {"probe", "merge", "run", "demo", "eval", "compare", "export-mergekit", "publish", "fisher", "--version", "-h", "--help", "-q", "--quiet"}
 
 
+COMPUTE_COMMANDS = {"--setup-compute", "--compute-info"}  # ram_desktop.compute_cli (docs/compute.md)
+
+
 def main() -> None:
+    from .core.compute.runtime import activate
+
+    activate()  # before anything imports torch: a verified runtime folder goes ahead of the bundled torch
+    if len(sys.argv) > 1 and sys.argv[1] in COMPUTE_COMMANDS:
+        from .compute_cli import main as compute_main
+
+        sys.exit(compute_main(sys.argv[1:]))
     if len(sys.argv) > 1 and sys.argv[1] in CLI_COMMANDS:
         from .cli import entry
 

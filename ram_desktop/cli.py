@@ -134,14 +134,13 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         first = takers[0][1]
         if first.flag in p._option_string_actions:  # compare's own --suite (evaluation) keeps its meaning
             continue
-        kwargs = {"choices": first.choices} if first.choices else {}
         by_text: dict[str, list[str]] = {}
         for method_name, prm in takers:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
         metavar = f"{name.upper()},..." if first.per_agent else name.upper()
         p.add_argument(first.flag, dest=f"param_{name}", metavar=metavar, type=first.kind, default=None,
-                       help=text, **kwargs)
+                       choices=first.choices or None, help=text)
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES),
                    help="output dtype (default: the base's)")
     p.add_argument("--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})")
@@ -387,6 +386,11 @@ def entry() -> None:
     flushed: every output file is closed and every worker thread joined by then, and Python's own
     teardown (torch's modules, a last full collection) would cost ~0.5 CPU-s after the work is done. An
     unexpected exception still propagates the usual way (traceback, exit 1)."""
+    from .core.compute.runtime import activate
+
+    state = activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch
+    if state.message and not {"-q", "--quiet"} & set(sys.argv[1:]):
+        print(f"note: {state.message}", file=sys.stderr)
     gc.freeze()
     cancel_on_termination()
     try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 APP_NAME = "RAM Desktop"  # macOS / Windows folder name
 APP_ID = "ram-desktop"  # Linux folder name, executable and .desktop id
@@ -185,7 +186,7 @@ def resource_path(name: str) -> Path:
 # --- no console ----------------------------------------------------------------------------------
 
 
-def _open_log() -> object | None:
+def _open_log() -> TextIO | None:
     try:
         folder = user_log_dir(create=True)
         path = folder / LOG_FILE
@@ -213,13 +214,13 @@ def guard_stdio() -> Path | None:
     if stream is None:
         stream = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115  stdout / stderr for the process's life
     if sys.stdout is None:
-        sys.stdout = stream  # type: ignore[assignment]
+        sys.stdout = stream
     if sys.stderr is None:
-        sys.stderr = stream  # type: ignore[assignment]
+        sys.stderr = stream
         try:  # a hard crash (segfault in a native library) still leaves a trace in the log
             import faulthandler
 
-            faulthandler.enable(stream)  # type: ignore[arg-type]
+            faulthandler.enable(stream)
         except (OSError, ValueError, AttributeError):
             pass
     if log_path is not None:

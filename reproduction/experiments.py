@@ -31,6 +31,7 @@ DARE_DROPS = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
 R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
 EPS = 1e-5
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 8  # calibration examples per agent (paper: 256-2048)
+GRID_METHODS = ("task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher")  # searched on validation
 METHOD_ORDER = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
                 "fisher", "wudi")
 
@@ -218,9 +219,11 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     densities = track.ties_densities[:1] if few else track.ties_densities
     drops = track.dare_drops[::4] if few else track.dare_drops
     r_sweep = track.r_sweep[::2] if few else track.r_sweep
-    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {}),
-             ("wudi", dict(track.wudi_params))]  # WUDI at its authors' settings (300 Adam steps, lr 1e-5) unless
-    fixed = [(m, p) for m, p in fixed if m in track.methods]  # a track says otherwise; Table 10 searches none
+    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
+    # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
+    # wudi_params; Table 10 searches none)
+    fixed += [(m, dict(track.wudi_params) if m == "wudi" else {}) for m in track.methods
+              if m not in GRID_METHODS and m not in dict(fixed)]
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],

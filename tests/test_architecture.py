@@ -140,6 +140,15 @@ def test_core_never_imports_evaluate():
         assert not bad, f"{name} imports {bad}"
 
 
+def test_compute_imports_only_itself_and_the_shared_modules():
+    """core/compute/ runs at start-up before torch: it leans on nothing but the shared modules and paths."""
+    found = _room_imports(f"{CORE}.compute")
+    assert found, "core/compute/ is missing"
+    for name, imported in found.items():
+        bad = {m for m in imported if not _in(m, "compute") and m not in SHARED and m != "ram_desktop.paths"}
+        assert not bad, f"{name} imports {bad}"
+
+
 # The faces and evaluate reach the core through its public API (``ram_desktop.core``: names loaded lazily)
 # and its defaults; these modules are the documented exceptions (docs/architecture.md): the charts' data
 # helpers, guarded file reading, the Fisher estimate's output folder, the kernels' warm-up, the Hub dialog.
@@ -150,6 +159,9 @@ API_EXCEPTIONS = {
     f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
     f"{CORE}.engine.kernels",  # the worker compiles the kernels ahead of the first merge
     f"{CORE}.ecosystem.hub.source",  # the Hub dialog's lookups
+    # the compute set-up (docs/compute.md): its own small API, used at start-up before torch is imported
+    f"{CORE}.compute", f"{CORE}.compute.runtime", f"{CORE}.compute.builds", f"{CORE}.compute.detect",
+    f"{CORE}.compute.install", f"{CORE}.compute.summary",
 }
 
 

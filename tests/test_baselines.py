@@ -107,10 +107,10 @@ def _trim_masks(base_dir, agent_dirs, density, scope, chunk_elements=1 << 22):
     collector = TrimCollector(density, scope, plan)
     cpu = Transfer(torch.device("cpu"))
     passes = 1
-    probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements, ordered=True)
+    probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements)
     while collector.next_pass():
         passes += 1
-        probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements, ordered=True)
+        probe_pass(plan, EPS, cpu, Reporter(), [collector], chunk_elements)
     ctx = TiesContext(collector.finish(), 1.0)
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
     parts: dict[str, list[torch.Tensor]] = {}

@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "VOCAB_MODES": "engine.plan", "DEFAULT_CHUNK_ELEMENTS": "engine.chunks",
     # errors and events
     "RamError": "errors", "InputError": "errors", "Cancelled": "errors", "HubError": "errors",
+    "ComputeError": "errors",
     "first_line": "errors",
     "Reporter": "events", "ProgressEvent": "events", "CancelToken": "events",
     # the built-in demo
@@ -49,6 +50,7 @@ __all__ = [  # the names of _EXPORTS
     "CancelToken",
     "Cancelled",
     "Checkpoint",
+    "ComputeError",
     "HubError",
     "InputError",
     "MergeMethod",
@@ -109,7 +111,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES, VOCAB_MODES
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport
-    from .errors import Cancelled, HubError, InputError, RamError, first_line
+    from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
     from .events import CancelToken, ProgressEvent, Reporter
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
     from .pipeline import (

@@ -75,3 +75,8 @@ class HubAuthError(HubError):
 
 class HubHTTPError(HubError):
     """Any other HTTP error answer of the Hub."""
+
+
+class ComputeError(RamError):
+    """The compute set-up could not detect, fetch, verify or remove a torch build (docs/compute.md); the
+    bundled torch stays in use."""

@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -128,7 +129,7 @@ def probe(base: str, agents: list[str], names: list[str] | None = None, eps: flo
 
 
 def _probe_plan(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter, use_cache: bool,
-                chunk_elements: int, collectors: list[Collector] = (), survival: bool = True,
+                chunk_elements: int, collectors: Sequence[Collector] = (), survival: bool = True,
                 files: OpenFiles | None = None) -> ProbeReport:
     """The probe from the cache when possible, then every collector's passes (as many as it asks for;
     all reading through ``files`` when given.
@@ -285,6 +286,7 @@ def merge_variants(request: MergeRequest, specs: list[VariantSpec], reporter: Re
         if accumulator is not None:
             probe_report = accumulator.report()
             save_cached(probe_report)
+        assert probe_report is not None  # from the probe, or counted in the merge pass
         timings["merge_s"] = time.perf_counter() - t0
         results = []
         for spec, v, folder, out in zip(specs, variants, folders, outs):

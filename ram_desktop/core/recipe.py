@@ -58,7 +58,7 @@ class Recipe:
             "eps": self.eps,
             "base": self.base,
             "agents": [{"name": n, "source": s} if n else {"source": s}
-                       for n, s in zip(self.names or [None] * len(self.agents), self.agents)],
+                       for n, s in zip(self.names or [""] * len(self.agents), self.agents)],
             "out_dtype": self.out_dtype,
             "shard_size": self.shard_size,
             "device": self.device,

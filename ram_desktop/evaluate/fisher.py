@@ -151,7 +151,7 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
         gc.collect()
         if torch_device.type == "cuda":
             torch.cuda.empty_cache()
-    info = {
+    details = {
         "format": FORMAT, "agent": ckpt.display, "agent_fingerprint": agent_fingerprint(ckpt),
         "suite": {"name": suite.name, "source": str(suite.source), "fingerprint": suite_fingerprint(suite)},
         "examples": n, "examples_requested": examples, "estimator": ESTIMATOR,
@@ -159,7 +159,7 @@ def estimate_fisher(agent: str | Path, suite: Suite | str | Path, examples: int 
         "seconds": round(time.perf_counter() - start, 3),
         "versions": _versions(),
     }
-    return FisherEstimate(tensors, info)
+    return FisherEstimate(tensors, details)
 
 
 def _versions() -> dict[str, str]:

@@ -47,22 +47,22 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt
 def model_refs(sources: Sequence[str | Path], names: Sequence[str] | None = None) -> list[ModelRef]:
     """Name the models: ``names`` when given (one per source, distinct), else each folder's name (or
     the Hub repository's), with ``-2``, ``-3`` ... added where two would be the same."""
-    sources = [str(s).strip() for s in sources]
-    if not sources:
+    texts = [str(s).strip() for s in sources]
+    if not texts:
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
     if names is not None:
         names = [n.strip() for n in names]
-        if len(names) != len(sources):
-            raise InputError(f"{len(names)} names for {len(sources)} models; give one name per model")
+        if len(names) != len(texts):
+            raise InputError(f"{len(names)} names for {len(texts)} models; give one name per model")
         if any(not n for n in names):
             raise InputError("a model name is empty")
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise InputError(f"model name {dupes[0]!r} is given twice; names must differ")
-        return [ModelRef(n, s) for n, s in zip(names, sources)]
+        return [ModelRef(n, s) for n, s in zip(names, texts)]
     refs: list[ModelRef] = []
     seen: dict[str, int] = {}
-    for source in sources:
+    for source in texts:
         base = _default_name(source)
         seen[base] = seen.get(base, 0) + 1
         refs.append(ModelRef(base if seen[base] == 1 else f"{base}-{seen[base]}", source))
@@ -329,9 +329,10 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
                              f"{first_line(e)})") from None
         try:
             # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
-            model, info = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False,
-                                                               ignore_mismatched_sizes=True,
-                                                               output_loading_info=True)
+            # transformers annotates the return as the model alone; output_loading_info=True gives (model, info)
+            loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
+                folder, dtype=dtype, trust_remote_code=False, ignore_mismatched_sizes=True, output_loading_info=True)
+            model, info = loaded
         except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
             raise InputError(f"{where}: transformers cannot load it as a causal language model "
                              f"({type(e).__name__}: {first_line(e)})") from None

@@ -173,7 +173,7 @@ def _read_yaml(file: Path) -> dict[str, Any]:
                 raise bad(key, f"expected a whole number of at least 1, found {value!r}")
             settings["max_new_tokens"] = value
         elif key == "chat_template":
-            text = {True: "true", False: "false"}.get(value, value) if isinstance(value, bool) else value
+            text = ("true" if value else "false") if isinstance(value, bool) else value
             if not isinstance(text, str) or text.strip().lower() not in ("auto", "true", "false"):
                 raise bad(key, f"expected auto, true or false, found {value!r}")
             settings["chat_template"] = text.strip().lower()

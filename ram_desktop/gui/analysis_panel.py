@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -47,6 +48,18 @@ def rescale_survival(report: ProbeReport, lambdas: list[float] | None, dtype: st
     return shares, (sum(s * u for s, u in weighted) / total if total else None)
 
 
+@runtime_checkable
+class ReportView(Protocol):
+    """What each chart or table in the panel's tabs is besides a widget: it shows a probe report."""
+
+    def show_report(self, report: ProbeReport | None) -> None: ...
+
+
+def _show(view: QWidget, report: ProbeReport | None) -> None:
+    assert isinstance(view, ReportView)  # every tab's view shows reports
+    view.show_report(report)
+
+
 class AnalysisPanel(QWidget):
     use_float32 = Signal()
 
@@ -69,7 +82,7 @@ class AnalysisPanel(QWidget):
         self.pairs = PairsChart()
         self.ulps = UlpHistogram()
         self.would_keep = WouldKeepChart()
-        views = [
+        views: list[tuple[QWidget, str, str]] = [
             (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
             (self.overlap, "Overlap", ("For each agent: how many of its updates no other agent touches (unique) "
                                        "and how many it shares with 1, 2 ... other agents")),
@@ -89,7 +102,7 @@ class AnalysisPanel(QWidget):
         self.tabs.setUsesScrollButtons(True)
         self.charts = [w for w, _, _ in views]
         self.eager = {self.density, self.overlap, self.layers}
-        self._deferred: dict = {}
+        self._deferred: dict[QWidget, ProbeReport | None] = {}
         self.tabs.currentChanged.connect(self._tab_shown)
         # while held (the window runs a merge, see set_held), charts not on screen wait: building one is
         # Python-heavy and would compete with the worker thread for the interpreter, stalling the window
@@ -111,7 +124,9 @@ class AnalysisPanel(QWidget):
                 "Scale of this agent's unique updates for the chosen method and parameters",
                 "Share of the agent's unique elements whose rescaled value survives rounding to the output dtype"]
         for col, tip in enumerate(tips):
-            self.table.horizontalHeaderItem(col).setToolTip(tip)
+            header_item = self.table.horizontalHeaderItem(col)
+            assert header_item is not None  # setHorizontalHeaderLabels made it
+            header_item.setToolTip(tip)
         self.table.setMinimumHeight(90)
         layout.addWidget(self.table, 1)
 
@@ -133,7 +148,7 @@ class AnalysisPanel(QWidget):
         self.stale.hide()
         layout.addWidget(self.stale)
 
-        self._chart_queue: list = []
+        self._chart_queue: list[tuple[QWidget, ProbeReport | None]] = []
         # the panel's own timer (not QTimer.singleShot): it dies with the panel, so a queue left behind
         # by a closed window never draws into deleted charts
         self._chart_timer = QTimer(self)
@@ -154,7 +169,7 @@ class AnalysisPanel(QWidget):
         self.tabs.setEnabled(report is not None)
         charts = self.charts
         current = self.tabs.currentIndex()
-        charts[current].show_report(report)
+        _show(charts[current], report)
         # the overview charts are drawn ahead, one per turn; the inspection views when their tab is
         # first shown or they are exported (each draw costs Qt calls: see charts._label)
         self._chart_queue = [(c, report) for i, c in enumerate(charts) if i != current and c in self.eager]
@@ -172,7 +187,7 @@ class AnalysisPanel(QWidget):
             return
         chart, report = self._chart_queue.pop(0)
         if report is self.report:
-            chart.show_report(report)
+            _show(chart, report)
         if self._chart_queue:
             self._chart_timer.start(0)
 
@@ -183,12 +198,14 @@ class AnalysisPanel(QWidget):
     def _tab_shown(self, index: int) -> None:
         """A chart still waiting in the queue is drawn as soon as its tab is shown."""
         widget = self.tabs.widget(index)
+        if widget is None:  # index -1: no tab
+            return
         self._draw_deferred(widget)
         for i, (chart, report) in enumerate(self._chart_queue):
             if chart is widget:
                 del self._chart_queue[i]
                 if report is self.report:
-                    chart.show_report(report)
+                    _show(chart, report)
                 return
 
     def _draw_deferred(self, widget: QWidget) -> bool:
@@ -196,7 +213,7 @@ class AnalysisPanel(QWidget):
             if chart is widget or chart.isAncestorOf(widget):
                 report = self._deferred.pop(chart)
                 if report is self.report:
-                    chart.show_report(report)
+                    _show(chart, report)
                 return True
         ensure = getattr(widget, "ensure_current", None)
         return bool(ensure()) if ensure is not None else False
@@ -209,7 +226,7 @@ class AnalysisPanel(QWidget):
             if chart is widget or chart.isAncestorOf(widget):
                 del self._chart_queue[i]
                 if report is self.report:
-                    chart.show_report(report)
+                    _show(chart, report)
                 return True
         return False
 

@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--self-test", action="store_true",
                         help="offscreen: analyse and merge the demo agents through the window, check the output, "
                              "print one line and exit 0 (or 1 with the reason)")
+    parser.add_argument("--setup-compute", nargs="?", const="auto", metavar="auto|cpu|cuda|rocm|mps",
+                        help="detect the GPU and fetch the torch build that uses it, without the window "
+                             "(--dry-run, --offline, --find-links DIR, --json: see docs/compute.md)")
+    parser.add_argument("--compute-info", action="store_true", help="print the torch and device in use and exit")
     parser.add_argument("--version", action="version", version=f"ram-desktop {__version__}")
     return parser
 
@@ -56,6 +60,11 @@ def install_excepthook() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] in (["--setup-compute"], ["--compute-info"]):  # headless: the compute set-up's own parser
+        from ..compute_cli import main as compute_main
+
+        return compute_main(argv)
     args = build_parser().parse_args(argv)
     if args.self_test:
         from .selftest import run as self_test
@@ -157,7 +166,13 @@ def _close_on_termination(app, window, status: dict) -> None:
 
 def entry() -> None:
     """Console-script entry point (``ram-desktop``; also ``python -m ram_desktop`` with no arguments)."""
+    from ..core.compute.runtime import activate
     from ..paths import guard_stdio
 
     guard_stdio()  # a windowed build / Windows gui-script has no console: stdout and stderr go to the log
+    activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch
+    if sys.argv[1:2] in (["--setup-compute"], ["--compute-info"]):
+        from ..compute_cli import main as compute_main
+
+        sys.exit(compute_main(sys.argv[1:]))
     sys.exit(main())

@@ -63,7 +63,8 @@ class ChartSaver(QObject):
         def write(reporter: Reporter) -> list[str]:
             saved = []
             for path, image in images:
-                if image.save(str(path), "PNG"):
+                # PySide6's stub types format as bytes, but the binding takes a str and refuses bytes (6.11)
+                if image.save(str(path), "PNG"):  # type: ignore[call-overload]
                     saved.append(path.name)
                 else:
                     log.warning("could not save the chart %s", path)

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 from ..core import (
     InputError,
     ProgressEvent,
+    Recipe,
     Session,
     check_repo_id,
     has_stored_token,
@@ -87,8 +88,10 @@ def export_mergekit_dialog(window: MainWindow) -> None:
 
 
 def export_mergekit(window: MainWindow, path: Path) -> bool:
-    if not write_from_recipe(window, path, lambda recipe, p: p.write_text(to_mergekit(recipe), encoding="utf-8"),
-                             "exporting a mergekit config", "the mergekit config"):
+    def write(recipe: Recipe, p: Path) -> None:
+        p.write_text(to_mergekit(recipe), encoding="utf-8")
+
+    if not write_from_recipe(window, path, write, "exporting a mergekit config", "the mergekit config"):
         return False
     log.info("exported mergekit config %s", path)
     window.statusBar().showMessage(f"Exported {path} (differences from RAM Desktop are comments in the file)", 8000)
@@ -153,10 +156,11 @@ class PublishDialog(QDialog):
         repo_id, private = self.repo.text().strip(), self.private.isChecked()
         token = self.token_edit.text().strip() or None
         self._job = Job(lambda reporter: publish(self.folder, repo_id, private, token, reporter), self)
-        self._job.worker.progress.connect(self._progress)
-        self._job.worker.succeeded.connect(self._succeeded)
-        self._job.worker.failed.connect(self._failed)
-        self._job.worker.crashed.connect(lambda message, trace: self._failed(message))
+        # the job's signals (re-emitted in the GUI thread), not the worker's: the lambda would run in the worker thread
+        self._job.progress.connect(self._progress)
+        self._job.succeeded.connect(self._succeeded)
+        self._job.failed.connect(self._failed)
+        self._job.crashed.connect(lambda message, trace: self._failed(message))
         self._job.finished.connect(self._finished)
         self.status.setText(f"Publishing to {repo_id}…")
         self.bar.setVisible(True)

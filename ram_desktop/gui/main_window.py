@@ -27,6 +27,7 @@ from . import ecosystem
 from .analysis_panel import AnalysisPanel
 from .chart_saver import ChartSaver
 from .compare_panel import ComparePanel
+from .compute_dialog import ComputeFace
 from .evaluate_panel import EvaluatePanel, ModelEntry
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         self._lay_out()
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
         self.menus = Menus(self)
+        self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
         self.log_bridge = LogBridge(self)
         self.log_bridge.record.connect(self.run_box.append_log)
         self.log_bridge.install()

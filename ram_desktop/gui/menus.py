@@ -3,6 +3,7 @@ with the file dialogs and the recipe files behind them."""
 
 from __future__ import annotations
 
+import html
 import logging
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from .. import __version__
 from ..core import InputError
 from . import ecosystem
+from .compute_dialog import about_lines
 from .session_form import load_session, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -55,6 +57,10 @@ class Menus(QObject):
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
+        settings_menu = w.menuBar().addMenu("&Settings")
+        self.compute_action = QAction("&Compute…", w, triggered=lambda: w.compute.open_page())
+        self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
+        settings_menu.addAction(self.compute_action)
         help_menu = w.menuBar().addMenu("&Help")
         help_menu.addAction(QAction("The RAM paper (arXiv 2601.13572)", w,
                                     triggered=lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
@@ -72,7 +78,8 @@ class Menus(QObject):
         QMessageBox.about(self.window, "About RAM Desktop",
                           f"<b>RAM Desktop {__version__}</b><p>Merges RL-trained agents that share one base with "
                           "RAM / RAM+ (Behavior Knowledge Merge in Reinforced Agentic Models, arXiv 2601.13572) "
-                          "and classic baselines.</p>")
+                          "and classic baselines.</p><p>" + "<br>".join(html.escape(line) for line in about_lines())
+                          + "</p>")
 
     # --- recent recipes -----------------------------------------------------------------------
     def recent_recipes(self) -> list[str]:

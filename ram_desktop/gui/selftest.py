@@ -99,6 +99,7 @@ def _drive(tmp: Path, deadline: float) -> str:
     qt_messages: list[str] = []
     previous_handler = qInstallMessageHandler(lambda kind, context, message: qt_messages.append(message))
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "ram-desktop"])
+    assert isinstance(app, QApplication)  # the self-test's process makes a QApplication, never a bare QCoreApplication
     icon_ok = setup_application(app)
     if paths.is_frozen() and not icon_ok:
         raise SelfTestError("the bundled window icon (resources/ram-desktop.svg) did not load")

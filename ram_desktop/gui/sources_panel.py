@@ -328,7 +328,7 @@ class SourcesPanel(QWidget):
                 if col == STATUS and row is not None:
                     if row.error or row.rejected:
                         item.setForeground(QBrush(ERROR_COLOR))
-                        item.setToolTip(row.error or row.rejected)
+                        item.setToolTip(row.error or row.rejected or "")  # one of them is set here
                     elif row.checkpoint:
                         item.setForeground(QBrush(OK_COLOR))
                     else:

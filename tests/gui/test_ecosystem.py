@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import huggingface_hub as hf
+import pytest
 import torch
 import yaml
 from PySide6.QtCore import Qt
 
+from ram_desktop.core import InputError
 from ram_desktop.gui import ecosystem
 from tests.gui.conftest import analyse, load_sources
 from tests.test_publish import FakeHfApi
@@ -145,3 +148,32 @@ def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tm
     assert blocker.args == ["done"], window.message.text.text()
     assert (tmp_path / "merged" / "model.safetensors").is_file()
 
+
+
+
+@pytest.mark.parametrize("error, message", [(RuntimeError("boom"), "RuntimeError: boom"),
+                                            (InputError("me/demo: refused"), "me/demo: refused")])
+def test_a_publish_that_fails_or_crashes_is_reported_in_the_gui_thread(qtbot, tmp_path, monkeypatch, error, message):
+    """The dialog hears the upload's end from the job (re-emitted in the GUI thread), never from the worker's own
+    signals: a plain function connected there runs in the worker thread and touches widgets from it."""
+
+    def broken(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(ecosystem, "publish", broken)
+    folder = tmp_path / "merged"
+    folder.mkdir()
+    dialog = ecosystem.PublishDialog(None, folder, repo_id="me/demo")
+    qtbot.addWidget(dialog)
+    heard: list[tuple[str, bool]] = []
+    shown = dialog._failed
+
+    def failed(text: str) -> None:
+        heard.append((text, threading.current_thread() is threading.main_thread()))
+        shown(text)
+
+    dialog._failed = failed
+    dialog.start()
+    qtbot.waitUntil(lambda: dialog._job is None, timeout=20000)
+    assert heard == [(message, True)]
+    assert message in dialog.status.text() and not dialog.bar.isVisible()

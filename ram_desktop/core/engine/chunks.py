@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from ..lazy import torch
 from ..storage.formats import lora, open_slices
 from ..storage.formats.base import FLOAT_OF_BITS, torch_dtype
 from ..storage.formats.safetensors_format import MappedSafetensors
-from ..storage.transfer import Transfer
+from ..storage.transfer import Staged, Transfer
 from .plan import AuxInput, MergePlan, TensorJob
 
 if TYPE_CHECKING:
@@ -200,6 +200,18 @@ class Chunk:
         return bool(torch.isfinite(self.taus.sum()))
 
 
+class _RowSlices(Protocol):
+    def __getitem__(self, rows: slice) -> torch.Tensor: ...
+
+
+class SliceHandle(Protocol):
+    """An open weights file as ``open_slices`` gives it: ``get_slice(name)[a:b]`` (rows a..b) and ``get_tensor(name)``."""
+
+    def get_slice(self, name: str) -> _RowSlices: ...
+
+    def get_tensor(self, name: str) -> torch.Tensor: ...
+
+
 class OpenFiles:
     """Input files opened once (``open_slices``) and kept open until closed. A run that makes several passes
     keeps one for all of them, so a later pass reads through the same memory mappings and does not
@@ -207,10 +219,10 @@ class OpenFiles:
 
     def __init__(self) -> None:
         self._stack = ExitStack()
-        self._handles: dict[Path, object] = {}
+        self._handles: dict[Path, SliceHandle] = {}
         self._lock = threading.Lock()
 
-    def get(self, file: Path) -> object:
+    def get(self, file: Path) -> SliceHandle:
         with self._lock:
             handle = self._handles.get(file)
             if handle is None:
@@ -258,7 +270,7 @@ class SliceReader:
 
 
 def _read_chunks(plan: MergePlan, jobs: list[int], reader: SliceReader, chunk_elements: int,
-                 aux: Sequence[AuxInput]) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+                 aux: Sequence[AuxInput]) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
     for index in jobs:
         job = plan.jobs[index]
         for span in spans(job, chunk_elements):
@@ -274,7 +286,10 @@ class _Stop(Exception):
     pass
 
 
-def _background(produce: Callable[[Callable[[object], None]], None], depth: int) -> Iterator[object]:
+_Item = TypeVar("_Item")
+
+
+def _background(produce: Callable[[Callable[[_Item], None]], None], depth: int) -> Iterator[_Item]:
     """Run ``produce(put)`` in a thread and yield what it puts, in order, at most ``depth`` ahead.
 
     An exception in the producer is re-raised in the consumer; when the consumer stops early
@@ -322,7 +337,7 @@ def _background(produce: Callable[[Callable[[object], None]], None], depth: int)
 
 def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, transfer: Transfer,
                     depth: int = PREFETCH_DEPTH, bits: bool = False, files: OpenFiles | None = None,
-                    aux: Sequence[AuxInput] = ()) -> Iterator[tuple[int, Span, torch.Tensor, list[torch.Tensor]]]:
+                    aux: Sequence[AuxInput] = ()) -> Iterator[tuple[int, Span, torch.Tensor | np.ndarray, list[torch.Tensor | np.ndarray]]]:
     """Yield ``(job_index, span, base_raw, agent_raws)`` slices in stored dtype, on the transfer's device,
     in order, read and copied ahead in a background thread (``transfer.send`` there,
     ``transfer.receive`` here). ``bits``: safetensors slices as numpy bit views (``SliceReader``), for a
@@ -330,7 +345,7 @@ def prefetch_chunks(plan: MergePlan, jobs: list[int], chunk_elements: int, trans
     ``aux``: per-agent auxiliary inputs read beside the agents: for a mergeable job their slices follow
     the agents' in ``agent_raws`` (``StoredSlices.read`` splits them off)."""
 
-    def produce(put: Callable[[object], None]) -> None:
+    def produce(put: Callable[[tuple[int, Span, Staged]], None]) -> None:
         with SliceReader(bits, files) as reader:
             for index, span, base, agents in _read_chunks(plan, jobs, reader, chunk_elements, aux):
                 put((index, span, transfer.send([base, *agents])))
@@ -348,11 +363,11 @@ def as_tensor(raw: torch.Tensor | np.ndarray) -> torch.Tensor:
     return raw
 
 
-def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tensor,
-               agent_raws: list[torch.Tensor], eps: float, workspace: Workspace | None = None) -> Chunk:
+def make_chunk(job_index: int, job: TensorJob, span: Span, base_stored: torch.Tensor | np.ndarray,
+               agents_stored: Sequence[torch.Tensor | np.ndarray], eps: float, workspace: Workspace | None = None) -> Chunk:
     """Widen a slice to the compute dtype and form the task vectors (τ_t = agent − base, computed in
     the compute dtype: the mixed-dtype subtraction widens the stored agent value exactly first)."""
-    base_raw, agent_raws = as_tensor(base_raw), [as_tensor(a) for a in agent_raws]
+    base_raw, agent_raws = as_tensor(base_stored), [as_tensor(a) for a in agents_stored]
     n = base_raw.numel()
     device = base_raw.device
     if workspace is None:
@@ -379,7 +394,8 @@ def make_chunk(job_index: int, job: TensorJob, span: Span, base_raw: torch.Tenso
     return Chunk(job_index, job.name, span.offset, base, taus, eps, workspace=workspace)
 
 
-def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor, agent_raws: list[torch.Tensor],
+def load_chunk(plan: MergePlan, job_index: int, span: Span, base_raw: torch.Tensor | np.ndarray,
+               agent_raws: Sequence[torch.Tensor | np.ndarray],
                eps: float, workspace: Workspace | None = None, aux: dict[str, list] | None = None) -> Chunk:
     """``make_chunk`` plus the checks every chunk must pass, in every pass (a merge that reuses a cached
     probe included): no base or task-vector entry is NaN or ±Inf. ``aux``: the auxiliary inputs' slices

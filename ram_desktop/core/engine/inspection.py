@@ -164,8 +164,10 @@ class InspectAccumulator:
         with self._lock:
             if hist is not None:
                 if n <= JOINT_MAX_AGENTS:
+                    assert self._joint is not None  # kept up to JOINT_MAX_AGENTS agents
                     self._joint += hist
                 else:
+                    assert self._patterns is not None  # a pattern histogram comes with at most 16 agents
                     self._patterns += hist
             if both is not None:
                 self._both += both
@@ -235,6 +237,7 @@ class InspectAccumulator:
     def add_counted(self, joint: torch.Tensor, ulps: torch.Tensor) -> None:
         """Add a chunk counted elsewhere (the fused kernel): its joint (sign, pattern) histogram and its
         ulp-sample counts."""
+        assert self._joint is not None  # the fused kernel counts up to ANALYZE_MAX_AGENTS ≤ JOINT_MAX_AGENTS agents
         with self._lock:
             self._joint += joint
             self._ulps += ulps
@@ -252,8 +255,8 @@ class InspectAccumulator:
                     member = ((p >> a) & (p >> b) & 1).bool()[None, :].expand(1 << n, -1)
                     agree = (((q >> a) ^ (q >> b)) & 1) == 0
                     self._both[a, b] = self._both[b, a] = int(joint[member].sum())
-                    same = int(joint[member & agree].sum())
-                    self._signed[a, b] = self._signed[b, a] = 2 * same - int(self._both[a, b])
+                    agreeing = int(joint[member & agree].sum())
+                    self._signed[a, b] = self._signed[b, a] = 2 * agreeing - int(self._both[a, b])
         elif self._patterns is not None:
             p = torch.arange(1 << self.n)
             for a in range(self.n):

@@ -424,7 +424,8 @@ def _unique_agent(n_agents: int) -> np.ndarray:
     return table.reshape(-1)
 
 
-def analyze(base_raw: torch.Tensor, agent_raws: list[torch.Tensor], eps: float, compute_dtype: torch.dtype,
+def analyze(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], eps: float,
+            compute_dtype: torch.dtype | str,
             survival_step: float, survival_bins: int, ulp_bins: int, sample: UlpSample | None) -> Analysis | None:
     """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
     update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) ->
 
 
 def probe_pass(plan: MergePlan, eps: float, transfer: Transfer, reporter: Reporter,
-               sinks: list[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+               sinks: Sequence[ProbeAccumulator | Collector], chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
                stage: str = "probe", files: OpenFiles | None = None) -> None:
     """Stream every mergeable tensor once and ``add`` each chunk to every sink, from every compute thread,
     chunks in any order. ``files``: the run's open inputs, shared by its passes (``chunks.OpenFiles``)."""
@@ -134,6 +134,7 @@ def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool
         if not sink.fusable:
             return False
         # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
+        assert sink.inspect is not None  # a probe with survival keeps the inspection statistics
         sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
         analysis = kernels.analyze(slices.base, slices.agents, slices.eps, job.compute_name, SURVIVAL_STEP,
                                    SURVIVAL_BINS, ULP_BINS, sample)
@@ -145,6 +146,7 @@ def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool
         counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)
         if counted is None or not counted.finite:
             return False
+        assert counted.hist is not None  # count_patterns always counts
         sink.add_pattern_counts(index, counted.hist)
         return True
     return isinstance(sink, SliceCollector) and sink.add_slices(slices)
@@ -178,7 +180,7 @@ def merge_pass(plan: MergePlan, variants: list[Variant], eps: float, transfer: T
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
 
-    def work(item: tuple) -> tuple[int, int, list[torch.Tensor]]:
+    def work(item: tuple) -> tuple[int, int, list[torch.Tensor | np.ndarray]]:
         slices = StoredSlices.read(plan, item, eps, aux)
         index, span, job = slices.index, slices.span, slices.job
         if not job.mergeable:
@@ -224,10 +226,17 @@ def _stored_agents(job: Any) -> bool:
     return not any(lora.is_delta_file(a.file) for a in job.agents)
 
 
+@runtime_checkable
+class _CountsObserver(Protocol):
+    """An observer that also takes a fused kernel's ``survival`` counts for an output dtype."""
+
+    def add_counts(self, dtype: str, changed: np.ndarray) -> None: ...
+
+
 def _fusable(variant: Variant) -> bool:
     """The method has a fused kernel, and its observer (if any) takes the kernel's counts."""
     observer = variant.observer
-    return variant.method.fused is not None and (observer is None or hasattr(observer, "add_counts"))
+    return variant.method.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
 
 
 def _fused_merges(slices: StoredSlices, variants: list[Variant],
@@ -238,7 +247,7 @@ def _fused_merges(slices: StoredSlices, variants: list[Variant],
     job = slices.job
     if not _stored_agents(job):
         return None
-    outputs = []
+    outputs: list[torch.Tensor | np.ndarray] = []
     for k, variant in enumerate(variants):
         assert variant.method.fused is not None
         counting = accumulator is not None and k == 0
@@ -254,9 +263,12 @@ def _fused_merges(slices: StoredSlices, variants: list[Variant],
         if not done.finite:
             slices.load()  # raises the error naming agent and tensor
         if counting:
+            assert accumulator is not None and hist is not None  # counting: asked of the kernel, or counted above
             accumulator.add_pattern_counts(slices.index, hist)
         if variant.observer is not None:
+            assert isinstance(variant.observer, _CountsObserver) and done.survival is not None  # _fusable; asked for
             variant.observer.add_counts(job.out_name, done.survival)
+        assert done.merged is not None  # a merge kernel gives the merged slice
         outputs.append(done.merged)
     return outputs
 
@@ -274,7 +286,7 @@ def out_of_range(data: torch.Tensor | np.ndarray, out_name: str) -> bool:
     if isinstance(data, np.ndarray):  # the fused kernels' output: numba is loaded, so check with its loop
         return kernels.exponent_all_ones(data.view(bits_type), mask)
     same_size_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
-    bits = data.contiguous().view(same_size_int).numpy().view(bits_type)
+    bits: np.ndarray = data.contiguous().view(same_size_int).numpy().view(bits_type)
     exponent = bits_type(mask)
     return bool(((bits & exponent) == exponent).any())
 

@@ -231,6 +231,7 @@ class ProbeAccumulator:
         n = self.n
         joint = torch.from_numpy(analysis.joint)
         self.add_pattern_counts(job_index, joint.view(1 << n, 1 << n).sum(0))
+        assert self.inspect is not None  # fusable: the complete probe
         self.inspect.add_counted(joint, torch.from_numpy(analysis.ulps))
         self._add_survival(torch.from_numpy(analysis.survival))
 
@@ -250,6 +251,7 @@ class ProbeAccumulator:
                 self._overlap[job_index] = table
 
     def _add_survival(self, counts: torch.Tensor) -> None:
+        assert self._survival_all is not None  # counted with survival only
         with self._lock:
             self._survival_all += counts
 
@@ -294,7 +296,7 @@ class ProbeAccumulator:
             if a.updated == 0:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
         survival = ({d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
-                    if self.with_survival else {})
+                    if self._survival_all is not None else {})  # kept with survival only
         inspect = self.inspect.finish([a.updated for a in agents]) if self.inspect is not None else None
         return ProbeReport(self.eps, params, len(tensor_stats), agents, tensor_stats, survival,
                            plan.fingerprint(), warnings, self.with_survival, inspect)

@@ -133,7 +133,7 @@ class FusedKernel(Protocol):
     ``merge``: ``counts`` asks for the update-pattern histogram too where the kernel counts it in the same
     pass, ``survival`` for the observer's counts. None when the kernels do not cover the slices."""
 
-    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None: ...
+    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool, /) -> KernelResult | None: ...
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ class _Scope:
     elements have been counted, and (in its last level) each chunk's sparse digit counts per agent."""
 
     numel: int
-    hist: np.ndarray | None = None  # [N, RADIX] int64
+    hist: np.ndarray  # [N, RADIX] int64
     counted: int = 0
     records: dict[ChunkKey, list[tuple[np.ndarray, np.ndarray]]] = field(default_factory=dict)
 
@@ -212,7 +212,10 @@ class TrimCollector:
         return job_index if self.scope == "tensor" else "model"
 
     def _scope_numel(self, key: Hashable) -> int:
-        return self._numel[key] if self.scope == "tensor" else sum(self._numel.values())
+        if self.scope == "tensor":
+            assert isinstance(key, int)  # a tensor scope's key is its job index
+            return self._numel[key]
+        return sum(self._numel.values())
 
     def _active(self, key: Hashable) -> bool:
         return self.level < _levels(self._key_dtype[key]) and self._state[key][0].need > 0
@@ -263,6 +266,7 @@ class TrimCollector:
         if done is None or not done.finite:
             return False
         counts = done.hist
+        assert counts is not None  # ties_digit_counts always counts
         self._add_counts(key, (job_index, slices.span.offset), numel, counts,
                          _sparse_digits(counts) if self._last_level(key) else None)
         return True

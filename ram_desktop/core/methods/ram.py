@@ -93,7 +93,7 @@ def _selective_merge_masks(chunk: Chunk, lambdas: list[float] | None) -> torch.T
     for t in range(chunk.n_agents):
         active = torch.where(masks[t], chunk.taus[t], 0.0)
         total += active
-        if scaled is not None:
+        if scaled is not None and lambdas is not None:  # both or neither
             scaled += active * torch.tensor(lambdas[t], dtype=chunk.base.dtype, device=chunk.base.device)
     unique_value = scaled if scaled is not None else total
     mean = total / counts.clamp(min=1).to(chunk.base.dtype)
@@ -210,10 +210,15 @@ def _ram_family(name: str, label: str, summary: str, params: tuple[Param, ...],
                            thread_safe=True, fused=_fused(lambda ctx: None),
                            would_keep=WouldKeep(lambda report, p: ram_shares(report)),
                            mergekit=mergekit, sweep=sweep, short=short, citation=RAM_PAPER)
+
+    def prepare(params: dict, probe: ProbeReport | None, collected: object) -> list[float]:
+        assert probe is not None  # needs_probe: the probe ran first
+        return lambdas(params, probe)
+
     return MergeMethod(
         name, label, summary, params,
         merge=selective_merge,
-        prepare=lambda params, probe, collected: lambdas(params, probe),
+        prepare=prepare,
         needs_probe=lambda params: True,
         lambdas=lambdas,
         observer=lambda params, plan: SurvivalObserver(),

@@ -252,7 +252,7 @@ def remove_orphaned_staging(parent: Path) -> list[Path]:
     ``.old-`` folder whose owner is gone is moved back to its output name when that name is free (the run
     died between its two renames) and removed otherwise. Folders of live runs, and folders without an owner
     we can read, are left alone. Returns what was removed or restored."""
-    tidied = []
+    tidied: list[Path] = []
     try:
         entries = list(parent.iterdir())
     except OSError:

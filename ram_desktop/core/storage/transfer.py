@@ -11,6 +11,7 @@ allocator which stream uses a tensor) is CUDA-specific.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ class Staged:
     ``host`` keeps the (pinned) host copies alive until the device copy has been ordered before any
     use, so a staging buffer is never freed or reused while a copy may still read it."""
 
-    tensors: list[torch.Tensor]
+    tensors: list[torch.Tensor | np.ndarray]
     event: Any
     host: list[torch.Tensor] | None
 
@@ -56,18 +57,20 @@ class Transfer:
     def copy_stream(self) -> Any:
         return self.module.Stream(self.device) if self.cuda else self.module.Stream()
 
-    def send(self, tensors: list[torch.Tensor] | list[np.ndarray]) -> Staged:
+    def send(self, tensors: Sequence[torch.Tensor | np.ndarray]) -> Staged:
         """On the reader thread: stage (pin on CUDA) and start the copies; returns at once."""
         if not self.cuda and any(isinstance(t, np.ndarray) for t in tensors):
             return Staged(list(tensors), None, None)
-        host = [t.pin_memory() for t in tensors] if self.cuda else list(tensors)
+        staged = [t for t in tensors if not isinstance(t, np.ndarray)]
+        assert len(staged) == len(tensors), "numpy bit slices are read for a CPU pass only (SliceReader bits)"
+        host = [t.pin_memory() for t in staged] if self.cuda else staged
         with self.module.stream(self.copy_stream):
-            moved = [t.to(self.device, non_blocking=self.cuda) for t in host]
+            moved: list[torch.Tensor | np.ndarray] = [t.to(self.device, non_blocking=self.cuda) for t in host]
             event = self.module.Event()
             event.record(self.copy_stream)
         return Staged(moved, event, host)
 
-    def receive(self, staged: Staged) -> list[torch.Tensor] | list[np.ndarray]:
+    def receive(self, staged: Staged) -> list[torch.Tensor | np.ndarray]:
         """On the compute thread: order the copy before every later use of the tensors, then release
         the host staging copies."""
         if staged.event is None:
@@ -76,6 +79,7 @@ class Transfer:
         stream.wait_event(staged.event)
         if self.cuda:
             for t in staged.tensors:
+                assert not isinstance(t, np.ndarray), "send() passes numpy slices through on the CPU only"
                 t.record_stream(stream)  # allocated on the copy stream, used on the compute stream
         staged.host = None
         return staged.tensors

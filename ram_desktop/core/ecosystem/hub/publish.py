@@ -77,12 +77,13 @@ def publish(folder: Path, repo_id: str, private: bool = False, token: str | None
     total = sum((Path(folder) / f).stat().st_size for f in files)
     api = hf.HfApi(token=token or None)
     reporter.progress("upload", 0, total, "B", f"creating {repo_id}")
+    failures: tuple[type[BaseException], ...] = (OSError, *_network_error_types())
     try:
         repo_url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=False)
         reporter.progress("upload", 0, total, "B", f"uploading {len(files)} files")
         api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model",
                           commit_message="Upload merged model (RAM Desktop)", ignore_patterns=[".*", "**/.*"])
-    except (OSError, *_network_error_types()) as e:  # the Hub's errors (OSError subclasses) and the network's
+    except failures as e:  # the Hub's errors (OSError subclasses) and the network's
         # become one line naming the repository
         raise _publish_error(e, repo_id) from None
     reporter.progress("upload", total, total, "B", "done")

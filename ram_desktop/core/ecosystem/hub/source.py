@@ -384,8 +384,8 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
             size = listing.sizes.get(name) or 0
             start = progress.done if progress else 0
             log.info("downloading %s/%s (%s)", repo_id, name, _mb(size))
-            kwargs = {"tqdm_class": progress.bar_class(name)} if progress else {}
-            hf.hf_hub_download(repo_id, name, revision=sha, cache_dir=str(cache), token=token, **kwargs)
+            bar = progress.bar_class(name) if progress else None
+            hf.hf_hub_download(repo_id, name, revision=sha, cache_dir=str(cache), token=token, tqdm_class=bar)
             if progress:
                 progress.done = start + size
                 progress.reporter.progress("download", progress.done, max(progress.total, progress.done), "B",
@@ -427,22 +427,22 @@ def download(repo_id: str, revision: str | None, reporter: Reporter, token: str 
 def resolve(repo_id: str, revision: str | None, reporter: Reporter, token: str | None = None) -> tuple[Path, str]:
     """The snapshot folder and commit sha of ``repo_id@revision``, downloading what is missing if online."""
     cached = cached_snapshot(repo_id, revision)
-    usable = cached is not None and _complete(cached[0])
+    usable = cached if cached is not None and _complete(cached[0]) else None
     if is_offline():
-        if not usable:
+        if usable is None:
             raise offline_error(repo_id, revision)
-        log.info("%s: using the cached snapshot %s (offline)", repo_id, cached[1])
-        return cached
-    if usable and revision and COMMIT.match(revision):
+        log.info("%s: using the cached snapshot %s (offline)", repo_id, usable[1])
+        return usable
+    if usable is not None and revision and COMMIT.match(revision):
         log.info("%s: commit %s is in the cache; not contacting the Hub", repo_id, revision)
-        return cached  # a commit never changes
+        return usable  # a commit never changes
     try:
         return download(repo_id, revision, reporter, token)
     except HubUnreachable:
-        if usable:
-            log.warning("%s: the Hub cannot be reached; using the cached snapshot %s of %r", repo_id, cached[1],
+        if usable is not None:
+            log.warning("%s: the Hub cannot be reached; using the cached snapshot %s of %r", repo_id, usable[1],
                         revision or DEFAULT_REVISION)
-            return cached
+            return usable
         raise
 
 

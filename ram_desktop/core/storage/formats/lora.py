@@ -88,7 +88,7 @@ def read_config(folder: Path) -> dict:
     return config
 
 
-def _pattern_value(patterns: dict, module: str, default: float) -> float:
+def _pattern_value(patterns: dict | None, module: str, default: float) -> float:
     """PEFT's ``rank_pattern`` / ``alpha_pattern``: the first key that matches the end of the module name."""
     for key, value in (patterns or {}).items():
         if re.match(rf"(.*\.)?{key}$", module):

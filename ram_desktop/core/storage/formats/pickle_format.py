@@ -167,5 +167,5 @@ class _Slice:
     def get_shape(self) -> list[int]:
         return list(self.tensor.shape)
 
-    def __getitem__(self, key: object) -> torch.Tensor:
+    def __getitem__(self, key: slice | tuple[slice, ...]) -> torch.Tensor:
         return self.tensor[key].clone()

@@ -290,7 +290,7 @@ class MappedSafetensors:
                 header = _parse_header(f, path)  # not read yet, or changed since: validated again
                 _remember(path, header)
             try:
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                self._map: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
             except OSError as e:
                 raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
         start = header.data_start
@@ -311,6 +311,7 @@ class MappedSafetensors:
         dtype = torch_dtype(DTYPE_TABLE[code][0])
         if count == 0:
             return torch.empty(out_shape, dtype=dtype)
+        assert self._map is not None, "read after the handle was closed"
         return torch.frombuffer(self._map, dtype=dtype, count=count, offset=offset).view(out_shape)
 
     def bits(self, name: str, first: int, last: int) -> np.ndarray:
@@ -320,6 +321,7 @@ class MappedSafetensors:
         bits_type = DTYPE_TABLE[code][2]
         if count == 0:
             return np.empty(0, bits_type)
+        assert self._map is not None, "read after the handle was closed"
         return np.frombuffer(self._map, dtype=bits_type, count=count, offset=offset)
 
     def get_slice(self, name: str) -> _RowSlice:
@@ -392,7 +394,7 @@ class SafetensorsStreamWriter:
             buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         else:
             buf = data.contiguous().view(-1).view(torch.uint8).numpy()
-        self._file.write(memoryview(buf))
+        self._file.write(buf.data)
         self._written += buf.nbytes
 
     def close(self) -> None:

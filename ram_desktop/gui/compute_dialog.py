@@ -1,0 +1,347 @@
+"""The window's compute set-up (docs/compute.md): the status bar's compute label, the first-start offer
+(non-blocking, dismissable, remembered in QSettings) and the Settings → Compute page (detection, plan,
+install with progress and cancel, remove a runtime folder). The work is ``ram_desktop.core.compute``'s,
+run through ``gui.worker.Job``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from ..core import ProgressEvent
+from ..core.compute import builds, detect, install, runtime
+from ..core.compute.detect import Detection
+from .worker import Job
+
+log = logging.getLogger("ram_desktop")
+OFFER_KEY = "compute/offer_dismissed"
+LOOK_DELAY_MS = 1000  # the offer's look at the machine waits for the window to be up and idle
+
+
+def compute_label() -> str:
+    """The compute in use now: the GPU's name, or "CPU" (and why not the GPU)."""
+    import torch
+
+    from ..core.compute.summary import compute_label as label
+
+    return label(torch)
+
+
+def about_lines() -> list[str]:
+    """torch, CUDA and driver versions for the About box."""
+    from ..core.compute.summary import describe_torch
+
+    info = describe_torch()
+    return [f"torch {info['torch']} ({info['runtime folder']})", f"CUDA in this torch: {info['CUDA (torch build)']}",
+            f"NVIDIA driver: {info['NVIDIA driver']} (supports CUDA {info['driver supports CUDA']})",
+            f"compute: {info['compute']}"]
+
+
+class ComputePage(QDialog):
+    """Settings → Compute. ``installed`` is emitted with the new runtime folder after an install."""
+
+    installed = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None, detection: Detection | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Compute")
+        self.resize(720, 620)
+        self.detection: Detection | None = detection
+        self.plan: builds.Plan | None = None
+        self.job: Job | None = None
+        self.detection_view = QPlainTextEdit(readOnly=True)
+        self.detection_view.setMaximumHeight(120)
+        self.variant = QComboBox()
+        for name in builds.VARIANTS:
+            self.variant.addItem(name, name)
+        self.find_links = QLineEdit(placeholderText="optional: a folder of wheels (offline install)")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse)
+        self.offline = QCheckBox("offline (no network: local wheels and uv's cache only)")
+        self.plan_view = QPlainTextEdit(readOnly=True)
+        self.install_button = QPushButton("Install")
+        self.install_button.clicked.connect(self.start_install)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress_label = QLabel()
+        self.status = QLabel(wordWrap=True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.runtimes = QListWidget()
+        self.runtimes.setMaximumHeight(110)
+        self.remove_button = QPushButton("Remove")
+        self.remove_button.clicked.connect(self.remove_selected)
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("<b>This machine</b>"))
+        layout.addWidget(self.detection_view)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("torch build:"))
+        row.addWidget(self.variant)
+        row.addWidget(self.find_links, 1)
+        row.addWidget(browse)
+        layout.addLayout(row)
+        layout.addWidget(self.offline)
+        layout.addWidget(QLabel("<b>Plan</b>"))
+        layout.addWidget(self.plan_view, 1)
+        row = QHBoxLayout()
+        row.addWidget(self.install_button)
+        row.addWidget(self.cancel_button)
+        row.addWidget(self.progress, 1)
+        layout.addLayout(row)
+        layout.addWidget(self.progress_label)
+        layout.addWidget(self.status)
+        layout.addWidget(QLabel("<b>Installed runtime folders</b> (used from the next start)"))
+        layout.addWidget(self.runtimes)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.remove_button)
+        layout.addLayout(row)
+        self.variant.currentIndexChanged.connect(self.replan)
+        self.find_links.textChanged.connect(self.replan)
+        self.refresh_runtimes()
+        if detection is None:
+            self.detection_view.setPlainText("looking at this machine…")
+            self._detect_job = Job(lambda reporter: detect.detect())  # no parent: lives until it ends
+            self._detect_job.succeeded.connect(self.set_detection)
+            self._detect_job.start()
+        else:
+            self.set_detection(detection)
+
+    def set_detection(self, found: Detection) -> None:
+        self.detection = found
+        self.detection_view.setPlainText("\n".join(found.describe()))
+        self.replan()
+
+    def _browse(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Folder of wheels")
+        if folder:
+            self.find_links.setText(folder)
+
+    def replan(self) -> None:
+        if self.detection is None:
+            return
+        links = self.find_links.text().strip()
+        if links and not Path(links).is_dir():
+            self.plan = None
+            self.plan_view.setPlainText(f"{links}: no such folder")
+            self.install_button.setEnabled(False)
+            return
+        self.plan = builds.choose(self.detection, self.variant.currentData(), find_links=Path(links) if links else None)
+        self.plan_view.setPlainText("\n".join(self.plan.describe()))
+        self.install_button.setEnabled(self.plan.action == "install" and self.job is None)
+
+    def start_install(self) -> None:
+        plan, offline = self.plan, self.offline.isChecked()
+        if plan is None or plan.action != "install" or self.job is not None:
+            return
+        self.job = job = Job(lambda reporter: install.install(plan, reporter, offline=offline, log=log.info), self)
+        job.progress.connect(self._progress)
+        job.succeeded.connect(self._done)
+        job.failed.connect(
+            lambda message: self._ended(f"Not installed: {message}. The bundled CPU torch stays in use."))
+        job.crashed.connect(lambda message, details: self._ended(f"Not installed (a bug): {message}"))
+        job.cancelled.connect(lambda: self._ended("Cancelled; nothing was changed."))
+        job.finished.connect(self._finished)
+        self.install_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self.remove_button.setEnabled(False)
+        self.progress.setRange(0, 0)
+        self.status.setText(f"Installing into {plan.folder}…")
+        job.start()
+
+    def cancel(self) -> None:
+        if self.job is not None:
+            self.job.cancel()
+            self.status.setText("Cancelling…")
+
+    def _progress(self, event: ProgressEvent) -> None:
+        if event.stage == "download" and event.total:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(min(999, int(1000 * event.done / event.total)))
+        elif event.stage == "verify":
+            self.progress.setRange(0, 0)
+        if event.detail:
+            self.progress_label.setText(event.detail)
+
+    def _done(self, result: install.InstallResult) -> None:
+        v = result.verified
+        where = v.get("device_name") or "the CPU"
+        text = (f"Installed torch {v.get('torch')} into {result.folder} "
+                f"({builds.human_bytes(result.bytes_on_disk)}, {result.seconds:.0f} s); its check passed on {where}. "
+                "RAM Desktop uses it from its next start.")
+        if not v.get("gpu") and v.get("why_no_gpu"):
+            text += f" Note: {v['why_no_gpu']}; merges run on the CPU until a GPU is usable."
+        self._ended(text)
+        self.installed.emit(result.folder)
+
+    def _ended(self, text: str) -> None:
+        self.status.setText(text)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+
+    def _finished(self) -> None:
+        self.job = None
+        self.cancel_button.setEnabled(False)
+        self.remove_button.setEnabled(True)
+        self.refresh_runtimes()
+        self.replan()
+
+    def refresh_runtimes(self) -> None:
+        self.runtimes.clear()
+        active = runtime.active_folder()
+        for folder, marker, problem in install.installed(builds.runtimes_dir()):
+            if marker is not None:
+                text = f"{folder.name}: torch {marker.get('torch')}, CUDA {marker.get('cuda')}"
+            else:
+                text = f"{folder.name}: not usable ({problem})"
+            if folder == active:
+                text += "  (chosen)"
+            item = QListWidgetItem(text)
+            item.setData(Qt.ItemDataRole.UserRole, str(folder))
+            self.runtimes.addItem(item)
+        self.remove_button.setEnabled(self.runtimes.count() > 0 and self.job is None)
+
+    def remove_selected(self) -> None:
+        item = self.runtimes.currentItem()
+        if item is None or self.job is not None:
+            return
+        folder = Path(item.data(Qt.ItemDataRole.UserRole))
+        try:
+            install.remove(folder)
+        except Exception as e:  # noqa: BLE001  shown, never raised into Qt
+            self.status.setText(str(e))
+        else:
+            self.status.setText(f"Removed {folder}; the bundled torch is used from the next start.")
+        self.refresh_runtimes()
+
+    def closeEvent(self, event: Any) -> None:
+        if self.job is not None:
+            self.job.cancel()
+        super().closeEvent(event)
+
+
+class OfferBanner(QFrame):
+    """The first-start offer: a GPU is here and a torch build can use it. Set up… opens the page; Not now
+    hides it for this run; Don't ask again remembers that in the settings."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet("OfferBanner { background: #eef5ff; border: 1px solid #9bbbe0; }")
+        self.text = QLabel(text, wordWrap=True)
+        self.setup_button = QPushButton("Set up…")
+        self.later_button = QPushButton("Not now")
+        self.never_button = QPushButton("Don't ask again")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 4, 8, 4)
+        row.addWidget(self.text, 1)
+        for button in (self.setup_button, self.later_button, self.never_button):
+            row.addWidget(button)
+
+
+class ComputeFace(QObject):
+    """What the main window holds: the status bar label, the offer, and the page (one at a time)."""
+
+    def __init__(self, window: QMainWindow, settings: QSettings, offer: bool = True) -> None:
+        super().__init__(window)
+        self.window, self.settings = window, settings
+        self.page: ComputePage | None = None
+        self.banner: OfferBanner | None = None
+        self.detection: Detection | None = None
+        self.label = QLabel()
+        self.label.setObjectName("compute-label")
+        window.statusBar().addPermanentWidget(self.label)
+        self.update_label()
+        if offer and not _truthy(settings.value(OFFER_KEY, False)):
+            QTimer.singleShot(LOOK_DELAY_MS, self._look)
+
+    def update_label(self) -> None:
+        state = runtime.status()
+        text = compute_label()
+        self.label.setText(f"Compute: {text}")
+        tip = f"torch from {state.folder}" if state.folder else "the bundled torch"
+        if state.message:
+            tip = state.message
+            self.label.setText(f"Compute: {text} — runtime not used")
+        self.label.setToolTip(tip)
+
+    def _look(self) -> None:
+        if getattr(self.window, "busy", lambda: False)():  # never beside a running merge or analysis
+            QTimer.singleShot(LOOK_DELAY_MS, self._look)
+            return
+        self._job = Job(lambda reporter: detect.detect())  # no parent: lives until it ends
+        self._job.succeeded.connect(self._looked)
+        self._job.start()
+
+    def _looked(self, found: Detection) -> None:
+        self.detection = found
+        if runtime.status().folder is not None:
+            return
+        plan = builds.choose(found, "auto")
+        if plan.action != "install" or found.kind == "cpu":
+            return
+        device = found.nvidia[0].name if found.nvidia else (found.amd_gpus[0] if found.amd_gpus else found.kind)
+        self.banner = OfferBanner(f"Found {device}. RAM Desktop computes on the CPU now; it can fetch torch "
+                                  f"{builds.TORCH_VERSION} ({plan.build.label if plan.build else plan.variant}, "
+                                  f"{builds.human_bytes(plan.download_bytes)}) to use the GPU.")
+        self.banner.setup_button.clicked.connect(self._setup)
+        self.banner.later_button.clicked.connect(self._hide)
+        self.banner.never_button.clicked.connect(self._never)
+        central = self.window.centralWidget()
+        layout = central.layout() if central is not None else None
+        if layout is not None and hasattr(layout, "insertWidget"):
+            layout.insertWidget(0, self.banner)
+        else:
+            self.window.statusBar().addWidget(self.banner)
+
+    def _hide(self) -> None:
+        if self.banner is not None:
+            self.banner.hide()
+
+    def _never(self) -> None:
+        self.settings.setValue(OFFER_KEY, True)
+        self.settings.sync()
+        self._hide()
+
+    def _setup(self) -> None:
+        self._never()
+        self.open_page()
+
+    def open_page(self) -> ComputePage:
+        if self.page is None:
+            self.page = ComputePage(self.window, self.detection)
+            self.page.finished.connect(self._page_closed)
+        self.page.show()
+        self.page.raise_()
+        return self.page
+
+    def _page_closed(self) -> None:
+        if self.page is not None and self.page.job is None:
+            self.page.deleteLater()
+            self.page = None
+
+
+def _truthy(value: object) -> bool:
+    return value is True or str(value).lower() in ("true", "1")
