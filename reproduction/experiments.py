@@ -61,6 +61,7 @@ class Track:
     merge_flags: list[str] = field(default_factory=list)  # e.g. ["--device", "cuda"] for probe and compare
     smoke_grids: bool = True  # in --smoke, a few points of each grid
     prune_merges: bool = False  # delete the weights of merges that validation did not choose (disk space)
+    wudi_params: dict = field(default_factory=dict)  # e.g. fewer Adam steps in a CPU smoke run
 
 
 TOY = Track()
@@ -219,8 +220,10 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     drops = track.dare_drops[::4] if few else track.dare_drops
     r_sweep = track.r_sweep[::2] if few else track.r_sweep
     fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
-    # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5; Table 10 searches none)
-    fixed += [(m, {}) for m in track.methods if m not in GRID_METHODS and m not in dict(fixed)]
+    # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
+    # wudi_params; Table 10 searches none)
+    fixed += [(m, dict(track.wudi_params) if m == "wudi" else {}) for m in track.methods
+              if m not in GRID_METHODS and m not in dict(fixed)]
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],

@@ -182,3 +182,16 @@ def test_one_grpo_step_of_a_real_agent(tmp_path):
     density = task_vector_map(base, agent)["density"]
     assert 0.0 < density < 0.3  # one small step moves few elements by half a bf16 ulp
     assert "grpo memory seed 5: step 1/1" in (results / "run.log").read_text()
+
+
+@pytest.mark.parametrize("content", [b"not a gguf", b"PK\x03\x04 not a wheel either"])
+def test_a_local_gguf_or_wheel_with_another_hash_is_refused(tmp_path, content):
+    from reproduction.real import base as real_base
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(content)
+    with pytest.raises(real_base.BuildError) as raised:
+        real_base.local_gguf(path, tmp_path / "out")
+    assert "refusing it" in str(raised.value) and "\n" not in str(raised.value)
+    with pytest.raises(real_base.BuildError, match="no such file"):
+        real_base.local_gguf(tmp_path / "missing.whl", tmp_path / "out")

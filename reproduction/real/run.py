@@ -303,14 +303,15 @@ def one_seed(args, seed: int, log) -> None:
     out = seed_dir(args.work, seed)
     if not (out / "base").exists():
         (out / "base").symlink_to(args.work / "base", target_is_directory=True)
-    methods = tuple(experiments.METHOD_ORDER) + (("wudi",) if "wudi" in METHODS else ())
+    methods = tuple(m for m in experiments.METHOD_ORDER if m in METHODS)
     if "wudi" not in METHODS:
         log("WUDI is not in this build's methods (ram_desktop.core.methods.METHODS): its row is left out")
     grids = SMOKE_GRIDS if args.smoke else GRIDS
     track = experiments.Track(
         tasks=TASKS, methods=methods, scores=eval_scores(out, args.device), fisher_examples=FISHER_EXAMPLES,
         fisher_examples_smoke=FISHER_EXAMPLES_SMOKE, fisher_device=args.device,
-        merge_flags=["--device", args.device], smoke_grids=False, prune_merges=True, **grids)
+        merge_flags=["--device", args.device], smoke_grids=False, prune_merges=True,
+        wudi_params={"steps": 5} if args.smoke else {}, **grids)
     timings: dict[str, float] = {}
     started = time.time()
     results = experiments.run_experiments(out, smoke=args.smoke, log=log, timings=timings, track=track)
