@@ -110,7 +110,7 @@ def plots(runs: list[dict], out: Path) -> None:
     axes[0].bar(names, shared, bottom=uniq, label="shared with another agent", color="#dd8452")
     axes[0].set_ylabel("% of all parameters updated (bf16)")
     axes[0].set_title(f"Task-vector density (seed {r0['seed']})")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.06), ncol=2, frameon=False)
     cells = sorted(v for t in names for row in r0["heatmap"][t]["layers"] for v in row if v is not None)
     vmax = 100 * cells[int(0.98 * (len(cells) - 1))] or 1.0  # a few hot cells (layer 0) would flatten the rest
     for ax, t in zip(axes[1:], names):
@@ -144,7 +144,8 @@ def plots(runs: list[dict], out: Path) -> None:
                         ha="right")
     ax[0, 0].set_ylabel("test reward (%)")
     ax[0, 0].set_title(f"Table 1 ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
-    ax[0, 0].legend(ncol=4, fontsize=8)
+    ax[0, 0].set_ylim(0, 112)
+    ax[0, 0].legend(ncol=4, fontsize=8, loc="upper left")
     rs = list(r0["table2"])
     for k in (*TASKS, "mean"):
         ax[0, 1].plot([float(r) for r in rs], [mean_sd([x_["table2"][r][k] for x_ in runs])[0] for r in rs],
