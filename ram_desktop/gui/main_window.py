@@ -52,6 +52,14 @@ from .worker import LogBridge
 log = logging.getLogger("ram_desktop")
 
 
+TITLE = "Merge RL-trained agents"
+DEMO_TITLE = "Built-in demo: a toy model (156k parameters, instant)"
+REAL_RESULTS = (
+    "results on a real model (SmolLM2-135M-Instruct, GRPO agents) are in the repository's "
+    "reproduction/results/real/results.md"
+)
+
+
 class MainWindow(QMainWindow):
     """Signals for tests and ``--screenshot``: ``analysis_finished(ok)``, ``merge_finished(status)`` with
     status "done", "cancelled" or "failed"."""
@@ -62,7 +70,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         self.settings = settings or QSettings()
-        self.setWindowTitle("Merge RL-trained agents")  # Qt appends " — RAM Desktop" (applicationDisplayName)
+        self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
@@ -409,6 +417,8 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
+            self.setWindowTitle(DEMO_TITLE)  # set_sources gave back the plain title
+            log.info("the built-in demo is a toy (156k parameters, instant); %s", REAL_RESULTS)
             try:
                 suites = [str(p) for p in demo_suites(Path(base).parent, agents)] or None
             except InputError:
@@ -422,6 +432,7 @@ class MainWindow(QMainWindow):
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
         self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
+        self.setWindowTitle(TITLE)
         self.sources.clear()
         self.analysis.show_report(None)
         self._analyse_when_ready = analyse
