@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -65,7 +66,7 @@ def legend_below(widget: pg.GraphicsLayoutWidget, plot: pg.PlotItem, row: int = 
     name is cut); as many columns as the width holds, redone when the plot changes size."""
     legend = pg.LegendItem(labelTextColor=FOREGROUND, labelTextSize="9pt", horSpacing=18, verSpacing=-4)
     widget.addItem(legend, row=row, col=0)
-    widget.ci.layout.setAlignment(legend, Qt.AlignHCenter)
+    widget.ci.layout.setAlignment(legend, Qt.AlignmentFlag.AlignHCenter)
     plot.getViewBox().sigResized.connect(lambda *_: fit_legend(legend, widget.width() - 20))
     return legend
 
@@ -80,7 +81,7 @@ def fit_legend(legend: pg.LegendItem, width: float) -> None:
     legend.setColumnCount(max(1, min(len(items), int(width // max(widest, 1.0)))))
 
 
-def fit_ticks(plot: pg.PlotItem, ticks: list[tuple[float, str]], gap: float = 10.0) -> None:
+def fit_ticks(plot: pg.PlotItem, ticks: Sequence[tuple[float, str]], gap: float = 10.0) -> None:
     """Category labels on the bottom axis that never run together: when the widest label with ``gap`` px
     does not fit between two neighbours, only every k-th is written (the others keep their tick). Redone
     whenever the plot changes size."""
@@ -115,7 +116,7 @@ class PieItem(pg.GraphicsObject):
     """A pie chart of ``values`` with ``colors``, centred on (0, 0) with radius 1, percentages on slices
     of at least 4 %."""
 
-    def __init__(self, values: list[float], colors: list[QColor], labels: bool = True) -> None:
+    def __init__(self, values: Sequence[float], colors: list[QColor], labels: bool = True) -> None:
         super().__init__()
         self.values = [max(0.0, float(v)) for v in values]
         self.colors = colors
@@ -268,7 +269,8 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             cell.addLabel("<br>".join(lines), color=FOREGROUND, size="8pt")
 
 
-LINE_STYLES = [Qt.SolidLine, Qt.DashLine, Qt.DotLine, Qt.DashDotLine, Qt.DashDotDotLine]
+LINE_STYLES = [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine,
+               Qt.PenStyle.DashDotDotLine]
 SYMBOLS = ["o", "s", "t", "d", "star", "p", "h", "t1", "+", "x", "t2", "t3"]
 
 

@@ -73,12 +73,14 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
             return
         if self.bars is None:
             self._build()
+        bars = self.bars
+        assert bars is not None  # _build made it, with the matrix
         self.matrix.clear()
         stats = report.inspect if report is not None else None
-        sets = stats.intersections(report.names) if stats is not None else None
-        if not sets:
+        sets = stats.intersections(report.names) if report is not None and stats is not None else None
+        if report is None or not sets:  # no sets without a report
             self.sets = []
-            _empty(self.bars, "Run the analysis to see which agents update the same elements"
+            _empty(bars, "Run the analysis to see which agents update the same elements"
                    if report is None or stats is not None else "Analyze again to count the intersections")
             self.matrix.hide()
             return
@@ -88,7 +90,7 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         ordered = sorted(sets, key=lambda e: (-e["count"], len(e["agents"])))
         self.sets = ordered[:MAX_SETS]
         rest = ordered[MAX_SETS:]
-        plot = self.bars
+        plot = bars
         plot.clear()
         _label(plot, "title", "Which agents update the same elements: elements updated by exactly this set", size="10pt")
         _label(plot, "left", "elements", units="% of all")
@@ -156,7 +158,7 @@ class PairsChart(pg.GraphicsLayoutWidget):
         plot = self.plot
         plot.clear()
         stats = report.inspect if report is not None else None
-        if stats is None or len(report.agents) < 2:
+        if report is None or stats is None or len(report.agents) < 2:  # stats is None without a report
             self.pairs = []
             _empty(plot, "Run the analysis with two or more agents to see where they agree in sign"
                    if report is None or stats is not None else "Analyze again to count sign agreement")
@@ -210,7 +212,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
             return
         plot = _cleared_plot_with_legend(self)
         stats = report.inspect if report is not None else None
-        if stats is None:
+        if report is None or stats is None:  # stats is None without a report
             self.shares = []
             _empty(plot, "Run the analysis to see how large the updates are"
                    if report is None else "Analyze again to measure update sizes")
@@ -345,7 +347,8 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             plot.addItem(pg.BarGraphItem(x=xs, height=hs, width=width * 0.92, brushes=brushes, pen=color))
             # the chosen method's share in the legend, not over the bars (labels there ran into each other)
             kept = self.values[chosen][t] if chosen else None
-            label = agent.name + (f": {get_method(chosen).short_label} keeps {100 * kept:.0f}%" if kept is not None else "")
+            label = agent.name + (f": {get_method(chosen).short_label} keeps {100 * kept:.0f}%"
+                                  if chosen and kept is not None else "")
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), label)
         if chosen:
             i = names.index(chosen)
