@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from ..core import ProbeReport
-from ..core.engine.inspection import OTHER_ROW, module_grid
+from ..core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
 from .charts import _empty, _html, _label, _plot, agent_color, percent, small_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
@@ -50,12 +50,12 @@ class ModuleHeatmaps(QWidget):
         layout.addWidget(self.readout)
         self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy in inspect_charts)
         self.report: ProbeReport | None = None
-        self.grid = None
+        self.grid: ModuleGrid | None = None
         self.images: list[pg.ImageItem] = []
         self.graphics.scene().sigMouseMoved.connect(self._hover)
         self.show_report(None)
 
-    def _build(self) -> None:
+    def _build(self) -> pg.PlotItem:
         self.plot = _plot(self.graphics, row=0, col=0)
         self.plot.getAxis("bottom").setStyle(tickFont=small_font(7))
         self.plot.getAxis("left").setStyle(tickFont=small_font(7))
@@ -63,6 +63,7 @@ class ModuleHeatmaps(QWidget):
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
         self.colorbar.axis.enableAutoSIPrefix(False)
         self.graphics.addItem(self.colorbar, row=0, col=1)
+        return self.plot
 
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
@@ -74,9 +75,7 @@ class ModuleHeatmaps(QWidget):
                 self.plot.invertY(False)
                 _empty(self.plot, "Run the analysis to see where in the network each agent learned")
             return
-        if self.plot is None:
-            self._build()
-        plot = self.plot
+        plot = self.plot if self.plot is not None else self._build()
         plot.clear()
         plot.invertY(True)
         grid = self.grid = module_grid(report.tensor_stats, len(report.agents))
@@ -132,7 +131,7 @@ class ModuleHeatmaps(QWidget):
 
     def cell_center(self, agent: int, row: int, column: int):
         """The scene position of a cell's centre (for tests and screenshots)."""
-        assert self.grid is not None
+        assert self.grid is not None and self.plot is not None  # a report is shown
         x = agent * (len(self.grid.columns) + self.GAP) + column + 0.5
         return self.plot.vb.mapViewToScene(pg.Point(x, row + 0.5))
 
