@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from ..core import MergeResult, get_method, human_bytes
 from .jobs import JobController, JobState, Outcome
@@ -23,7 +23,7 @@ class ResultBox(QWidget):
     def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.out: Path | None = None
-        self.dialog = None  # the card or folder dialog shown last
+        self.dialog: QDialog | None = None  # the card or folder dialog shown last
         jobs.state_changed.connect(lambda state: self.merging() if state is JobState.MERGING else None)
         jobs.finished.connect(self._finished)
         layout = QVBoxLayout(self)
@@ -76,7 +76,7 @@ class ResultBox(QWidget):
 
     def show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
-        method = result.report.get("method")
+        method: str = result.report["method"]  # every merge report names its method (docs/contracts.md)
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
         lam = f" · λ: {lam}" if get_method(method).lambdas is not None else ""  # only a rescaling method has λ
         self.result_text.setText(
