@@ -108,8 +108,8 @@ class ScoresView(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
         header = self.table.horizontalHeader()
-        header.setDefaultAlignment(Qt.AlignCenter | Qt.TextWordWrap)  # a long suite name wraps, not cut
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap)  # a long suite name wraps, not cut
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.note = QLabel("No scores yet.")
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #555;")
@@ -143,7 +143,7 @@ class ScoresView(QWidget):
             keep = [i for i, m in enumerate(old.models) if m.source not in new_sources]
             models = [old.models[i] for i in keep] + list(result.models)
             scores = [old.scores[i] for i in keep] + [list(r) for r in result.scores]
-            order = sorted(range(len(models)), key=lambda i: _KIND_ORDER.get(self.kinds.get(models[i].source), 9))
+            order = sorted(range(len(models)), key=lambda i: _KIND_ORDER.get(self.kinds.get(models[i].source, ""), 9))
             result = EvalResult([models[i] for i in order], list(result.suites), [scores[i] for i in order],
                                 old.seconds + result.seconds, result.device, result.versions,
                                 generated_tokens=old.generated_tokens + result.generated_tokens)
