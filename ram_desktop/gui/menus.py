@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,17 @@ MAX_RECENT = 8
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
+def _action(text: str, parent: QObject, triggered: Callable[..., object],
+            shortcut: QKeySequence.StandardKey | None = None) -> QAction:
+    """A menu action that calls ``triggered`` (PySide6's ``shortcut=``/``triggered=`` keywords, spelled out
+    so that they type-check)."""
+    action = QAction(text, parent)
+    if shortcut is not None:
+        action.setShortcut(shortcut)
+    action.triggered.connect(triggered)
+    return action
+
+
 class Menus(QObject):
     """Builds the window's menu bar, opens and saves recipes (``recipe_path``: the last one) and keeps
     the recent ones (in the window's settings)."""
@@ -34,19 +46,19 @@ class Menus(QObject):
         self.window = w = window
         self.recipe_path: Path | None = None
         file_menu = w.menuBar().addMenu("&File")
-        self.open_action = QAction("&Open recipe…", w, shortcut=QKeySequence.StandardKey.Open, triggered=self.open_recipe_dialog)
-        self.save_action = QAction("&Save recipe…", w, shortcut=QKeySequence.StandardKey.Save, triggered=self.save_recipe_dialog)
-        self.export_action = QAction("&Export charts as PNG…", w, triggered=self.export_charts_dialog)
+        self.open_action = _action("&Open recipe…", w, self.open_recipe_dialog, QKeySequence.StandardKey.Open)
+        self.save_action = _action("&Save recipe…", w, self.save_recipe_dialog, QKeySequence.StandardKey.Save)
+        self.export_action = _action("&Export charts as PNG…", w, self.export_charts_dialog)
         self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
                                       "ulps, would keep, per layer) into a folder")
-        self.demo_action = QAction("Load &demo agents", w, triggered=w.load_demo)
+        self.demo_action = _action("Load &demo agents", w, w.load_demo)
         self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
-        self.import_mergekit_action = QAction("&Import mergekit YAML…", w,
-                                              triggered=lambda: ecosystem.import_mergekit_dialog(w))
-        self.export_mergekit_action = QAction("Export &mergekit YAML…", w,
-                                              triggered=lambda: ecosystem.export_mergekit_dialog(w))
+        self.import_mergekit_action = _action("&Import mergekit YAML…", w,
+                                              lambda: ecosystem.import_mergekit_dialog(w))
+        self.export_mergekit_action = _action("Export &mergekit YAML…", w,
+                                              lambda: ecosystem.export_mergekit_dialog(w))
         self.recent_menu = file_menu.addMenu("Open &recent")
-        quit_action = QAction("&Quit", w, shortcut=QKeySequence.StandardKey.Quit, triggered=w.close)
+        quit_action = _action("&Quit", w, w.close, QKeySequence.StandardKey.Quit)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
         file_menu.addAction(self.save_action)
         file_menu.addAction(self.export_action)
@@ -58,13 +70,13 @@ class Menus(QObject):
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
         settings_menu = w.menuBar().addMenu("&Settings")
-        self.compute_action = QAction("&Compute…", w, triggered=lambda: w.compute.open_page())
+        self.compute_action = _action("&Compute…", w, lambda: w.compute.open_page())
         self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
         settings_menu.addAction(self.compute_action)
         help_menu = w.menuBar().addMenu("&Help")
-        help_menu.addAction(QAction("The RAM paper (arXiv 2601.13572)", w,
-                                    triggered=lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
-        help_menu.addAction(QAction("&About RAM Desktop", w, triggered=self._about))
+        help_menu.addAction(_action("The RAM paper (arXiv 2601.13572)", w,
+                                    lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
+        help_menu.addAction(_action("&About RAM Desktop", w, self._about))
         self._rebuild_recent()
 
     def set_busy(self, busy: bool) -> None:
@@ -97,8 +109,8 @@ class Menus(QObject):
         self.recent_menu.clear()
         items = self.recent_recipes()
         for path in items:
-            self.recent_menu.addAction(QAction(path, self.window,
-                                               triggered=lambda _=False, p=path: self.open_recipe(Path(p))))
+            self.recent_menu.addAction(_action(path, self.window,
+                                               lambda _=False, p=path: self.open_recipe(Path(p))))
         self.recent_menu.setEnabled(bool(items))
 
     # --- recipe files -------------------------------------------------------------------------
