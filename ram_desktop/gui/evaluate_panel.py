@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -211,9 +211,9 @@ class EvaluatePanel(QWidget):
         self._update_actions()
 
     # --- suites -------------------------------------------------------------------------------
-    def add_suites(self, paths: list[str | Path]) -> None:
+    def add_suites(self, sources: Sequence[str | Path]) -> None:
         """Open suites in the background; each lands as a ticked row (errors go to the message bar)."""
-        paths = [Path(p) for p in paths]
+        paths = [Path(p) for p in sources]
         if not paths:
             return
 
@@ -267,7 +267,9 @@ class EvaluatePanel(QWidget):
             combo.addItem(spec)
         combo.setCurrentText(suite.scorer)
         combo.setToolTip("exact · contains · number · regex:PATTERN · python:FILE.py:FUNCTION")
-        combo.lineEdit().editingFinished.connect(lambda c=combo: self._scorer_edited(c))
+        line_edit = combo.lineEdit()
+        assert line_edit is not None  # an editable combo box has one
+        line_edit.editingFinished.connect(lambda c=combo: self._scorer_edited(c))
         combo.activated.connect(lambda _=0, c=combo: self._scorer_edited(c))
         self.suite_table.setCellWidget(row, 2, combo)
         runs = QTableWidgetItem()
@@ -278,6 +280,18 @@ class EvaluatePanel(QWidget):
         self.suite_table.blockSignals(False)
         self._update_actions()
 
+    def _scorer_combo(self, row: int) -> QComboBox:
+        """Suite ``row``'s scorer box (every suite row has one, set in ``_add_suite_row``)."""
+        combo = self.suite_table.cellWidget(row, 2)
+        assert isinstance(combo, QComboBox)
+        return combo
+
+    def _suite_item(self, row: int, column: int) -> QTableWidgetItem:
+        """Suite ``row``'s item in ``column`` 0 (name) or 3 (scorer text), set in ``_add_suite_row``."""
+        item = self.suite_table.item(row, column)
+        assert item is not None
+        return item
+
     def _scorer_edited(self, combo: QComboBox) -> None:
         row = next((r for r in range(self.suite_table.rowCount()) if self.suite_table.cellWidget(r, 2) is combo), -1)
         if row < 0:
@@ -287,7 +301,7 @@ class EvaluatePanel(QWidget):
     def set_scorer(self, row: int, spec: str) -> bool:
         """Score suite ``row`` with ``spec`` (checked, never run here); a bad spec is refused and shown."""
         suite = self.suites[row]
-        combo: QComboBox = self.suite_table.cellWidget(row, 2)
+        combo = self._scorer_combo(row)
         if spec.strip() == suite.scorer:
             return True
         try:
@@ -301,7 +315,7 @@ class EvaluatePanel(QWidget):
         return True
 
     def _describe_scorer(self, row: int) -> None:
-        suite, item, combo = self.suites[row], self.suite_table.item(row, 3), self.suite_table.cellWidget(row, 2)
+        suite, item, combo = self.suites[row], self._suite_item(row, 3), self._scorer_combo(row)
         need = max(combo.sizeHint().width(), combo.fontMetrics().horizontalAdvance(suite.scorer) + 48)
         self.suite_table.setColumnWidth(2, max(self.suite_table.columnWidth(2), need))  # the scorer never cut
         try:
@@ -323,7 +337,7 @@ class EvaluatePanel(QWidget):
         self._update_actions()
 
     def checked_suites(self) -> list[Suite]:
-        return [s for r, s in enumerate(self.suites) if self.suite_table.item(r, 0).checkState() == Qt.CheckState.Checked]
+        return [s for r, s in enumerate(self.suites) if self._suite_item(r, 0).checkState() == Qt.CheckState.Checked]
 
     # --- models -------------------------------------------------------------------------------
     def add_model(self, entry: ModelEntry, checked: bool = True) -> None:
