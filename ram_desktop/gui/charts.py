@@ -22,8 +22,20 @@ from ..core import ProbeReport
 # Okabe & Ito's colours that read on white (their orange, sky blue and yellow are too light for text),
 # then Paul Tol's dark "muted" colours, black and brown: twelve colours, pairwise far apart in CIELAB
 # and each at least 3:1 against the white background (tests/gui/test_charts_fit.py checks both).
-PALETTE = ["#0072b2", "#d55e00", "#009e73", "#cc79a7", "#332288", "#999933", "#882255", "#000000",
-           "#117733", "#aa4499", "#8c564b", "#cc6677"]
+PALETTE = [
+    "#0072b2",
+    "#d55e00",
+    "#009e73",
+    "#cc79a7",
+    "#332288",
+    "#999933",
+    "#882255",
+    "#000000",
+    "#117733",
+    "#aa4499",
+    "#8c564b",
+    "#cc6677",
+]
 BASE_COLOR = "#9e9e9e"  # the base model: grey, in no other role
 FOREGROUND = "#333333"
 
@@ -44,8 +56,11 @@ def shade(color: QColor, step: int, steps: int) -> QColor:
     if steps <= 1 or step == 0:
         return QColor(color)
     t = 0.72 * step / (steps - 1)
-    return QColor(int(color.red() + (255 - color.red()) * t), int(color.green() + (255 - color.green()) * t),
-                  int(color.blue() + (255 - color.blue()) * t))
+    return QColor(
+        int(color.red() + (255 - color.red()) * t),
+        int(color.green() + (255 - color.green()) * t),
+        int(color.blue() + (255 - color.blue()) * t),
+    )
 
 
 def configure() -> None:
@@ -105,8 +120,10 @@ def _refit_ticks(plot: pg.PlotItem) -> None:
 
     def fits(step: int) -> bool:  # every step-th label: half of each and the gap between neighbours
         shown = list(range(0, len(ticks), step))
-        return all((widths[a] + widths[b]) / 2 + gap <= (ticks[b][0] - ticks[a][0]) * per_unit
-                   for a, b in itertools.pairwise(shown))
+        return all(
+            (widths[a] + widths[b]) / 2 + gap <= (ticks[b][0] - ticks[a][0]) * per_unit
+            for a, b in itertools.pairwise(shown)
+        )
 
     step = next((k for k in range(1, len(ticks)) if fits(k)), max(len(ticks), 1)) if per_unit > 0 else 1
     axis.setTicks([[(x, text if i % step == 0 else "") for i, (x, text) in enumerate(ticks)]])
@@ -206,8 +223,9 @@ class DensityChart(pg.GraphicsLayoutWidget):
             unique = 100.0 * a.unique / report.params if report.params else 0.0
             shared = 100.0 * a.shared / report.params if report.params else 0.0
             plot.addItem(pg.BarGraphItem(x=[t], height=[unique], width=0.6, brush=color, pen=color))
-            plot.addItem(pg.BarGraphItem(x=[t], y0=[unique], height=[shared], width=0.6,
-                                         brush=shade(color, 2, 3), pen=color))
+            plot.addItem(
+                pg.BarGraphItem(x=[t], y0=[unique], height=[shared], width=0.6, brush=shade(color, 2, 3), pen=color)
+            )
             label = pg.TextItem(f"{100 * a.density:.1f} %", color=FOREGROUND, anchor=(0.5, 1.0))
             label.setPos(t, unique + shared)
             plot.addItem(label)
@@ -235,8 +253,12 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             return
         n = len(report.agents)
         cols = min(n, 4)
-        self.addLabel("Overlap: where each agent's updates fall (share of its updated elements)",
-                      colspan=cols, size="10pt", color=FOREGROUND)
+        self.addLabel(
+            "Overlap: where each agent's updates fall (share of its updated elements)",
+            colspan=cols,
+            size="10pt",
+            color=FOREGROUND,
+        )
         self.nextRow()
         names = overlap_labels(n)
         for t, a in enumerate(report.agents):
@@ -253,8 +275,7 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             pie = PieItem(a.overlap, colors)
             view.addItem(pie)
             for k, x, y, share in pie.slice_label_positions():
-                text = pg.TextItem(f"{100 * share:.0f}%", color="white" if k == 0 else FOREGROUND,
-                                   anchor=(0.5, 0.5))
+                text = pg.TextItem(f"{100 * share:.0f}%", color="white" if k == 0 else FOREGROUND, anchor=(0.5, 0.5))
                 font = QFont()
                 font.setBold(True)
                 text.setFont(font)
@@ -264,13 +285,21 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             self.pies.append(pie)
             cell.nextRow()
             total = sum(a.overlap) or 1
-            lines = [f'<span style="color:{shade(color, k, n).name() if k else color.name()}">&#9632;</span> '
-                     f"{names[k]} {100 * v / total:.0f}%" for k, v in enumerate(a.overlap)]
+            lines = [
+                f'<span style="color:{shade(color, k, n).name() if k else color.name()}">&#9632;</span> '
+                f"{names[k]} {100 * v / total:.0f}%"
+                for k, v in enumerate(a.overlap)
+            ]
             cell.addLabel("<br>".join(lines), color=FOREGROUND, size="8pt")
 
 
-LINE_STYLES = [Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine, Qt.PenStyle.DashDotLine,
-               Qt.PenStyle.DashDotDotLine]
+LINE_STYLES = [
+    Qt.PenStyle.SolidLine,
+    Qt.PenStyle.DashLine,
+    Qt.PenStyle.DotLine,
+    Qt.PenStyle.DashDotLine,
+    Qt.PenStyle.DashDotDotLine,
+]
 SYMBOLS = ["o", "s", "t", "d", "star", "p", "h", "t1", "+", "x", "t2", "t3"]
 
 
@@ -319,9 +348,15 @@ class LayerDensityChart(QWidget):
             color = agent_color(t)
             offset = (t / (n - 1) - 0.5) * spread if n > 1 else 0.0
             ys = [100.0 * g["density"][t] for g in groups]
-            line = plot.plot([i + offset for i in range(len(groups))], ys,
-                             pen=pg.mkPen(color, width=2, style=LINE_STYLES[t % len(LINE_STYLES)]),
-                             symbol=SYMBOLS[t % len(SYMBOLS)], symbolSize=7, symbolBrush=color, symbolPen=color)
+            line = plot.plot(
+                [i + offset for i in range(len(groups))],
+                ys,
+                pen=pg.mkPen(color, width=2, style=LINE_STYLES[t % len(LINE_STYLES)]),
+                symbol=SYMBOLS[t % len(SYMBOLS)],
+                symbolSize=7,
+                symbolBrush=color,
+                symbolPen=color,
+            )
             self.legend.addItem(line, a.name)
             self.lines.append(line)
         fit_legend(self.legend, self.graphics.width() - 20)

@@ -118,11 +118,13 @@ class EvaluatePanel(QWidget):
         header.setSectionResizeMode(2, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self.suite_table.setColumnWidth(2, 110)
-        self.suite_table.setToolTip("Tick the suites to run. Scorer: exact, contains, number, regex:PATTERN or "
-                                    "python:FILE.py:FUNCTION (a TRL reward function; it runs only when you "
-                                    "click Evaluate)")
+        self.suite_table.setToolTip(
+            "Tick the suites to run. Scorer: exact, contains, number, regex:PATTERN or "
+            "python:FILE.py:FUNCTION (a TRL reward function; it runs only when you "
+            "click Evaluate)"
+        )
         self.add_file_button = QPushButton("Add JSONL…")
-        self.add_file_button.setToolTip("A JSONL file: one {\"prompt\": ..., \"answer\": ...} per line")
+        self.add_file_button.setToolTip('A JSONL file: one {"prompt": ..., "answer": ...} per line')
         self.add_folder_button = QPushButton("Add suite folder…")
         self.add_folder_button.setToolTip("A folder with data.jsonl and suite.yaml")
         self.remove_suite_button = QPushButton("Remove")
@@ -364,8 +366,11 @@ class EvaluatePanel(QWidget):
         """Replace the base and agent rows with the Sources step's (merged, variant and other rows stay)."""
         keep = [self.model_list.item(i) for i in range(self.model_list.count())]
         state = {item.data(Qt.ItemDataRole.UserRole).source: item.checkState() for item in keep}
-        others = [(item.data(Qt.ItemDataRole.UserRole), item.checkState()) for item in keep
-                  if item.data(Qt.ItemDataRole.UserRole).kind not in ("base", "agent")]
+        others = [
+            (item.data(Qt.ItemDataRole.UserRole), item.checkState())
+            for item in keep
+            if item.data(Qt.ItemDataRole.UserRole).kind not in ("base", "agent")
+        ]
         self.model_list.blockSignals(True)
         self.model_list.clear()
         entries = ([ModelEntry("base", base, "base")] if base else []) + [ModelEntry(n, s, "agent") for n, s in agents]
@@ -384,7 +389,9 @@ class EvaluatePanel(QWidget):
         """Tick exactly the models named (tests and scripts)."""
         for i in range(self.model_list.count()):
             item = self.model_list.item(i)
-            item.setCheckState(Qt.CheckState.Checked if item.data(Qt.ItemDataRole.UserRole).name in names else Qt.CheckState.Unchecked)
+            item.setCheckState(
+                Qt.CheckState.Checked if item.data(Qt.ItemDataRole.UserRole).name in names else Qt.CheckState.Unchecked
+            )
 
     # --- running ------------------------------------------------------------------------------
     def set_device(self, device: str) -> None:
@@ -393,11 +400,23 @@ class EvaluatePanel(QWidget):
 
     def _update_actions(self) -> None:
         running = self.task.running()
-        self.run.start_button.setEnabled(not self.jobs.busy() and self.suite_job is None
-                                         and bool(self.checked_suites()) and bool(self.checked_models()))
+        self.run.start_button.setEnabled(
+            not self.jobs.busy()
+            and self.suite_job is None
+            and bool(self.checked_suites())
+            and bool(self.checked_models())
+        )
         self.run.cancel_button.setEnabled(running)
-        for w in (self.add_file_button, self.add_folder_button, self.remove_suite_button, self.add_model_button,
-                  self.suite_table, self.model_list, self.batch_size, self.limit):
+        for w in (
+            self.add_file_button,
+            self.add_folder_button,
+            self.remove_suite_button,
+            self.add_model_button,
+            self.suite_table,
+            self.model_list,
+            self.batch_size,
+            self.limit,
+        ):
             w.setEnabled(not running)
         has = self.result is not None
         self.export_csv_button.setEnabled(has)
@@ -438,12 +457,16 @@ class EvaluatePanel(QWidget):
     def _succeeded(self, value) -> None:
         result, written = value
         self.show_result(result)
-        text = (f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
-                f"in {duration(result.seconds, coarse=True)}")
+        text = (
+            f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
+            f"in {duration(result.seconds, coarse=True)}"
+        )
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
-            log.info("scores written into %s (eval.json and the model card's Evaluation section)",
-                     ", ".join(str(p) for p in written))
+            log.info(
+                "scores written into %s (eval.json and the model card's Evaluation section)",
+                ", ".join(str(p) for p in written),
+            )
         self.run.end(text, True)
 
     def _failed(self, message: str, details: str = "") -> None:
@@ -467,14 +490,16 @@ class EvaluatePanel(QWidget):
         self._update_actions()
 
     def _export_csv_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export scores", str(Path(self.browse_dir) / "scores.csv"),
-                                              "CSV (*.csv)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export scores", str(Path(self.browse_dir) / "scores.csv"), "CSV (*.csv)"
+        )
         if path:
             self._export(lambda: self.scores.export_csv(Path(path)))
 
     def _export_png_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export chart", str(Path(self.browse_dir) / "scores.png"),
-                                              "PNG images (*.png)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export chart", str(Path(self.browse_dir) / "scores.png"), "PNG images (*.png)"
+        )
         if path:
             self._export(lambda: self.scores.export_png(Path(path)))
 
@@ -489,8 +514,9 @@ class EvaluatePanel(QWidget):
 
     # --- dialogs ------------------------------------------------------------------------------
     def _add_files_dialog(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Add suites", self.browse_dir,
-                                                "Suites (*.jsonl suite.yaml);;All files (*)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Add suites", self.browse_dir, "Suites (*.jsonl suite.yaml);;All files (*)"
+        )
         if paths:
             self.browse_dir = str(Path(paths[0]).parent)
             self.add_suites(paths)

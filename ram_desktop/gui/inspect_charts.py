@@ -80,8 +80,12 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         sets = stats.intersections(report.names) if report is not None and stats is not None else None
         if report is None or not sets:  # no sets without a report
             self.sets = []
-            _empty(bars, "Run the analysis to see which agents update the same elements"
-                   if report is None or stats is not None else "Analyze again to count the intersections")
+            _empty(
+                bars,
+                "Run the analysis to see which agents update the same elements"
+                if report is None or stats is not None
+                else "Analyze again to count the intersections",
+            )
             self.matrix.hide()
             return
         self.matrix.show()
@@ -92,12 +96,15 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         rest = ordered[MAX_SETS:]
         plot = bars
         plot.clear()
-        _label(plot, "title", "Which agents update the same elements: elements updated by exactly this set", size="10pt")
+        _label(
+            plot, "title", "Which agents update the same elements: elements updated by exactly this set", size="10pt"
+        )
         _label(plot, "left", "elements", units="% of all")
         xs = list(range(len(self.sets)))
         heights = [100.0 * e["count"] / report.params for e in self.sets]
-        colors = [agent_color(names.index(e["agents"][0])) if len(e["agents"]) == 1 else QColor("#555555")
-                  for e in self.sets]
+        colors = [
+            agent_color(names.index(e["agents"][0])) if len(e["agents"]) == 1 else QColor("#555555") for e in self.sets
+        ]
         plot.addItem(pg.BarGraphItem(x=xs, height=heights, width=0.7, brushes=colors, pens=colors))
         for x, e, h in zip(xs, self.sets, heights):
             label = pg.TextItem(_compact(e["count"]), color=FOREGROUND, anchor=(0.5, 1.0))
@@ -106,9 +113,16 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         plot.getAxis("bottom").setTicks([[]])
         plot.setXRange(-0.6, len(xs) - 0.4, padding=0)
         plot.setYRange(0, max(heights) * 1.15 or 1, padding=0)
-        _label(plot, "bottom", "one colour: only that agent (unique); grey: shared by the dotted agents"
-                      + (f"; {len(rest)} smaller sets not shown ({_compact(sum(e['count'] for e in rest))} elements)"
-                         if rest else ""))
+        _label(
+            plot,
+            "bottom",
+            "one colour: only that agent (unique); grey: shared by the dotted agents"
+            + (
+                f"; {len(rest)} smaller sets not shown ({_compact(sum(e['count'] for e in rest))} elements)"
+                if rest
+                else ""
+            ),
+        )
         m = self.matrix
         # one line item for the set connectors and one scatter for every dot (few items: fast to build)
         xs_line, ys_line = [], []
@@ -125,8 +139,9 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         for x, e in enumerate(self.sets):
             for t in range(n):
                 member = names[t] in e["agents"]
-                spots.append({"pos": (x, t), "size": 10 if member else 9, "brush": brushes[t] if member else grey,
-                              "pen": None})
+                spots.append(
+                    {"pos": (x, t), "size": 10 if member else 9, "brush": brushes[t] if member else grey, "pen": None}
+                )
         m.addItem(pg.ScatterPlotItem(spots=spots))
         m.invertY(True)
         m.setYRange(-0.6, n - 0.4, padding=0)
@@ -139,6 +154,7 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
 
 
 # --- agreement: pairs ----------------------------------------------------------------------------------
+
 
 class PairsChart(pg.GraphicsLayoutWidget):
     """Per pair of agents: the elements both update, split into same sign and opposite sign."""
@@ -160,14 +176,23 @@ class PairsChart(pg.GraphicsLayoutWidget):
         stats = report.inspect if report is not None else None
         if report is None or stats is None or len(report.agents) < 2:  # stats is None without a report
             self.pairs = []
-            _empty(plot, "Run the analysis with two or more agents to see where they agree in sign"
-                   if report is None or stats is not None else "Analyze again to count sign agreement")
+            _empty(
+                plot,
+                "Run the analysis with two or more agents to see where they agree in sign"
+                if report is None or stats is not None
+                else "Analyze again to count sign agreement",
+            )
             return
         self.pairs = stats.pairs(report.names)
         ys = list(range(len(self.pairs)))
         same = [100.0 * p["same_sign"] / report.params for p in self.pairs]
         opposite = [100.0 * (p["both"] - p["same_sign"]) / report.params for p in self.pairs]
-        _label(plot, "title", "Sign agreement: elements both agents update, same sign (green) vs opposite (red)", size="10pt")
+        _label(
+            plot,
+            "title",
+            "Sign agreement: elements both agents update, same sign (green) vs opposite (red)",
+            size="10pt",
+        )
         plot.addItem(pg.BarGraphItem(x0=[0] * len(ys), y=ys, height=0.6, width=same, brush="#2a9d8f", pen="#2a9d8f"))
         plot.addItem(pg.BarGraphItem(x0=same, y=ys, height=0.6, width=opposite, brush="#e4572e", pen="#e4572e"))
         top = max((s + o for s, o in zip(same, opposite)), default=0.0) or 1.0
@@ -182,11 +207,14 @@ class PairsChart(pg.GraphicsLayoutWidget):
         plot.setXRange(0, top * 1.6, padding=0)
         plot.getAxis("left").setTicks([[(y, " & ".join(p["agents"])) for y, p in zip(ys, self.pairs)]])
         _label(plot, "bottom", "elements both agents update, % of all elements")
-        self.setToolTip("Where shared updates mostly agree in sign, RAM's mean of them loses little; where they "
-                        "conflict, TIES elects a sign per element")
+        self.setToolTip(
+            "Where shared updates mostly agree in sign, RAM's mean of them loses little; where they "
+            "conflict, TIES elects a sign per element"
+        )
 
 
 # --- how much: update sizes in ulps -------------------------------------------------------------------
+
 
 class UlpHistogram(pg.GraphicsLayoutWidget):
     """Per agent: the share of its updates that are 1 ulp, 2–3 ulps, 4–7 ... of the base value."""
@@ -214,8 +242,12 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         stats = report.inspect if report is not None else None
         if report is None or stats is None:  # stats is None without a report
             self.shares = []
-            _empty(plot, "Run the analysis to see how large the updates are"
-                   if report is None else "Analyze again to measure update sizes")
+            _empty(
+                plot,
+                "Run the analysis to see how large the updates are"
+                if report is None
+                else "Analyze again to measure update sizes",
+            )
             return
         counts = np.array(stats.ulps, dtype=float)
         totals = counts.sum(1, keepdims=True)
@@ -223,22 +255,27 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         used = [b for b in range(counts.shape[1]) if counts[:, b].any()] or [1]
         lo, hi = min(used), max(used)
         bins = list(range(lo, hi + 1))
-        self.shares = shares[:, lo:hi + 1].tolist()
+        self.shares = shares[:, lo : hi + 1].tolist()
         n = len(report.agents)
         width = 0.8 / n
         labels = ulp_short_labels()
         for t, agent in enumerate(report.agents):
             xs = [i - 0.4 + width * (t + 0.5) for i in range(len(bins))]
             color = agent_color(t)
-            plot.addItem(pg.BarGraphItem(x=xs, height=[100 * shares[t, b] for b in bins], width=width * 0.92,
-                                         brush=color, pen=color))
+            plot.addItem(
+                pg.BarGraphItem(
+                    x=xs, height=[100 * shares[t, b] for b in bins], width=width * 0.92, brush=color, pen=color
+                )
+            )
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), agent.name)
         unit = f"{dtype} ulps" if dtype else "ulps of the stored dtype"
         _label(plot, "title", f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
         _label(plot, "left", "share of the agent's updates", units="%")
         _label(plot, "bottom", f"{unit}: each bar from its value to just under twice it (every 8th row counted)")
-        self.setToolTip("An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
-                        "RAM+'s rescale survives only in a finer output dtype (float32)")
+        self.setToolTip(
+            "An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
+            "RAM+'s rescale survives only in a finer output dtype (float32)"
+        )
         plot.setXRange(-0.6, len(bins) - 0.4, padding=0)
         plot.setYRange(0, 100 * float(shares.max() or 1.0) * 1.08, padding=0)
         fit_ticks(plot, [(i, labels[b]) for i, b in enumerate(bins)])
@@ -248,6 +285,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
 def ulp_short_labels() -> list[str]:
     """Per ulp bin the smallest size it holds, compact (``1``, ``2``, ``4`` … ``1k`` … ``≥256k``); the bins
     of ``ulp_bin_labels`` (``2-3``, ``4-7`` …) double in width, so their lower ends say the same."""
+
     def compact(n: int) -> str:
         if n < 1024:
             return str(n)
@@ -259,6 +297,7 @@ def ulp_short_labels() -> list[str]:
 
 
 # --- what each method would keep ------------------------------------------------------------------------
+
 
 class WouldKeepChart(pg.GraphicsLayoutWidget):
     """Grouped bars: per method, the share of each agent's update mass the merged model keeps."""
@@ -347,24 +386,33 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             plot.addItem(pg.BarGraphItem(x=xs, height=hs, width=width * 0.92, brushes=brushes, pen=color))
             # the chosen method's share in the legend, not over the bars (labels there ran into each other)
             kept = self.values[chosen][t] if chosen else None
-            label = agent.name + (f": {get_method(chosen).short_label} keeps {100 * kept:.0f}%"
-                                  if chosen and kept is not None else "")
+            label = agent.name + (
+                f": {get_method(chosen).short_label} keeps {100 * kept:.0f}%" if chosen and kept is not None else ""
+            )
             self.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=color, pen=color), label)
         if chosen:
             i = names.index(chosen)
-            region = pg.LinearRegionItem((i - 0.48, i + 0.48), movable=False, brush=QColor(255, 220, 120, 60),
-                                         pen=pg.mkPen(None))
+            region = pg.LinearRegionItem(
+                (i - 0.48, i + 0.48), movable=False, brush=QColor(255, 220, 120, 60), pen=pg.mkPen(None)
+            )
             region.setZValue(-10)
             plot.addItem(region)
         plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
         plot.getAxis("bottom").setStyle(tickFont=small_font(8))
-        _label(plot, "title", "What each method would keep: share of each agent's updates carried into the merge", size="10pt")
+        _label(
+            plot,
+            "title",
+            "What each method would keep: share of each agent's updates carried into the merge",
+            size="10pt",
+        )
         _label(plot, "left", "kept", units="%")
         _label(plot, "bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
-        self.setToolTip("Share of each agent's updated elements the merged model carries (mean fraction of its own "
-                        "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
-                        "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults.")
+        self.setToolTip(
+            "Share of each agent's updated elements the merged model carries (mean fraction of its own "
+            "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "
+            "DARE-TA; estimates for TIES and DARE-TIES. Methods not selected use their defaults."
+        )
         plot.setXRange(-0.6, len(names) - 0.4, padding=0)
         plot.setYRange(0, 100 * top * 1.08, padding=0)
         fit_ticks(plot, ticks)

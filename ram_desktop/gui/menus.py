@@ -26,8 +26,9 @@ MAX_RECENT = 8
 PAPER_URL = "https://arxiv.org/abs/2601.13572"
 
 
-def _action(text: str, parent: QObject, triggered: Callable[..., object],
-            shortcut: QKeySequence.StandardKey | None = None) -> QAction:
+def _action(
+    text: str, parent: QObject, triggered: Callable[..., object], shortcut: QKeySequence.StandardKey | None = None
+) -> QAction:
     """A menu action that calls ``triggered`` (PySide6's ``shortcut=``/``triggered=`` keywords, spelled out
     so that they type-check)."""
     action = QAction(text, parent)
@@ -49,14 +50,14 @@ class Menus(QObject):
         self.open_action = _action("&Open recipe…", w, self.open_recipe_dialog, QKeySequence.StandardKey.Open)
         self.save_action = _action("&Save recipe…", w, self.save_recipe_dialog, QKeySequence.StandardKey.Save)
         self.export_action = _action("&Export charts as PNG…", w, self.export_charts_dialog)
-        self.export_action.setToolTip("Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
-                                      "ulps, would keep, per layer) into a folder")
+        self.export_action.setToolTip(
+            "Save every analysis chart (density, overlap, heat map, tensors, sets, signs, "
+            "ulps, would keep, per layer) into a folder"
+        )
         self.demo_action = _action("Load &demo agents", w, w.load_demo)
         self.demo_action.setToolTip("A small real base and three agents RL-trained from it: merge them within a minute")
-        self.import_mergekit_action = _action("&Import mergekit YAML…", w,
-                                              lambda: ecosystem.import_mergekit_dialog(w))
-        self.export_mergekit_action = _action("Export &mergekit YAML…", w,
-                                              lambda: ecosystem.export_mergekit_dialog(w))
+        self.import_mergekit_action = _action("&Import mergekit YAML…", w, lambda: ecosystem.import_mergekit_dialog(w))
+        self.export_mergekit_action = _action("Export &mergekit YAML…", w, lambda: ecosystem.export_mergekit_dialog(w))
         self.recent_menu = file_menu.addMenu("Open &recent")
         quit_action = _action("&Quit", w, w.close, QKeySequence.StandardKey.Quit)
         file_menu.insertAction(self.recent_menu.menuAction(), self.open_action)
@@ -74,24 +75,33 @@ class Menus(QObject):
         self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
         settings_menu.addAction(self.compute_action)
         help_menu = w.menuBar().addMenu("&Help")
-        help_menu.addAction(_action("The RAM paper (arXiv 2601.13572)", w,
-                                    lambda: QDesktopServices.openUrl(QUrl(PAPER_URL))))
+        help_menu.addAction(
+            _action("The RAM paper (arXiv 2601.13572)", w, lambda: QDesktopServices.openUrl(QUrl(PAPER_URL)))
+        )
         help_menu.addAction(_action("&About RAM Desktop", w, self._about))
         self._rebuild_recent()
 
     def set_busy(self, busy: bool) -> None:
         """While a job runs nothing that changes the inputs can be started."""
-        for action in (self.open_action, self.save_action, self.demo_action, self.export_action,
-                       self.import_mergekit_action, self.export_mergekit_action):
+        for action in (
+            self.open_action,
+            self.save_action,
+            self.demo_action,
+            self.export_action,
+            self.import_mergekit_action,
+            self.export_mergekit_action,
+        ):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
 
     def _about(self) -> None:
-        QMessageBox.about(self.window, "About RAM Desktop",
-                          f"<b>RAM Desktop {__version__}</b><p>Merges RL-trained agents that share one base with "
-                          "RAM / RAM+ (Behavior Knowledge Merge in Reinforced Agentic Models, arXiv 2601.13572) "
-                          "and classic baselines.</p><p>" + "<br>".join(html.escape(line) for line in about_lines())
-                          + "</p>")
+        QMessageBox.about(
+            self.window,
+            "About RAM Desktop",
+            f"<b>RAM Desktop {__version__}</b><p>Merges RL-trained agents that share one base with "
+            "RAM / RAM+ (Behavior Knowledge Merge in Reinforced Agentic Models, arXiv 2601.13572) "
+            "and classic baselines.</p><p>" + "<br>".join(html.escape(line) for line in about_lines()) + "</p>",
+        )
 
     # --- recent recipes -----------------------------------------------------------------------
     def recent_recipes(self) -> list[str]:
@@ -109,8 +119,7 @@ class Menus(QObject):
         self.recent_menu.clear()
         items = self.recent_recipes()
         for path in items:
-            self.recent_menu.addAction(_action(path, self.window,
-                                               lambda _=False, p=path: self.open_recipe(Path(p))))
+            self.recent_menu.addAction(_action(path, self.window, lambda _=False, p=path: self.open_recipe(Path(p))))
         self.recent_menu.setEnabled(bool(items))
 
     # --- recipe files -------------------------------------------------------------------------

@@ -33,8 +33,10 @@ class ModuleHeatmaps(QWidget):
         row.addWidget(QLabel("Colour"))
         self.metric_choice = QComboBox()
         self.metric_choice.addItems(["density (share of elements updated)", "unique share (of the agent's updates)"])
-        self.metric_choice.setToolTip("Density: updated / elements in the cell. Unique share: of the agent's updates in "
-                                      "the cell, how many no other agent touches (RAM keeps them whole)")
+        self.metric_choice.setToolTip(
+            "Density: updated / elements in the cell. Unique share: of the agent's updates in "
+            "the cell, how many no other agent touches (RAM keeps them whole)"
+        )
         self.metric_choice.currentIndexChanged.connect(lambda _: self.show_report(self.report))
         row.addWidget(self.metric_choice)
         row.addStretch(1)
@@ -80,9 +82,16 @@ class ModuleHeatmaps(QWidget):
         plot.invertY(True)
         grid = self.grid = module_grid(report.tensor_stats, len(report.agents))
         by_density = self.metric_choice.currentIndex() == 0
-        values = [np.array([[np.nan if v is None else v for v in row]
-                            for row in (grid.density(t) if by_density else grid.unique_share(t))], dtype=float)
-                  for t in range(len(report.agents))]
+        values = [
+            np.array(
+                [
+                    [np.nan if v is None else v for v in row]
+                    for row in (grid.density(t) if by_density else grid.unique_share(t))
+                ],
+                dtype=float,
+            )
+            for t in range(len(report.agents))
+        ]
         top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
         levels = (0.0, top if by_density and top > 0 else 1.0)
         rows, cols = len(grid.rows), len(grid.columns)
@@ -104,12 +113,19 @@ class ModuleHeatmaps(QWidget):
         self.colorbar.setImageItem(self.images)
         if self.colorbar.axis.labelText != ("density" if by_density else "unique share"):
             self.colorbar.axis.setLabel("density" if by_density else "unique share")
-        _label(plot, "title", "Density per layer and module" if by_density else
-               "Unique share of each agent's updates per layer and module", size="10pt")
+        _label(
+            plot,
+            "title",
+            "Density per layer and module"
+            if by_density
+            else "Unique share of each agent's updates per layer and module",
+            size="10pt",
+        )
         plot.getAxis("bottom").setTicks([ticks])
         step = 1 if rows <= 12 else math.ceil(rows / 10)  # about ten layer labels, never overlapping
-        plot.getAxis("left").setTicks([[(r + 0.5, name) for r, name in enumerate(grid.rows)
-                                        if r % step == 0 or name == OTHER_ROW]])
+        plot.getAxis("left").setTicks(
+            [[(r + 0.5, name) for r, name in enumerate(grid.rows) if r % step == 0 or name == OTHER_ROW]]
+        )
         _label(plot, "left", "layer")
         shown = [SHORT_COLUMNS.get(kind, kind) for kind in grid.columns]
         legend = ", ".join(f"{k} = {COLUMN_LEGEND[k]}" for k in dict.fromkeys(shown) if k in COLUMN_LEGEND)
@@ -144,10 +160,12 @@ class ModuleHeatmaps(QWidget):
         tensors = ", ".join(grid.tensors[r][c]) or "no tensor"
         if not params:
             return f"<b>{_html(report.agents[t].name)}</b> · {where} · {grid.columns[c]}: no tensor here"
-        return (f"<b>{_html(report.agents[t].name)}</b> · {where} · <b>{grid.columns[c]}</b>: density "
-                f"{percent(updated / params, 2)} ({updated:,} of {params:,} elements), unique share "
-                f"{percent(unique / updated if updated else None)} ({unique:,})<br>"
-                f"<span style='color:#666'>{_html(tensors)}</span>")
+        return (
+            f"<b>{_html(report.agents[t].name)}</b> · {where} · <b>{grid.columns[c]}</b>: density "
+            f"{percent(updated / params, 2)} ({updated:,} of {params:,} elements), unique share "
+            f"{percent(unique / updated if updated else None)} ({unique:,})<br>"
+            f"<span style='color:#666'>{_html(tensors)}</span>"
+        )
 
     def _hover(self, scene_pos) -> None:
         cell = self.cell_at(scene_pos)

@@ -42,8 +42,12 @@ class ResultBox(QWidget):
         self.evaluate_result_button.setToolTip("Score the merged model, the base and the agents on suites (step 6)")
         self.evaluate_result_button.setEnabled(False)
         buttons = QHBoxLayout()
-        for button in (self.open_folder_button, self.open_card_button, self.publish_button,
-                       self.evaluate_result_button):
+        for button in (
+            self.open_folder_button,
+            self.open_card_button,
+            self.publish_button,
+            self.evaluate_result_button,
+        ):
             buttons.addWidget(button)
         buttons.addStretch(1)
         layout.addWidget(self.result_text)
@@ -70,9 +74,11 @@ class ResultBox(QWidget):
     def _finished(self, state: JobState, outcome: Outcome) -> None:
         """A merge that stopped without an output says so (its reason is in the message bar and the log)."""
         if state is JobState.MERGING and outcome is not Outcome.DONE:
-            self.result_text.setText("Merge cancelled; nothing was written." if outcome is Outcome.CANCELLED
-                                     else "The merge stopped with an error (see the message at the top); "
-                                          "nothing was written.")
+            self.result_text.setText(
+                "Merge cancelled; nothing was written."
+                if outcome is Outcome.CANCELLED
+                else "The merge stopped with an error (see the message at the top); nothing was written."
+            )
 
     def show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.out = Path(result.out)
@@ -80,10 +86,11 @@ class ResultBox(QWidget):
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
         lam = f" · λ: {lam}" if get_method(method).lambdas is not None else ""  # only a rescaling method has λ
         self.result_text.setText(
-            f"<b>Merged model:</b> <a href=\"{QUrl.fromLocalFile(str(result.out)).toString()}\">{result.out}</a><br>"
+            f'<b>Merged model:</b> <a href="{QUrl.fromLocalFile(str(result.out)).toString()}">{result.out}</a><br>'
             f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · method {method}{lam}<br>"
             "Also there: model card (README.md), ram-recipe.yaml, merge-report.json"
-            + (", charts (PNG)." if charts else "."))
+            + (", charts (PNG)." if charts else ".")
+        )
         self.result_text.setOpenExternalLinks(True)
         self._enable_output(True)
         self.evaluate_result_button.setEnabled(True)

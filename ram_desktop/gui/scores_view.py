@@ -27,8 +27,13 @@ from ..evaluate import EvalResult, SuiteSummary
 from .charts import BASE_COLOR, FOREGROUND, export_png, model_color
 
 MERGED_KINDS = ("merged", "variant")
-KIND_LABELS = {"base": "base model", "agent": "agent", "merged": "merged model", "variant": "compare variant",
-               "other": "model folder"}
+KIND_LABELS = {
+    "base": "base model",
+    "agent": "agent",
+    "merged": "merged model",
+    "variant": "compare variant",
+    "other": "model folder",
+}
 BEST_BRUSH = QColor("#e3f2e1")
 
 
@@ -52,8 +57,9 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         self.ci.layout.setColumnStretchFactor(0, 1)
         self.show_scores([], [], [], [])
 
-    def show_scores(self, models: list[str], colors: list[QColor], suites: list[str],
-                    scores: list[list[float]]) -> None:
+    def show_scores(
+        self, models: list[str], colors: list[QColor], suites: list[str], scores: list[list[float]]
+    ) -> None:
         plot = self.plot
         for item in self.bars:
             plot.removeItem(item)
@@ -63,8 +69,14 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         width = 0.8 / max(n_models, 1)
         for m, (name, color) in enumerate(zip(models, colors)):
             xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
-            item = pg.BarGraphItem(x=xs, height=[scores[m][s] for s in range(n_suites)], width=width * 0.92,
-                                   brush=pg.mkBrush(color), pen=pg.mkPen(color.darker(130)), name=name)
+            item = pg.BarGraphItem(
+                x=xs,
+                height=[scores[m][s] for s in range(n_suites)],
+                width=width * 0.92,
+                brush=pg.mkBrush(color),
+                pen=pg.mkPen(color.darker(130)),
+                name=name,
+            )
             plot.addItem(item)
             self.legend.addItem(item, name)  # whole: the legend sizes to its longest name
             self.bars.append(item)
@@ -74,8 +86,9 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         top = max([1.0, *(v for row in scores for v in row)])
         plot.setYRange(0, top * 1.05, padding=0)
         plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
-        plot.setTitle("Scores per suite" if models else "Scores per suite — run an evaluation", color=FOREGROUND,
-                      size="10pt")
+        plot.setTitle(
+            "Scores per suite" if models else "Scores per suite — run an evaluation", color=FOREGROUND, size="10pt"
+        )
 
     def fit_suite_labels(self) -> None:
         """Each suite's name under its group: whole if it fits the group's width, else on two lines broken
@@ -93,7 +106,6 @@ class ScoresChart(pg.GraphicsLayoutWidget):
             self.fit_suite_labels()
 
 
-
 class ScoresView(QWidget):
     """The scores of the evaluations run so far: ``result`` (rows kept across runs on the same suites)
     and ``kinds`` (model source -> base, agent, merged, variant, other: colours and the best-merged mark)."""
@@ -108,7 +120,9 @@ class ScoresView(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().height() + 8)
         self.table.setToolTip("Mean reward per suite; bold on green: the best merged model on that suite")
         header = self.table.horizontalHeader()
-        header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap)  # a long suite name wraps, not cut
+        header.setDefaultAlignment(
+            Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap
+        )  # a long suite name wraps, not cut
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.note = QLabel("No scores yet.")
         self.note.setWordWrap(True)
@@ -144,9 +158,15 @@ class ScoresView(QWidget):
             models = [old.models[i] for i in keep] + list(result.models)
             scores = [old.scores[i] for i in keep] + [list(r) for r in result.scores]
             order = sorted(range(len(models)), key=lambda i: _KIND_ORDER.get(self.kinds.get(models[i].source, ""), 9))
-            result = EvalResult([models[i] for i in order], list(result.suites), [scores[i] for i in order],
-                                old.seconds + result.seconds, result.device, result.versions,
-                                generated_tokens=old.generated_tokens + result.generated_tokens)
+            result = EvalResult(
+                [models[i] for i in order],
+                list(result.suites),
+                [scores[i] for i in order],
+                old.seconds + result.seconds,
+                result.device,
+                result.versions,
+                generated_tokens=old.generated_tokens + result.generated_tokens,
+            )
         self.result = result
         self._fill_table()
 
@@ -203,12 +223,15 @@ class ScoresView(QWidget):
                     item.setBackground(QBrush(BEST_BRUSH))
                     item.setToolTip("best merged model" + (" on this suite" if c < len(row) else " on average"))
                 self.table.setItem(r, c + 1, item)
-        self.chart.show_scores([m.name for m in result.models], colors, [s.name for s in result.suites],
-                               result.scores)
-        marked = "Bold on green: the best merged model per suite and on average. " if any(
-            b is not None for b in best) else ""
-        self.note.setText(f"{marked}Mean reward over {sum(s.examples for s in result.suites)} examples, greedy, "
-                          f"on {result.device}.")
+        self.chart.show_scores([m.name for m in result.models], colors, [s.name for s in result.suites], result.scores)
+        marked = (
+            "Bold on green: the best merged model per suite and on average. "
+            if any(b is not None for b in best)
+            else ""
+        )
+        self.note.setText(
+            f"{marked}Mean reward over {sum(s.examples for s in result.suites)} examples, greedy, on {result.device}."
+        )
 
     def table_rows(self) -> list[list[str]]:
         """The table as CSV rows: a header, one row per model, then the best merged model per column."""
@@ -216,8 +239,15 @@ class ScoresView(QWidget):
         assert result is not None
         rows = [["model", "kind", "source", *(s.name for s in result.suites), "mean"]]
         for model, row in zip(result.models, result.scores):
-            rows.append([model.name, self.kinds.get(model.source, "other"), model.source,
-                         *(repr(round(v, 6)) for v in row), repr(round(_mean(row), 6))])
+            rows.append(
+                [
+                    model.name,
+                    self.kinds.get(model.source, "other"),
+                    model.source,
+                    *(repr(round(v, 6)) for v in row),
+                    repr(round(_mean(row), 6)),
+                ]
+            )
         best = self.best_merged()
         if any(b is not None for b in best):
             rows.append(["best merged", "", "", *(result.models[b].name if b is not None else "" for b in best)])
