@@ -16,21 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QComboBox,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
     QPushButton,
     QSpinBox,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -40,10 +34,10 @@ from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
 from .jobs import JobController, JobState
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
+from .suites_table import SuitesTable
 from .worker import Job
 
 log = logging.getLogger("ram_desktop")
-BUILTIN_SCORERS = ("exact", "contains", "number", "regex:")
 
 
 @dataclass(frozen=True)
@@ -102,27 +96,14 @@ class EvaluatePanel(QWidget):
     def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.jobs = jobs
-        self.suites: list[Suite] = []
         self.suite_job: Job | None = None
         self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
 
         # suites
-        self.suite_table = QTableWidget(0, 4)
-        self.suite_table.setHorizontalHeaderLabels(["Suite", "Examples", "Scorer", "Scored by"])
-        self.suite_table.verticalHeader().setVisible(False)
-        self.suite_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        header = self.suite_table.horizontalHeader()
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Interactive)
-        header.setStretchLastSection(True)
-        self.suite_table.setColumnWidth(2, 110)
-        self.suite_table.setToolTip(
-            "Tick the suites to run. Scorer: exact, contains, number, regex:PATTERN or "
-            "python:FILE.py:FUNCTION (a TRL reward function; it runs only when you "
-            "click Evaluate)"
-        )
+        self.suite_table = SuitesTable()
+        self.suite_table.error.connect(self.error.emit)
+        self.suite_table.changed.connect(lambda: self._update_actions())
         self.add_file_button = QPushButton("Add JSONL…")
         self.add_file_button.setToolTip('A JSONL file: one {"prompt": ..., "answer": ...} per line')
         self.add_folder_button = QPushButton("Add suite folder…")
@@ -197,7 +178,7 @@ class EvaluatePanel(QWidget):
 
         self.add_file_button.clicked.connect(self._add_files_dialog)
         self.add_folder_button.clicked.connect(self._add_folder_dialog)
-        self.remove_suite_button.clicked.connect(self._remove_selected_suites)
+        self.remove_suite_button.clicked.connect(self.suite_table.remove_selected)
         self.add_model_button.clicked.connect(self._add_model_dialog)
         self.task = PanelJob(jobs, JobState.EVALUATING, self.run, self)
         self.task.failed.connect(self._failed)
@@ -221,7 +202,7 @@ class EvaluatePanel(QWidget):
 
         def opened(loaded: list[Suite]) -> None:
             for suite in loaded:
-                self._add_suite_row(suite)
+                self.suite_table.add(suite)
             self.suites_loaded.emit()
 
         self.suite_job = Job(lambda reporter: [load_suite(p) for p in paths], self)
@@ -248,98 +229,16 @@ class EvaluatePanel(QWidget):
         self.add_suites(paths)
         return paths
 
-    def _add_suite_row(self, suite: Suite) -> None:
-        if any(s.source == suite.source for s in self.suites):
-            return
-        self.suite_table.blockSignals(True)
-        row = self.suite_table.rowCount()
-        self.suite_table.insertRow(row)
-        name = QTableWidgetItem(suite.name)
-        name.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable | Qt.ItemFlag.ItemIsUserCheckable)
-        name.setCheckState(Qt.CheckState.Checked)
-        name.setToolTip(str(suite.source))
-        count = QTableWidgetItem(f"{len(suite):,}")
-        count.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
-        count.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.suite_table.setItem(row, 0, name)
-        self.suite_table.setItem(row, 1, count)
-        combo = QComboBox()
-        combo.setEditable(True)
-        for spec in dict.fromkeys([suite.scorer, *BUILTIN_SCORERS]):
-            combo.addItem(spec)
-        combo.setCurrentText(suite.scorer)
-        combo.setToolTip("exact · contains · number · regex:PATTERN · python:FILE.py:FUNCTION")
-        line_edit = combo.lineEdit()
-        assert line_edit is not None  # an editable combo box has one
-        line_edit.editingFinished.connect(lambda c=combo: self._scorer_edited(c))
-        combo.activated.connect(lambda _=0, c=combo: self._scorer_edited(c))
-        self.suite_table.setCellWidget(row, 2, combo)
-        runs = QTableWidgetItem()
-        runs.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
-        self.suite_table.setItem(row, 3, runs)
-        self.suites.append(suite)
-        self._describe_scorer(row)
-        self.suite_table.blockSignals(False)
-        self._update_actions()
-
-    def _scorer_combo(self, row: int) -> QComboBox:
-        """Suite ``row``'s scorer box (every suite row has one, set in ``_add_suite_row``)."""
-        combo = self.suite_table.cellWidget(row, 2)
-        assert isinstance(combo, QComboBox)
-        return combo
-
-    def _suite_item(self, row: int, column: int) -> QTableWidgetItem:
-        """Suite ``row``'s item in ``column`` 0 (name) or 3 (scorer text), set in ``_add_suite_row``."""
-        item = self.suite_table.item(row, column)
-        assert item is not None
-        return item
-
-    def _scorer_edited(self, combo: QComboBox) -> None:
-        row = next((r for r in range(self.suite_table.rowCount()) if self.suite_table.cellWidget(r, 2) is combo), -1)
-        if row < 0:
-            return
-        self.set_scorer(row, combo.currentText())
+    @property
+    def suites(self) -> list[Suite]:
+        return self.suite_table.suites
 
     def set_scorer(self, row: int, spec: str) -> bool:
         """Score suite ``row`` with ``spec`` (checked, never run here); a bad spec is refused and shown."""
-        suite = self.suites[row]
-        combo = self._scorer_combo(row)
-        if spec.strip() == suite.scorer:
-            return True
-        try:
-            self.suites[row] = suite.with_scorer(spec)
-        except InputError as e:
-            self.error.emit(f"suite {suite.name!r}: {e}")
-            combo.setCurrentText(suite.scorer)
-            return False
-        combo.setCurrentText(self.suites[row].scorer)
-        self._describe_scorer(row)
-        return True
-
-    def _describe_scorer(self, row: int) -> None:
-        suite, item, combo = self.suites[row], self._suite_item(row, 3), self._scorer_combo(row)
-        need = max(combo.sizeHint().width(), combo.fontMetrics().horizontalAdvance(suite.scorer) + 48)
-        self.suite_table.setColumnWidth(2, max(self.suite_table.columnWidth(2), need))  # the scorer never cut
-        try:
-            spec = suite.scorer_spec
-            text = spec.describe()
-            item.setForeground(QBrush(QColor("#8a5a00" if spec.kind == "python" else "#333333")))
-            item.setToolTip(f"{spec.file} will run when you click Evaluate" if spec.kind == "python" else text)
-        except InputError as e:
-            text = str(e)
-            item.setForeground(QBrush(QColor("#b3261e")))
-            item.setToolTip(text)
-        item.setText(text)
-
-    def _remove_selected_suites(self) -> None:
-        rows = sorted({i.row() for i in self.suite_table.selectedIndexes()}, reverse=True)
-        for row in rows:
-            self.suite_table.removeRow(row)
-            del self.suites[row]
-        self._update_actions()
+        return self.suite_table.set_scorer(row, spec)
 
     def checked_suites(self) -> list[Suite]:
-        return [s for r, s in enumerate(self.suites) if self._suite_item(r, 0).checkState() == Qt.CheckState.Checked]
+        return self.suite_table.checked_suites()
 
     # --- models -------------------------------------------------------------------------------
     def add_model(self, entry: ModelEntry, checked: bool = True) -> None:
