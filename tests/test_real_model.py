@@ -32,6 +32,7 @@ from .subproc import cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for reproduction/
 from reproduction.real import base as real_base  # noqa: E402
+from reproduction.real.finetune import chat, finetune  # noqa: E402
 
 SYSTEM = "Be brief."
 TASKS = {  # two tiny tasks; four chat examples each (the fine-tune's batch), the first three also a suite
@@ -56,49 +57,8 @@ def _timed(label: str, started: float) -> None:
     print(f"[real-model] {label}: {time.perf_counter() - started:.1f} s")
 
 
-def _chat(tokenizer, question: str, answer: str | None = None) -> str:
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-    if answer is None:
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": answer}], tokenize=False)
-
-
-def _batch(tokenizer, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
-    """Left-padded chat examples with the loss on the assistant's answer only."""
-    rows = []
-    for question, answer in pairs:
-        prompt = tokenizer(_chat(tokenizer, question), add_special_tokens=False)["input_ids"]
-        full = tokenizer(_chat(tokenizer, question, answer), add_special_tokens=False)["input_ids"]
-        assert full[:len(prompt)] == prompt
-        rows.append((full, [-100] * len(prompt) + full[len(prompt):]))
-    width = max(len(ids) for ids, _ in rows)
-    pad = tokenizer.pad_token_id
-
-    def left(values: list[int], fill: int) -> list[int]:
-        return [fill] * (width - len(values)) + values
-
-    return {"input_ids": torch.tensor([left(ids, pad) for ids, _ in rows]),
-            "labels": torch.tensor([left(labels, -100) for _, labels in rows]),
-            "attention_mask": torch.tensor([left([1] * len(ids), 0) for ids, _ in rows])}
-
-
 def _finetune(base: Path, pairs: list[tuple[str, str]], out: Path) -> None:
-    """A few Adam steps in float32 master weights from the bf16 base, saved in bf16 (small updates round away)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    tokenizer = AutoTokenizer.from_pretrained(str(base))
-    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
-    batch = _batch(tokenizer, pairs)
-    optimizer = torch.optim.Adam(model.parameters(), lr=LR, fused=True)
-    for step in range(STEPS):
-        loss = model(**batch).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        print(f"[real-model] {out.name} step {step}: loss {loss.item():.3f}")
-    model.to(torch.bfloat16).save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    finetune(base, SYSTEM, pairs, out, STEPS, LR)
 
 
 def _write_suite(folder: Path, pairs: list[tuple[str, str]]) -> Path:
@@ -284,7 +244,7 @@ def test_merged_models_load_and_generate(real):
     folders = sorted(p for p in real["merged"].iterdir() if (p / "config.json").exists())
     assert len(folders) == len(COMPARED)
     tokenizer = AutoTokenizer.from_pretrained(str(folders[0]))
-    prompt = _chat(tokenizer, "What is the capital of France?")
+    prompt = chat(tokenizer, SYSTEM, "What is the capital of France?")
     inputs = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     for folder in folders:
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16)
