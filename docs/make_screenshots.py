@@ -7,7 +7,9 @@ Analysis tab, a merge under way, and the result; then Compare (RAM+ against aver
 and TIES) and Evaluate on the same demo with its test suites: eight models in one table and chart.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
 1920×1080 (``docs/screenshots/1920x1080/*.png``). ``--eval-only`` takes just Compare and Evaluate;
-``--size 1360x860`` just one size.
+``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
+(``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
+merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def main() -> int:
     if "--size" in sys.argv:
         w, h = (int(v) for v in sys.argv[sys.argv.index("--size") + 1].split("x"))
         sizes = {(w, h): SIZES[(w, h)]}
+    if "--real" in sys.argv:
+        real_shots(app, Path(sys.argv[sys.argv.index("--real") + 1]), SIZES[(1360, 860)], tmp)
+        return 0
     for (width, height), out in sizes.items():
         out.mkdir(parents=True, exist_ok=True)
         run = tmp / f"{width}x{height}"
@@ -122,6 +127,31 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
         wait_until(lambda: False, 0.3, app)
         save(dialog, out / f"{name}.png")
         dialog.close()
+    window.close()
+
+
+def real_shots(app, folder: Path, out: Path, tmp: Path) -> None:
+    """The window on the real model: SmolLM2-135M-Instruct and three fine-tunes of it, analysed and merged."""
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
+
+    window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.IniFormat))
+    window.resize(1360, 860)
+    window.show()
+    agents = [folder / name for name in ("code", "tool", "memory")]
+    window.set_sources(str(folder / "base"), [str(a) for a in agents], None, analyse=False)
+    window.method.out_dir.setText(str(tmp / "real-merged"))
+    wait_until(lambda: window.sources.all_ready(), 60, app)
+    window.analyse()
+    wait_until(lambda: window.report is not None and not window.jobs.busy(), 600, app)
+    window.analysis.tabs.setCurrentWidget(window.analysis.heatmap)
+    wait_until(lambda: window.analysis.charts_ready(), 30, app)
+    wait_until(lambda: False, 0.5, app)
+    save(window, out / "real-heatmap.png")
+    window.merge()
+    wait_until(lambda: not window.busy() and window.result is not None, 600, app)
+    wait_until(lambda: False, 0.5, app)
+    save(window, out / "real-result.png")
     window.close()
 
 
