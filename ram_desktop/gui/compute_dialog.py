@@ -126,9 +126,10 @@ class ComputePage(QDialog):
         self.refresh_runtimes()
         if detection is None:
             self.detection_view.setPlainText("looking at this machine…")
-            self._detect_job = Job(lambda reporter: detect.detect())  # no parent: lives until it ends
-            self._detect_job.succeeded.connect(self.set_detection)
-            self._detect_job.start()
+            # no parent and no reference kept: the job keeps itself alive until it ends and is then released
+            job = Job(lambda reporter: detect.detect())
+            job.succeeded.connect(self.set_detection)
+            job.start()
         else:
             self.set_detection(detection)
 
@@ -297,9 +298,11 @@ class ComputeFace(QObject):
         if getattr(self.window, "busy", lambda: False)():  # never beside a running merge or analysis
             QTimer.singleShot(LOOK_DELAY_MS, self._look)
             return
-        self._job = Job(lambda reporter: detect.detect())  # no parent: lives until it ends
-        self._job.succeeded.connect(self._looked)
-        self._job.start()
+        # no parent and no reference kept: the job keeps itself alive until it ends and is then released (a
+        # reference here kept a finished job's wrapper for the window's life: the soak counted two jobs)
+        job = Job(lambda reporter: detect.detect())
+        job.succeeded.connect(self._looked)
+        job.start()
 
     def _looked(self, found: Detection) -> None:
         self.detection = found

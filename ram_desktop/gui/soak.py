@@ -92,6 +92,8 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
     from .main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
+    # what was alive before this window (another window's jobs in a long test process) is not the soak's
+    baseline = live_job_objects()
     tmp = Path(tempfile.mkdtemp(prefix="ram-desktop-soak-"))
     window = MainWindow(QSettings(str(tmp / "settings.ini"), QSettings.Format.IniFormat))
     samples: list[Sample] = []
@@ -125,7 +127,8 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
                     raise RuntimeError(f"soak: the merge ended {merged[0]}: {window.message.text.text()}")
             if cycle % every == 0 or cycle == cycles:
                 _settle(app, window)
-                sample = Sample(cycle, rss_mb(), *live_job_objects(), len(window.findChildren(QObject)))
+                threads, workers, jobs = (max(0, n - b) for n, b in zip(live_job_objects(), baseline, strict=True))
+                sample = Sample(cycle, rss_mb(), threads, workers, jobs, len(window.findChildren(QObject)))
                 samples.append(sample)
                 out(sample.line())
     finally:

@@ -38,3 +38,14 @@ def test_short_soak_keeps_no_job_alive(qtbot):
     for sample in samples:
         assert max(sample.threads, sample.workers, sample.jobs) <= soak.ONE_JOB, sample.line()
     assert soak.verdict(samples, max_growth_mb=float("inf")) == []
+
+
+def test_the_first_start_look_at_the_machine_leaves_no_job_behind(qtbot, window):
+    """The compute offer looks at the machine once, a second after start, in a job of its own: once it has
+    looked, no job object of it stays alive (a kept reference held one for the window's life)."""
+    face = window.compute
+    before = soak.live_job_objects()[2]
+    face._look()
+    qtbot.waitUntil(lambda: face.detection is not None, timeout=20000)
+    qtbot.wait(100)  # the job deletes itself at the next turn of the event loop
+    assert soak.live_job_objects()[2] <= before
