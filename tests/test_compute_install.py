@@ -33,13 +33,23 @@ def wheels(tmp_path_factory):
             "broken": build_wheel(base / "broken", broken=True)}
 
 
-def face(home: Path, *args: str) -> subprocess.CompletedProcess:
-    """``python -m ram_desktop ARGS`` in a fresh process whose user folders live under ``home``."""
+def face(home: Path, *args: str, prelude: str | None = None) -> subprocess.CompletedProcess:
+    """``python -m ram_desktop ARGS`` in a fresh process whose user folders live under ``home``; ``prelude``:
+    Python run in that process first (to stand in for the machine, e.g. its free disk)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "XDG_", "UV_"))}
     env.update(XDG_DATA_HOME=str(home / "data"), XDG_CACHE_HOME=str(home / "cache"), PATH=str(home / "no-bin"),
                ROCM_PATH=str(home / "no-rocm"), RAM_DESKTOP_CACHE=str(home / "ram-cache"))
-    return subprocess.run([sys.executable, "-m", "ram_desktop", *args], check=False, capture_output=True, text=True,
-                          env=env, timeout=600, cwd=home)
+    command = [sys.executable, "-m", "ram_desktop", *args]
+    if prelude is not None:
+        command = [sys.executable, "-c", prelude + "\nimport runpy\nrunpy.run_module('ram_desktop', run_name='__main__')",
+                   *args]
+    return subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=600, cwd=home)
+
+
+# the disk check comes before the download: a machine with less free disk than the CUDA build needs (7.2 GB)
+# would be refused for that instead of reaching the network, so these runs see a roomy disk
+ROOMY_DISK = ("import shutil, collections\n"
+              "shutil.disk_usage = lambda path: collections.namedtuple('U', 'total used free')(1 << 42, 0, 1 << 42)")
 
 
 def runtimes(home: Path) -> Path:
@@ -122,7 +132,7 @@ def test_a_torch_that_fails_its_check_is_never_used(tmp_path, wheels):
 
 
 def test_no_network_gives_one_line_and_a_working_cpu_app(tmp_path):
-    done = face(tmp_path, "--setup-compute", "cuda", "--offline")  # the committed lock; nothing cached
+    done = face(tmp_path, "--setup-compute", "cuda", "--offline", prelude=ROOMY_DISK)  # the committed lock, no cache
     line = one_error_line(done)
     assert line.startswith("error: uv could not install torch: the packages could not be downloaded (")
     assert "check the network and retry" in line
