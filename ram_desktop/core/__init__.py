@@ -64,7 +64,7 @@ _EXPORTS: dict[str, str] = {
     "MERGE_REPORT": "ecosystem.cards.evaluation",
     # storage the faces show or check
     "Checkpoint": "storage.formats",
-    "human_bytes": "storage.output",
+    "human_bytes": "events",
 }
 
 __all__ = [  # the names of _EXPORTS
@@ -139,7 +139,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .engine.plan import OUT_DTYPES, VOCAB_MODES
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport
     from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
-    from .events import CancelToken, ProgressEvent, Reporter
+    from .events import CancelToken, ProgressEvent, Reporter, human_bytes
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
     from .pipeline import (
         MergeRequest,
@@ -155,4 +155,3 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .session import Session, Variant
     from .sources import open_checkpoint
     from .storage.formats import Checkpoint
-    from .storage.output import human_bytes

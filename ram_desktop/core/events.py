@@ -72,3 +72,13 @@ class Reporter:
 
     def check(self) -> None:
         self.cancel.raise_if_cancelled()
+
+
+def human_bytes(n: float) -> str:
+    """A byte count in the unit that fits: 512 B, 3.4 KB, 12.0 MB, 1.5 GB (decimal, as disk tools show); every
+    size the core reports to a user (merge outputs, disk checks, downloads) is written with it."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000.0
+    return f"{n:.1f} TB"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ... import paths
+from ..events import human_bytes
 from .detect import Detection
 
 TORCH_VERSION = "2.13.0"
@@ -77,14 +78,6 @@ BUILDS: tuple[TorchBuild, ...] = (
     ),
     TorchBuild("mps", "mps", "macOS build from PyPI (CPU and MPS)", PYPI, (("macos", "arm64"),)),
 )
-
-
-def human_bytes(n: float) -> str:
-    """Sizes in units that fit: B, KB, MB, GB (powers of 1000)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def locks_dir() -> Path:

@@ -28,6 +28,7 @@ except ImportError:  # Windows
     fcntl = None  # type: ignore[assignment]
 
 from ..errors import InputError
+from ..events import human_bytes
 from ..lazy import torch
 from .formats import Checkpoint
 from .formats.base import INDEX_FILE
@@ -49,15 +50,6 @@ TOKENIZER_FILES = (
     "preprocessor_config.json",
 )
 DISK_MARGIN = 64 * 2**20
-
-
-def human_bytes(n: float) -> str:
-    """A byte count in the unit that fits: 512 B, 3.4 KB, 12.0 MB, 1.5 GB (decimal, as disk tools show)."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000.0
-    return f"{n:.1f} TB"
 
 
 def input_paths(ckpt: Checkpoint) -> list[Path]:
