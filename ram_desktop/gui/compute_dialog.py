@@ -6,6 +6,7 @@ run through ``gui.worker.Job``."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,15 @@ def about_lines() -> list[str]:
         f"NVIDIA driver: {info['NVIDIA driver']} (supports CUDA {info['driver supports CUDA']})",
         f"compute: {info['compute']}",
     ]
+
+
+def look_at_machine(then: Callable[[Detection], None]) -> None:
+    """Detect the GPU in the background and hand the result to ``then``. The job has no parent and no
+    reference is kept: it keeps itself alive until it ends and is then released (a kept reference held a
+    finished job's wrapper for the window's life, which the soak counted)."""
+    job = Job(lambda reporter: detect.detect())
+    job.succeeded.connect(then)
+    job.start()
 
 
 class ComputePage(QDialog):
@@ -126,10 +136,7 @@ class ComputePage(QDialog):
         self.refresh_runtimes()
         if detection is None:
             self.detection_view.setPlainText("looking at this machine…")
-            # no parent and no reference kept: the job keeps itself alive until it ends and is then released
-            job = Job(lambda reporter: detect.detect())
-            job.succeeded.connect(self.set_detection)
-            job.start()
+            look_at_machine(self.set_detection)
         else:
             self.set_detection(detection)
 
@@ -298,11 +305,7 @@ class ComputeFace(QObject):
         if getattr(self.window, "busy", lambda: False)():  # never beside a running merge or analysis
             QTimer.singleShot(LOOK_DELAY_MS, self._look)
             return
-        # no parent and no reference kept: the job keeps itself alive until it ends and is then released (a
-        # reference here kept a finished job's wrapper for the window's life: the soak counted two jobs)
-        job = Job(lambda reporter: detect.detect())
-        job.succeeded.connect(self._looked)
-        job.start()
+        look_at_machine(self._looked)
 
     def _looked(self, found: Detection) -> None:
         self.detection = found
