@@ -87,3 +87,10 @@ def analyse(qtbot, window) -> None:
     with qtbot.waitSignal(window.analysis_finished, timeout=30000) as blocker:
         qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
     assert blocker.args == [True], window.message.text.text()
+
+
+def merge(qtbot, window, timeout: int = 60000) -> None:
+    """Click Merge and wait until the merge has finished with "done" (the bar's message tells why not)."""
+    with qtbot.waitSignal(window.merge_finished, timeout=timeout) as blocker:
+        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert blocker.args == ["done"], window.message.text.text()

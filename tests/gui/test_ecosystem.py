@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 
 from ram_desktop.core import InputError
 from ram_desktop.gui import ecosystem
-from tests.gui.conftest import analyse, load_sources
+from tests.gui.conftest import analyse, load_sources, merge
 from tests.test_publish import FakeHfApi
 
 SECRET = "hf_guiTypedSECRET345"
@@ -146,9 +146,7 @@ def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tm
     assert window.report is not None and window.report.names[-1] == "q-lora"
     assert window.report.agents[-1].density > 0
     window.method.out_dir.setText(str(tmp_path / "merged"))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     assert (tmp_path / "merged" / "model.safetensors").is_file()
 
 

@@ -21,7 +21,7 @@ from ram_desktop.gui import charts, compare_panel, evaluate_panel, main_window  
 
 from ..test_compare import _tiny_agents  # noqa: E402
 from ..test_evaluate_runner import reference  # noqa: E402
-from .conftest import load_sources  # noqa: E402
+from .conftest import load_sources, merge  # noqa: E402
 
 PROMPTS = ["What is 2 + 3?", "Say hello to the world", "Remember the number 42", "def add(a, b):",
            "tool call: search(query='weather')", "Question: how many legs does a cat have?"]
@@ -86,9 +86,7 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
     window.method.set_method("task-arithmetic", {"scale": 1.0})
     window.method.set_out_dtype("float32")
     window.method.out_dir.setText(str(tmp_path / "merged"))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as merged:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert merged.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     panel = window.evaluate
     assert window.steps.currentWidget() is window.analysis
     qtbot.mouseClick(window.evaluate_result_button, Qt.LeftButton)

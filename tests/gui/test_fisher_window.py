@@ -13,7 +13,7 @@ from ram_desktop.evaluate import fisher as fisher_module
 
 from ..test_fisher_estimate import PROMPTS, _agents, write_suite
 from ..tinylm import write_tiny_lm
-from .conftest import load_sources
+from .conftest import load_sources, merge
 
 
 @pytest.fixture
@@ -58,9 +58,7 @@ def test_fisher_merge_from_suites_in_the_window(qtbot, window, fisher_inputs, tm
     _choose_fisher(qtbot, window, base, agents, suites, out)
     spy = ProgressSpy(window)
     stages = spy.events
-    with qtbot.waitSignal(window.merge_finished, timeout=120000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window, timeout=120000)
     assert any(stage == "fisher" and text.startswith("Estimating Fisher: ") for stage, text in stages), stages
     # the last event always arrives (its rate, "· x examples/s", follows when the step took long enough to show one)
     assert any(stage == "fisher" and text.startswith("Estimating Fisher: 2 examples of 2 examples")

@@ -10,7 +10,7 @@ from ram_desktop.gui import sources_panel
 
 from ..conftest import make_models
 from ..hubcache import FakeHub, sha_of
-from .conftest import analyse
+from .conftest import analyse, merge
 
 SECRET = "hf_windowSECRETtoken789"
 
@@ -47,9 +47,7 @@ def test_add_from_hub_downloads_with_token_and_merges(qtbot, window, hub, monkey
     analyse(qtbot, window)
     out = tmp_path / "merged"
     window.method.out_dir.setText(str(out))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     recipe = (out / "ram-recipe.yaml").read_text()
     assert f"org/base@{sha_of('base')}" in recipe
     window.save_settings()

@@ -14,7 +14,7 @@ from ram_desktop.cli import main as cli_main
 from ram_desktop.core.methods import METHODS
 
 from ..conftest import make_models
-from .conftest import load_sources
+from .conftest import load_sources, merge
 
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
 TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
@@ -96,9 +96,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     type_into(qtbot, window.method.shard_size, "40KB")
     out = tmp_path / "window"
     window.method.out_dir.setText(str(out))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
 
     saved = tmp_path / "saved.yaml"
     assert window.save_recipe(saved)

@@ -14,7 +14,7 @@ from ram_desktop.core.methods import METHODS
 from ram_desktop.core.recipe import Recipe
 
 from ..conftest import make_models
-from .conftest import analyse, drop_paths, load_sources
+from .conftest import analyse, drop_paths, load_sources, merge
 
 
 def _lambda_column(window) -> list[str]:
@@ -97,9 +97,7 @@ def test_merge_the_demo_and_find_the_output_folder(qtbot, window, demo_models, t
     out = tmp_path / "merged"
     window.method.out_dir.setText(str(out))
     window.method.set_out_dtype("float32")
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     for name in ("model.safetensors", "config.json", "README.md", "ram-recipe.yaml", "merge-report.json",
                  "density.png", "overlap.png", "layers.png"):
         assert (out / name).is_file(), name

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from ..subproc import cli
-from .conftest import analyse, load_sources
+from .conftest import analyse, load_sources, merge
 
 
 def _unrelated_folder(parent: Path) -> Path:
@@ -59,9 +59,7 @@ def test_merge_refuses_an_unrelated_folder_without_asking_and_offers_a_new_one(q
     assert offer.isVisible() and "thesis-2" in offer.text()
     qtbot.mouseClick(offer, Qt.LeftButton)
     assert window.method.out_dir.text() == str(tmp_path / "thesis-2")
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     assert asked == [] and _intact(folder) and (tmp_path / "thesis-2" / "merge-report.json").is_file()
     # an earlier RAM Desktop output is replaced, after asking once
     with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
@@ -105,23 +103,17 @@ def test_window_title_names_the_app_once(window, demo_models, tmp_path):
         app.setApplicationDisplayName(old)
 
 
-def _merge(qtbot, window) -> None:
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
-
-
 def test_result_line_shows_lambda_only_for_a_rescaling_method(qtbot, window, demo_models, tmp_path):
     base, agents = demo_models
     load_sources(qtbot, window, base, agents)
     analyse(qtbot, window)
     window.method.set_out_dtype("float32")
     window.method.out_dir.setText(str(tmp_path / "ram-plus"))
-    _merge(qtbot, window)
+    merge(qtbot, window)
     assert "λ: coder" in window.result_text.text()
     window.method.method.setCurrentIndex(window.method.method.findData("ties"))
     window.method.out_dir.setText(str(tmp_path / "ties"))
-    _merge(qtbot, window)
+    merge(qtbot, window)
     assert "method ties" in window.result_text.text() and "λ" not in window.result_text.text()
 
 
@@ -144,7 +136,7 @@ def test_a_failed_merge_leaves_no_merging_result_to_evaluate(qtbot, window, demo
     load_sources(qtbot, window, base, agents)
     analyse(qtbot, window)
     window.method.out_dir.setText(str(tmp_path / "merged"))
-    _merge(qtbot, window)
+    merge(qtbot, window)
     assert window.evaluate_result_button.isEnabled()
     (tmp_path / "a-file").write_text("not a folder")
     window.method.out_dir.setText(str(tmp_path / "a-file"))  # the engine refuses it in the worker
@@ -189,7 +181,7 @@ def test_a_ties_card_cites_the_ties_paper(qtbot, window, demo_models, tmp_path):
     load_sources(qtbot, window, base, agents)
     window.method.method.setCurrentIndex(window.method.method.findData("ties"))
     window.method.out_dir.setText(str(tmp_path / "ties"))
-    _merge(qtbot, window)
+    merge(qtbot, window)
     card = (tmp_path / "ties" / "README.md").read_text()
     intro = card.split("- Base:")[0]
     assert "TIES-Merging" in intro and "2306.01708" in intro and "Behavior Knowledge Merge" not in intro
@@ -203,10 +195,10 @@ def test_the_proposed_output_folder_follows_the_method(qtbot, window, demo_model
     agents = [shutil.copytree(p, models / p.name) for p in demo_models[1]]
     load_sources(qtbot, window, base, agents)
     assert window.method.out_dir.text() == str(models / "ram-plus-merged")
-    _merge(qtbot, window)
+    merge(qtbot, window)
     window.method.method.setCurrentIndex(window.method.method.findData("ties"))
     assert window.method.out_dir.text() == str(models / "ties-merged")
-    _merge(qtbot, window)
+    merge(qtbot, window)
     assert (models / "ram-plus-merged" / "merge-report.json").is_file()
     window.method.method.setCurrentIndex(window.method.method.findData("ram-plus"))
     assert window.method.out_dir.text() == str(models / "ram-plus-merged-2")  # the earlier output stays

@@ -14,7 +14,7 @@ from PySide6.QtGui import QGuiApplication
 from ram_desktop import paths
 from ram_desktop.gui import ecosystem, open_dialogs
 
-from .conftest import analyse, load_sources
+from .conftest import analyse, load_sources, merge
 
 
 @pytest.fixture
@@ -37,9 +37,7 @@ def merged(qtbot, window, demo_models, tmp_path):
     analyse(qtbot, window)
     out = tmp_path / "merged"
     window.method.out_dir.setText(str(out))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert blocker.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
     return out
 
 
@@ -141,9 +139,7 @@ def test_a_refused_row_blocks_the_merge_by_name_until_removed(qtbot, window, dem
     assert [window.sources.table.item(r, 6).text() for r in range(2)] == ["✓ ready", "✓ ready"]
     analyse(qtbot, window)
     window.method.out_dir.setText(str(tmp_path / "merged"))
-    with qtbot.waitSignal(window.merge_finished, timeout=60000) as merged:
-        qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert merged.args == ["done"], window.message.text.text()
+    merge(qtbot, window)
 
 
 def test_window_refusals_reach_the_log_once(qtbot, window, demo_models, tmp_path):
