@@ -117,6 +117,9 @@ def _jit() -> dict:
         "ties_digits": k.ties_digits_kernel,
         "ties_merge": k.ties_kernel,
         "exponent_all_ones": k.exponent_all_ones,
+        "scaled_product": k.scaled_product_kernel,
+        "widen": k.widen_kernel,
+        "combine_pair": k.combine_pair_kernel,
     }
 
 
@@ -553,3 +556,29 @@ def analyze(
         bins,
     )
     return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
+
+
+def float32_operands(
+    base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], out_dtype: torch.dtype | str
+) -> _MergeOperands | None:
+    """The operands of a kernel computing in float32 from float16 / bfloat16 / float32 slices (mergekit's
+    whole-tensor methods at ``dtype: float32``); None when the kernels do not cover the slices."""
+    m = _merge_operands(base_raw, agent_raws, "float32", out_dtype)
+    if m is None or m.base.dtype == np.float64 or m.agents[0].dtype == np.float64 or m.base.dtype != m.agents[0].dtype:
+        return None
+    return m
+
+
+def widen_into(a: np.ndarray, start: int, out: np.ndarray) -> None:
+    """``out[i] = a[start + i]`` as float32 (``kernel_code.widen_kernel``)."""
+    _jit()["widen"](a, start, out)
+
+
+def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, norm_b: float, out: np.ndarray) -> None:
+    """``out[i] = (a[start + i] / norm_a) · (b[start + i] / norm_b)`` in float32 (``kernel_code.scaled_product_kernel``)."""
+    _jit()["scaled_product"](a, b, start, np.float32(norm_a), np.float32(norm_b), out)
+
+
+def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
+    """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
+    return bool(_jit()["combine_pair"](a, b, np.float32(coef_a), np.float32(coef_b), out) == 0)

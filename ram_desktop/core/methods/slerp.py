@@ -15,9 +15,12 @@ one tensor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..engine.chunks import Chunk
+import numpy as np
+
+from ..engine.chunks import Chunk, StoredSlices
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod
@@ -25,6 +28,7 @@ from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
+    from ..engine.kernels import KernelResult
     from ..engine.plan import MergePlan
 
 PIECE = 1 << 20  # elements per piece of the norm and dot sums (mergekit's _CHUNK_ELEMENTS)
@@ -42,39 +46,93 @@ def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
     returned in the inputs' dtype."""
     dtype = torch.float64 if v0.dtype == torch.float64 else torch.float32
     a, b = v0.reshape(1, -1), v1.reshape(1, -1)
-    tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
     if not a.shape[1]:
+        tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
         return ((1 - tt) * a + tt * b).reshape(v0.shape).to(v0.dtype)
-    pieces = range(0, a.shape[1], PIECE)
+
+    def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+        x, y = a[:, s : s + PIECE].to(dtype), b[:, s : s + PIECE].to(dtype)
+        return ((x / norm_a) * (y / norm_b)).sum(dim=1, keepdim=True)
+
+    def widened(row: torch.Tensor) -> Callable[[int], torch.Tensor]:
+        return lambda s: row[:, s : s + PIECE].to(dtype)
+
+    coef_a, coef_b = coefficients(t, a.shape[1], dtype, widened(a), widened(b), dot_piece)
+    result = torch.empty_like(a)
+    for s in range(0, a.shape[1], PIECE):
+        result[:, s : s + PIECE] = coef_a * a[:, s : s + PIECE].to(dtype) + coef_b * b[:, s : s + PIECE].to(dtype)
+    return result.reshape(v0.shape)
+
+
+def coefficients(
+    t: float,
+    n: int,
+    dtype: torch.dtype,
+    piece_a: Callable[[int], torch.Tensor],
+    piece_b: Callable[[int], torch.Tensor],
+    dot_piece: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SLERP's two [1, 1] coefficients for two rows of ``n`` elements: the norms as the norm of the
+    ``PIECE``-element pieces' norms (``piece_a(start)``, ``piece_b(start)``: [1, ≤ PIECE] in ``dtype``), the
+    dot product as the sum of ``dot_piece(start, norm_a, norm_b)`` (each piece's Σ (a/‖a‖)·(b/‖b‖), [1, 1])."""
+    tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
+    pieces = range(0, n, PIECE)
     norm_a = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(a[:, s : s + PIECE].to(dtype), dim=1, keepdim=True) for s in pieces]),
-        dim=0,
+        torch.stack([torch.linalg.vector_norm(piece_a(s), dim=1, keepdim=True) for s in pieces]), dim=0
     )
     norm_b = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(b[:, s : s + PIECE].to(dtype), dim=1, keepdim=True) for s in pieces]),
-        dim=0,
+        torch.stack([torch.linalg.vector_norm(piece_b(s), dim=1, keepdim=True) for s in pieces]), dim=0
     )
     norm_a = torch.where(norm_a > NORM_EPS, norm_a, 1)
     norm_b = torch.where(norm_b > NORM_EPS, norm_b, 1)
-    dots = [
-        ((a[:, s : s + PIECE].to(dtype) / norm_a) * (b[:, s : s + PIECE].to(dtype) / norm_b)).sum(dim=1, keepdim=True)
-        for s in pieces
-    ]
-    dot = torch.stack(dots).sum(dim=0).clamp(-1, 1)
+    dot = torch.stack([dot_piece(s, norm_a, norm_b) for s in pieces]).sum(dim=0).clamp(-1, 1)
     linear = dot.abs() > DOT_THRESHOLD
     omega = torch.acos(torch.where(linear, 0, dot))
     sin_omega = torch.sin(omega)
     coef_a = torch.where(linear, 1 - tt, torch.sin((1 - tt) * omega) / sin_omega)
     coef_b = torch.where(linear, tt, torch.sin(tt * omega) / sin_omega)
-    result = torch.empty_like(a)
-    for s in pieces:
-        result[:, s : s + PIECE] = coef_a * a[:, s : s + PIECE].to(dtype) + coef_b * b[:, s : s + PIECE].to(dtype)
-    return result.reshape(v0.shape)
+    return coef_a, coef_b
 
 
 def slerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     base, agent = chunk.thetas(ctx.dtype(chunk))
     return slerp(float(ctx.shared("t", chunk)), base, agent)
+
+
+def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+    """``slerp_merge`` of one whole tensor from its stored slices at compute dtype float32, the same bits: the
+    norms and sums by torch as above, the normalised products and the final combination (rounded once to the
+    output dtype) by the fused kernels, so no float32 copy of either tensor is made. None where the kernels
+    do not cover the slices (other compute dtypes, mixed stored dtypes)."""
+    from ..engine import kernels
+
+    job = slices.job
+    if ctx.dtype_of([slices.base, *slices.agents]) != torch.float32 or job.numel == 0:
+        return None
+    m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    if m is None:
+        return None
+    n = job.numel
+    buffers = np.empty((3, min(PIECE, n)), np.float32)  # a's and b's widened piece, the products
+
+    def widened(bits: np.ndarray, out: np.ndarray) -> Callable[[int], torch.Tensor]:
+        def piece(s: int) -> torch.Tensor:
+            kernels.widen_into(bits, s, out[: min(PIECE, n - s)])
+            return torch.from_numpy(out[: min(PIECE, n - s)]).reshape(1, -1)
+
+        return piece
+
+    def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+        products = buffers[2, : min(PIECE, n - s)]
+        kernels.scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
+        return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
+
+    t = float(ctx.shared_at("t", job.name))
+    coef_a, coef_b = coefficients(
+        t, n, torch.float32, widened(m.base, buffers[0]), widened(m.agents[0], buffers[1]), dot_piece
+    )
+    finite = kernels.combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
+    return kernels.KernelResult(m.result, finite)
 
 
 def _check(params: dict) -> WeightsContext:
@@ -101,6 +159,7 @@ METHODS = (
         bind=_bind,
         whole_tensor=True,
         theta=True,
+        fused=slerp_fused,
         thread_safe=False,
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="SLERP",

@@ -11,15 +11,19 @@ result is mergekit's to the bit; the engine rounds it once to the output dtype.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..engine.chunks import as_tensor
 from ..errors import InputError
 from ..lazy import torch
 from . import settings
 from .base import Param
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..engine.chunks import Chunk
     from ..engine.plan import MergePlan
 
@@ -59,8 +63,12 @@ class WeightsContext:
 
     def shared(self, key: str, chunk: Chunk) -> Any:
         """The value of parameter ``key`` for this chunk's tensor."""
-        t = settings.layer_position(chunk.name, self.n_layers)
-        return settings.resolve([self.params.get(key)], chunk.name, t, _same, self.defaults.get(key))
+        return self.shared_at(key, chunk.name)
+
+    def shared_at(self, key: str, name: str) -> Any:
+        """The value of parameter ``key`` for tensor ``name``."""
+        t = settings.layer_position(name, self.n_layers)
+        return settings.resolve([self.params.get(key)], name, t, _same, self.defaults.get(key))
 
     def agent(self, key: str, chunk: Chunk, agent: int) -> Any:
         """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor."""
@@ -84,13 +92,16 @@ class WeightsContext:
 
     def dtype(self, chunk: Chunk) -> torch.dtype:
         """The compute dtype of this chunk (``inputs``: the promotion of the stored dtypes)."""
+        return self.dtype_of(chunk.raw or [chunk.base])
+
+    def dtype_of(self, stored: Sequence[torch.Tensor | np.ndarray]) -> torch.dtype:
+        """The compute dtype for slices as stored (tensors, or the fused path's numpy bits)."""
         name = self.params.get("dtype", "float32")
         if name != "inputs":
             return getattr(torch, name)
-        raw = chunk.raw or [chunk.base]
-        out = raw[0].dtype
-        for r in raw[1:]:
-            out = torch.promote_types(out, r.dtype)
+        out = as_tensor(stored[0]).dtype
+        for r in stored[1:]:
+            out = torch.promote_types(out, as_tensor(r).dtype)
         return out
 
     def shape(self, chunk: Chunk) -> tuple[int, ...]:
