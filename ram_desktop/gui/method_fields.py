@@ -124,7 +124,8 @@ class FiltersButton(QPushButton):
         self.clicked.connect(lambda _=False: self.open_editor())
 
     def open_editor(self) -> FiltersDialog:
-        dialog = FiltersDialog(self.param, parse_setting(self.edit.text()), self.agent, self.title, self.window())
+        # a child of the button: a row rebuilt while it is open (the agents changed) takes its editor along
+        dialog = FiltersDialog(self.param, parse_setting(self.edit.text()), self.agent, self.title, self)
         dialog.accepted.connect(lambda: self._write(dialog))
         dialog.finished.connect(lambda _=0: self._closed(dialog))
         self.dialog = dialog

@@ -265,3 +265,17 @@ def test_imported_mergekit_filters_show_in_the_editor(qtbot, window, demo_models
     assert list(xs) == [0.0, 0.25, 0.5, 0.75, 1.0] and list(ys) == [1, 0.5, 0.7, 0.3, 0]
     click(qtbot, dialog.ok_button)  # unchanged rows give the same setting back
     assert window.method.params()["t"] == t
+
+
+def test_an_agent_list_changed_under_an_open_editor_takes_the_editor_along(qtbot, window):
+    import shiboken6
+
+    window.method.set_agent_names(["coder", "tool"])
+    window.method.set_method("weighted-task-arithmetic")
+    weight = window.method.fields["weight"].widget
+    qtbot.waitUntil(weight.filter_buttons[1].isVisible)
+    dialog = open_editor(qtbot, weight.filter_buttons[1])
+    window.method.set_agent_names(["coder", "tool", "memory"])  # the rows are rebuilt
+    qtbot.waitUntil(lambda: not shiboken6.isValid(dialog))
+    assert len(weight.filter_buttons) == 3 and all(b.dialog is None for b in weight.filter_buttons)
+    assert window.method.params()["weight"] == 1.0
