@@ -6,8 +6,9 @@ Drives the real window through the main states with the built-in demo agents: so
 Analysis tab, a merge under way, and the result; then Compare (RAM+ against averaging, Task Arithmetic
 and TIES) and Evaluate on the same demo with its test suites: eight models in one table and chart.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
-1920×1080 (``docs/screenshots/1920x1080/*.png``). ``--eval-only`` takes just Compare and Evaluate;
-``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
+1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
+(``filters-dialog.png``). ``--eval-only`` takes just Compare and Evaluate; ``--filters-only`` just the
+filters editor; ``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
 (``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
 merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
 """
@@ -59,6 +60,9 @@ def main() -> int:
     if "--size" in sys.argv:
         w, h = (int(v) for v in sys.argv[sys.argv.index("--size") + 1].split("x"))
         sizes = {(w, h): SIZES[(w, h)]}
+    if "--filters-only" in sys.argv:
+        filters_shot(app, SIZES[(1360, 860)], tmp)
+        return 0
     if "--real" in sys.argv:
         real_shots(app, Path(sys.argv[sys.argv.index("--real") + 1]), SIZES[(1360, 860)], tmp)
         return 0
@@ -70,6 +74,8 @@ def main() -> int:
         if "--eval-only" not in sys.argv:
             window_shots(app, (width, height), out, run)
         evaluation_shots(app, (width, height), out, run)
+        if (width, height) == (1360, 860) and "--eval-only" not in sys.argv:
+            filters_shot(app, out, run)
     return 0
 
 
@@ -127,6 +133,29 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
         wait_until(lambda: False, 0.3, app)
         save(dialog, out / f"{name}.png")
         dialog.close()
+    window.close()
+
+
+def filters_shot(app, out: Path, tmp: Path) -> None:
+    """filters-dialog.png: the filters editor of Task Arithmetic's λ (Method and output ▸ lambda ▸ Filters…)
+    on the demo, its second row selected (its gradient plotted)."""
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
+
+    window = MainWindow(QSettings(str(tmp / "settings-filters.ini"), QSettings.IniFormat))
+    window.resize(1360, 860)
+    window.show()
+    base, agents = ensure_demo()
+    window.set_sources(str(base), [str(a) for a in agents], None, analyse=False)
+    wait_until(lambda: window.sources.all_ready(), 20, app)
+    lam = [{"filter": "mlp", "value": 0.5}, {"filter": "self_attn", "value": [0.2, 0.9]}, {"value": 1.0}]
+    window.method.set_method("weighted-task-arithmetic", {"lambda": lam})
+    dialog = window.method.fields["lambda"].widget.filters.open_editor()
+    dialog.table.setCurrentCell(1, 1)
+    wait_until(lambda: False, 0.3, app)
+    save(dialog, out / "filters-dialog.png")
+    dialog.reject()
     window.close()
 
 

@@ -121,3 +121,18 @@ def test_random_methods_deterministic_for_a_seed_and_keep_the_share(tmp_path, me
         kept = sum(int(((single[k] != b[k]) & (a[k] != b[k])).sum()) for k in b)
         share = kept / updated
         assert abs(share - density) < 4 * (density * (1 - density) / updated) ** 0.5, (share, updated)
+
+
+def test_setting_value_is_what_one_tensor_name_gets():
+    """``setting_value`` (the window's filters editor shows it): the first matching filter, its gradient at the
+    tensor's layer position (layer i of 5: i/4), the default where no filter matches."""
+    from ram_desktop.core import setting_value
+
+    setting = [{"filter": "mlp", "value": [0.0, 1.0]}, {"filter": "*", "value": 0.5}]
+    assert setting_value(setting, "model.layers.1.mlp.up_proj.weight", 5) == 0.25
+    assert setting_value(setting, "model.layers.3.mlp.up_proj.weight", 5) == 0.75
+    assert setting_value(setting, "model.embed_tokens.weight", 5) == 0.5
+    assert setting_value(setting[:1], "lm_head.weight", 5, default=2.0) == 2.0
+    assert setting_value(setting[:1], "lm_head.weight", 5) is None
+    assert setting_value([1.0, 3.0], "model.layers.2.self_attn.q_proj.weight", 5) == 2.0
+    assert setting_value(0.3, "anything", 0) == 0.3

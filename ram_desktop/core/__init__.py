@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Param": "methods",
     "Sweep": "methods",
     "get_method": "methods",
+    "setting_value": "methods.settings",
     # what the probe reports, and the plan's choices
     "ProbeReport": "engine.probe",
     "SURVIVAL_DTYPES": "engine.probe",
@@ -112,6 +113,7 @@ __all__ = [  # the names of _EXPORTS
     "read_manifest",
     "record_evaluation",
     "resolve_device",
+    "setting_value",
     "to_mergekit",
     "write_demo",
 ]
@@ -141,6 +143,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
+    from .methods.settings import setting_value
     from .pipeline import (
         MergeRequest,
         MergeResult,

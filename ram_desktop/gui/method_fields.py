@@ -1,6 +1,6 @@
 """The method form's field widgets, one per parameter kind of a method's schema: numbers with their
 ranges, true/false, per-agent values (one row per agent), and mergekit-style settings (a gradient over the
-layers with a small plot, or filters) typed as one line of YAML."""
+layers with a small plot, or filters) typed as one line of YAML or edited as a table (``filters_dialog``)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -23,6 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..core import Param
+from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, show_gradient
 
 INT32 = (-(2**31), 2**31 - 1)
 
@@ -72,15 +74,14 @@ def setting_text(value: Any) -> str:
 
 class SettingEdit(QWidget):
     """A parameter whose value may be a gradient over the layers or filters by tensor name (``Param.setting``):
-    a line of YAML flow text and, for a gradient, a small plot of its values over the layers (position 0 = the
-    first layer, 1 = the last; mergekit interpolates linearly between the listed values)."""
+    a line of YAML flow text, a "Filters…" button that edits it as a table, and, for a gradient, a small plot
+    of its values over the layers (position 0 = the first layer, 1 = the last; mergekit interpolates linearly
+    between the listed values)."""
 
     changed = Signal()
 
     def __init__(self, param: Param, text: str = "") -> None:
         super().__init__()
-        import pyqtgraph as pg
-
         self.param = param
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -88,34 +89,57 @@ class SettingEdit(QWidget):
         self.edit.setPlaceholderText(SETTING_HINT)
         self.edit.setObjectName(f"setting_{param.name}")
         self.edit.textChanged.connect(self._edited)
-        layout.addWidget(self.edit)
-        self.plot = pg.PlotWidget()
-        self.plot.setObjectName(f"gradient_{param.name}")
-        self.plot.setFixedHeight(70)
-        self.plot.setMouseEnabled(False, False)
-        self.plot.hideButtons()
-        self.plot.setLabel("bottom", "layer position")
-        self.curve = self.plot.plot([], [], symbol="o", symbolSize=5)
+        self.filters = FiltersButton(param, self.edit, param.name)
+        line = QHBoxLayout()
+        line.addWidget(self.edit, 1)
+        line.addWidget(self.filters)
+        layout.addLayout(line)
+        self.plot, self.curve = gradient_plot(f"gradient_{param.name}")
         layout.addWidget(self.plot)
         self._edited(text)
 
     def gradient(self) -> list[float] | None:
         """The typed value when it is a gradient (a list of numbers), else None."""
-        value = parse_setting(self.edit.text())
-        if (
-            isinstance(value, list)
-            and len(value) > 1
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        ):
-            return [float(v) for v in value]
-        return None
+        return gradient_of(parse_setting(self.edit.text()))
 
     def _edited(self, _text: str = "") -> None:
         values = self.gradient()
         self.plot.setVisible(values is not None)
         if values is not None:
-            self.curve.setData([i / (len(values) - 1) for i in range(len(values))], values)
+            show_gradient(self.curve, values)
         self.changed.emit()
+
+
+class FiltersButton(QPushButton):
+    """The "Filters…" button beside a setting's line edit: opens the filters table (``FiltersDialog``)
+    pre-filled from the text; OK writes the setting back as that text, Cancel leaves it. ``dialog``: the one
+    open, if any."""
+
+    def __init__(self, param: Param, edit: QLineEdit, title: str, agent: int | None = None) -> None:
+        super().__init__("Filters…")
+        self.param, self.edit, self.title, self.agent = param, edit, title, agent
+        self.dialog: FiltersDialog | None = None
+        self.setObjectName(f"filters_{param.name}" + ("" if agent is None else f"_{agent}"))
+        self.setToolTip(f"Edit {title} as a table: a value per tensor-name filter, gradients over the layers")
+        self.clicked.connect(lambda _=False: self.open_editor())
+
+    def open_editor(self) -> FiltersDialog:
+        # a child of the button: a row rebuilt while it is open (the agents changed) takes its editor along
+        dialog = FiltersDialog(self.param, parse_setting(self.edit.text()), self.agent, self.title, self)
+        dialog.accepted.connect(lambda: self._write(dialog))
+        dialog.finished.connect(lambda _=0: self._closed(dialog))
+        self.dialog = dialog
+        dialog.open()  # window-modal, without a nested event loop
+        return dialog
+
+    def _write(self, dialog: FiltersDialog) -> None:
+        self.edit.setText(setting_text(dialog.setting()))
+        self.edit.setCursorPosition(0)  # the start of a long line of filters, not its end
+
+    def _closed(self, dialog: FiltersDialog) -> None:
+        if self.dialog is dialog:
+            self.dialog = None
+        dialog.deleteLater()
 
 
 def _fits_int32(param: Param) -> bool:
@@ -224,6 +248,7 @@ class PerAgentWidget(QWidget):
         self._grid = QGridLayout(self)
         self._grid.setContentsMargins(0, 0, 0, 0)
         self.edits: list[QLineEdit] = []
+        self.filter_buttons: list[FiltersButton] = []  # one per row of a setting (number, gradient or filters)
         self.set_names(names)
 
     def set_names(self, names: list[str]) -> None:
@@ -234,6 +259,7 @@ class PerAgentWidget(QWidget):
             if widget is not None:
                 widget.deleteLater()
         self.edits = []
+        self.filter_buttons = []
         rows = max(len(self._names), len(self._values), 1)
         for row in range(rows):
             name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
@@ -246,6 +272,8 @@ class PerAgentWidget(QWidget):
             self._grid.addWidget(edit, row, 1)
             if self.param.setting:  # a number, a gradient or filters per agent: no file to browse for
                 edit.setPlaceholderText(f"{setting_text(self.param.default) or 'default'} — {SETTING_HINT}")
+                self.filter_buttons.append(FiltersButton(self.param, edit, f"{self.param.name} of {name}", row))
+                self._grid.addWidget(self.filter_buttons[-1], row, 2)
             else:
                 edit.setPlaceholderText("suite file or folder" if self.param.name == "suite" else "folder")
                 browse = QPushButton("…")

@@ -96,6 +96,13 @@ def resolve(sources: Sequence[Any], name: str, t: float, validate: Callable[[Any
     return default
 
 
+def setting_value(setting: Any, name: str, n_layers: int, default: Any = None) -> Any:
+    """The value a checked ``setting`` (``check_setting``) gives tensor ``name`` of a model with ``n_layers``
+    decoder layers, as a method's merge reads it (``resolve`` at ``layer_position``); ``default`` when no
+    filter matches. The window's filters editor shows it for common tensor names."""
+    return resolve([setting], name, layer_position(name, n_layers), lambda v: v, default)
+
+
 def check_setting(where: str, value: Any, validate: Callable[[Any], Any]) -> Any:
     """A setting's shape checked (numbers, a gradient list, filters with ``filter``/``value``), every number
     validated; returned in its plain form (filters as a list of ``{"filter", "value"}`` mappings)."""
