@@ -276,8 +276,7 @@ def merge_variants(
     for m in methods:
         if m.stacks and (layout is None or not layout.stacking):
             raise InputError(
-                f"{m.name} stacks layers: give slices, each naming one model and its layer_range "
-                "(recipe: slices:)"
+                f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
             )
         if layout is not None and layout.stacking and not m.stacks:
             raise InputError(

@@ -221,13 +221,17 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
                 or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
                 or not 0 <= layers[0] < layers[1]
             ):
-                raise InputError(f"{where}: {sat}.layer_range: expected [START, STOP] with 0 <= START < STOP, found {layers!r}")
+                raise InputError(
+                    f"{where}: {sat}.layer_range: expected [START, STOP] with 0 <= START < STOP, found {layers!r}"
+                )
             parsed.append({"model": model, "layer_range": [layers[0], layers[1]]})
         entry: dict[str, Any] = {"sources": parsed}
         if item.get("parameters") is not None:
             params = item["parameters"]
             if not isinstance(params, dict):
-                raise InputError(f"{where}: {at}.parameters: expected a mapping of name: value, found {_type_name(params)}")
+                raise InputError(
+                    f"{where}: {at}.parameters: expected a mapping of name: value, found {_type_name(params)}"
+                )
             _check_parameters(f"{where}: {at}", method, params)
             entry["parameters"] = dict(params)
         out.append(entry)

@@ -433,13 +433,11 @@ def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str
         }
         ranges = {m: r for m, r, _ in sources}
         roles = [first.base, *first.agents]
-        layout.append(
-            {"sources": [{"model": i, "layer_range": list(ranges[m])} for i, m in enumerate(roles)]}
-        )
+        layout.append({"sources": [{"model": i, "layer_range": list(ranges[m])} for i, m in enumerate(roles)]})
         slice_params.append(params)
-    for entry, params in zip(layout, slice_params):
-        if params != first.params:
-            entry["parameters"] = params
+    for entry, own in zip(layout, slice_params):
+        if own != first.params:
+            entry["parameters"] = own
     recipe = Recipe(
         base=first.base,
         agents=list(first.agents),
@@ -477,7 +475,9 @@ def _from_stacking(data: dict, where: str, slices: list) -> Imported:
         model, _, own = sources[0]
         for key in own:
             if key != "scale":
-                raise InputError(f"{where}: {at}.sources[0].parameters.{key}: not a parameter of mergekit's passthrough")
+                raise InputError(
+                    f"{where}: {at}.sources[0].parameters.{key}: not a parameter of mergekit's passthrough"
+                )
         if model not in models:
             models.append(model)
     base = _model_ref(where, "base_model", data["base_model"]) if data.get("base_model") else slices[0][2][0][0]
@@ -503,8 +503,9 @@ def _from_stacking(data: dict, where: str, slices: list) -> Imported:
     for entry, params in zip(layout, per_slice):
         if params != first:
             entry["parameters"] = params
-    recipe = Recipe(base=base, agents=models, method="passthrough", params=dict(first), out_dtype=out_dtype,
-                    slices=layout)
+    recipe = Recipe(
+        base=base, agents=models, method="passthrough", params=dict(first), out_dtype=out_dtype, slices=layout
+    )
     return Imported(recipe)
 
 
@@ -637,17 +638,11 @@ def to_mergekit(recipe: Recipe) -> str:
     data: dict[str, Any] = {"merge_method": exported.method}
     if exported.base:
         data["base_model"] = recipe.base
-    data["models"] = []
-    for i, agent in enumerate(recipe.agents):
-        entry: dict[str, Any] = {"model": agent}
-        own = dict(per_model)
-        for key, values in exported.per_agent.items():
-            value = values[i] if isinstance(values, list) else values
-            if value is not None:
-                own[key] = value
-        if own:
-            entry["parameters"] = own
-        data["models"].append(entry)
+    if recipe.slices is not None:
+        data["slices"] = _export_slices(recipe, method, exported)
+        shared = {} if any(s.get("parameters") for s in data["slices"]) else shared
+    else:
+        data["models"] = _export_models(recipe, per_model, exported)
     if shared:
         data["parameters"] = shared
     if exported.dtype is not None:
@@ -667,3 +662,49 @@ def to_mergekit(recipe: Recipe) -> str:
     if exported.dtype == "float32" and not method.theta:
         head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _export_slices(recipe: Recipe, method: Any, exported: Any) -> list[dict[str, Any]]:
+    """A recipe's layer map as mergekit's ``slices``: each model's layer range as a source with its own
+    parameters; a slice's shared parameters on the slice when any slice has parameters of its own."""
+    models = [recipe.base, *recipe.agents]
+    own = any(s.get("parameters") is not None for s in recipe.slices or [])
+    out = []
+    for sl in recipe.slices or []:
+        params = method.resolve(sl["parameters"]) if sl.get("parameters") is not None else method.resolve(recipe.params)
+        ex = method.mergekit.export(params, recipe.eps)
+        sources = []
+        for src in sl["sources"]:
+            index = int(src["model"])
+            if index == 0 and not ex.base and not method.stacks:
+                continue  # the base only aligns the models (linear without a base): not an input
+            entry: dict[str, Any] = {"model": models[index], "layer_range": list(src["layer_range"])}
+            agent = index - 1
+            values = {
+                key: v[agent] if isinstance(v, list) else v
+                for key, v in ex.per_agent.items()
+                if agent >= 0 and (v[agent] if isinstance(v, list) else v) is not None
+            }
+            if values:
+                entry["parameters"] = values
+            sources.append(entry)
+        item: dict[str, Any] = {"sources": sources}
+        if own and ex.shared:
+            item["parameters"] = ex.shared
+        out.append(item)
+    return out
+
+
+def _export_models(recipe: Recipe, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
+    models = []
+    for i, agent in enumerate(recipe.agents):
+        entry: dict[str, Any] = {"model": agent}
+        own = dict(per_model)
+        for key, values in exported.per_agent.items():
+            value = values[i] if isinstance(values, list) else values
+            if value is not None:
+                own[key] = value
+        if own:
+            entry["parameters"] = own
+        models.append(entry)
+    return models

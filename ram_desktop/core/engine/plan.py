@@ -138,7 +138,9 @@ def check_layout(layout: Layout, n_models: int, model_layers: list[int], where: 
             raise InputError(f"{at}.sources: no sources")
         for k, src in enumerate(sl.sources):
             if not 0 <= src.model < n_models:
-                raise InputError(f"{at}.sources[{k}].model: {src.model} names no model (0 is the base, 1..{n_models - 1} the agents)")
+                raise InputError(
+                    f"{at}.sources[{k}].model: {src.model} names no model (0 is the base, 1..{n_models - 1} the agents)"
+                )
             if not 0 <= src.start < src.stop <= model_layers[src.model]:
                 raise InputError(
                     f"{at}.sources[{k}].layer_range: [{src.start}, {src.stop}] is not a non-empty range of the "
@@ -146,7 +148,9 @@ def check_layout(layout: Layout, n_models: int, model_layers: list[int], where: 
                 )
         lengths = {s.stop - s.start for s in sl.sources}
         if len(lengths) > 1:
-            raise InputError(f"{at}.sources: layer ranges of unequal length ({sorted(lengths)}); a slice reads the same number of layers from each source")
+            raise InputError(
+                f"{at}.sources: layer ranges of unequal length ({sorted(lengths)}); a slice reads the same number of layers from each source"
+            )
         if layout.stacking and len(sl.sources) != 1:
             raise InputError(f"{at}.sources: a stacking slice (passthrough) has one source, found {len(sl.sources)}")
         if not layout.stacking and sorted(s.model for s in sl.sources) != list(range(n_models)):

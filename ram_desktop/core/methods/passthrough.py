@@ -56,7 +56,7 @@ def _export(params: dict, eps: float) -> MergekitExport:
     return MergekitExport(
         "passthrough",
         per_agent={"scale": scale} if scale is not None else {},
-        base=False,
+        base=True,  # mergekit's passthrough ignores its base_model but takes the config and tokenizer from it
         dtype=None if dtype == "inputs" else dtype,
     )
 
