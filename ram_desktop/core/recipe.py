@@ -225,6 +225,12 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
                     f"{where}: {sat}.layer_range: expected [START, STOP] with 0 <= START < STOP, found {layers!r}"
                 )
             parsed.append({"model": model, "layer_range": [layers[0], layers[1]]})
+        lengths = sorted({b - a for a, b in (x["layer_range"] for x in parsed)})
+        if len(lengths) > 1:
+            raise InputError(
+                f"{where}: {at}.sources: layer ranges of unequal length ({lengths}); a slice reads the same "
+                "number of layers from each source"
+            )
         entry: dict[str, Any] = {"sources": parsed}
         if item.get("parameters") is not None:
             params = item["parameters"]
