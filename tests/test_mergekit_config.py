@@ -285,7 +285,7 @@ def test_refused_slices_exit_2_naming_the_key(tmp_path, capsys, what, data, key)
 def test_sliced_source_of_another_architecture_is_refused(tmp_path, capsys):
     from tests.conftest import SMALL_CONFIG
 
-    base, agents = make_models(tmp_path / "a", agents={"x": 0.5})
+    base, _ = make_models(tmp_path / "a", agents={"x": 0.5})
     _, other = make_models(tmp_path / "b", agents={"wide": 0.5}, config=dict(SMALL_CONFIG, intermediate_size=64))
     for stacking in (False, True):
         data = (_slices("passthrough", [(str(base), 0, 2)], [(str(other[0]), 0, 2)]) if stacking else

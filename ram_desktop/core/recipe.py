@@ -203,7 +203,7 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
         sources = item.get("sources")
         if not isinstance(sources, list) or not sources:
             raise InputError(f"{where}: {at}.sources: expected a list of {{model: INDEX, layer_range: [START, STOP]}}")
-        parsed = []
+        parsed: list[dict[str, Any]] = []
         for k, src in enumerate(sources):
             sat = f"{at}.sources[{k}]"
             if not isinstance(src, dict):
