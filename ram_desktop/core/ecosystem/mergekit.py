@@ -179,9 +179,9 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     exact = _exact()
     if data.get("slices") is not None:
         return _from_slices(data, where, method, exact)
-    if method == "passthrough":
+    if method in exact and get_method(exact[method][0]).stacks:
         raise InputError(
-            f"{where}: merge_method: passthrough copies layers of the models named in slices; write slices "
+            f"{where}: merge_method: {method} copies layers of the models named in slices; write slices "
             "(each with one source: model and layer_range)"
         )
     if method not in imports and method not in exact:
@@ -381,8 +381,8 @@ def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str
     slice (mergekit's semantics, one recipe slice per mergekit slice). Parameters: a source's, then its
     slice's, then the merge's (mergekit's ``ConfigReader``)."""
     slices = _slice_list(data, where)
-    if method == "passthrough":
-        return _from_stacking(data, where, slices)
+    if method in exact and get_method(exact[method][0]).stacks:
+        return _from_stacking(data, where, slices, exact[method][0])
     if method not in exact:
         raise InputError(
             f"{where}: slices: merge_method {method!r} is read with slices only where RAM Desktop computes "
@@ -453,9 +453,9 @@ def _per_agent(method: str, key: str) -> bool:
     return any(p.name == key and p.per_agent for p in get_method(method).params)
 
 
-def _from_stacking(data: dict, where: str, slices: list) -> Imported:
+def _from_stacking(data: dict, where: str, slices: list, ours: str) -> Imported:
     """passthrough over slices: each slice one model's layer range, stacked in order; ``scale`` per model."""
-    method = get_method("passthrough")
+    method = get_method(ours)
     scale_param = next(p for p in method.params if p.name == "scale")
     shared = data.get("parameters") or {}
     if not isinstance(shared, dict):
@@ -503,9 +503,7 @@ def _from_stacking(data: dict, where: str, slices: list) -> Imported:
     for entry, params in zip(layout, per_slice):
         if params != first:
             entry["parameters"] = params
-    recipe = Recipe(
-        base=base, agents=models, method="passthrough", params=dict(first), out_dtype=out_dtype, slices=layout
-    )
+    recipe = Recipe(base=base, agents=models, method=ours, params=dict(first), out_dtype=out_dtype, slices=layout)
     return Imported(recipe)
 
 

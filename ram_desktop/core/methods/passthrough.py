@@ -21,7 +21,7 @@ from ..errors import InputError
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod
-from .mergekit_map import MergekitExport, MergekitMapping
+from .mergekit_map import MergekitExact, MergekitExport, MergekitMapping
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ def _export(params: dict, eps: float) -> MergekitExport:
     )
 
 
+EXACT = MergekitExact("passthrough", {}, {"scale": "scale"}, base="optional")  # read only with slices (``stacks``)
+
 METHODS = (
     MergeMethod(
         "passthrough",
@@ -73,7 +75,7 @@ METHODS = (
         theta=True,
         thread_safe=True,  # elementwise: any chunk, any order
         stacks=True,
-        mergekit=MergekitMapping(_export),
+        mergekit=MergekitMapping(_export, exact=(EXACT,)),
         short="Passthrough",
         citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
     ),
