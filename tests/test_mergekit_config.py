@@ -97,7 +97,7 @@ def test_dtype_and_out_dtype(tmp_path):
 
 
 REFUSED = [
-    ("slices", {"slices": [{"sources": [{"model": "x", "layer_range": [0, 2]}]}]}, None, "slices"),
+    ("slices beside models", {"slices": [{"sources": [{"model": "x", "layer_range": [0, 2]}]}]}, None, "models"),
     ("modules", {"modules": {"text": {"models": [{"model": "x"}]}}}, None, "modules"),
     ("tokenizer_source", {"tokenizer_source": "union"}, None, "tokenizer_source"),
     ("tokenizer", {"tokenizer": {"source": "base"}}, None, "tokenizer"),
@@ -243,3 +243,69 @@ def test_exported_ram_recipe_runs_in_mergekit_with_our_bytes(tmp_path):
     _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
     assert main(["-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "ours")]) == 0
     _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")
+
+
+# --- slices --------------------------------------------------------------------------------------------------------
+
+def _slices(method: str, *slices: list[tuple[str, int, int]], **top) -> dict:
+    return {"slices": [{"sources": [{"model": m, "layer_range": [a, b]} for m, a, b in s]} for s in slices],
+            "merge_method": method, **top}
+
+
+REFUSED_SLICES = [
+    ("unequal lengths", _slices("slerp", [("b", 0, 2), ("x", 0, 3)], base_model="b"), "slices[0].sources"),
+    ("models and slices", dict(_slices("slerp", [("b", 0, 2), ("x", 0, 2)]), models=[{"model": "x"}]), "models"),
+    ("slice key", {"slices": [{"sources": [{"model": "x", "layer_range": [0, 2]}], "residual_weight": 0.5}],
+                   "merge_method": "passthrough"}, "slices[0].residual_weight"),
+    ("source key", {"slices": [{"sources": [{"model": "x", "layer_range": [0, 2], "weight": 1}]}],
+                    "merge_method": "passthrough"}, "slices[0].sources[0].weight"),
+    ("bad layer_range", _slices("passthrough", [("x", 2, 1)]), "slices[0].sources[0].layer_range"),
+    ("passthrough with two sources", _slices("passthrough", [("x", 0, 2), ("y", 0, 2)]), "slices[0].sources"),
+    ("passthrough without slices", {"merge_method": "passthrough", "models": [{"model": "x"}]}, "merge_method"),
+    ("passthrough parameter", _slices("passthrough", [("x", 0, 2)], parameters={"t": 0.5}), "parameters.t"),
+    ("other models per slice", _slices("ties", [("b", 0, 2), ("x", 0, 2)], [("b", 2, 4), ("y", 2, 4)],
+                                       base_model="b", parameters={"weight": 1.0, "density": 0.5}),
+     "slices[1].sources"),
+    ("base not a source", _slices("slerp", [("x", 0, 2), ("y", 0, 2)], base_model="b"), "slices[0]"),
+    ("model twice", _slices("linear", [("x", 0, 2), ("x", 2, 4)], parameters={"weight": 1.0}), "slices[0].sources"),
+    ("paper method", _slices("ram", [("b", 0, 2), ("x", 0, 2)], base_model="b"), "slices"),
+    ("modules", {"modules": {"text": {"slices": []}}, "merge_method": "slerp"}, "modules"),
+]
+
+
+@pytest.mark.parametrize("what,data,key", REFUSED_SLICES, ids=[r[0] for r in REFUSED_SLICES])
+def test_refused_slices_exit_2_naming_the_key(tmp_path, capsys, what, data, key):
+    code = main(["-q", "run", str(_write(tmp_path / "mk.yaml", data)), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error:") and key in err[0], err
+    assert not (tmp_path / "out").exists()
+
+
+def test_sliced_source_of_another_architecture_is_refused(tmp_path, capsys):
+    from tests.conftest import SMALL_CONFIG
+
+    base, _ = make_models(tmp_path / "a", agents={"x": 0.5})
+    _, other = make_models(tmp_path / "b", agents={"wide": 0.5}, config=dict(SMALL_CONFIG, intermediate_size=64))
+    for stacking in (False, True):
+        data = (_slices("passthrough", [(str(base), 0, 2)], [(str(other[0]), 0, 2)]) if stacking else
+                _slices("slerp", [(str(base), 0, 2), (str(other[0]), 0, 2)], base_model=str(base)))
+        code = main(["-q", "run", str(_write(tmp_path / "mk.yaml", data)), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err
+        assert code == 2 and "mlp" in err and "do not share an architecture" in err, err
+        assert not (tmp_path / "out").exists()
+
+
+def test_sliced_config_reads_as_a_layer_map(tmp_path):
+    """Two slices of a slerp: the recipe's layer map names each model's range, the second slice's own t."""
+    data = _slices("slerp", [("b", 0, 2), ("x", 0, 2)], [("b", 2, 4), ("x", 2, 4)], base_model="b",
+                   parameters={"t": 0.5})
+    data["slices"][1]["parameters"] = {"t": [0.1, 0.9]}
+    recipe = from_mergekit(data).recipe
+    assert (recipe.method, recipe.base, recipe.agents) == ("slerp", "b", ["x"])
+    assert recipe.params["t"] == 0.5
+    assert recipe.slices == [
+        {"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}]},
+        {"sources": [{"model": 0, "layer_range": [2, 4]}, {"model": 1, "layer_range": [2, 4]}],
+         "parameters": {"t": [0.1, 0.9], "dtype": "inputs"}},
+    ]

@@ -176,3 +176,121 @@ def test_exported_recipe_runs_in_mergekit_with_our_bytes(tmp_path, method, n, pa
     _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
     _run_ours(tmp_path / "r.yaml", tmp_path / "ours")
     _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")
+
+
+# --- slices: sliced merges and layer stacking (passthrough) ---------------------------------------------------------
+
+SLERP_T = [{"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]}, {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
+           {"value": 0.5}]
+
+
+def _llama(folder: Path, n: int, shards: int) -> list[Path]:
+    """Base and agents as Llama checkpoints (Qwen2's tensors without the attention biases): mergekit 0.1.5 cannot
+    write the config of a stacked Qwen2 with transformers 5 (it sets num_hidden_layers but leaves layer_types)."""
+    from tests.synthetic import write_model
+
+    base, agents = _models(folder / "qwen", n, shards)
+    cfg = dict(SMALL_CONFIG, num_hidden_layers=5, architectures=["LlamaForCausalLM"], model_type="llama")
+    return [write_model(folder / p.name, {k: v for k, v in ref.load_model(p).items() if not k.endswith(".bias")},
+                        cfg, shards) for p in [base, *agents]]
+
+
+def _src(model: Path, start: int, stop: int, **params) -> dict:
+    return {"model": str(model), "layer_range": [start, stop], **({"parameters": params} if params else {})}
+
+
+def _slices_case(folder: Path, case: str, out_dtype: str) -> dict:
+    shards = 2 if out_dtype == "bfloat16" else 1
+    top: dict = {"dtype": "float32", "out_dtype": out_dtype}
+    if case.startswith("passthrough"):
+        a, b = _llama(folder / "in", 1, shards)
+        scale = case == "passthrough-scale"
+        first = _src(a, 0, 3, scale=0.5) if scale else _src(a, 0, 3)
+        second = {"sources": [_src(b, 1, 5)], **({"parameters": {"scale": [1.0, 2.0]}} if scale else {})}
+        return {"slices": [{"sources": [first]}, second], "merge_method": "passthrough", **top}
+    base, agents = _models(folder / "in", 1 if case.startswith("slerp") else 2, shards)
+    whole = [(0, 5)]
+    halves = [(0, 2), (2, 5)]
+    if case == "slerp-one-slice":
+        ranges, method, shared, own = whole, "slerp", {"t": SLERP_T}, [{}, {}]
+    elif case == "slerp-two-slices":
+        ranges, method, shared, own = halves, "slerp", {"t": SLERP_T}, [{}, {}]
+    elif case == "ties-two-slices":
+        ranges, method, shared, own = halves, "ties", {"normalize": True}, [
+            {"weight": 0.6, "density": [0.2, 0.8]}, {"weight": GRADIENT, "density": 0.5}]
+    elif case == "task-arithmetic-slices":
+        ranges, method, shared, own = halves, "task_arithmetic", {"weight": FILTERS}, [{"weight": 0.3}, {}]
+    else:  # linear over two slices, the second with parameters of its own
+        ranges, method, shared, own = halves, "linear", {}, [{"weight": 0.2}, {"weight": [0.3, 0.6]}]
+    slices = []
+    for g, (start, stop) in enumerate(ranges):
+        sources = [_src(base, start, stop)] if method != "linear" else []
+        sources += [_src(m, start, stop, **p) for m, p in zip(agents, own)]
+        item: dict = {"sources": sources}
+        if g == 1 and method in ("slerp", "linear"):
+            item["parameters"] = {"t": 0.25} if method == "slerp" else {"weight": 0.9}
+        slices.append(item)
+    data = {"slices": slices, "merge_method": method, **top}
+    if method != "linear":
+        data["base_model"] = str(base)
+    if shared:
+        data["parameters"] = shared
+    return data
+
+
+SLICE_CASES = ["slerp-one-slice", "slerp-two-slices", "ties-two-slices", "task-arithmetic-slices", "linear-slices",
+               "passthrough", "passthrough-scale"]
+
+
+@pytest.fixture(scope="module")
+def mergekit_slices(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """Every slices case run by mergekit in one process of its venv (as ``mergekit_outputs``)."""
+    root = tmp_path_factory.mktemp("mergekit-slices")
+    folders, jobs = {}, []
+    for case in SLICE_CASES:
+        for out_dtype in OUT_DTYPES:
+            folder = root / f"{case}-{out_dtype}"
+            config = folder / "mk.yaml"
+            data = _slices_case(folder, case, out_dtype)
+            config.write_text(yaml.safe_dump(data, sort_keys=False))
+            folders[case, out_dtype] = folder
+            jobs.append([str(config), str(folder / "mk")])
+    (root / "jobs.json").write_text(json.dumps(jobs))
+    python = Path(_mergekit()).parent / "python"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
+                          capture_output=True, text=True, env=env, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folders
+
+
+@needs_mergekit
+@pytest.mark.parametrize("case", SLICE_CASES)
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_mergekit_slices_give_mergekit_bytes(mergekit_slices, case, out_dtype):
+    """Sliced merges (one slice, two slices with the gradient restarting in each, slice and source parameters)
+    and layer stacking (overlapping ranges of two models, with and without scale): mergekit's tensors, names and
+    layer count."""
+    folder = mergekit_slices[case, out_dtype]
+    _run_ours(folder / "mk.yaml", folder / "ours")
+    _assert_same_tensors(folder / "ours", folder / "mk")
+    ours, theirs = (json.loads((folder / d / "config.json").read_text()) for d in ("ours", "mk"))
+    assert ours["num_hidden_layers"] == theirs["num_hidden_layers"] == (7 if case.startswith("passthrough") else 5)
+
+
+@needs_mergekit
+@pytest.mark.parametrize("case", ["slerp-two-slices", "passthrough-scale"])
+def test_exported_slices_run_in_mergekit_with_our_bytes(tmp_path, case):
+    """``export-mergekit`` of a recipe with slices (read from a mergekit config, so with per-slice parameters):
+    mergekit-yaml gives the bytes ``ram-merge run`` gives for the recipe."""
+    config = tmp_path / "in.yaml"
+    config.write_text(yaml.safe_dump(_slices_case(tmp_path, case, "bfloat16"), sort_keys=False))
+    _run_ours(config, tmp_path / "first")
+    recipe = tmp_path / "first" / "ram-recipe.yaml"
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(recipe),
+                           "--out", str(tmp_path / "mk.yaml")], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "slices" in yaml.safe_load((tmp_path / "mk.yaml").read_text())
+    _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
+    _run_ours(recipe, tmp_path / "ours")
+    _assert_same_tensors(tmp_path / "ours", tmp_path / "mk")

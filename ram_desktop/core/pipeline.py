@@ -29,7 +29,7 @@ from .errors import InputError
 from .events import Reporter
 from .lazy import torch
 from .methods import Collector, get_method
-from .recipe import Recipe, parse_size
+from .recipe import Recipe, layout_of, parse_size
 from .sources import open_checkpoint
 from .storage.formats import Checkpoint
 from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
@@ -215,6 +215,7 @@ class MergeRequest:
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
     use_cache: bool = True
     vocab: str = defaults.VOCAB  # "common": merge the vocabulary rows base and agents share (plan.make_plan)
+    slices: list[dict[str, Any]] | None = None  # a layer map (recipe ``slices``); None: whole models
     # Hub token for this run only (None: HF_TOKEN or the stored login). Never written to a recipe, report,
     # card or log, and kept out of repr().
     token: str | None = field(default=None, repr=False, compare=False)
@@ -271,8 +272,19 @@ def merge_variants(
     _check_hub_sources(
         request.base, request.agents, reporter, request.token, request.names, request.out_dtype, request.vocab, outs[0]
     )
+    layout = layout_of(request.slices)
+    for m in methods:
+        if m.stacks and (layout is None or not layout.stacking):
+            raise InputError(
+                f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
+            )
+        if layout is not None and layout.stacking and not m.stacks:
+            raise InputError(
+                f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
+                "every model in each slice to merge them"
+            )
     base, agents = open_sources(request.base, request.agents, reporter, request.token)
-    plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab)
+    plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab, layout)
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
     outs = [check_output(o, inputs, request.overwrite, plan.out_bytes * len(outs)) for o in outs]
@@ -301,6 +313,7 @@ def merge_variants(
             m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)
         ]
         contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
+        _slice_parameters(request.slices, methods, contexts)
     except BaseException:
         files.close()
         raise
@@ -358,6 +371,24 @@ def merge_variants(
             "merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out, seconds
         )
     return results
+
+
+def _slice_parameters(slices: list[dict[str, Any]] | None, methods: list, contexts: list) -> None:
+    """Each slice's own parameters (recipe ``slices[i].parameters``), resolved, into every variant's context:
+    only the methods that resolve parameters per tensor (``methods.weights``) can take them."""
+    if not slices or not any(s.get("parameters") is not None for s in slices):
+        return
+    from .methods.weights import WeightsContext
+
+    for method, ctx in zip(methods, contexts):
+        if not isinstance(ctx, WeightsContext):
+            raise InputError(
+                f"slices[*].parameters: {method.name} takes one set of parameters for the whole model; "
+                "move them to the recipe's parameters"
+            )
+        ctx.group_params = [
+            method.resolve(s["parameters"]) if s.get("parameters") is not None else None for s in slices
+        ]
 
 
 def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str, AuxInput]:
@@ -434,7 +465,7 @@ def _write_extras(
     lambdas: list[float],
     report: dict,
 ) -> None:
-    write_config(plan.base, folder, plan)
+    write_config(plan.base, folder, plan, plan.layer_sources)
     copy_tokenizer_files(plan.base, folder)
     save_card(model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype), folder / "README.md")
     recipe = Recipe(
@@ -449,6 +480,7 @@ def _write_extras(
         device=request.device,
         out=str(Path(request.out).expanduser().resolve()),
         vocab=request.vocab,
+        slices=request.slices,
     )
     recipe.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")

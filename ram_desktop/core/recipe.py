@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from . import defaults
-from .engine.plan import check_agent_count
+from .engine.plan import Layout, Slice, SliceSource, check_agent_count
 from .errors import InputError
 from .storage.safe_read import read_yaml
 
@@ -58,6 +58,12 @@ class Recipe:
     device: str = defaults.DEVICE
     out: str | None = None
     vocab: str = defaults.VOCAB  # "common": merge shared vocabulary rows (written only when not the default)
+    # a layer map (docs/contracts.md, "slices"): each {"sources": [{"model": i, "layer_range": [a, b]}, ...],
+    # optionally "parameters"}; model 0 is the base, i the i-th agent. None: whole models (not written)
+    slices: list[dict[str, Any]] | None = None
+
+    def layout(self) -> Layout | None:
+        return layout_of(self.slices)
 
     def to_yaml(self) -> str:
         data = {
@@ -76,6 +82,8 @@ class Recipe:
         }
         if self.vocab != defaults.VOCAB:
             data["vocab"] = self.vocab
+        if self.slices is not None:
+            data["slices"] = [dict(s) for s in self.slices]
         if self.out:
             data["output"] = self.out
         head = "# RAM Desktop merge recipe. Reproduce with: ram-merge run ram-recipe.yaml [--out DIR]\n"
@@ -131,6 +139,7 @@ class Recipe:
         if isinstance(shard_size, bool) or not isinstance(shard_size, (str, int)):
             raise InputError(f"{where}: shard_size: expected a size like 5GB, found {shard_size!r}")
         output = data.get("output")
+        slices = _slices(where, method, data["slices"], len(sources)) if data.get("slices") is not None else None
         return cls(
             base=_text(where, "base", data["base"]),
             agents=sources,
@@ -143,6 +152,7 @@ class Recipe:
             device=_text(where, "device", data.get("device", defaults.DEVICE)),
             out=_text(where, "output", output) if output else None,
             vocab=_text(where, "vocab", data.get("vocab", defaults.VOCAB)),
+            slices=slices,
         )
 
 
@@ -158,8 +168,84 @@ RECIPE_KEYS = (
     "device",
     "output",
     "vocab",
+    "slices",
 )
 AGENT_KEYS = ("name", "source")
+SLICE_KEYS = ("sources", "parameters")
+SOURCE_KEYS = ("model", "layer_range")
+
+
+def layout_of(slices: list[dict[str, Any]] | None) -> Layout | None:
+    """The engine's layer map of a recipe's checked ``slices`` (stacking: every slice has one source)."""
+    if slices is None:
+        return None
+    parsed = tuple(
+        Slice(tuple(SliceSource(int(x["model"]), *map(int, x["layer_range"])) for x in s["sources"])) for s in slices
+    )
+    stacking = all(len(s.sources) == 1 for s in parsed)
+    if not stacking and any(len(s.sources) == 1 for s in parsed):
+        raise InputError(
+            "slices: some slices have one source (layer stacking) and others several (a merge); use one kind"
+        )
+    return Layout(parsed, stacking)
+
+
+def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str, Any]]:
+    """``slices``: a list of {sources: [{model: INDEX, layer_range: [START, STOP]}, ...], parameters: {...}}."""
+    if not isinstance(value, list) or not value:
+        raise InputError(f"{where}: slices: expected a list of slices, found {_type_name(value)}")
+    out = []
+    for g, item in enumerate(value):
+        at = f"slices[{g}]"
+        if not isinstance(item, dict):
+            raise InputError(f"{where}: {at}: expected a mapping with sources:, found {_type_name(item)}")
+        _known_keys(where, at + ".", item, SLICE_KEYS)
+        sources = item.get("sources")
+        if not isinstance(sources, list) or not sources:
+            raise InputError(f"{where}: {at}.sources: expected a list of {{model: INDEX, layer_range: [START, STOP]}}")
+        parsed: list[dict[str, Any]] = []
+        for k, src in enumerate(sources):
+            sat = f"{at}.sources[{k}]"
+            if not isinstance(src, dict):
+                raise InputError(f"{where}: {sat}: expected a mapping with model: and layer_range:")
+            _known_keys(where, sat + ".", src, SOURCE_KEYS)
+            model, layers = src.get("model"), src.get("layer_range")
+            if isinstance(model, bool) or not isinstance(model, int) or not 0 <= model <= n_agents:
+                raise InputError(
+                    f"{where}: {sat}.model: expected a model index (0: the base, 1..{n_agents}: the agents), "
+                    f"found {model!r}"
+                )
+            if (
+                not isinstance(layers, list)
+                or len(layers) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
+                or not 0 <= layers[0] < layers[1]
+            ):
+                raise InputError(
+                    f"{where}: {sat}.layer_range: expected [START, STOP] with 0 <= START < STOP, found {layers!r}"
+                )
+            parsed.append({"model": model, "layer_range": [layers[0], layers[1]]})
+        lengths = sorted({b - a for a, b in (x["layer_range"] for x in parsed)})
+        if len(lengths) > 1:
+            raise InputError(
+                f"{where}: {at}.sources: layer ranges of unequal length ({lengths}); a slice reads the same "
+                "number of layers from each source"
+            )
+        entry: dict[str, Any] = {"sources": parsed}
+        if item.get("parameters") is not None:
+            params = item["parameters"]
+            if not isinstance(params, dict):
+                raise InputError(
+                    f"{where}: {at}.parameters: expected a mapping of name: value, found {_type_name(params)}"
+                )
+            _check_parameters(f"{where}: {at}", method, params)
+            entry["parameters"] = dict(params)
+        out.append(entry)
+    try:
+        layout_of(out)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    return out
 
 
 def _type_name(value: Any) -> str:

@@ -85,6 +85,7 @@ class Session:
     shard_size: str = defaults.SHARD_SIZE
     out: str | None = None
     vocab: str = defaults.VOCAB
+    slices: list[dict[str, Any]] | None = None  # a layer map (recipe ``slices``); None: whole models
 
     def resolved_params(self) -> dict[str, Any]:
         """The method's parameters with its defaults filled in, validated (``InputError`` otherwise)."""
@@ -104,6 +105,7 @@ class Session:
             shard_size=recipe.shard_size,
             out=recipe.out,
             vocab=recipe.vocab,
+            slices=recipe.slices,
         )
 
     def to_recipe(self) -> Recipe:
@@ -120,6 +122,7 @@ class Session:
             device=self.device,
             out=self.out,
             vocab=self.vocab,
+            slices=self.slices,
         )
 
     def to_request(
@@ -145,6 +148,7 @@ class Session:
             str(self.shard_size),
             overwrite,
             vocab=self.vocab,
+            slices=self.slices,
             token=token,
             **engine_options,
         )

@@ -38,9 +38,8 @@ def _exact() -> dict[str, tuple[str, MergekitExact]]:
     return {ex.name: (name, ex) for name, m in METHODS.items() if m.mergekit is not None for ex in m.mergekit.exact}
 
 
-TOP_LEVEL = {"merge_method", "base_model", "models", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+TOP_LEVEL = {"merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "tokenizer_source"}
 REFUSED_TOP_LEVEL = {
-    "slices": "layer slices (RAM Desktop merges whole models with one base)",
     "modules": "per-module definitions (RAM Desktop merges whole models with one base)",
     "tokenizer": "tokenizer merging (RAM Desktop copies the base's tokenizer)",
     "chat_template": "a chat template override (RAM Desktop copies the base's tokenizer files)",
@@ -178,6 +177,13 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     method = str(data.get("merge_method"))
     imports = _imports()
     exact = _exact()
+    if data.get("slices") is not None:
+        return _from_slices(data, where, method, exact)
+    if method in exact and get_method(exact[method][0]).stacks:
+        raise InputError(
+            f"{where}: merge_method: {method} copies layers of the models named in slices; write slices "
+            "(each with one source: model and layer_range)"
+        )
     if method not in imports and method not in exact:
         raise InputError(
             f"{where}: merge_method: {method!r} has no RAM Desktop equivalent; supported: "
@@ -314,6 +320,193 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
     return Imported(recipe, warnings)
 
 
+SLICE_KEYS = {"sources", "base_model", "parameters"}
+SOURCE_KEYS = {"model", "layer_range", "parameters"}
+
+
+def _slice_list(data: dict, where: str) -> list[tuple[str, dict, list[tuple[str, tuple[int, int], dict]]]]:
+    """mergekit's ``slices`` checked: per slice (its YAML path, its parameters, its sources as
+    (model, layer range, parameters)); ``InputError`` naming the key otherwise."""
+    if data.get("models") is not None:
+        raise InputError(f"{where}: models: give either models or slices, not both (as in mergekit)")
+    slices = data["slices"]
+    if not isinstance(slices, list) or not slices:
+        raise InputError(f"{where}: slices: expected a list of slices, each with sources:")
+    out = []
+    for g, sl in enumerate(slices):
+        at = f"slices[{g}]"
+        if not isinstance(sl, dict) or not isinstance(sl.get("sources"), list) or not sl["sources"]:
+            raise InputError(f"{where}: {at}.sources: expected a list of sources (model: and layer_range:)")
+        extra = sorted(set(sl) - SLICE_KEYS)
+        if extra:
+            raise InputError(f"{where}: {at}.{extra[0]}: cannot be expressed in RAM Desktop")
+        params = sl.get("parameters") or {}
+        if not isinstance(params, dict):
+            raise InputError(f"{where}: {at}.parameters must be a mapping")
+        sources = []
+        for k, src in enumerate(sl["sources"]):
+            sat = f"{at}.sources[{k}]"
+            if not isinstance(src, dict) or "model" not in src:
+                raise InputError(f"{where}: {sat}: needs model: PATH and layer_range: [START, STOP]")
+            extra = sorted(set(src) - SOURCE_KEYS)
+            if extra:
+                raise InputError(f"{where}: {sat}.{extra[0]}: unknown key, RAM Desktop cannot express it")
+            layers = src.get("layer_range")
+            if (
+                not isinstance(layers, list)
+                or len(layers) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int) for x in layers)
+                or not 0 <= layers[0] < layers[1]
+            ):
+                raise InputError(f"{where}: {sat}.layer_range: expected [START, STOP] with 0 <= START < STOP")
+            sparams = src.get("parameters") or {}
+            if not isinstance(sparams, dict):
+                raise InputError(f"{where}: {sat}.parameters must be a mapping")
+            sources.append((_model_ref(where, f"{sat}.model", src["model"]), (layers[0], layers[1]), sparams))
+        lengths = {b - a for _, (a, b), _ in sources}
+        if len(lengths) > 1:
+            raise InputError(
+                f"{where}: {at}.sources: layer ranges of unequal length ({sorted(lengths)}); mergekit and RAM "
+                "Desktop read the same number of layers from each source of a slice"
+            )
+        names = [m for m, _, _ in sources]
+        if len(set(names)) != len(names):
+            raise InputError(f"{where}: {at}.sources: a model is listed twice in one slice; it cannot be expressed")
+        out.append((at, params, sources))
+    return out
+
+
+def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str, MergekitExact]]) -> Imported:
+    """mergekit's ``slices``: a stacking (passthrough, one source per slice) or a merge of the same models in every
+    slice (mergekit's semantics, one recipe slice per mergekit slice). Parameters: a source's, then its
+    slice's, then the merge's (mergekit's ``ConfigReader``)."""
+    slices = _slice_list(data, where)
+    if method in exact and get_method(exact[method][0]).stacks:
+        return _from_stacking(data, where, slices, exact[method][0])
+    if method not in exact:
+        raise InputError(
+            f"{where}: slices: merge_method {method!r} is read with slices only where RAM Desktop computes "
+            f"mergekit's own method ({', '.join(sorted(exact))}, passthrough)"
+        )
+    ours, ex = exact[method]
+    shared = data.get("parameters") or {}
+    if not isinstance(shared, dict):
+        raise InputError(f"{where}: parameters must be a mapping")
+    recipes: list[Recipe] = []
+    warnings: list[str] = []
+    for at, sparams, sources in slices:
+        base_ref = data["slices"][int(at[7:-1])].get("base_model") or data.get("base_model")
+        merged = {k: _combine(sparams.get(k), shared.get(k)) for k in {*sparams, *shared}}
+        one = {key: data[key] for key in ("merge_method", "dtype", "out_dtype") if data.get(key) is not None}
+        if base_ref:
+            one["base_model"] = base_ref
+            base = _model_ref(where, f"{at}.base_model", base_ref)
+            if ex.base == "input" and base not in [m for m, _, _ in sources]:
+                raise InputError(
+                    f"{where}: {at}.base_model: {base} is not among the slice's sources; name its layer_range there"
+                )
+        one["models"] = [{"model": m, **({"parameters": p} if p else {})} for m, _, p in sources]
+        if merged:
+            one["parameters"] = merged
+        imported = _from_exact(one, f"{where}: {at}", ours, ex)
+        recipes.append(imported.recipe)
+        warnings += [w for w in imported.warnings if w not in warnings]
+        ranges = {m: r for m, r, _ in sources}
+        if imported.recipe.base not in ranges:
+            raise InputError(
+                f"{where}: {at}.sources: the base model {imported.recipe.base} is not among the slice's sources; "
+                "mergekit reads its layers from there (add it with its layer_range)"
+            )
+    first = recipes[0]
+    layout: list[dict[str, Any]] = []
+    slice_params: list[dict[str, Any] | None] = []
+    for (at, _, sources), recipe in zip(slices, recipes):
+        if recipe.base != first.base or sorted(recipe.agents) != sorted(first.agents):
+            raise InputError(
+                f"{where}: {at}.sources: merges other models than slices[0] ({', '.join(recipe.agents)}); RAM "
+                "Desktop merges the same models in every slice"
+            )
+        order = [recipe.agents.index(a) for a in first.agents]
+        params = {
+            k: [v[i] for i in order] if isinstance(v, list) and _per_agent(ours, k) else v
+            for k, v in recipe.params.items()
+        }
+        ranges = {m: r for m, r, _ in sources}
+        roles = [first.base, *first.agents]
+        layout.append({"sources": [{"model": i, "layer_range": list(ranges[m])} for i, m in enumerate(roles)]})
+        slice_params.append(params)
+    for entry, own in zip(layout, slice_params):
+        if own != first.params:
+            entry["parameters"] = own
+    recipe = Recipe(
+        base=first.base,
+        agents=list(first.agents),
+        method=ours,
+        params=dict(first.params),
+        out_dtype=first.out_dtype,
+        slices=layout,
+    )
+    return Imported(recipe, warnings)
+
+
+def _per_agent(method: str, key: str) -> bool:
+    return any(p.name == key and p.per_agent for p in get_method(method).params)
+
+
+def _from_stacking(data: dict, where: str, slices: list, ours: str) -> Imported:
+    """passthrough over slices: each slice one model's layer range, stacked in order; ``scale`` per model."""
+    method = get_method(ours)
+    scale_param = next(p for p in method.params if p.name == "scale")
+    shared = data.get("parameters") or {}
+    if not isinstance(shared, dict):
+        raise InputError(f"{where}: parameters must be a mapping")
+    for key in shared:
+        if key != "scale":
+            raise InputError(f"{where}: parameters.{key}: not a parameter of mergekit's passthrough (it takes scale)")
+    models: list[str] = []
+    for at, sparams, sources in slices:
+        if len(sources) != 1:
+            raise InputError(
+                f"{where}: {at}.sources: passthrough copies one model's layers per slice; found {len(sources)} sources"
+            )
+        for key in sparams:
+            if key != "scale":
+                raise InputError(f"{where}: {at}.parameters.{key}: not a parameter of mergekit's passthrough")
+        model, _, own = sources[0]
+        for key in own:
+            if key != "scale":
+                raise InputError(
+                    f"{where}: {at}.sources[0].parameters.{key}: not a parameter of mergekit's passthrough"
+                )
+        if model not in models:
+            models.append(model)
+    base = _model_ref(where, "base_model", data["base_model"]) if data.get("base_model") else slices[0][2][0][0]
+    compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
+    out_dtype = (
+        _dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None else compute or "base"
+    )
+    layout: list[dict[str, Any]] = []
+    per_slice: list[dict[str, Any]] = []
+    for at, sparams, sources in slices:
+        model, (start, stop), own = sources[0]
+        index = models.index(model)
+        value = _combine(own.get("scale"), _combine(sparams.get("scale"), shared.get("scale")))
+        scales: list[Any] = [None] * len(models)
+        if value is not None:
+            scales[index] = _setting(where, f"{at}.sources[0].parameters.scale", value, scale_param)
+        params: dict[str, Any] = {"dtype": compute or "inputs"}
+        if any(v is not None for v in scales):
+            params["scale"] = scales
+        layout.append({"sources": [{"model": index + 1, "layer_range": [start, stop]}]})
+        per_slice.append(params)
+    first = per_slice[0]
+    for entry, params in zip(layout, per_slice):
+        if params != first:
+            entry["parameters"] = params
+    recipe = Recipe(base=base, agents=models, method=ours, params=dict(first), out_dtype=out_dtype, slices=layout)
+    return Imported(recipe)
+
+
 def _setting(where: str, key: str, value: Any, param: Any) -> Any:
     """One mergekit value as our parameter's setting: checked (numbers, gradients, filters), naming the key."""
     from ..methods.settings import check_setting
@@ -443,17 +636,11 @@ def to_mergekit(recipe: Recipe) -> str:
     data: dict[str, Any] = {"merge_method": exported.method}
     if exported.base:
         data["base_model"] = recipe.base
-    data["models"] = []
-    for i, agent in enumerate(recipe.agents):
-        entry: dict[str, Any] = {"model": agent}
-        own = dict(per_model)
-        for key, values in exported.per_agent.items():
-            value = values[i] if isinstance(values, list) else values
-            if value is not None:
-                own[key] = value
-        if own:
-            entry["parameters"] = own
-        data["models"].append(entry)
+    if recipe.slices is not None:
+        data["slices"] = _export_slices(recipe, method, exported)
+        shared = {} if any(s.get("parameters") for s in data["slices"]) else shared
+    else:
+        data["models"] = _export_models(recipe, per_model, exported)
     if shared:
         data["parameters"] = shared
     if exported.dtype is not None:
@@ -473,3 +660,49 @@ def to_mergekit(recipe: Recipe) -> str:
     if exported.dtype == "float32" and not method.theta:
         head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _export_slices(recipe: Recipe, method: Any, exported: Any) -> list[dict[str, Any]]:
+    """A recipe's layer map as mergekit's ``slices``: each model's layer range as a source with its own
+    parameters; a slice's shared parameters on the slice when any slice has parameters of its own."""
+    models = [recipe.base, *recipe.agents]
+    own = any(s.get("parameters") is not None for s in recipe.slices or [])
+    out = []
+    for sl in recipe.slices or []:
+        params = method.resolve(sl["parameters"]) if sl.get("parameters") is not None else method.resolve(recipe.params)
+        ex = method.mergekit.export(params, recipe.eps)
+        sources = []
+        for src in sl["sources"]:
+            index = int(src["model"])
+            if index == 0 and not ex.base and not method.stacks:
+                continue  # the base only aligns the models (linear without a base): not an input
+            entry: dict[str, Any] = {"model": models[index], "layer_range": list(src["layer_range"])}
+            agent = index - 1
+            values = {
+                key: v[agent] if isinstance(v, list) else v
+                for key, v in ex.per_agent.items()
+                if agent >= 0 and (v[agent] if isinstance(v, list) else v) is not None
+            }
+            if values:
+                entry["parameters"] = values
+            sources.append(entry)
+        item: dict[str, Any] = {"sources": sources}
+        if own and ex.shared:
+            item["parameters"] = ex.shared
+        out.append(item)
+    return out
+
+
+def _export_models(recipe: Recipe, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
+    models = []
+    for i, agent in enumerate(recipe.agents):
+        entry: dict[str, Any] = {"model": agent}
+        own = dict(per_model)
+        for key, values in exported.per_agent.items():
+            value = values[i] if isinstance(values, list) else values
+            if value is not None:
+                own[key] = value
+        if own:
+            entry["parameters"] = own
+        models.append(entry)
+    return models

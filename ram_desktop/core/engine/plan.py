@@ -52,6 +52,11 @@ class TensorJob:
     out_name: str  # the output dtype's name, e.g. "bfloat16"
     compute_name: str  # "float32", or "float64" when any input is float64
     mergeable: bool  # floating point: merged; otherwise copied from the base
+    # with a layer map (``Layout``): the gradient position t of this output tensor and the slice whose
+    # parameters apply; None: t follows the layer index in ``name`` (``methods.settings.layer_position``)
+    position: float | None = None
+    group: int = 0
+    model: int = 0  # with a stacking layer map: the model every role reads (0: the base, k: agent k)
 
     @property
     def numel(self) -> int:
@@ -70,6 +75,91 @@ class TensorJob:
         return self.numel * ITEMSIZE_OF_NAME[self.out_name]
 
 
+@dataclass(frozen=True)
+class SliceSource:
+    """One input of a slice: ``model`` indexes ``[base, *agents]`` (0: the base); layers ``start:stop``."""
+
+    model: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Consecutive output layers read from the same layer range of each of its sources (docs/methods.md,
+    "Slices and passthrough"). A merge's slice lists every model once; a stacking slice (passthrough) one."""
+
+    sources: tuple[SliceSource, ...]
+
+    @property
+    def length(self) -> int:
+        return self.sources[0].stop - self.sources[0].start
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A layer map: the output's decoder layers, slice after slice. ``stacking``: each slice has one source,
+    and every role of a job (base and agents) reads that source's tensor."""
+
+    slices: tuple[Slice, ...]
+    stacking: bool = False
+
+    @property
+    def n_layers(self) -> int:
+        return sum(s.length for s in self.slices)
+
+    def layers(self) -> list[tuple[int, float, tuple[tuple[int, int], ...]]]:
+        """Per output layer: its slice, its gradient position t (i / (n − 1) inside the slice, 1 for a one-layer
+        slice: mergekit's ``plan_slice``) and per role (base, then each agent) the (model, input layer) read."""
+        out = []
+        for g, sl in enumerate(self.slices):
+            n = sl.length
+            for i in range(n):
+                t = i / (n - 1) if n > 1 else 1.0
+                out.append((g, t, self.roles(sl, i)))
+        return out
+
+    def roles(self, sl: Slice, offset: int) -> tuple[tuple[int, int], ...]:
+        if self.stacking:
+            src = sl.sources[0]
+            return ((src.model, src.start + offset),)
+        ordered = sorted(sl.sources, key=lambda s: s.model)
+        return tuple((s.model, s.start + offset) for s in ordered)
+
+
+def check_layout(layout: Layout, n_models: int, model_layers: list[int], where: str = "slices") -> None:
+    """Every slice's sources name existing models and layer ranges inside them, of one length; a merge's slice
+    names every model once, a stacking slice one model. ``InputError`` naming the slice otherwise."""
+    if not layout.slices:
+        raise InputError(f"{where}: no slices; give at least one")
+    for g, sl in enumerate(layout.slices):
+        at = f"{where}[{g}]"
+        if not sl.sources:
+            raise InputError(f"{at}.sources: no sources")
+        for k, src in enumerate(sl.sources):
+            if not 0 <= src.model < n_models:
+                raise InputError(
+                    f"{at}.sources[{k}].model: {src.model} names no model (0 is the base, 1..{n_models - 1} the agents)"
+                )
+            if not 0 <= src.start < src.stop <= model_layers[src.model]:
+                raise InputError(
+                    f"{at}.sources[{k}].layer_range: [{src.start}, {src.stop}] is not a non-empty range of the "
+                    f"{model_layers[src.model]} layers of model {src.model}"
+                )
+        lengths = {s.stop - s.start for s in sl.sources}
+        if len(lengths) > 1:
+            raise InputError(
+                f"{at}.sources: layer ranges of unequal length ({sorted(lengths)}); a slice reads the same number of layers from each source"
+            )
+        if layout.stacking and len(sl.sources) != 1:
+            raise InputError(f"{at}.sources: a stacking slice (passthrough) has one source, found {len(sl.sources)}")
+        if not layout.stacking and sorted(s.model for s in sl.sources) != list(range(n_models)):
+            raise InputError(
+                f"{at}.sources: a merge's slice names every model once (the base and each agent), found models "
+                f"{sorted(s.model for s in sl.sources)}"
+            )
+
+
 @dataclass
 class MergePlan:
     base: Checkpoint
@@ -78,6 +168,9 @@ class MergePlan:
     jobs: list[TensorJob]
     out_dtype: str
     warnings: list[str] = field(default_factory=list)
+    layout: Layout | None = None
+    # with a layout: per output layer, the input layer of its first role (for the config's per-layer lists)
+    layer_sources: list[int] | None = None
 
     @property
     def n_agents(self) -> int:
@@ -196,6 +289,7 @@ def make_plan(
     names: list[str] | None = None,
     out_dtype: str = "base",
     vocab: str = "exact",
+    layout: Layout | None = None,
 ) -> MergePlan:
     """Check that base and agents line up and list the tensor jobs; raise one clear ``InputError`` if not.
 
@@ -208,6 +302,9 @@ def make_plan(
     ``lm_head``) an error that names the rows; "common" merges the rows base and agent share and keeps
     the base's rows for the rest: rows an agent lacks count as unchanged for that agent, rows beyond the
     base's vocabulary are dropped. The output always has the base's shapes.
+
+    ``layout``: a layer map (slices): the output's decoder layers are read from the layers it names, in
+    every role (``_laid_out``); without one, each output tensor is the base's tensor of the same name.
     """
     if vocab not in VOCAB_MODES:
         raise InputError(f"unknown vocab mode {vocab!r}; choose exact or common")
@@ -226,15 +323,21 @@ def make_plan(
     agents = lora.bind_all(base, agents)  # LoRA adapters become agents with τ = scale·B·A
     warnings: list[str] = []
     aligned = [_aligned_tensors(base, a, warnings) for a in agents]
-    _check_tensor_sets(base, agents, aligned)
     _refuse_scaled_floats([base, *agents], [base.tensors, *aligned])
+    base_table: dict[str, TensorInfo] = base.tensors
+    placed: dict[str, tuple[float, int, int]] = {}
+    layer_sources = None
+    if layout is None:
+        _check_tensor_sets(base, agents, aligned)
+    else:
+        base_table, aligned, placed, layer_sources = _laid_out(base, agents, aligned, layout)
     jobs: list[TensorJob] = []
     mixed: set[str] = set()
     vocab_problems: list[str] = []
     # jobs in tensor-name order: how a checkpoint is split into files (and the order within them) never
     # changes a result, the output's layout, or which element is "earliest" (TIES's ties at the cut)
-    for name in sorted(base.tensors):
-        b = base.tensors[name]
+    for name in sorted(base_table):
+        b = base_table[name]
         infos = tuple(m[name] for m in aligned)
         for ckpt, info in zip(agents, infos):
             if info.shape != b.shape and _vocab_rows_differ(name, b, info, base, ckpt):
@@ -267,7 +370,8 @@ def make_plan(
         compute = "float64" if "F64" in (b.dtype, *(i.dtype for i in infos)) else "float32"
         chosen = OUT_DTYPES[out_dtype]
         out = chosen if (b.is_float and chosen is not None) else b.dtype_name
-        jobs.append(TensorJob(name, b.shape, b, infos, out, compute, b.is_float))
+        position, group, model = placed.get(name, (None, 0, 0))
+        jobs.append(TensorJob(name, b.shape, b, infos, out, compute, b.is_float, position, group, model))
     if vocab_problems:
         raise InputError(
             "vocabulary sizes differ: "
@@ -292,7 +396,83 @@ def make_plan(
         warnings.append(f"{display} stores some tensors in another dtype than the base; computing in float32")
     for w in warnings:
         log.warning(w)
-    return MergePlan(base, agents, names, jobs, out_dtype, warnings)
+    return MergePlan(base, agents, names, jobs, out_dtype, warnings, layout, layer_sources)
+
+
+LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
+INPUT_EMBEDDING = re.compile(r"(^|\.)(embed_tokens|wte|wpe|word_embeddings|embed_in|tok_embeddings)\.weight$")
+
+
+def count_model_layers(names: list[str] | set[str]) -> int:
+    """Decoder layers of a model: one more than the highest ``layers.<i>.`` index among its tensors."""
+    return max((int(m.group(2)) + 1 for m in map(LAYER.search, names) if m), default=0)
+
+
+def _laid_out(
+    base: Checkpoint, agents: list[Checkpoint], aligned: list[dict[str, TensorInfo]], layout: Layout
+) -> tuple[dict[str, TensorInfo], list[dict[str, TensorInfo]], dict[str, tuple[float, int, int]], list[int]]:
+    """The base's and each agent's tensors under the output's names, read through the layer map.
+
+    Output layer o (of slice g, position t) takes in role r (the base, then each agent) the tensor of the same
+    kind in layer j of model m, the (m, j) the layout names for that role. Tensors outside the layers take
+    their own name: input embeddings from the first slice's models, every other (final norm, output head)
+    from the last slice's, both at t = 0 with their slice's parameters (mergekit's pre- and post-weights).
+    Stacking (one source per slice): every role reads the source's tensor."""
+    tables = [base.tensors, *aligned]
+    displays = [base.display, *(a.display for a in agents)]
+    check_layout(layout, len(tables), [count_model_layers(set(t)) for t in tables])
+    roles = len(tables)
+
+    def per_role(pairs: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+        return list(pairs) * roles if layout.stacking else list(pairs)
+
+    def layer_kinds(table: dict[str, TensorInfo], layer: int) -> dict[tuple[str, str], str]:
+        kinds = {}
+        for name in table:
+            m = LAYER.search(name)
+            if m and int(m.group(2)) == layer:
+                kinds[(name[: m.start(2)], name[m.end(2) :])] = name
+        return kinds
+
+    out: list[dict[str, TensorInfo]] = [{} for _ in range(roles)]
+    placed: dict[str, tuple[float, int, int]] = {}
+    sources: list[int] = []
+    reference: set[tuple[str, str]] | None = None
+    shapes = {kind: base.tensors[name].shape for kind, name in layer_kinds(base.tensors, 0).items()}
+    for o, (g, t, pairs) in enumerate(layout.layers()):
+        sources.append(pairs[0][1])
+        for r, (m, j) in enumerate(per_role(pairs)):
+            kinds = layer_kinds(tables[m], j)
+            if reference is None:
+                reference = set(kinds)
+            if set(kinds) != reference:
+                differ = sorted("".join(k).replace("..", f".{j}.") for k in set(kinds) ^ reference)
+                raise InputError(
+                    f"slices: layer {j} of {displays[m]} does not hold the same tensors as the other layers read "
+                    f"({_listing(differ)}); these models do not share an architecture"
+                )
+            for (head, tail), name in kinds.items():
+                if (head, tail) in shapes and tables[m][name].shape != shapes[(head, tail)]:
+                    raise InputError(
+                        f"tensor {name!r} has shape {list(tables[m][name].shape)} in {displays[m]} but "
+                        f"{list(shapes[(head, tail)])} in the base {base.display}; these models do not share an "
+                        "architecture"
+                    )
+                out_name = f"{head}{o}{tail}"
+                out[r][out_name] = tables[m][name]
+                placed[out_name] = (t, g, m)
+    first, last = layout.layers()[0], layout.layers()[-1]
+    for name in sorted(n for n in base.tensors if not LAYER.search(n)):
+        g, pairs = (first[0], first[2]) if INPUT_EMBEDDING.search(name) else (last[0], last[2])
+        for r, (m, _) in enumerate(per_role(pairs)):
+            if name not in tables[m]:
+                raise InputError(
+                    f"tensor {name!r} of the base {base.display} is missing in {displays[m]}; "
+                    "these models do not share an architecture"
+                )
+            out[r][name] = tables[m][name]
+        placed[name] = (0.0, g, pairs[0][0])
+    return out[0], out[1:], placed, sources
 
 
 def _ties(ckpt: Checkpoint, output: str) -> bool:

@@ -20,6 +20,7 @@ from . import (
     multislerp,
     nearswap,
     nuslerp,
+    passthrough,
     ram,
     sce,
     slerp,
@@ -58,6 +59,7 @@ _FAMILIES = (
     sce,
     nearswap,
     arcee_fusion,
+    passthrough,
 )
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
 

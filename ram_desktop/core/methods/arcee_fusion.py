@@ -44,7 +44,7 @@ def arcee_fusion_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     p = torch.nn.functional.softmax(agent, dim=-1) + 1e-8
     q = torch.nn.functional.softmax(base, dim=-1) + 1e-8
     importance = diff * torch.sum(p * torch.log(p / q), dim=-1, keepdim=True)
-    q1, median, q3 = _quantiles(importance, ctx.params["seed"], chunk.name)
+    q1, median, q3 = _quantiles(importance, ctx.params_of(chunk)["seed"], chunk.name)
     mask = (importance >= median + 1.5 * (q3 - q1)).float()
     return (base + (agent - base) * mask).reshape(-1)
 

@@ -221,7 +221,8 @@ class MergeMethod:
     the output dtype) instead of τ_merged; it reads the stored weights through ``chunk.thetas``.
     ``bind(context, plan) -> context``: called once after ``prepare`` with the plan, for what a context needs
     to know about the model (layer count for gradients, tensor shapes). Methods written before these
-    fields existed leave them at their defaults and behave as before.
+    fields existed leave them at their defaults and behave as before. ``stacks``: the method copies layers
+    of a stacking layer map (passthrough); every other method merges all models in every slice.
     """
 
     name: str
@@ -246,6 +247,7 @@ class MergeMethod:
     whole_tensor: bool = False
     theta: bool = False
     bind: Callable[[Any, MergePlan], Any] | None = None
+    stacks: bool = False  # reads a stacking layer map (each slice one model's layers) instead of merging models
 
     @property
     def short_label(self) -> str:

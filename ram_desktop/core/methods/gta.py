@@ -162,7 +162,7 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     shape = ctx.shape(chunk)
     thetas = [t.reshape(shape) for t in chunk.thetas(ctx.dtype(chunk))]
     base, entries = thetas[0], thetas[1:]
-    params = ctx.params
+    params = ctx.params_of(chunk)
     deltas = base.new_empty((len(entries), *base.shape))
     for i, entry in enumerate(entries):
         delta = entry - base

@@ -60,7 +60,9 @@ def karcher(tensors: list[torch.Tensor], alphas: list[float], max_iter: int, tol
 
 def karcher_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     tensors = chunk.thetas(ctx.dtype(chunk))[1:]
-    return karcher(tensors, [1.0 / len(tensors)] * len(tensors), ctx.params["max_iter"], ctx.params["tol"])
+    return karcher(
+        tensors, [1.0 / len(tensors)] * len(tensors), ctx.params_of(chunk)["max_iter"], ctx.params_of(chunk)["tol"]
+    )
 
 
 EXACT = MergekitExact("karcher", {"max_iter": "max_iter", "tol": "tol"}, {}, base="input", agents=(1, None))

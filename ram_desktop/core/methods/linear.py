@@ -33,7 +33,7 @@ def linear_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     result = torch.zeros_like(first, dtype=acc_dtype)
     for tensor, c in zip(inputs, coef.unbind(1)):
         result.addcmul_(tensor, c.reshape(1))
-    if ctx.params["normalize"]:
+    if ctx.params_of(chunk)["normalize"]:
         result.div_(coef.sum(dim=1).reshape(1))
     return result.to(first.dtype)
 

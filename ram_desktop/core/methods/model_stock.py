@@ -32,7 +32,7 @@ def model_stock_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     shape = ctx.shape(chunk)
     all_weights = [w.reshape(shape) for w in chunk.thetas(ctx.dtype(chunk))]
     w_0, ws = all_weights[0], all_weights[1:]
-    if ctx.params["filter_wise"]:
+    if ctx.params_of(chunk)["filter_wise"]:
         if w_0.dim() == 1:
             w_0, ws = w_0.unsqueeze(0), [w.unsqueeze(0) for w in ws]
     else:

@@ -22,9 +22,9 @@ PARAMS = (SELECT, INT8_MASK, weights.DTYPE)
 def sce_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     thetas = chunk.thetas(ctx.dtype(chunk))
     base, tensors = thetas[0], thetas[1:]
-    mask_dtype = torch.int8 if ctx.params["int8_mask"] else base.dtype
+    mask_dtype = torch.int8 if ctx.params_of(chunk)["int8_mask"] else base.dtype
     tvs = torch.stack([t - base for t in tensors], dim=0)
-    topk = ctx.params["select_topk"]
+    topk = ctx.params_of(chunk)["select_topk"]
     if topk < 1:
         if topk <= 0:
             select = torch.zeros_like(tvs[0], dtype=mask_dtype)

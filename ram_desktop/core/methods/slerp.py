@@ -127,7 +127,7 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
         kernels.scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
         return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
 
-    t = float(ctx.shared_at("t", job.name))
+    t = float(ctx.shared_at("t", slices.index, job.name))
     coef_a, coef_b = coefficients(
         t, n, torch.float32, widened(m.base, buffers[0]), widened(m.agents[0], buffers[1]), dot_piece
     )

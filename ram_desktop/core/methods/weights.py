@@ -60,19 +60,44 @@ class WeightsContext:
     defaults: dict[str, Any]
     n_layers: int = 0
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # with a layer map (slices): per job, its gradient position and its slice's parameters (None: the recipe's)
+    positions: dict[int, float] = field(default_factory=dict)
+    groups: dict[int, int] = field(default_factory=dict)
+    group_params: list[dict[str, Any] | None] = field(default_factory=list)
+    models: dict[int, int] = field(default_factory=dict)  # stacking: per job, the model it is read from
+
+    def position(self, chunk: Chunk) -> float:
+        """The tensor's gradient position t: the layer map's, else its layer index over the layer count."""
+        return self.position_at(chunk.job_index, chunk.name)
+
+    def position_at(self, job_index: int, name: str) -> float:
+        t = self.positions.get(job_index)
+        return settings.layer_position(name, self.n_layers) if t is None else t
+
+    def params_of(self, chunk: Chunk) -> dict[str, Any]:
+        """The parameters of this chunk's slice (the recipe's without a layer map or slice parameters)."""
+        return self.params_at(chunk.job_index)
+
+    def params_at(self, job_index: int) -> dict[str, Any]:
+        if self.group_params:
+            own = self.group_params[self.groups.get(job_index, 0)]
+            if own is not None:
+                return own
+        return self.params
 
     def shared(self, key: str, chunk: Chunk) -> Any:
         """The value of parameter ``key`` for this chunk's tensor."""
-        return self.shared_at(key, chunk.name)
+        return self.shared_at(key, chunk.job_index, chunk.name)
 
-    def shared_at(self, key: str, name: str) -> Any:
-        """The value of parameter ``key`` for tensor ``name``."""
-        t = settings.layer_position(name, self.n_layers)
-        return settings.resolve([self.params.get(key)], name, t, _same, self.defaults.get(key))
+    def shared_at(self, key: str, job_index: int, name: str) -> Any:
+        """The value of parameter ``key`` for tensor ``name`` (job ``job_index`` of the plan)."""
+        t = self.position_at(job_index, name)
+        return settings.resolve([self.params_at(job_index).get(key)], name, t, _same, self.defaults.get(key))
 
-    def agent(self, key: str, chunk: Chunk, agent: int) -> Any:
-        """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor."""
-        values = self.params.get(key)
+    def agent(self, key: str, chunk: Chunk, agent: int, required: bool = True) -> Any:
+        """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor (``required``: a value
+        must result; else None where neither the setting nor the default gives one)."""
+        values = self.params_of(chunk).get(key)
         setting = values  # one value (or setting) for every agent
         if isinstance(values, list):
             if len(values) != chunk.n_agents:
@@ -81,9 +106,9 @@ class WeightsContext:
                     "per agent, in agent order"
                 )
             setting = values[agent]
-        t = settings.layer_position(chunk.name, self.n_layers)
+        t = self.position(chunk)
         value = settings.resolve([setting], chunk.name, t, _same, self.defaults.get(key))
-        if value is None:
+        if value is None and required:
             raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {chunk.name!r}")
         return value
 
@@ -120,6 +145,10 @@ def bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     names = [j.name for j in plan.jobs]
     ctx.n_layers = settings.count_layers(names)
     ctx.shapes = {i: tuple(j.shape) for i, j in enumerate(plan.jobs)}
+    if plan.layout is not None:
+        ctx.positions = {i: j.position for i, j in enumerate(plan.jobs) if j.position is not None}
+        ctx.groups = {i: j.group for i, j in enumerate(plan.jobs)}
+        ctx.models = {i: j.model for i, j in enumerate(plan.jobs)}
     return ctx
 
 

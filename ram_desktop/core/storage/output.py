@@ -482,17 +482,41 @@ def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
         raise
 
 
-def write_config(base: Checkpoint, folder: Path, plan: OutputPlan) -> None:
-    """The base's config.json with its dtype field set to the output dtype."""
+def write_config(base: Checkpoint, folder: Path, plan: OutputPlan, layers: list[int] | None = None) -> None:
+    """The base's config.json with its dtype field set to the output dtype. ``layers`` (a layer map): per output
+    layer, the input layer it is read from: the layer count becomes their number and every per-layer list of
+    the config (a list as long as the base's layer count, e.g. ``layer_types``) follows the layers read."""
     if base.config is None:
         return
     config = dict(base.config)
+    if layers is not None:
+        config = _relayered(config, layers)
     dtypes = {j.out_name for j in plan.mergeable_jobs}
     if len(dtypes) == 1:
         name = dtypes.pop()
         for key in [k for k in ("torch_dtype", "dtype") if k in config] or ["torch_dtype"]:
             config[key] = name
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+LAYER_COUNT_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def _relayered(config: dict, layers: list[int]) -> dict:
+    """``config`` (and its ``text_config``) with the output's layer count and per-layer lists."""
+    config = dict(config)
+    if isinstance(config.get("text_config"), dict) and not any(k in config for k in LAYER_COUNT_KEYS):
+        config["text_config"] = _relayered(config["text_config"], layers)
+        return config
+    key = next((k for k in LAYER_COUNT_KEYS if isinstance(config.get(k), int)), None)
+    if key is None:
+        return config
+    count = config[key]
+    for name, value in list(config.items()):
+        if "layer" in name and isinstance(value, list) and len(value) == count:
+            config[name] = [value[j] for j in layers]
+    config[key] = len(layers)
+    return config
 
 
 def copy_tokenizer_files(base: Checkpoint, folder: Path) -> list[str]:
