@@ -799,3 +799,29 @@ def combine_pair_kernel(a, b, coef_a, coef_b, out):
             bad += 1
         store(out, i, coef_a * x + coef_b * y)
     return bad
+
+
+@jit
+def offsets_kernel(base, agents, out):
+    """out[t, i] = agents[t][i] − base[i] in float32 (each τ rounded once); returns how many are not finite."""
+    bad = 0
+    for t in range(len(agents)):
+        a = agents[t]
+        row = out[t]
+        for i in range(base.size):
+            d = np.float32(widen(a[i])) - np.float32(widen(base[i]))
+            if d - d != 0:
+                bad += 1
+            row[i] = d
+    return bad
+
+
+@jit
+def stock_combine_kernel(base, agents, t, one_minus_t, n, out):
+    """Model Stock's θ: out[i] = t · ((0 + w_1 + … + w_N) / n) + (1 − t) · w_0 in float32, each operation rounded
+    in that order, rounded once to out's dtype."""
+    for i in range(base.size):
+        total = np.float32(0.0)
+        for k in range(len(agents)):
+            total = total + np.float32(widen(agents[k][i]))
+        store(out, i, t * (total / n) + one_minus_t * np.float32(widen(base[i])))

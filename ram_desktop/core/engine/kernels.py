@@ -119,6 +119,8 @@ def _jit() -> dict:
         "exponent_all_ones": k.exponent_all_ones,
         "scaled_product": k.scaled_product_kernel,
         "widen": k.widen_kernel,
+        "offsets": k.offsets_kernel,
+        "stock_combine": k.stock_combine_kernel,
         "combine_pair": k.combine_pair_kernel,
     }
 
@@ -582,3 +584,35 @@ def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, nor
 def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
     """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
     return bool(_jit()["combine_pair"](a, b, np.float32(coef_a), np.float32(coef_b), out) == 0)
+
+
+def offsets_into(base: np.ndarray, agents: tuple[np.ndarray, ...], out: np.ndarray) -> bool:
+    """``out[t] = agents[t] − base`` in float32; whether every one is finite (``kernel_code.offsets_kernel``)."""
+    return bool(_jit()["offsets"](base, agents, out) == 0)
+
+
+def stock_combine(
+    base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
+) -> None:
+    """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype."""
+    _jit()["stock_combine"](base, agents, np.float32(t), np.float32(one_minus_t), np.float32(len(agents)), out)
+
+
+class _Scratch(threading.local):
+    """Per-thread float32 scratch grown to the largest request, for the whole-tensor fused paths: a new
+    buffer per tensor would page-fault the whole model's worth of float32 once more."""
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        numel = math.prod(shape)
+        buf = self.__dict__.get(name)
+        if buf is None or buf.size < numel:
+            buf = self.__dict__[name] = np.empty(max(numel, 1), np.float32)
+        return buf[:numel].reshape(shape)
+
+
+_SCRATCH = _Scratch()
+
+
+def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """A float32 buffer of ``shape`` for this thread, valid until ``name`` is asked for again."""
+    return _SCRATCH.get(name, shape)

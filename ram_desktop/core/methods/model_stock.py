@@ -12,9 +12,10 @@ bounded by one tensor.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.chunks import Chunk
+from ..engine.chunks import Chunk, StoredSlices
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod, Param
@@ -22,6 +23,7 @@ from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
+    from ..engine.kernels import KernelResult
     from ..engine.plan import MergePlan
 
 FILTER_WISE = Param("filter_wise", bool, False, "one interpolation per row (output filter) instead of per tensor")
@@ -38,19 +40,51 @@ def model_stock_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     else:
         w_0, ws = w_0.reshape(-1), [w.reshape(-1) for w in ws]
     offsets = [w - w_0 for w in ws]
+    t = interpolation(offsets, lambda a, b: (a * b).sum(dim=-1))
+    average = sum(ws) / len(ws)
+    return (t * average + (1 - t) * w_0).reshape(-1)
+
+
+def interpolation(
+    offsets: Sequence[torch.Tensor], dot: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """t from the agents' offsets w_i − w₀ (each [rows, n] or [n]): the mean pairwise cosine, as mergekit
+    computes it; ``dot(a, b)``: Σ a·b over the last dimension."""
     cosines = []
     for i, off_a in enumerate(offsets):
         for off_b in offsets[i + 1 :]:
             norm_product = torch.norm(off_a, dim=-1) * torch.norm(off_b, dim=-1)
-            cosines.append(((off_a * off_b).sum(dim=-1) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
+            cosines.append((dot(off_a, off_b) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
     cos_theta = torch.stack(cosines).mean(dim=0).unsqueeze(-1)
-    n = len(ws)
+    n = len(offsets)
     denominator = 1 + (n - 1) * cos_theta
     singular = denominator.abs() < 1e-6
     safe = torch.where(singular, torch.ones_like(denominator), denominator)
-    t = torch.where(singular, torch.zeros_like(cos_theta), (n * cos_theta) / safe)
-    average = sum(ws) / n
-    return (t * average + (1 - t) * w_0).reshape(-1)
+    return torch.where(singular, torch.zeros_like(cos_theta), (n * cos_theta) / safe)
+
+
+def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+    """``model_stock_merge`` of one whole tensor (not ``filter_wise``) from its stored slices at compute dtype
+    float32, the same bits: the offsets and the final combination (rounded once to the output dtype) by the
+    fused kernels into reused buffers, the norms and sums by torch. None where the kernels do not cover it."""
+    from ..engine import kernels
+
+    job = slices.job
+    if ctx.params_at(slices.index)["filter_wise"] or job.numel == 0:
+        return None
+    if ctx.dtype_of([slices.base, *slices.agents]) != torch.float32:
+        return None
+    m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    if m is None:
+        return None
+    offsets = kernels.scratch("stock_offsets", (len(m.agents), job.numel))
+    if not kernels.offsets_into(m.base, m.agents, offsets):
+        return kernels.KernelResult(m.result, False)
+    products = torch.from_numpy(kernels.scratch("stock_products", (job.numel,)))
+    rows = [torch.from_numpy(row) for row in offsets]
+    t = interpolation(rows, lambda a, b: torch.mul(a, b, out=products).sum(dim=-1))
+    kernels.stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
+    return kernels.KernelResult(m.result, True)
 
 
 def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
@@ -71,6 +105,7 @@ METHODS = (
         bind=_bind,
         whole_tensor=True,
         theta=True,
+        fused=model_stock_fused,
         thread_safe=False,  # whole-tensor sums: as slerp
         mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Stock",

@@ -1,0 +1,122 @@
+"""The fused CPU paths of mergekit's whole-tensor methods (SLERP, Model Stock at ``dtype: float32``) give the
+torch path's bytes, and mergekit's where it is installed, on tensors of several 2²⁰-element pieces, for
+bfloat16, float16 and float32 inputs and outputs; a NaN in an agent is still refused naming the tensor. Every
+merge runs in a fresh ``ram-merge`` process (``RAM_DESKTOP_KERNELS=0`` turns the fused kernels off)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+from tests import reference as ref
+from tests.conftest import SMALL_CONFIG, make_models
+
+# an embedding and a head of 40,000 × 32 = 1.28M elements: one whole 2²⁰-element piece and a partial one
+WIDE = dict(SMALL_CONFIG, vocab_size=40000, num_hidden_layers=3)
+PIECE = 1 << 20
+
+
+def _merge(base: Path, agents: list[Path], out: Path, method: str, kernels: bool, *extra: str) -> Path:
+    env = dict(os.environ, RAM_DESKTOP_KERNELS="1" if kernels else "0")
+    cmd = [sys.executable, "-m", "ram_desktop", "-q", "merge", str(base), *map(str, agents), "--method", method,
+           "--dtype", "float32", "--out", str(out), "--device", "cpu", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _same(a: Path, b: Path) -> None:
+    x, y = ref.load_model(a), ref.load_model(b)
+    assert x.keys() == y.keys()
+    for name in x:
+        assert x[name].dtype == y[name].dtype, name
+        assert torch.equal(x[name].view(torch.uint8), y[name].view(torch.uint8)), name
+
+
+def _slerp_reference(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor:
+    """SLERP as mergekit 0.1.5 defines it, written out for one flat float32 pair: norms as the norm of the
+    2²⁰-element pieces' norms, the dot product as the sum of the pieces' sums."""
+    a, b = a.float().reshape(1, -1), b.float().reshape(1, -1)
+    starts = range(0, a.shape[1], PIECE)
+    na = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(a[:, s:s + PIECE], dim=1, keepdim=True)
+                                                for s in starts]), dim=0)
+    nb = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b[:, s:s + PIECE], dim=1, keepdim=True)
+                                                for s in starts]), dim=0)
+    na, nb = torch.where(na > 1e-8, na, 1), torch.where(nb > 1e-8, nb, 1)
+    dot = torch.stack([((a[:, s:s + PIECE] / na) * (b[:, s:s + PIECE] / nb)).sum(dim=1, keepdim=True)
+                       for s in starts]).sum(dim=0).clamp(-1, 1)
+    tt = torch.tensor([[t]])
+    if bool(dot.abs() > 0.9995):
+        ca, cb = 1 - tt, tt
+    else:
+        omega = torch.acos(dot)
+        ca, cb = torch.sin((1 - tt) * omega) / torch.sin(omega), torch.sin(tt * omega) / torch.sin(omega)
+    return ca * a + cb * b
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_slerp_and_model_stock_fused_equal_the_torch_path(tmp_path, dtype):
+    base, agents = make_models(tmp_path / "in", dtype=dtype, config=WIDE,
+                               agents={"alpha": 0.5, "beta": 0.55, "gamma": 0.04})
+    assert load_file(str(next(base.glob("*.safetensors"))))["model.embed_tokens.weight"].numel() > PIECE
+    out_dtype = "bfloat16" if dtype == torch.float32 else "float32"
+    for method, inputs in (("slerp", agents[:1]), ("model-stock", agents)):
+        extra = ["--out-dtype", out_dtype] + (["--t", "0.3"] if method == "slerp" else [])
+        fused = _merge(base, inputs, tmp_path / f"{method}-fused", method, True, *extra)
+        plain = _merge(base, inputs, tmp_path / f"{method}-torch", method, False, *extra)
+        _same(fused, plain)
+    # and SLERP against the formula written out, on the two-piece embedding
+    b, a = ref.load_model(base), ref.load_model(agents[0])
+    merged = ref.load_model(tmp_path / "slerp-fused")
+    name = "model.embed_tokens.weight"
+    want = _slerp_reference(b[name], a[name], 0.3).to(getattr(torch, out_dtype)).reshape(b[name].shape)
+    assert torch.equal(merged[name].view(torch.uint8), want.view(torch.uint8))
+
+
+def test_a_nan_in_an_agent_is_refused_on_the_fused_path(tmp_path):
+    base, agents = make_models(tmp_path / "in", config=WIDE, agents={"alpha": 0.5, "beta": 0.55})
+    shard = next(agents[1].glob("*.safetensors"))
+    tensors = load_file(str(shard))
+    tensors["model.embed_tokens.weight"][5, 3] = float("nan")
+    save_file(tensors, str(shard), metadata={"format": "pt"})
+    cmd = [sys.executable, "-m", "ram_desktop", "merge", str(base), *map(str, agents), "--method", "model-stock",
+           "--dtype", "float32", "--out", str(tmp_path / "out"), "--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, RAM_DESKTOP_KERNELS="1"),
+                          timeout=600, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "model.embed_tokens.weight" in proc.stderr and "NaN" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _mergekit() -> str | None:
+    exe = os.environ.get("RAM_MERGEKIT") or "/work/mergekit-venv/bin/mergekit-yaml"
+    return exe if Path(exe).exists() else None
+
+
+@pytest.mark.skipif(_mergekit() is None, reason="mergekit not installed (set RAM_MERGEKIT=/path/to/mergekit-yaml)")
+@pytest.mark.parametrize("method,n,parameters", [("slerp", 1, {"t": [0.2, 0.7]}), ("model_stock", 3, {})])
+def test_fused_whole_tensor_methods_give_mergekit_bytes(tmp_path, method, n, parameters):
+    base, agents = make_models(tmp_path / "in", config=WIDE, agents=dict(list({"alpha": 0.5, "beta": 0.55,
+                                                                              "gamma": 0.04}.items())[:n]))
+    config = {"merge_method": method, "base_model": str(base), "models": [{"model": str(a)} for a in agents],
+              "dtype": "float32", "out_dtype": "bfloat16"}
+    if parameters:
+        config["parameters"] = parameters
+    path = tmp_path / "mk.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([_mergekit(), str(path), str(tmp_path / "mk")], capture_output=True, text=True, env=env,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "run", str(path), "--out", str(tmp_path / "ours")],
+                          capture_output=True, text=True, env=dict(os.environ, RAM_DESKTOP_KERNELS="1"), timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _same(tmp_path / "ours", tmp_path / "mk")
