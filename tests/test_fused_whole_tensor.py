@@ -1,5 +1,5 @@
-"""The fused CPU paths of mergekit's whole-tensor methods (SLERP, Model Stock at ``dtype: float32``) give the
-torch path's bytes, and mergekit's where it is installed, on tensors of several 2²⁰-element pieces, for
+"""The fused CPU paths of mergekit's whole-tensor methods (SLERP, Model Stock at ``dtype: float32``; DELLA's ranks
+and draws) give the torch path's bytes, and mergekit's where it is installed, on tensors of several 2²⁰-element pieces, for
 bfloat16, float16 and float32 inputs and outputs; a NaN in an agent is still refused naming the tensor. Every
 merge runs in a fresh ``ram-merge`` process (``RAM_DESKTOP_KERNELS=0`` turns the fused kernels off)."""
 
@@ -62,13 +62,14 @@ def _slerp_reference(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_slerp_and_model_stock_fused_equal_the_torch_path(tmp_path, dtype):
+def test_fused_paths_equal_the_torch_path(tmp_path, dtype):
     base, agents = make_models(tmp_path / "in", dtype=dtype, config=WIDE,
                                agents={"alpha": 0.5, "beta": 0.55, "gamma": 0.04})
     assert load_file(str(next(base.glob("*.safetensors"))))["model.embed_tokens.weight"].numel() > PIECE
     out_dtype = "bfloat16" if dtype == torch.float32 else "float32"
-    for method, inputs in (("slerp", agents[:1]), ("model-stock", agents)):
-        extra = ["--out-dtype", out_dtype] + (["--t", "0.3"] if method == "slerp" else [])
+    for method, inputs, params in (("slerp", agents[:1], ["--t", "0.3"]), ("model-stock", agents, []),
+                                   ("della", agents, ["--density", "0.4", "--epsilon", "0.15", "--seed", "3"])):
+        extra = ["--out-dtype", out_dtype, *params]
         fused = _merge(base, inputs, tmp_path / f"{method}-fused", method, True, *extra)
         plain = _merge(base, inputs, tmp_path / f"{method}-torch", method, False, *extra)
         _same(fused, plain)

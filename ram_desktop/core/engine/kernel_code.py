@@ -825,3 +825,47 @@ def stock_combine_kernel(base, agents, t, one_minus_t, n, out):
         for k in range(len(agents)):
             total = total + np.float32(widen(agents[k][i]))
         store(out, i, t * (total / n) + one_minus_t * np.float32(widen(base[i])))
+
+
+@jit
+def della_mask_kernel(bits, c0, eps, ka, kb, mask, idx, key, idx2, key2, counts):
+    """DELLA's keep mask of float32 rows [R, W] (W ≥ 2; ``bits``: their uint32 bits), as ``gta.della_magprune``'s torch loop gives it:
+    each row's elements ranked by magnitude (a stable LSD radix sort of the |x| bits: ties in index order, as
+    a stable argsort), rank_norm = (rank − 1)/(W − 1), p = c0 + (rank_norm · 2) · eps in float32, and
+    position i = r·W + j kept where the seeded hash u(i) < ⌊p·2³²⌋."""
+    n_rows, width = bits.shape
+    a = np.uint32(ka)
+    span = np.float32(width) - np.float32(1.0)
+    for r in range(n_rows):
+        for j in range(width):
+            idx[j] = j
+            key[j] = bits[r, j] & np.uint32(0x7FFFFFFF)
+        src_idx, src_key, dst_idx, dst_key = idx, key, idx2, key2
+        for shift in range(0, 32, 8):
+            counts[:] = 0
+            for j in range(width):
+                counts[(src_key[j] >> np.uint32(shift)) & np.uint32(0xFF)] += 1
+            if counts.max() == width:  # one digit value for the whole row: this pass keeps the order
+                continue
+            total = 0
+            for d in range(256):
+                c = counts[d]
+                counts[d] = total
+                total += c
+            for j in range(width):
+                d = (src_key[j] >> np.uint32(shift)) & np.uint32(0xFF)
+                p = counts[d]
+                dst_idx[p] = src_idx[j]
+                dst_key[p] = src_key[j]
+                counts[d] = p + 1
+            src_idx, dst_idx = dst_idx, src_idx
+            src_key, dst_key = dst_key, src_key
+        first = r * width
+        for k in range(width):
+            j = src_idx[k]
+            rank_norm = (np.float32(k + 1) - np.float32(1.0)) / span
+            prob = c0 + (rank_norm * np.float32(2.0)) * eps
+            threshold = np.int64(np.floor(np.float64(prob) * 4294967296.0))
+            i = first + j
+            u = mix32(mix32(np.uint32(i & 0xFFFFFFFF) ^ a) ^ np.uint32(((i >> 32) ^ kb) & 0xFFFFFFFF))
+            mask[r, j] = np.float32(1.0) if np.int64(u) < threshold else np.float32(0.0)

@@ -120,6 +120,7 @@ def _jit() -> dict:
         "scaled_product": k.scaled_product_kernel,
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
+        "della_mask": k.della_mask_kernel,
         "stock_combine": k.stock_combine_kernel,
         "combine_pair": k.combine_pair_kernel,
     }
@@ -616,3 +617,18 @@ _SCRATCH = _Scratch()
 def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
     """A float32 buffer of ``shape`` for this thread, valid until ``name`` is asked for again."""
     return _SCRATCH.get(name, shape)
+
+
+def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
+    """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``kernel_code.della_mask_kernel``):
+    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
+    width = rows.shape[1]
+    work = [
+        np.empty(width, np.int64),
+        np.empty(width, np.uint32),
+        np.empty(width, np.int64),
+        np.empty(width, np.uint32),
+    ]
+    _jit()["della_mask"](
+        rows.view(np.uint32), np.float32(c0), np.float32(eps), keys[0], keys[1], mask, *work, np.empty(256, np.int64)
+    )

@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod, Param
-from .baselines import dare_uniform
+from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
@@ -139,6 +139,12 @@ def della_magprune(
     rows = tensor.unsqueeze(0) if tensor.dim() < 2 else tensor
     mask = torch.empty(rows.shape, dtype=work, device=tensor.device)
     width = max(rows.shape[1], 1)
+    if _della_fused(rows, width):
+        from ..engine import kernels
+
+        keys = dare_keys(seed, agent, name)
+        kernels.della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
+        return rescaled_masked(rows, mask, rescale).reshape(shape)
     step = max(1, DELLA_BLOCK // width)  # rows at a time: the ranks are per row, the draws per position
     for start in range(0, rows.shape[0], step):
         block = rows[start : start + step]
@@ -150,6 +156,16 @@ def della_magprune(
         keep = _keep(probs, seed, agent, name, block.numel(), tensor.device, offset=start * width)
         mask[start : start + step] = keep.reshape(block.shape)
     return rescaled_masked(rows.to(work), mask, rescale).to(tensor.dtype).reshape(shape)
+
+
+def _della_fused(rows: torch.Tensor, width: int) -> bool:
+    """Whether DELLA's ranks and draws of ``rows`` run in the fused CPU kernel (``kernels.della_mask``, the same
+    mask as the torch loop): float32 rows on the CPU, two or more per row, kernels on."""
+    if rows.device.type != "cpu" or rows.dtype != torch.float32 or rows.dim() != 2 or width < 2:
+        return False
+    from ..engine import kernels
+
+    return rows.is_contiguous() and kernels.enabled_here(rows.numel()) and kernels.available()
 
 
 def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype) -> torch.Tensor:
