@@ -121,3 +121,21 @@ def test_fused_whole_tensor_methods_give_mergekit_bytes(tmp_path, method, n, par
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     _same(tmp_path / "ours", tmp_path / "mk")
+
+
+def test_della_mask_kernel_equals_the_torch_loop():
+    """DELLA's ranks and draws by the fused kernel (a radix sort) against the torch loop's two stable argsorts, on
+    rows with ties, signed zeros, one-dimensional and two-wide tensors."""
+    from ram_desktop.core.engine import kernels
+    from ram_desktop.core.methods import gta
+
+    torch.manual_seed(0)
+    tied = torch.randint(-3, 4, (64, 300)).float() * 0.5
+    tied[0, :10] = -0.0
+    for x in (torch.randn(300, 1024) * 1e-3, torch.randn(1000), tied, torch.randn(7, 2)):
+        for agent in range(2):
+            fused = gta.della_magprune(x.clone(), 0.4, 0.15, True, 3, agent, "model.layers.0.mlp.up_proj.weight")
+            with kernels.disabled():
+                plain = gta.della_magprune(x.clone(), 0.4, 0.15, True, 3, agent, "model.layers.0.mlp.up_proj.weight")
+            assert torch.equal(fused.view(torch.int32), plain.view(torch.int32))
+            assert 0.3 < float((fused != 0).float().mean()) < 0.5

@@ -105,6 +105,8 @@ class Chunk:
     # the slices as stored (base, then agents), for methods that combine weights rather than task vectors
     raw: list[torch.Tensor] | None = field(default=None, repr=False)
     delta_agents: tuple[bool, ...] = field(default=(), repr=False)  # agents whose stored slice is already τ (LoRA)
+    # ``raw`` already widened to float32 (base, then agents), for ``thetas(float32)`` without a new copy
+    widened: list[torch.Tensor] | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:
@@ -205,6 +207,8 @@ class Chunk:
         takes the base's values in the rest."""
         if self.raw is None:
             return [self.base.to(dtype)] + [(self.base + tau).to(dtype) for tau in self.taus]
+        if self.widened is not None and dtype == torch.float32:
+            return list(self.widened)
         base = self.raw[0].reshape(-1).to(dtype)
         out = [base]
         for t, raw in enumerate(self.raw[1:]):

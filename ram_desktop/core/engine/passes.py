@@ -27,7 +27,16 @@ from ..storage.formats import lora
 from ..storage.output import ShardSet
 from ..storage.transfer import Transfer
 from . import kernels
-from .chunks import DEFAULT_CHUNK_ELEMENTS, PREFETCH_DEPTH, Chunk, OpenFiles, StoredSlices, Workspace, prefetch_chunks
+from .chunks import (
+    DEFAULT_CHUNK_ELEMENTS,
+    PREFETCH_DEPTH,
+    Chunk,
+    OpenFiles,
+    StoredSlices,
+    Workspace,
+    as_tensor,
+    prefetch_chunks,
+)
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
@@ -195,6 +204,9 @@ def merge_pass(
     parallel = all(v.method.thread_safe for v in variants)
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
+    theta_only = all(v.method.theta for v in variants)
+    # the stored bits, for the fused kernels: a fused merge, or θ widened by them (``_widened_chunk``)
+    bits_read = fused or (theta_only and use_kernels(transfer.device_type, total))
     depth = PREFETCH_DEPTH
     if any(v.method.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
         chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
@@ -209,9 +221,11 @@ def merge_pass(
             outputs = _fused_merges(slices, variants, accumulator)
             if outputs is not None:
                 return index, span.numel, outputs
-        chunk: Chunk = slices.load(_workspace())
-        if accumulator is not None:
-            accumulator.add(chunk)
+        chunk = _widened_chunk(slices, accumulator) if bits_read and theta_only else None
+        if chunk is None:
+            chunk = slices.load(_workspace())
+            if accumulator is not None:
+                accumulator.add(chunk)
         outputs = []
         for variant in variants:
             merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
@@ -229,7 +243,14 @@ def merge_pass(
         writer.start()
     try:
         items = prefetch_chunks(
-            plan, list(range(len(plan.jobs))), chunk_elements, transfer, depth=depth, bits=fused, files=files, aux=aux
+            plan,
+            list(range(len(plan.jobs))),
+            chunk_elements,
+            transfer,
+            depth=depth,
+            bits=bits_read,
+            files=files,
+            aux=aux,
         )
         for index, numel, outputs in ordered_map(work, items, workers):
             for writer, merged in zip(writers, outputs):
@@ -242,6 +263,43 @@ def merge_pass(
         raise
     for writer in writers:
         writer.stop()
+
+
+def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -> Chunk | None:
+    """The chunk of methods that read θ (``MergeMethod.theta``) from stored float bits, by the fused kernels:
+    base and agents widened to float32 once into per-thread buffers (``thetas(float32)`` hands them out), τ
+    and the finiteness check in one pass, the probe's counts (when asked) by ``kernels.count_patterns``; the
+    same values as ``slices.load`` without its copies. None where the kernels do not cover the slices or a τ is
+    not finite (``slices.load`` then forms the chunk, or raises naming agent and tensor)."""
+    job = slices.job
+    if job.compute_name != "float32" or not _stored_agents(job) or slices.aux:
+        return None
+    operands = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    if operands is None:
+        return None
+    n, count = slices.span.numel, len(operands.agents)
+    taus = kernels.scratch("widened_taus", (count, n))
+    if not kernels.offsets_into(operands.base, operands.agents, taus):
+        return None
+    widened = kernels.scratch("widened", (count + 1, n))
+    for row, stored in zip(widened, (operands.base, *operands.agents)):
+        kernels.widen_into(stored, 0, row)
+    if accumulator is not None:
+        counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)
+        if counted is None or counted.hist is None or not counted.finite:
+            return None
+        accumulator.add_pattern_counts(slices.index, counted.hist)
+    rows = [torch.from_numpy(row) for row in widened]
+    return Chunk(
+        slices.index,
+        job.name,
+        slices.span.offset,
+        rows[0],
+        torch.from_numpy(taus),
+        slices.eps,
+        raw=[as_tensor(slices.base), *(as_tensor(a) for a in slices.agents)],
+        widened=rows,
+    )
 
 
 def _stored_agents(job: Any) -> bool:

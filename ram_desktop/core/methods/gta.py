@@ -125,6 +125,7 @@ def random_drop(tensor: torch.Tensor, density: float, rescale: bool, seed: int, 
 def della_magprune(
     tensor: torch.Tensor, density: float, epsilon: float, rescale: bool, seed: int, agent: int, name: str
 ) -> torch.Tensor:
+    """DELLA's MagPrune of one task vector. May write its result over ``tensor`` (the fused CPU path does)."""
     if density >= 1:
         return tensor
     if density <= 0:
@@ -137,14 +138,10 @@ def della_magprune(
     shape = tensor.shape
     work = tensor.dtype if tensor.device.type != "cpu" or tensor.dtype == torch.bfloat16 else torch.float32
     rows = tensor.unsqueeze(0) if tensor.dim() < 2 else tensor
-    mask = torch.empty(rows.shape, dtype=work, device=tensor.device)
     width = max(rows.shape[1], 1)
     if _della_fused(rows, width):
-        from ..engine import kernels
-
-        keys = dare_keys(seed, agent, name)
-        kernels.della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
-        return rescaled_masked(rows, mask, rescale).reshape(shape)
+        return _della_fused_in_place(rows, density, epsilon, rescale, dare_keys(seed, agent, name)).reshape(shape)
+    mask = torch.empty(rows.shape, dtype=work, device=tensor.device)
     step = max(1, DELLA_BLOCK // width)  # rows at a time: the ranks are per row, the draws per position
     for start in range(0, rows.shape[0], step):
         block = rows[start : start + step]
@@ -168,6 +165,25 @@ def _della_fused(rows: torch.Tensor, width: int) -> bool:
     return rows.is_contiguous() and kernels.enabled_here(rows.numel()) and kernels.available()
 
 
+def _della_fused_in_place(
+    rows: torch.Tensor, density: float, epsilon: float, rescale: bool, keys: tuple[int, int]
+) -> torch.Tensor:
+    """``della_magprune`` of float32 CPU ``rows`` written over ``rows``: the mask by ``kernels.della_mask``, then
+    ``rescaled_masked``'s operations on the same values into reused buffers (the same bits, no new tensors)."""
+    from ..engine import kernels
+
+    mask = torch.from_numpy(kernels.scratch("della_mask", tuple(rows.shape)))
+    kernels.della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
+    magnitudes = torch.from_numpy(kernels.scratch("della_abs", tuple(rows.shape)))
+    before = torch.abs(rows, out=magnitudes).sum()
+    masked = torch.mul(rows, mask, out=mask)
+    if rescale:
+        after = torch.abs(masked, out=magnitudes).sum()
+        if not (before < RESCALE_EPS or after < RESCALE_EPS):
+            return torch.mul(masked, before / after, out=rows)
+    return rows.copy_(masked)
+
+
 def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype) -> torch.Tensor:
     sign = deltas.sign().to(mask_dtype)
     majority = (deltas.sum(dim=0) >= 0).to(mask_dtype) * 2 - 1
@@ -181,7 +197,7 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     params = ctx.params_of(chunk)
     deltas = base.new_empty((len(entries), *base.shape))
     for i, entry in enumerate(entries):
-        delta = entry - base
+        delta = torch.sub(entry, base, out=deltas[i])
         if family.sparsify is not None:
             density = float(ctx.agent("density", chunk, i))
             rescale = bool(params["rescale"])
@@ -195,7 +211,8 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
                 delta = della_magprune(
                     delta, density, float(ctx.agent("epsilon", chunk, i)), rescale, params["seed"], i, chunk.name
                 )
-        deltas[i] = delta
+        if delta.data_ptr() != deltas[i].data_ptr():
+            deltas[i] = delta
     w = torch.tensor([float(v) for v in ctx.agents("weight", chunk)], dtype=deltas.dtype, device=deltas.device)
     while deltas.dim() > w.dim():
         w.unsqueeze_(-1)
