@@ -18,8 +18,9 @@ from safetensors.torch import load_file, save_file
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG, make_models
 
-# an embedding and a head of 40,000 × 32 = 1.28M elements: one whole 2²⁰-element piece and a partial one
-WIDE = dict(SMALL_CONFIG, vocab_size=40000, num_hidden_layers=3)
+# an embedding and a head of 70,000 × 32 = 2.24M elements: two whole 2²⁰-element pieces and a partial one,
+# and more than one part for the kernels' threads (kernels.PART_ELEMENTS)
+WIDE = dict(SMALL_CONFIG, vocab_size=70000, num_hidden_layers=3)
 PIECE = 1 << 20
 
 
@@ -132,10 +133,11 @@ def test_della_mask_kernel_equals_the_torch_loop():
     torch.manual_seed(0)
     tied = torch.randint(-3, 4, (64, 300)).float() * 0.5
     tied[0, :10] = -0.0
-    for x in (torch.randn(300, 1024) * 1e-3, torch.randn(1000), tied, torch.randn(7, 2)):
+    for x in (torch.randn(2100, 1024) * 1e-3, torch.randn(1000), tied, torch.randn(7, 2)):
         for agent in range(2):
             fused = gta.della_magprune(x.clone(), 0.4, 0.15, True, 3, agent, "model.layers.0.mlp.up_proj.weight")
             with kernels.disabled():
                 plain = gta.della_magprune(x.clone(), 0.4, 0.15, True, 3, agent, "model.layers.0.mlp.up_proj.weight")
             assert torch.equal(fused.view(torch.int32), plain.view(torch.int32))
-            assert 0.3 < float((fused != 0).float().mean()) < 0.5
+            if x.numel() > 1_000_000:  # no zeros here: the asked share (k = 0.4) in expectation
+                assert 0.38 < float((fused != 0).float().mean()) < 0.42

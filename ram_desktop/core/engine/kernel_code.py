@@ -828,11 +828,11 @@ def stock_combine_kernel(base, agents, t, one_minus_t, n, out):
 
 
 @jit
-def della_mask_kernel(bits, c0, eps, ka, kb, mask, idx, key, idx2, key2, counts):
+def della_mask_kernel(bits, row0, c0, eps, ka, kb, mask, idx, key, idx2, key2, counts):
     """DELLA's keep mask of float32 rows [R, W] (W ≥ 2; ``bits``: their uint32 bits), as ``gta.della_magprune``'s torch loop gives it:
     each row's elements ranked by magnitude (a stable LSD radix sort of the |x| bits: ties in index order, as
     a stable argsort), rank_norm = (rank − 1)/(W − 1), p = c0 + (rank_norm · 2) · eps in float32, and
-    position i = r·W + j kept where the seeded hash u(i) < ⌊p·2³²⌋."""
+    position i = (row0 + r)·W + j kept where the seeded hash u(i) < ⌊p·2³²⌋."""
     n_rows, width = bits.shape
     a = np.uint32(ka)
     span = np.float32(width) - np.float32(1.0)
@@ -860,7 +860,7 @@ def della_mask_kernel(bits, c0, eps, ka, kb, mask, idx, key, idx2, key2, counts)
                 counts[d] = p + 1
             src_idx, dst_idx = dst_idx, src_idx
             src_key, dst_key = dst_key, src_key
-        first = r * width
+        first = (row0 + r) * width
         for k in range(width):
             j = src_idx[k]
             rank_norm = (np.float32(k + 1) - np.float32(1.0)) / span

@@ -35,7 +35,8 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -572,31 +573,65 @@ def float32_operands(
     return m
 
 
+PART_ELEMENTS = 1 << 20  # the least work worth a thread of its own in ``_split``
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def mark_compute_thread() -> None:
+    """Called by the passes' compute threads: a kernel called there runs on that thread alone (the pass already
+    keeps every core busy)."""
+    _local.compute_thread = True
+
+
+def _split(n: int, run: Callable[[int, int], object]) -> list:
+    """``run(start, stop)`` over parts of ``range(n)`` on every core (the kernels release the GIL), results in
+    part order; on this thread alone for small ``n`` or on a pass's compute thread. Elementwise and per-row
+    kernels give the same bits however the range is split."""
+    parts = min(os.cpu_count() or 1, n // PART_ELEMENTS)
+    if parts <= 1 or getattr(_local, "compute_thread", False):
+        return [run(0, n)]
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="ram-desktop-kernel"))
+    bounds = [n * k // parts for k in range(parts + 1)]
+    futures = [_POOL[0].submit(run, bounds[k], bounds[k + 1]) for k in range(1, parts)]
+    return [run(bounds[0], bounds[1]), *(f.result() for f in futures)]
+
+
 def widen_into(a: np.ndarray, start: int, out: np.ndarray) -> None:
     """``out[i] = a[start + i]`` as float32 (``kernel_code.widen_kernel``)."""
-    _jit()["widen"](a, start, out)
+    _split(out.size, lambda s, e: _jit()["widen"](a, start + s, out[s:e]))
 
 
 def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, norm_b: float, out: np.ndarray) -> None:
     """``out[i] = (a[start + i] / norm_a) · (b[start + i] / norm_b)`` in float32 (``kernel_code.scaled_product_kernel``)."""
-    _jit()["scaled_product"](a, b, start, np.float32(norm_a), np.float32(norm_b), out)
+    na, nb = np.float32(norm_a), np.float32(norm_b)
+    _split(out.size, lambda s, e: _jit()["scaled_product"](a, b, start + s, na, nb, out[s:e]))
 
 
 def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
     """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
-    return bool(_jit()["combine_pair"](a, b, np.float32(coef_a), np.float32(coef_b), out) == 0)
+    ca, cb = np.float32(coef_a), np.float32(coef_b)
+    bad = _split(a.size, lambda s, e: _jit()["combine_pair"](a[s:e], b[s:e], ca, cb, out[s:e]))
+    return sum(bad) == 0
 
 
 def offsets_into(base: np.ndarray, agents: tuple[np.ndarray, ...], out: np.ndarray) -> bool:
     """``out[t] = agents[t] − base`` in float32; whether every one is finite (``kernel_code.offsets_kernel``)."""
-    return bool(_jit()["offsets"](base, agents, out) == 0)
+    bad = _split(base.size, lambda s, e: _jit()["offsets"](base[s:e], tuple(a[s:e] for a in agents), out[:, s:e]))
+    return sum(bad) == 0
 
 
 def stock_combine(
     base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
 ) -> None:
     """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype."""
-    _jit()["stock_combine"](base, agents, np.float32(t), np.float32(one_minus_t), np.float32(len(agents)), out)
+    tt, rest, n = np.float32(t), np.float32(one_minus_t), np.float32(len(agents))
+    _split(
+        base.size,
+        lambda s, e: _jit()["stock_combine"](base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, out[s:e]),
+    )
 
 
 class _Scratch(threading.local):
@@ -622,13 +657,21 @@ def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
 def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
     """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``kernel_code.della_mask_kernel``):
     ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
-    width = rows.shape[1]
-    work = [
-        np.empty(width, np.int64),
-        np.empty(width, np.uint32),
-        np.empty(width, np.int64),
-        np.empty(width, np.uint32),
-    ]
-    _jit()["della_mask"](
-        rows.view(np.uint32), np.float32(c0), np.float32(eps), keys[0], keys[1], mask, *work, np.empty(256, np.int64)
-    )
+    n_rows, width = rows.shape
+    bits = rows.view(np.uint32)
+    c0_32, eps_32 = np.float32(c0), np.float32(eps)
+
+    def run(first: int, stop: int) -> None:
+        work = [
+            np.empty(width, np.int64),
+            np.empty(width, np.uint32),
+            np.empty(width, np.int64),
+            np.empty(width, np.uint32),
+        ]
+        _jit()["della_mask"](
+            bits[first:stop], first, c0_32, eps_32, keys[0], keys[1], mask[first:stop], *work, np.empty(256, np.int64)
+        )
+
+    # rows at a time: ``_split`` parts elements, so it is given the row count scaled to elements
+    per_row = max(1, width)
+    _split(n_rows * per_row, lambda s, e: run(s // per_row, e // per_row) if e // per_row > s // per_row else None)

@@ -81,6 +81,7 @@ def _compute_thread() -> None:
     """Marks a pool thread as a compute thread (``_workspace`` makes its torch single-threaded when it needs
     torch: a pass on the fused kernels may never import it)."""
     _local.compute_thread = True
+    kernels.mark_compute_thread()
 
 
 def ordered_map(fn: Callable[[Any], Any], items: Iterable[Any], workers: int) -> Iterator[Any]:
