@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..engine.chunks import Chunk, StoredSlices
 from ..lazy import torch
 from . import weights
@@ -48,15 +50,14 @@ def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
         tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
         return ((1 - tt) * a + tt * b).reshape(v0.shape).to(v0.dtype)
 
-    def dots(norm_a: torch.Tensor, norm_b: torch.Tensor) -> list[torch.Tensor]:
-        return [
-            ((a[:, s : s + PIECE].to(dtype) / norm_a) * (b[:, s : s + PIECE].to(dtype) / norm_b)).sum(
-                dim=1, keepdim=True
-            )
-            for s in range(0, a.shape[1], PIECE)
-        ]
+    def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+        x, y = a[:, s : s + PIECE].to(dtype), b[:, s : s + PIECE].to(dtype)
+        return ((x / norm_a) * (y / norm_b)).sum(dim=1, keepdim=True)
 
-    coef_a, coef_b = coefficients(t, a.to(dtype), b.to(dtype), dots)
+    def widened(row: torch.Tensor) -> Callable[[int], torch.Tensor]:
+        return lambda s: row[:, s : s + PIECE].to(dtype)
+
+    coef_a, coef_b = coefficients(t, a.shape[1], dtype, widened(a), widened(b), dot_piece)
     result = torch.empty_like(a)
     for s in range(0, a.shape[1], PIECE):
         result[:, s : s + PIECE] = coef_a * a[:, s : s + PIECE].to(dtype) + coef_b * b[:, s : s + PIECE].to(dtype)
@@ -65,25 +66,26 @@ def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
 
 def coefficients(
     t: float,
-    a: torch.Tensor,
-    b: torch.Tensor,
-    dots: Callable[[torch.Tensor, torch.Tensor], list[torch.Tensor]],
+    n: int,
+    dtype: torch.dtype,
+    piece_a: Callable[[int], torch.Tensor],
+    piece_b: Callable[[int], torch.Tensor],
+    dot_piece: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """SLERP's two [1, 1] coefficients for rows ``a`` and ``b`` ([1, n] in the compute dtype): the norms as the
-    norm of the ``PIECE``-element pieces' norms, the dot product as the sum of ``dots(norm_a, norm_b)`` (each
-    piece's Σ (a/‖a‖)·(b/‖b‖), [1, 1], in piece order)."""
-    dtype = a.dtype
+    """SLERP's two [1, 1] coefficients for two rows of ``n`` elements: the norms as the norm of the
+    ``PIECE``-element pieces' norms (``piece_a(start)``, ``piece_b(start)``: [1, ≤ PIECE] in ``dtype``), the
+    dot product as the sum of ``dot_piece(start, norm_a, norm_b)`` (each piece's Σ (a/‖a‖)·(b/‖b‖), [1, 1])."""
     tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
-    pieces = range(0, a.shape[1], PIECE)
+    pieces = range(0, n, PIECE)
     norm_a = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(a[:, s : s + PIECE], dim=1, keepdim=True) for s in pieces]), dim=0
+        torch.stack([torch.linalg.vector_norm(piece_a(s), dim=1, keepdim=True) for s in pieces]), dim=0
     )
     norm_b = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(b[:, s : s + PIECE], dim=1, keepdim=True) for s in pieces]), dim=0
+        torch.stack([torch.linalg.vector_norm(piece_b(s), dim=1, keepdim=True) for s in pieces]), dim=0
     )
     norm_a = torch.where(norm_a > NORM_EPS, norm_a, 1)
     norm_b = torch.where(norm_b > NORM_EPS, norm_b, 1)
-    dot = torch.stack(dots(norm_a, norm_b)).sum(dim=0).clamp(-1, 1)
+    dot = torch.stack([dot_piece(s, norm_a, norm_b) for s in pieces]).sum(dim=0).clamp(-1, 1)
     linear = dot.abs() > DOT_THRESHOLD
     omega = torch.acos(torch.where(linear, 0, dot))
     sin_omega = torch.sin(omega)
@@ -111,16 +113,24 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
     if m is None:
         return None
     n = job.numel
-    widened = kernels.scratch("slerp_inputs", (3, n))  # a and b in float32, then the normalised products
-    kernels.widen_into(m.base, 0, widened[0])
-    kernels.widen_into(m.agents[0], 0, widened[1])
-    rows = torch.from_numpy(widened).reshape(3, 1, n)
+    buffers = np.empty((3, min(PIECE, n)), np.float32)  # a's and b's widened piece, the products
 
-    def dots(norm_a: torch.Tensor, norm_b: torch.Tensor) -> list[torch.Tensor]:
-        kernels.scaled_products(m.base, m.agents[0], 0, float(norm_a), float(norm_b), widened[2])
-        return [rows[2][:, s : s + PIECE].sum(dim=1, keepdim=True) for s in range(0, n, PIECE)]
+    def widened(bits: np.ndarray, out: np.ndarray) -> Callable[[int], torch.Tensor]:
+        def piece(s: int) -> torch.Tensor:
+            kernels.widen_into(bits, s, out[: min(PIECE, n - s)])
+            return torch.from_numpy(out[: min(PIECE, n - s)]).reshape(1, -1)
 
-    coef_a, coef_b = coefficients(float(ctx.shared_at("t", slices.index, job.name)), rows[0], rows[1], dots)
+        return piece
+
+    def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
+        products = buffers[2, : min(PIECE, n - s)]
+        kernels.scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
+        return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
+
+    t = float(ctx.shared_at("t", slices.index, job.name))
+    coef_a, coef_b = coefficients(
+        t, n, torch.float32, widened(m.base, buffers[0]), widened(m.agents[0], buffers[1]), dot_piece
+    )
     finite = kernels.combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
     return kernels.KernelResult(m.result, finite)
 
