@@ -869,3 +869,16 @@ def della_mask_kernel(bits, row0, c0, eps, ka, kb, mask, idx, key, idx2, key2, c
             i = first + j
             u = mix32(mix32(np.uint32(i & 0xFFFFFFFF) ^ a) ^ np.uint32(((i >> 32) ^ kb) & 0xFFFFFFFF))
             mask[r, j] = np.float32(1.0) if np.int64(u) < threshold else np.float32(0.0)
+
+
+@jit
+def nonfinite_taus_kernel(base, agents):
+    """How many agents[t][i] − base[i] (float32) are NaN or ±Inf."""
+    bad = 0
+    for t in range(len(agents)):
+        a = agents[t]
+        for i in range(base.size):
+            d = np.float32(widen(a[i])) - np.float32(widen(base[i]))
+            if d - d != 0:
+                bad += 1
+    return bad

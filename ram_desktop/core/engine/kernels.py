@@ -121,6 +121,7 @@ def _jit() -> dict:
         "scaled_product": k.scaled_product_kernel,
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
+        "nonfinite_taus": k.nonfinite_taus_kernel,
         "della_mask": k.della_mask_kernel,
         "stock_combine": k.stock_combine_kernel,
         "combine_pair": k.combine_pair_kernel,
@@ -620,6 +621,12 @@ def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out
 def offsets_into(base: np.ndarray, agents: tuple[np.ndarray, ...], out: np.ndarray) -> bool:
     """``out[t] = agents[t] − base`` in float32; whether every one is finite (``kernel_code.offsets_kernel``)."""
     bad = _split(base.size, lambda s, e: _jit()["offsets"](base[s:e], tuple(a[s:e] for a in agents), out[:, s:e]))
+    return sum(bad) == 0
+
+
+def finite_taus(base: np.ndarray, agents: tuple[np.ndarray, ...]) -> bool:
+    """Whether every ``agents[t] − base`` (float32) is finite, without storing them."""
+    bad = _split(base.size, lambda s, e: _jit()["nonfinite_taus"](base[s:e], tuple(a[s:e] for a in agents)))
     return sum(bad) == 0
 
 

@@ -206,6 +206,7 @@ def merge_pass(
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
     theta_only = all(v.method.theta for v in variants)
+    observed = any(v.observer is not None for v in variants)
     # the stored bits, for the fused kernels: a fused merge, or θ widened by them (``_widened_chunk``)
     bits_read = fused or (theta_only and use_kernels(transfer.device_type, total))
     depth = PREFETCH_DEPTH
@@ -222,7 +223,7 @@ def merge_pass(
             outputs = _fused_merges(slices, variants, accumulator)
             if outputs is not None:
                 return index, span.numel, outputs
-        chunk = _widened_chunk(slices, accumulator) if bits_read and theta_only else None
+        chunk = _widened_chunk(slices, accumulator) if bits_read and theta_only and not observed else None
         if chunk is None:
             chunk = slices.load(_workspace())
             if accumulator is not None:
@@ -268,9 +269,9 @@ def merge_pass(
 
 def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -> Chunk | None:
     """The chunk of methods that read θ (``MergeMethod.theta``) from stored float bits, by the fused kernels:
-    base and agents widened to float32 once into per-thread buffers (``thetas(float32)`` hands them out), τ
-    and the finiteness check in one pass, the probe's counts (when asked) by ``kernels.count_patterns``; the
-    same values as ``slices.load`` without its copies. None where the kernels do not cover the slices or a τ is
+    base and agents widened to float32 once into per-thread buffers (``thetas(float32)`` hands them out), every
+    τ checked finite without being stored (the chunk's ``taus`` has no columns: θ methods read θ), the probe's
+    counts (when asked) by ``kernels.count_patterns``; the same θ as ``slices.load`` without its copies. None where the kernels do not cover the slices or a τ is
     not finite (``slices.load`` then forms the chunk, or raises naming agent and tensor)."""
     job = slices.job
     if job.compute_name != "float32" or not _stored_agents(job) or slices.aux:
@@ -279,8 +280,7 @@ def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -
     if operands is None:
         return None
     n, count = slices.span.numel, len(operands.agents)
-    taus = kernels.scratch("widened_taus", (count, n))
-    if not kernels.offsets_into(operands.base, operands.agents, taus):
+    if not kernels.finite_taus(operands.base, operands.agents):
         return None
     widened = kernels.scratch("widened", (count + 1, n))
     for row, stored in zip(widened, (operands.base, *operands.agents)):
@@ -296,7 +296,7 @@ def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -
         job.name,
         slices.span.offset,
         rows[0],
-        torch.from_numpy(taus),
+        torch.empty((count, 0)),  # τ is not formed: these methods never read it (``Chunk.n_agents`` still counts)
         slices.eps,
         raw=[as_tensor(slices.base), *(as_tensor(a) for a in slices.agents)],
         widened=rows,

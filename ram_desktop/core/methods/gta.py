@@ -219,8 +219,9 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     deltas.mul_(w)
     if family.consensus:
         mask = consensus_mask(deltas, torch.int8 if params["int8_mask"] else base.dtype)
-        mixed = (deltas * mask).sum(dim=0)
-        divisor = (w * mask).sum(dim=0)
+        # δ·mask and w·mask written over δ, which is not read again: the same products without two new stacks
+        mixed = deltas.mul_(mask).sum(dim=0)
+        divisor = torch.mul(w, mask, out=deltas).sum(dim=0)
         divisor[divisor == 0] = 1
     else:
         mixed = deltas.sum(dim=0)
