@@ -40,6 +40,15 @@ CONFIGS: list[tuple[str, list[str]]] = [
     ("ties-model", ["--method", "ties", "--density", "0.2", "--ties-scope", "model"]),
     ("dare-ta", ["--method", "dare-ta", "--drop", "0.5", "--seed", "7"]),
     ("dare-ties", ["--method", "dare-ties", "--drop", "0.3", "--seed", "11", "--out-dtype", "float32"]),
+    # mergekit's methods that take any number of agents (whole-tensor θ methods, their fused CPU paths)
+    ("linear", ["--method", "linear", "--weight", "0.2,0.3,0.5"]),
+    ("model-stock", ["--method", "model-stock"]),
+    ("weighted-ties", ["--method", "weighted-ties", "--weight", "0.5,1.0,0.8", "--density", "0.3,0.5,0.7"]),
+    ("breadcrumbs-ties", ["--method", "breadcrumbs-ties", "--density", "0.6", "--gamma", "0.02"]),
+    ("della", ["--method", "della", "--density", "0.5", "--epsilon", "0.1", "--seed", "3"]),
+    ("della-linear-bf16", ["--method", "della-linear", "--density", "0.4", "--seed", "5", "--dtype", "inputs"]),
+    ("sce", ["--method", "sce"]),
+    ("karcher", ["--method", "karcher"]),
 ]
 
 

@@ -93,7 +93,8 @@ class ComparePanel(QWidget):
         grid.addWidget(_head("Sweep"), 0, 1)
         grid.addWidget(_head("Values"), 0, 2)
         self.rows: dict[str, MethodRow] = {}
-        for i, name in enumerate(METHODS, start=1):
+        names = [name for name, m in METHODS.items() if not m.stacks]  # stacking merges no models: nothing to compare
+        for i, name in enumerate(names, start=1):
             row = MethodRow(name)
             self.rows[name] = row
             grid.addWidget(row.check, i, 0)
@@ -101,7 +102,7 @@ class ComparePanel(QWidget):
             grid.addWidget(row.values, i, 2)
             row.check.toggled.connect(lambda _: self._update_actions())
         grid.setColumnStretch(2, 1)
-        grid.setRowStretch(len(METHODS) + 1, 1)  # rows stay at the top
+        grid.setRowStretch(len(names) + 1, 1)  # rows stay at the top
         methods = QWidget()
         methods.setLayout(grid)
         scroll = QScrollArea()

@@ -36,7 +36,7 @@ from ..core import (
     publish,
     to_mergekit,
 )
-from .session_form import write_from_recipe
+from .session_form import refuse_slices, write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -58,6 +58,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
     try:
         imported = load_mergekit(Path(path))
         session = Session.from_recipe(imported.recipe)
+        refuse_slices(session, path)
         session.resolved_params()  # validated whole before any widget changes
     except InputError as e:
         window.show_error(str(e))

@@ -78,6 +78,7 @@ def load_session(path: Path) -> Session:
     """The Session of a recipe file, every value checked first, so a bad recipe changes nothing.
     Raises ``InputError`` naming the file."""
     session = Session.from_recipe(Recipe.load(Path(path)))
+    refuse_slices(session, path)
     session.resolved_params()  # unknown method or parameter, out-of-range value
     if session.out_dtype not in OUT_DTYPES:
         raise InputError(f"{path}: unknown out_dtype {session.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
@@ -85,6 +86,16 @@ def load_session(path: Path) -> Session:
         raise InputError(f"{path}: unknown vocab {session.vocab!r}; choose exact or common")
     check_eps(session.eps, f"{path}: eps")
     return session
+
+
+def refuse_slices(session: Session, path: Path) -> None:
+    """The window shows whole-model merges only: a layer map (``slices``) would be lost from the form, and the
+    merge would silently become a different one. ``InputError`` pointing to ``ram-merge run``."""
+    if session.slices:
+        raise InputError(
+            f"{path}: slices (layer ranges or layer stacking) cannot be shown in the window yet; "
+            f"run it with: ram-merge run {path} --out DIR"
+        )
 
 
 def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], None], doing: str, what: str) -> bool:

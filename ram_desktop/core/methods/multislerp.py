@@ -48,8 +48,9 @@ def multislerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
             res = (tensors[0] * w[0] + tensors[1] * w[1]).view(tensors.shape[1:])
             return res + base if base is not None else res
         raise InputError(
-            f"multislerp: the weighted sum of the inputs of tensor {chunk.name!r} is zero (antipodal "
-            "inputs with balancing weights); choose other weights"
+            f"multislerp: the weighted sum of the inputs of tensor {chunk.name!r} is zero (no agent changed "
+            "it from the base, or antipodal inputs with balancing weights; mergekit refuses it too); choose "
+            "other weights, or set use_base false"
         )
     mean = mean / mean_norm
     dots = (units * mean).sum(-1, keepdim=True)
