@@ -34,7 +34,7 @@ def test_reproduction_pipeline_smoke(tmp_path):
         assert recipe["task"] == task and recipe["steps"] > 0
         assert json.loads((out / task / "config.json").read_text())["dtype"] == "bfloat16"
     results = json.loads((out / "results.json").read_text())
-    methods = {"ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher"}
+    methods = {"ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher", "wudi"}
     assert methods <= set(results["table1"]) and {"base", *TASKS} <= set(results["table1"])
     assert all(0.0 <= s[t] <= 1.0 for s in results["table1"].values() for t in TASKS)
     assert set(results["figure3"]) == {*TASKS, *(t + "-diluted" for t in TASKS)}

@@ -298,6 +298,7 @@ def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -
         rows[0],
         torch.empty((count, 0)),  # τ is not formed: these methods never read it (``Chunk.n_agents`` still counts)
         slices.eps,
+        workspace=_workspace(),
         raw=[as_tensor(slices.base), *(as_tensor(a) for a in slices.agents)],
         widened=rows,
     )

@@ -184,10 +184,12 @@ def _della_fused_in_place(
     return rows.copy_(masked)
 
 
-def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype) -> torch.Tensor:
-    sign = deltas.sign().to(mask_dtype)
+def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype, chunk: Chunk) -> torch.Tensor:
+    """Where each δ_t's sign equals the sign of Σ_t δ_t (≥ 0 counts as +), in the chunk's scratch buffers."""
+    shape = tuple(deltas.shape)
+    sign = torch.sign(deltas, out=chunk.scratch("gta_sign", shape, deltas.dtype)).to(mask_dtype)
     majority = (deltas.sum(dim=0) >= 0).to(mask_dtype) * 2 - 1
-    return sign == majority
+    return torch.eq(sign, majority, out=chunk.scratch("gta_mask", shape, torch.bool))
 
 
 def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
@@ -195,7 +197,7 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     thetas = [t.reshape(shape) for t in chunk.thetas(ctx.dtype(chunk))]
     base, entries = thetas[0], thetas[1:]
     params = ctx.params_of(chunk)
-    deltas = base.new_empty((len(entries), *base.shape))
+    deltas = chunk.scratch("gta_deltas", (len(entries), *base.shape), base.dtype)
     for i, entry in enumerate(entries):
         delta = torch.sub(entry, base, out=deltas[i])
         if family.sparsify is not None:
@@ -218,7 +220,7 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
         w.unsqueeze_(-1)
     deltas.mul_(w)
     if family.consensus:
-        mask = consensus_mask(deltas, torch.int8 if params["int8_mask"] else base.dtype)
+        mask = consensus_mask(deltas, torch.int8 if params["int8_mask"] else base.dtype, chunk)
         # δ·mask and w·mask written over δ, which is not read again: the same products without two new stacks
         mixed = deltas.mul_(mask).sum(dim=0)
         divisor = torch.mul(w, mask, out=deltas).sum(dim=0)

@@ -36,7 +36,7 @@ def sce_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
                 _, indices = torch.topk(var.abs().view(-1), k=k, largest=True)
                 select.view(-1)[indices] = 1
         tvs = tvs * select.unsqueeze(0)
-    erase = consensus_mask(tvs, mask_dtype)
+    erase = consensus_mask(tvs, mask_dtype, chunk)
     w = tvs.square().reshape(tvs.shape[0], -1).mean(dim=1)
     total = torch.sum(w).item()
     w = torch.ones_like(w) / w.shape[0] if abs(total) < 1e-6 else w / total
