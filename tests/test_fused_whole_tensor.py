@@ -141,3 +141,39 @@ def test_della_mask_kernel_equals_the_torch_loop():
             assert torch.equal(fused.view(torch.int32), plain.view(torch.int32))
             if x.numel() > 1_000_000:  # no zeros here: the asked share (k = 0.4) in expectation
                 assert 0.38 < float((fused != 0).float().mean()) < 0.42
+
+
+@pytest.mark.parametrize("name,params", [
+    ("weighted-ties", {"weight": [0.5, 1.0, 0.8], "density": [0.3, 0.5, 0.7]}),
+    ("weighted-task-arithmetic", {"weight": [0.3, 0.5, 1.2], "lambda": 0.8}),
+    ("della", {"density": 0.5, "epsilon": 0.1, "seed": 3}),
+    ("della-linear", {"density": 0.4, "seed": 5, "normalize": True}),
+    ("breadcrumbs-ties", {"density": 0.6, "gamma": 0.02, "int8_mask": True}),
+    ("weighted-ties", {"weight": [0.0, 0.0, 0.0], "density": [1, 1, 1]}),  # every divisor 0 → 1
+])
+def test_gta_combination_kernel_equals_the_torch_steps(name, params):
+    """The weighted task arithmetic family's combination (weights, sign consensus, divisor, λ, base + Σ) by the
+    fused kernel, split over the cores, against the torch steps on a 3M-element tensor with signed zeros in the
+    base and cancelling agents."""
+    from ram_desktop.core.engine import kernels
+    from ram_desktop.core.engine.chunks import Chunk
+    from ram_desktop.core.methods import get_method, weights
+
+    torch.manual_seed(0)
+    n = 3_000_000
+    base = torch.randn(n) * 0.02
+    base[:5] = -0.0
+    agents = [base + torch.randn(n) * 1e-3 * (torch.rand(n) < 0.5) for _ in range(3)]
+    agents[0][:3] = -agents[1][:3]
+    method = get_method(name)
+    ctx = weights.prepare(method.resolve(params), method.params)
+
+    def merged() -> torch.Tensor:
+        chunk = Chunk(0, "model.layers.0.mlp.up_proj.weight", 0, base.clone(), torch.stack([a - base for a in agents]),
+                      1e-5, raw=[base.clone(), *(a.clone() for a in agents)])
+        return method.merge(chunk, ctx).clone()
+
+    fused = merged()
+    with kernels.disabled():
+        plain = merged()
+    assert torch.equal(fused.view(torch.int32), plain.view(torch.int32))

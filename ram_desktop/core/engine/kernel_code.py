@@ -882,3 +882,43 @@ def nonfinite_taus_kernel(base, agents):
             if d - d != 0:
                 bad += 1
     return bad
+
+
+@jit
+def gta_combine_kernel(deltas, weights, base, consensus, normalize, scale, use_scale, out):
+    """The weighted task arithmetic family's combination (``gta.gta_merge`` after sparsification), per element
+    in float32 in torch's order: v_t = δ_t·w_t; with ``consensus`` the majority sign of 0 + v_0 + v_1 + …
+    (≥ 0 is +) keeps the v_t of that sign (v_t·[kept]) and the divisor is 0 + w_0·[kept_0] + … (0 → 1), without
+    it the divisor is 0 + w_0 + w_1 + … (|·| < 1e-8 → 1); the sum 0 + … over the agents, ÷ divisor with
+    ``normalize``, × scale with ``use_scale``, then out[i] = base[i] + sum."""
+    n_agents = deltas.shape[0]
+    plain_divisor = np.float32(0.0)
+    for t in range(n_agents):
+        plain_divisor = plain_divisor + weights[t]
+    if abs(plain_divisor) < np.float32(1e-8):
+        plain_divisor = np.float32(1.0)
+    for i in range(base.size):
+        total = np.float32(0.0)
+        if consensus:
+            votes = np.float32(0.0)
+            for t in range(n_agents):
+                votes = votes + deltas[t, i] * weights[t]
+            majority = np.float32(1.0) if votes >= np.float32(0.0) else np.float32(-1.0)
+            divisor = np.float32(0.0)
+            for t in range(n_agents):
+                v = deltas[t, i] * weights[t]
+                sign = np.float32(1.0) if v > 0 else (np.float32(-1.0) if v < 0 else np.float32(0.0))
+                kept = np.float32(1.0) if sign == majority else np.float32(0.0)
+                total = total + v * kept
+                divisor = divisor + weights[t] * kept
+            if divisor == np.float32(0.0):
+                divisor = np.float32(1.0)
+        else:
+            for t in range(n_agents):
+                total = total + deltas[t, i] * weights[t]
+            divisor = plain_divisor
+        if normalize:
+            total = total / divisor
+        if use_scale:
+            total = total * scale
+        out[i] = base[i] + total

@@ -121,6 +121,7 @@ def _jit() -> dict:
         "scaled_product": k.scaled_product_kernel,
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
+        "gta_combine": k.gta_combine_kernel,
         "nonfinite_taus": k.nonfinite_taus_kernel,
         "della_mask": k.della_mask_kernel,
         "stock_combine": k.stock_combine_kernel,
@@ -622,6 +623,26 @@ def offsets_into(base: np.ndarray, agents: tuple[np.ndarray, ...], out: np.ndarr
     """``out[t] = agents[t] − base`` in float32; whether every one is finite (``kernel_code.offsets_kernel``)."""
     bad = _split(base.size, lambda s, e: _jit()["offsets"](base[s:e], tuple(a[s:e] for a in agents), out[:, s:e]))
     return sum(bad) == 0
+
+
+def gta_combine(
+    deltas: np.ndarray,
+    weights: np.ndarray,
+    base: np.ndarray,
+    consensus: bool,
+    normalize: bool,
+    scale: float,
+    out: np.ndarray,
+) -> None:
+    """The weighted task arithmetic family's combination of float32 ``deltas`` [N, n] into ``out`` = θ in
+    float32 (``kernel_code.gta_combine_kernel``); ``scale`` 1 is not applied."""
+    w, lam = weights.astype(np.float32), np.float32(scale)
+    _split(
+        base.size,
+        lambda s, e: _jit()["gta_combine"](
+            deltas[:, s:e], w, base[s:e], consensus, normalize, lam, scale != 1, out[s:e]
+        ),
+    )
 
 
 def finite_taus(base: np.ndarray, agents: tuple[np.ndarray, ...]) -> bool:

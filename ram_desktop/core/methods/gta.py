@@ -184,6 +184,20 @@ def _della_fused_in_place(
     return rows.copy_(masked)
 
 
+def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
+    """Whether the family's combination runs in the fused CPU kernel (``kernels.gta_combine``, the torch steps'
+    bits): float32 on the CPU, contiguous, kernels on."""
+    if (
+        base.device.type != "cpu"
+        or base.dtype != torch.float32
+        or not (base.is_contiguous() and deltas.is_contiguous())
+    ):
+        return False
+    from ..engine import kernels
+
+    return kernels.enabled_here(base.numel()) and kernels.available()
+
+
 def consensus_mask(deltas: torch.Tensor, mask_dtype: torch.dtype, chunk: Chunk) -> torch.Tensor:
     """Where each δ_t's sign equals the sign of Σ_t δ_t (≥ 0 counts as +), in the chunk's scratch buffers."""
     shape = tuple(deltas.shape)
@@ -216,6 +230,21 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
         if delta.data_ptr() != deltas[i].data_ptr():
             deltas[i] = delta
     w = torch.tensor([float(v) for v in ctx.agents("weight", chunk)], dtype=deltas.dtype, device=deltas.device)
+    lam = float(ctx.shared("lambda", chunk))
+    if _fused_combine(base, deltas):
+        from ..engine import kernels
+
+        theta = chunk.scratch("gta_theta", (base.numel(),), base.dtype)
+        kernels.gta_combine(
+            deltas.reshape(len(entries), -1).numpy(),
+            w.numpy(),
+            base.reshape(-1).numpy(),
+            family.consensus,
+            bool(params["normalize"]),
+            lam,
+            theta.numpy(),
+        )
+        return theta
     while deltas.dim() > w.dim():
         w.unsqueeze_(-1)
     deltas.mul_(w)
@@ -231,7 +260,6 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
         divisor[divisor.abs() < 1e-8] = 1
     if params["normalize"]:
         mixed /= divisor
-    lam = float(ctx.shared("lambda", chunk))
     if lam != 1:
         mixed *= lam
     return (base + mixed).to(base.dtype).reshape(-1)
