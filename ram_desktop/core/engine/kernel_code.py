@@ -834,9 +834,15 @@ def della_mask_kernel(bits, row0, c0, eps, ka, kb, mask, idx, key, idx2, key2, c
     a stable argsort), rank_norm = (rank − 1)/(W − 1), p = c0 + (rank_norm · 2) · eps in float32, and
     position i = (row0 + r)·W + j kept where the seeded hash u(i) < ⌊p·2³²⌋."""
     n_rows, width = bits.shape
-    a = np.uint32(ka)
     span = np.float32(width) - np.float32(1.0)
+    thresholds = np.empty(width, np.int64)  # per rank: the same for every row of this width
+    for k in range(width):
+        rank_norm = (np.float32(k + 1) - np.float32(1.0)) / span
+        prob = c0 + (rank_norm * np.float32(2.0)) * eps
+        thresholds[k] = np.int64(np.floor(np.float64(prob) * 4294967296.0))
+    hashes = np.empty(width, np.uint32)
     for r in range(n_rows):
+        dare_uniform_block((row0 + r) * width, width, ka, kb, hashes)
         for j in range(width):
             idx[j] = j
             key[j] = bits[r, j] & np.uint32(0x7FFFFFFF)
@@ -860,15 +866,9 @@ def della_mask_kernel(bits, row0, c0, eps, ka, kb, mask, idx, key, idx2, key2, c
                 counts[d] = p + 1
             src_idx, dst_idx = dst_idx, src_idx
             src_key, dst_key = dst_key, src_key
-        first = (row0 + r) * width
         for k in range(width):
             j = src_idx[k]
-            rank_norm = (np.float32(k + 1) - np.float32(1.0)) / span
-            prob = c0 + (rank_norm * np.float32(2.0)) * eps
-            threshold = np.int64(np.floor(np.float64(prob) * 4294967296.0))
-            i = first + j
-            u = mix32(mix32(np.uint32(i & 0xFFFFFFFF) ^ a) ^ np.uint32(((i >> 32) ^ kb) & 0xFFFFFFFF))
-            mask[r, j] = np.float32(1.0) if np.int64(u) < threshold else np.float32(0.0)
+            mask[r, j] = np.float32(1.0) if np.int64(hashes[j]) < thresholds[k] else np.float32(0.0)
 
 
 @jit
