@@ -76,9 +76,9 @@ def show_gradient(curve: Any, values: list[float]) -> None:
     curve.setData([i / (len(values) - 1) for i in range(len(values))], values)
 
 
-def parse_cell(text: str) -> Any:
-    """A value cell as typed: a number or a gradient list (YAML); the text itself when it is not YAML, so the
-    core's validation names what it needs; None when empty."""
+def parse_setting(text: str) -> Any:
+    """A setting or a value cell as typed: YAML flow text (a number, a gradient list or filters); the text itself
+    when it is not YAML, so the core's validation names the parameter and what it needs; None when empty."""
     import yaml
 
     text = text.strip()
@@ -90,8 +90,9 @@ def parse_cell(text: str) -> Any:
         return text
 
 
-def cell_text(value: Any) -> str:
-    """A value as its cell shows it: a number plainly, a gradient as a YAML flow list."""
+def setting_text(value: Any) -> str:
+    """A setting or a value as the form and the table show it: numbers plainly, gradients and filters as one
+    line of YAML flow text."""
     import yaml
 
     if value is None:
@@ -109,8 +110,8 @@ def rows_of(value: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict):
         value = [value]
     if isinstance(value, list) and value and all(isinstance(e, dict) for e in value):
-        return [("" if e.get("filter") is None else str(e["filter"]), cell_text(e.get("value"))) for e in value]
-    return [("", cell_text(value))]
+        return [("" if e.get("filter") is None else str(e["filter"]), setting_text(e.get("value"))) for e in value]
+    return [("", setting_text(value))]
 
 
 def setting_of(rows: list[tuple[str, str]]) -> Any:
@@ -118,7 +119,7 @@ def setting_of(rows: list[tuple[str, str]]) -> Any:
     (a list of ``{filter, value}``; an empty filter cell writes no ``filter``: the fallback)."""
     entries: list[dict[str, Any]] = []
     for filt, value in rows:
-        entry: dict[str, Any] = {"value": parse_cell(value)}
+        entry: dict[str, Any] = {"value": parse_setting(value)}
         if filt.strip():
             entry = {"filter": filt.strip(), **entry}
         entries.append(entry)
@@ -300,7 +301,11 @@ class FiltersDialog(QDialog):
         message = self.check(self.setting())
         blocked = self.table.blockSignals(True)
         for r, (filt, text) in enumerate(rows):
-            entry = {"filter": filt.strip(), "value": parse_cell(text)} if filt.strip() else {"value": parse_cell(text)}
+            entry = (
+                {"filter": filt.strip(), "value": parse_setting(text)}
+                if filt.strip()
+                else {"value": parse_setting(text)}
+            )
             wrong = None if message is None else self.check([entry])
             item = self.table.item(r, 1)
             if item is not None:
@@ -318,7 +323,7 @@ class FiltersDialog(QDialog):
 
     def _show_selected(self, rows: list[tuple[str, str]]) -> None:
         row = self.table.currentRow()
-        value = parse_cell(rows[row][1]) if 0 <= row < len(rows) else None
+        value = parse_setting(rows[row][1]) if 0 <= row < len(rows) else None
         values = gradient_of(value)
         if values is None and isinstance(value, (int, float)) and not isinstance(value, bool):
             values = [float(value), float(value)]  # one value: the same at every layer

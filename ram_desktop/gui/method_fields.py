@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..core import Param
-from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, show_gradient
+from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, parse_setting, setting_text, show_gradient
 
 INT32 = (-(2**31), 2**31 - 1)
 
@@ -45,31 +45,6 @@ class PreciseSpinBox(QDoubleSpinBox):
 
 
 SETTING_HINT = "a number, [0.2, 0.8] (a gradient over the layers) or [{filter: mlp, value: 0.5}, {value: 1}]"
-
-
-def parse_setting(text: str) -> Any:
-    """A setting as typed: YAML flow text (a number, a gradient list or filters); the text itself when it is not
-    YAML, so the core's validation names the parameter and what it needs."""
-    import yaml
-
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
-
-
-def setting_text(value: Any) -> str:
-    """A setting as the form shows it: numbers plainly, gradients and filters as one line of YAML flow text."""
-    import yaml
-
-    if value is None:
-        return ""
-    if isinstance(value, (list, dict)):
-        return yaml.safe_dump(value, default_flow_style=True, sort_keys=False).strip()
-    return str(value)
 
 
 class SettingEdit(QWidget):
