@@ -78,6 +78,18 @@ class Workspace:
         return buf[:numel].view(shape)
 
 
+_thread = threading.local()
+
+
+def thread_workspace() -> Workspace:
+    """This thread's ``Workspace``: scratch buffers reused from chunk to chunk and tensor to tensor (a new
+    buffer per tensor would page-fault its size again)."""
+    ws = getattr(_thread, "workspace", None)
+    if ws is None:
+        ws = _thread.workspace = Workspace()
+    return ws
+
+
 @dataclass
 class Chunk:
     """A slice of one tensor: the base, and the agents' task vectors τ_t = θ_t − θ_pre (compute dtype).

@@ -662,26 +662,6 @@ def stock_combine(
     )
 
 
-class _Scratch(threading.local):
-    """Per-thread float32 scratch grown to the largest request, for the whole-tensor fused paths: a new
-    buffer per tensor would page-fault the whole model's worth of float32 once more."""
-
-    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        numel = math.prod(shape)
-        buf = self.__dict__.get(name)
-        if buf is None or buf.size < numel:
-            buf = self.__dict__[name] = np.empty(max(numel, 1), np.float32)
-        return buf[:numel].reshape(shape)
-
-
-_SCRATCH = _Scratch()
-
-
-def scratch(name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A float32 buffer of ``shape`` for this thread, valid until ``name`` is asked for again."""
-    return _SCRATCH.get(name, shape)
-
-
 def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
     """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``kernel_code.della_mask_kernel``):
     ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""

@@ -36,6 +36,7 @@ from .chunks import (
     Workspace,
     as_tensor,
     prefetch_chunks,
+    thread_workspace,
 )
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
@@ -47,12 +48,10 @@ _local = threading.local()
 def _workspace() -> Workspace:
     """This thread's scratch buffers (each compute thread reuses its own from chunk to chunk), for a chunk
     on the torch path; a compute thread's torch runs single-threaded from its first such chunk on."""
-    ws = getattr(_local, "workspace", None)
-    if ws is None:
-        if getattr(_local, "compute_thread", False):
-            torch.set_num_threads(1)
-        ws = _local.workspace = Workspace()
-    return ws
+    if getattr(_local, "compute_thread", False) and not getattr(_local, "single_threaded", False):
+        torch.set_num_threads(1)
+        _local.single_threaded = True
+    return thread_workspace()
 
 
 def compute_workers(device_type: str) -> int:
@@ -282,7 +281,7 @@ def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -
     n, count = slices.span.numel, len(operands.agents)
     if not kernels.finite_taus(operands.base, operands.agents):
         return None
-    widened = kernels.scratch("widened", (count + 1, n))
+    widened = _workspace().get("widened", (count + 1, n), torch.float32, torch.device("cpu")).numpy()
     for row, stored in zip(widened, (operands.base, *operands.agents)):
         kernels.widen_into(stored, 0, row)
     if accumulator is not None:

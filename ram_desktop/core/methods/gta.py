@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..engine.chunks import Chunk
+from ..engine.chunks import Chunk, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
@@ -172,9 +172,10 @@ def _della_fused_in_place(
     ``rescaled_masked``'s operations on the same values into reused buffers (the same bits, no new tensors)."""
     from ..engine import kernels
 
-    mask = torch.from_numpy(kernels.scratch("della_mask", tuple(rows.shape)))
+    workspace = thread_workspace()
+    mask = workspace.get("della_mask", tuple(rows.shape), torch.float32, rows.device)
     kernels.della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
-    magnitudes = torch.from_numpy(kernels.scratch("della_abs", tuple(rows.shape)))
+    magnitudes = workspace.get("della_abs", tuple(rows.shape), torch.float32, rows.device)
     before = torch.abs(rows, out=magnitudes).sum()
     masked = torch.mul(rows, mask, out=mask)
     if rescale:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..engine.chunks import Chunk, StoredSlices
+from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod, Param
@@ -77,10 +77,12 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
     m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
     if m is None:
         return None
-    offsets = kernels.scratch("stock_offsets", (len(m.agents), job.numel))
+    workspace = thread_workspace()
+    cpu = torch.device("cpu")
+    offsets = workspace.get("stock_offsets", (len(m.agents), job.numel), torch.float32, cpu).numpy()
     if not kernels.offsets_into(m.base, m.agents, offsets):
         return kernels.KernelResult(m.result, False)
-    products = torch.from_numpy(kernels.scratch("stock_products", (job.numel,)))
+    products = workspace.get("stock_products", (job.numel,), torch.float32, cpu)
     rows = [torch.from_numpy(row) for row in offsets]
     t = interpolation(rows, lambda a, b: torch.mul(a, b, out=products).sum(dim=-1))
     kernels.stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
