@@ -564,15 +564,27 @@ def analyze(
     return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
 
 
+def widenable_operands(
+    base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray]
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
+    """(base bits, agents' bits) of float16 / bfloat16 / float32 slices all of one dtype, which the kernels widen
+    to float32 exactly (mergekit's whole-tensor methods at ``dtype: float32``); None otherwise."""
+    ops = _operands(base_raw, agent_raws)
+    if ops is None or ops[0].dtype == np.float64 or ops[0].dtype != ops[1][0].dtype:
+        return None
+    return ops
+
+
 def float32_operands(
     base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], out_dtype: torch.dtype | str
 ) -> _MergeOperands | None:
-    """The operands of a kernel computing in float32 from float16 / bfloat16 / float32 slices (mergekit's
-    whole-tensor methods at ``dtype: float32``); None when the kernels do not cover the slices."""
-    m = _merge_operands(base_raw, agent_raws, "float32", out_dtype)
-    if m is None or m.base.dtype == np.float64 or m.agents[0].dtype == np.float64 or m.base.dtype != m.agents[0].dtype:
+    """``widenable_operands`` and an output slice of ``out_dtype``: what a kernel computing in float32 and
+    writing the merged slice reads and writes; None when the kernels do not cover the slices."""
+    ops = widenable_operands(base_raw, agent_raws)
+    output = _output(base_raw, out_dtype) if ops is not None else None
+    if ops is None or output is None:
         return None
-    return m
+    return _MergeOperands(ops[0], ops[1], np.float32, output[0], output[1])
 
 
 PART_ELEMENTS = 1 << 20  # the least work worth a thread of its own in ``_split``

@@ -275,14 +275,15 @@ def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -
     job = slices.job
     if job.compute_name != "float32" or not _stored_agents(job) or slices.aux:
         return None
-    operands = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    operands = kernels.widenable_operands(slices.base, slices.agents)
     if operands is None:
         return None
-    n, count = slices.span.numel, len(operands.agents)
-    if not kernels.finite_taus(operands.base, operands.agents):
+    base_bits, agent_bits = operands
+    n, count = slices.span.numel, len(agent_bits)
+    if not kernels.finite_taus(base_bits, agent_bits):
         return None
     widened = _workspace().get("widened", (count + 1, n), torch.float32, torch.device("cpu")).numpy()
-    for row, stored in zip(widened, (operands.base, *operands.agents)):
+    for row, stored in zip(widened, (base_bits, *agent_bits)):
         kernels.widen_into(stored, 0, row)
     if accumulator is not None:
         counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..engine.chunks import Chunk, StoredSlices
+from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
 from .base import MergeMethod
@@ -113,7 +113,8 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
     if m is None:
         return None
     n = job.numel
-    buffers = np.empty((3, min(PIECE, n)), np.float32)  # a's and b's widened piece, the products
+    # a's and b's widened piece, the products: this thread's buffers, reused from tensor to tensor
+    buffers = thread_workspace().get("slerp_pieces", (3, min(PIECE, n)), torch.float32, torch.device("cpu")).numpy()
 
     def widened(bits: np.ndarray, out: np.ndarray) -> Callable[[int], torch.Tensor]:
         def piece(s: int) -> torch.Tensor:
