@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .. import __version__
 
@@ -28,6 +30,7 @@ def setup_application(app) -> bool:
     app.setApplicationVersion(__version__)
     app.setDesktopFileName(paths.APP_ID)  # Wayland / X11 match the window to ram-desktop.desktop
     charts.configure()
+    collect_garbage_on_gui_thread()
     for name in ("ram-desktop.svg", "ram-desktop.png"):
         try:
             icon = QIcon(str(paths.resource_path(name)))
@@ -38,6 +41,33 @@ def setup_application(app) -> bool:
             return True
     log.debug("no window icon found; going on without one")
     return False
+
+
+_collector: Any = None  # pyqtgraph's GarbageCollector while it runs
+
+
+def collect_garbage_on_gui_thread() -> None:
+    """Python's cyclic garbage collector runs in whichever thread crosses its threshold: a merge's compute
+    threads, a job's QThread. There it would destroy Qt objects left in reference cycles (a closed window or
+    dialog and every widget in it), which Qt allows only in the GUI thread; the GUI tests saw whole windows
+    destroyed in a merge thread, and a test run hang. Automatic collection is switched off and the GUI thread
+    collects on a one-second timer instead (pyqtgraph's ``GarbageCollector``), by the same thresholds."""
+    global _collector
+    if _collector is None:
+        from pyqtgraph.util.garbage_collector import GarbageCollector
+
+        _collector = GarbageCollector()
+
+
+def collect_garbage_automatically() -> None:
+    """Undo ``collect_garbage_on_gui_thread``: collect everything now, on this (the GUI) thread, and let Python
+    collect by itself again (the GUI tests, after each window's jobs have ended)."""
+    global _collector
+    if _collector is not None:
+        _collector.timer.stop()
+        _collector = None
+    gc.collect()
+    gc.enable()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, app) -> bool:

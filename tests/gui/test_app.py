@@ -96,3 +96,42 @@ def test_setup_application_desktop_id_and_optional_icon(qapp, monkeypatch):
 
     monkeypatch.setattr(paths, "resource_path", nowhere)  # a non-editable wheel: no resources/
     assert app_module.setup_application(qapp) is False  # no icon, no exception
+
+
+GC_ON_GUI_THREAD = """
+import gc, threading, weakref
+from PySide6.QtCore import QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication, QWidget
+from ram_desktop.gui.application import setup_application
+
+app = QApplication([])
+setup_application(app)
+freed_in = []
+widget = QWidget()
+widget.cycle = widget  # a closed dialog left in a reference cycle: only the cyclic collector frees it
+weakref.finalize(widget, lambda: freed_in.append(threading.current_thread().name))
+del widget
+
+def allocate():  # what a merge thread allocates: many times the collector's threshold
+    for _ in range(200):
+        junk = [[i] for i in range(5000)]
+
+worker = threading.Thread(target=allocate, name="merge-thread")
+worker.start()
+worker.join()
+print("after the merge thread:", freed_in)
+loop = QEventLoop()
+QTimer.singleShot(1500, loop.quit)
+loop.exec()
+print("automatic:", gc.isenabled(), "freed in:", freed_in)
+"""
+
+
+def test_qt_objects_in_cycles_are_freed_on_the_gui_thread_only(tmp_path):
+    """The cyclic collector would free a widget in whichever thread crosses its threshold (a merge thread,
+    where Qt forbids it); the app collects on the GUI thread instead."""
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", GC_ON_GUI_THREAD], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["after the merge thread: []", "automatic: False freed in: ['MainThread']"]
