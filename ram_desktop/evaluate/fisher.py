@@ -128,6 +128,9 @@ def estimate_fisher(
     used = suite.head(examples)
     n = len(used)
     reporter.progress(STAGE, 0, n, "examples", f"loading {name}")
+    # what exists now is long-lived (or the caller's: a window's objects, which only its GUI thread may free):
+    # frozen, it is left out of the collection below, which then frees the model and scans little else
+    gc.freeze()
     model, tokenizer = _load(ckpt.path, name, torch_device)
     try:
         accumulators, names_of = _accumulators(model, ckpt)
