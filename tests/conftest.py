@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -35,6 +36,30 @@ def pytest_configure(config: pytest.Config) -> None:
         number = getattr(signal, name, None)
         if number is not None and signal.getsignal(number) is signal.SIG_IGN:
             signal.signal(number, _ignore)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """A test that uses Qt runs with the cyclic garbage collector off, as in the app
+    (``gui/application.collect_garbage_on_gui_thread``): in a worker thread a collection would destroy Qt
+    objects left in reference cycles (a window, its widgets), which Qt allows only in the GUI thread. Once
+    pytest has dropped the test's fixtures, what it left is collected here, on the GUI thread, and Python
+    collects by itself again. What survives is frozen (modules, session fixtures: long-lived), so that each
+    later collection scans only what is new."""
+    if not {"qtbot", "qapp"} & set(getattr(item, "fixturenames", ())):
+        return (yield)
+    gc.disable()  # from the first fixture on: a window starts jobs as it opens
+    try:
+        return (yield)
+    finally:
+        from PySide6.QtCore import QEvent
+        from PySide6.QtWidgets import QApplication
+
+        from ram_desktop.gui.application import collect_garbage_automatically
+
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # the widgets pytest-qt closed
+        collect_garbage_automatically()
+        gc.freeze()
 
 
 @pytest.fixture(autouse=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
@@ -13,11 +12,9 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QEvent, QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
 from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
-
-GUI_TESTS = Path(__file__).parent
 
 
 @pytest.fixture(scope="session")
@@ -46,33 +43,6 @@ def _qt_settings_sandbox(tmp_path_factory):
 
     charts.configure()
     yield
-
-
-@pytest.fixture(autouse=True)
-def _garbage_collected_on_gui_thread(qapp):
-    """As in the app (``setup_application``): while a GUI test runs, the cyclic garbage collector runs on the
-    GUI thread only (``pytest_runtest_protocol`` below collects what the test left)."""
-    from ram_desktop.gui.application import collect_garbage_on_gui_thread
-
-    collect_garbage_on_gui_thread()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """Once pytest has dropped a GUI test's fixtures (its window among them), what the test left in reference
-    cycles is collected here, on the GUI thread, before another test's worker threads could collect it (and
-    destroy its Qt objects there); then Python collects by itself again. What survives is frozen (modules,
-    session fixtures: long-lived), so that each later collection scans only what is new."""
-    try:
-        return (yield)
-    finally:
-        if GUI_TESTS in item.path.parents:
-            from ram_desktop.gui.application import collect_garbage_automatically
-
-            # the windows pytest-qt closed with deleteLater: destroyed now, so that their wrappers can be freed
-            QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-            collect_garbage_automatically()
-            gc.freeze()
 
 
 @pytest.fixture
