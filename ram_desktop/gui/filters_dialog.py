@@ -114,15 +114,17 @@ def rows_of(value: Any) -> list[tuple[str, str]]:
     return [("", setting_text(value))]
 
 
+def entry_of(filt: str, value: str) -> dict[str, Any]:
+    """One row as a filters entry, ``{filter, value}``; an empty filter cell writes no ``filter``: the fallback."""
+    if filt.strip():
+        return {"filter": filt.strip(), "value": parse_setting(value)}
+    return {"value": parse_setting(value)}
+
+
 def setting_of(rows: list[tuple[str, str]]) -> Any:
     """The setting the rows say: one fallback row alone → its value (a number or a gradient), else filters
-    (a list of ``{filter, value}``; an empty filter cell writes no ``filter``: the fallback)."""
-    entries: list[dict[str, Any]] = []
-    for filt, value in rows:
-        entry: dict[str, Any] = {"value": parse_setting(value)}
-        if filt.strip():
-            entry = {"filter": filt.strip(), **entry}
-        entries.append(entry)
+    (a list of ``entry_of`` each row)."""
+    entries = [entry_of(filt, value) for filt, value in rows]
     if len(entries) == 1 and "filter" not in entries[0]:
         return entries[0]["value"]
     return entries
@@ -301,12 +303,7 @@ class FiltersDialog(QDialog):
         message = self.check(self.setting())
         blocked = self.table.blockSignals(True)
         for r, (filt, text) in enumerate(rows):
-            entry = (
-                {"filter": filt.strip(), "value": parse_setting(text)}
-                if filt.strip()
-                else {"value": parse_setting(text)}
-            )
-            wrong = None if message is None else self.check([entry])
+            wrong = None if message is None else self.check([entry_of(filt, text)])
             item = self.table.item(r, 1)
             if item is not None:
                 item.setBackground(QBrush(INVALID) if wrong else QBrush())
