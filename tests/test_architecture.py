@@ -198,8 +198,20 @@ def test_the_api_names_match_what_the_type_checker_sees():
 def test_the_window_stays_in_small_parts():
     """No GUI module over 500 lines and the main window's class under 400 (as ``ruff format`` writes them):
     a panel that outgrows this is split into a widget module of its own."""
-    sizes = {path.name: len(path.read_text().splitlines()) for path in (PACKAGE / "gui").glob("*.py")}
+    sizes = {str(path): len(path.read_text().splitlines()) for path in (PACKAGE / "gui").rglob("*.py")}
     assert not {name: n for name, n in sizes.items() if n > 500}, sizes
     tree = ast.parse((PACKAGE / "gui" / "main_window.py").read_text())
     (window,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "MainWindow"]
     assert window.end_lineno is not None and window.end_lineno - window.lineno + 1 < 400
+
+
+def test_the_gui_is_in_rooms():
+    """gui/ holds the window's frame (application, main window, menus, jobs, worker …) and at most 12 modules
+    in all; every area of the window is a room of its own, and the test harnesses live apart."""
+    gui = PACKAGE / "gui"
+    top = sorted(p.name for p in gui.glob("*.py"))
+    assert len(top) <= 12, top
+    rooms = {p.name for p in gui.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert {"sources", "analysis", "method", "run", "evaluate", "compute", "widgets", "harness"} <= rooms, rooms
+    for room in rooms:
+        assert (gui / room / "__init__.py").read_text().startswith('"""'), f"room {room} says what it holds"
