@@ -36,14 +36,13 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ram_desktop.core.events import ProgressEvent, Reporter  # noqa: E402
-from ram_desktop.evaluate import evaluate, load_suite, model_refs  # noqa: E402
+from ram_desktop.core.events import ProgressEvent, Reporter
+from ram_desktop.evaluate import evaluate, load_suite, model_refs
 
-QWEN2_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, tie_word_embeddings=True,
-                 rope_theta=1000000.0, rms_norm_eps=1e-6)
-WORDS = ("the agent calls a tool to search the code memory and answers the question with a plan then runs "
-         "the test and reports the result of each step").split()
+QWEN2_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+                 "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+                 "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
+WORDS = ["the", "agent", "calls", "a", "tool", "to", "search", "the", "code", "memory", "and", "answers", "the", "question", "with", "a", "plan", "then", "runs", "the", "test", "and", "reports", "the", "result", "of", "each", "step"]
 
 
 def cpu_seconds() -> tuple[float, float]:

@@ -143,9 +143,9 @@ def cpu_ticks() -> tuple[float, float]:
 
 def system_busy(seconds: float = 1.0) -> float:
     """Cores' worth of CPU in use by anything over the next ``seconds``."""
-    b0, t0 = cpu_ticks()
+    b0, _t0 = cpu_ticks()
     time.sleep(seconds)
-    b1, t1 = cpu_ticks()
+    b1, _t1 = cpu_ticks()
     return (b1 - b0) / max(seconds, 1e-9)
 
 
@@ -337,11 +337,11 @@ def mergekit_cmd(a, cfg: Path, out: Path) -> list[str]:
 
 def version_of(python: Path, dist: str) -> str | None:
     try:
-        r = subprocess.run([str(python), "-c", f"import importlib.metadata as m; "
-                            f"print(m.version('{dist}'))"], capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run([str(python), "-c", (f"import importlib.metadata as m; "
+                            f"print(m.version('{dist}'))")], capture_output=True, text=True,
+                           timeout=60, check=False)
         return r.stdout.strip() or None
-    except Exception:
+    except (OSError, subprocess.SubprocessError):
         return None
 
 
@@ -361,7 +361,7 @@ def compare_outputs(d1: Path, d2: Path) -> dict:
         out = {}
         for f in files:
             with safe_open(str(f), "pt") as h:
-                out.update({k: f for k in h.keys()})
+                out.update({k: f for k in h})
         return out
 
     t1, t2 = table(d1), table(d2)
@@ -497,11 +497,13 @@ def main(argv=None) -> int:
           flush=True)
 
     mk_python = Path(a.mergekit_yaml).parent / "python"
+    with open("/proc/cpuinfo") as cpuinfo:
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
+                   platform.processor())
     env_info = {
         "time": stamp,
         "host": platform.node(),
-        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                     if l.startswith("model name")), platform.processor()),
+        "cpu": cpu,
         "cpus": os.cpu_count(),
         "mem_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "mergekit_version": version_of(mk_python, "mergekit"),
@@ -548,8 +550,8 @@ def main(argv=None) -> int:
                         mr = json.loads(rep.read_text())
                         r["report"] = {k: mr[k] for k in ("timings", "lambda", "versions")
                                        if k in mr}
-                    except Exception:
-                        pass
+                    except (OSError, ValueError, KeyError, TypeError):
+                        pass  # a report we cannot read: the timing row stands without it
             r["busy_before_cores"] = round(busy, 2)
             print(f"    -> {'ok' if r['ok'] else 'FAILED: ' + r.get('error', '')}"
                   f"  {r.get('wall_s', 0):.2f} s, peak anon {fmt_mb(r.get('peak_anon_mb'))}, "

@@ -116,7 +116,7 @@ def plot(results: list[dict], path: Path) -> None:
     import pyqtgraph.exporters
     from pyqtgraph.Qt import QtWidgets
 
-    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])  # noqa: F841 (kept alive)
+    app = QtWidgets.QApplication.instance() or QtWidgets.QApplication([])
     pg.setConfigOptions(background="w", foreground="k", antialias=True)
     widget = pg.PlotWidget()
     widget.resize(900, 540)

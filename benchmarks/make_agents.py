@@ -153,7 +153,7 @@ class Dims:
 
 
 def _round_to(x: float, m: int) -> int:
-    return max(m, int(round(x / m)) * m)
+    return max(m, round(x / m) * m)
 
 
 def dims_for(params: int, hidden=None, layers=None, vocab=None, intermediate=None) -> Dims:
@@ -174,7 +174,7 @@ def dims_for(params: int, hidden=None, layers=None, vocab=None, intermediate=Non
         d = Dims(h, 1, inter, heads, kv, v)
         emb = 2 * v * h + h
         per_layer = Dims(h, 2, inter, heads, kv, v).n_params() - d.n_params()
-        n_layers = layers or max(1, int(round((params - emb) / per_layer)))
+        n_layers = layers or max(1, round((params - emb) / per_layer))
         d = Dims(h, n_layers, inter, heads, kv, v)
         ok = layers is not None or n_layers >= max(2, h // 64)
         if best is None or ok:
@@ -224,7 +224,7 @@ def make_tensor_set(name: str, shape, kind: str, seed: int, region_cdf, region_m
     region = torch.bucketize(u, region_cdf, right=True)   # 0..6 regions, 7 = untouched
     del u
     out = [base.reshape(shape)]
-    for j, agent in enumerate(AGENTS):
+    for j, _agent in enumerate(AGENTS):
         g = _gen(seed, name, 2 + j)
         r = torch.randint(0, 20, (n,), generator=g, dtype=torch.int64)
         k = k_table[r]

@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for reproduction/
-from reproduction.real import base as real_base  # noqa: E402
-from reproduction.real.finetune import finetune  # noqa: E402
+from reproduction.real import base as real_base
+from reproduction.real.finetune import finetune
 
 SYSTEM = "Be brief."
 TASKS = {  # agent name (bench_merge's) -> a few chat examples, one batch

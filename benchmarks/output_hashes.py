@@ -54,7 +54,7 @@ CONFIGS: list[tuple[str, list[str]]] = [
 
 def run(args: list[str]) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "ram_desktop", *args], env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"ram-merge {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
 
@@ -70,7 +70,7 @@ def weight_hashes(folder: Path) -> dict[str, dict[str, str]]:
             files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
         if p.name.endswith(".safetensors"):
             with safe_open(str(p), framework="pt") as f:
-                for name in f.keys():
+                for name in f:
                     t = f.get_tensor(name)
                     raw = t.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
                     tensors[name] = f"{t.dtype}{list(t.shape)}:{hashlib.sha256(raw).hexdigest()}"

@@ -18,8 +18,7 @@ import sys
 
 def _invoked_as_cli() -> bool:
     name = os.path.basename(sys.argv[0] if sys.argv else "").lower()
-    if name.endswith(".exe"):
-        name = name[:-4]
+    name = name.removesuffix(".exe")
     return name == "ram-merge"
 
 
@@ -37,10 +36,10 @@ def bundle_check() -> int:
 
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
-        from PySide6 import QtCore, QtGui, QtWidgets
-
         import pyqtgraph as pg
         import pyqtgraph.exporters
+        from PySide6 import QtCore, QtGui, QtWidgets
+
         from ram_desktop import __version__, paths
 
         app = QtWidgets.QApplication.instance() or QtWidgets.QApplication(["ram-desktop"])
@@ -68,7 +67,7 @@ def bundle_check() -> int:
               f"({app.platformName()}), pyqtgraph {pg.__version__}, icons {icons}, chart PNG {png_bytes} B, "
               f"frozen={paths.is_frozen()}, config {paths.user_config_dir()}, log {paths.user_log_dir()}")
         return 0
-    except Exception as e:  # one line: this is a check, not a crash
+    except Exception as e:  # noqa: BLE001 — one line: this is a check, not a crash
         print(f"bundle-check FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
@@ -118,7 +117,7 @@ def kernel_check() -> int:
         print(f"kernel-check ok: numba {numba.__version__}, update-pattern kernel equals torch on 4,099 "
               f"bf16 elements, {len(cached)} cached kernel index file(s) in {cache}")
         return 0
-    except Exception as e:  # one line: this is a check, not a crash
+    except Exception as e:  # noqa: BLE001 — one line: this is a check, not a crash
         print(f"kernel-check FAILED: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
@@ -135,7 +134,7 @@ def answer_as_python() -> bool:
     if len(args) < 2 or args[0] != "-c" or sys.argv[1] not in ("-I", "-B", "-E", "-s", "-S", "-u", "-c"):
         return False
     sys.argv = ["-c", *args[2:]]
-    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})  # noqa: S102 — uv's own query, as python -c runs it
     return True
 
 

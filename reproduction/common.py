@@ -12,12 +12,12 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 
-MODEL_CONFIG = dict(
-    vocab_size=64, hidden_size=64, intermediate_size=192, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-    rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, use_sliding_window=False,
-    bos_token_id=1, eos_token_id=2, pad_token_id=0,
-)
+MODEL_CONFIG = {
+    "vocab_size": 64, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False, "use_sliding_window": False,
+    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+}
 MAX_NEW_TOKENS = {"code": 5, "tool": 24, "memory": 4}  # longest answer + end token, with room
 
 

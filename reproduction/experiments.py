@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-
 from common import load_model, load_tokenizer, paired_gain, read_jsonl, rewards
+from safetensors.torch import load_file, save_file
 from tasks import TASKS
 
 TA_SCALES = [0.1, 0.3, 0.5, 0.7, 0.9, 1.0]  # Table 11

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from common import MAX_NEW_TOKENS, load_model, load_tokenizer, seed_everything
 from tasks import make_split
 

@@ -59,8 +59,8 @@ def figure3(runs: list[dict]) -> str:
 
 def agents_table(runs: list[dict]) -> str:
     """Each agent against the base on its own task, per seed: the skill the merge should keep."""
-    rows = ["| seed | agent | base on its task | agent on its task | gain ± paired SE | clear (gain > 2 SE) "
-            "| exact match base → agent |", "|---|---|---|---|---|---|---|"]
+    rows = [("| seed | agent | base on its task | agent on its task | gain ± paired SE | clear (gain > 2 SE) "
+            "| exact match base → agent |"), "|---|---|---|---|---|---|---|"]
     for r in runs:
         t1 = r["table1"]
         for t in TASKS:

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # ram_desktop from this checkout
 
-from tasks import TASKS, make_split  # noqa: E402
+from tasks import TASKS, make_split
 
 SPLIT_SIZES = {"train": 2000, "validation": 100, "test": 300}
 SMOKE_SIZES = {"train": 200, "validation": 12, "test": 12}
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     timings["base"] = time.time() - t
 
     t = time.time()
-    procs = {}
+    procs, logs = {}, []
     for task in TASKS:
         if not (out / task / "model.safetensors").exists():
             cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", "agent", "--task", task,
@@ -109,12 +109,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.grpo_steps is not None:
                 cmd += ["--grpo-steps", str(args.grpo_steps)]
             log(f"agent {task}: GRPO {recipe_for(task)}")
-            procs[task] = subprocess.Popen(cmd, stdout=open(out / f"grpo-{task}.log", "w"),
-                                           stderr=subprocess.STDOUT)
+            logs.append(open(out / f"grpo-{task}.log", "w"))  # noqa: SIM115 — open while the child writes it
+            procs[task] = subprocess.Popen(cmd, stdout=logs[-1], stderr=subprocess.STDOUT)
     for task, p in procs.items():
-        if p.wait() != 0:
+        code = p.wait()
+        if code != 0:
+            for f in logs:
+                f.close()
             log(f"agent {task} failed; see {out / f'grpo-{task}.log'}")
             return 1
+    for f in logs:
+        f.close()
     timings["agents"] = time.time() - t
 
     from experiments import run_experiments

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import MODEL_CONFIG, load_tokenizer, score, seed_everything
 from tasks import MIXTURE, TASKS, make_split
 from tokenizer import save_tokenizer

@@ -37,7 +37,7 @@ def probe_counts(tv: dict, eps: float) -> dict:
     unique, shared = [0] * n, [0] * n
     overlap = [[0] * n for _ in range(n)]
     params = 0
-    for _, (b, taus) in tv.items():
+    for (b, taus) in tv.values():
         params += b.size
         masks = [np.abs(t) > np.asarray(eps, dtype=t.dtype) for t in taus]
         c = np.sum(masks, axis=0)

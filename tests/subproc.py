@@ -22,7 +22,7 @@ def cli(tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = 
     else:
         code = prelude + "\nfrom ram_desktop.cli import entry\nentry()\n"
         command = [sys.executable, "-c", code, "-q", *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout)
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout, check=False)
 
 
 def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -133,8 +133,7 @@ def write_model(folder: Path, tensors: dict[str, torch.Tensor], config: dict = C
 def write_tokenizer(folder: Path, vocab_size: int) -> None:
     """A small word-level tokenizer (tokenizers JSON format) that transformers loads."""
     special = ["<unk>", "<s>", "</s>", "<pad>"]
-    words = ("the a an agent tool code memory search math merge model base task vector update reward policy "
-             "step plan call result answer question data file run test pass fail").split()
+    words = ["the", "a", "an", "agent", "tool", "code", "memory", "search", "math", "merge", "model", "base", "task", "vector", "update", "reward", "policy", "step", "plan", "call", "result", "answer", "question", "data", "file", "run", "test", "pass", "fail"]
     vocab = {tok: i for i, tok in enumerate(special + words)}
     for i in range(len(vocab), vocab_size):
         vocab[f"w{i}"] = i

@@ -18,9 +18,9 @@ import torch
 from ram_desktop.core import pipeline
 from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.errors import InputError
-from .synthetic import write_model
 
 from .conftest import SMALL_CONFIG, make_models
+from .synthetic import write_model
 from .test_fused_kernels import _inputs
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="numba not installed")
@@ -117,7 +117,7 @@ def test_non_finite_task_vectors_are_refused_on_both_paths(tmp_path, monkeypatch
 
     target = next(agents[1].glob("model-00002-*.safetensors"))
     tensors = load_file(str(target))
-    name = sorted(tensors)[0]
+    name = min(tensors)
     tensors[name].view(-1)[3] = bad
     save_file(tensors, str(target), metadata={"format": "pt"})
     messages = []

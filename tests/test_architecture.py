@@ -180,7 +180,7 @@ def test_the_api_names_match_what_the_type_checker_sees():
     name the same things, and each name is defined where ``_EXPORTS`` says."""
     import importlib
 
-    import ram_desktop.core as core
+    from ram_desktop import core
 
     tree = ast.parse((PACKAGE / "core" / "__init__.py").read_text())
     typed = {}

@@ -43,12 +43,12 @@ def assert_refused(capsys, tmp_path, inputs, argv, *fragments):
 
 
 def test_missing_path(capsys, tmp_path, models):
-    base, agents = models
+    base, _agents = models
     assert_refused(capsys, tmp_path, [base.parent], [str(base), str(tmp_path / "nope")], "nope", "no such file")
 
 
 def test_folder_without_weights(capsys, tmp_path, models):
-    base, agents = models
+    base, _agents = models
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text("{}")
@@ -162,8 +162,8 @@ def test_zero_agents(capsys, tmp_path, models):
 
 
 def test_zero_agents_in_core(models, tmp_path):
-    from ram_desktop.core.pipeline import MergeRequest, merge
     from ram_desktop.core.errors import InputError
+    from ram_desktop.core.pipeline import MergeRequest, merge
 
     base, _ = models
     with pytest.raises(InputError, match="no agents"):

@@ -37,7 +37,7 @@ def test_demo_command_writes_base_agents_suites_and_manifest(demo, capsys):
         suite = demo / agent["suite"]
         assert not Path(agent["suite"]).is_absolute() and agent["suite"].startswith("suites/")
         spec = yaml.safe_load((suite / "suite.yaml").read_text())
-        kind, file, function = spec["scorer"].split(":")
+        kind, file, _function = spec["scorer"].split(":")
         assert kind == "python" and (suite / file).is_file()
         rows = [json.loads(line) for line in (suite / "data.jsonl").read_text().splitlines()]
         assert len(rows) >= 100 and all(isinstance(r["prompt"], str) and "answer" in r for r in rows)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 from ram_desktop.core.ecosystem.cards.evaluation import record_evaluation, with_section
+from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 
 
 def result(merged, plain) -> EvalResult:

@@ -36,12 +36,12 @@ def lms(tmp_path_factory) -> tuple[Path, Path]:
                                                                                     seed=1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tokenizer(qwen2_pipeline: bool = True):
     return build_tokenizer(qwen2_pipeline=qwen2_pipeline)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(folder: Path):
     return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 

@@ -38,7 +38,7 @@ def _env(root: Path) -> dict[str, str]:
 def run(root: Path, command: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``command args`` in a fresh process, in ``root``, with the Hub offline and its cache under ``root``."""
     return subprocess.run([str(command), *args], capture_output=True, text=True, env=_env(root), cwd=root,
-                          timeout=timeout)
+                          timeout=timeout, check=False)
 
 
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def root(tmp_path_factory) -> Path:
     ok(run(root, RAM_MERGE, "-q", "demo", "demo"))
     for name in DEMO_MODELS:
         populate(root / "hub", f"acme/{name}", root / "demo" / name, sha_of(name))
-    base, agents = make_models(root / "small", shards=3)
+    _base, _agents = make_models(root / "small", shards=3)
     single = make_models(root / "single")
     from .test_formats import to_bin
 
@@ -71,7 +71,7 @@ def test_the_hub_code_loads_in_a_fresh_process(root):
     code = ("from ram_desktop.core.ecosystem.hub import source; print(source.cache_dir()); "
             "print(source.storage_folder('acme/base')); print(source.is_offline())")
     done = ok(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(root),
-                             cwd=root, timeout=120))
+                             cwd=root, timeout=120, check=False))
     assert done.stdout.split() == [str(root / "hub"), str(root / "hub" / "models--acme--base"), "True"]
 
 

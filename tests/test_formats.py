@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import InputError
+from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.sources import open_checkpoint
 
 from . import reference as ref

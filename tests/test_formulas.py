@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core.methods import get_method
+from ram_desktop.core.pipeline import MergeRequest, merge, probe
 
 from . import reference as ref
 from .conftest import make_models
@@ -102,8 +102,8 @@ def test_float64_inputs_compute_in_float64(tmp_path):
 
 def test_infinite_rho_clips_to_alpha(tmp_path):
     """An agent whose every update overlaps another has ρ = ∞: clip(∞) = α, report says null."""
-    from .synthetic import demo_shapes, write_model
     from .conftest import SMALL_CONFIG
+    from .synthetic import demo_shapes, write_model
 
     gen = torch.Generator().manual_seed(3)
     shapes = demo_shapes(SMALL_CONFIG)
@@ -150,7 +150,7 @@ def test_survival_share_matches_direct_rounding(models):
     for lam in (1.1, 1.25, 1.6):
         for dtype_name, dtype in [("bfloat16", torch.bfloat16), ("float16", torch.float16)]:
             changed = total = 0
-            for name, (b, taus) in tv.items():
+            for (b, taus) in tv.values():
                 masks = [abs(t) > EPS for t in taus]
                 c = sum(m.astype(int) for m in masks)
                 bt, tt = torch.from_numpy(b), torch.from_numpy(taus[0])
@@ -187,7 +187,7 @@ def test_report_survival_is_an_exact_count(models, tmp_path, method, out_dtype):
     expected = []
     for t, lam in enumerate(result.lambdas):
         changed = total = 0
-        for name, (b, taus) in tv.items():
+        for (b, taus) in tv.values():
             masks = [abs(x) > EPS for x in taus]
             c = sum(m.astype(int) for m in masks)
             bt, tt = torch.from_numpy(b), torch.from_numpy(taus[t])

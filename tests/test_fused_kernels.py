@@ -180,7 +180,7 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
         for chunk in (n, 1000, 7, 1):
             if chunk == 1 and (n_agents != 3 or dtype != out_dtype):
                 continue  # one element per call is slow through the Python wrapper; a few cases suffice
-            parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
+            parts = _chunked(lambda b, a, lams=lams: kernels.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
                              base, agents, chunk)
             got = torch.cat([p.merged for p in parts])
             assert got.dtype == out_dtype

@@ -51,7 +51,7 @@ def _tensors(folder: Path) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     for shard in sorted(folder.glob("*.safetensors")):
         with safe_open(str(shard), "pt") as f:
-            for key in f.keys():
+            for key in f:
                 tensor = f.get_tensor(key).contiguous()
                 found[key] = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
     return found

@@ -3,6 +3,7 @@ huggingface_hub boundary."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from pathlib import Path
@@ -12,11 +13,11 @@ import pytest
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core import errors
+from ram_desktop.core.ecosystem.hub.source import parse_spec
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.ecosystem.hub.source import parse_spec
+from ram_desktop.core.pipeline import MergeRequest, merge, probe
 from ram_desktop.core.sources import open_checkpoint
 
 from .conftest import make_models
@@ -237,7 +238,7 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
     served = sum(len(d) for repo in repos for n, d in hub._files(repo).items()
                  if n in set(base_files) - {"config.json", "model.safetensors.index.json"})
     assert downloads[-1].done == downloads[-1].total == served
-    assert all(a.done <= b.done for a, b in zip(downloads, downloads[1:]))
+    assert all(a.done <= b.done for a, b in itertools.pairwise(downloads))
     assert any("model-00001-of-00002.safetensors" in e.detail and "MB of" in e.detail for e in downloads)
     assert result.report["sources"]["base"] == f"org/base@{repos['org/base'][1]}"
     # equal to the local merge

@@ -3,6 +3,7 @@ downloaded concurrently with one combined progress and cancel, at the huggingfac
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import namedtuple
 from pathlib import Path
@@ -11,9 +12,9 @@ import pytest
 
 from ram_desktop.cli import main
 from ram_desktop.core.ecosystem.hub import check as hub_check
-from ram_desktop.core.pipeline import MergeRequest, merge
 from ram_desktop.core.errors import Cancelled
 from ram_desktop.core.events import Reporter
+from ram_desktop.core.pipeline import MergeRequest, merge
 
 from .conftest import SMALL_CONFIG, make_models
 from .hubcache import FakeHub, sha_of
@@ -89,7 +90,7 @@ def test_concurrent_downloads_with_one_combined_progress(tmp_path, cache, monkey
     downloads = [e for e in events if e.stage == "download"]
     weight_bytes = sum(f.stat().st_size for d in [base, *agents] for f in d.glob("*.safetensors"))
     assert downloads[-1].done == downloads[-1].total >= weight_bytes
-    assert all(a.done <= b.done for a, b in zip(downloads, downloads[1:]))
+    assert all(a.done <= b.done for a, b in itertools.pairwise(downloads))
     details = {e.detail.split(":")[0] for e in downloads}
     assert {"org/base", "org/alpha", "org/beta", "org/gamma"} <= details
 

@@ -6,20 +6,20 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from types import SimpleNamespace  # noqa: E402
+from types import SimpleNamespace
 
-import pytest  # noqa: E402
+import pytest
 
 pytest.importorskip("PySide6")
 pytest.importorskip("pytestqt")
 
-import huggingface_hub as hf  # noqa: E402
-from huggingface_hub.hf_api import RepoSibling  # noqa: E402
-from PySide6.QtWidgets import QDialogButtonBox, QLineEdit  # noqa: E402
+import huggingface_hub as hf
+from huggingface_hub.hf_api import RepoSibling
+from PySide6.QtWidgets import QDialogButtonBox, QLineEdit
 
-from ram_desktop.gui.sources.hub_dialog import HubDialog  # noqa: E402
+from ram_desktop.gui.sources.hub_dialog import HubDialog
 
-from .hubcache import not_found  # noqa: E402
+from .hubcache import not_found
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 FILES = {"config.json": 700, "generation_config.json": 200, "tokenizer.json": 7_000_000, "tokenizer_config.json": 7000,

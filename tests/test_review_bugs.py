@@ -20,9 +20,9 @@ from safetensors.torch import save_file
 
 from ram_desktop.cli import main
 from ram_desktop.core.storage import output as output_module
-from .synthetic import demo_shapes, generate_tensors, write_model
 
 from .conftest import SMALL_CONFIG, make_models, tree_snapshot
+from .synthetic import demo_shapes, generate_tensors, write_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,7 +185,7 @@ def test_nan_is_refused_when_the_merge_reuses_a_cached_probe(capsys, tmp_path):
     target = agents[1] / "model.safetensors"
     stat = target.stat()
     with safe_open(str(target), framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        tensors = {k: f.get_tensor(k) for k in f}
     name = sorted(tensors)[3]
     tensors[name].view(-1)[5] = float("nan")
     save_file(tensors, str(target), metadata={"format": "pt"})

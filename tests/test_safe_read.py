@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from ram_desktop.core.storage import safe_read
 from ram_desktop.core.errors import InputError
+from ram_desktop.core.storage import safe_read
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path):

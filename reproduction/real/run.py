@@ -42,9 +42,9 @@ REPO = REPRO.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from reproduction.real import ifeval  # noqa: E402
-from reproduction.real.grpo import Recipe  # noqa: E402
-from reproduction.real.tasks import MAX_NEW_TOKENS, SYSTEM, TASKS, make_splits  # noqa: E402
+from reproduction.real import ifeval
+from reproduction.real.grpo import Recipe
+from reproduction.real.tasks import MAX_NEW_TOKENS, SYSTEM, TASKS, make_splits
 
 SIZES = {"train": 256, "validation": 96, "test": 240}
 SMOKE_SIZES = {"train": 8, "validation": 4, "test": 6}
@@ -265,6 +265,7 @@ def task_vector_map(base: Path, agent: Path) -> dict:
 def ifeval_check(out: Path, models: dict[str, Path], device: str, log) -> dict:
     """Instruction-level and prompt-level IFEval-style scores per model, and each model's paired gain over the base."""
     from common import paired_gain
+
     from ram_desktop.evaluate.runner import evaluate
     from ram_desktop.evaluate.suites import load_suite
 
@@ -298,6 +299,7 @@ def ifeval_check(out: Path, models: dict[str, Path], device: str, log) -> dict:
 def one_seed(args, seed: int, log) -> None:
     sys.path.insert(0, str(REPRO))  # the toy track's modules (experiments, common) import each other by name
     import experiments
+
     from ram_desktop.core.methods import METHODS
 
     out = seed_dir(args.work, seed)

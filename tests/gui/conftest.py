@@ -12,9 +12,9 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl  # noqa: E402
-from PySide6.QtGui import QDragEnterEvent, QDropEvent  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication
 
 
 @pytest.fixture(scope="session")

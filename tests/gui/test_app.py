@@ -14,7 +14,7 @@ def _run(args, tmp_path, timeout=120):
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", RAM_DESKTOP_CACHE=str(tmp_path / "cache"),
                XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "ram_desktop", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def test_demo_screenshot_headless(tmp_path):
@@ -41,7 +41,7 @@ def test_core_imports_without_qt(tmp_path):
     code = ("import sys; sys.modules['PySide6'] = None; sys.modules['pyqtgraph'] = None\n"
             "import ram_desktop.core.pipeline, ram_desktop.core.methods, ram_desktop.core.recipe, ram_desktop.cli\n"
             "assert not [m for m in sys.modules if m.startswith(('PySide6.', 'pyqtgraph.'))]\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -52,7 +52,7 @@ def test_self_test_from_source(tmp_path):
     env.pop("QT_QPA_PLATFORM", None)  # the self-test forces offscreen itself
     (tmp_path / "tmp").mkdir()
     proc = subprocess.run([sys.executable, "-m", "ram_desktop", "--self-test"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180)
+                          capture_output=True, text=True, timeout=180, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("self-test ok: analysed 3 agents, merged "), proc.stdout
@@ -132,6 +132,6 @@ def test_qt_objects_in_cycles_are_freed_on_the_gui_thread_only(tmp_path):
     where Qt forbids it); the app collects on the GUI thread instead."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path))
     proc = subprocess.run([sys.executable, "-c", GC_ON_GUI_THREAD], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["after the merge thread: []", "automatic: False freed in: ['MainThread']"]

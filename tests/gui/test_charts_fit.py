@@ -9,7 +9,7 @@ import json
 import math
 
 import pytest
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF
 from PySide6.QtGui import QColor, QPainter, QPicture
 
 from ram_desktop.core.engine.would_keep import would_keep

@@ -16,15 +16,17 @@ from PySide6.QtCore import Qt, QTimer
 
 pytest.importorskip("transformers")
 
-from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary  # noqa: E402
-from ram_desktop.gui import main_window  # noqa: E402
-from ram_desktop.gui.analysis import charts  # noqa: E402
-from ram_desktop.gui.evaluate import compare_panel  # noqa: E402
+import itertools
+
+from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
+from ram_desktop.gui import main_window
+from ram_desktop.gui.analysis import charts
+from ram_desktop.gui.evaluate import compare_panel
 from ram_desktop.gui.evaluate import panel as evaluate_panel
 
-from ..test_compare import _tiny_agents  # noqa: E402
-from ..test_evaluate_runner import reference  # noqa: E402
-from .conftest import load_sources, merge  # noqa: E402
+from ..test_compare import _tiny_agents
+from ..test_evaluate_runner import reference
+from .conftest import load_sources, merge
 
 PROMPTS = ["What is 2 + 3?", "Say hello to the world", "Remember the number 42", "def add(a, b):",
            "tool call: search(query='weather')", "Question: how many legs does a cat have?"]
@@ -110,7 +112,7 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
     timer.stop()
     assert done.args == ["done"], window.message.text.text()
-    worst = max(b - a for a, b in zip(beats, beats[1:]))
+    worst = max(b - a for a, b in itertools.pairwise(beats))
     print(f"heartbeat during the evaluation: {len(beats)} beats, longest stall {1000 * worst:.1f} ms")
     assert worst <= 0.1
 
@@ -247,7 +249,8 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
 
     monkeypatch.setattr(evaluate_panel.QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "s.csv"), ""))
     qtbot.mouseClick(panel.export_csv_button, Qt.LeftButton)
-    rows = list(csv.reader(open(tmp_path / "s.csv", newline="")))
+    with open(tmp_path / "s.csv", newline="") as f:
+        rows = list(csv.reader(f))
     assert rows[0] == ["model", "kind", "source", "code", "tool", "mean"]
     assert rows[4] == ["ram", "variant", "/c/ram", "0.6", "0.55", "0.575"]
     assert rows[-1] == ["best merged", "", "", "ta", "ram", "ram"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog
@@ -52,6 +54,6 @@ def test_add_from_hub_downloads_with_token_and_merges(qtbot, window, hub, monkey
     assert f"org/base@{sha_of('base')}" in recipe
     window.save_settings()
     settings.sync()
-    stored = open(settings.fileName(), encoding="utf-8", errors="replace").read()
+    stored = Path(settings.fileName()).read_text(encoding="utf-8", errors="replace")
     for text in [recipe, stored, (out / "merge-report.json").read_text(), window.log_view.toPlainText()]:
         assert SECRET not in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_method_form_is_generated_from_the_registry(window):
     offered = {name: m for name, m in METHODS.items() if not m.stacks}  # stacking needs slices (ram-merge run)
     assert [combo.itemData(i) for i in range(combo.count())] == list(offered)
     assert len(offered) == len(METHODS) - 1
-    for i, (name, method) in enumerate(offered.items()):
+    for i, (_name, method) in enumerate(offered.items()):
         combo.setCurrentIndex(i)
         assert list(window.method.fields) == [p.name for p in method.params]
         for p in method.params:
@@ -152,7 +153,7 @@ def test_event_loop_never_stalls_during_a_merge(qtbot, window, synthetic_models,
     qtbot.wait(50)
     timer.stop()
     assert blocker.args == ["done"], window.message.text.text()
-    gaps = [b - a for a, b in zip(beats, beats[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(beats)]
     worst = max(gaps)
     print(f"heartbeat: {len(beats)} beats, longest event-loop stall {1000 * worst:.1f} ms")
     assert beats[-1] - beats[0] > 0.5  # the merge really ran for a while
