@@ -72,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe", help="measure task-vector density and overlap")
     sources(p)
-    p.add_argument("--json", type=Path, help="write the ram-probe/1 report to this file")
+    p.add_argument("--json", type=Path, help="write the ram-probe/1 report (with the method advice) to this file")
+    p.add_argument(
+        "--out-dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float16", "float32"],
+        help="the output precision the advice reads RAM+'s rescale survival for (default bfloat16)",
+    )
 
     p = sub.add_parser(
         "merge",
@@ -310,7 +316,7 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import Recipe, Session, merge, probe
+    from .core import Recipe, Session, advise, merge, probe
 
     if args.command == "demo":
         from .core import read_manifest, write_demo
@@ -329,12 +335,14 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         return _compare(args, reporter)
     if args.command == "probe":
         report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter, vocab=args.vocab)
+        advice = advise(report, args.out_dtype)
         if args.json:
             try:
-                args.json.write_text(json.dumps(report.to_json(), indent=1) + "\n")
+                args.json.write_text(json.dumps({**report.to_json(), "advice": advice.to_json()}, indent=1) + "\n")
             except OSError as e:
                 raise InputError(f"{args.json}: cannot write ({e.strerror})") from None
         print(format_probe(report))
+        print(advice.text())
         return EXIT_OK
     if args.command == "merge":
         session = session_from_args(args)

@@ -33,6 +33,8 @@ _EXPORTS: dict[str, str] = {
     "Sweep": "methods",
     "get_method": "methods",
     "setting_value": "methods.settings",
+    "Advice": "methods.advice",
+    "advise": "methods.advice",
     # what the probe reports, and the plan's choices
     "ProbeReport": "engine.probe",
     "SURVIVAL_DTYPES": "engine.probe",
@@ -75,6 +77,7 @@ __all__ = [  # the names of _EXPORTS
     "OUT_DTYPES",
     "SURVIVAL_DTYPES",
     "VOCAB_MODES",
+    "Advice",
     "CancelToken",
     "Cancelled",
     "Checkpoint",
@@ -93,6 +96,7 @@ __all__ = [  # the names of _EXPORTS
     "Session",
     "Sweep",
     "Variant",
+    "advise",
     "check_eps",
     "check_repo_id",
     "demo_suites",
@@ -143,6 +147,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
+    from .methods.advice import Advice, advise
     from .methods.settings import setting_value
     from .pipeline import (
         MergeRequest,
