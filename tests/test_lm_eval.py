@@ -1,0 +1,64 @@
+"""lm-eval tasks as suites: the score equals lm-eval's own command line on the same model and task."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lm_eval")
+pytest.importorskip("transformers")
+
+from ram_desktop.core import InputError  # noqa: E402
+from ram_desktop.evaluate.lm_eval_tasks import open_task, score_model  # noqa: E402
+
+from .subproc import cli  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data" / "lm_eval"
+TASKS = ("toy_code_mc", "toy_code_gen")
+
+
+@pytest.fixture(scope="module")
+def tasks_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tasks")
+    for task in TASKS:
+        text = (DATA / f"{task}.yaml.in").read_text().replace("@DATA@", str(DATA / "toy_code.jsonl"))
+        (folder / f"{task}.yaml").write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def coder(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo")
+    assert cli(root, "demo", str(root / "demo")).returncode == 0
+    return root / "demo" / "coder"
+
+
+def test_an_unknown_task_is_refused_naming_the_closest(tasks_dir):
+    with pytest.raises(InputError, match="unknown lm-eval task 'toy_code_m'.*toy_code_mc"):
+        open_task("lm-eval:toy_code_m", [tasks_dir])
+    with pytest.raises(InputError, match="no such folder"):
+        open_task("lm-eval:toy_code_mc", [tasks_dir / "missing"])
+
+
+def test_scores_equal_lm_evals_own_command_line(tasks_dir, coder, tmp_path):
+    tasks = [open_task(f"lm-eval:{t}", [tasks_dir]) for t in TASKS]
+    ours = score_model(coder, tasks, device="cpu", batch_size=8)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={coder},dtype=auto",
+         "--tasks", ",".join(TASKS), "--include_path", str(tasks_dir), "--device", "cpu", "--batch_size", "8",
+         "--output_path", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (written,) = (tmp_path / "out").rglob("results_*.json")
+    theirs = json.loads(written.read_text())["results"]
+    assert [s.metric for s in ours] == ["acc,none", "exact_match,none"]
+    for score in ours:
+        assert score.score == theirs[score.task][score.metric], score.task
+        assert len(score.per_example) == 24
+        assert sum(score.per_example) / 24 == pytest.approx(score.score, abs=1e-12)
