@@ -13,10 +13,10 @@ import pytest
 pytest.importorskip("lm_eval")
 pytest.importorskip("transformers")
 
-from ram_desktop.core import InputError  # noqa: E402
-from ram_desktop.evaluate.lm_eval_tasks import open_task, score_model  # noqa: E402
+from ram_desktop.core import InputError
+from ram_desktop.evaluate.lm_eval_tasks import open_task, score_model
 
-from .subproc import cli  # noqa: E402
+from .subproc import cli
 
 DATA = Path(__file__).resolve().parent / "data" / "lm_eval"
 TASKS = ("toy_code_mc", "toy_code_gen")
