@@ -221,9 +221,11 @@ class EvalResult:
             return f"best: {self.models[top].name} (+{diff[0]:.3f}, SE {diff[1]:.3f} over {self.models[second].name})"
         second = lead.tied[1]
         diff = self.difference(top, second, s)
-        assert diff is not None
+        names = ", ".join(self.models[m].name for m in lead.tied)
+        if diff is None:
+            return f"tied: {names} (no per-example scores to tell them apart)"
         return (
-            f"tied: {', '.join(self.models[m].name for m in lead.tied)} "
+            f"tied: {names} "
             f"({self.models[top].name} − {self.models[second].name} = {diff[0]:+.3f}, SE {diff[1]:.3f})"
         )
 

@@ -191,6 +191,9 @@ class ScoresView(QWidget):
         results.setDocumentMode(True)
         results.addTab(self.table, "Table")
         results.addTab(self.chart, "Chart")
+        # the chart is drawn when it is shown: pyqtgraph's legend costs some 15 ms per model on the GUI thread
+        self.chart_stale = False
+        results.currentChanged.connect(lambda _: self.draw_chart())
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(results, 1)
@@ -297,8 +300,16 @@ class ScoresView(QWidget):
                 if tips:
                     item.setToolTip("\n".join(tips))
                 self.table.setItem(r, c + 1, item)
-        self.chart.show_chart(self.chart_description())
+        self.chart_stale = True
+        if self.views.currentWidget() is self.chart:
+            self.draw_chart()
         self.note.setText(self.summary())
+
+    def draw_chart(self) -> None:
+        """Draw the chart of the scores shown, if it is not up to date."""
+        if self.chart_stale and self.result is not None:
+            self.chart.show_chart(self.chart_description())
+            self.chart_stale = False
 
     def _cell_text(self, m: int, s: int | None, value: float) -> str:
         """``0.465 [0.437, 0.493]`` (the mean over suites without an interval), ``≈`` at the floor."""
@@ -387,6 +398,7 @@ class ScoresView(QWidget):
         return path
 
     def export_png(self, path: Path) -> Path:
+        self.draw_chart()
         return export_png(self.chart, Path(path))
 
 
