@@ -164,6 +164,12 @@ def test_the_cache_reuses_only_unchanged_models_and_suites(tiny, tmp_path, monke
     calls.clear()
     again = evaluate(model_refs([base, agents[0]]), suites, device="cpu", batch_size=10, cache=cache)
     assert calls == [] and cache.hits == 4
+    (base / "eval.json").write_text("{}")  # what an evaluation writes into a merged model's folder: no change
+    (base / "README.md").write_text("## Evaluation\n")
+    evaluate(model_refs([base]), suites, device="cpu", batch_size=10, cache=cache)
+    assert calls == [] and cache.hits == 6
+    (base / "eval.json").unlink()
+    (base / "README.md").unlink()
     assert again.rewards == first.rewards and again.completions == first.completions and again.scores == first.scores
     # another batch size, a changed model file or another suite: generated again
     evaluate(model_refs([base]), suites[:1], device="cpu", batch_size=5, cache=cache)

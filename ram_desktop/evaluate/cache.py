@@ -4,7 +4,9 @@ suite, keyed by everything they depend on (docs/evaluate.md, Reusing scores).
 The key of (model, suite) is a SHA-256 over
 
 - the model folder's fingerprint: every file under it (path, size, modification time; a Hub model's
-  snapshot folder likewise), so a model merged again into the same folder is scored again;
+  snapshot folder likewise) except the two an evaluation itself writes into a merged model's folder
+  (``eval.json`` and the model card ``README.md``), so a model merged again into the same folder is
+  scored again, and one that was only scored is not;
 - the suite's content: its examples as loaded (the first N with ``--limit``), its
   ``max_new_tokens``, ``chat_template`` and ``system`` prompt;
 - the scorer: its spec text and, for a python scorer, its file's bytes;
@@ -56,12 +58,18 @@ class ScoreCache:
         self._entries.clear()
 
 
+WRITTEN_BY_EVALUATION = ("eval.json", "README.md")  # at the top of a merged model's folder
+
+
 def folder_fingerprint(folder: Path) -> str:
-    """A digest of every file under ``folder``: relative path, size and modification time (links followed)."""
+    """A digest of every file under ``folder``: relative path, size and modification time (links followed);
+    ``WRITTEN_BY_EVALUATION`` at its top left out."""
     digest = hashlib.sha256()
     for root, dirs, files in os.walk(folder, followlinks=True):
         dirs.sort()
         for name in sorted(files):
+            if Path(root) == folder and name in WRITTEN_BY_EVALUATION:
+                continue
             path = Path(root) / name
             try:
                 stat = path.stat()

@@ -40,7 +40,8 @@ BASE_COLOR = "#9e9e9e"  # the base model: grey, in no other role
 FOREGROUND = "#333333"
 FLOOR_COLOR = "#b00020"
 GROUP_WIDTH = 0.8  # of the 1.0 between two suites' centres
-Y_LABEL = "mean reward (95 % interval)"
+Y_LABEL = "mean reward"
+KEY = "error bars: 95 % intervals · dashed: floor (best constant answer)"
 
 
 def palette_color(index: int) -> str:
@@ -84,7 +85,7 @@ class Series:
 class ScoreChart:
     """What a scores chart shows; ``x(m, s)`` is the centre of model m's bar in suite s's group."""
 
-    title: str
+    title: str  # the first line; the second is ``KEY``
     suites: tuple[str, ...]
     series: tuple[Series, ...]
     floors: tuple[float | None, ...]  # per suite: the best constant answer's score
@@ -170,13 +171,11 @@ def draw_png(chart: ScoreChart, path: Path) -> bool:
         if floor is not None:
             half = GROUP_WIDTH / 2 + 0.04
             ax.hlines(floor, s - half, s + half, colors=FLOOR_COLOR, linestyles="dashed", linewidth=1.0)
-    if any(f is not None for f in chart.floors):
-        ax.plot([], [], color=FLOOR_COLOR, linestyle="dashed", linewidth=1.0, label="floor (constant answer)")
     ax.set_xticks(range(n_suites), list(chart.suites))
     ax.set_ylabel(chart.y_label)
     ax.set_ylim(0, chart.y_top)
     ax.set_xlim(-0.55, n_suites - 0.45)
-    ax.set_title(chart.title)
+    ax.set_title(f"{chart.title}\n{KEY}" if chart.series else chart.title, fontsize=10)
     ax.legend(fontsize=8, ncol=1, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

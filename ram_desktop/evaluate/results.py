@@ -225,8 +225,7 @@ class EvalResult:
         if diff is None:
             return f"tied: {names} (no per-example scores to tell them apart)"
         return (
-            f"tied: {names} "
-            f"({self.models[top].name} − {self.models[second].name} = {diff[0]:+.3f}, SE {diff[1]:.3f})"
+            f"tied: {names} ({self.models[top].name} − {self.models[second].name} = {diff[0]:+.3f}, SE {diff[1]:.3f})"
         )
 
 

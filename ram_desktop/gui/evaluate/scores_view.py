@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from ...core import MERGE_REPORT
 from ...evaluate import EvalResult, SuiteSummary
-from ...evaluate.chart import FLOOR_COLOR, FOREGROUND, ScoreChart, kinds_of, model_colors, score_chart
+from ...evaluate.chart import FLOOR_COLOR, FOREGROUND, KEY, ScoreChart, kinds_of, model_colors, score_chart
 from ...evaluate.results import Leader
 from ..analysis.charts import export_png
 
@@ -122,15 +122,14 @@ class ScoresChart(pg.GraphicsLayoutWidget):
                     pen=pg.mkPen(FLOOR_COLOR, width=1.5, style=Qt.PenStyle.DashLine),
                 )
                 self._add(line)
-                if s == 0:
-                    self.legend.addItem(line, "floor (constant answer)")
         self.legend.setVisible(bool(chart.series))
         self.suites = list(chart.suites)
         self.fit_suite_labels()
         plot.setLabel("left", chart.y_label)
         plot.setYRange(0, chart.y_top, padding=0)
         plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
-        plot.setTitle(chart.title, color=FOREGROUND, size="10pt")
+        title = f"{chart.title}<br><span style='font-size:8pt'>{KEY}</span>" if chart.series else chart.title
+        plot.setTitle(title, color=FOREGROUND, size="10pt")
 
     def _add(self, item: pg.GraphicsObject) -> None:
         self.plot.addItem(item)
@@ -321,31 +320,26 @@ class ScoresView(QWidget):
         return text + (" ≈" if self.result.at_floor(m, s) else "")
 
     def summary(self) -> str:
-        """The line under the table: what the marks mean, who leads or ties, the floors."""
+        """The line under the table: who is best (clearly better than the next merged model) or tied, what
+        the marks mean, how many models."""
         result = self.result
         assert result is not None
         parts = []
         leaders = self.leaders()
         names = [s.name for s in result.suites] + ["mean"]
         best = [
-            f"{names[c]}: {result.models[lead.best].name}" for c, lead in enumerate(leaders) if lead.best is not None
+            f"{result.models[lead.best].name} on {names[c]}" for c, lead in enumerate(leaders) if lead.best is not None
         ]
-        tied = [
-            f"{names[c]}: {', '.join(result.models[m].name for m in lead.tied)}"
-            for c, lead in enumerate(leaders)
-            if lead.best is None and len(lead.tied) > 1
-        ]
+        tied = [names[c] for c, lead in enumerate(leaders) if lead.best is None and len(lead.tied) > 1]
         if best:
-            parts.append("Best merged model (bold on green, clearly better than the next): " + "; ".join(best) + ".")
+            parts.append("Best merged model (bold on green, clearly better than the next): " + ", ".join(best) + ".")
         if tied:
-            parts.append("Tied (yellow, no merged model clearly better): " + "; ".join(tied) + ".")
+            parts.append(f"Tied at the top (yellow, none clearly better): {', '.join(tied)}.")
         if any(result.at_floor(m, s) for m in range(len(result.models)) for s in range(len(result.suites))):
-            parts.append("≈ (red): no better than the floor, the best constant answer.")
+            parts.append("≈ (red): no better than the floor.")
         parts.append(
-            f"{_count(len(result.models), 'model')}; mean reward over "
-            f"{sum(s.examples for s in result.suites)} examples, greedy, on {result.device}"
-            + ("; [95 % interval]" if result.has_examples else "")
-            + "."
+            f"{_count(len(result.models), 'model')}, mean reward over {sum(s.examples for s in result.suites)} "
+            f"examples on {result.device}" + (" [95 % interval]" if result.has_examples else "") + "."
         )
         return " ".join(parts)
 
