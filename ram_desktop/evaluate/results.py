@@ -194,15 +194,16 @@ class EvalResult:
         lines = [format_rows(names, heads, rows)]
         if self.has_examples:
             lines.append(
-                "[95 % interval: mean ± 1.96·SD/√n]"
+                "[low, high]: 95 % interval, mean ± 1.96·SD/√n; floor: the best constant answer"
                 + (
-                    "; ≈ no better than the floor (the best constant answer)"
+                    "; ≈: no better than the floor"
                     if any(self.at_floor(m, s) for m in range(len(self.models)) for s in range(len(self.suites)))
                     else ""
                 )
             )
+            lines.append("best: ahead of the next by more than 2 SE, paired on the same examples; else tied")
             for s, suite in enumerate(self.suites):
-                lines.append(f"{suite.name}: {self.describe_leader(s)}")
+                lines.append(f"  {suite.name}: {self.describe_leader(s)}")
         return "\n".join(lines)
 
     def describe_leader(self, s: int | None, among: Sequence[int] | None = None) -> str:

@@ -128,8 +128,10 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         plot.setLabel("left", chart.y_label)
         plot.setYRange(0, chart.y_top, padding=0)
         plot.setXRange(-0.55, max(n_suites, 1) - 0.45, padding=0)
-        title = f"{chart.title}<br><span style='font-size:8pt'>{KEY}</span>" if chart.series else chart.title
-        plot.setTitle(title, color=FOREGROUND, size="10pt")
+        plot.setTitle(
+            chart.title, color=FOREGROUND, size="10pt"
+        )  # the key is in the note: a long title widens the chart
+        self.setToolTip(KEY if chart.series else "")
 
     def _add(self, item: pg.GraphicsObject) -> None:
         self.plot.addItem(item)
@@ -337,6 +339,7 @@ class ScoresView(QWidget):
             parts.append(f"Tied at the top (yellow, none clearly better): {', '.join(tied)}.")
         if any(result.at_floor(m, s) for m in range(len(result.models)) for s in range(len(result.suites))):
             parts.append("≈ (red): no better than the floor.")
+        parts.append(f"Chart: {KEY}.")
         parts.append(
             f"{_count(len(result.models), 'model')}, mean reward over {sum(s.examples for s in result.suites)} "
             f"examples on {result.device}" + (" [95 % interval]" if result.has_examples else "") + "."
