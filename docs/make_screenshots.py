@@ -4,7 +4,8 @@
 
 Drives the real window through the main states with the built-in demo agents: sources loaded, every
 Analysis tab, a merge under way, and the result; then Compare (RAM+ against averaging, Task Arithmetic
-and TIES) and Evaluate on the same demo with its test suites: eight models in one table and chart.
+and TIES) and Evaluate on the same demo with its test suites: seven models in Compare's table and chart, eight
+in Evaluate's.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
 1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
 (``filters-dialog.png``). ``--eval-only`` takes just Compare and Evaluate; ``--filters-only`` just the
@@ -188,9 +189,10 @@ VARIANTS = (("average", None, None), ("task-arithmetic", "0.3", "scale"), ("ties
 
 
 def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
-    """6-compare.png, 5-evaluate.png (the table) and 5b-evaluate-chart.png on the built-in demo: the RAM+
-    merge, a compare against averaging, Task Arithmetic and TIES, and all eight models (base, three agents,
-    the merge, three variants) scored on the agents' own test suites (preloaded by --demo)."""
+    """6-compare.png (its table), 6b-compare-chart.png, 5-evaluate.png (the table) and 5b-evaluate-chart.png
+    on the built-in demo: the RAM+ merge, a compare against averaging, Task Arithmetic and TIES, and all
+    eight models (base, three agents, the merge, three variants) scored on the agents' own test suites
+    (preloaded by --demo); Evaluate reuses the scores Compare made, so only the merge is generated there."""
     from ram_desktop.gui.application import wait_until
     from ram_desktop.gui.main_window import MainWindow
 
@@ -210,6 +212,9 @@ def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     window.steps.setCurrentWidget(window.compare)
     wait_until(lambda: False, 0.3, app)
     save(window, out / "6-compare.png")
+    window.compare.scores.views.setCurrentWidget(window.compare.chart)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "6b-compare-chart.png")
     window.steps.setCurrentWidget(window.evaluate)
     models = window.evaluate.model_list  # base, agents, the merge and every compared variant on the same suites
     window.evaluate.set_checked([models.item(i).data(Qt.UserRole).name for i in range(models.count())])

@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml",
     )
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
-    p.add_argument("--json", type=Path, help="write the ram-eval/1 results to this file")
+    p.add_argument("--json", type=Path, help="write the ram-eval/2 results (scores, per-example rewards, intervals, floors) to this file")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")

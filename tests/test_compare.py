@@ -149,12 +149,14 @@ def test_compare_with_suites_scores_like_a_separate_eval(tmp_path, capsys):
                  "--out-dtype", "float32"])
     assert code == 0, capsys.readouterr().err
     data = json.loads((out / "compare.json").read_text())
-    assert data["format"] == "ram-eval/1"
+    assert data["format"] == "ram-eval/2"
     assert [m["name"] for m in data["models"]] == ["base", "left", "right", "ram", "ta"]
     assert [s["name"] for s in data["suites"]] == ["toy"]
     separate = tmp_path / "eval.json"
     assert main(["-q", "eval", str(base), *map(str, agents), str(out / "ram"), str(out / "ta"), "--suite", str(suite),
                  "--json", str(separate), "--device", "cpu"]) == 0
-    assert json.loads(separate.read_text())["scores"] == data["scores"]
+    alone = json.loads(separate.read_text())
+    for key in ("scores", "per_example", "intervals", "differences", "at_floor", "suites"):
+        assert alone[key] == data[key], key
     png = (out / "compare.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

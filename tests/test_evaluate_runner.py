@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 from ram_desktop.cli import main
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.evaluate import evaluate, load_suite, model_refs
+from ram_desktop.evaluate import evaluate, load_suite, model_refs, runner
 
 from .hubcache import populate, sha_of
 from .tinylm import build_tokenizer, write_tiny_lm
@@ -120,12 +120,19 @@ def test_eval_scores_equal_plain_greedy_generation(lms, tmp_path, capsys):
     assert 0 < expected_exact < 1
     data = json.loads(out.read_text())
     assert data["scores"] == [[expected_lengths, expected_exact]]
-    assert data["format"] == "ram-eval/1" and data["device"] == "cpu"
+    assert data["format"] == "ram-eval/2" and data["device"] == "cpu"
     assert data["models"] == [{"name": "chat", "source": str(chat.resolve())}]
+    # the floors: the python scorer gives the empty answer i (no answer column: the only candidate); exact
+    # gives the most frequent answer ("no", 3 of 7) a reward wherever it is the answer
     assert data["suites"] == [
-        {"name": "lengths", "source": str(lengths.resolve()), "examples": 7, "scorer": "python:len_reward.py:reward"},
-        {"name": "exact-half", "source": str(exact.resolve()), "examples": 7, "scorer": "exact"}]
-    assert set(data) == {"format", "models", "suites", "scores", "seconds", "device", "versions"}
+        {"name": "lengths", "source": str(lengths.resolve()), "examples": 7, "scorer": "python:len_reward.py:reward",
+         "floor": {"answer": "", "score": 3.0}},
+        {"name": "exact-half", "source": str(exact.resolve()), "examples": 7, "scorer": "exact",
+         "floor": {"answer": "no", "score": 3 / 7}}]
+    assert set(data) == {"format", "models", "suites", "scores", "seconds", "device", "versions", "per_example",
+                         "intervals", "differences", "at_floor"}
+    assert data["per_example"] == [[[len(t) * 1000 + i for i, t in enumerate(texts)],
+                                    [float(t.strip() == a.strip()) for t, a in zip(texts, answers)]]]
     assert data["seconds"] > 0 and data["versions"]["transformers"] == transformers.__version__
     assert "chat" in stdout and "lengths (7)" in stdout and "exact-half (7)" in stdout
     assert f"{expected_exact:.3f}" in stdout
@@ -416,9 +423,12 @@ def test_thread_setting_gives_the_same_completions_and_is_restored(lms, tmp_path
     monkeypatch.setenv("RAM_DESKTOP_THREADS", "1")
     single = evaluate(model_refs([chat]), [suite], batch_size=2)
     monkeypatch.delenv("RAM_DESKTOP_THREADS")
+    tiny = evaluate(model_refs([chat]), [suite], batch_size=2, threads=None)  # a tiny model: one thread
+    monkeypatch.setattr(runner, "TINY_MODEL", 0)  # as if the model were large: torch's own setting
     default = evaluate(model_refs([chat]), [suite], batch_size=2, threads=None)
-    assert seen == [1, 1, before, before] and torch.get_num_threads() == before
-    assert single.completions == default.completions == [[[reference(chat, chat_text(p), 5)[0] for p in PROMPTS[:3]]]]
+    assert seen == [1, 1, 1, 1, before, before] and torch.get_num_threads() == before
+    expected = [[[reference(chat, chat_text(p), 5)[0] for p in PROMPTS[:3]]]]
+    assert single.completions == tiny.completions == default.completions == expected
     with pytest.raises(InputError, match="threads"):
         evaluate(model_refs([chat]), [suite], threads=0)
 

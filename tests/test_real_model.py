@@ -262,7 +262,7 @@ def test_eval_scores_the_real_model_through_its_chat_template(real):
     _run(real["tmp"], "eval", str(real["base"]), str(real["merged"] / "ram"), "--names", "base,ram",
          "--suite", *map(str, real["suites"].values()), "--json", str(out), "--device", "cpu")
     result = json.loads(out.read_text())
-    assert result["format"] == "ram-eval/1"
+    assert result["format"] == "ram-eval/2"
     assert {"models", "suites", "scores", "seconds", "device", "versions"} <= set(result)
     assert [m["name"] for m in result["models"]] == ["base", "ram"]
     assert [s["name"] for s in result["suites"]] == list(TASKS)

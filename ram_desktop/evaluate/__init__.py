@@ -15,18 +15,22 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   ``Scorer.check(suite)`` refuses a suite it cannot score (missing answers);
   ``Scorer.score(suite, completions)`` validates the rewards (InputError naming suite and function).
 - ``model_refs(sources, names=None) -> list[ModelRef]``: names for model folders / Hub ids.
-- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None)
-  -> EvalResult``: ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
+- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None,
+  cache=None) -> EvalResult``: ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
   ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",
   "generating with NAME", then per batch "NAME · SUITE · x examples/s · y tokens/s"), cancel
-  between batches (``Cancelled``). ``threads``: torch CPU threads (default ``RAM_DESKTOP_THREADS``
-  or torch's own).
+  between batches (``Cancelled``). ``threads``: torch CPU threads (default ``RAM_DESKTOP_THREADS``,
+  else one for a model under 50 M parameters on the CPU, else torch's own).
 - ``check_json_path(path)``: refuse an unwritable ``--json`` target before any work.
-- ``EvalResult``: ``models``, ``suites`` (``SuiteSummary``), ``scores[model][suite]``,
-  ``completions`` and ``rewards`` per model, suite and example, ``seconds``, ``device``,
-  ``versions``, ``generated_tokens``; ``to_json()`` (``ram-eval/1``), ``write_json(path)`` (atomic),
-  ``table()`` (plain text).
+- ``EvalResult``: ``models``, ``suites`` (``SuiteSummary``, with the suite's ``floor``),
+  ``scores[model][suite]``, ``completions`` and ``rewards`` per model, suite and example, ``seconds``,
+  ``device``, ``versions``, ``generated_tokens``; ``interval(m, s)`` (95 %), ``difference(a, b, s)``
+  (paired, with its SE), ``at_floor(m, s)``, ``leader(s, among)`` (best or tied);
+  ``to_json()`` (``ram-eval/2``), ``write_json(path)`` (atomic), ``table()`` (plain text).
+- ``stats``: ``mean_interval``, ``paired_difference``, ``clearly_better``; ``floors``: ``floor_of``;
+  ``cache``: ``ScoreCache`` (``evaluate(..., cache=)``); ``chart``: ``score_chart``, ``draw_png`` (the
+  one description of the scores chart).
 
 Errors the user can act on are ``ram_desktop.core.errors.InputError``; cancelling raises
 ``ram_desktop.core.errors.Cancelled``. Nothing here writes files except ``EvalResult.write_json``.

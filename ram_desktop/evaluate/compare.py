@@ -2,8 +2,9 @@
 the base, every agent and every variant, and draw the comparison (docs/contracts.md, Compare; docs/evaluate.md).
 
 ``DIR/<variant>/`` is a complete output folder for each variant; ``DIR/compare.json`` lists the
-variants and, when suites were given, carries the ``ram-eval/1`` keys of the evaluation;
-``DIR/compare.png`` draws the scores as grouped bars (suites × models).
+variants and, when suites were given, carries the ``ram-eval/2`` keys of the evaluation;
+``DIR/compare.png`` draws the scores as grouped bars (suites × models) with their 95 % intervals, value
+labels and each suite's floor (``chart``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
+from .cache import ScoreCache
+from .chart import draw_png, score_chart
 from .fisher import resolve_fisher_params
 from .results import EvalResult, ModelRef
 
@@ -56,11 +59,13 @@ def compare(
     batch_size: int = 8,
     limit: int | None = None,
     token: str | None = None,
+    cache: ScoreCache | None = None,
     **engine_options: Any,
 ) -> CompareResult:
     """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
     ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
-    checked before anything is merged."""
+    checked before anything is merged. ``cache``: scores to reuse (the base's and the agents' from an
+    earlier evaluation or compare) and to keep."""
     from . import Suite, evaluate, load_suite
 
     reporter = reporter or Reporter()
@@ -85,11 +90,12 @@ def compare(
         names = merges[0].probe.names
         models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
         models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
-        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter)
+        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter, cache=cache)
     result = CompareResult(folder, list(variants), merges, evaluation)
     _write_json(folder / COMPARE_JSON, result.to_json())
     if evaluation is not None:
-        draw_scores(evaluation, folder / COMPARE_PNG)
+        kinds = ["base"] + ["agent"] * len(session.agents) + ["variant"] * len(merges)
+        draw_scores(evaluation, folder / COMPARE_PNG, kinds)
     return result
 
 
@@ -131,30 +137,7 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def draw_scores(result: EvalResult, path: Path) -> bool:
-    """Grouped bars (one group per suite, one bar per model) as a PNG, with matplotlib's headless
-    backend; False (and a log line) when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed: %s not drawn (pip install 'ram-desktop[eval]')", path.name)
-        return False
-    n_models, n_suites = len(result.models), len(result.suites)
-    width = 0.8 / max(n_models, 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 + n_suites * (0.5 + 0.32 * n_models)), 4.2), dpi=120)
-    for m, model in enumerate(result.models):
-        xs = [s + (m - (n_models - 1) / 2) * width for s in range(n_suites)]
-        ax.bar(xs, [result.scores[m][s] for s in range(n_suites)], width, label=model.name)
-    ax.set_xticks(range(n_suites), [s.name for s in result.suites])
-    ax.set_ylabel("mean reward")
-    ax.set_ylim(0, max(1.0, max((v for row in result.scores for v in row), default=1.0)) * 1.08)
-    ax.set_title("Scores per suite: base, agents and merged variants")
-    ax.legend(fontsize=8, ncol=2, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+def draw_scores(result: EvalResult, path: Path, kinds: Sequence[str] | None = None) -> bool:
+    """``compare.png``: the scores chart (``chart.score_chart``: bars, 95 % error bars, value labels, floors)
+    drawn by matplotlib; False (and a log line) when matplotlib is not installed."""
+    return draw_png(score_chart(result, kinds, "Scores per suite: base, agents and merged variants"), path)

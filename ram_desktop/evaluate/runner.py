@@ -35,6 +35,8 @@ import torch
 from .. import __version__
 from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
+from .cache import ScoreCache, folder_fingerprint, score_key, suite_fingerprint
+from .floors import floor_of
 from .results import EvalResult, ModelRef, SuiteSummary
 from .scorers import make_scorer
 from .suites import Suite
@@ -91,11 +93,15 @@ def evaluate(
     limit: int | None = None,
     reporter: Reporter | None = None,
     threads: int | None = None,
+    cache: ScoreCache | None = None,
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
-    examples of each suite. Python scorers are loaded (their files run) here, before any model.
+    examples of each suite. Python scorers are loaded (their files run) here, before any model, and
+    score each suite's constant answers for its floor (``floors``).
     ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
-    torch's own setting); restored afterwards.
+    per model: one for a tiny model on the CPU, torch's own setting otherwise); restored afterwards.
+    ``cache``: scores found there (same model files, suite, scorer, device and batch size) are reused,
+    a model with all of them is not even loaded; new scores are added to it.
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
     a scorer that fails) and ``Cancelled`` when the reporter's token is cancelled.
@@ -122,6 +128,7 @@ def evaluate(
     scorers = [make_scorer(s.scorer_spec) for s in suites]
     for scorer, suite in zip(scorers, suites):
         scorer.check(suite)
+    floors = [floor_of(suite, scorer) for scorer, suite in zip(scorers, suites)]  # a failing scorer stops it here
     resolved = [_resolve(ref, reporter) for ref in refs]
 
     progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
@@ -134,21 +141,38 @@ def evaluate(
     # model among it; 0.1 ms once transformers is warm). What is frozen is long-lived (modules, the caller's
     # objects) and stays frozen: unfreezing would hand the caller the full collection this avoids.
     gc.freeze()
+    threads = _configured_threads(threads)
+    suite_keys = [suite_fingerprint(s) for s in suites] if cache is not None else []
     with _torch_threads(threads):
         for ref, folder, _ in resolved:
-            completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
+            model_key = folder_fingerprint(folder) if cache is not None else ""
+            keys = [score_key(model_key, k, str(torch_device), batch_size) for k in suite_keys]
+            found = [cache.get(k) for k in keys] if cache is not None else [None] * len(suites)
+            todo = [suite for suite, hit in zip(suites, found) if hit is None]
+            progress.skip(sum(len(suite) for suite, hit in zip(suites, found) if hit is not None))
+            fresh = iter(
+                _complete(ref, folder, todo, torch_device, batch_size, progress, threads is None) if todo else []
+            )
             gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
             gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
+            texts = [list(hit.completions) if hit is not None else next(fresh) for hit in found]
             # scored now, so a reward function that fails stops the run after the first model, not the last
-            rewards.append(
-                [scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, completions[-1])]
-            )
+            row = [
+                list(hit.rewards) if hit is not None else scorer.score(suite, t)
+                for scorer, suite, t, hit in zip(scorers, suites, texts, found)
+            ]
+            if cache is not None:
+                for key, t, r, hit in zip(keys, texts, row, found):
+                    if hit is None:
+                        cache.put(key, t, r)
+            completions.append(texts)
+            rewards.append(row)
     scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
     return EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
-        suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
+        suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(suites, floors)],
         scores=scores,
         seconds=time.perf_counter() - start,
         device=str(torch_device),
@@ -159,15 +183,34 @@ def evaluate(
     )
 
 
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    """Run with ``threads`` CPU threads (or ``RAM_DESKTOP_THREADS``); torch's setting is restored after.
-
-    Generation is many small operations with a barrier each: on a machine that other programs keep
-    busy, one thread is often several times faster than all cores (see benchmarks/README.md)."""
+def _configured_threads(threads: int | None) -> int | None:
+    """The thread count the caller asked for: ``threads``, else ``RAM_DESKTOP_THREADS``, else None (chosen
+    per model: ``model_threads``)."""
     if threads is None:
         env = os.environ.get("RAM_DESKTOP_THREADS", "").strip()
         threads = int(env) if env.isdigit() and int(env) > 0 else None
+    return threads
+
+
+TINY_MODEL = 50_000_000  # parameters: below this a decoding step is too small to share between threads
+
+
+def model_threads(model: Any, device: torch.device) -> int | None:
+    """Threads for generating with ``model`` when nobody asked for a number: one for a tiny model on the
+    CPU (its operations are so small that with several threads each ends waiting at a barrier for a thread
+    another program has descheduled: 5x slower on a busy 2-core machine, benchmarks/README.md), else
+    torch's own setting (None)."""
+    if device.type != "cpu" or sum(p.numel() for p in model.parameters()) >= TINY_MODEL:
+        return None
+    return 1
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Run with ``threads`` CPU threads (None: as it is); torch's setting is restored after.
+
+    Generation is many small operations with a barrier each: on a machine that other programs keep
+    busy, one thread is often several times faster than all cores (see benchmarks/README.md)."""
     if threads is None:
         yield
         return
@@ -191,6 +234,12 @@ class _Progress:
     def report(self, detail: str) -> None:
         self.reporter.progress(STAGE, self.done, self.total, "examples", detail)
 
+    def skip(self, examples: int) -> None:
+        """Examples whose scores were reused: done without generating."""
+        if examples:
+            self.done += examples
+            self.report(f"{examples} examples' scores reused")
+
     def start_model(self) -> None:
         self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
 
@@ -207,12 +256,22 @@ class _Progress:
 
 
 def _complete(
-    ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int, progress: _Progress
+    ref: ModelRef,
+    folder: Path,
+    suites: list[Suite],
+    device: torch.device,
+    batch_size: int,
+    progress: _Progress,
+    pick_threads: bool = False,
 ) -> list[list[str]]:
-    """Load one model, generate the completions of every suite (in suite order), free the model."""
+    """Load one model, generate the completions of every suite (in suite order), free the model.
+    ``pick_threads``: generate with ``model_threads``' choice for this model."""
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
-    with _loaded(folder, ref.name, device) as (model, tokenizer):
+    with (
+        _loaded(folder, ref.name, device) as (model, tokenizer),
+        _torch_threads(model_threads(model, device) if pick_threads else None),
+    ):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
         for suite in suites:

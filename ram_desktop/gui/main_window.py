@@ -156,10 +156,7 @@ class MainWindow(QMainWindow):
         for panel in (self.evaluate, self.compare):
             panel.error.connect(self.show_error)
             panel.info.connect(self.show_info)
-        self.compare.run_requested.connect(self._compare)
-        self.compare.compare_finished.connect(
-            lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None
-        )
+        self.compare.run_requested.connect(self._compare)  # its scores show in its own tab
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()

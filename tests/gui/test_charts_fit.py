@@ -165,6 +165,7 @@ def test_twelve_models_twelve_colours_whole_names_every_column(qtbot, window, si
     window.steps.setCurrentWidget(panel)
     result, kinds = _many_models()
     panel.show_result(result, kinds)
+    panel.scores.views.setCurrentWidget(panel.chart)  # the chart is drawn when it is shown
     qtbot.wait(50)
     bars = panel.chart.bars
     assert len(bars) == 12

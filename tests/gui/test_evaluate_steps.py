@@ -11,12 +11,11 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PySide6.QtCore import Qt, QTimer
 
 pytest.importorskip("transformers")
-
-import itertools
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 from ram_desktop.gui import main_window
@@ -65,9 +64,29 @@ def add_suite_by_dialog(qtbot, window, monkeypatch, path: Path) -> None:
 
 
 def table_values(panel) -> dict[str, list[str]]:
+    """The scores shown, without their intervals and floor marks."""
+    t = panel.table
+    return {t.item(r, 0).text(): [t.item(r, c).text().split()[0] for c in range(1, t.columnCount())]
+            for r in range(t.rowCount())}
+
+
+def table_texts(panel) -> dict[str, list[str]]:
     t = panel.table
     return {t.item(r, 0).text(): [t.item(r, c).text() for c in range(1, t.columnCount())]
             for r in range(t.rowCount())}
+
+
+def tied_cells(panel) -> set[tuple[str, int]]:
+    t = panel.table
+    return {(t.item(r, 0).text(), c) for r in range(t.rowCount()) for c in range(1, t.columnCount())
+            if t.item(r, c).background().color().name() == "#fff4d6"}
+
+
+def np_interval(values) -> str:
+    """mean ± 1.96 · sample SD / √n, clipped to the values' range, as the table writes it."""
+    v = np.asarray(values, dtype=float)
+    half = 1.96 * v.std(ddof=1) / np.sqrt(len(v))
+    return f"[{max(v.mean() - half, v.min()):.3f}, {min(v.mean() + half, v.max()):.3f}]"
 
 
 def bold_cells(panel) -> set[tuple[str, int]]:
@@ -112,7 +131,7 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
     timer.stop()
     assert done.args == ["done"], window.message.text.text()
-    worst = max(b - a for a, b in itertools.pairwise(beats))
+    worst = max(b - a for a, b in zip(beats, beats[1:]))
     print(f"heartbeat during the evaluation: {len(beats)} beats, longest stall {1000 * worst:.1f} ms")
     assert worst <= 0.1
 
@@ -124,13 +143,16 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
     assert "Done" in panel.run.bar.format() or panel.run.bar.value() == 1000
 
     data = json.loads((tmp_path / "merged" / "eval.json").read_text())
-    assert data["format"] == "ram-eval/1"
+    assert data["format"] == "ram-eval/2"
     assert [m["name"] for m in data["models"]] == ["base", "left", "right", "merged"]
     assert data["scores"] == [[expected[n]] for n in ["base", "left", "right", "merged"]]
+    texts = table_texts(panel)
+    for m, name in enumerate(["base", "left", "right", "merged"]):  # every score with its 95 % interval
+        assert texts[name][0].startswith(f"{expected[name]:.3f} {np_interval(data['per_example'][m][0])}")
     card = (tmp_path / "merged" / "README.md").read_text()
     assert card.count("## Evaluation") == 1
-    assert f"| **merged** | **{expected['merged']:.3f}** | **{expected['merged']:.3f}** |" in card
-    assert f"| base | {expected['base']:.3f} | {expected['base']:.3f} |" in card
+    assert f"| **merged** | **{expected['merged']:.3f} [" in card
+    assert f"| base | {expected['base']:.3f} [" in card
     assert "## Agents" in card  # the merge's own card stays
 
 
@@ -171,11 +193,38 @@ def test_cancel_stops_within_one_batch_and_writes_nothing(qtbot, window, tiny, t
     assert panel.run.start_button.isEnabled()
 
 
-def test_compare_two_variants_is_one_compare_and_shows_them_side_by_side(qtbot, window, tiny, tmp_path, monkeypatch):
+def generations_by_model(monkeypatch) -> list[str]:
+    """The model folder of every generate() call."""
+    import transformers
+
+    seen: list[str] = []
+    original = transformers.GenerationMixin.generate
+
+    def generate(self, *args, **kwargs):
+        seen.append(Path(self.name_or_path).name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
+    return seen
+
+
+def test_compare_is_one_compare_in_its_own_tab_and_reuses_the_scores_evaluate_made(qtbot, window, tiny, tmp_path,
+                                                                                 monkeypatch):
     base, agents, suite = tiny
     load_sources(qtbot, window, base, agents)
     window.method.set_out_dtype("float32")
     add_suite_by_dialog(qtbot, window, monkeypatch, suite)
+    generated = generations_by_model(monkeypatch)
+    evaluate = window.evaluate
+    window.steps.setCurrentWidget(evaluate)
+    evaluate.batch_size.setValue(8)
+    with qtbot.waitSignal(evaluate.evaluation_finished, timeout=120000) as done:  # base and agents, scored once
+        qtbot.mouseClick(evaluate.run.start_button, Qt.LeftButton)
+    assert done.args == ["done"], window.message.text.text()
+    assert sorted(generated) == ["base", "left", "right"]
+    evaluated = table_texts(evaluate)
+    generated.clear()
+
     calls = []
     original = compare_panel.compare
 
@@ -189,28 +238,43 @@ def test_compare_two_variants_is_one_compare_and_shows_them_side_by_side(qtbot, 
     panel.tick("ram-plus", "0, 0.2", "r")
     panel.folder.setText(str(tmp_path / "cmp"))
     assert "toy" in panel.summary.text()
-    window.evaluate.run.end("Scored 3 models on 1 suite in 2 s", True)  # a previous evaluation's status
     with qtbot.waitSignal(panel.compare_finished, timeout=120000) as done:
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
         row = panel.rows["ram-plus"]  # running: the sweep cannot change under it
         assert not row.values.isEnabled() and not row.param.isEnabled()
     assert done.args == ["done"], window.message.text.text()
     assert len(calls) == 1
-    assert row.values.isEnabled() and "Scored 3 models" not in window.evaluate.run.label.text()
-    assert "Compare scored 5 models" in window.evaluate.run.label.text()
-    assert window.steps.currentWidget() is window.evaluate
     names = ["ram-plus_r=0", "ram-plus_r=0.2"]
+    assert sorted(generated) == names  # the base and the agents were not generated again
+    # the results stay in Compare's own tab, table and chart; Evaluate's table is as it was
+    assert window.steps.currentWidget() is panel
+    assert table_texts(evaluate) == evaluated
+    assert row.values.isEnabled()
+    status = panel.run.label.text()
+    assert "scored 5 models" in status and "3 scores reused" in status, status
+    assert panel.table.rowCount() == 5 and "5 models" in panel.note.text()
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert [v["name"] for v in data["variants"]] == names
     assert [v["params"]["r"] for v in data["variants"]] == [0.0, 0.2]
     expected = {"base": expected_score(base, suite), "left": expected_score(agents[0], suite),
                 "right": expected_score(agents[1], suite)}
     expected.update({n: expected_score(tmp_path / "cmp" / n, suite) for n in names})
-    assert table_values(window.evaluate) == {n: [f"{v:.3f}", f"{v:.3f}"] for n, v in expected.items()}
-    best = max(names, key=lambda n: (expected[n], -names.index(n)))
-    assert bold_cells(window.evaluate) == {(best, 1), (best, 2)}
+    assert table_values(panel) == {n: [f"{v:.3f}", f"{v:.3f}"] for n, v in expected.items()}
+    panel.scores.views.setCurrentWidget(panel.chart)  # the chart's tab beside the table's
+    assert len(panel.chart.bars) == 5 and len(panel.chart.labels) == 5  # a value label on every bar (one suite)
+    # best only when clearly better than the other variant on the same examples, else both tied
+    a, b = (data["per_example"][data["models"].index({"name": n, "source": str(tmp_path / "cmp" / n)})][0]
+            for n in names)
+    d = np.asarray(a) - np.asarray(b)
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    if abs(d.mean()) > 2 * se:
+        best = names[0] if d.mean() > 0 else names[1]
+        assert bold_cells(panel) == {(best, 1), (best, 2)} and tied_cells(panel) == set()
+    else:
+        assert bold_cells(panel) == set() and tied_cells(panel) == {(n, c) for n in names for c in (1, 2)}
+        assert "Tied" in panel.note.text()
     for n in names:
-        assert json.loads((tmp_path / "cmp" / n / "eval.json").read_text())["format"] == "ram-eval/1"
+        assert json.loads((tmp_path / "cmp" / n / "eval.json").read_text())["format"] == "ram-eval/2"
         assert "## Evaluation" in (tmp_path / "cmp" / n / "README.md").read_text()
     variants = [(m.name, m.kind) for m in window.evaluate.checked_models() if m.kind == "variant"]
     assert variants == [(n, "variant") for n in names]
@@ -228,12 +292,15 @@ def test_bad_compare_values_are_refused_before_anything_runs(qtbot, window, tiny
 
 
 def synthetic_result() -> tuple[EvalResult, dict[str, str]]:
+    """Five models on two suites; model m's rewards on a suite of n examples are k ones then zeros (score k/n),
+    so two models differ on exactly the examples between their k's."""
     models = [ModelRef("base", "/m/base"), ModelRef("coder", "/m/coder"), ModelRef("tool", "/m/tool"),
               ModelRef("ram", "/c/ram"), ModelRef("ta", "/c/ta")]
     suites = [SuiteSummary("code", "/s/code", 10, "exact"), SuiteSummary("tool", "/s/tool", 20, "contains")]
     scores = [[0.2, 0.1], [0.9, 0.15], [0.1, 0.8], [0.6, 0.55], [0.7, 0.3]]
+    rewards = [[[1.0] * round(v * n) + [0.0] * (n - round(v * n)) for v, n in zip(row, (10, 20))] for row in scores]
     kinds = {"/m/base": "base", "/m/coder": "agent", "/m/tool": "agent", "/c/ram": "variant", "/c/ta": "variant"}
-    return EvalResult(models, suites, scores, 1.0, "cpu", {}), kinds
+    return EvalResult(models, suites, scores, 1.0, "cpu", {}, rewards=rewards), kinds
 
 
 def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, monkeypatch):
@@ -241,19 +308,24 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     panel = window.evaluate
     assert not panel.export_csv_button.isEnabled()
     panel.show_result(result, kinds)
-    # the agents' 0.9 and 0.8 are higher, but only merged models compete for the mark
-    assert bold_cells(panel) == {("ta", 1), ("ram", 2), ("ram", 3)}  # code, tool, mean (0.575 vs 0.5)
+    # the agents' 0.9 and 0.8 are higher, but only merged models compete for the mark. On code ta leads ram
+    # by one example in ten (+0.1, SE 0.1): tied. On tool ram leads by 5 of 20 (+0.25, SE 0.099): best. On
+    # the mean (+0.075, SE √(0.1² + 0.099²) / 2 = 0.070): tied.
+    assert bold_cells(panel) == {("ram", 2)}
+    assert tied_cells(panel) == {("ta", 1), ("ram", 1), ("ta", 3), ("ram", 3)}
     assert table_values(panel)["ram"] == ["0.600", "0.550", "0.575"]
+    assert table_texts(panel)["ram"][:2] == [f"0.600 {np_interval([1] * 6 + [0] * 4)}",
+                                             f"0.550 {np_interval([1] * 11 + [0] * 9)}"]
     assert panel.table.horizontalHeaderItem(1).text() == "code\n(10)"
-    assert "best merged" in panel.note.text()
+    assert "Best merged model" in panel.note.text() and "Tied" in panel.note.text()
 
     monkeypatch.setattr(evaluate_panel.QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "s.csv"), ""))
     qtbot.mouseClick(panel.export_csv_button, Qt.LeftButton)
-    with open(tmp_path / "s.csv", newline="") as f:
-        rows = list(csv.reader(f))
-    assert rows[0] == ["model", "kind", "source", "code", "tool", "mean"]
-    assert rows[4] == ["ram", "variant", "/c/ram", "0.6", "0.55", "0.575"]
-    assert rows[-1] == ["best merged", "", "", "ta", "ram", "ram"]
+    rows = list(csv.reader(open(tmp_path / "s.csv", newline="")))
+    assert rows[0] == ["model", "kind", "source", "code", "code low", "code high", "tool", "tool low", "tool high",
+                       "mean"]
+    assert rows[4][:4] == ["ram", "variant", "/c/ram", "0.6"] and rows[4][6] == "0.55" and rows[4][-1] == "0.575"
+    assert rows[-1] == ["best merged", "", "", "tied: ta ram", "", "", "ram", "", "", "tied: ram ta"]
     assert len(rows) == 7
 
     monkeypatch.setattr(evaluate_panel.QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "s.png"), ""))
@@ -264,6 +336,70 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     assert not image.isNull() and image.width() > 200
     colors = {image.pixelColor(x, y).name() for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)}
     assert {"#9e9e9e", charts.PALETTE[0], charts.PALETTE[2]} <= colors  # bars were drawn
+
+
+def test_chart_has_error_bars_value_labels_floors_and_twelve_distinct_colours(qtbot, window):
+    from ram_desktop.evaluate.floors import Floor
+
+    n = 20
+    names = [f"v{i}" for i in range(12)]
+    models = [ModelRef(name, f"/c/{name}") for name in names]
+    suites = [SuiteSummary("code", "/s/code", n, "exact", Floor("42", 0.5, (1.0,) * 10 + (0.0,) * 10))]
+    rewards = [[[1.0] * (i + 4) + [0.0] * (n - i - 4)] for i in range(12)]
+    result = EvalResult(models, suites, [[(i + 4) / n] for i in range(12)], 1.0, "cpu", {}, rewards=rewards)
+    panel = window.evaluate
+    window.steps.setCurrentWidget(panel)
+    panel.show_result(result, {f"/c/{name}": "variant" for name in names})
+    panel.scores.views.setCurrentWidget(panel.chart)
+    chart = panel.chart
+    assert [label.toPlainText() for label in chart.labels] == [
+        f"{(i + 4) / n:.2f}" + ("≈" if i + 4 <= 13 else "") for i in range(12)]  # 10 + 2·SE(…) at n = 20
+    import pyqtgraph as pg
+
+    errors = [item for item in chart.items if isinstance(item, pg.ErrorBarItem)]
+    assert len(errors) == 12
+    floors = [item for item in chart.items if isinstance(item, pg.PlotCurveItem)]
+    assert len(floors) == 1 and list(floors[0].getData()[1]) == [0.5, 0.5]
+    colors = [bar.opts["brush"].color() for bar in chart.bars]
+    assert len({c.name() for c in colors}) == 12
+    from PySide6.QtGui import QColor
+
+    def lab(c: QColor) -> np.ndarray:  # sRGB -> CIELAB (D65), written out
+        rgb = np.array([c.redF(), c.greenF(), c.blueF()])
+        lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+        xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+        f = np.cbrt(xyz / np.array([0.9505, 1.0, 1.089]))
+        return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+    closest = min(np.linalg.norm(lab(a) - lab(b)) for i, a in enumerate(colors) for b in colors[i + 1:])
+    assert closest > 20, closest
+    # a model no better than answering "42" every time is flagged in the table too
+    texts = table_texts(panel)
+    assert texts["v0"][0].endswith("≈") and not texts["v11"][0].endswith("≈")
+    cell = panel.table.item(0, 1)
+    assert 'no better than answering "42" every time' in cell.toolTip()
+    assert "floor 0.500" in panel.table.horizontalHeaderItem(1).text()
+
+
+def test_the_status_counts_the_rows_the_table_shows(qtbot, window, tiny, monkeypatch):
+    base, agents, suite = tiny
+    panel = window.evaluate
+    add_suite_by_dialog(qtbot, window, monkeypatch, suite)
+    panel.add_model_folder(Path(base))
+    panel.add_model_folder(Path(agents[0]))
+    with qtbot.waitSignal(panel.evaluation_finished, timeout=120000):
+        qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+    assert panel.table.rowCount() == 2 and "Scored 2 models" in panel.run.label.text()
+    panel.add_model_folder(Path(agents[1]))
+    panel.set_checked(["base", "right"])
+    generated = generations_by_model(monkeypatch)
+    with qtbot.waitSignal(panel.evaluation_finished, timeout=120000):
+        qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+    assert generated == ["right"]  # base unchanged on an unchanged suite: reused
+    status = panel.run.label.text()
+    assert panel.table.rowCount() == 3
+    assert "Scored 2 models" in status and "1 of 2 scores reused" in status and "the table shows 3 models" in status
+    assert "3 models" in panel.note.text()
 
 
 def test_rows_merge_on_the_same_suites_and_reset_on_others(qtbot, window):

@@ -19,24 +19,9 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from ...core import ProbeReport
 
-# Okabe & Ito's colours that read on white (their orange, sky blue and yellow are too light for text),
-# then Paul Tol's dark "muted" colours, black and brown: twelve colours, pairwise far apart in CIELAB
-# and each at least 3:1 against the white background (tests/gui/test_charts_fit.py checks both).
-PALETTE = [
-    "#0072b2",
-    "#d55e00",
-    "#009e73",
-    "#cc79a7",
-    "#332288",
-    "#999933",
-    "#882255",
-    "#000000",
-    "#117733",
-    "#aa4499",
-    "#8c564b",
-    "#cc6677",
-]
-BASE_COLOR = "#9e9e9e"  # the base model: grey, in no other role
+# one palette for every chart and compare.png (ram_desktop/evaluate/chart.py says how it was chosen)
+from ...evaluate.chart import BASE_COLOR, PALETTE, palette_color  # noqa: F401  BASE_COLOR, PALETTE: re-exported
+
 FOREGROUND = "#333333"
 
 
@@ -46,9 +31,7 @@ def agent_color(index: int) -> QColor:
 
 def model_color(index: int) -> QColor:
     """The ``index``-th colour of the palette; past its end, further hues that keep clear of it."""
-    if index < len(PALETTE):
-        return QColor(PALETTE[index])
-    return QColor.fromHsvF(((index - len(PALETTE)) * 0.618034 + 0.05) % 1.0, 0.85, 0.55)
+    return QColor(palette_color(index))
 
 
 def shade(color: QColor, step: int, steps: int) -> QColor:

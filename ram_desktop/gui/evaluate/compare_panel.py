@@ -1,6 +1,8 @@
 """The Compare step: tick methods and parameter values (an r sweep, a TA scale sweep, …) and merge them
 all as one ``evaluate.compare.compare`` call — one read of the inputs — then score base, agents and
-every variant on the Evaluate step's suites, side by side in its table (docs/gui.md, docs/evaluate.md)."""
+every variant on the Evaluate step's suites, side by side in the step's own table and chart (docs/gui.md,
+docs/evaluate.md). Scores of the base and the agents from an earlier evaluation or compare (same files,
+suites, scorer and settings) are reused through the Evaluate step's ``ScoreCache``."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPushButton,
     QScrollArea,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
@@ -27,6 +30,7 @@ from ...evaluate.compare import CompareResult, compare
 from ..jobs import JobController, JobState
 from .panel import EvaluatePanel, ModelEntry, import_transformers
 from .run_bar import PanelJob, RunBar
+from .scores_view import ScoresView
 
 log = logging.getLogger("ram_desktop")
 
@@ -131,17 +135,34 @@ class ComparePanel(QWidget):
         intro = QLabel(
             "Tick methods and the values to sweep. All variants are merged in one pass over the inputs "
             "(the sources and the Method step's settings), then scored with the Evaluate step's "
-            "ticked suites; the scores appear side by side in its table."
+            "ticked suites; the scores appear side by side below (the base's and the agents' reused "
+            "when they and the suites are unchanged)."
         )
         intro.setWordWrap(True)
         intro.setStyleSheet("color: #555;")
+        self.scores = ScoresView(title="Scores per suite: base, agents and merged variants")
+        self.table, self.chart, self.note = self.scores.table, self.scores.chart, self.scores.note
+        self.scores.export_csv_button.clicked.connect(lambda: self._export("compare.csv", self.scores.export_csv))
+        self.scores.export_png_button.clicked.connect(lambda: self._export("compare-chart.png", self.scores.export_png))
+        self.scores.export_csv_button.setEnabled(False)
+        self.scores.export_png_button.setEnabled(False)
+        top = QWidget()
+        top_layout = QVBoxLayout(top)
+        top_layout.setContentsMargins(0, 0, 0, 0)
+        top_layout.addWidget(intro)
+        top_layout.addWidget(scroll, 1)
+        top_layout.addLayout(folder_row)
+        top_layout.addWidget(self.summary)
+        top_layout.addWidget(self.run)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(self.scores)
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setSizes([200, 400])  # the methods scroll; the scores get the room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(intro)
-        layout.addWidget(scroll, 1)
-        layout.addLayout(folder_row)
-        layout.addWidget(self.summary)
-        layout.addWidget(self.run)
+        layout.addWidget(self.splitter)
         self.task = PanelJob(jobs, JobState.COMPARING, self.run, self)
         self.task.failed.connect(self._failed)
         self.task.cancelled.connect(self._cancelled)
@@ -200,9 +221,10 @@ class ComparePanel(QWidget):
         suites = self.evaluate.checked_suites()
         device, batch = session.device, self.evaluate.batch_size.value()
         limit, options = self.evaluate.limit.value() or None, options or {}
+        cache = self.evaluate.cache
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
-        def run(reporter) -> CompareResult:
+        def run(reporter) -> tuple[CompareResult, int]:
             if suites:
                 import_transformers([session.base])  # the variants share the base's architecture
             result = compare(
@@ -215,36 +237,54 @@ class ComparePanel(QWidget):
                 batch_size=batch,
                 limit=limit,
                 token=token,
+                cache=cache,
                 **options,
             )
             if result.evaluation is not None:
                 record_evaluation(result.evaluation)
-            return result
+            return result, cache.hits - hits
 
+        hits = cache.hits  # read by run(): the reuses of this compare alone
         return self.task.start(run, self._succeeded, f"Preparing {len(variants)} variants…")
 
     def cancel(self) -> None:
         self.task.cancel("Cancelling…")
 
-    def _succeeded(self, result: CompareResult) -> None:
+    def _succeeded(self, value: tuple[CompareResult, int]) -> None:
+        result, reused = value
         self.last = result
         for merge in result.merges:
             self.evaluate.add_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
-        if result.evaluation is not None:
-            kinds = {m.source: "variant" for m in result.evaluation.models[-len(result.merges) :]}
-            self.evaluate.show_result(result.evaluation, kinds)
-            self.evaluate.run.end(
-                f"Compare scored {len(result.evaluation.models)} models (the base, the agents and "
-                f"{len(result.merges)} variants) — see the table",
-                True,
-            )
         seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
-        self.run.end(
-            f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
-            + (" and scored — see Evaluate" if result.evaluation is not None else ""),
-            True,
-        )
+        text = f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
+        evaluation = result.evaluation
+        if evaluation is not None:
+            n_agents = len(evaluation.models) - 1 - len(result.merges)
+            kinds = ["base"] + ["agent"] * n_agents + ["variant"] * len(result.merges)
+            self.scores.show_result(evaluation, {m.source: k for m, k in zip(evaluation.models, kinds)}, keep=False)
+            text += (
+                f"; scored {len(evaluation.models)} models (the base, {n_agents} agents and "
+                f"{len(result.merges)} variants) on {len(evaluation.suites)} suites"
+            )
+            if reused:
+                text += f", {reused} scores reused (model and suite unchanged)"
+            text += " — below"
+        self.scores.export_csv_button.setEnabled(evaluation is not None)
+        self.scores.export_png_button.setEnabled(evaluation is not None)
+        self.run.end(text, True)
         log.info("compare done: %s", result.folder)
+
+    def _export(self, name: str, write) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export", str(Path(self.folder.text() or Path.home()) / name))
+        if not path:
+            return
+        try:
+            saved = write(Path(path))
+        except OSError as e:
+            self.error.emit(f"{getattr(e, 'filename', None) or 'export'}: cannot write ({e.strerror or e})")
+            return
+        log.info("saved %s", saved)
+        self.info.emit(f"Saved {saved}")
 
     def _failed(self, message: str, details: str = "") -> None:
         log.error(message + (f"\n{details}" if details else ""))

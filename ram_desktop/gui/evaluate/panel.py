@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from ...core import MERGE_REPORT, InputError, demo_suites, record_evaluation
 from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
+from ...evaluate.cache import ScoreCache
 from ..jobs import JobController, JobState
 from ..worker import Job
 from .run_bar import PanelJob, RunBar, duration
@@ -83,6 +84,21 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'s' if n != 1 else ''}"
 
 
+def scored_text(result: EvalResult, reused: int, rows: int) -> str:
+    """``Scored 4 models on 3 suites in 12 s`` and what else the table holds: the scores reused from
+    earlier runs (unchanged model and suite), and the rows kept from earlier runs, so that the count
+    matches the table."""
+    text = (
+        f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
+        f"in {duration(result.seconds, coarse=True)}"
+    )
+    if reused:
+        text += f" ({reused} of {len(result.models) * len(result.suites)} scores reused: model and suite unchanged)"
+    if rows > len(result.models):
+        text += f"; the table shows {rows} models ({rows - len(result.models)} scored earlier)"
+    return text
+
+
 class EvaluatePanel(QWidget):
     """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``error(str)`` and
     ``info(str)`` for the window's message bar. The evaluation runs through the window's job controller
@@ -99,6 +115,8 @@ class EvaluatePanel(QWidget):
         self.suite_job: Job | None = None
         self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
+        # scores of unchanged models on unchanged suites, reused by every later evaluation and compare
+        self.cache = ScoreCache()
 
         # suites
         self.suite_table = SuitesTable()
@@ -343,10 +361,13 @@ class EvaluatePanel(QWidget):
             log.info("the evaluation runs the reward function file %s", file)
         log.info("evaluating %d models on %d suites (%s)", len(refs), len(suites), device)
 
+        cache = self.cache
+
         def run(reporter):
             import_transformers([r.source for r in refs])
-            result = evaluate(refs, suites, device, batch, limit, reporter)
-            return result, record_evaluation(result)
+            hits = cache.hits
+            result = evaluate(refs, suites, device, batch, limit, reporter, cache=cache)
+            return result, record_evaluation(result), cache.hits - hits
 
         return self.task.start(run, self._succeeded, f"Loading {refs[0].name}…")
 
@@ -354,12 +375,9 @@ class EvaluatePanel(QWidget):
         self.task.cancel("Cancelling after this batch…")
 
     def _succeeded(self, value) -> None:
-        result, written = value
+        result, written, reused = value
         self.show_result(result)
-        text = (
-            f"Scored {_count(len(result.models), 'model')} on {_count(len(result.suites), 'suite')} "
-            f"in {duration(result.seconds, coarse=True)}"
-        )
+        text = scored_text(result, reused, self.table.rowCount())
         if written:
             text += f" · scores written to {', '.join(p.name for p in written)} (eval.json, model card)"
             log.info(

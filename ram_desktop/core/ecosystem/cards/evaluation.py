@@ -1,8 +1,9 @@
 """Scores into a merged model's folder: an "Evaluation" section in its model card (README.md) and
-``eval.json`` (``ram-eval/1``) beside it (docs/evaluate.md)."""
+``eval.json`` (``ram-eval/2``) beside it (docs/evaluate.md)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -20,6 +21,13 @@ class _Model(Protocol):
     def source(self) -> str: ...
 
 
+class _Floor(Protocol):
+    @property
+    def answer(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+
+
 class _Suite(Protocol):
     @property
     def name(self) -> str: ...
@@ -27,6 +35,8 @@ class _Suite(Protocol):
     def examples(self) -> int: ...
     @property
     def scorer(self) -> str: ...
+    @property
+    def floor(self) -> _Floor | None: ...
 
 
 class EvalScores(Protocol):
@@ -42,6 +52,9 @@ class EvalScores(Protocol):
     @property
     def device(self) -> str: ...
     def write_json(self, path: Path) -> object: ...
+    def interval(self, m: int, s: int) -> tuple[float, float] | None: ...
+    def at_floor(self, m: int, s: int) -> bool: ...
+    def describe_leader(self, s: int | None) -> str: ...
 
 
 EVAL_JSON = "eval.json"
@@ -61,25 +74,54 @@ def merged_folders(result: EvalScores) -> list[tuple[int, Path]]:
 
 
 def evaluation_section(result: EvalScores, highlight: int | None = None) -> str:
-    """The card's section: a Markdown table (models × suites and their mean), ``highlight``'s row in bold."""
-    heads = [f"{s.name} ({s.examples})" for s in result.suites]
+    """The card's section: a Markdown table (models × suites, each score with its 95 % interval, and their
+    mean), ``highlight``'s row in bold, ≈ where a model is no better than the suite's floor (a last row),
+    then the best model per suite or the models tied at the top."""
+    suites = list(result.suites)
+    heads = [f"{s.name} ({s.examples})" for s in suites]
     lines = [
         SECTION,
         "",
         f"Mean reward per suite (greedy decoding, {result.device}, "
-        f"{sum(s.examples for s in result.suites)} examples per model; scorers: "
-        + ", ".join(f"{s.name}: `{s.scorer}`" for s in result.suites)
-        + ").",
+        f"{sum(s.examples for s in suites)} examples per model; scorers: "
+        + ", ".join(f"{s.name}: `{s.scorer}`" for s in suites)
+        + ") with its 95 % interval: mean ± 1.96·SD/√n, clipped to the range of the per-example rewards.",
         "",
         "| model | " + " | ".join(heads) + " | mean |",
         "|---" * (len(heads) + 2) + "|",
     ]
     for m, (model, row) in enumerate(zip(result.models, result.scores)):
-        cells = [model.name, *(f"{v:.3f}" for v in row), f"{sum(row) / len(row):.3f}" if row else "—"]
+        cells = [model.name]
+        for s, value in enumerate(row):
+            interval = result.interval(m, s)
+            cells.append(
+                f"{value:.3f}"
+                + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+                + (" ≈" if result.at_floor(m, s) else "")
+            )
+        cells.append(f"{sum(row) / len(row):.3f}" if row else "—")
         if m == highlight:
             cells = [f"**{c}**" for c in cells]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Full result: `{EVAL_JSON}` (ram-eval/1).", ""]
+    floors = [s.floor for s in suites]
+    if any(f is not None for f in floors):
+        cells = [f"{f.score:.3f} (`{json.dumps(f.answer, ensure_ascii=False)}`)" if f else "—" for f in floors]
+        lines.append("| floor: best constant answer | " + " | ".join(cells) + " | |")
+    lines.append("")
+    if any(result.at_floor(m, s) for m in range(len(result.models)) for s in range(len(suites))):
+        lines += ["≈: no better than the floor, giving the floor's answer every time (within 2 SE).", ""]
+    leaders = [(s.name, result.describe_leader(k)) for k, s in enumerate(suites)]
+    if any(text for _, text in leaders):
+        lines += [
+            (
+                "Differences are paired on the same examples; a model is best only when it beats the next by "
+                "more than 2 standard errors."
+            ),
+            "",
+        ]
+        lines += [f"- {name}: {text}" for name, text in leaders if text]
+        lines.append("")
+    lines += [f"Full result, with every example's reward: `{EVAL_JSON}` (ram-eval/2).", ""]
     return "\n".join(lines)
 
 
