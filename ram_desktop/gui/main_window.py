@@ -22,6 +22,7 @@ from ..core import (
     demo_suites,
     ensure_demo,
 )
+from ..core.storage.output import NotReplaceable, free_folder
 from ..paths import outputs_dir
 from . import ecosystem
 from .analysis_panel import AnalysisPanel
@@ -36,7 +37,6 @@ from .result_box import ResultBox
 from .run_bar import duration
 from .run_box import RunBox
 from .session_form import (
-    NotReplaceable,
     checked_session,
     merge_request,
     read_session,
@@ -45,7 +45,7 @@ from .session_form import (
     show_session,
 )
 from .sources_panel import SourcesPanel
-from .widgets import MessageBar, free_folder, group, splitter
+from .widgets import MessageBar, group, splitter
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 

@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
 )
 
 from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
+from ..core.storage.output import free_folder
 from .method_fields import ParamField, PerAgentField
-from .widgets import free_folder
 
 DTYPE_LABELS = {
     "base": "same as the base",
