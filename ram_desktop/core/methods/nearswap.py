@@ -32,7 +32,7 @@ def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     return weights.bind(ctx, plan)
 
 
-EXACT = MergekitExact("nearswap", {"t": "t"}, {}, agents=(1, 1))
+EXACT = MergekitExact("nearswap", {"t": "t"}, {}, required=("t",), agents=(1, 1))
 
 METHODS = (
     MergeMethod(
@@ -41,7 +41,7 @@ METHODS = (
         "Take the agent's values where they are within t of the base's.",
         PARAMS,
         nearswap_merge,
-        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("t",)),
         bind=_bind,
         theta=True,
         thread_safe=True,  # elementwise
