@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
+from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants, resolve_device
 from ..core.storage.manifest import foreign_entries, write_manifest
 from ..core.storage.output import NotReplaceable, is_staging_entry
 from .fisher import resolve_fisher_params
@@ -64,14 +64,19 @@ def compare(
     ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
     checked before anything is merged."""
     from . import Suite, evaluate, load_suite
+    from .runner import check_eval_options, require_transformers
 
     reporter = reporter or Reporter()
+    check_eval_options(batch_size, limit)  # every option before the first merge
     if not variants:
         raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
     folder = Path(folder).expanduser()
     loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
     for suite in loaded:
         suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+    if loaded:  # what the evaluation needs, before the first merge
+        require_transformers()
+        resolve_device(device or session.device)
     check_compare_folder(folder, overwrite)
     specs = session.variant_specs(list(variants), folder)
     # the shared parameters reach the variants through their specs; the session's own method need not take them

@@ -177,23 +177,24 @@ def _listing(folder: Path) -> list[tuple[str, Path]]:
 
 
 def legacy_foreign(folder: Path) -> list[str]:
-    """Without a manifest: nothing is foreign only when ``folder`` has exactly the layout an earlier merge
+    """Without a manifest, what in ``folder`` is not ours. Ours only in the exact layout an earlier merge
     (weights, config, tokenizer files, card, recipe, report, eval.json) or Fisher estimate (``fisher.json``
-    and the weights it lists) wrote; else every entry counts as the user's."""
+    and the weights it lists) wrote: with a report or ``fisher.json`` that does not vouch for the weights
+    present, every entry is the user's; with valid ones, every entry that is not a regular file of those
+    names is."""
     try:
         items = sorted(folder.iterdir())
     except OSError:
         return [folder.name]
     everything = [p.name for p in items]
-    if not all(_is_regular(p) for p in items):
-        return everything
-    names = set(everything)
+    names = {p.name for p in items if _is_regular(p)}
     weights = {n for n in names if _SHARD.fullmatch(n)} | ({INDEX_NAME} & names)
+    allowed: Callable[[str], bool]
     if "merge-report.json" in names:
         report = _read_json(folder / "merge-report.json")
         output = report.get("output") if isinstance(report, dict) else None
         listed = output.get("files") if isinstance(output, dict) else None
-        ours = (
+        valid = (
             isinstance(report, dict)
             and report.get("format") == "ram-probe/1"
             and isinstance(report.get("method"), str)
@@ -201,17 +202,18 @@ def legacy_foreign(folder: Path) -> list[str]:
             and _is_recipe(folder / "ram-recipe.yaml")
             and isinstance(listed, list)
             and set(listed) == weights
-            and all(n in weights or n in LEGACY_MERGE_FILES or _is_tokenizer(n) for n in names)
         )
+        allowed = lambda n: n in weights or n in LEGACY_MERGE_FILES or _is_tokenizer(n)
     elif "fisher.json" in names:
         info = _read_json(folder / "fisher.json")
         listed = info.get("files") if isinstance(info, dict) else None
-        ours = isinstance(listed, list) and set(listed) == weights and names == weights | {"fisher.json"}
+        valid = isinstance(listed, list) and set(listed) == weights
+        allowed = lambda n: n in weights or n == "fisher.json"
     else:
-        ours = False
-    if not ours or not all(_whole_safetensors(folder / n) for n in weights if n != INDEX_NAME):
         return everything
-    return []
+    if not valid or not weights or not all(_whole_safetensors(folder / n) for n in weights if n != INDEX_NAME):
+        return everything
+    return [n for n in everything if n not in names or not allowed(n)]
 
 
 def _is_tokenizer(name: str) -> bool:
