@@ -123,8 +123,8 @@ def foreign_entries(
     """What in ``folder`` RAM Desktop did not write or that changed since (paths relative to it, sorted);
     empty when the folder is ours to replace. With a manifest: every entry must be listed with its size and
     hash (files listed but gone are fine: nothing of the user's is lost with them). Without one: ``legacy``
-    judges (default: the earlier merge or Fisher layout, ``legacy_foreign``). ``tolerated``: top-level
-    entries that are neither ours nor the user's (a run's lock file, a staging folder its owner tidies).
+    judges (default: the earlier merge or Fisher layout, ``legacy_foreign``). ``tolerated``: entries that
+    are neither ours nor the user's (a run's lock file, a staging folder its owner tidies, Python's bytecode).
     ``hashes=False`` compares names and sizes only (the check repeated under the output lock, moments after
     the full one)."""
     manifest = read_manifest(folder)
@@ -155,7 +155,7 @@ def _entries(folder: Path, tolerated: Callable[[Path], bool] | None) -> list[tup
     def walk(d: Path, prefix: str) -> None:
         for item in sorted(d.iterdir()):
             rel = prefix + item.name
-            if d == folder and (item.name == MANIFEST or (tolerated is not None and tolerated(item))):
+            if (d == folder and item.name == MANIFEST) or (tolerated is not None and tolerated(item)):
                 continue
             mode = os.lstat(item).st_mode
             if stat.S_ISREG(mode):
