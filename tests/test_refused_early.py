@@ -96,13 +96,6 @@ def test_slerp_t_that_filters_give_no_tensor_is_refused_as_mergekit_does(tmp_pat
     assert done.returncode == 0, done.stderr
 
 
-def test_slerp_without_t_is_refused_as_mergekit_does(tmp_path, models):
-    base, agents = models
-    config = _mergekit(tmp_path, {"merge_method": "slerp", "base_model": str(base),
-                                  "models": [{"model": str(base)}, {"model": str(agents[0])}]})
-    refused(cli(tmp_path, "run", str(config), "--out", str(tmp_path / "out")), "parameters.t")
-
-
 def test_linear_weight_that_filters_give_no_tensor_is_refused_as_mergekit_does(tmp_path, models):
     base, agents = models
     config = _mergekit(tmp_path, {"merge_method": "linear", "base_model": str(base),

@@ -86,9 +86,9 @@ def _default_name(source: str) -> str:
 def check_eval_options(batch_size: int, limit: int | None) -> None:
     """``--batch-size`` and ``--limit``, checked before any work (``compare`` calls it before its merges)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"--batch-size must be a whole number of at least 1, got {batch_size!r}")
+        raise InputError(f"--batch-size: the batch size must be a whole number of at least 1, got {batch_size!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"--limit must be a whole number of at least 1, got {limit!r}")
+        raise InputError(f"--limit: the limit must be a whole number of at least 1, got {limit!r}")
 
 
 def evaluate(

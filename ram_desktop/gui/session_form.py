@@ -131,7 +131,8 @@ def merge_request(
     out = Path(session.out).expanduser()
     resolved = check_apart(out, inputs)
     overwrite = resolved.is_dir() and any(resolved.iterdir())
-    check_replaceable(resolved, overwrite)
+    if overwrite:  # what else is wrong with the folder the engine says, in the worker
+        check_replaceable(resolved, overwrite)
     if overwrite and not confirm_replace(out):
         return None
     return session.to_request(out, overwrite=overwrite, token=token, chunk_elements=chunk_elements)

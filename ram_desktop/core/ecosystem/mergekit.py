@@ -287,8 +287,6 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
     for theirs, ours_key in exact.shared.items():
         if theirs in given:
             params_out[ours_key] = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key])
-        elif theirs in exact.required:
-            raise InputError(f"{where}: parameters.{theirs}: mergekit's {exact.name} requires a {theirs}; add one")
     for theirs, ours_key in exact.per_model.items():
         shared = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key]) if theirs in given else None
         values = []

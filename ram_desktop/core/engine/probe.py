@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import stat
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -481,6 +482,8 @@ def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
         return None
     why = "not a probe cache file"
     try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise InputError(f"{path}: not a regular file")
         data = read_json(path)
         if isinstance(data, dict) and data.get("format") == CACHE_FORMAT and isinstance(data.get("report"), dict):
             if data.get("fingerprint") != fingerprint or data.get("eps") != eps:
@@ -492,7 +495,7 @@ def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
                 if report.fingerprint == fingerprint and report.eps == eps:
                     return report
                 why = "it describes other inputs or another ε"
-    except InputError as e:
+    except (InputError, OSError) as e:
         why = str(e)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         why = f"not a probe report ({e})"

@@ -70,7 +70,7 @@ class MergekitExact:
     shared: Mapping[str, str]
     per_model: Mapping[str, str]
     base: str = "required"
-    required: tuple[str, ...] = ()  # parameters mergekit requires (no default): of every model, or shared
+    required: tuple[str, ...] = ()  # per-model parameters mergekit requires of every model (no default)
     agents: tuple[int, int | None] = (1, None)  # how many models besides the base it merges (at most: None)
 
 

@@ -32,7 +32,7 @@ def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     return weights.bind(ctx, plan)
 
 
-EXACT = MergekitExact("nearswap", {"t": "t"}, {}, required=("t",), agents=(1, 1))
+EXACT = MergekitExact("nearswap", {"t": "t"}, {}, agents=(1, 1))
 
 METHODS = (
     MergeMethod(

@@ -145,7 +145,7 @@ def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
     return weights.bind(ctx, plan)
 
 
-EXACT = MergekitExact("slerp", {"t": "t"}, {}, required=("t",), agents=(1, 1))
+EXACT = MergekitExact("slerp", {"t": "t"}, {}, agents=(1, 1))
 
 METHODS = (
     MergeMethod(

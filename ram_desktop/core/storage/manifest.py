@@ -207,11 +207,13 @@ def legacy_foreign(folder: Path) -> list[str]:
     elif "fisher.json" in names:
         info = _read_json(folder / "fisher.json")
         listed = info.get("files") if isinstance(info, dict) else None
-        valid = isinstance(listed, list) and set(listed) == weights
+        valid = isinstance(listed, list) and all(isinstance(n, str) for n in listed) and set(listed) <= names
+        weights = {str(n) for n in listed} if valid and isinstance(listed, list) else set()
         allowed = lambda n: n in weights or n == "fisher.json"
     else:
         return everything
-    if not valid or not weights or not all(_whole_safetensors(folder / n) for n in weights if n != INDEX_NAME):
+    whole = all(_whole_safetensors(folder / n) for n in weights if n.endswith(".safetensors"))
+    if not valid or not weights or not whole:
         return everything
     return [n for n in everything if n not in names or not allowed(n)]
 
