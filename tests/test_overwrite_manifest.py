@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,19 @@ def test_compare_overwrite_never_deletes_what_the_user_put_in_a_variant_folder(t
     (out / "ram" / "notes.txt").unlink()
     done = cli(tmp_path, "compare", *inputs, "--out", str(out), "--variant", "ram", "--overwrite")
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("extra", ["empty-folder", "fifo", "symlink"])
+def test_anything_that_is_not_a_listed_file_is_refused_never_opened(tmp_path, inputs, extra):
+    out = tmp_path / "out"
+    assert _merge(tmp_path, inputs, out).returncode == 0
+    target = tmp_path / "precious.txt"
+    target.write_text("elsewhere\n")
+    if extra == "empty-folder":
+        (out / "placeholder").mkdir()
+    elif extra == "fifo":
+        os.mkfifo(out / "placeholder")
+    else:
+        (out / "placeholder").symlink_to(target)
+    refused(_merge(tmp_path, inputs, out, "--overwrite"), "placeholder")
+    assert os.path.lexists(out / "placeholder") and target.read_text() == "elsewhere\n"

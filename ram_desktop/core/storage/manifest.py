@@ -140,10 +140,21 @@ def foreign_entries(
             prefix = rel[: -len(MANIFEST)]
             foreign += [prefix + f for f in foreign_entries(path.parent, hashes=hashes)]
             continue
-        entry = recorded.get(rel)
-        if entry is None or path.stat().st_size != entry["size"] or (hashes and file_sha256(path) != entry["sha256"]):
+        if not _matches(path, recorded.get(rel), hashes):
             foreign.append(rel)
     return sorted(foreign)
+
+
+def _matches(path: Path, entry: dict[str, Any] | None, hashes: bool) -> bool:
+    """Whether the file at ``path`` is the one a manifest entry records (a file we cannot read is not)."""
+    try:
+        return (
+            entry is not None
+            and path.stat().st_size == entry["size"]
+            and (not hashes or file_sha256(path) == entry["sha256"])
+        )
+    except OSError:
+        return False
 
 
 def _entries(folder: Path, tolerated: Callable[[Path], bool] | None) -> list[tuple[str, Path]]:
@@ -153,18 +164,30 @@ def _entries(folder: Path, tolerated: Callable[[Path], bool] | None) -> list[tup
     found: list[tuple[str, Path]] = []
 
     def walk(d: Path, prefix: str) -> None:
-        for item in sorted(d.iterdir()):
+        try:
+            items = sorted(d.iterdir())
+        except OSError:  # unreadable: whatever it holds cannot be vouched for
+            found.append((prefix or "./", d))
+            return
+        for item in items:
             rel = prefix + item.name
             if (d == folder and item.name == MANIFEST) or (tolerated is not None and tolerated(item)):
                 continue
-            mode = os.lstat(item).st_mode
+            try:
+                mode = os.lstat(item).st_mode
+            except OSError:
+                found.append((rel + "/", item))
+                continue
             if stat.S_ISREG(mode):
                 found.append((rel, item))
             elif stat.S_ISDIR(mode):
                 if _is_regular(item / MANIFEST):
                     found.append((rel + "/" + MANIFEST, item / MANIFEST))
-                else:
-                    walk(item, rel + "/")
+                    continue
+                before = len(found)
+                walk(item, rel + "/")
+                if len(found) == before:  # an empty folder is no file of ours either
+                    found.append((rel + "/", item))
             else:
                 found.append((rel + "/", item))
 
