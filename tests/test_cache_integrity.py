@@ -114,12 +114,12 @@ def test_a_changed_copy_of_the_demo_is_copied_again(tmp_path):
     shipped one before it is merged."""
     from ram_desktop.core.demo import ensure_demo
 
-    base, agents = ensure_demo(tmp_path / "demo")
+    _, agents = ensure_demo(tmp_path / "demo")
     weights = agents[0] / "model.safetensors"
     shipped = weights.read_bytes()
     changed = bytearray(shipped)
     changed[-1] ^= 0xFF
     weights.write_bytes(bytes(changed))
     (tmp_path / "demo" / "suites" / "__pycache__").mkdir()  # a scorer's import leaves bytecode: not a change
-    again_base, again_agents = ensure_demo(tmp_path / "demo")
+    _, again_agents = ensure_demo(tmp_path / "demo")
     assert again_agents == agents and (again_agents[0] / "model.safetensors").read_bytes() == shipped
