@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import (
+from ...core import (
     OUT_DTYPES,
     VOCAB_MODES,
     Checkpoint,
@@ -23,9 +23,9 @@ from ..core import (
     merge,
     probe,
 )
-from ..core.storage.output import check_apart, check_replaceable
-from .method_panel import MethodPanel
-from .sources_panel import SourcesPanel
+from ...core.storage.output import check_apart, check_replaceable
+from ..sources.panel import SourcesPanel
+from .panel import MethodPanel
 
 
 def read_session(sources: SourcesPanel, method: MethodPanel) -> Session:
@@ -156,10 +156,10 @@ def run_probe(session: Session, chunk_elements: int, token: str | None, reporter
 def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
-    from ..core import get_method
+    from ...core import get_method
 
     if get_method(request.method).calibrated:
-        from ..evaluate.fisher import resolve_fisher_params
+        from ...evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
     return merge(request, reporter)
