@@ -157,6 +157,7 @@ API_EXCEPTIONS = {
     f"{CORE}.engine.inspection", f"{CORE}.engine.would_keep",  # the Analyze charts' data
     f"{CORE}.storage.safe_read",  # guarded reads of suites, reports and manifests
     f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
+    f"{CORE}.storage.manifest",  # what an output folder holds that we wrote (compare, evaluation, saved charts)
     f"{CORE}.engine.kernels",  # the worker compiles the kernels ahead of the first merge
     f"{CORE}.ecosystem.hub.source",  # the Hub dialog's lookups
     # the compute set-up (docs/compute.md): its own small API, used at start-up before torch is imported

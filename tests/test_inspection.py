@@ -3,6 +3,7 @@ module grid against the per-layer and whole-model counts, and "would keep" again
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -208,10 +209,16 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     base, agents = models
     first = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
     path = next(cache_dir().glob("*.json"))
-    data = json.loads(path.read_text())
+    sealed = json.loads(path.read_text())  # {"format": "ram-probe-cache/1", ..., "sha256", "report"}
+    data = sealed["report"]
     for key in ("intersections", "pairs", "ulp_histogram"):
         data.pop(key)
-    path.write_text(json.dumps(data))
+
+    def cache_text(report: dict) -> str:  # an earlier version's report, sealed as the cache seals one
+        canonical = json.dumps(report, sort_keys=True, separators=(",", ":")).encode()
+        return json.dumps(dict(sealed, report=report, sha256=hashlib.sha256(canonical).hexdigest()))
+
+    path.write_text(cache_text(data))
     old = ProbeReport.from_json(data)
     assert old.inspect is None and not old.complete
     assert would_keep(old, "ties", {}) == [None] * 3  # needs the pair statistics
@@ -223,7 +230,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert back.to_json() == again.to_json()
     assert back.renamed(["x", "y", "z"], ["1", "2", "3"]).to_json()["pairs"][0]["agents"] == ["x", "y"]
     # a merge's pass 1 (counts only) may reuse the old report
-    path.write_text(json.dumps(data))
+    path.write_text(cache_text(data))
     result = pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus",
                                               eps=EPS, device="cpu"))
     assert result.report["agents"][0]["updated"] == first.agents[0].updated

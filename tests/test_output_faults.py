@@ -114,7 +114,7 @@ def test_compare_out_needs_overwrite_and_never_touches_an_unrelated_folder(tmp_p
     line = error_line(run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram"))
     assert "--overwrite" in line
     line = error_line(run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--overwrite"))
-    assert "compare.json" in line and "choose a new folder" in line
+    assert "thesis.txt" in line and "sub/data.csv" in line and "choose a new folder" in line
     assert sorted(p.name for p in out.rglob("*")) == ["data.csv", "sub", "thesis.txt"]
     assert (out / "thesis.txt").read_text() == "four years of work"
 
@@ -126,4 +126,4 @@ def test_compare_overwrite_over_an_earlier_compare(tmp_path, inputs):
     done = run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--variant", "ties",
                "--overwrite")
     assert done.returncode == 0, done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "ram", "ties"]
+    assert sorted(p.name for p in out.iterdir()) == ["compare.json", "ram", "ram-manifest.json", "ties"]

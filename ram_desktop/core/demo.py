@@ -13,11 +13,15 @@ The synthetic generator the demo used to be lives on in ``tests/synthetic.py``.
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 from pathlib import Path
 
 from .errors import InputError
+from .storage import manifest as files
 from .storage.safe_read import os_reason, read_bytes, read_json
+
+log = logging.getLogger("ram_desktop")
 
 MANIFEST = "demo.json"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # agent folder -> the task (suite) it learned
@@ -100,14 +104,35 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     stamp = folder / SHIPPED_STAMP
     ready = [(p / "config.json").is_file() for p in [base, *agents]] + [(folder / MANIFEST).is_file()]
     if all(ready) and (base / "model.safetensors").is_file() and stamp.is_file() and stamp.read_text() == shipped:
-        return base, agents
+        why = _copy_changed(folder, shipped)
+        if why is None:
+            return base, agents
+        log.warning("the cached demo in %s is not the shipped one (%s); copying it again", folder, why)
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     base_t, agents_t = write_demo(tmp)
     (tmp / SHIPPED_STAMP).write_text(shipped)
+    files.write_manifest(tmp, shipped=shipped)  # a changed copy is copied again, never merged
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]
+
+
+def _bytecode(item: Path) -> bool:
+    """Python's ``__pycache__`` beside the suites' reward file (written when a scorer imports it)."""
+    return item.name == "__pycache__" and item.is_dir()
+
+
+def _copy_changed(folder: Path, shipped: str) -> str | None:
+    """Why the cached copy in ``folder`` cannot be used (None: it can): its ``ram-manifest.json`` must name the
+    shipped demo and list every file with its size and SHA-256, unchanged, and nothing else (but bytecode)."""
+    manifest = files.read_manifest(folder)
+    if manifest is None or manifest.get("shipped") != shipped:
+        return "no manifest of this demo"
+    changed = files.foreign_entries(folder, tolerated=_bytecode) + [
+        n for n in manifest["files"] if not (folder / n).is_file()
+    ]
+    return f"changed: {', '.join(changed[:3])}" if changed else None
 
 
 def demo_suites(folder: Path | str, agents: list[Path] | list[str] | None = None) -> list[Path]:

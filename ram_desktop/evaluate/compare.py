@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
+from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants, resolve_device
+from ..core.storage.manifest import foreign_entries, write_manifest
+from ..core.storage.output import NotReplaceable, is_staging_entry
 from .cache import ScoreCache
 from .chart import draw_png, score_chart
 from .fisher import resolve_fisher_params
@@ -67,14 +69,19 @@ def compare(
     checked before anything is merged. ``cache``: scores to reuse (the base's and the agents' from an
     earlier evaluation or compare) and to keep."""
     from . import Suite, evaluate, load_suite
+    from .runner import check_eval_options, require_transformers
 
     reporter = reporter or Reporter()
+    check_eval_options(batch_size, limit)  # every option before the first merge
     if not variants:
         raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
     folder = Path(folder).expanduser()
     loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
     for suite in loaded:
         suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+    if loaded:  # what the evaluation needs, before the first merge
+        require_transformers()
+        resolve_device(device or session.device)
     check_compare_folder(folder, overwrite)
     specs = session.variant_specs(list(variants), folder)
     # the shared parameters reach the variants through their specs; the session's own method need not take them
@@ -96,38 +103,53 @@ def compare(
     if evaluation is not None:
         kinds = ["base"] + ["agent"] * len(session.agents) + ["variant"] * len(merges)
         draw_scores(evaluation, folder / COMPARE_PNG, kinds)
+    write_manifest(folder)  # last: compare.json, the chart and each variant's manifest
     return result
 
 
 def check_compare_folder(folder: Path, overwrite: bool) -> None:
-    """docs/contracts.md (Bad input, The output folder) for ``compare --out``: a non-empty folder needs ``overwrite``, and is written into only
-    when it holds an earlier compare (its compare.json, or only its variants' merge outputs and chart, as an
-    interrupted compare leaves them); any other folder's files are never touched."""
+    """docs/contracts.md (Bad input, The output folder) for ``compare --out``: a non-empty folder needs
+    ``overwrite``, and is written into only when nothing in it is foreign: its ``ram-manifest.json`` lists
+    ``compare.json``, the chart and each variant's manifest; without one (an earlier version, or a compare
+    interrupted before its manifest), only a compare's files and variant folders that are ours. Refused
+    naming what would be lost."""
     try:
         if not os.path.lexists(folder):
             return
-        if not folder.is_dir():
+        if not folder.is_dir() or folder.is_symlink():
             raise InputError(f"output {folder} exists and is not a folder; choose a folder name")
-        items = list(folder.iterdir())
+        if not any(folder.iterdir()):
+            return
+        if not overwrite:
+            raise InputError(
+                f"output folder {folder} exists and is not empty; pass --overwrite or choose another folder"
+            )
+        lost = foreign_entries(folder, tolerated=is_staging_entry, legacy=_legacy_compare_foreign)
     except OSError as e:
         raise InputError(f"{e.filename or folder}: cannot read ({e.strerror})") from None
-    if not items:
-        return
-    if not overwrite:
-        raise InputError(f"output folder {folder} exists and is not empty; pass --overwrite or choose another folder")
-    if (folder / COMPARE_JSON).is_file():
-        return
+    if lost:
+        raise NotReplaceable(folder, lost)
 
-    def ours(item: Path) -> bool:
-        if item.name == COMPARE_PNG or item.name.startswith("."):  # the chart; lock files, staging of variants
-            return True
-        return item.is_dir() and all((item / n).is_file() for n in ("merge-report.json", "ram-recipe.yaml"))
 
-    if not all(ours(item) for item in items):
-        raise InputError(
-            f"output folder {folder} holds files that RAM Desktop did not write (no {COMPARE_JSON}); "
-            "--overwrite replaces only an earlier RAM Desktop output — choose a new folder"
-        )
+def _legacy_compare_foreign(folder: Path) -> list[str]:
+    """Without a manifest, what in a compare folder is not ours: anything but a ``compare.json`` that
+    parses as one, the chart, and variant folders that are ours (``foreign_entries``)."""
+    lost = []
+    for item in sorted(folder.iterdir()):
+        if is_staging_entry(item):
+            continue
+        if item.is_dir() and not item.is_symlink():
+            lost += [f"{item.name}/{f}" for f in foreign_entries(item)]
+        elif item.name == COMPARE_JSON and not item.is_symlink():
+            try:
+                ours = isinstance(json.loads(item.read_text()).get("variants"), list)
+            except (OSError, ValueError, AttributeError, RecursionError):
+                ours = False
+            if not ours:
+                lost.append(item.name)
+        elif not (item.name == COMPARE_PNG and item.is_file() and not item.is_symlink()):
+            lost.append(item.name)
+    return lost
 
 
 def _write_json(path: Path, data: dict) -> None:

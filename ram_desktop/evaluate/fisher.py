@@ -49,6 +49,7 @@ from .. import paths
 from ..core import Checkpoint, InputError, Reporter, open_checkpoint, parse_size, resolve_device
 from ..core.methods.fisher import INDEX_FILE, SINGLE_FILE
 from ..core.storage.formats.safetensors_format import SafetensorsStreamWriter
+from ..core.storage.manifest import foreign_entries, read_manifest, write_manifest
 from ..core.storage.output import check_output, staging_folder
 from .runner import _quiet_transformers, check_loadable, load_model, prompt_ids, require_transformers, stop_token_ids
 from .suites import Suite, load_suite
@@ -361,21 +362,37 @@ def cached_fisher(
     suite = suite if isinstance(suite, Suite) else load_suite(suite)
     examples = _check_examples(examples)
     ckpt = open_checkpoint(str(agent), reporter)
-    folder = cache_root() / cache_key(ckpt, suite, examples)
-    if (folder / FISHER_JSON).is_file():
-        log.info(
-            "reusing the cached Fisher of %s on suite %s (%d examples): %s", ckpt.display, suite.name, examples, folder
-        )
-        return folder
+    key = cache_key(ckpt, suite, examples)
+    folder = cache_root() / key
+    if os.path.lexists(folder):
+        why = _cache_unusable(folder, key)
+        if why is None:
+            log.info(
+                "reusing the cached Fisher of %s on suite %s (%d examples): %s",
+                ckpt.display,
+                suite.name,
+                examples,
+                folder,
+            )
+            return folder
+        log.warning("ignoring the cached Fisher %s (%s); estimating it again", folder, why)
     estimate = estimate_fisher(agent, suite, examples, device, reporter)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f"{folder.name}.partial-{uuid.uuid4().hex[:8]}")
     tmp.mkdir()
     try:
         write_fisher_files(tmp, estimate)
-        if folder.exists():  # another run finished the same estimate meanwhile
+        write_manifest(tmp, key=key)
+        if _cache_unusable(folder, key) is None:  # another run finished the same estimate meanwhile
             shutil.rmtree(tmp)
         else:
+            if os.path.lexists(folder):  # the unusable entry goes; it is the cache's own, never the user's
+                stale = folder.with_name(f"{folder.name}.stale-{uuid.uuid4().hex[:8]}")
+                os.replace(folder, stale)
+                if stale.is_dir() and not stale.is_symlink():
+                    shutil.rmtree(stale, ignore_errors=True)
+                else:
+                    stale.unlink()
             os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -389,6 +406,22 @@ def cached_fisher(
         folder,
     )
     return folder
+
+
+def _cache_unusable(folder: Path, key: str) -> str | None:
+    """Why the cache entry ``folder`` cannot be used for ``key`` (None: it can): it must be a real folder whose
+    manifest names this key and lists every file with its size and SHA-256, unchanged."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "not a folder" if os.path.lexists(folder) else "missing"
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return "no readable manifest"
+    if manifest.get("key") != key:
+        return "it describes another agent, suite or example count"
+    changed = foreign_entries(folder) + [n for n in manifest["files"] if not (folder / n).is_file()]
+    if changed or FISHER_JSON not in manifest["files"]:
+        return f"its content does not match its checksums: {', '.join(changed[:3]) or FISHER_JSON}"
+    return None
 
 
 def resolve_fisher_params(

@@ -85,6 +85,14 @@ def _default_name(source: str) -> str:
     return source.removeprefix("hf://").split("@")[0].rstrip("/").split("/")[-1] or source
 
 
+def check_eval_options(batch_size: int, limit: int | None) -> None:
+    """``--batch-size`` and ``--limit``, checked before any work (``compare`` calls it before its merges)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"--batch-size: the batch size must be a whole number of at least 1, got {batch_size!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"--limit: the limit must be a whole number of at least 1, got {limit!r}")
+
+
 def evaluate(
     models: Sequence[ModelRef | str | Path],
     suites: Sequence[Suite],
@@ -118,10 +126,7 @@ def evaluate(
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
     if not suites:
         raise InputError("no suites to evaluate on; give at least one --suite")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"batch size must be a whole number of at least 1, got {batch_size!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"limit must be a whole number of at least 1, got {limit!r}")
+    check_eval_options(batch_size, limit)
     require_transformers()
     torch_device = resolve_device(device)
     suites = [s.head(limit) for s in suites]

@@ -22,6 +22,7 @@ from ..core import (
     demo_suites,
     ensure_demo,
 )
+from ..core.storage.output import NotReplaceable, free_folder
 from ..paths import outputs_dir
 from . import ecosystem
 from .analysis.chart_saver import ChartSaver
@@ -34,7 +35,6 @@ from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.panel import MethodPanel
 from .method.session_form import (
-    NotReplaceable,
     checked_session,
     merge_request,
     read_session,
@@ -45,7 +45,7 @@ from .method.session_form import (
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .sources.panel import SourcesPanel
-from .widgets.common import MessageBar, free_folder, group, splitter
+from .widgets.common import MessageBar, group, splitter
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 

@@ -6,11 +6,13 @@ Counts are over the whole model (docs/engine.md, λ from whole-model counts): th
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
 import os
 import re
+import stat
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -461,32 +463,66 @@ def cache_dir() -> Path:
     return paths.cache_dir("probe")
 
 
+CACHE_FORMAT = "ram-probe-cache/1"
+
+
+def _checksum(report: dict) -> str:
+    """SHA-256 of a report's canonical JSON (keys sorted, no spaces): what a cache file vouches for."""
+    return hashlib.sha256(json.dumps(report, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
-    """A probe of the same inputs and ε saved earlier, or None (also, with a warning naming it, when the cache
-    file cannot be used: not a regular file, unreadable, invalid or too deeply nested JSON, another format)."""
+    """A probe of the same inputs and ε saved earlier, or None. A cache file is used only when it is a regular
+    file holding ``{"format": "ram-probe-cache/1", "fingerprint", "eps", "sha256", "report"}`` whose
+    fingerprint and ε are the ones asked for and whose checksum matches the report; anything else (not a
+    regular file, unreadable, invalid JSON, an earlier format, altered numbers) is a cache miss, logged in one
+    line: the probe is computed again, so a cache can never change a result."""
     path = cache_dir() / f"{fingerprint}-{eps!r}.json"
     if not os.path.lexists(path):
         return None
+    why = "not a probe cache file"
     try:
-        return ProbeReport.from_json(read_json(path))
-    except InputError as e:
-        _log.warning("ignoring the cached probe: %s", e)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise InputError(f"{path}: not a regular file")
+        data = read_json(path)
+        if isinstance(data, dict) and data.get("format") == CACHE_FORMAT and isinstance(data.get("report"), dict):
+            if data.get("fingerprint") != fingerprint or data.get("eps") != eps:
+                why = "it describes other inputs or another ε"
+            elif data.get("sha256") != _checksum(data["report"]):
+                why = "its checksum does not match its content"
+            else:
+                report = ProbeReport.from_json(data["report"])
+                if report.fingerprint == fingerprint and report.eps == eps:
+                    return report
+                why = "it describes other inputs or another ε"
+    except (InputError, OSError) as e:
+        why = str(e)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
-        _log.warning("ignoring the cached probe %s: not a probe report (%s)", path, e)
+        why = f"not a probe report ({e})"
+    _log.warning("ignoring the cached probe %s (%s); computing it again", path, why)
     return None
 
 
 def save_cached(report: ProbeReport) -> None:
-    """Cache a probe; one without the survival histograms never replaces a complete one."""
+    """Cache a probe, with its inputs' fingerprint, ε and the checksum of its content; one without the survival
+    histograms never replaces a complete one."""
     path = cache_dir() / f"{report.fingerprint}-{report.eps!r}.json"
     if not report.has_survival:
         existing = load_cached(report.fingerprint, report.eps)
         if existing is not None and existing.has_survival:
             return
+    content = report.to_json()
+    sealed = {
+        "format": CACHE_FORMAT,
+        "fingerprint": report.fingerprint,
+        "eps": report.eps,
+        "sha256": _checksum(content),
+        "report": content,
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(report.to_json()))
+        tmp.write_text(json.dumps(sealed))
         tmp.replace(path)
     except OSError:
         pass  # the cache is an optimisation; a read-only home must not fail a merge

@@ -322,7 +322,7 @@ def method(
         summary,
         params,
         merge,
-        prepare=lambda p, probe, collected: weights.prepare(p, params),
+        prepare=lambda p, probe, collected: weights.prepare(p, params, required=("weight",)),
         bind=weights.bind,
         whole_tensor=True,
         theta=True,

@@ -47,7 +47,7 @@ METHODS = (
         "Weighted average of the models themselves (no base): Σ w·θ / Σ w.",
         PARAMS,
         linear_merge,
-        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=weights.bind,
         theta=True,
         thread_safe=True,  # elementwise: any chunk, any order

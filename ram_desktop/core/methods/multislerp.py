@@ -78,7 +78,7 @@ METHODS = (
         "Barycentric spherical interpolation of several agents (or their task vectors).",
         PARAMS,
         multislerp_merge,
-        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=weights.bind,
         whole_tensor=True,
         theta=True,

@@ -41,7 +41,7 @@ METHODS = (
         "Take the agent's values where they are within t of the base's.",
         PARAMS,
         nearswap_merge,
-        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("t",)),
         bind=_bind,
         theta=True,
         thread_safe=True,  # elementwise

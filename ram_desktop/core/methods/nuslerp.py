@@ -87,7 +87,7 @@ METHODS = (
         "Spherical interpolation of two agents (or their task vectors) by weight.",
         PARAMS,
         nuslerp_merge,
-        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
+        prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=_bind,
         whole_tensor=True,
         theta=True,

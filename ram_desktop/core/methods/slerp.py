@@ -137,7 +137,7 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
 
 
 def _check(params: dict) -> WeightsContext:
-    return weights.prepare(params, PARAMS)
+    return weights.prepare(params, PARAMS, required=("t",))
 
 
 def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:

@@ -65,6 +65,7 @@ class WeightsContext:
     groups: dict[int, int] = field(default_factory=dict)
     group_params: list[dict[str, Any] | None] = field(default_factory=list)
     models: dict[int, int] = field(default_factory=dict)  # stacking: per job, the model it is read from
+    required: tuple[tuple[str, bool], ...] = ()  # given parameters without a default, per agent or not (``prepare``)
 
     def position(self, chunk: Chunk) -> float:
         """The tensor's gradient position t: the layer map's, else its layer index over the layer count."""
@@ -137,8 +138,17 @@ def _same(value: Any) -> Any:
     return value
 
 
-def prepare(params: dict, method_params: tuple[Param, ...]) -> WeightsContext:
-    return WeightsContext(dict(params), {p.name: p.default for p in method_params})
+def prepare(params: dict, method_params: tuple[Param, ...], required: tuple[str, ...] = ()) -> WeightsContext:
+    """The context of a merge. ``required``: the parameters mergekit 0.1.5 requires (no default there): once
+    given, their setting must give every tensor a value; a tensor it leaves without one (filters that match
+    nothing, no entry without a filter) is refused by ``bind``, as mergekit refuses it, instead of falling
+    back to our default. Not given at all, they take our default."""
+    ctx = WeightsContext(dict(params), {p.name: p.default for p in method_params})
+    given = [p for p in method_params if p.name in required and params.get(p.name) is not None]
+    for p in given:
+        ctx.defaults[p.name] = None
+    ctx.required = tuple((p.name, p.per_agent) for p in given)
+    return ctx
 
 
 def bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
@@ -149,7 +159,29 @@ def bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:
         ctx.positions = {i: j.position for i, j in enumerate(plan.jobs) if j.position is not None}
         ctx.groups = {i: j.group for i, j in enumerate(plan.jobs)}
         ctx.models = {i: j.model for i, j in enumerate(plan.jobs)}
+    _check_required(ctx, plan)
     return ctx
+
+
+def _check_required(ctx: WeightsContext, plan: MergePlan) -> None:
+    """Before anything is read or written: every required parameter (``prepare``) has a value for every
+    tensor the method merges."""
+    mergeable = {id(j) for j in plan.mergeable_jobs}
+    for key, is_per_agent in ctx.required:
+        setting = ctx.params.get(key)
+        per_agent = setting if is_per_agent and isinstance(setting, list) else None
+        for index, job in enumerate(plan.jobs):
+            if id(job) not in mergeable:
+                continue
+            t = ctx.position_at(index, job.name)
+            for agent, value in enumerate(per_agent if per_agent is not None else [setting]):
+                if settings.resolve([value], job.name, t, _same, None) is None:
+                    who = f" of agent {agent + 1}" if per_agent is not None else ""
+                    raise InputError(
+                        f"parameter {key}{who} has no value for tensor {job.name!r}: its filters match nothing "
+                        f"there and {key} has no default (mergekit 0.1.5 refuses this too); add an entry "
+                        "without a filter"
+                    )
 
 
 def check_count(method: str, n: int, minimum: int, maximum: int | None = None) -> None:

@@ -33,22 +33,10 @@ from ..lazy import torch
 from .formats import Checkpoint
 from .formats.base import INDEX_FILE
 from .formats.safetensors_format import SafetensorsStreamWriter
+from .manifest import TOKENIZER_FILES, foreign_entries, write_manifest
 
 log = logging.getLogger("ram_desktop")
 
-TOKENIZER_FILES = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.*",
-    "merges.txt",
-    "*.tiktoken",
-    "spiece.model",
-    "sentencepiece*.model",
-    "generation_config.json",
-    "chat_template*",
-    "preprocessor_config.json",
-)
 DISK_MARGIN = 64 * 2**20
 
 
@@ -197,8 +185,6 @@ OWNER_FILE = ".ram-desktop-owner"  # JSON {"pid", "started", "host"}: the marker
 STAGING = ".partial-"
 OLD = ".old-"
 LOCK_SUFFIX = ".ram-desktop-lock"
-# what makes a folder an earlier RAM Desktop output, which --overwrite may replace: a merge, or a Fisher estimate
-OUTPUT_MARKERS = (("merge-report.json", "ram-recipe.yaml"), ("fisher.json",))
 
 
 def _process_start(pid: int) -> str | None:
@@ -298,14 +284,42 @@ def _remove_stale_lock(path: Path) -> None:
         os.close(fd)
 
 
-def is_earlier_output(out: Path) -> bool:
-    """``out`` holds an earlier RAM Desktop output (``OUTPUT_MARKERS``): the only non-empty folder that may be replaced."""
-    return any(all((out / name).is_file() for name in names) for names in OUTPUT_MARKERS)
+def free_folder(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` ... : the first that does not exist or is empty."""
+    candidate, k = path, 2
+    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
+        candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
+    return candidate
 
 
-def check_replaceable(out: Path, overwrite: bool) -> None:
-    """An existing ``out`` may be replaced only with ``overwrite``, and only when it is empty or holds an
-    earlier RAM Desktop output (``OUTPUT_MARKERS``): any other folder's files are never touched."""
+class NotReplaceable(InputError):
+    """An existing output folder holds what RAM Desktop did not write (``lost``: what replacing it would
+    lose); ``free`` is a new folder to use instead."""
+
+    def __init__(self, out: Path, lost: list[str]) -> None:
+        self.out, self.lost, self.free = out, lost, free_folder(out)
+        shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+        super().__init__(
+            f"output folder {out} holds files that RAM Desktop did not write or that changed since ({shown}); "
+            f"replacing it would lose them, so it is never replaced — choose a new folder, such as "
+            f"{self.free.name}"
+        )
+
+
+def is_staging_entry(item: Path) -> bool:
+    """A run's lock file or staging / old folder beside an output (tidied by the run that made it, or the next)."""
+    name = item.name
+    if name.startswith(".") and name.endswith(LOCK_SUFFIX):
+        return item.is_file() and not item.is_symlink()
+    tag = name.split(STAGING, 1)[1] if STAGING in name else name.split(OLD, 1)[1] if OLD in name else ""
+    parts = tag.split("-", 3)
+    return item.is_dir() and len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit()
+
+
+def check_replaceable(out: Path, overwrite: bool, hashes: bool = True) -> None:
+    """An existing ``out`` may be replaced only with ``overwrite``, and only when it is empty or nothing in it
+    is foreign (``manifest.foreign_entries``: every file listed in its manifest, unchanged): a folder with
+    anything else is refused naming what would be lost (``NotReplaceable``), its files untouched."""
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():
@@ -314,12 +328,9 @@ def check_replaceable(out: Path, overwrite: bool) -> None:
         return
     if not overwrite:
         raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
-    if not is_earlier_output(out):
-        raise InputError(
-            f"output folder {out} holds files that RAM Desktop did not write (no merge-report.json and "
-            "ram-recipe.yaml, no fisher.json); --overwrite replaces only an earlier RAM Desktop output — "
-            "choose a new folder"
-        )
+    lost = foreign_entries(out, hashes=hashes)
+    if lost:
+        raise NotReplaceable(out, lost)
 
 
 @contextmanager
@@ -455,7 +466,8 @@ def _swap_in(tmp: Path, out: Path) -> Path | None:
 def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
     """A temporary sibling ``<out>.partial-<owner>`` that replaces ``out`` only when the body completes;
     on any exception (cancel, error, Ctrl-C) it is removed, with any parent folders this run created, and
-    ``out`` is left as it was.
+    ``out`` is left as it was. The body's files are listed in ``ram-manifest.json`` (written last, before the
+    swap), which is what lets a later ``--overwrite`` tell our files from the user's.
 
     The whole run holds ``output_lock(out)``, and ``out`` is checked again under it (``check_replaceable``):
     two runs can never both write one output. The owner (pid, process start time, host) is in the folder's
@@ -465,11 +477,12 @@ def staging_folder(out: Path, overwrite: bool = True) -> Iterator[Path]:
     try:
         with output_lock(out):
             remove_orphaned_staging(out.parent)
-            check_replaceable(out, overwrite)
+            check_replaceable(out, overwrite, hashes=False)  # hashed in check_output moments ago
             tmp = out.with_name(f"{out.name}{STAGING}{_owner_tag()}")
             tmp.mkdir()
             try:
                 yield tmp
+                write_manifest(tmp)  # last: it vouches for every file the body wrote
                 previous = _swap_in(tmp, out)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)

@@ -12,6 +12,7 @@ from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
 
 from ...core import Reporter
+from ...core.storage.manifest import entry_matches, record_files
 from ..jobs import JobController, JobState, Outcome
 from .charts import export_png
 from .panel import AnalysisPanel
@@ -73,6 +74,9 @@ class ChartSaver(QObject):
         images, self._images = self._images, []
 
         def write(reporter: Reporter) -> list[str]:
+            # a chart saved into a merge's output is ours: recorded in its manifest (where the name was free
+            # or still held what the manifest lists), so --overwrite may still replace the folder
+            ours = [path for path, _ in images if entry_matches(path.parent, path.name)]
             saved = []
             for path, image in images:
                 # PySide6's stub types format as bytes, but the binding takes a str and refuses bytes (6.11)
@@ -80,6 +84,8 @@ class ChartSaver(QObject):
                     saved.append(path.name)
                 else:
                     log.warning("could not save the chart %s", path)
+            for folder in {path.parent for path in ours}:
+                record_files(folder, [p.name for p in ours if p.parent == folder and p.name in saved])
             return saved
 
         self._then = then

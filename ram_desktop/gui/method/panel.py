@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
-from ..widgets.common import free_folder
+from ...core.storage.output import free_folder
 from .fields import ParamField, PerAgentField
 
 DTYPE_LABELS = {

@@ -23,9 +23,8 @@ from ...core import (
     merge,
     probe,
 )
-from ...core.storage.output import check_apart, is_earlier_output
+from ...core.storage.output import check_apart, check_replaceable
 from ..sources.panel import SourcesPanel
-from ..widgets.common import free_folder
 from .panel import MethodPanel
 
 
@@ -115,17 +114,6 @@ def write_from_recipe(window: Any, path: Path, write: Callable[[Recipe, Path], N
     return True
 
 
-class NotReplaceable(InputError):
-    """The output folder holds files RAM Desktop did not write: refused, never replaced; ``free`` may be used instead."""
-
-    def __init__(self, out: Path, free: Path) -> None:
-        super().__init__(
-            f"output folder {out} holds files that RAM Desktop did not write, and they are never "
-            f"replaced; choose a new folder (such as {free.name})"
-        )
-        self.out, self.free = out, free
-
-
 def merge_request(
     session: Session,
     inputs: list[Checkpoint],
@@ -136,14 +124,15 @@ def merge_request(
     """The engine's request for merging ``session``; None when its output folder holds an earlier RAM Desktop
     output and ``confirm_replace(folder)`` says not to replace it. Raises ``InputError`` before asking anything
     (no output folder, an output that is or holds an input, a bad value) and ``NotReplaceable`` for a folder
-    holding anything else (the engine's own rules: ``check_apart``, ``is_earlier_output``)."""
+    holding anything else, naming what would be lost (the engine's own rules: ``check_apart``,
+    ``check_replaceable``)."""
     if not session.out:
         raise InputError("choose an output folder (section 3) before merging")
     out = Path(session.out).expanduser()
     resolved = check_apart(out, inputs)
     overwrite = resolved.is_dir() and any(resolved.iterdir())
-    if overwrite and not is_earlier_output(resolved):
-        raise NotReplaceable(out, free_folder(out))
+    if overwrite:  # what else is wrong with the folder the engine says, in the worker
+        check_replaceable(resolved, overwrite)
     if overwrite and not confirm_replace(out):
         return None
     return session.to_request(out, overwrite=overwrite, token=token, chunk_elements=chunk_elements)

@@ -4,7 +4,6 @@ folder name."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import ClassVar
 
 from PySide6.QtCore import Qt
@@ -107,11 +106,3 @@ def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplit
         split.addWidget(widget)
         split.setStretchFactor(i, stretch)
     return split
-
-
-def free_folder(path: Path) -> Path:
-    """``path``, or ``path-2``, ``path-3`` ... : the first that does not exist or is empty."""
-    candidate, k = path, 2
-    while candidate.exists() and (not candidate.is_dir() or any(candidate.iterdir())):
-        candidate, k = path.with_name(f"{path.name}-{k}"), k + 1
-    return candidate

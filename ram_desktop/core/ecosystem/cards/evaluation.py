@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...errors import InputError
+from ...storage.manifest import entry_matches, record_files
 
 
 class _Model(Protocol):
@@ -141,13 +142,17 @@ def with_section(card: str, section: str) -> str:
 
 def record_evaluation(result: EvalScores) -> list[Path]:
     """Write ``eval.json`` and the card's Evaluation section into every merged model's folder that
-    ``result`` scored; return those folders."""
+    ``result`` scored, and record them in its manifest (``ram-manifest.json``) where they were ours before;
+    return those folders."""
     written = []
     for index, folder in merged_folders(result):
+        # what the merge wrote and we now rewrite stays ours in its manifest; a file the user changed stays theirs
+        ours = [name for name in (EVAL_JSON, "README.md") if entry_matches(folder, name)]
         result.write_json(folder / EVAL_JSON)
         card = folder / "README.md"
         text = card.read_text(encoding="utf-8") if card.is_file() else ""
         _write_text(card, with_section(text, evaluation_section(result, index)))
+        record_files(folder, ours)
         written.append(folder)
     return written
 

@@ -68,7 +68,7 @@ from ...storage.formats.base import (
     read_index,
 )
 from ...storage.formats.local import open_local
-from ...storage.output import TOKENIZER_FILES
+from ...storage.manifest import TOKENIZER_FILES
 from ...storage.safe_read import read_text
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("ram_desktop")
 
 # what a Hub source downloads besides the weights: the config, what the output folder copies from the base
-# (storage.output.TOKENIZER_FILES: tokenizer, chat template, generation config …) and a LoRA adapter's config
+# (storage.manifest.TOKENIZER_FILES: tokenizer, chat template, generation config …) and a LoRA adapter's config
 EXTRA_FILES = ("config.json", *TOKENIZER_FILES, "adapter_config.json")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

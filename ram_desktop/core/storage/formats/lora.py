@@ -85,12 +85,53 @@ def read_config(folder: Path) -> dict:
         raise InputError(
             f"{folder / ADAPTER_CONFIG}: peft_type {peft_type} is not LoRA; only LoRA adapters can be merged as agents"
         )
+    _check_fields(folder / ADAPTER_CONFIG, config)
     if config.get("use_dora"):
         raise InputError(
             f"{folder / ADAPTER_CONFIG}: use_dora: DoRA adapters rescale the weight's norm and have no "
             "task vector B·A; merge the adapter into its base first (peft merge_and_unload)"
         )
     return config
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_rank(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_fields(where: Path, config: dict) -> None:
+    """The fields the merge reads, one by one, so that a bad value is one line naming the key (never a
+    ZeroDivisionError or a traceback later): ``r`` a whole number ≥ 1, ``lora_alpha`` a finite number, the
+    flags true or false, ``rank_pattern`` / ``alpha_pattern`` objects whose keys compile as regular
+    expressions and whose values are ranks / numbers."""
+    if not isinstance(config.get("peft_type", "LORA"), str):
+        raise InputError(f'{where}: peft_type must be a text such as "LORA", got {config["peft_type"]!r}')
+    if "r" in config and not _is_rank(config["r"]):
+        raise InputError(f"{where}: r must be a whole number ≥ 1 (the LoRA rank), got {config['r']!r}")
+    if "lora_alpha" in config and not _is_number(config["lora_alpha"]):
+        raise InputError(f"{where}: lora_alpha must be a finite number, got {config['lora_alpha']!r}")
+    for flag in ("use_rslora", "use_dora", "fan_in_fan_out"):
+        if config.get(flag) is not None and not isinstance(config[flag], bool):
+            raise InputError(f"{where}: {flag} must be true or false, got {config[flag]!r}")
+    for key, valid, what in (
+        ("rank_pattern", _is_rank, "a whole number ≥ 1"),
+        ("alpha_pattern", _is_number, "a finite number"),
+    ):
+        patterns = config.get(key)
+        if patterns is None:
+            continue
+        if not isinstance(patterns, dict):
+            raise InputError(f"{where}: {key} must be an object of module pattern → value, got {patterns!r}")
+        for pattern, value in patterns.items():
+            try:
+                re.compile(rf"(.*\.)?{pattern}$")
+            except (re.error, RecursionError, OverflowError) as e:
+                raise InputError(f"{where}: {key}: {pattern!r} is not a valid regular expression ({e})") from None
+            if not valid(value):
+                raise InputError(f"{where}: {key}[{pattern!r}] must be {what}, got {value!r}")
 
 
 def _pattern_value(patterns: dict | None, module: str, default: float) -> float:
@@ -153,6 +194,8 @@ def factors(folder: Path, tensors: dict[str, TensorInfo], config: dict) -> dict[
         else:  # A [r, in], B [out, r]: weight [out, in] (or [in, out] with fan_in_fan_out)
             rank = a.shape[0]
             shape = (a.shape[1], b.shape[0]) if transposed else (b.shape[0], a.shape[1])
+        if rank < 1:
+            raise InputError(f"{where}: module {module!r}: lora_A has no rows (rank 0); a LoRA factor has rank ≥ 1")
         if b.shape[1] != rank:
             raise InputError(f"{where}: module {module!r}: lora_B has {b.shape[1]} columns but lora_A has {rank} rows")
         bare = module.removeprefix(PREFIX)
