@@ -62,10 +62,10 @@ def test_number_compares_the_first_number(completion, answer, expected):
 def test_trl_reward_function_receives_every_extra_column(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "rewards.py").write_text(
-        "import json\n"
-        "CALLS = []\n"
+        "import json, pathlib\n"
         "def accuracy(prompts, completions, **kwargs):\n"
-        "    CALLS.append({'prompts': prompts, 'completions': completions, 'kwargs': kwargs})\n"
+        "    with open(pathlib.Path(__file__).with_name('calls.jsonl'), 'a') as f:\n"
+        "        f.write(json.dumps({'prompts': prompts, 'completions': completions, 'kwargs': kwargs}) + '\\n')\n"
         "    return [float(len(c)) + (10.0 if c == str(a) else 0.0) for c, a in zip(completions, kwargs['answer'])]\n")
     folder = write_suite(tmp_path / "s", [
         {"prompt": "2+3=", "answer": "5", "domain": "math", "level": 1},
@@ -76,7 +76,7 @@ def test_trl_reward_function_receives_every_extra_column(tmp_path):
     scorer = make_scorer(suite.scorer_spec)
     completions = ["5", "Lyon", "hi there"]
     assert scorer.score(suite, completions) == [11.0, 4.0, 8.0]
-    calls = scorer.function.__globals__["CALLS"]
+    calls = [json.loads(line) for line in (tmp_path / "s" / "calls.jsonl").read_text().splitlines()]  # in the child
     assert len(calls) == 1
     call = calls[0]
     assert call["prompts"] == ["2+3=", "capital of France?", "say hi"]

@@ -32,10 +32,31 @@ Errors the user can act on are ``ram_desktop.core.errors.InputError``; cancellin
 ``ram_desktop.core.errors.Cancelled``. Nothing here writes files except ``EvalResult.write_json``.
 """
 
-from .results import FORMAT, EvalResult, ModelRef, SuiteSummary, check_json_path, format_table
-from .runner import evaluate, model_refs
-from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
-from .suites import Suite, load_suite
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module (relative to this package) that defines it. Loaded on first use, so that a scorer's
+# child process (scorer_process) imports neither torch nor transformers through this package.
+_EXPORTS: dict[str, str] = {
+    "FORMAT": "results",
+    "EvalResult": "results",
+    "ModelRef": "results",
+    "SuiteSummary": "results",
+    "check_json_path": "results",
+    "format_table": "results",
+    "ScoringFailed": "results",
+    "evaluate": "runner",
+    "model_refs": "runner",
+    "Scorer": "scorers",
+    "ScorerSpec": "scorers",
+    "first_number": "scorers",
+    "make_scorer": "scorers",
+    "parse_scorer": "scorers",
+    "Suite": "suites",
+    "load_suite": "suites",
+}
 
 __all__ = [
     "FORMAT",
@@ -43,6 +64,7 @@ __all__ = [
     "ModelRef",
     "Scorer",
     "ScorerSpec",
+    "ScoringFailed",
     "Suite",
     "SuiteSummary",
     "check_json_path",
@@ -54,3 +76,31 @@ __all__ = [
     "model_refs",
     "parse_scorer",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # loaded once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what the type checker sees
+    from .results import (
+        FORMAT,
+        EvalResult,
+        ModelRef,
+        ScoringFailed,
+        SuiteSummary,
+        check_json_path,
+        format_table,
+    )
+    from .runner import evaluate, model_refs
+    from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
+    from .suites import Suite, load_suite

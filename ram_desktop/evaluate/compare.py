@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
 from .fisher import resolve_fisher_params
-from .results import EvalResult, ModelRef
+from .results import EvalResult, ModelRef, ScoringFailed
 
 log = logging.getLogger("ram_desktop")
 COMPARE_JSON = "compare.json"
@@ -56,6 +57,7 @@ def compare(
     batch_size: int = 8,
     limit: int | None = None,
     token: str | None = None,
+    scorer_timeout: float | None = None,
     **engine_options: Any,
 ) -> CompareResult:
     """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
@@ -85,12 +87,22 @@ def compare(
         names = merges[0].probe.names
         models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
         models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
-        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter)
+        try:
+            evaluation = evaluate(
+                models, loaded, device or session.device, batch_size, limit, reporter, scorer_timeout=scorer_timeout
+            )
+        except ScoringFailed as e:  # the merges and the finished scores are kept; the failure is recorded
+            _write_result(CompareResult(folder, list(variants), merges, e.result))
+            raise
     result = CompareResult(folder, list(variants), merges, evaluation)
-    _write_json(folder / COMPARE_JSON, result.to_json())
-    if evaluation is not None:
-        draw_scores(evaluation, folder / COMPARE_PNG)
+    _write_result(result)
     return result
+
+
+def _write_result(result: CompareResult) -> None:
+    _write_json(result.folder / COMPARE_JSON, result.to_json())
+    if result.evaluation is not None:
+        draw_scores(result.evaluation, result.folder / COMPARE_PNG)
 
 
 def check_compare_folder(folder: Path, overwrite: bool) -> None:
@@ -150,7 +162,8 @@ def draw_scores(result: EvalResult, path: Path) -> bool:
         ax.bar(xs, [result.scores[m][s] for s in range(n_suites)], width, label=model.name)
     ax.set_xticks(range(n_suites), [s.name for s in result.suites])
     ax.set_ylabel("mean reward")
-    ax.set_ylim(0, max(1.0, max((v for row in result.scores for v in row), default=1.0)) * 1.08)
+    scored = [v for row in result.scores for v in row if not math.isnan(v)]  # NaN: a suite whose scorer failed
+    ax.set_ylim(0, max(1.0, max(scored, default=1.0)) * 1.08)
     ax.set_title("Scores per suite: base, agents and merged variants")
     ax.legend(fontsize=8, ncol=2, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import os
 import platform
 import time
@@ -35,9 +36,10 @@ import torch
 from .. import __version__
 from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
-from .results import EvalResult, ModelRef, SuiteSummary
-from .scorers import make_scorer
-from .suites import Suite
+from .results import EvalResult, ModelRef, ScoreFailure, ScoringFailed, SuiteSummary
+from .scorer_process import ScorerProcess
+from .scorers import Scorer, make_scorer
+from .suites import Suite, check_timeout
 
 log = logging.getLogger("ram_desktop")
 STAGE = "evaluate"
@@ -91,14 +93,17 @@ def evaluate(
     limit: int | None = None,
     reporter: Reporter | None = None,
     threads: int | None = None,
+    scorer_timeout: float | None = None,
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
-    examples of each suite. Python scorers are loaded (their files run) here, before any model.
-    ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
-    torch's own setting); restored afterwards.
+    examples of each suite. Python scorers are loaded (their files run, in their child process) here,
+    before any model. ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS``
+    when set, else torch's own setting); restored afterwards. ``scorer_timeout``: seconds a python
+    scorer may take per batch, for every suite (default: each suite's ``scorer_timeout``).
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
-    a scorer that fails) and ``Cancelled`` when the reporter's token is cancelled.
+    a scorer file that cannot load), ``ScoringFailed`` (an ``InputError`` carrying the finished
+    results) when a scorer fails during the run, and ``Cancelled`` when the reporter's token is cancelled.
     """
     reporter = reporter or Reporter()
     start = time.perf_counter()
@@ -116,18 +121,38 @@ def evaluate(
         raise InputError(f"batch size must be a whole number of at least 1, got {batch_size!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"limit must be a whole number of at least 1, got {limit!r}")
+    if scorer_timeout is not None:
+        check_timeout(scorer_timeout, "scorer timeout")
     require_transformers()
     torch_device = resolve_device(device)
     suites = [s.head(limit) for s in suites]
-    scorers = [make_scorer(s.scorer_spec) for s in suites]
-    for scorer, suite in zip(scorers, suites):
-        scorer.check(suite)
-    resolved = [_resolve(ref, reporter) for ref in refs]
+    with contextlib.closing(ScorerProcess(reporter.check)) as process:
+        scorers = [
+            make_scorer(s.scorer_spec, process=process, timeout=scorer_timeout or s.scorer_timeout) for s in suites
+        ]
+        for scorer, suite in zip(scorers, suites):
+            scorer.check(suite)
+        resolved = [_resolve(ref, reporter) for ref in refs]
+        return _evaluate(resolved, suites, scorers, torch_device, batch_size, reporter, threads, start)
+
+
+def _evaluate(
+    resolved: list[tuple[ModelRef, Path, str]],
+    suites: list[Suite],
+    scorers: list[Scorer],
+    torch_device: torch.device,
+    batch_size: int,
+    reporter: Reporter,
+    threads: int | None,
+    start: float,
+) -> EvalResult:
+    refs = [ref for ref, _, _ in resolved]
 
     progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
     progress.report("starting")
     completions: list[list[list[str]]] = []
-    rewards: list[list[list[float]]] = []
+    rewards: list[list[list[float] | None]] = []
+    failures: list[ScoreFailure] = []
     # A full collection scans every object of the process (modules, a window's widgets) while holding the
     # GIL: 0.3-0.6 s with transformers imported, in which a window cannot draw. Frozen objects are left out
     # of every later collection, so the collections after each model scan only what was made since (the
@@ -136,17 +161,15 @@ def evaluate(
     gc.freeze()
     with _torch_threads(threads):
         for ref, folder, _ in resolved:
-            completions.append(_complete(ref, folder, suites, torch_device, batch_size, progress))
+            texts, scored = _complete(ref, folder, suites, scorers, failures, torch_device, batch_size, progress)
+            completions.append(texts)
+            rewards.append(scored)
             gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
             gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
-            # scored now, so a reward function that fails stops the run after the first model, not the last
-            rewards.append(
-                [scorer.score(suite, texts) for scorer, suite, texts in zip(scorers, suites, completions[-1])]
-            )
-    scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
-    return EvalResult(
+    scores = [[sum(r) / len(r) if r is not None else math.nan for r in per_model] for per_model in rewards]
+    result = EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
         suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer) for s in suites],
         scores=scores,
@@ -154,9 +177,13 @@ def evaluate(
         device=str(torch_device),
         versions=versions(),
         completions=completions,
-        rewards=rewards,
+        rewards=[[r if r is not None else [] for r in per_model] for per_model in rewards],
         generated_tokens=progress.tokens,
+        failures=failures,
     )
+    if failures:
+        raise ScoringFailed(result)
+    return result
 
 
 @contextlib.contextmanager
@@ -194,6 +221,10 @@ class _Progress:
     def start_model(self) -> None:
         self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
 
+    def skip(self, examples: int) -> None:
+        """Examples that will not be generated (their suite's scorer failed): counted done."""
+        self.done += examples
+
     def batch(self, model: str, suite: str, examples: int, tokens: int) -> None:
         self.done += examples
         self.tokens += tokens
@@ -207,27 +238,54 @@ class _Progress:
 
 
 def _complete(
-    ref: ModelRef, folder: Path, suites: list[Suite], device: torch.device, batch_size: int, progress: _Progress
-) -> list[list[str]]:
-    """Load one model, generate the completions of every suite (in suite order), free the model."""
+    ref: ModelRef,
+    folder: Path,
+    suites: list[Suite],
+    scorers: list[Scorer],
+    failures: list[ScoreFailure],
+    device: torch.device,
+    batch_size: int,
+    progress: _Progress,
+) -> tuple[list[list[str]], list[list[float] | None]]:
+    """Load one model, generate the completions of every suite (in suite order) and score each batch as it
+    comes, free the model. A scorer that fails adds to ``failures``: the rest of that suite is neither
+    generated nor scored, for this model and the later ones (its rewards are None); other suites go on."""
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
+    per_suite_rewards: list[list[float] | None] = []
     with _loaded(folder, ref.name, device) as (model, tokenizer):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
-        for suite in suites:
+        for suite, scorer in zip(suites, scorers):
+            texts, rewards, failed = [""] * len(suite), [0.0] * len(suite), False
+            if any(f.suite == suite.name for f in failures):
+                progress.skip(len(suite))
+                per_suite.append(texts)
+                per_suite_rewards.append(None)
+                continue
             prompts = prompt_ids(tokenizer, suite, ref.name)
-            texts = [""] * len(prompts)
             where = f"model {ref.name}, suite {suite.name!r}"
+            scored = 0
             for indices, outputs, tokens in _generate(
                 model, tokenizer, prompts, suite.max_new_tokens, batch_size, device, progress.reporter, where
             ):
                 for i, text in zip(indices, outputs):
                     texts[i] = text
+                try:
+                    batch_rewards = scorer.score(suite, outputs, indices)
+                except InputError as e:
+                    failures.append(ScoreFailure(ref.name, suite.name, f"model {ref.name}, {e}"))
+                    progress.skip(len(suite) - scored)
+                    failed = True
+                    break
+                for i, reward in zip(indices, batch_rewards):
+                    rewards[i] = reward
+                scored += len(indices)
                 progress.batch(ref.name, suite.name, len(indices), tokens)
             per_suite.append(texts)
+            per_suite_rewards.append(None if failed else rewards)
         del model, tokenizer
-    return per_suite
+    return per_suite, per_suite_rewards
 
 
 def require_transformers() -> None:
