@@ -478,7 +478,7 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def check_scorer_timeout(args: argparse.Namespace) -> None:
     """Refuse a bad --scorer-timeout before any work (compare merges before it evaluates)."""
-    from .evaluate.suites import check_timeout
+    from .evaluate import check_timeout
 
     if args.scorer_timeout is not None:
         check_timeout(args.scorer_timeout, "--scorer-timeout")
@@ -488,7 +488,7 @@ def name_new_code(suites: list[Any]) -> None:
     """The first time a suite's python scorer runs from a folder RAM Desktop did not write, say so (one
     ``note:`` line per folder, also with --quiet: it is the user's code running with the user's rights)."""
     from .core import new_code_folders, remember_code_folders
-    from .evaluate.suites import scorer_folders
+    from .evaluate import scorer_folders
 
     folders = scorer_folders(suites)
     for folder in new_code_folders(folders):
@@ -530,6 +530,9 @@ def entry() -> None:
     flushed: every output file is closed and every worker thread joined by then, and Python's own
     teardown (torch's modules, a last full collection) would cost ~0.5 CPU-s after the work is done. An
     unexpected exception still propagates the usual way (traceback, exit 1)."""
+    import multiprocessing
+
+    multiprocessing.freeze_support()  # frozen: a spawned child (a python scorer's process) runs its task, not the CLI
     from .core.compute.runtime import activate
 
     state = activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch

@@ -56,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     "parse_scorer": "scorers",
     "Suite": "suites",
     "load_suite": "suites",
+    "scorer_folders": "suites",
+    "check_timeout": "suites",
 }
 
 __all__ = [
@@ -68,6 +70,7 @@ __all__ = [
     "Suite",
     "SuiteSummary",
     "check_json_path",
+    "check_timeout",
     "evaluate",
     "first_number",
     "format_table",
@@ -75,6 +78,7 @@ __all__ = [
     "make_scorer",
     "model_refs",
     "parse_scorer",
+    "scorer_folders",
 ]
 
 
@@ -103,4 +107,4 @@ if TYPE_CHECKING:  # what the type checker sees
     )
     from .runner import evaluate, model_refs
     from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
-    from .suites import Suite, load_suite
+    from .suites import Suite, check_timeout, load_suite, scorer_folders

@@ -199,7 +199,7 @@ class Scorer:
                 f"{where} returned {len(value)} scores for {n} completions; it must return one per completion "
                 f"({scoring})"
             )
-        for i, r in zip(examples, value):
+        for i, r in sorted(zip(examples, value), key=lambda pair: pair[0]):  # the first bad one in suite order
             if not isinstance(r, float) or not math.isfinite(r):
                 raise InputError(
                     f"{where} returned {r if isinstance(r, str) else repr(r)} as the score of example {i + 1} "

@@ -198,6 +198,8 @@ class ComparePanel(QWidget):
             return False
         folder = Path(self.folder.text().strip()).expanduser()
         suites = self.evaluate.checked_suites()
+        if not self.evaluate.confirm_code(suites):
+            return False
         device, batch = session.device, self.evaluate.batch_size.value()
         limit, options = self.evaluate.limit.value() or None, options or {}
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
