@@ -209,13 +209,14 @@ class Scorer:
 
 
 def _examples(suite: Rows, indices: Sequence[int]) -> str:
-    """The examples of a batch, for a message: ``example 3 (line 3)`` or ``examples 1, 5, 9 and 5 more (lines ...)``."""
-    numbers = [str(i + 1) for i in indices[:5]]
-    lines = [str(suite.lines[i]) for i in indices[:5]]
-    more = f" and {len(indices) - 5} more" if len(indices) > 5 else ""
-    if len(indices) == 1:
-        return f"example {numbers[0]}, line {lines[0]}"
-    return f"examples {', '.join(numbers)}{more} (lines {', '.join(lines)}{more})"
+    """The examples of a batch, for a message: ``example 3 (line 3)`` or ``examples 1, 5, 9 and 5 more (lines 1, 5, 9, ...)``."""
+    ordered = sorted(indices)
+    if len(ordered) == 1:
+        return f"example {ordered[0] + 1} (line {suite.lines[ordered[0]]})"
+    shown = ordered[:5]
+    more = f" and {len(ordered) - 5} more" if len(ordered) > 5 else ""
+    lines = ", ".join(str(suite.lines[i]) for i in shown) + (", ..." if more else "")
+    return f"examples {', '.join(str(i + 1) for i in shown)}{more} (lines {lines})"
 
 
 def make_scorer(
