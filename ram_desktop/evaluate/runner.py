@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
 import math
 import os
 import platform
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -265,23 +266,31 @@ def _complete(
                 continue
             prompts = prompt_ids(tokenizer, suite, ref.name)
             where = f"model {ref.name}, suite {suite.name!r}"
-            scored = 0
-            for indices, outputs, tokens in _generate(
+            generated = 0
+            # a batch is scored while the next one is generated: its rewards are collected after that
+            pending: tuple[list[int], Callable[[], list[float]]] | None = None
+            batches = _generate(
                 model, tokenizer, prompts, suite.max_new_tokens, batch_size, device, progress.reporter, where
-            ):
-                for i, text in zip(indices, outputs):
-                    texts[i] = text
+            )
+            for batch in itertools.chain(batches, [None]):
                 try:
-                    batch_rewards = scorer.score(suite, outputs, indices)
-                except InputError as e:
+                    if pending is not None:
+                        indices, receive = pending
+                        for i, reward in zip(indices, receive()):
+                            rewards[i] = reward
+                        pending = None
+                    if batch is not None:
+                        indices, outputs, tokens = batch
+                        for i, text in zip(indices, outputs):
+                            texts[i] = text
+                        progress.batch(ref.name, suite.name, len(indices), tokens)
+                        generated += len(indices)
+                        pending = (indices, scorer.submit(suite, outputs, indices))
+                except InputError as e:  # the scorer failed (its code, its limit or its process)
                     failures.append(ScoreFailure(ref.name, suite.name, f"model {ref.name}, {e}"))
-                    progress.skip(len(suite) - scored)
+                    progress.skip(len(suite) - generated)
                     failed = True
                     break
-                for i, reward in zip(indices, batch_rewards):
-                    rewards[i] = reward
-                scored += len(indices)
-                progress.batch(ref.name, suite.name, len(indices), tokens)
             per_suite.append(texts)
             per_suite_rewards.append(None if failed else rewards)
         del model, tokenizer

@@ -6,7 +6,9 @@ crash the interpreter (a segfault, ``SIGKILL``) or raise. It runs in one child p
 reused for every batch of every suite, so a batch costs one round trip of its texts and floats. The child
 imports this module, the standard library and what the scorer file imports; nothing of torch or Qt.
 
-Each load and call waits at most its time limit; a child that does not answer in time is killed, one
+A call is sent (``send_call``) and its answer collected later (``receive``), so that the evaluation
+generates the next batch while the child scores this one. Each load and call waits at most its time
+limit, counted from when it was sent; a child that does not answer in time is killed, one
 that dies is noticed, and either way the call raises ``ScorerError`` and the next call starts a fresh
 child. The parent keeps the (file, function) pairs it loaded and loads them again in a new child.
 
@@ -18,6 +20,7 @@ sequence, or ``("failed", text)`` for an exception (the text says which).
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import itertools
 import multiprocessing
@@ -56,6 +59,7 @@ class ScorerProcess:
         self._conn: Connection | None = None
         self._loaded: set[tuple[str, str]] = set()  # loaded in this parent's view, reloaded in a fresh child
         self._in_child: set[tuple[str, str]] = set()
+        self._sent: collections.deque[tuple[float, float]] = collections.deque()  # (deadline, limit) per call out
         self.starts = 0
 
     def load(self, file: Path, function: str, timeout: float) -> None:
@@ -64,7 +68,7 @@ class ScorerProcess:
         self._loaded.add(key)
         self._ensure_loaded(key, timeout)
 
-    def call(
+    def send_call(
         self,
         file: Path,
         function: str,
@@ -72,18 +76,25 @@ class ScorerProcess:
         completions: list[str],
         columns: dict[str, list[Any]],
         timeout: float,
-    ) -> tuple[str, Any]:
-        """Call the loaded ``function`` of ``file``: its answer (see the module docstring), or ``ScorerError``."""
+    ) -> None:
+        """Start a call of the loaded ``function`` of ``file`` (``receive`` collects its answer); one at a time."""
         key = (str(file), function)
         if key not in self._loaded:
             raise ValueError(f"{function} of {file} was not loaded")
+        if self._sent:  # an answer nobody collected (its caller stopped early): start clean
+            self._stop()
         self._ensure_loaded(key, timeout)
-        return self._ask(("call", *key, prompts, completions, columns), timeout)
+        self._send(("call", *key, prompts, completions, columns), timeout)
+
+    def receive(self) -> tuple[str, Any]:
+        """The answer of the call sent last (see the module docstring), or ``ScorerError``."""
+        return self._receive()
 
     def close(self) -> None:
         """End the child (it also ends by itself when this process goes away: its pipe closes)."""
         conn, process = self._conn, self._process
         self._conn, self._process, self._in_child = None, None, set()
+        self._sent.clear()
         if conn is not None:
             conn.close()  # the child reads the end of its pipe and returns
         if process is not None:
@@ -96,7 +107,8 @@ class ScorerProcess:
         if key in self._in_child and self._process is not None:
             return
         try:
-            kind, value = self._ask(("load", *key), timeout)
+            self._send(("load", *key), timeout)
+            kind, value = self._receive()
         except ScorerError as e:
             raise ScorerError(f"{key[0]}: loading the scorer module {e}") from None
         if kind != "ok":
@@ -120,14 +132,21 @@ class ScorerProcess:
         self._process, self._conn, self._in_child = process, parent_end, set()
         self.starts += 1
 
-    def _ask(self, message: tuple[Any, ...], timeout: float) -> tuple[str, Any]:
+    def _send(self, message: tuple[Any, ...], timeout: float) -> None:
         if self._process is None:
             self._start()
-        conn = self._conn
-        assert conn is not None
+        assert self._conn is not None
         try:
-            conn.send(message)
-            deadline = time.monotonic() + timeout
+            self._conn.send(message)
+        except OSError:  # the child is gone
+            raise ScorerError(f"{self._ended()}; a scorer must return, not end its process") from None
+        self._sent.append((time.monotonic() + timeout, timeout))
+
+    def _receive(self) -> tuple[str, Any]:
+        conn = self._conn
+        assert conn is not None and self._sent
+        deadline, timeout = self._sent.popleft()
+        try:
             while not conn.poll(min(POLL_SECONDS, max(deadline - time.monotonic(), 0.0))):
                 self.check()
                 if time.monotonic() >= deadline:
@@ -145,6 +164,7 @@ class ScorerProcess:
         """How the child ended, in words (it is reaped first)."""
         process = self._process
         self._conn, self._process, self._in_child = None, None, set()
+        self._sent.clear()
         if process is None:
             return "ended its process"
         process.join(5.0)
@@ -164,6 +184,7 @@ class ScorerProcess:
     def _stop(self) -> None:
         process, conn = self._process, self._conn
         self._process, self._conn, self._in_child = None, None, set()
+        self._sent.clear()
         if process is not None:
             process.kill()
             process.join()

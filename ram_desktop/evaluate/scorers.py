@@ -136,17 +136,22 @@ class Scorer:
 
     def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[Any]:
         """The rewards as the function returned them (a python scorer's as plain floats), unchecked."""
-        kind, value = self._answer(prompts, completions, columns)
+        kind, value = self._send(prompts, completions, columns)()
         if kind == "failed":
             raise ScorerError(value)
         return value if kind == "values" else []
 
-    def _answer(self, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]) -> tuple[str, Any]:
+    def _send(
+        self, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
+    ) -> Callable[[], tuple[str, Any]]:
+        """Start the call; what it returns gives the answer (a python scorer's child computes meanwhile)."""
         if self.process is not None:
             assert self.spec.file is not None and self.spec.function is not None
-            return self.process.call(self.spec.file, self.spec.function, prompts, completions, columns, self.timeout)
+            self.process.send_call(self.spec.file, self.spec.function, prompts, completions, columns, self.timeout)
+            return self.process.receive
         assert self.function is not None
-        return call(self.function, prompts, completions, columns)
+        answer = call(self.function, prompts, completions, columns)
+        return lambda: answer
 
     def check(self, suite: Rows) -> None:
         """Refuse a suite this scorer cannot score before anything is generated: a built-in scorer
@@ -175,6 +180,13 @@ class Scorer:
 
         A scorer that raises, returns anything else, runs past its time limit, or ends or crashes its
         process becomes an ``InputError`` naming the suite, the function and the examples."""
+        return self.submit(suite, completions, indices)()
+
+    def submit(
+        self, suite: Rows, completions: Sequence[str], indices: Sequence[int] | None = None
+    ) -> Callable[[], list[float]]:
+        """``score``, started: a python scorer's child scores while the caller goes on (generates the next
+        batch); calling what this returns waits for the rewards (or raises ``InputError``). One at a time."""
         examples = list(range(len(suite.prompts))) if indices is None else list(indices)
         n = len(examples)
         if len(completions) != n:
@@ -184,9 +196,23 @@ class Scorer:
         prompts = [suite.prompts[i] for i in examples]
         columns = {k: [v[i] for i in examples] for k, v in suite.columns.items()}
         try:
-            kind, value = self._answer(prompts, list(completions), columns)
+            receive = self._send(prompts, list(completions), columns)
         except ScorerError as e:
             raise InputError(f"{where} {e} ({scoring})") from None
+
+        def rewards() -> list[float]:
+            try:
+                kind, value = receive()
+            except ScorerError as e:
+                raise InputError(f"{where} {e} ({scoring})") from None
+            return self._checked(kind, value, suite, examples, where, scoring)
+
+        return rewards
+
+    def _checked(
+        self, kind: str, value: Any, suite: Rows, examples: list[int], where: str, scoring: str
+    ) -> list[float]:
+        n = len(examples)
         if kind == "failed":
             raise InputError(f"{where} {value} ({scoring})")
         if kind == "returned":
