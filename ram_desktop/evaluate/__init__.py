@@ -10,13 +10,19 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   ``suite.with_scorer(spec)``, ``suite.scorer_spec`` (parsed, not run).
 - ``parse_scorer(spec, base_dir) -> ScorerSpec``: checks a spec without running anything;
   ``ScorerSpec.file`` / ``.function`` / ``.describe()`` say which file a python scorer will run.
-- ``make_scorer(spec, base_dir) -> Scorer``: a callable with the TRL reward signature
-  ``(prompts, completions, **columns) -> list[float]``; executes a python scorer's file.
+- ``make_scorer(spec, base_dir, process=None, timeout=60) -> Scorer``: a callable with the TRL reward
+  signature ``(prompts, completions, **columns) -> list[float]``; executes a python scorer's file in
+  a child process (``scorer_process.ScorerProcess``; ``timeout`` seconds per call).
   ``Scorer.check(suite)`` refuses a suite it cannot score (missing answers);
-  ``Scorer.score(suite, completions)`` validates the rewards (InputError naming suite and function).
+  ``Scorer.score(suite, completions, indices=None)`` validates the rewards (InputError naming suite,
+  function and examples; also for a scorer past its time limit or one that ends or crashes its process);
+  ``Scorer.submit`` starts the same and returns what collects it.
+- ``scorer_folders(suites)``: the folders whose Python code an evaluation runs (the faces' first-run
+  notice, ``ram_desktop.core.new_code_folders``); ``check_timeout(value, what)``.
 - ``model_refs(sources, names=None) -> list[ModelRef]``: names for model folders / Hub ids.
-- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None)
-  -> EvalResult``: ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
+- ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None,
+  scorer_timeout=None) -> EvalResult``: raises ``ScoringFailed`` (an InputError whose ``.result`` keeps
+  the finished scores) when a scorer fails mid-run; ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
   ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",
   "generating with NAME", then per batch "NAME · SUITE · x examples/s · y tokens/s"), cancel
