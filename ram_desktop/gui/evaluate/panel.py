@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import (
+from ...core import (
     MERGE_REPORT,
     InputError,
     demo_suites,
@@ -38,12 +38,12 @@ from ..core import (
     record_evaluation,
     remember_code_folders,
 )
-from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite, scorer_folders
-from .jobs import JobController, JobState
+from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite, scorer_folders
+from ..jobs import JobController, JobState
+from ..worker import Job
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
 from .suites_table import SuitesTable
-from .worker import Job
 
 log = logging.getLogger("ram_desktop")
 
