@@ -24,6 +24,9 @@ COMPUTE_COMMANDS = {"--setup-compute", "--compute-info"}  # ram_desktop.compute_
 
 
 def main() -> None:
+    import multiprocessing
+
+    multiprocessing.freeze_support()  # frozen: a spawned child (a python scorer's process) runs its task, not the app
     from .core.compute.runtime import activate
 
     activate()  # before anything imports torch: a verified runtime folder goes ahead of the bundled torch

@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
+    scorer_timeout_option(p)
     merge_options(p, "shared defaults for every variant whose method takes them; ")
 
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
@@ -158,11 +159,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml",
     )
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
-    p.add_argument("--json", type=Path, help="write the ram-eval/2 results (scores, per-example rewards, intervals, floors) to this file")
+    p.add_argument(
+        "--json",
+        type=Path,
+        help="write the ram-eval/2 results (scores, per-example rewards, intervals, floors) to this file",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
+    scorer_timeout_option(p)
     return parser
+
+
+def scorer_timeout_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scorer-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="time a python scorer may take per batch, for every suite (default: the suite.yaml's scorer_timeout, "
+        "else 60); a scorer that runs longer is stopped and reported",
+    )
 
 
 def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -403,19 +419,28 @@ def session_from_args(args: argparse.Namespace):
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core import Variant
+    from .evaluate import ScoringFailed, load_suite
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, compare
 
     variants = [Variant.parse(text) for text in args.variant]
-    result = compare(
-        session_from_args(args),
-        variants,
-        args.out,
-        args.suite,
-        overwrite=args.overwrite,
-        reporter=reporter,
-        batch_size=args.batch_size,
-        limit=args.limit,
-    )
+    suites = [load_suite(s) for s in args.suite]
+    check_scorer_timeout(args)
+    name_new_code(suites)
+    try:
+        result = compare(
+            session_from_args(args),
+            variants,
+            args.out,
+            suites,
+            overwrite=args.overwrite,
+            reporter=reporter,
+            batch_size=args.batch_size,
+            limit=args.limit,
+            scorer_timeout=args.scorer_timeout,
+        )
+    except ScoringFailed as e:
+        print(e.result.table())
+        raise ScoringFailed(e.result, f"; the finished scores are in {args.out / COMPARE_JSON}") from None
     print(format_probe(result.merges[0].probe))
     for variant, merged in zip(variants, result.merges):
         print(f"{variant.name}: {merged.report['method']} {merged.report['method_params']} -> {merged.out}")
@@ -440,17 +465,54 @@ def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .evaluate import check_json_path, evaluate, load_suite, model_refs
+    from .evaluate import ScoringFailed, check_json_path, evaluate, load_suite, model_refs
 
     suites = [load_suite(s) for s in args.suite]
     models = model_refs(args.models, _names(args.names))
     if args.json:
         check_json_path(args.json)
-    result = evaluate(models, suites, args.device, args.batch_size, args.limit, reporter)
+    check_scorer_timeout(args)
+    name_new_code(suites)
+    try:
+        result = evaluate(
+            models, suites, args.device, args.batch_size, args.limit, reporter, scorer_timeout=args.scorer_timeout
+        )
+    except ScoringFailed as e:  # bad input found mid-run: the finished scores are kept (docs/contracts.md)
+        if args.json:
+            e.result.write_json(args.json)
+        print(e.result.table())
+        raise ScoringFailed(e.result, f"; the finished scores are in {args.json}" if args.json else "") from None
     if args.json:
         result.write_json(args.json)
     print(result.table())
     return EXIT_OK
+
+
+def check_scorer_timeout(args: argparse.Namespace) -> None:
+    """Refuse a bad --scorer-timeout before any work (compare merges before it evaluates)."""
+    from .evaluate import check_timeout
+
+    if args.scorer_timeout is not None:
+        check_timeout(args.scorer_timeout, "--scorer-timeout")
+
+
+def name_new_code(suites: list[Any]) -> None:
+    """The first time a suite's python scorer runs from a folder RAM Desktop did not write, say so (one
+    ``note:`` line per folder, also with --quiet: it is the user's code running with the user's rights)."""
+    from .core import new_code_folders, remember_code_folders
+    from .evaluate import scorer_folders
+
+    folders = scorer_folders(suites)
+    for folder in new_code_folders(folders):
+        using = folders[folder]
+        names = ", ".join(repr(name) for name, _ in using)
+        files = ", ".join(sorted({file for _, file in using}))
+        print(
+            f"note: suite{'s' if len(using) > 1 else ''} {names} run{'' if len(using) > 1 else 's'} Python code "
+            f"from {folder} ({files}) with your rights; RAM Desktop did not write that folder (said once per folder)",
+            file=sys.stderr,
+        )
+    remember_code_folders(folders)
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -480,6 +542,9 @@ def entry() -> None:
     flushed: every output file is closed and every worker thread joined by then, and Python's own
     teardown (torch's modules, a last full collection) would cost ~0.5 CPU-s after the work is done. An
     unexpected exception still propagates the usual way (traceback, exit 1)."""
+    import multiprocessing
+
+    multiprocessing.freeze_support()  # frozen: a spawned child (a python scorer's process) runs its task, not the CLI
     from .core.compute.runtime import activate
 
     state = activate()  # before torch is imported: a verified runtime folder goes ahead of the bundled torch

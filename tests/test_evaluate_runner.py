@@ -302,12 +302,21 @@ def test_bad_suites_through_the_cli(lms, tmp_path, capsys):
     ("    return ['good'] * len(completions)\n", "returned 'good' as the score of example 1"),
 ])
 def test_bad_scorer_through_the_cli(lms, tmp_path, capsys, body, fragment):
+    """A scorer that fails mid-run is bad input (exit 2, one error line naming suite, function and examples),
+    and --json keeps what was finished: here nothing was scored, so the score is null and the failure recorded."""
     chat, _ = lms
     folder = write_suite(tmp_path / "suite", [{"prompt": p} for p in PROMPTS[:3]],
                          "name: rewarded\nscorer: python:reward.py:my_reward\nmax_new_tokens: 2\n")
     (folder / "reward.py").write_text("def my_reward(prompts, completions, **kw):\n" + body)
-    assert_refused(capsys, tmp_path, [str(chat), "--suite", str(folder)],
-                   "suite 'rewarded'", "function my_reward in", "reward.py", fragment)
+    out = tmp_path / "partial.json"
+    code, stdout, err = run_cli(capsys, "eval", str(chat), "--suite", str(folder), "--json", str(out))
+    lines = [line for line in err.splitlines() if not line.startswith("note: ")]  # the first-run note on the folder
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    for part in ("suite 'rewarded'", "function my_reward in", "reward.py", fragment, f"finished scores are in {out}"):
+        assert part in lines[0], (part, lines[0])
+    data = json.loads(out.read_text())
+    assert data["scores"] == [[None]] and data["failures"][0]["suite"] == "rewarded"
+    assert "failed" in stdout
 
 
 def _copy(src: Path, dst: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -62,10 +63,10 @@ def test_number_compares_the_first_number(completion, answer, expected):
 def test_trl_reward_function_receives_every_extra_column(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "rewards.py").write_text(
-        "import json\n"
-        "CALLS = []\n"
+        "import json, pathlib\n"
         "def accuracy(prompts, completions, **kwargs):\n"
-        "    CALLS.append({'prompts': prompts, 'completions': completions, 'kwargs': kwargs})\n"
+        "    with open(pathlib.Path(__file__).with_name('calls.jsonl'), 'a') as f:\n"
+        "        f.write(json.dumps({'prompts': prompts, 'completions': completions, 'kwargs': kwargs}) + '\\n')\n"
         "    return [float(len(c)) + (10.0 if c == str(a) else 0.0) for c, a in zip(completions, kwargs['answer'])]\n")
     folder = write_suite(tmp_path / "s", [
         {"prompt": "2+3=", "answer": "5", "domain": "math", "level": 1},
@@ -76,7 +77,7 @@ def test_trl_reward_function_receives_every_extra_column(tmp_path):
     scorer = make_scorer(suite.scorer_spec)
     completions = ["5", "Lyon", "hi there"]
     assert scorer.score(suite, completions) == [11.0, 4.0, 8.0]
-    calls = scorer.function.__globals__["CALLS"]
+    calls = [json.loads(line) for line in (tmp_path / "s" / "calls.jsonl").read_text().splitlines()]  # in the child
     assert len(calls) == 1
     call = calls[0]
     assert call["prompts"] == ["2+3=", "capital of France?", "say hi"]
@@ -173,3 +174,38 @@ def test_builtin_scorer_refuses_rows_without_answer_naming_the_line(tmp_path):
         make_scorer("number").check(load_suite(folder))
     assert ", line 2" in str(e.value) and "'two' is not a number" in str(e.value)
     make_scorer("regex:.*").check(load_suite(folder))  # needs no answer
+
+
+def test_the_scorer_process_imports_neither_torch_nor_qt(tmp_path):
+    """The child imports the standard library, the scorer module and what its file imports: it starts fast."""
+    (tmp_path / "r.py").write_text(
+        "import sys\n"
+        "def heavy(prompts, completions, **kw):\n"
+        "    return [float(sum(m in sys.modules for m in ('torch', 'transformers', 'PySide6', 'numpy')))]"
+        " * len(completions)\n")
+    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": "a"}]))
+    assert make_scorer(f"python:{tmp_path / 'r.py'}:heavy").score(suite, ["x"]) == [0.0]
+
+
+def test_cancelling_stops_a_scorer_that_hangs(tmp_path):
+    """The reporter's cancellation is checked while the child runs: its process is killed at once."""
+    from ram_desktop.core.errors import Cancelled
+    from ram_desktop.evaluate.scorer_process import ScorerProcess
+
+    (tmp_path / "r.py").write_text("import time\ndef slow(prompts, completions, **kw):\n    time.sleep(600)\n")
+    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": "a"}]))
+    armed: list[float] = []  # cancel one second into the call (not while the file loads)
+
+    def check() -> None:
+        if armed and time.monotonic() - armed[0] > 1.0:
+            raise Cancelled("cancelled")
+
+    process = ScorerProcess(check)
+    scorer = make_scorer(f"python:{tmp_path / 'r.py'}:slow", process=process, timeout=300)
+    child = process._process
+    start = time.monotonic()
+    armed.append(start)
+    with pytest.raises(Cancelled):
+        scorer.score(suite, ["x"])
+    assert time.monotonic() - start < 30 and child is not None and not child.is_alive()
+    process.close()

@@ -116,11 +116,21 @@ def test_missing_paths(tmp_path):
     ("\n\nscorer: fuzzy\n", 3, "unknown scorer 'fuzzy'"),
     ("scorer: python:nowhere.py:f\n", 1, "no such file"),
     ("scorer: 'regex:(a'\n", 1, "not a valid regular expression"),
+    ("name: a\nscorer_timeout: 0\n", 2, "scorer_timeout: a python scorer's time limit per batch: expected a number"),
+    ("scorer_timeout: soon\n", 1, "scorer_timeout: a python scorer's time limit per batch: expected a number"),
+    ("scorer_timeout: .nan\n", 1, "scorer_timeout: a python scorer's time limit per batch: expected a number"),
 ])
 def test_bad_suite_yaml_names_file_and_line(tmp_path, yaml_text, line, fragment):
     (tmp_path / "data.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
     (tmp_path / "suite.yaml").write_text(yaml_text)
     refused(tmp_path, f"{(tmp_path / 'suite.yaml').resolve()}, line {line}:", fragment)
+
+
+def test_scorer_timeout_is_read_from_suite_yaml(tmp_path):
+    (tmp_path / "data.jsonl").write_text('{"prompt": "a", "answer": "b"}\n')
+    assert load_suite(tmp_path).scorer_timeout == 60
+    (tmp_path / "suite.yaml").write_text("scorer_timeout: 2.5\n")
+    assert load_suite(tmp_path).scorer_timeout == 2.5
 
 
 @pytest.mark.parametrize("yaml_text, fragment", [

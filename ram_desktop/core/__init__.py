@@ -56,6 +56,9 @@ _EXPORTS: dict[str, str] = {
     "read_manifest": "demo",
     "ensure_demo": "demo",
     "demo_suites": "demo",
+    # folders whose Python code (a suite's python scorer) the user has been told runs
+    "new_code_folders": "code_folders",
+    "remember_code_folders": "code_folders",
     # the ecosystem: mergekit configs, publishing, the evaluation card
     "to_mergekit": "ecosystem.mergekit",
     "load_mergekit": "ecosystem.mergekit",
@@ -110,12 +113,14 @@ __all__ = [  # the names of _EXPORTS
     "load_recipe_or_mergekit",
     "merge",
     "merge_variants",
+    "new_code_folders",
     "open_checkpoint",
     "parse_size",
     "probe",
     "publish",
     "read_manifest",
     "record_evaluation",
+    "remember_code_folders",
     "resolve_device",
     "setting_value",
     "to_mergekit",
@@ -137,6 +142,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keeps _EXPORTS and this in step
+    from .code_folders import new_code_folders, remember_code_folders
     from .demo import demo_suites, ensure_demo, read_manifest, write_demo
     from .ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
     from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish

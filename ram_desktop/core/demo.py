@@ -60,11 +60,12 @@ def read_manifest(folder: Path | str) -> dict:
         raise InputError(f"{path}: not a readable demo manifest ({exc}); run `ram-merge demo DIR` again") from exc
 
 
-def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[Path]]:
+def write_demo(folder: Path | str, seed: int | None = None, record_code: bool = True) -> tuple[Path, list[Path]]:
     """Write the demo (``base/``, one folder per agent, ``suites/``, ``demo.json``) under ``folder``.
 
     Returns (base, agents). ``seed`` is accepted for older callers and ignored: the shipped demo is
-    seed 0 of ``reproduction/``.
+    seed 0 of ``reproduction/``. ``record_code``: record the suites' reward-function folders as written by
+    the app (``code_folders``), so that evaluating them names no foreign code.
     """
     source = demo_resources()
     if not (source / MANIFEST).is_file():
@@ -83,7 +84,16 @@ def write_demo(folder: Path | str, seed: int | None = None) -> tuple[Path, list[
     except OSError as e:
         raise InputError(f"{e.filename or folder}: cannot write the demo ({os_reason(e)})") from None
     manifest = read_manifest(folder)
+    if record_code:
+        record_demo_code(folder)
     return manifest["base"], [a["path"] for a in manifest["agents"]]
+
+
+def record_demo_code(folder: Path) -> None:
+    """The demo's python scorers are the app's own: their folders are recorded as known."""
+    from .code_folders import remember_code_folders
+
+    remember_code_folders(file.parent for file in (folder / "suites").rglob("*.py"))
 
 
 def demo_folder() -> Path:
@@ -106,15 +116,17 @@ def ensure_demo(folder: Path | None = None) -> tuple[Path, list[Path]]:
     if all(ready) and (base / "model.safetensors").is_file() and stamp.is_file() and stamp.read_text() == shipped:
         why = _copy_changed(folder, shipped)
         if why is None:
+            record_demo_code(folder)  # a copy made before the record existed
             return base, agents
         log.warning("the cached demo in %s is not the shipped one (%s); copying it again", folder, why)
     tmp = folder.with_name(folder.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    base_t, agents_t = write_demo(tmp)
+    base_t, agents_t = write_demo(tmp, record_code=False)
     (tmp / SHIPPED_STAMP).write_text(shipped)
     files.write_manifest(tmp, shipped=shipped)  # a changed copy is copied again, never merged
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
+    record_demo_code(folder)
     return folder / base_t.name, [folder / a.name for a in agents_t]
 
 

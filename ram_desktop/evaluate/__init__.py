@@ -10,13 +10,19 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   ``suite.with_scorer(spec)``, ``suite.scorer_spec`` (parsed, not run).
 - ``parse_scorer(spec, base_dir) -> ScorerSpec``: checks a spec without running anything;
   ``ScorerSpec.file`` / ``.function`` / ``.describe()`` say which file a python scorer will run.
-- ``make_scorer(spec, base_dir) -> Scorer``: a callable with the TRL reward signature
-  ``(prompts, completions, **columns) -> list[float]``; executes a python scorer's file.
+- ``make_scorer(spec, base_dir, process=None, timeout=60) -> Scorer``: a callable with the TRL reward
+  signature ``(prompts, completions, **columns) -> list[float]``; executes a python scorer's file in
+  a child process (``scorer_process.ScorerProcess``; ``timeout`` seconds per call).
   ``Scorer.check(suite)`` refuses a suite it cannot score (missing answers);
-  ``Scorer.score(suite, completions)`` validates the rewards (InputError naming suite and function).
+  ``Scorer.score(suite, completions, indices=None)`` validates the rewards (InputError naming suite,
+  function and examples; also for a scorer past its time limit or one that ends or crashes its process);
+  ``Scorer.submit`` starts the same and returns what collects it.
+- ``scorer_folders(suites)``: the folders whose Python code an evaluation runs (the faces' first-run
+  notice, ``ram_desktop.core.new_code_folders``); ``check_timeout(value, what)``.
 - ``model_refs(sources, names=None) -> list[ModelRef]``: names for model folders / Hub ids.
 - ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None,
-  cache=None) -> EvalResult``: ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
+  cache=None, scorer_timeout=None) -> EvalResult``: raises ``ScoringFailed`` (an InputError whose ``.result`` keeps
+  the finished scores) when a scorer fails mid-run; ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
   ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",
   "generating with NAME", then per batch "NAME · SUITE · x examples/s · y tokens/s"), cancel
@@ -36,10 +42,33 @@ Errors the user can act on are ``ram_desktop.core.errors.InputError``; cancellin
 ``ram_desktop.core.errors.Cancelled``. Nothing here writes files except ``EvalResult.write_json``.
 """
 
-from .results import FORMAT, EvalResult, ModelRef, SuiteSummary, check_json_path, format_table
-from .runner import evaluate, model_refs
-from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
-from .suites import Suite, load_suite
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# name -> the module (relative to this package) that defines it. Loaded on first use, so that a scorer's
+# child process (scorer_process) imports neither torch nor transformers through this package.
+_EXPORTS: dict[str, str] = {
+    "FORMAT": "results",
+    "EvalResult": "results",
+    "ModelRef": "results",
+    "SuiteSummary": "results",
+    "check_json_path": "results",
+    "format_table": "results",
+    "ScoringFailed": "results",
+    "evaluate": "runner",
+    "model_refs": "runner",
+    "Scorer": "scorers",
+    "ScorerSpec": "scorers",
+    "first_number": "scorers",
+    "make_scorer": "scorers",
+    "parse_scorer": "scorers",
+    "Suite": "suites",
+    "load_suite": "suites",
+    "scorer_folders": "suites",
+    "check_timeout": "suites",
+}
 
 __all__ = [
     "FORMAT",
@@ -47,9 +76,11 @@ __all__ = [
     "ModelRef",
     "Scorer",
     "ScorerSpec",
+    "ScoringFailed",
     "Suite",
     "SuiteSummary",
     "check_json_path",
+    "check_timeout",
     "evaluate",
     "first_number",
     "format_table",
@@ -57,4 +88,33 @@ __all__ = [
     "make_scorer",
     "model_refs",
     "parse_scorer",
+    "scorer_folders",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # loaded once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # what the type checker sees
+    from .results import (
+        FORMAT,
+        EvalResult,
+        ModelRef,
+        ScoringFailed,
+        SuiteSummary,
+        check_json_path,
+        format_table,
+    )
+    from .runner import evaluate, model_refs
+    from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
+    from .suites import Suite, check_timeout, load_suite, scorer_folders

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import colorsys
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,14 +119,18 @@ def score_chart(result: EvalResult, kinds: Sequence[str] | None = None, title: s
             Series(
                 model.name,
                 colors[m],
-                tuple(row),
+                tuple(0.0 if math.isnan(v) else v for v in row),  # NaN: its scorer failed; no bar
                 tuple(i[0] if i else None for i in intervals),
                 tuple(i[1] if i else None for i in intervals),
-                tuple(f"{v:.2f}" + ("≈" if result.at_floor(m, s) else "") for s, v in enumerate(row)),
+                tuple(
+                    "failed" if math.isnan(v) else f"{v:.2f}" + ("≈" if result.at_floor(m, s) else "")
+                    for s, v in enumerate(row)
+                ),
             )
         )
     floors = tuple(s.floor.score if s.floor is not None else None for s in result.suites)
-    tops = [v for row in result.scores for v in row] + [h for s in series for h in s.highs if h is not None]
+    tops = [v for row in result.scores for v in row if not math.isnan(v)]
+    tops += [h for s in series for h in s.highs if h is not None]
     top = max([1.0, *tops])
     return ScoreChart(title, tuple(s.name for s in result.suites), tuple(series), floors, top * 1.12)
 

@@ -24,7 +24,7 @@ from ..core.storage.output import NotReplaceable, is_staging_entry
 from .cache import ScoreCache
 from .chart import draw_png, score_chart
 from .fisher import resolve_fisher_params
-from .results import EvalResult, ModelRef
+from .results import EvalResult, ModelRef, ScoringFailed
 
 log = logging.getLogger("ram_desktop")
 COMPARE_JSON = "compare.json"
@@ -62,6 +62,7 @@ def compare(
     limit: int | None = None,
     token: str | None = None,
     cache: ScoreCache | None = None,
+    scorer_timeout: float | None = None,
     **engine_options: Any,
 ) -> CompareResult:
     """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
@@ -97,14 +98,32 @@ def compare(
         names = merges[0].probe.names
         models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
         models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
-        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter, cache=cache)
+        try:
+            evaluation = evaluate(
+                models,
+                loaded,
+                device or session.device,
+                batch_size,
+                limit,
+                reporter,
+                scorer_timeout=scorer_timeout,
+                cache=cache,
+            )
+        except ScoringFailed as e:  # the merges and the finished scores are kept; the failure is recorded
+            _write_result(CompareResult(folder, list(variants), merges, e.result), len(session.agents))
+            raise
     result = CompareResult(folder, list(variants), merges, evaluation)
-    _write_json(folder / COMPARE_JSON, result.to_json())
-    if evaluation is not None:
-        kinds = ["base"] + ["agent"] * len(session.agents) + ["variant"] * len(merges)
-        draw_scores(evaluation, folder / COMPARE_PNG, kinds)
-    write_manifest(folder)  # last: compare.json, the chart and each variant's manifest
+    _write_result(result, len(session.agents))
     return result
+
+
+def _write_result(result: CompareResult, n_agents: int) -> None:
+    """``compare.json``, the chart, and last the folder's manifest (compare.json, the chart and each variant's)."""
+    _write_json(result.folder / COMPARE_JSON, result.to_json())
+    if result.evaluation is not None:
+        kinds = ["base"] + ["agent"] * n_agents + ["variant"] * len(result.merges)
+        draw_scores(result.evaluation, result.folder / COMPARE_PNG, kinds)
+    write_manifest(result.folder)
 
 
 def check_compare_folder(folder: Path, overwrite: bool) -> None:

@@ -48,6 +48,15 @@ class Leader:
     tied: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ScoreFailure:
+    """A scorer that failed during the run: the model and suite, and the message (suite, function, examples)."""
+
+    model: str
+    suite: str
+    error: str
+
+
 @dataclass
 class EvalResult:
     """Scores of every model on every suite; ``scores[m][s]`` is the mean reward of model m on suite s.
@@ -55,6 +64,9 @@ class EvalResult:
     ``completions[m][s]`` and ``rewards[m][s]`` hold the per-example text and reward in suite order
     (``rewards`` is empty for a ``ram-eval/1`` file: no intervals then).
     ``models[i].source`` is the resolved source (a Hub id carries its commit, ``org/name@sha``).
+    A suite whose scorer failed (``failures``; only in ``ScoringFailed.result``) has no score for that model
+    and the later ones (NaN; null in the JSON) and no rewards ([]); its completions are those generated
+    before the failure ("" for the rest).
     """
 
     models: list[ModelRef]
@@ -66,11 +78,16 @@ class EvalResult:
     completions: list[list[list[str]]] = field(default_factory=list)
     rewards: list[list[list[float]]] = field(default_factory=list)
     generated_tokens: int = 0
+    failures: list[ScoreFailure] = field(default_factory=list)
 
     @property
     def has_examples(self) -> bool:
         """Whether the per-example rewards are known (intervals, differences and floor marks need them)."""
-        return len(self.rewards) == len(self.models) and all(len(r) == len(self.suites) for r in self.rewards)
+        return (
+            not self.failures
+            and len(self.rewards) == len(self.models)
+            and all(len(r) == len(self.suites) and all(r) for r in self.rewards)
+        )
 
     def interval(self, m: int, s: int) -> tuple[float, float] | None:
         """Model m's 95 % interval on suite s (``stats.mean_interval``), None without per-example rewards."""
@@ -147,8 +164,10 @@ class EvalResult:
             "format": FORMAT,
             "models": [{"name": m.name, "source": m.source} for m in self.models],
             "suites": suites,
-            "scores": [list(row) for row in self.scores],
+            "scores": [[None if math.isnan(v) else v for v in row] for row in self.scores],
         }
+        if self.failures:  # only a run whose scorer failed: its null scores are explained here
+            data["failures"] = [{"model": f.model, "suite": f.suite, "error": f.error} for f in self.failures]
         if self.has_examples:
             n_models, n_suites = len(self.models), len(self.suites)
             data["per_example"] = [[list(r) for r in per_model] for per_model in self.rewards]
@@ -184,6 +203,9 @@ class EvalResult:
             cells = []
             for s, value in enumerate(row):
                 interval = self.interval(m, s)
+                if math.isnan(value):  # its scorer failed
+                    cells.append("failed  ")
+                    continue
                 cell = f"{value:.3f}" + (f" [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
                 cells.append(cell + (" ≈" if self.at_floor(m, s) else "  "))
             rows.append(cells)
@@ -243,7 +265,7 @@ def format_rows(models: list[str], heads: list[str], rows: list[list[str]]) -> s
 def format_table(models: list[str], suites: list[str], scores: list[list[float]], examples: list[int]) -> str:
     """Scores alone (three decimals), one row per model."""
     heads = [f"{name} ({n})" for name, n in zip(suites, examples)]
-    return format_rows(models, heads, [[f"{v:.3f}" for v in row] for row in scores])
+    return format_rows(models, heads, [[f"{v:.3f}" if not math.isnan(v) else "failed" for v in row] for row in scores])
 
 
 def _quoted(answer: str) -> str:
@@ -262,3 +284,14 @@ def check_json_path(path: Path) -> None:
         raise InputError(f"{path}: is a folder; --json needs a file name")
     if not path.parent.is_dir():
         raise InputError(f"{path}: the folder {path.parent} does not exist")
+
+
+class ScoringFailed(InputError):
+    """A scorer failed during an evaluation (bad input: the user's code); ``result`` holds every score
+    finished before and after it, ``result.failures`` what failed. The message is the first failure."""
+
+    def __init__(self, result: EvalResult, note: str = "") -> None:
+        first, more = result.failures[0], len(result.failures) - 1
+        text = first.error + (f" (and {more} more scorer failure{'s' if more > 1 else ''})" if more else "")
+        super().__init__(text + note)
+        self.result = result

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import logging
+import math
 import os
 import platform
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,10 @@ from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_de
 from ..core.storage.safe_read import check_regular, read_json
 from .cache import ScoreCache, folder_fingerprint, score_key, suite_fingerprint
 from .floors import floor_of
-from .results import EvalResult, ModelRef, SuiteSummary
-from .scorers import make_scorer
-from .suites import Suite
+from .results import EvalResult, ModelRef, ScoreFailure, ScoringFailed, SuiteSummary
+from .scorer_process import ScorerProcess
+from .scorers import Scorer, make_scorer
+from .suites import Suite, check_timeout
 
 log = logging.getLogger("ram_desktop")
 STAGE = "evaluate"
@@ -85,12 +88,15 @@ def _default_name(source: str) -> str:
     return source.removeprefix("hf://").split("@")[0].rstrip("/").split("/")[-1] or source
 
 
-def check_eval_options(batch_size: int, limit: int | None) -> None:
-    """``--batch-size`` and ``--limit``, checked before any work (``compare`` calls it before its merges)."""
+def check_eval_options(batch_size: int, limit: int | None, scorer_timeout: float | None = None) -> None:
+    """``--batch-size``, ``--limit`` and ``--scorer-timeout``, checked before any work (``compare`` calls it
+    before its merges)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InputError(f"--batch-size: the batch size must be a whole number of at least 1, got {batch_size!r}")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InputError(f"--limit: the limit must be a whole number of at least 1, got {limit!r}")
+    if scorer_timeout is not None:
+        check_timeout(scorer_timeout, "scorer timeout")
 
 
 def evaluate(
@@ -101,18 +107,21 @@ def evaluate(
     limit: int | None = None,
     reporter: Reporter | None = None,
     threads: int | None = None,
+    scorer_timeout: float | None = None,
     cache: ScoreCache | None = None,
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
-    examples of each suite. Python scorers are loaded (their files run) here, before any model, and
-    score each suite's constant answers for its floor (``floors``).
-    ``threads``: torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else
-    per model: one for a tiny model on the CPU, torch's own setting otherwise); restored afterwards.
-    ``cache``: scores found there (same model files, suite, scorer, device and batch size) are reused,
-    a model with all of them is not even loaded; new scores are added to it.
+    examples of each suite. Python scorers are loaded (their files run, in their child process) here,
+    before any model, and score each suite's constant answers for its floor (``floors``). ``threads``:
+    torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else per model: one
+    for a tiny model on the CPU, torch's own setting otherwise); restored afterwards. ``scorer_timeout``:
+    seconds a python scorer may take per batch, for every suite (default: each suite's
+    ``scorer_timeout``). ``cache``: scores found there (same model files, suite, scorer, device and batch
+    size) are reused, a model with all of them is not even loaded; new scores are added to it.
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
-    a scorer that fails) and ``Cancelled`` when the reporter's token is cancelled.
+    a scorer file that cannot load), ``ScoringFailed`` (an ``InputError`` carrying the finished
+    results) when a scorer fails during the run, and ``Cancelled`` when the reporter's token is cancelled.
     """
     reporter = reporter or Reporter()
     start = time.perf_counter()
@@ -126,20 +135,43 @@ def evaluate(
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
     if not suites:
         raise InputError("no suites to evaluate on; give at least one --suite")
-    check_eval_options(batch_size, limit)
+    check_eval_options(batch_size, limit, scorer_timeout)
     require_transformers()
     torch_device = resolve_device(device)
     suites = [s.head(limit) for s in suites]
-    scorers = [make_scorer(s.scorer_spec) for s in suites]
-    for scorer, suite in zip(scorers, suites):
-        scorer.check(suite)
-    floors = [floor_of(suite, scorer) for scorer, suite in zip(scorers, suites)]  # a failing scorer stops it here
-    resolved = [_resolve(ref, reporter) for ref in refs]
+    with contextlib.closing(ScorerProcess(reporter.check)) as process:
+        scorers = [
+            make_scorer(s.scorer_spec, process=process, timeout=scorer_timeout or s.scorer_timeout) for s in suites
+        ]
+        for scorer, suite in zip(scorers, suites):
+            scorer.check(suite)
+        floors = [floor_of(suite, scorer) for scorer, suite in zip(scorers, suites)]  # a failing scorer stops it here
+        resolved = [_resolve(ref, reporter) for ref in refs]
+        summaries = [SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(suites, floors)]
+        return _evaluate(
+            resolved, suites, summaries, scorers, torch_device, batch_size, reporter, threads, start, cache
+        )
+
+
+def _evaluate(
+    resolved: list[tuple[ModelRef, Path, str]],
+    suites: list[Suite],
+    summaries: list[SuiteSummary],
+    scorers: list[Scorer],
+    torch_device: torch.device,
+    batch_size: int,
+    reporter: Reporter,
+    threads: int | None,
+    start: float,
+    cache: ScoreCache | None,
+) -> EvalResult:
+    refs = [ref for ref, _, _ in resolved]
 
     progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
     progress.report("starting")
     completions: list[list[list[str]]] = []
-    rewards: list[list[list[float]]] = []
+    rewards: list[list[list[float] | None]] = []
+    failures: list[ScoreFailure] = []
     # A full collection scans every object of the process (modules, a window's widgets) while holding the
     # GIL: 0.3-0.6 s with transformers imported, in which a window cannot draw. Frozen objects are left out
     # of every later collection, so the collections after each model scan only what was made since (the
@@ -153,39 +185,53 @@ def evaluate(
             model_key = folder_fingerprint(folder) if cache is not None else ""
             keys = [score_key(model_key, k, str(torch_device), batch_size) for k in suite_keys]
             found = [cache.get(k) for k in keys] if cache is not None else [None] * len(suites)
-            todo = [suite for suite, hit in zip(suites, found) if hit is None]
-            progress.skip(sum(len(suite) for suite, hit in zip(suites, found) if hit is not None))
-            fresh = iter(
-                _complete(ref, folder, todo, torch_device, batch_size, progress, threads is None) if todo else []
+            todo = [k for k, hit in enumerate(found) if hit is None]
+            progress.skip(sum(len(suites[k]) for k, hit in enumerate(found) if hit is not None), "reused")
+            texts_todo, scored_todo = (
+                _complete(
+                    ref,
+                    folder,
+                    [suites[k] for k in todo],
+                    [scorers[k] for k in todo],
+                    failures,
+                    torch_device,
+                    batch_size,
+                    progress,
+                    threads is None,
+                )
+                if todo
+                else ([], [])
             )
+            fresh = dict(zip(todo, zip(texts_todo, scored_todo)))
+            texts = [list(hit.completions) if hit is not None else fresh[k][0] for k, hit in enumerate(found)]
+            scored = [list(hit.rewards) if hit is not None else fresh[k][1] for k, hit in enumerate(found)]
+            if cache is not None:
+                for k in todo:
+                    texts_k, rewards_k = fresh[k]
+                    if rewards_k is not None:  # a suite whose scorer failed is not kept
+                        cache.put(keys[k], texts_k, rewards_k)
+            completions.append(texts)
+            rewards.append(scored)
             gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
             gc.freeze()  # what loading it imported lazily (the modeling code, torch's dynamo) is long-lived
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
-            texts = [list(hit.completions) if hit is not None else next(fresh) for hit in found]
-            # scored now, so a reward function that fails stops the run after the first model, not the last
-            row = [
-                list(hit.rewards) if hit is not None else scorer.score(suite, t)
-                for scorer, suite, t, hit in zip(scorers, suites, texts, found)
-            ]
-            if cache is not None:
-                for key, t, r, hit in zip(keys, texts, row, found):
-                    if hit is None:
-                        cache.put(key, t, r)
-            completions.append(texts)
-            rewards.append(row)
-    scores = [[sum(r) / len(r) for r in per_model] for per_model in rewards]
-    return EvalResult(
+    scores = [[sum(r) / len(r) if r is not None else math.nan for r in per_model] for per_model in rewards]
+    result = EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
-        suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(suites, floors)],
+        suites=summaries,
         scores=scores,
         seconds=time.perf_counter() - start,
         device=str(torch_device),
         versions=versions(),
         completions=completions,
-        rewards=rewards,
+        rewards=[[r if r is not None else [] for r in per_model] for per_model in rewards],
         generated_tokens=progress.tokens,
+        failures=failures,
     )
+    if failures:
+        raise ScoringFailed(result)
+    return result
 
 
 def _configured_threads(threads: int | None) -> int | None:
@@ -239,14 +285,14 @@ class _Progress:
     def report(self, detail: str) -> None:
         self.reporter.progress(STAGE, self.done, self.total, "examples", detail)
 
-    def skip(self, examples: int) -> None:
-        """Examples whose scores were reused: done without generating."""
-        if examples:
-            self.done += examples
-            self.report(f"{examples} examples' scores reused")
-
     def start_model(self) -> None:
         self.model_start, self.model_done, self.model_tokens = time.perf_counter(), 0, 0
+
+    def skip(self, examples: int, why: str | None = None) -> None:
+        """Examples that will not be generated (their scores reused, or their suite's scorer failed): counted done."""
+        self.done += examples
+        if examples and why:
+            self.report(f"{examples} examples' scores {why}")
 
     def batch(self, model: str, suite: str, examples: int, tokens: int) -> None:
         self.done += examples
@@ -264,34 +310,64 @@ def _complete(
     ref: ModelRef,
     folder: Path,
     suites: list[Suite],
+    scorers: list[Scorer],
+    failures: list[ScoreFailure],
     device: torch.device,
     batch_size: int,
     progress: _Progress,
     pick_threads: bool = False,
-) -> list[list[str]]:
-    """Load one model, generate the completions of every suite (in suite order), free the model.
+) -> tuple[list[list[str]], list[list[float] | None]]:
+    """Load one model, generate the completions of every suite (in suite order) and score each batch as it
+    comes, free the model. A scorer that fails adds to ``failures``: the rest of that suite is neither
+    generated nor scored, for this model and the later ones (its rewards are None); other suites go on.
     ``pick_threads``: generate with ``model_threads``' choice for this model."""
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
+    per_suite_rewards: list[list[float] | None] = []
     with (
         _loaded(folder, ref.name, device) as (model, tokenizer),
         _torch_threads(model_threads(model, device) if pick_threads else None),
     ):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
-        for suite in suites:
+        for suite, scorer in zip(suites, scorers):
+            texts, rewards, failed = [""] * len(suite), [0.0] * len(suite), False
+            if any(f.suite == suite.name for f in failures):
+                progress.skip(len(suite))
+                per_suite.append(texts)
+                per_suite_rewards.append(None)
+                continue
             prompts = prompt_ids(tokenizer, suite, ref.name)
-            texts = [""] * len(prompts)
             where = f"model {ref.name}, suite {suite.name!r}"
-            for indices, outputs, tokens in _generate(
+            generated = 0
+            # a batch is scored while the next one is generated: its rewards are collected after that
+            pending: tuple[list[int], Callable[[], list[float]]] | None = None
+            batches = _generate(
                 model, tokenizer, prompts, suite.max_new_tokens, batch_size, device, progress.reporter, where
-            ):
-                for i, text in zip(indices, outputs):
-                    texts[i] = text
-                progress.batch(ref.name, suite.name, len(indices), tokens)
+            )
+            for batch in itertools.chain(batches, [None]):
+                try:
+                    if pending is not None:
+                        indices, receive = pending
+                        for i, reward in zip(indices, receive()):
+                            rewards[i] = reward
+                        pending = None
+                    if batch is not None:
+                        indices, outputs, tokens = batch
+                        for i, text in zip(indices, outputs):
+                            texts[i] = text
+                        progress.batch(ref.name, suite.name, len(indices), tokens)
+                        generated += len(indices)
+                        pending = (indices, scorer.submit(suite, outputs, indices))
+                except InputError as e:  # the scorer failed (its code, its limit or its process)
+                    failures.append(ScoreFailure(ref.name, suite.name, f"model {ref.name}, {e}"))
+                    progress.skip(len(suite) - generated)
+                    failed = True
+                    break
             per_suite.append(texts)
+            per_suite_rewards.append(None if failed else rewards)
         del model, tokenizer
-    return per_suite
+    return per_suite, per_suite_rewards
 
 
 def require_transformers() -> None:

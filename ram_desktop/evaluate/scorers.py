@@ -23,26 +23,22 @@ a suite or a recipe never runs code. ``ScorerSpec.file`` says which file will ru
 
 from __future__ import annotations
 
-import importlib.util
-import itertools
 import json
 import math
-import numbers
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from ..core import InputError, first_line
+from ..core import InputError
+from .scorer_process import DEFAULT_TIMEOUT, ScorerError, ScorerProcess, call
 
 ScorerKind = Literal["exact", "contains", "number", "regex", "python"]
 BUILTIN = ("exact", "contains", "number")
 FORMS = "exact, contains, number, regex:PATTERN or python:FILE.py:FUNCTION"
 NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?")
-_module_counter = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -115,11 +111,21 @@ class Rows(Protocol):
 
 
 class Scorer:
-    """A callable with the TRL reward signature; ``spec`` says what it is."""
+    """A scorer with the TRL reward signature; ``spec`` says what it is. A built-in runs in this process;
+    a python scorer's function runs in ``process`` (``scorer_process.ScorerProcess``), ``timeout`` seconds
+    at most per call."""
 
-    def __init__(self, spec: ScorerSpec, function: Callable[..., Any]) -> None:
+    def __init__(
+        self,
+        spec: ScorerSpec,
+        function: Callable[..., Any] | None = None,
+        process: ScorerProcess | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
         self.spec = spec
         self.function = function
+        self.process = process
+        self.timeout = timeout
 
     @property
     def name(self) -> str:
@@ -128,8 +134,24 @@ class Scorer:
             return f"function {self.spec.function} in {self.spec.file}"
         return f"scorer {self.spec.text!r}"
 
-    def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[float]:
-        return self.function(prompts, completions, **columns)
+    def __call__(self, prompts: list[str], completions: list[str], **columns: list[Any]) -> list[Any]:
+        """The rewards as the function returned them (a python scorer's as plain floats), unchecked."""
+        kind, value = self._send(prompts, completions, columns)()
+        if kind == "failed":
+            raise ScorerError(value)
+        return value if kind == "values" else []
+
+    def _send(
+        self, prompts: list[str], completions: list[str], columns: dict[str, list[Any]]
+    ) -> Callable[[], tuple[str, Any]]:
+        """Start the call; what it returns gives the answer (a python scorer's child computes meanwhile)."""
+        if self.process is not None:
+            assert self.spec.file is not None and self.spec.function is not None
+            self.process.send_call(self.spec.file, self.spec.function, prompts, completions, columns, self.timeout)
+            return self.process.receive
+        assert self.function is not None
+        answer = call(self.function, prompts, completions, columns)
+        return lambda: answer
 
     def check(self, suite: Rows) -> None:
         """Refuse a suite this scorer cannot score before anything is generated: a built-in scorer
@@ -152,49 +174,86 @@ class Scorer:
                             f"the number scorer needs one"
                         )
 
-    def score(self, suite: Rows, completions: Sequence[str]) -> list[float]:
-        """Rewards for ``completions`` of ``suite``'s prompts (in order), checked: one finite number each.
+    def score(self, suite: Rows, completions: Sequence[str], indices: Sequence[int] | None = None) -> list[float]:
+        """Rewards for ``completions`` of the examples ``indices`` of ``suite`` (default: all, in order),
+        checked: one finite number each.
 
-        A scorer that raises or returns anything else becomes an ``InputError`` naming the suite and
-        the function."""
-        n = len(suite.prompts)
+        A scorer that raises, returns anything else, runs past its time limit, or ends or crashes its
+        process becomes an ``InputError`` naming the suite, the function and the examples."""
+        return self.submit(suite, completions, indices)()
+
+    def submit(
+        self, suite: Rows, completions: Sequence[str], indices: Sequence[int] | None = None
+    ) -> Callable[[], list[float]]:
+        """``score``, started: a python scorer's child scores while the caller goes on (generates the next
+        batch); calling what this returns waits for the rewards (or raises ``InputError``). One at a time."""
+        examples = list(range(len(suite.prompts))) if indices is None else list(indices)
+        n = len(examples)
         if len(completions) != n:
             raise ValueError(f"{len(completions)} completions for {n} prompts")
         where = f"suite {suite.name!r} ({suite.data_file}): {self.name}"
+        scoring = f"scoring {_examples(suite, examples)}"
+        prompts = [suite.prompts[i] for i in examples]
+        columns = {k: [v[i] for i in examples] for k, v in suite.columns.items()}
         try:
-            rewards = self(list(suite.prompts), list(completions), **{k: list(v) for k, v in suite.columns.items()})
-        except InputError:
-            raise
-        except SystemExit as e:
-            raise InputError(f"{where} called sys.exit({e.code!r}); a reward function must return its scores") from None
-        except Exception as e:  # noqa: BLE001  the user's reward function: whatever it raises is named
-            raise InputError(f"{where} raised {type(e).__name__}: {first_line(e)}") from None
-        if hasattr(rewards, "tolist") and not isinstance(rewards, (list, tuple)):
-            rewards = rewards.tolist()  # a numpy array or torch tensor
-        if not isinstance(rewards, (list, tuple)):
+            receive = self._send(prompts, list(completions), columns)
+        except ScorerError as e:
+            raise InputError(f"{where} {e} ({scoring})") from None
+
+        def rewards() -> list[float]:
+            try:
+                kind, value = receive()
+            except ScorerError as e:
+                raise InputError(f"{where} {e} ({scoring})") from None
+            return self._checked(kind, value, suite, examples, where, scoring)
+
+        return rewards
+
+    def _checked(
+        self, kind: str, value: Any, suite: Rows, examples: list[int], where: str, scoring: str
+    ) -> list[float]:
+        n = len(examples)
+        if kind == "failed":
+            raise InputError(f"{where} {value} ({scoring})")
+        if kind == "returned":
             raise InputError(
-                f"{where} returned {type(rewards).__name__}; a reward function returns a list with "
-                f"one number per completion ({n})"
+                f"{where} returned {value}; a reward function returns a list with one number per completion "
+                f"({n}) ({scoring})"
             )
-        if len(rewards) != n:
+        if len(value) != n:
             raise InputError(
-                f"{where} returned {len(rewards)} scores for {n} completions; it must return one per completion"
+                f"{where} returned {len(value)} scores for {n} completions; it must return one per completion "
+                f"({scoring})"
             )
-        values = []
-        for i, r in enumerate(rewards):
-            value = _as_float(r)
-            if value is None or not math.isfinite(value):
+        for i, r in sorted(zip(examples, value), key=lambda pair: pair[0]):  # the first bad one in suite order
+            if not isinstance(r, float) or not math.isfinite(r):
                 raise InputError(
-                    f"{where} returned {r!r} as the score of example {i + 1} "
+                    f"{where} returned {r if isinstance(r, str) else repr(r)} as the score of example {i + 1} "
                     f"({suite.data_file}, line {suite.lines[i]}); scores must be finite numbers"
                 )
-            values.append(value)
-        return values
+        return value
 
 
-def make_scorer(spec: str | ScorerSpec, base_dir: Path | None = None) -> Scorer:
-    """The scorer for ``spec``. A ``python:`` scorer's file is executed here (the user's own code):
-    call this only when an evaluation starts."""
+def _examples(suite: Rows, indices: Sequence[int]) -> str:
+    """The examples of a batch, for a message: ``example 3 (line 3)`` or ``examples 1, 5, 9 and 5 more (lines 1, 5, 9, ...)``."""
+    ordered = sorted(indices)
+    if len(ordered) == 1:
+        return f"example {ordered[0] + 1} (line {suite.lines[ordered[0]]})"
+    shown = ordered[:5]
+    more = f" and {len(ordered) - 5} more" if len(ordered) > 5 else ""
+    lines = ", ".join(str(suite.lines[i]) for i in shown) + (", ..." if more else "")
+    return f"examples {', '.join(str(i + 1) for i in shown)}{more} (lines {lines})"
+
+
+def make_scorer(
+    spec: str | ScorerSpec,
+    base_dir: Path | None = None,
+    process: ScorerProcess | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Scorer:
+    """The scorer for ``spec``. A ``python:`` scorer's file is executed here (the user's own code), in
+    ``process`` (a new ``ScorerProcess`` when None; it ends with this process) within ``timeout``
+    seconds: call this only when an evaluation starts. A file that cannot load is an ``InputError``."""
     if isinstance(spec, str):
         spec = parse_scorer(spec, base_dir)
     if spec.kind == "exact":
@@ -209,7 +268,13 @@ def make_scorer(spec: str | ScorerSpec, base_dir: Path | None = None) -> Scorer:
             spec,
             lambda prompts, completions, **_: [float(pattern.fullmatch(c.strip()) is not None) for c in completions],
         )
-    return Scorer(spec, _load_function(spec))
+    assert spec.file is not None and spec.function is not None
+    process = process or ScorerProcess()
+    try:
+        process.load(spec.file, spec.function, timeout)
+    except ScorerError as e:
+        raise InputError(f"{e} (scorer {spec.text!r})") from None
+    return Scorer(spec, process=process, timeout=timeout)
 
 
 def _per_example(match: Callable[[str, Any], bool]) -> Callable[..., list[float]]:
@@ -253,51 +318,3 @@ def first_number(completion: str) -> Decimal | None:
 def _same_number(completion: str, answer: Any) -> bool:
     found, expected = first_number(completion), _answer_number(answer)
     return found is not None and expected is not None and found == expected
-
-
-def _load_function(spec: ScorerSpec) -> Callable[..., Any]:
-    """Execute the scorer's file as a fresh module and return its function (the file's folder is on
-    ``sys.path`` while it loads, so it can import its neighbours)."""
-    file, name = spec.file, spec.function
-    assert file is not None and name is not None
-    if not file.is_file():
-        raise InputError(f"scorer {spec.text!r}: no such file {file}")
-    stem = re.sub(r"\W", "_", file.stem)
-    module_name = f"_ram_eval_scorer_{next(_module_counter)}_{stem}"
-    import_spec = importlib.util.spec_from_file_location(module_name, file)
-    if import_spec is None or import_spec.loader is None:
-        raise InputError(f"scorer {spec.text!r}: {file} cannot be loaded as a Python module")
-    module = importlib.util.module_from_spec(import_spec)
-    sys.modules[module_name] = module
-    sys.path.insert(0, str(file.parent))
-    try:
-        import_spec.loader.exec_module(module)
-    except SystemExit as e:
-        sys.modules.pop(module_name, None)
-        raise InputError(
-            f"{file}: loading the scorer module called sys.exit({e.code!r}) (scorer {spec.text!r}); "
-            "a scorer file must only define its function"
-        ) from None
-    except Exception as e:  # noqa: BLE001  the user's scorer module: whatever loading it raises is named
-        sys.modules.pop(module_name, None)
-        raise InputError(f"{file}: loading the scorer module raised {type(e).__name__}: {first_line(e)}") from None
-    finally:
-        try:
-            sys.path.remove(str(file.parent))
-        except ValueError:
-            pass
-    function = getattr(module, name, None)
-    if function is None:
-        raise InputError(f"{file}: has no function {name!r} (scorer {spec.text!r})")
-    if not callable(function):
-        raise InputError(f"{file}: {name!r} is not a function (scorer {spec.text!r})")
-    return function
-
-
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a numpy scalar or 0-d tensor
-        item = value.item()
-        return float(item) if isinstance(item, numbers.Real) else None
-    return None

@@ -12,7 +12,8 @@ per column; a row without a field gives None there). Blank lines are skipped.
 ``suite.yaml`` keys, all optional: ``name`` (default: the folder name for ``data.jsonl``, else the
 file name without its extension), ``scorer`` (default ``exact``; see ``scorers``), ``max_new_tokens``
 (default 64), ``chat_template`` (``auto`` | ``true`` | ``false``; default ``auto``: use the
-tokenizer's chat template when it has one), ``system`` (system prompt).
+tokenizer's chat template when it has one), ``system`` (system prompt), ``scorer_timeout`` (seconds a
+python scorer may take per batch; default 60).
 
 Loading a suite never runs code: a ``python:`` scorer is only parsed (its file must exist).
 """
@@ -27,11 +28,12 @@ import yaml
 
 from ..core import InputError
 from ..core.storage.safe_read import parse_json, parse_yaml, read_bytes, read_text
+from .scorer_process import DEFAULT_TIMEOUT
 from .scorers import ScorerSpec, parse_scorer
 
 DATA_FILE = "data.jsonl"
 SUITE_YAML = "suite.yaml"
-YAML_KEYS = ("name", "scorer", "max_new_tokens", "chat_template", "system")
+YAML_KEYS = ("name", "scorer", "max_new_tokens", "chat_template", "system", "scorer_timeout")
 ChatTemplate = Literal["auto", "true", "false"]
 
 
@@ -51,6 +53,7 @@ class Suite:
     system: str | None = None
     config_file: Path | None = None  # the suite.yaml that was read, if any
     scorer_dir: Path = field(default=Path("."))  # a python scorer's file is relative to this folder
+    scorer_timeout: float = DEFAULT_TIMEOUT  # seconds a python scorer may take per batch
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -72,6 +75,24 @@ class Suite:
         """The same suite scored by ``spec`` (checked, not run); a python file is relative to the suite."""
         parse_scorer(spec, self.scorer_dir)
         return replace(self, scorer=spec.strip())
+
+
+def scorer_folders(suites: list[Suite]) -> dict[Path, list[tuple[str, str]]]:
+    """The folders whose Python code an evaluation of ``suites`` runs (each python scorer's file's
+    folder), with (suite name, file name) of each use; for the faces' first-run notice (``core.code_folders``)."""
+    folders: dict[Path, list[tuple[str, str]]] = {}
+    for suite in suites:
+        spec = suite.scorer_spec
+        if spec.kind == "python" and spec.file is not None:
+            folders.setdefault(spec.file.parent, []).append((suite.name, spec.file.name))
+    return folders
+
+
+def check_timeout(value: Any, what: str) -> float:
+    """A time limit in seconds: a finite number above 0 (``InputError`` naming ``what`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InputError(f"{what}: expected a number of seconds above 0, found {value!r}")
+    return float(value)
 
 
 def load_suite(path: str | Path) -> Suite:
@@ -189,6 +210,11 @@ def _read_yaml(file: Path) -> dict[str, Any]:
             if not isinstance(text, str) or text.strip().lower() not in ("auto", "true", "false"):
                 raise bad(key, f"expected auto, true or false, found {value!r}")
             settings["chat_template"] = text.strip().lower()
+        elif key == "scorer_timeout":
+            try:
+                settings["scorer_timeout"] = check_timeout(value, "a python scorer's time limit per batch")
+            except InputError as e:
+                raise bad(key, str(e)) from None
         elif key == "system":
             if value is not None and not isinstance(value, str):
                 raise bad(key, f"expected text, found {value!r}")

@@ -185,6 +185,9 @@ def _close_on_termination(app, window, status: dict) -> None:
 
 def entry() -> None:
     """Console-script entry point (``ram-desktop``; also ``python -m ram_desktop`` with no arguments)."""
+    import multiprocessing
+
+    multiprocessing.freeze_support()  # frozen: a spawned child (a python scorer's process) runs its task, not the window
     from ..core.compute.runtime import activate
     from ..paths import guard_stdio
 

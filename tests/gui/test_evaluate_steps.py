@@ -433,11 +433,37 @@ def test_python_scorer_shows_its_file_and_runs_only_in_the_evaluation(qtbot, win
     assert str(folder / "reward.py") in shown.text() and "runs when the evaluation starts" in shown.text()
     assert not marker.exists()
     panel.add_model_folder(Path(base))
+    asked = answer_code_notice(qtbot, "Cancel")  # the first time: the folder is named, Cancel starts nothing
+    qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+    assert len(asked) == 1 and str(folder) in asked[0] and "reward.py" in asked[0], asked
+    assert not panel.task.running() and not marker.exists()
+    assert "not started" in window.message.text.text().lower()
+    asked = answer_code_notice(qtbot, "Run")
     with qtbot.waitSignal(panel.evaluation_finished, timeout=60000) as done:
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
     assert done.args == ["done"], window.message.text.text()
-    assert marker.exists()
+    assert len(asked) == 1 and marker.exists()
     assert table_values(panel)["base"][0] in ("0.000", "1.000")
+    asked = answer_code_notice(qtbot, "Run")  # known now: no question (the timer finds no box and answers nothing)
+    with qtbot.waitSignal(panel.evaluation_finished, timeout=60000) as done:
+        qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+    assert done.args == ["done"] and asked == []
+
+
+def answer_code_notice(qtbot, button: str) -> list[str]:
+    """Click ``button`` in the "Run code from a suite folder?" box once it is open; the texts of the boxes seen."""
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    seen: list[str] = []
+
+    def click() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox) and box.objectName() == "code_notice":
+            seen.append(box.text())
+            qtbot.mouseClick(next(b for b in box.buttons() if b.text() == button), Qt.LeftButton)
+
+    QTimer.singleShot(300, click)
+    return seen
 
 
 def test_scorer_picker_accepts_a_builtin_and_refuses_a_bad_spec(qtbot, window, tiny, monkeypatch):

@@ -219,6 +219,8 @@ class ComparePanel(QWidget):
             return False
         folder = Path(self.folder.text().strip()).expanduser()
         suites = self.evaluate.checked_suites()
+        if not self.evaluate.confirm_code(suites):
+            return False
         device, batch = session.device, self.evaluate.batch_size.value()
         limit, options = self.evaluate.limit.value() or None, options or {}
         cache = self.evaluate.cache

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMessageBox,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -29,8 +30,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import MERGE_REPORT, InputError, demo_suites, record_evaluation
-from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
+from ...core import (
+    MERGE_REPORT,
+    InputError,
+    demo_suites,
+    new_code_folders,
+    record_evaluation,
+    remember_code_folders,
+)
+from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite, scorer_folders
 from ...evaluate.cache import ScoreCache
 from ..jobs import JobController, JobState
 from ..worker import Job
@@ -355,6 +363,8 @@ class EvaluatePanel(QWidget):
         refs = [ModelRef(e.name, e.source) for e in entries]
         for e in entries:
             self.kinds[e.source] = e.kind
+        if not self.confirm_code(suites):
+            return False
         device, batch, limit = self.device, self.batch_size.value(), self.limit.value() or None
         pythons = [str(s.scorer_spec.file) for s in suites if s.scorer_spec.kind == "python"]
         for file in pythons:
@@ -370,6 +380,36 @@ class EvaluatePanel(QWidget):
             return result, record_evaluation(result), cache.hits - hits
 
         return self.task.start(run, self._succeeded, f"Loading {refs[0].name}…")
+
+    def confirm_code(self, suites: list[Suite]) -> bool:
+        """The first time ``suites`` run a python scorer from a folder RAM Desktop did not write, ask Run /
+        Cancel (docs/evaluate.md, Scorers). True when there is nothing new or the user chose Run; the
+        folders are then remembered and not asked about again."""
+        folders = scorer_folders(suites)
+        new = new_code_folders(folders)
+        if not new:
+            return True
+        listed = "\n".join(
+            f"• {folder}  ({', '.join(sorted({file for _, file in folders[folder]}))}; suite "
+            f"{', '.join(repr(name) for name, _ in folders[folder])})"
+            for folder in new
+        )
+        box = QMessageBox(QMessageBox.Icon.Warning, "Run code from a suite folder?", "", parent=self)
+        box.setObjectName("code_notice")
+        box.setText(f"This evaluation runs Python code from a folder RAM Desktop did not create:\n\n{listed}")
+        box.setInformativeText(
+            "A python scorer is a program: it runs with your rights (in a separate process, with a time "
+            "limit per batch). Run it only if you trust where the folder came from. You are asked once per folder."
+        )
+        run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not run:
+            self.info.emit("Not started: the suite's scorer code was not run.")
+            return False
+        remember_code_folders(folders)
+        return True
 
     def cancel(self) -> None:
         self.task.cancel("Cancelling after this batch…")
