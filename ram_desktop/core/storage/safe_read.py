@@ -72,13 +72,16 @@ def check_regular(path: Path | str) -> None:
         raise InputError(f"{path}: is {_kind(mode)}, not a file; point at a regular file")
 
 
-def read_bytes(path: Path | str) -> bytes:
-    """The whole content of a regular file."""
+def read_bytes(path: Path | str, max_bytes: int | None = None) -> bytes:
+    """The whole content of a regular file; ``max_bytes``: refused when it holds more than that."""
     with open_regular(path) as f:
         try:
-            return f.read()
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
         except OSError as e:
             raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise InputError(f"{path}: holds more than {max_bytes:,} bytes, far more than such a file does")
+    return data
 
 
 def decode_utf8(data: bytes, where: str) -> str:
