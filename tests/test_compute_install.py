@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ram_desktop.core.compute import builds, install, runtime
+from ram_desktop.core.compute import builds, install, runtime, verify
 from ram_desktop.core.compute.detect import Detection
 from ram_desktop.core.errors import Cancelled, ComputeError
 from ram_desktop.core.events import Reporter
@@ -239,6 +239,6 @@ def test_the_frozen_app_gives_uv_and_the_check_its_console_executable(tmp_path, 
     monkeypatch.setattr(install.paths, "is_frozen", lambda: True)
     monkeypatch.setattr(install.sys, "executable", str(exe))
     monkeypatch.setattr(install.sys, "platform", platform)
-    assert install.console_executable() == str(tmp_path / console)
-    assert install.verify_command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
+    assert verify.console_executable() == str(tmp_path / console)
+    assert verify.command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
         str(tmp_path / console), "--verify-runtime", str(tmp_path / "rt"), "cuda", "torch,nvidia"]
