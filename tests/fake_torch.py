@@ -5,6 +5,7 @@ by hand as an installed runtime folder with its marker (a folder a test then dam
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -118,3 +119,18 @@ def runtime_folder(runtimes: Path, init: str | None = None, **marker_fields: obj
     (folder / "runtime.json").write_text(json.dumps(marker, indent=1))
     (runtimes / "active").write_text(folder.name + "\n")
     return folder
+
+
+def hanging(pid_file: Path) -> str:
+    """Statements for ``first``: torch writes the pid of the process importing it to ``pid_file``, then hangs."""
+    return f"import os as _os, time as _time\nopen({str(pid_file)!r}, 'w').write(str(_os.getpid()))\n_time.sleep(3600)\n"
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import make_models
-from .fake_torch import build_wheel, runtime_folder, torch_source
+from .fake_torch import alive, build_wheel, hanging, runtime_folder, torch_source
 
 pytestmark = pytest.mark.skipif(sys.platform.startswith("win"), reason="FIFOs and process groups are POSIX")
 
@@ -206,19 +206,9 @@ def test_a_check_json_that_is_a_fifo_is_ignored(tmp_path):
     assert note == "" and info["torch file"] == str(folder / "site" / "torch")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2:3]
-
-
 def test_sigterm_during_the_install_check_ends_the_check_and_removes_the_staging_folder(tmp_path):
     pid_file = tmp_path / "check.pid"
-    first = (f"import os as _os, time as _time\nopen({str(pid_file)!r}, 'w').write(str(_os.getpid()))\n"
-             "_time.sleep(3600)\n")
-    house = build_wheel(tmp_path / "slow", first=first)
+    house = build_wheel(tmp_path / "slow", first=hanging(pid_file))
     setup = subprocess.Popen([sys.executable, "-m", "ram_desktop", "--setup-compute", "cpu", "--offline",
                               "--find-links", str(house)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, env=env_for(tmp_path), cwd=tmp_path, stdin=subprocess.DEVNULL)
@@ -236,10 +226,10 @@ def test_sigterm_during_the_install_check_ends_the_check_and_removes_the_staging
         assert "error: cancelled; the runtime folder was not changed" in err and "Traceback" not in err
         assert not list(runtimes(tmp_path).glob("*.partial-*"))
         assert not (runtimes(tmp_path) / "active").exists()
-        assert not _alive(checker)
+        assert not alive(checker)
     finally:
         if setup.poll() is None:
             setup.kill()
             setup.wait()
-        if checker is not None and _alive(checker):
+        if checker is not None and alive(checker):
             os.kill(checker, signal.SIGKILL)
