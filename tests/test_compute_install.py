@@ -97,6 +97,8 @@ def test_install_from_local_wheels_offline_then_the_app_imports_it(tmp_path, whe
     marker = json.loads((folder / "runtime.json").read_text())
     assert marker["format"] == "ram-runtime/1" and marker["verified"]["matmul_equal"] is True
     assert marker["binaries"] == {"torch/lib/libtorch_fake.so": 4096} and marker["modules"] == ["torch"]
+    verdict = json.loads((folder / "check.json").read_text())  # the check passed: the first start need not repeat it
+    assert verdict["ok"] is True and verdict["result"]["matmul_equal"] is True
     assert not list(runtimes(tmp_path).glob("*.partial-*"))
     info = torch_in_use(tmp_path)
     assert info["torch"] == "2.13.0+fake" and info["torch file"] == str(folder / "site" / "torch")

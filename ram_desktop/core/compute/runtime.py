@@ -166,7 +166,7 @@ def _stat_line(site: Path, rel: str) -> str:
 
 
 def _fingerprint(folder: Path, marker_bytes: bytes, marker: dict) -> str:
-    digest = hashlib.sha256(f"{sys.version}\0{sys.executable}\0".encode())
+    digest = hashlib.sha256(f"{sys.version}\0".encode())
     digest.update(marker_bytes)
     for rel in (*FINGERPRINT_FILES, *sorted(marker.get("binaries", {}))):
         digest.update(_stat_line(folder / "site", rel).encode("utf-8", "surrogateescape") + b"\0")
@@ -174,7 +174,7 @@ def _fingerprint(folder: Path, marker_bytes: bytes, marker: dict) -> str:
 
 
 def fingerprint(folder: Path) -> str:
-    """A cheap fingerprint of the folder's content, for the check's verdict: this Python, the marker, and
+    """A cheap fingerprint of the folder's content, for the check's verdict: the Python version, the marker, and
     the size, mtime and inode of torch's ``__init__.py``, ``version.py`` and every binary the marker lists
     (stat calls only: no file of the GBs is read)."""
     return _fingerprint(folder, *_marker(folder))
