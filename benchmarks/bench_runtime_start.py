@@ -118,15 +118,21 @@ def main() -> int:
             if name == "--compute-info":
                 used = str(folder / "site" / "torch") in first.stdout
                 if used != (runtime == "runtime"):
-                    print(f"{name} ({runtime}): the runtime folder was {'' if used else 'not '}used:\n"
-                          f"{first.stdout}{first.stderr}", file=sys.stderr)
+                    print(
+                        f"{name} ({runtime}): the runtime folder was {'' if used else 'not '}used:\n"
+                        f"{first.stdout}{first.stderr}",
+                        file=sys.stderr,
+                    )
                     return 1
             runs = [timed(command, case_env, home)[:2] for _ in range(args.runs)]
             results[f"{name} ({runtime})"] = runs
             for what, values in (("wall", [r[0] for r in runs]), ("CPU", [r[1] for r in runs])):
-                print(f"{name:15s} {runtime:8s} {what:4s} mean {statistics.mean(values):.3f} s  median "
-                      f"{statistics.median(values):.3f} s  min {min(values):.3f} s  max {max(values):.3f} s  "
-                      f"({args.runs} runs)", flush=True)
+                print(
+                    f"{name:15s} {runtime:8s} {what:4s} mean {statistics.mean(values):.3f} s  median "
+                    f"{statistics.median(values):.3f} s  min {min(values):.3f} s  max {max(values):.3f} s  "
+                    f"({args.runs} runs)",
+                    flush=True,
+                )
     print(json.dumps({k: [[round(w, 4), round(c, 4)] for w, c in v] for k, v in results.items()}))
     return 0
 
