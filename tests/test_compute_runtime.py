@@ -51,7 +51,8 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
     env.update(XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
                XDG_CACHE_HOME=str(home / "cache"), RAM_DESKTOP_CACHE=str(home / "ram-cache"),
                PATH=str(home / "no-bin"), ROCM_PATH=str(home / "no-rocm"), QT_QPA_PLATFORM="offscreen",
-               RAM_DESKTOP_RUNTIME_CHECK_S=CHECK_S, **extra)
+               RAM_DESKTOP_RUNTIME_CHECK_S=CHECK_S)
+    env.update(extra)
     return env
 
 
@@ -231,5 +232,33 @@ def test_sigterm_during_the_install_check_ends_the_check_and_removes_the_staging
         if setup.poll() is None:
             setup.kill()
             setup.wait()
+        if checker is not None and alive(checker):
+            os.kill(checker, signal.SIGKILL)
+
+
+def test_sigterm_during_the_start_up_check_ends_the_check_too(tmp_path):
+    """A start that waits for the check of a torch that hangs, ended by SIGTERM: the check's process goes
+    with it (it runs in a process group of its own, which the default signal action would leave running)."""
+    pid_file = tmp_path / "check.pid"
+    runtime_folder(runtimes(tmp_path), torch_source(first=hanging(pid_file)))
+    start = subprocess.Popen([sys.executable, "-m", "ram_desktop", "--compute-info"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env_for(tmp_path, RAM_DESKTOP_RUNTIME_CHECK_S="300"),
+                             cwd=tmp_path, stdin=subprocess.DEVNULL)
+    checker = None
+    try:
+        deadline = time.monotonic() + FACE_TIMEOUT_S
+        while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+            assert start.poll() is None, start.communicate()
+            time.sleep(0.2)
+        checker = int(pid_file.read_text())
+        assert checker != start.pid  # the check runs in a child process
+        start.send_signal(signal.SIGTERM)
+        out, err = start.communicate(timeout=60)
+        assert start.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
+        assert not alive(checker)
+    finally:
+        if start.poll() is None:
+            start.kill()
+            start.wait()
         if checker is not None and alive(checker):
             os.kill(checker, signal.SIGKILL)

@@ -24,13 +24,15 @@ changed. Nothing here imports torch: :func:`activate` runs before it is imported
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -309,6 +311,31 @@ def _within(seconds: float, work: Callable[[], T], what: str) -> T:
     return box["value"]
 
 
+@contextlib.contextmanager
+def _termination_ends_the_check() -> Iterator[None]:
+    """While the start-up waits for the check: SIGTERM and SIGHUP end this process (exit 128 + the signal)
+    through ``SystemExit``, so that the check's child process ends with it (by default the signal would end
+    this process alone, and a torch that hangs would keep its child running). Signals set to be ignored stay
+    ignored; outside the main thread nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is signal.SIG_DFL:
+            saved[number] = signal.signal(number, _exit_on_signal)
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _check_timeout(env: Mapping[str, str]) -> float:
     try:
         value = float(env.get("RAM_DESKTOP_RUNTIME_CHECK_S", ""))
@@ -337,7 +364,10 @@ def _usable(root: Path, env: Mapping[str, str]) -> tuple[Path, dict] | None:
     if verdict is None or verdict["fingerprint"] != print_:
         from .verify import run
 
-        result = run(folder, marker.get("variant") or "cpu", marker.get("modules") or ["torch"], _check_timeout(env))
+        with _termination_ends_the_check():
+            result = run(
+                folder, marker.get("variant") or "cpu", marker.get("modules") or ["torch"], _check_timeout(env)
+            )
         record_verdict(folder, result, print_)
         verdict = {"ok": result.get("ok") is True, "reason": result.get("error")}
     if not verdict["ok"]:
