@@ -8,8 +8,9 @@ and TIES) and Evaluate on the same demo with its test suites: seven models in Co
 in Evaluate's.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
 1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
-(``filters-dialog.png``). ``--eval-only`` takes just Compare and Evaluate; ``--filters-only`` just the
-filters editor; ``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
+(``filters-dialog.png``) and Settings ▸ Compute on an H100 machine (``compute-dialog.png``). ``--eval-only``
+takes just Compare and Evaluate; ``--filters-only`` just the filters editor; ``--compute-only`` just the Compute
+page; ``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
 (``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
 merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
 """
@@ -64,6 +65,9 @@ def main() -> int:
     if "--filters-only" in sys.argv:
         filters_shot(app, SIZES[(1360, 860)], tmp)
         return 0
+    if "--compute-only" in sys.argv:
+        compute_shot(app, SIZES[(1360, 860)], tmp)
+        return 0
     if "--real" in sys.argv:
         real_shots(app, Path(sys.argv[sys.argv.index("--real") + 1]), SIZES[(1360, 860)], tmp)
         return 0
@@ -77,6 +81,7 @@ def main() -> int:
         evaluation_shots(app, (width, height), out, run)
         if (width, height) == (1360, 860) and "--eval-only" not in sys.argv:
             filters_shot(app, out, run)
+            compute_shot(app, out, run)
     return 0
 
 
@@ -157,6 +162,27 @@ def filters_shot(app, out: Path, tmp: Path) -> None:
     wait_until(lambda: False, 0.3, app)
     save(dialog, out / "filters-dialog.png")
     dialog.reject()
+    window.close()
+
+
+def compute_shot(app, out: Path, tmp: Path) -> None:
+    """compute-dialog.png: Settings ▸ Compute on a Linux machine with an NVIDIA H100 on driver 580 (the
+    detection as recorded there, tests/compute_recordings.py), the plan that uses it."""
+    from ram_desktop.core.compute.detect import Detection, NvidiaGpu
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.compute.dialog import ComputePage
+    from ram_desktop.gui.main_window import MainWindow
+
+    os.environ["XDG_DATA_HOME"] = str(tmp / "data")  # no runtime folder installed
+    window = MainWindow(QSettings(str(tmp / "settings-compute.ini"), QSettings.IniFormat))
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = Detection("linux", "x86_64", python, (NvidiaGpu("NVIDIA H100 80GB HBM3", 81559, "580.159.04"),),
+                      "580.159.04", "13.0")
+    page = ComputePage(window, found)
+    page.show()
+    wait_until(lambda: False, 0.3, app)
+    save(page, out / "compute-dialog.png")
+    page.close()
     window.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -60,6 +61,20 @@ def _progress_printer() -> tuple[Reporter, list[float]]:
     return Reporter(show), last
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def cancel_on_termination() -> None:
+    """SIGTERM and SIGHUP cancel the install like Ctrl-C: uv or the check's child process ends, the staging
+    folder goes, exit 130 (the default would end this process alone and leave both behind). A signal the
+    parent set to be ignored stays ignored (``nohup``)."""
+    for name in ("SIGTERM", "SIGHUP"):
+        number = getattr(signal, name, None)
+        if number is not None and signal.getsignal(number) is not signal.SIG_IGN:
+            signal.signal(number, _interrupt)
+
+
 def setup(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(list(argv))
     if args.find_links is not None and not args.find_links.is_dir():
@@ -81,6 +96,7 @@ def setup(argv: Sequence[str]) -> int:
     from .core.compute import install
 
     reporter, _ = _progress_printer()
+    cancel_on_termination()
     try:
         done = install.install(
             plan, reporter, offline=args.offline, fresh=args.fresh, log=lambda line: print(f"  {line}", file=sys.stderr)

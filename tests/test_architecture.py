@@ -98,9 +98,10 @@ def test_core_never_imports_the_faces():
 
 
 # The rooms of the core (docs/architecture.md): who may import whom. Shared modules (errors, events,
-# lazy, defaults) sit below every room; the entry layer (pipeline, session, recipe, sources) above.
+# lazy, defaults, and the guarded reader storage/safe_read that every room reads files through) sit below
+# every room; the entry layer (pipeline, session, recipe, sources) above.
 CORE = "ram_desktop.core"
-SHARED = {f"{CORE}.errors", f"{CORE}.events", f"{CORE}.lazy", f"{CORE}.defaults"}
+SHARED = {f"{CORE}.errors", f"{CORE}.events", f"{CORE}.lazy", f"{CORE}.defaults", f"{CORE}.storage.safe_read"}
 ENTRY = {f"{CORE}.pipeline", f"{CORE}.session", f"{CORE}.recipe", f"{CORE}.sources"}
 
 
@@ -138,6 +139,13 @@ def test_core_never_imports_evaluate():
     for name, found in _room_imports(CORE).items():
         bad = {m for m in found if m.startswith("ram_desktop.evaluate")}
         assert not bad, f"{name} imports {bad}"
+
+
+def test_the_guarded_reader_leans_only_on_the_errors():
+    """storage/safe_read is shared (compute reads its runtime folder's marker through it at start-up): it
+    imports no other room, nor the rest of storage."""
+    (imported,) = _room_imports(f"{CORE}.storage.safe_read").values()
+    assert imported == {f"{CORE}.errors"}
 
 
 def test_compute_imports_only_itself_and_the_shared_modules():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ram_desktop.core.compute import builds, install, runtime
+from ram_desktop.core.compute import builds, install, runtime, verify
 from ram_desktop.core.compute.detect import Detection
 from ram_desktop.core.errors import Cancelled, ComputeError
 from ram_desktop.core.events import Reporter
@@ -97,6 +97,8 @@ def test_install_from_local_wheels_offline_then_the_app_imports_it(tmp_path, whe
     marker = json.loads((folder / "runtime.json").read_text())
     assert marker["format"] == "ram-runtime/1" and marker["verified"]["matmul_equal"] is True
     assert marker["binaries"] == {"torch/lib/libtorch_fake.so": 4096} and marker["modules"] == ["torch"]
+    verdict = json.loads((folder / "check.json").read_text())  # the check passed: the first start need not repeat it
+    assert verdict["ok"] is True and verdict["result"]["matmul_equal"] is True
     assert not list(runtimes(tmp_path).glob("*.partial-*"))
     info = torch_in_use(tmp_path)
     assert info["torch"] == "2.13.0+fake" and info["torch file"] == str(folder / "site" / "torch")
@@ -239,6 +241,6 @@ def test_the_frozen_app_gives_uv_and_the_check_its_console_executable(tmp_path, 
     monkeypatch.setattr(install.paths, "is_frozen", lambda: True)
     monkeypatch.setattr(install.sys, "executable", str(exe))
     monkeypatch.setattr(install.sys, "platform", platform)
-    assert install.console_executable() == str(tmp_path / console)
-    assert install.verify_command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
+    assert verify.console_executable() == str(tmp_path / console)
+    assert verify.command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
         str(tmp_path / console), "--verify-runtime", str(tmp_path / "rt"), "cuda", "torch,nvidia"]

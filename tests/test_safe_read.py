@@ -40,6 +40,14 @@ def test_a_folder_and_a_missing_file_are_named(tmp_path):
         safe_read.read_json(tmp_path / "nope.json")
 
 
+def test_a_file_larger_than_its_kind_holds_is_refused_unread(tmp_path):
+    f = tmp_path / "runtime.json"
+    f.write_bytes(b" " * 5000)
+    assert safe_read.read_bytes(f, max_bytes=5000) == b" " * 5000
+    with pytest.raises(InputError, match=r"runtime.json: holds more than 4,999 bytes"):
+        safe_read.read_bytes(f, max_bytes=4999)
+
+
 def test_text_must_be_utf8(tmp_path):
     f = tmp_path / "recipe.yaml"
     f.write_bytes(b"method: ram\nbase: caf\xe9\n")

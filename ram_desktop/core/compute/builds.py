@@ -41,8 +41,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class TorchBuild:
-    """One build of torch: ``key`` names its lock files; ``min_driver`` is the oldest NVIDIA driver per
-    system that runs it (CUDA builds only)."""
+    """One build of torch: ``key`` names its lock files; ``label`` says where it comes from (the command
+    line's words), ``plain`` what it runs on (the window's words); ``min_driver`` is the oldest NVIDIA driver
+    per system that runs it (CUDA builds only)."""
 
     key: str
     variant: str
@@ -50,12 +51,21 @@ class TorchBuild:
     index: str
     platforms: tuple[tuple[str, str], ...]
     min_driver: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    plain: str = ""
 
 
 BUILDS: tuple[TorchBuild, ...] = (
     # PyPI's torch for Linux x86-64 is the CUDA 13.0 build (torch + nvidia-* + triton); CUDA 13 needs a
     # driver of the 580 series or newer.
-    TorchBuild("cuda13", "cuda", "CUDA 13.0 build from PyPI", PYPI, (("linux", "x86_64"),), {"linux": (580, 65, 6)}),
+    TorchBuild(
+        "cuda13",
+        "cuda",
+        "CUDA 13.0 build from PyPI",
+        PYPI,
+        (("linux", "x86_64"),),
+        {"linux": (580, 65, 6)},
+        "for NVIDIA GPUs (CUDA 13.0)",
+    ),
     # CUDA 12.6 builds come only from PyTorch's own index; CUDA 12 runs on drivers from 525.60.13 (Linux) /
     # 528.33 (Windows) by CUDA's minor-version compatibility.
     TorchBuild(
@@ -65,9 +75,15 @@ BUILDS: tuple[TorchBuild, ...] = (
         f"{PYTORCH_INDEX}/cu126",
         (("linux", "x86_64"), ("windows", "x86_64")),
         {"linux": (525, 60, 13), "windows": (528, 33)},
+        "for NVIDIA GPUs (CUDA 12.6)",
     ),
     TorchBuild(
-        "rocm6.4", "rocm", "ROCm 6.4 build from PyTorch's index", f"{PYTORCH_INDEX}/rocm6.4", (("linux", "x86_64"),)
+        "rocm6.4",
+        "rocm",
+        "ROCm 6.4 build from PyTorch's index",
+        f"{PYTORCH_INDEX}/rocm6.4",
+        (("linux", "x86_64"),),
+        plain="for AMD GPUs (ROCm 6.4)",
     ),
     TorchBuild(
         "cpu",
@@ -75,8 +91,11 @@ BUILDS: tuple[TorchBuild, ...] = (
         "CPU build from PyTorch's index",
         f"{PYTORCH_INDEX}/cpu",
         (("linux", "x86_64"), ("windows", "x86_64")),
+        plain="for the CPU",
     ),
-    TorchBuild("mps", "mps", "macOS build from PyPI (CPU and MPS)", PYPI, (("macos", "arm64"),)),
+    TorchBuild(
+        "mps", "mps", "macOS build from PyPI (CPU and MPS)", PYPI, (("macos", "arm64"),), plain="for Apple GPUs (MPS)"
+    ),
 )
 
 

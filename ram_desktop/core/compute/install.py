@@ -27,8 +27,9 @@ from ... import paths
 from ..errors import ComputeError
 from ..events import Reporter
 from .builds import Plan, human_bytes
-from .runtime import BINARY_SUFFIXES, FORMAT, MARKER, check_folder, clear_active, set_active
-from .verify import PREFIX
+from .runtime import BINARY_SUFFIXES, FORMAT, MARKER, check_folder, clear_active, record_verdict, set_active
+from .verify import console_executable
+from .verify import run as run_check
 
 VERIFY_TIMEOUT_S = 600
 DISK_MARGIN = 300_000_000
@@ -41,7 +42,6 @@ __all__ = [
     "required_bytes",
     "uv_binary",
     "uv_cache_dir",
-    "verify_command",
 ]
 
 
@@ -123,25 +123,6 @@ def _remove_stale_staging(root: Path, log: Callable[[str], None]) -> None:
             log(f"removed {old.name}, left by an install that did not finish")
 
 
-def console_executable() -> str:
-    """The interpreter for uv and the check: this Python, or in the frozen app its console executable (the
-    windowed ``ram-desktop`` of Windows and macOS has no stdout; its sibling ``ram-merge`` has)."""
-    exe = Path(sys.executable)
-    if paths.is_frozen() and sys.platform in ("win32", "darwin"):
-        console = exe.with_name("ram-merge.exe" if sys.platform == "win32" else "ram-merge")
-        if console.is_file():
-            return str(console)
-    return str(exe)
-
-
-def verify_command(folder: Path, variant: str, modules: list[str]) -> list[str]:
-    """The child process that checks a runtime folder (the frozen app answers ``--verify-runtime``)."""
-    args = [str(folder), variant, ",".join(modules)]
-    if paths.is_frozen():
-        return [console_executable(), "--verify-runtime", *args]
-    return [sys.executable, "-m", "ram_desktop.core.compute.verify", *args]
-
-
 def _uv_command(plan: Plan, site: Path, offline: bool, fresh: bool) -> list[str]:
     command = [
         str(uv_binary()),
@@ -197,25 +178,9 @@ def _uv_reason(text: str) -> str:
     return reason
 
 
-def _verify(folder: Path, variant: str, modules: list[str]) -> dict:
-    env = dict(os.environ, RAM_DESKTOP_RUNTIME="off", PYTHONNOUSERSITE="1")
-    try:
-        done = subprocess.run(
-            verify_command(folder, variant, modules),
-            check=False,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=VERIFY_TIMEOUT_S,
-            stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        raise ComputeError(f"the new torch did not finish its check within {VERIFY_TIMEOUT_S} s") from None
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith(PREFIX)), None)
-    if line is None:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ComputeError(f"the new torch failed its check (exit {done.returncode}): {tail}")
-    result = json.loads(line[len(PREFIX) :])
+def _verify(folder: Path, variant: str, modules: list[str], reporter: Reporter) -> dict:
+    """The check of the new torch in a child process; a cancel or a signal ends the child with the install."""
+    result = run_check(folder, variant, modules, VERIFY_TIMEOUT_S, poll=reporter.check)
     if not result.get("ok"):
         raise ComputeError(f"the new torch failed its check: {result.get('error', 'unknown reason')}")
     return result
@@ -347,7 +312,7 @@ def _install_into(
         raise ComputeError("uv finished but the runtime folder holds no torch")
     reporter.progress("verify", 0, 1, "", detail="checking the new torch in a child process")
     modules, binaries = _manifest(site)
-    verified = _verify(staging, plan.variant, modules)
+    verified = _verify(staging, plan.variant, modules, reporter)
     reporter.check()
     if isinstance(verified.get("file"), str):  # where torch will be found, not where it was checked
         verified["file"] = verified["file"].replace(str(staging), str(folder), 1)
@@ -379,6 +344,7 @@ def _install_into(
         raise ComputeError(f"cannot put the runtime folder in place: {e.strerror or e}") from None
     shutil.rmtree(old, ignore_errors=True)
     check_folder(folder)
+    record_verdict(folder, verified)  # the check just passed for this content: the next start need not repeat it
     # the wheels are in the runtime folder now; uv's copy of them (as large again) is only needed to resume
     # a failed install, so it goes
     subprocess.run(

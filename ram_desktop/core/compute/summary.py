@@ -29,17 +29,24 @@ def describe_torch() -> dict[str, str]:
     return out
 
 
-def compute_label(torch: ModuleType) -> str:
-    """The status bar's words: the GPU's name, or "CPU" and why not the GPU."""
+def compute_in_use(torch: ModuleType) -> tuple[str, str | None]:
+    """What computes — the GPU's name, or "CPU" — and, on the CPU with a GPU build of torch, why that build
+    found no usable GPU (None otherwise: a GPU computes, or this is the CPU build, which has none to use)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         cuda = torch.cuda.is_available()
     if cuda:
-        return torch.cuda.get_device_name(0)
+        return torch.cuda.get_device_name(0), None
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return "Apple GPU (MPS)"
+        return "Apple GPU (MPS)", None
     if torch.version.cuda or getattr(torch.version, "hip", None):
         said = next((str(w.message).strip().splitlines()[0] for w in caught if str(w.message).strip()), "")
         why = said or no_driver_reason("cuda" if torch.version.cuda else "rocm")
-        return f"CPU (this torch found no usable GPU: {why})"
-    return "CPU"
+        return "CPU", f"this torch found no usable GPU: {why}"
+    return "CPU", None
+
+
+def compute_label(torch: ModuleType) -> str:
+    """``--compute-info``'s words: the GPU's name, or "CPU" and why not the GPU."""
+    device, why = compute_in_use(torch)
+    return f"{device} ({why})" if why else device

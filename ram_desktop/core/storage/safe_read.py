@@ -13,11 +13,12 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import yaml
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import InputError
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_JSON_DEPTH = 64  # far beyond any config, index, header or suite row; serde_json (safetensors) stops at 128
 
@@ -72,13 +73,16 @@ def check_regular(path: Path | str) -> None:
         raise InputError(f"{path}: is {_kind(mode)}, not a file; point at a regular file")
 
 
-def read_bytes(path: Path | str) -> bytes:
-    """The whole content of a regular file."""
+def read_bytes(path: Path | str, max_bytes: int | None = None) -> bytes:
+    """The whole content of a regular file; ``max_bytes``: refused when it holds more than that."""
     with open_regular(path) as f:
         try:
-            return f.read()
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
         except OSError as e:
             raise InputError(f"{path}: cannot read ({os_reason(e)})") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise InputError(f"{path}: holds more than {max_bytes:,} bytes, far more than such a file does")
+    return data
 
 
 def decode_utf8(data: bytes, where: str) -> str:
@@ -177,6 +181,8 @@ MAX_YAML_NODES = 100_000  # values after aliases are expanded: far beyond any re
 def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
     """How many values ``node`` becomes once its aliases are expanded, counted on the composed graph (where an
     alias is a shared node), so a "billion laughs" is measured in microseconds, never built."""
+    import yaml
+
     stack = [(node, False)]
     open_nodes: set[int] = set()
     while stack:
@@ -203,7 +209,10 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
 
 def parse_yaml(text: str, where: str) -> Any:
     """Parse YAML ``text`` safely: plain data only (PyYAML's safe loader), and anchors and aliases only while
-    the expanded document stays under ``MAX_YAML_NODES`` values."""
+    the expanded document stays under ``MAX_YAML_NODES`` values. (PyYAML is imported here: the start-up
+    reads its runtime marker through this module, and no YAML.)"""
+    import yaml
+
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QSettings, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -40,13 +40,71 @@ OFFER_KEY = "compute/offer_dismissed"
 LOOK_DELAY_MS = 1000  # the offer's look at the machine waits for the window to be up and idle
 
 
-def compute_label() -> str:
-    """The compute in use now: the GPU's name, or "CPU" (and why not the GPU)."""
+# what a GPU gives, as measured (benchmarks/README.md: evaluation of the real model, 200 examples/s on an H100
+# against 5.1 on 2 CPU cores)
+GPU_GAIN = "evaluations run many times faster (about 40× on an NVIDIA H100 than on 2 CPU cores, as measured)"
+CHOICES = {
+    "auto": "the GPU found here (automatic)",
+    "cpu": "the CPU only",
+    "cuda": "an NVIDIA GPU (CUDA)",
+    "rocm": "an AMD GPU (ROCm)",
+    "mps": "the Apple GPU (MPS)",
+}
+
+
+def compute_words() -> tuple[str, str]:
+    """The status bar's words for the compute in use now, and its tooltip: where torch comes from, and why
+    the CPU computes when it does (the fallback's one line, when a runtime folder was not used)."""
     import torch
 
-    from ...core.compute.summary import compute_label as label
+    from ...core.compute.summary import compute_in_use
 
-    return label(torch)
+    state = runtime.status()
+    device, why = compute_in_use(torch)
+    text = f"Compute: {device}"
+    if state.folder is not None:
+        lines = [f"torch {torch.__version__} from the runtime folder {state.folder}"]
+    else:
+        lines = [f"torch {torch.__version__}, the one RAM Desktop comes with"]
+    if state.message:
+        text += " (runtime not used)"
+        lines.insert(0, state.message)
+    if device != "CPU":
+        lines.append(f"Merges and evaluations run on {device}.")
+    elif why:
+        lines.append(f"Merges and evaluations run on the CPU: {why}.")
+    else:
+        lines.append("Merges and evaluations run on the CPU: this torch is the CPU version.")
+    if device == "CPU":
+        lines.append("Settings → Compute… sets up a GPU.")
+    return text, "\n".join(lines)
+
+
+def plan_summary(plan: builds.Plan, found: Detection) -> tuple[str, bool]:
+    """The plan in plain words for the page's first line, and whether Install may be pressed."""
+    if plan.action == "none":
+        if plan.variant == "mps":
+            return "Nothing to install: the torch RAM Desktop comes with already uses the Apple GPU (MPS).", False
+        return "Nothing to install: the torch RAM Desktop comes with already computes on the CPU.", False
+    if plan.action == "impossible":
+        return f"Cannot install: {plan.reason}.", False
+    missing = {"cuda": ("NVIDIA", found.nvidia), "rocm": ("AMD", found.amd_gpus)}.get(plan.variant)
+    if missing is not None and not missing[1]:
+        text = (
+            f"No {missing[0]} GPU was found on this machine: the {missing[0]} version of torch would compute "
+            "on the CPU, so Install is off. Choose “the GPU found here” or “the CPU only”."
+        )
+        return text, False
+    what = f"torch {builds.TORCH_VERSION} {plan.build.plain}" if plan.build else f"torch {builds.TORCH_VERSION}"
+    if plan.find_links is not None:
+        fetch = f"Install copies {what} from {plan.find_links}"
+    else:
+        fetch = f"Install downloads {what}, {builds.human_bytes(plan.download_bytes)},"
+    text = (
+        f"{fetch} into your user folder and checks it; RAM Desktop uses it after a restart. If anything goes "
+        "wrong, the CPU version it comes with stays in use."
+    )
+    return text, True
 
 
 def about_lines() -> list[str]:
@@ -83,16 +141,27 @@ class ComputePage(QDialog):
         self.detection: Detection | None = detection
         self.plan: builds.Plan | None = None
         self.job: Job | None = None
+        intro = QLabel(
+            "RAM Desktop comes with torch for the CPU. With a GPU, " + GPU_GAIN + ". Here it can fetch the "
+            "torch that uses this machine's GPU; it is used after a restart.",
+            wordWrap=True,
+        )
         self.detection_view = QPlainTextEdit(readOnly=True)
         self.detection_view.setMaximumHeight(120)
         self.variant = QComboBox()
         for name in builds.VARIANTS:
-            self.variant.addItem(name, name)
-        self.find_links = QLineEdit(placeholderText="optional: a folder of wheels (offline install)")
+            self.variant.addItem(CHOICES[name], name)
+        self.find_links = QLineEdit(placeholderText="optional, for a machine without internet")
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._browse)
-        self.offline = QCheckBox("offline (no network: local wheels and uv's cache only)")
+        self.offline = QCheckBox("Don't use the internet (only files already downloaded)")
+        self.summary = QLabel(wordWrap=True)
+        self.summary.setObjectName("compute-plan-summary")
+        self.details = QPushButton("Details…")
+        self.details.setCheckable(True)
         self.plan_view = QPlainTextEdit(readOnly=True)
+        self.plan_view.setVisible(False)
+        self.details.toggled.connect(self.plan_view.setVisible)
         self.install_button = QPushButton("Install")
         self.install_button.clicked.connect(self.start_install)
         self.cancel_button = QPushButton("Cancel")
@@ -107,16 +176,23 @@ class ComputePage(QDialog):
         self.remove_button = QPushButton("Remove")
         self.remove_button.clicked.connect(self.remove_selected)
         layout = QVBoxLayout(self)
+        layout.addWidget(intro)
         layout.addWidget(QLabel("<b>This machine</b>"))
         layout.addWidget(self.detection_view)
         row = QHBoxLayout()
-        row.addWidget(QLabel("torch build:"))
+        row.addWidget(QLabel("Compute on:"))
         row.addWidget(self.variant)
+        row.addStretch(1)
+        layout.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Install from a folder of downloaded torch files (.whl):"))
         row.addWidget(self.find_links, 1)
         row.addWidget(browse)
         layout.addLayout(row)
         layout.addWidget(self.offline)
         layout.addWidget(QLabel("<b>Plan</b>"))
+        layout.addWidget(self.summary)
+        layout.addWidget(self.details, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.plan_view, 1)
         row = QHBoxLayout()
         row.addWidget(self.install_button)
@@ -125,7 +201,7 @@ class ComputePage(QDialog):
         layout.addLayout(row)
         layout.addWidget(self.progress_label)
         layout.addWidget(self.status)
-        layout.addWidget(QLabel("<b>Installed runtime folders</b> (used from the next start)"))
+        layout.addWidget(QLabel("<b>Installed</b> (used from the next start)"))
         layout.addWidget(self.runtimes)
         row = QHBoxLayout()
         row.addStretch(1)
@@ -156,16 +232,19 @@ class ComputePage(QDialog):
         links = self.find_links.text().strip()
         if links and not Path(links).is_dir():
             self.plan = None
+            self.summary.setText(f"{links}: no such folder")
             self.plan_view.setPlainText(f"{links}: no such folder")
             self.install_button.setEnabled(False)
             return
         self.plan = builds.choose(self.detection, self.variant.currentData(), find_links=Path(links) if links else None)
+        summary, can_install = plan_summary(self.plan, self.detection)
+        self.summary.setText(summary)
         self.plan_view.setPlainText("\n".join(self.plan.describe()))
-        self.install_button.setEnabled(self.plan.action == "install" and self.job is None)
+        self.install_button.setEnabled(can_install and self.job is None)
 
     def start_install(self) -> None:
         plan, offline = self.plan, self.offline.isChecked()
-        if plan is None or plan.action != "install" or self.job is not None:
+        if plan is None or not self.install_button.isEnabled() or self.job is not None:
             return
         self.job = job = Job(lambda reporter: install.install(plan, reporter, offline=offline, log=log.info), self)
         job.progress.connect(self._progress)
@@ -290,15 +369,21 @@ class ComputeFace(QObject):
         self.update_label()
         if offer and not _truthy(settings.value(OFFER_KEY, False)):
             QTimer.singleShot(LOOK_DELAY_MS, self._look)
+        window.installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """The window closing (its close button, or a signal: SIGTERM closes it) cancels a running install
+        and waits for it: uv or the check's child process ends and the staging folder goes."""
+        if watched is self.window and event.type() == QEvent.Type.Close and self.page is not None:
+            job = self.page.job
+            if job is not None:
+                job.cancel()
+                job.wait(30000)
+        return False
 
     def update_label(self) -> None:
-        state = runtime.status()
-        text = compute_label()
-        self.label.setText(f"Compute: {text}")
-        tip = f"torch from {state.folder}" if state.folder else "the bundled torch"
-        if state.message:
-            tip = state.message
-            self.label.setText(f"Compute: {text} — runtime not used")
+        text, tip = compute_words()
+        self.label.setText(text)
         self.label.setToolTip(tip)
 
     def _look(self) -> None:
@@ -316,9 +401,8 @@ class ComputeFace(QObject):
             return
         device = found.nvidia[0].name if found.nvidia else (found.amd_gpus[0] if found.amd_gpus else found.kind)
         self.banner = OfferBanner(
-            f"Found {device}. RAM Desktop computes on the CPU now; it can fetch torch "
-            f"{builds.TORCH_VERSION} ({plan.build.label if plan.build else plan.variant}, "
-            f"{builds.human_bytes(plan.download_bytes)}) to use the GPU."
+            f"Found {device}. RAM Desktop computes on the CPU now; with the GPU, {GPU_GAIN}. Set up… downloads "
+            f"{builds.human_bytes(plan.download_bytes)}, and RAM Desktop uses the GPU after a restart."
         )
         self.banner.setup_button.clicked.connect(self._setup)
         self.banner.later_button.clicked.connect(self._hide)
