@@ -154,7 +154,7 @@ def test_compute_imports_only_itself_and_the_shared_modules():
 # helpers, guarded file reading, the Fisher estimate's output folder, the kernels' warm-up, the Hub dialog.
 API_EXCEPTIONS = {
     f"{CORE}.defaults",
-    f"{CORE}.engine.inspection", f"{CORE}.engine.would_keep",  # the Analyze charts' data
+    f"{CORE}.engine.inspection", f"{CORE}.methods.would_keep",  # the Analyze charts' data
     f"{CORE}.storage.safe_read",  # guarded reads of suites, reports and manifests
     f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
     f"{CORE}.engine.kernels",  # the worker compiles the kernels ahead of the first merge

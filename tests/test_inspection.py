@@ -15,7 +15,7 @@ import torch
 from ram_desktop.core import pipeline
 from .synthetic import demo_shapes, write_model
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
-from ram_desktop.core.engine.would_keep import would_keep
+from ram_desktop.core.methods.would_keep import would_keep
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir
 
 from .conftest import SMALL_CONFIG, make_models

@@ -274,11 +274,11 @@ def merge_variants(
     )
     layout = layout_of(request.slices)
     for m in methods:
-        if m.stacks and (layout is None or not layout.stacking):
+        if m.streaming.stacks and (layout is None or not layout.stacking):
             raise InputError(
                 f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
             )
-        if layout is not None and layout.stacking and not m.stacks:
+        if layout is not None and layout.stacking and not m.streaming.stacks:
             raise InputError(
                 f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
                 "every model in each slice to merge them"
@@ -290,11 +290,11 @@ def merge_variants(
     outs = [check_output(o, inputs, request.overwrite, plan.out_bytes * len(outs)) for o in outs]
 
     timings: dict[str, float] = {}
-    collectors = [m.collector(p, plan) if m.collector else None for m, p in zip(methods, params)]
+    collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
     probe_report = None
     files = OpenFiles()  # every pass of this run reads through the same open inputs
     try:
-        if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
+        if any(m.analysis.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
             t0 = time.perf_counter()
             # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
             probe_report = _probe_plan(
@@ -323,7 +323,13 @@ def merge_variants(
         stack.enter_context(files)
         folders = [stack.enter_context(staging_folder(o, request.overwrite)) for o in outs]
         variants = [
-            Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
+            Variant(
+                m,
+                p,
+                ctx,
+                ShardSet(folder, plan, shard_bytes),
+                m.analysis.observer(p, plan) if m.analysis.observer else None,
+            )
             for m, p, ctx, folder in zip(methods, params, contexts, folders)
         ]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
@@ -344,7 +350,11 @@ def merge_variants(
         timings["merge_s"] = time.perf_counter() - t0
         results = []
         for spec, v, folder, out in zip(specs, variants, folders, outs):
-            lambdas = v.method.lambdas(v.params, probe_report) if v.method.lambdas else [1.0] * plan.n_agents
+            lambdas = (
+                v.method.analysis.lambdas(v.params, probe_report)
+                if v.method.analysis.lambdas
+                else [1.0] * plan.n_agents
+            )
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
             variant_request = replace(request, method=spec.method, params=v.params, out=out)
@@ -392,13 +402,13 @@ def _slice_parameters(slices: list[dict[str, Any]] | None, methods: list, contex
 
 
 def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str, AuxInput]:
-    """Every variant's per-agent auxiliary checkpoints (``MergeMethod.aux_inputs``), opened (headers only)
+    """Every variant's per-agent auxiliary checkpoints (``Streaming.aux_inputs``), opened (headers only)
     and checked against the plan before anything is read or written."""
     aux: dict[str, AuxInput] = {}
     for method, p in zip(methods, params):
-        if method.aux_inputs is None:
+        if method.streaming.aux_inputs is None:
             continue
-        for key, checkpoints in method.aux_inputs(p).items():
+        for key, checkpoints in method.streaming.aux_inputs(p).items():
             if key not in aux:
                 aux[key] = check_aux(plan, key, checkpoints, method.label)
     return aux

@@ -112,7 +112,7 @@ class Chunk:
     _pattern: torch.Tensor | None = field(default=None, repr=False)
     _mask_values: torch.Tensor | None = field(default=None, repr=False)
     _masked_sum: torch.Tensor | None = field(default=None, repr=False)
-    # per-agent auxiliary slices (``MergeMethod.aux_inputs``): key -> one raw slice per agent, as stored
+    # per-agent auxiliary slices (``Streaming.aux_inputs``): key -> one raw slice per agent, as stored
     aux: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
     # the slices as stored (base, then agents), for methods that combine weights rather than task vectors
     raw: list[torch.Tensor] | None = field(default=None, repr=False)

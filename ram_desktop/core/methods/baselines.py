@@ -59,7 +59,7 @@ import numpy as np
 from ..engine.chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
-from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import (
     TASK_ARITHMETIC_SHARED,
     MergekitExport,
@@ -613,7 +613,7 @@ def _dare_fused(ties: bool) -> FusedKernel:
     return fused
 
 
-# --- what each would keep (core.engine.would_keep; docs/engine.md, "What each method would keep") --------------------
+# --- what each would keep (core.methods.would_keep; docs/engine.md, "What each method would keep") --------------------
 
 
 def _updated(report: ProbeReport) -> list[float]:
@@ -933,16 +933,16 @@ def _dare(
         (DROP, SEED, _scale(scale, None)),
         merge,
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
-        thread_safe=True,
-        fused=_dare_fused(ties),
-        would_keep=WouldKeep(keep, estimated=True),
-        mergekit=MergekitMapping(
-            _to_dare(theirs, normalize=ties), (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)
-        ),
-        sweep=Sweep("drop", "0.5"),
         short=short,
-        citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
+        streaming=Streaming(thread_safe=True, fused=_dare_fused(ties)),
+        analysis=Analysis(would_keep=WouldKeep(keep, estimated=True)),
+        interop=Interop(
+            mergekit=MergekitMapping(
+                _to_dare(theirs, normalize=ties), (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)
+            ),
+            sweep=Sweep("drop", "0.5"),
+            citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
+        ),
     )
 
 
@@ -953,13 +953,14 @@ METHODS = (
         "θ_pre + mean of the task vectors (plain weight averaging).",
         (),
         average_merge,
-        thread_safe=True,  # pure per chunk: the result depends only on the chunk
-        would_keep=WouldKeep(average_shares),
-        # mergekit's linear averages the models themselves (methods/linear.py reads it)
-        mergekit=MergekitMapping(_to_average),
         short="Avg",
-        citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
-        "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        streaming=Streaming(thread_safe=True),
+        analysis=Analysis(would_keep=WouldKeep(average_shares)),
+        interop=Interop(
+            mergekit=MergekitMapping(_to_average),
+            citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
+            "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        ),
     ),
     MergeMethod(
         "task-arithmetic",
@@ -967,12 +968,16 @@ METHODS = (
         "θ_pre + λ·Σ task vectors.",
         (_scale(0.3, TABLE_11_SCALE),),
         task_arithmetic_merge,
-        thread_safe=True,
-        would_keep=WouldKeep(scaled_shares),
-        mergekit=MergekitMapping(_to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)),
-        sweep=Sweep("scale", "0.3, 0.5, 1.0"),
         short="TA",
-        citation=TA_PAPER,
+        streaming=Streaming(thread_safe=True),
+        analysis=Analysis(would_keep=WouldKeep(scaled_shares)),
+        interop=Interop(
+            mergekit=MergekitMapping(
+                _to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)
+            ),
+            sweep=Sweep("scale", "0.3, 0.5, 1.0"),
+            citation=TA_PAPER,
+        ),
     ),
     MergeMethod(
         "ties",
@@ -981,15 +986,17 @@ METHODS = (
         (DENSITY, _scale(1.0, TABLE_11_SCALE), TIES_SCOPE),
         ties_merge,
         prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
-        collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
-        # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
-        thread_safe=True,
-        fused=ties_fused,
-        would_keep=WouldKeep(ties_shares, estimated=True),
-        mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
-        sweep=Sweep("density", "0.2"),
         short="TIES",
-        citation=TIES_PAPER,
+        streaming=Streaming(thread_safe=True, fused=ties_fused),
+        analysis=Analysis(
+            collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
+            would_keep=WouldKeep(ties_shares, estimated=True),
+        ),
+        interop=Interop(
+            mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
+            sweep=Sweep("density", "0.2"),
+            citation=TIES_PAPER,
+        ),
     ),
     _dare(
         "dare-ta",

@@ -33,7 +33,7 @@ from ..engine.chunks import Chunk, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
@@ -324,12 +324,7 @@ def method(
         merge,
         prepare=lambda p, probe, collected: weights.prepare(p, params),
         bind=weights.bind,
-        whole_tensor=True,
-        theta=True,
-        # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
-        # such tensors are merged one at a time with torch's own threads, as mergekit merges them
-        thread_safe=family.sparsify is None,
-        mergekit=mergekit,
         short=short,
-        citation=citation,
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=family.sparsify is None),
+        interop=Interop(mergekit=mergekit, citation=citation),
     )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -105,12 +105,11 @@ METHODS = (
         model_stock_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        fused=model_stock_fused,
-        thread_safe=False,  # whole-tensor sums: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Stock",
-        citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
+        streaming=Streaming(whole_tensor=True, theta=True, fused=model_stock_fused, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
+        ),
     ),
 )

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..engine.chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
-from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
 
 if TYPE_CHECKING:
@@ -253,13 +253,10 @@ def _ram_family(
             summary,
             params,
             lambda chunk, ctx: selective_merge(chunk, None),
-            thread_safe=True,
-            fused=_fused(lambda ctx: None),
-            would_keep=WouldKeep(lambda report, p: ram_shares(report)),
-            mergekit=mergekit,
-            sweep=sweep,
             short=short,
-            citation=RAM_PAPER,
+            streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: None)),
+            analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report))),
+            interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
         )
 
     def prepare(params: dict, probe: ProbeReport | None, collected: object) -> list[float]:
@@ -273,16 +270,15 @@ def _ram_family(
         params,
         merge=selective_merge,
         prepare=prepare,
-        needs_probe=lambda params: True,
-        lambdas=lambdas,
-        observer=lambda params, plan: SurvivalObserver(),
-        thread_safe=True,
-        fused=_fused(lambda ctx: [float(x) for x in ctx]),
-        would_keep=_rescaled_shares(lambdas),
-        mergekit=mergekit,
-        sweep=sweep,
         short=short,
-        citation=RAM_PAPER,
+        streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: [float(x) for x in ctx])),
+        analysis=Analysis(
+            needs_probe=lambda params: True,
+            lambdas=lambdas,
+            observer=lambda params, plan: SurvivalObserver(),
+            would_keep=_rescaled_shares(lambdas),
+        ),
+        interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
     )
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod
+from .base import Interop, MergeMethod, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -155,16 +155,13 @@ METHODS = (
         PARAMS,
         slerp_merge,
         prepare=lambda params, probe, collected: _check(params),
-        # the norms are whole-tensor sums whose rounding follows torch's intra-op threads: one tensor at a
-        # time with torch's own threads, as mergekit computes them
         bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        fused=slerp_fused,
-        thread_safe=False,
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="SLERP",
-        citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
-        "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
+        streaming=Streaming(whole_tensor=True, theta=True, fused=slerp_fused, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
+            "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
+        ),
     ),
 )
