@@ -349,12 +349,8 @@ def merge_variants(
         assert probe_report is not None  # from the probe, or counted in the merge pass
         timings["merge_s"] = time.perf_counter() - t0
         results = []
-        for spec, v, folder, out in zip(specs, variants, folders, outs):
-            lambdas = (
-                v.method.analysis.lambdas(v.params, probe_report)
-                if v.method.analysis.lambdas
-                else [1.0] * plan.n_agents
-            )
+        for spec, m, v, folder, out in zip(specs, methods, variants, folders, outs):
+            lambdas = m.analysis.lambdas(v.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
             variant_request = replace(request, method=spec.method, params=v.params, out=out)

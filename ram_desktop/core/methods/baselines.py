@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine import kernels
 from ..engine.chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
@@ -142,6 +143,119 @@ def magnitude_bits(tau: torch.Tensor, key_dtype: str) -> torch.Tensor:
     if key_dtype == "float64":
         return tau.to(torch.float64).abs().view(torch.int64)
     return tau.abs().contiguous().view(torch.int32)
+
+
+def dare_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    first: int,
+    keys: list[tuple[int, int]],
+    threshold: int,
+    drop: float,
+    scale: float,
+    ties: bool,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+) -> KernelResult | None:
+    """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
+    ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
+    ``baselines.dare_keys``. None when the kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
+        return None
+    base, agents, cdt = m.base, m.agents, m.cdt
+    xb, total, _ = kernels.BUFFERS.get(cdt)
+    values = kernels.BUFFERS.values(len(agents), cdt)
+    keys_a = np.array([k[0] for k in keys], np.int64)
+    keys_b = np.array([k[1] for k in keys], np.int64)
+    bad = baselines_kernel.dare_kernel(
+        base,
+        agents,
+        np.int64(first),
+        keys_a,
+        keys_b,
+        np.int64(threshold),
+        cdt(1.0 - drop),
+        cdt(scale),
+        ties,
+        m.out,
+        xb,
+        total,
+        values,
+        *kernels.BUFFERS.pair(cdt),
+        kernels.BUFFERS.hashes(),
+    )
+    return kernels.KernelResult(m.result, bad == 0)
+
+
+def ties_digit_counts(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    key64: bool,
+    level: int,
+    prefixes: list[int],
+) -> KernelResult | None:
+    """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
+    32-bit, or with ``key64`` 64-bit, magnitude key): ``hist``, an ``[N, 65536]`` int64 histogram per agent of
+    the elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
+    kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    ops = kernels.operands(base_raw, agent_raws)
+    if (
+        ops is None
+        or (kernels.name_of(compute_dtype) == "float64" and not key64)
+        or kernels.size_of(base_raw) >= 1 << 31
+    ):
+        return None
+    base, agents = ops
+    cdt = kernels.compute_type(compute_dtype)
+    hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
+    shift = (64 if key64 else 32) - 16 * (level + 1)
+    xb, _, digits = kernels.BUFFERS.get(cdt)
+    bad = baselines_kernel.ties_digits_kernel(
+        base, agents, cdt(1), key64, np.int64(shift), level == 0, np.array(prefixes, np.int64), hist, xb, digits
+    )
+    return kernels.KernelResult(None, bad == 0, hist=hist[:, :, : 1 << 16].sum(1, dtype=np.int64))
+
+
+def ties_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    key64: bool,
+    cuts: list[int],
+    left: list[int],
+    scale: float,
+) -> KernelResult | None:
+    """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
+    keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
+    every τ is finite. None when the kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None or (kernels.name_of(compute_dtype) == "float64" and not key64):
+        return None
+    base, agents, cdt = m.base, m.agents, m.cdt
+    xb, total, _ = kernels.BUFFERS.get(cdt)
+    bad = baselines_kernel.ties_kernel(
+        base,
+        agents,
+        key64,
+        np.array(cuts, np.int64),
+        np.array(left, np.int64),
+        cdt(scale),
+        m.out,
+        xb,
+        total,
+        kernels.BUFFERS.values(len(agents), cdt),
+        *kernels.BUFFERS.pair(cdt),
+    )
+    return kernels.KernelResult(m.result, bad == 0)
 
 
 def _levels(key_dtype: str) -> int:
@@ -254,7 +368,6 @@ class TrimCollector:
         """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
-        from ..engine import kernels
 
         job_index = slices.index
         key = self.scope_key(job_index)
@@ -264,7 +377,7 @@ class TrimCollector:
         if not self._active(key) or numel == 0:
             return True
         key_dtype = self._key_dtype[key]
-        done = kernels.ties_digit_counts(
+        done = ties_digit_counts(
             slices.base,
             slices.agents,
             slices.job.compute_name,
@@ -577,14 +690,13 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
     """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
-    from ..engine import kernels
 
     job = slices.job
     trim = ctx.chunk_trim(slices.index, slices.span.offset, slices.span.numel)
     if trim is None:
         return None
     key_dtype, cuts, left = trim
-    return kernels.ties_merge_into(
+    return ties_merge_into(
         slices.base, slices.agents, job.compute_name, job.out_name, key_dtype == "float64", cuts, left, ctx.scale
     )
 
@@ -593,11 +705,10 @@ def _dare_fused(ties: bool) -> FusedKernel:
     """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
 
     def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> KernelResult | None:
-        from ..engine import kernels
 
         job = slices.job
         keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]
-        return kernels.dare_merge_into(
+        return dare_merge_into(
             slices.base,
             slices.agents,
             slices.span.offset,
