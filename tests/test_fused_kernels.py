@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from ram_desktop.core.engine import kernels, passes
-from ram_desktop.core.methods import baselines, ram
+from ram_desktop.core.methods import baselines
+from ram_desktop.core.methods import ram as ram_family
 from ram_desktop.core.pipeline import MergeRequest, merge
 
 from . import reference as ref
@@ -181,7 +182,7 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
         for chunk in (n, 1000, 7, 1):
             if chunk == 1 and (n_agents != 3 or dtype != out_dtype):
                 continue  # one element per call is slow through the Python wrapper; a few cases suffice
-            parts = _chunked(lambda b, a: ram.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
+            parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
                              base, agents, chunk)
             got = torch.cat([p.merged for p in parts])
             assert got.dtype == out_dtype
@@ -224,7 +225,7 @@ def test_non_finite_task_vectors_are_flagged(bad):
     agent = base.clone()
     agent[4321] = bad
     assert kernels.count_patterns(base, [base.clone(), agent], 1e-5, torch.float32).finite is False
-    assert ram.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
+    assert ram_family.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
     assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32).finite is True
 
 
@@ -255,12 +256,12 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         assert all(p.finite for p in parts)
         # λ = 2 doubles every unique update: each one's rounded value changes, so moved = unique
-        parts = _chunked(lambda b, a: ram.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
+        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
                                                                    [2.0] * n_agents, True, True), base, agents, chunk)
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         survival = np.asarray(sum(p.survival for p in parts))
         assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
-        parts = _chunked(lambda b, a: ram.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
+        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
                                                                    True, False), base, agents, chunk)
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
 
@@ -288,7 +289,7 @@ def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
             assert not all(bool(torch.isfinite(x).all()) for x in taus)
             assert kernels.count_patterns(b, a, 1e-5, torch.float32).finite is False, (where, t)
             for lams, survival in ((None, False), ([1.5, 1.25, 2.0], True)):
-                done = ram.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
+                done = ram_family.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
                 assert done.finite is False, (where, t, lams)
             # a chunk without the bad element is clean
             if where > 0:
@@ -306,7 +307,7 @@ def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
     assert ram[0] == 0 and plus[0] == 0 and _bits(ram)[0] != _bits(plus)[0]  # +0 and −0
     moved = int((ram != plus).sum())
     assert moved == 1
-    done = ram.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
+    done = ram_family.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
     merged, finite, survival = done.merged, done.finite, done.survival
     assert finite and np.array_equal(_bits(merged), _bits(plus))
     assert np.asarray(survival).tolist() == [[moved], [2]]
@@ -543,8 +544,8 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=1)
     calls = []
-    real = ram.selective_merge_into
-    monkeypatch.setattr(ram, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ram_family.selective_merge_into
+    monkeypatch.setattr(ram_family, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
     used = {}
     for limit in (10**12, 1):
         monkeypatch.setattr(worker, "KERNEL_MIN_ELEMENTS", limit)
@@ -575,7 +576,7 @@ def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_p
         dirs.append(str(tmp_path / name))
     counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
     assert counted.finite is True and counted.hist.tolist() == [base.numel() - 1, 0, 0, 1]
-    merged = ram.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
+    merged = ram_family.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
                                           [1.5, 1.5], True, True)
     assert merged.finite is True and torch.isinf(merged.merged[2 * 1000 + 17])
     for use in (True, False):
@@ -604,10 +605,10 @@ def test_output_slices_are_reused_only_after_release(monkeypatch):
     monkeypatch.setattr(kernels, "_OUTPUTS", kernels._OutputPool())  # the merge below starts from an empty pool
     base, agents = _inputs(3001, 3, torch.bfloat16, seed=5)
     bits = [kernels.as_bits(t) for t in (base, *agents)]
-    merged = [ram.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
+    merged = [ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
               for _ in range(2)]
     assert merged[0].base is not merged[1].base and np.array_equal(merged[0], merged[1])
     expected = merged[0].copy()
     kernels.release_output(merged[0])
-    again = ram.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
+    again = ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
     assert again.base is merged[0].base and np.array_equal(again, expected) and np.array_equal(merged[1], expected)

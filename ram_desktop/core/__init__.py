@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "MERGE_REPORT": "ecosystem.cards.evaluation",
     # storage the faces show or check
     "Checkpoint": "storage.formats",
+    "weights_file_filter": "storage.formats.registry",
     "human_bytes": "events",
 }
 
@@ -115,6 +116,7 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "setting_value",
     "to_mergekit",
+    "weights_file_filter",
     "write_demo",
 ]
 
@@ -158,3 +160,4 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .session import Session, Variant
     from .sources import open_checkpoint
     from .storage.formats import Checkpoint
+    from .storage.formats.registry import weights_file_filter

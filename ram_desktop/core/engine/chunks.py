@@ -22,8 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..lazy import torch
 from ..storage.formats import lora, open_slices
-from ..storage.formats.base import FLOAT_OF_BITS, torch_dtype
-from ..storage.formats.safetensors_format import MappedSafetensors
+from ..storage.formats.base import FLOAT_OF_BITS, BitsHandle, torch_dtype
 from ..storage.transfer import Staged, Transfer
 from .plan import AuxInput, MergePlan, TensorJob
 
@@ -307,7 +306,7 @@ class SliceReader:
 
     def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor | np.ndarray:
         handle = self._files.get(file)
-        if self._bits and isinstance(handle, MappedSafetensors):
+        if self._bits and isinstance(handle, BitsHandle):
             return handle.bits(name, span.start, span.stop) if shape else handle.bits(name, 0, 1)
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)
