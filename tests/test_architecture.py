@@ -128,6 +128,16 @@ def test_engine_and_methods_never_reach_the_ecosystem_or_the_entry_layer():
             assert not bad, f"{name} imports {bad}"
 
 
+def test_the_engine_never_imports_the_methods():
+    """The methods build on the engine (its contract types, primitives and kernels), never the other way:
+    passes read a method through ``engine.contracts``, so no engine module imports ``core.methods``."""
+    found = _room_imports(f"{CORE}.engine")
+    assert f"{CORE}.engine.contracts" in found[f"{CORE}.engine.passes"]  # the walker sees the engine's imports
+    for name, imported in found.items():
+        bad = {m for m in imported if _in(m, "methods")}
+        assert not bad, f"{name} imports {bad}"
+
+
 def test_the_ecosystem_never_imports_the_orchestration():
     for name, found in _room_imports(f"{CORE}.ecosystem").items():
         bad = {m for m in found if m in {f"{CORE}.pipeline", f"{CORE}.session"}}

@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "merge_variants": "pipeline",
     "probe": "pipeline",
     "check_eps": "pipeline",
-    "list_devices": "pipeline",
-    "resolve_device": "pipeline",
+    "list_devices": "devices",
+    "resolve_device": "devices",
     "open_checkpoint": "sources",
     # the methods
     "METHODS": "methods",
@@ -136,6 +136,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keeps _EXPORTS and this in step
     from .demo import demo_suites, ensure_demo, read_manifest, write_demo
+    from .devices import list_devices, resolve_device
     from .ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
     from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish
     from .ecosystem.mergekit import load_mergekit, load_recipe_or_mergekit, to_mergekit
@@ -150,11 +151,9 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
         MergeRequest,
         MergeResult,
         check_eps,
-        list_devices,
         merge,
         merge_variants,
         probe,
-        resolve_device,
     )
     from .recipe import Recipe, parse_size
     from .session import Session, Variant

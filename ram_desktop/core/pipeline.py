@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -20,6 +19,7 @@ from typing import Any
 
 from .. import __version__
 from . import defaults
+from .devices import device_spec
 from .ecosystem.cards.merge import model_card, save_card
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .engine.passes import Variant, merge_pass, probe_pass
@@ -27,7 +27,6 @@ from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError
 from .events import Reporter
-from .lazy import torch
 from .methods import Collector, get_method
 from .recipe import Recipe, layout_of, parse_size
 from .sources import open_checkpoint
@@ -36,63 +35,6 @@ from .storage.output import ShardSet, check_output, copy_tokenizer_files, stagin
 from .storage.transfer import Transfer
 
 log = logging.getLogger("ram_desktop")
-
-
-def resolve_device(spec: str = "auto") -> torch.device:
-    """'auto' picks CUDA when present, else the CPU; 'cuda' / 'cuda:N' must exist."""
-    spec = (spec or "auto").strip().lower()
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(spec)
-    except RuntimeError:
-        raise InputError(f"unknown device {spec!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"device {spec} requested but no CUDA GPU is available; use --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise InputError(f"device {spec} does not exist; {torch.cuda.device_count()} CUDA device(s) found")
-    elif device.type != "cpu":
-        raise InputError(f"unsupported device {spec!r}; use auto, cpu, cuda or cuda:N")
-    return device
-
-
-def device_spec(spec: str = "auto") -> str:
-    """``resolve_device``'s choice by name ("cpu", "cuda:0"), without importing torch where no GPU can be
-    present (a CPU-only command then need not load it)."""
-    text = (spec or "auto").strip().lower()
-    if text == "cpu" or (text == "auto" and not _gpu_possible()):
-        return "cpu"
-    return str(resolve_device(text))
-
-
-def _gpu_possible() -> bool:
-    """False only where no CUDA (or ROCm) device can exist: Linux without an NVIDIA, AMD KFD or WSL GPU device
-    node. Elsewhere torch is asked."""
-    if sys.platform != "linux":
-        return True
-    return any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
-
-
-def list_devices() -> list[tuple[str, str]]:
-    """Devices a merge can run on, as ``(spec, label)``: each CUDA GPU by name and memory, then the CPU.
-
-    ``spec`` is what ``resolve_device`` and ``MergeRequest.device`` accept.
-    """
-    devices: list[tuple[str, str]] = []
-    try:
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except (RuntimeError, AssertionError):  # a broken driver must not stop the application from listing the CPU
-        count = 0
-    for index in range(count):
-        try:
-            props = torch.cuda.get_device_properties(index)
-            label = f"cuda:{index} — {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-        except (RuntimeError, AssertionError):  # torch's errors for a device it cannot query
-            label = f"cuda:{index}"
-        devices.append((f"cuda:{index}", label))
-    devices.append(("cpu", f"CPU ({os.cpu_count() or 1} cores)"))
-    return devices
 
 
 def open_sources(

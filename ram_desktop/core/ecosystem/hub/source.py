@@ -58,13 +58,13 @@ from ...errors import (
     RevisionNotFound,
 )
 from ...events import Reporter
+from ...storage.formats import registry
 from ...storage.formats.base import (
     Checkpoint,
     contained,
     read_index,
 )
 from ...storage.formats.local import open_local
-from ...storage.formats.registry import FORMATS, standard_files
 from ...storage.output import TOKENIZER_FILES
 from ...storage.safe_read import read_text
 
@@ -135,7 +135,7 @@ class RepoFiles:
         (the exact shard list is read from the index when downloading)."""
         files = list(self.needed)
         if files and files[0].endswith(".index.json"):
-            suffix = next(f.suffixes[0] for f in FORMATS if f.name == self.weights_format)
+            suffix = next(f.suffixes[0] for f in registry.FORMATS if f.name == self.weights_format)
             files += sorted(n for n in self.sizes if "/" not in n and n.endswith(suffix) and n not in files)
         return files
 
@@ -154,11 +154,11 @@ def needed_files(names: list[str]) -> tuple[list[str], str]:
     """
     root = [n for n in names if "/" not in n]
     extras = sorted(n for n in root if any(fnmatch(n, p) for p in EXTRA_FILES))
-    for fmt in FORMATS:
+    for fmt in registry.FORMATS:
         weights = fmt.pick(root)
         if weights is not None:
             return weights + [e for e in extras if e not in weights], fmt.name
-    raise InputError(f"has no weights RAM Desktop can read ({standard_files()} at the repository root)")
+    raise InputError(f"has no weights RAM Desktop can read ({registry.standard_files()} at the repository root)")
 
 
 def _index_shards(index_file: Path, where: str) -> list[str]:

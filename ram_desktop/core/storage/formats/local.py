@@ -7,9 +7,8 @@ from pathlib import Path
 
 from ...errors import InputError
 from ..safe_read import check_regular
-from . import lora
+from . import lora, registry
 from .base import Checkpoint
-from .registry import FORMATS, format_of, standard_files
 
 
 def open_local(path: Path, spec: str | None = None) -> Checkpoint:
@@ -20,19 +19,19 @@ def open_local(path: Path, spec: str | None = None) -> Checkpoint:
     if not path.is_dir():
         check_regular(path)  # a FIFO, device or socket named as the model: refused, never opened
     if path.is_file():
-        fmt = format_of(path)
+        fmt = registry.format_of(path)
         if fmt is None:
-            suffixes = ", ".join(s for f in FORMATS for s in f.suffixes)
+            suffixes = ", ".join(s for f in registry.FORMATS for s in f.suffixes)
             raise InputError(f"{path}: not a weights file ({suffixes}) or a model folder")
         return fmt.open_file(path, spec)
     if lora.is_adapter_folder(path):  # a PEFT LoRA adapter: bound to the base when the plan is made
         return lora.open_adapter(path, spec)
-    for fmt in FORMATS:
+    for fmt in registry.FORMATS:
         checkpoint = fmt.open_folder(path, spec)
         if checkpoint is not None:
             return checkpoint
     raise InputError(
-        f"{path}: no model weights found (expected {standard_files()}); point at a Hugging Face model folder or a "
+        f"{path}: no model weights found (expected {registry.standard_files()}); point at a Hugging Face model folder or a "
         "weights file"
     )
 
@@ -42,4 +41,4 @@ def open_slices(file: Path):
     PyTorch pickle, memory-mapped where possible)."""
     if lora.is_delta_file(file):
         return lora.open_delta(file)
-    return (format_of(file) or FORMATS[-1]).open_slices(file)
+    return (registry.format_of(file) or registry.FORMATS[-1]).open_slices(file)

@@ -17,7 +17,7 @@ FORMATS: tuple[WeightFormat, ...] = (  # in order of preference: a folder holdin
 
 def format_of(path: Path) -> WeightFormat | None:
     """The format of one weights file, by its suffix (or that of the file a link names); None for none."""
-    return next((f for f in FORMATS if f.reads(path)), None)
+    return next((f for f in FORMATS if f.reads(path)), None)  # FORMATS read at call time: a test may add one
 
 
 def standard_files() -> str:
