@@ -29,7 +29,7 @@ from ..storage.safe_read import read_yaml
 
 
 def _imports() -> dict[str, MergekitImport]:
-    """Every mergekit ``merge_method`` a registered method reads (``MergeMethod.mergekit``), by mergekit's name."""
+    """Every mergekit ``merge_method`` a registered method reads (``Interop.mergekit``), by mergekit's name."""
     return {
         imp.name: imp for m in METHODS.values() if m.interop.mergekit is not None for imp in m.interop.mergekit.imports
     }

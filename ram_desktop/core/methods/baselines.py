@@ -365,7 +365,7 @@ class TrimCollector:
         )
 
     def add_slices(self, slices: StoredSlices) -> bool:
-        """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
+        """``add`` from the stored slices through the fused kernel (``ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
 
@@ -688,7 +688,7 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 
 
 def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
-    """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
+    """TIES of one chunk through ``ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
 
     job = slices.job
@@ -702,7 +702,7 @@ def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: b
 
 
 def _dare_fused(ties: bool) -> FusedKernel:
-    """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
+    """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``dare_merge_into``."""
 
     def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> KernelResult | None:
 
@@ -1045,6 +1045,7 @@ def _dare(
         merge,
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
         short=short,
+        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
         streaming=Streaming(thread_safe=True, fused=_dare_fused(ties)),
         analysis=Analysis(would_keep=WouldKeep(keep, estimated=True)),
         interop=Interop(
@@ -1065,9 +1066,10 @@ METHODS = (
         (),
         average_merge,
         short="Avg",
-        streaming=Streaming(thread_safe=True),
+        streaming=Streaming(thread_safe=True),  # pure per chunk: the result depends only on the chunk
         analysis=Analysis(would_keep=WouldKeep(average_shares)),
         interop=Interop(
+            # mergekit's linear averages the models themselves (methods/linear.py reads it)
             mergekit=MergekitMapping(_to_average),
             citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
             "without increasing inference time*, ICML 2022, arXiv 2203.05482",
@@ -1098,6 +1100,7 @@ METHODS = (
         ties_merge,
         prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
         short="TIES",
+        # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
         streaming=Streaming(thread_safe=True, fused=ties_fused),
         analysis=Analysis(
             collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),

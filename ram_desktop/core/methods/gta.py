@@ -159,7 +159,7 @@ def della_magprune(
 
 
 def _della_fused(rows: torch.Tensor, width: int) -> bool:
-    """Whether DELLA's ranks and draws of ``rows`` run in the fused CPU kernel (``kernels.della_mask``, the same
+    """Whether DELLA's ranks and draws of ``rows`` run in the fused CPU kernel (``della_mask``, the same
     mask as the torch loop): float32 rows on the CPU, two or more per row, kernels on."""
     if rows.device.type != "cpu" or rows.dtype != torch.float32 or rows.dim() != 2 or width < 2:
         return False
@@ -226,7 +226,7 @@ def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], m
 def _della_fused_in_place(
     rows: torch.Tensor, density: float, epsilon: float, rescale: bool, keys: tuple[int, int]
 ) -> torch.Tensor:
-    """``della_magprune`` of float32 CPU ``rows`` written over ``rows``: the mask by ``kernels.della_mask``, then
+    """``della_magprune`` of float32 CPU ``rows`` written over ``rows``: the mask by ``della_mask``, then
     ``rescaled_masked``'s operations on the same values into reused buffers (the same bits, no new tensors)."""
 
     workspace = thread_workspace()
@@ -243,7 +243,7 @@ def _della_fused_in_place(
 
 
 def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
-    """Whether the family's combination runs in the fused CPU kernel (``kernels.gta_combine``, the torch steps'
+    """Whether the family's combination runs in the fused CPU kernel (``gta_combine``, the torch steps'
     bits): float32 on the CPU, contiguous, kernels on."""
     if (
         base.device.type != "cpu"
@@ -379,6 +379,8 @@ def method(
         prepare=lambda p, probe, collected: weights.prepare(p, params),
         bind=weights.bind,
         short=short,
+        # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
+        # such tensors are merged one at a time with torch's own threads, as mergekit merges them
         streaming=Streaming(whole_tensor=True, theta=True, thread_safe=family.sparsify is None),
         interop=Interop(mergekit=mergekit, citation=citation),
     )

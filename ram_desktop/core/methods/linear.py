@@ -50,7 +50,7 @@ METHODS = (
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=weights.bind,
         short="Linear",
-        streaming=Streaming(theta=True, thread_safe=True),
+        streaming=Streaming(theta=True, thread_safe=True),  # elementwise: any chunk, any order
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "

@@ -123,7 +123,7 @@ METHODS = (
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
         short="Stock",
-        streaming=Streaming(whole_tensor=True, theta=True, fused=model_stock_fused, thread_safe=False),
+        streaming=Streaming(whole_tensor=True, theta=True, fused=model_stock_fused, thread_safe=False),  # as slerp
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",

@@ -179,7 +179,7 @@ def selective_merge_into(
 
 
 def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
-    """Equation 7 through ``kernels.selective_merge_into`` (the pattern histogram and, with λ, the
+    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the
     survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
 
     def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:

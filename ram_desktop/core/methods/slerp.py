@@ -174,6 +174,8 @@ METHODS = (
         prepare=lambda params, probe, collected: _check(params),
         bind=_bind,
         short="SLERP",
+        # the norms are whole-tensor sums whose rounding follows torch's intra-op threads: one tensor at a
+        # time with torch's own threads, as mergekit computes them
         streaming=Streaming(whole_tensor=True, theta=True, fused=slerp_fused, thread_safe=False),
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
