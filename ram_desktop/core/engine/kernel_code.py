@@ -1,4 +1,8 @@
-"""The numba code of the fused CPU kernels (see ``kernels.py``, which imports this module lazily).
+"""The numba code of the engine's fused CPU primitives (see ``kernels.py``, which imports this module lazily):
+the ``jit`` decorator every fused kernel uses, widening and storing stored bits (``widen``, ``store``,
+``encoded``, ``same_value``, ``like``), pattern counting (``pattern_run``, ``pattern_histogram``,
+``histogram_block``, ``count_kernel``) and the Analyze probe's kernel. The methods' own kernels
+(``core.methods.*_kernel``) call these helpers.
 
 Module-level functions with ``cache=True``: numba keeps the compiled machine code next to this file
 (or in ``NUMBA_CACHE_DIR``), so only the first run on a machine pays for compiling.

@@ -1,22 +1,26 @@
-"""Fused CPU kernels (numba): one pass over memory per chunk for the probe's counts and the RAM merge.
+"""Fused CPU kernels (numba), the engine's generic primitives: one pass over memory per chunk.
 
-The torch formulation in ``chunks`` / ``methods`` / ``probe`` runs ~15 elementwise operations per
-element, each a full pass over the chunk. These kernels read the stored bf16 / fp16 / fp32 / fp64
-bits directly and do, per element, what those operations do, in the same IEEE order:
+The torch formulation in ``chunks`` / ``probe`` and the methods runs ~15 elementwise operations per
+element, each a full pass over the chunk. Fused kernels read the stored bf16 / fp16 / fp32 / fp64 bits
+directly and do, per element, what those operations do, in the same IEEE order. This module gives what
+every fused kernel needs, and the kernels the engine itself runs:
 
-* τ_t = agent − base in the compute dtype (float32, float64 when any input is float64); 16-bit
-  values are widened exactly from their bits;
-* m_t = |τ_t| > ε with ε rounded to the compute dtype (as torch compares a tensor with a scalar);
-* the update pattern p = Σ_t m_t·2^t and its histogram (``ProbeAccumulator``'s counts);
-* equation 7 exactly as ``methods.ram.selective_merge`` computes it: s = Σ_t [m_t]·τ_t from +0 in agent
-  order 0..N−1, then s·λ_t where one agent updates (RAM+), s / c where c ≥ 2 agents do, +0 where
-  none does; θ = base + that, rounded once to the output dtype (round-to-nearest-even on the bits,
-  equal to torch's conversion; float64 goes through float32 first, as torch's does);
-* RAM+'s exact rescale survival (``probe.rescale_changes``): per agent, its unique elements and how
-  many of them the rescale changed after rounding;
-* DARE-TA / DARE-TIES (``dare_merge_into``) and TIES (``ties_merge_into``: the trim against the cut and
-  the chunk's share of the ties at it, sign election, disjoint mean), and TIES's radix-select digit
-  histograms (``ties_digit_counts``), as ``methods.baselines`` computes them.
+* whether kernels run here (``available``, ``disabled``, ``enabled_here``), the stored bits of a slice
+  (``as_bits``, ``operands``, ``widenable_operands``), its output slice from a reusable pool
+  (``output_slice``, ``release_output``), both at once for a merging kernel (``merge_operands``,
+  ``float32_operands``), per-thread block buffers (``BUFFERS``), a range split over every core
+  (``split``) and the ``KernelResult`` a merging kernel returns;
+* widening (``widen_into``), τ's finiteness (``finite_taus``), τ rows (``offsets_into``), the out-of-range
+  check of a merged slice (``exponent_all_ones``);
+* counting: the update pattern p = Σ_t [|τ_t| > ε]·2^t and its histogram (``count_patterns``,
+  ``ProbeAccumulator``'s counts; τ_t = agent − base in the compute dtype, ε rounded to it as torch
+  compares a tensor with a scalar);
+* analysing: the Analyze probe's statistics in one pass (``analyze``).
+
+Each method's own fused kernel lives beside it in ``core.methods`` (its numba code in a ``*_kernel.py``,
+built on the helpers of ``kernel_code``: ``widen``, ``store``, ``pattern_histogram`` …): RAM / RAM+
+(``methods.ram``), TIES and DARE (``methods.baselines``), the GTA family and DELLA (``methods.gta``),
+Model Stock, SLERP.
 
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
 as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
