@@ -53,7 +53,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
     app = QApplication([sys.argv[0]])
-    from ram_desktop.gui import charts
+    from ram_desktop.gui.analysis import charts
 
     charts.configure()
     sizes = SIZES

@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import ProgressEvent
-from ..core.compute import builds, detect, install, runtime
-from ..core.compute.detect import Detection
-from .worker import Job
+from ...core import ProgressEvent
+from ...core.compute import builds, detect, install, runtime
+from ...core.compute.detect import Detection
+from ..worker import Job
 
 log = logging.getLogger("ram_desktop")
 OFFER_KEY = "compute/offer_dismissed"
@@ -44,14 +44,14 @@ def compute_label() -> str:
     """The compute in use now: the GPU's name, or "CPU" (and why not the GPU)."""
     import torch
 
-    from ..core.compute.summary import compute_label as label
+    from ...core.compute.summary import compute_label as label
 
     return label(torch)
 
 
 def about_lines() -> list[str]:
     """torch, CUDA and driver versions for the About box."""
-    from ..core.compute.summary import describe_torch
+    from ...core.compute.summary import describe_torch
 
     info = describe_torch()
     return [
