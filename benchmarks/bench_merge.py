@@ -361,7 +361,7 @@ def compare_outputs(d1: Path, d2: Path) -> dict:
         out = {}
         for f in files:
             with safe_open(str(f), "pt") as h:
-                out.update({k: f for k in h})
+                out.update({k: f for k in h.keys()})  # noqa: SIM118 — safe_open is not iterable
         return out
 
     t1, t2 = table(d1), table(d2)

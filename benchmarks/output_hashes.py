@@ -70,7 +70,7 @@ def weight_hashes(folder: Path) -> dict[str, dict[str, str]]:
             files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
         if p.name.endswith(".safetensors"):
             with safe_open(str(p), framework="pt") as f:
-                for name in f:
+                for name in f.keys():  # noqa: SIM118 — safe_open is not iterable
                     t = f.get_tensor(name)
                     raw = t.contiguous().view(-1).view(__import__("torch").uint8).numpy().tobytes()
                     tensors[name] = f"{t.dtype}{list(t.shape)}:{hashlib.sha256(raw).hexdigest()}"

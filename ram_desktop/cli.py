@@ -387,7 +387,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
             log.warning("%s", warning)
         session = Session.from_recipe(loaded.recipe)
     request = session.to_request(args.out, overwrite=args.overwrite)  # every input checked before any estimate
-    if get_method(session.method).calibrated:
+    if get_method(session.method).interop.calibrated:
         from .evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)

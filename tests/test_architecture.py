@@ -129,6 +129,16 @@ def test_engine_and_methods_never_reach_the_ecosystem_or_the_entry_layer():
             assert not bad, f"{name} imports {bad}"
 
 
+def test_the_engine_never_imports_the_methods():
+    """The methods build on the engine (its contract types, primitives and kernels), never the other way:
+    passes read a method through ``engine.contracts``, so no engine module imports ``core.methods``."""
+    found = _room_imports(f"{CORE}.engine")
+    assert f"{CORE}.engine.contracts" in found[f"{CORE}.engine.passes"]  # the walker sees the engine's imports
+    for name, imported in found.items():
+        bad = {m for m in imported if _in(m, "methods")}
+        assert not bad, f"{name} imports {bad}"
+
+
 def test_the_ecosystem_never_imports_the_orchestration():
     for name, found in _room_imports(f"{CORE}.ecosystem").items():
         bad = {m for m in found if m in {f"{CORE}.pipeline", f"{CORE}.session"}}
@@ -162,7 +172,7 @@ def test_compute_imports_only_itself_and_the_shared_modules():
 # helpers, guarded file reading, the Fisher estimate's output folder, the kernels' warm-up, the Hub dialog.
 API_EXCEPTIONS = {
     f"{CORE}.defaults",
-    f"{CORE}.engine.inspection", f"{CORE}.engine.would_keep",  # the Analyze charts' data
+    f"{CORE}.engine.inspection", f"{CORE}.methods.would_keep",  # the Analyze charts' data
     f"{CORE}.storage.safe_read",  # guarded reads of suites, reports and manifests
     f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
     f"{CORE}.storage.manifest",  # what an output folder holds that we wrote (compare, evaluation, saved charts)

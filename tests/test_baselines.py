@@ -335,7 +335,7 @@ def test_ties_after_a_cached_probe(models, tmp_path, caplog):
 def test_thread_safe_baselines_do_not_depend_on_threads(models, tmp_path, monkeypatch, method):
     """Average, Task Arithmetic and DARE are pure per chunk and run in parallel compute threads: the
     output is the same bits with one thread and with several, whatever the chunk size."""
-    assert get_method(method).thread_safe
+    assert get_method(method).streaming.thread_safe
     base_dir, agent_dirs = models
     outputs = []
     for i, (threads, chunk) in enumerate([("1", 1 << 22), ("3", 1000), ("2", 7)]):

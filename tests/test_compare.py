@@ -93,7 +93,7 @@ def test_a_compare_of_merge_only_variants_reads_the_data_once(tmp_path, models, 
     for d in [base, *agents]:
         for f in d.glob("*.safetensors"):
             with safe_open(str(f), framework="pt") as h:
-                tensor_bytes += sum(h.get_tensor(k).numel() * h.get_tensor(k).element_size() for k in h)
+                tensor_bytes += sum(h.get_tensor(k).numel() * h.get_tensor(k).element_size() for k in h.keys())  # noqa: SIM118 — safe_open is not iterable
     assert counter["bytes"] == tensor_bytes  # four variants, one read of every input byte
 
 
@@ -125,7 +125,7 @@ def _tiny_agents(folder: Path) -> tuple[Path, list[Path]]:
         shutil.copytree(base, agent)
         weights_file = agent / "model.safetensors"
         with safe_open(str(weights_file), framework="pt") as f:
-            tensors = {n: f.get_tensor(n) for n in f}
+            tensors = {n: f.get_tensor(n) for n in f.keys()}  # noqa: SIM118 — safe_open is not iterable
         gen = torch.Generator().manual_seed(k)
         for n in sorted(tensors)[k::3]:
             t = tensors[n]

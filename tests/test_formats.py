@@ -334,3 +334,60 @@ def test_mapped_reader_equals_safetensors_views(tmp_path):
             mine.get_slice("missing")
     for name, view in kept:  # the handle is closed: the views still read the file's values
         assert torch.equal(view, tensors[name][1:])
+
+
+def _npz_format():
+    """A weights format written for this test only: numpy ``.npz`` archives (one module's worth of code plus
+    its line in the registry), read by nothing but its own functions."""
+    import numpy as np
+
+    from ram_desktop.core.storage.formats.base import Checkpoint, TensorInfo, WeightFormat
+
+    def open_file(path: Path, spec: str) -> Checkpoint:
+        with np.load(path) as data:
+            tensors = {k: TensorInfo(k, "F32", tuple(data[k].shape), path) for k in data.files}
+        return Checkpoint(spec, path, [path], tensors)
+
+    def open_folder(folder: Path, spec: str) -> Checkpoint | None:
+        return open_file(folder / "model.npz", spec) if (folder / "model.npz").exists() else None
+
+    def pick(names: list[str]) -> list[str] | None:
+        return ["model.npz"] if "model.npz" in names else None
+
+    return WeightFormat("npz", "numpy archive", (".npz",), ("model.npz",), pick, open_folder, open_file, np.load)
+
+
+def test_a_new_weight_format_is_one_entry_in_the_registry(tmp_path, monkeypatch):
+    """Registered once, a format is opened locally (file and folder), offered by the file dialog, chosen on
+    the Hub, and named where no weights are found."""
+    import numpy as np
+
+    from ram_desktop.core import weights_file_filter
+    from ram_desktop.core.ecosystem.hub.source import needed_files
+    from ram_desktop.core.storage.formats import open_local, registry
+
+    folder = tmp_path / "npz-model"
+    folder.mkdir()
+    np.savez(folder / "model.npz", w=np.zeros((3, 2), np.float32))
+    with pytest.raises(InputError, match="not a weights file"):
+        open_local(folder / "model.npz")
+    monkeypatch.setattr(registry, "FORMATS", (*registry.FORMATS, _npz_format()))
+    assert open_local(folder / "model.npz").tensors["w"].shape == (3, 2)
+    assert open_local(folder).files == [folder / "model.npz"]
+    assert "numpy archive (*.npz)" in weights_file_filter() and "*.npz" in weights_file_filter().split(";;")[0]
+    assert needed_files(["model.npz", "config.json"]) == (["model.npz", "config.json"], "npz")
+    assert needed_files(["model.safetensors", "model.npz"])[1] == "safetensors"  # the registry's order decides
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"expected model\.safetensors, .*pytorch_model\.bin\.index\.json or model\.npz\)"):
+        open_local(tmp_path / "empty")
+
+
+def test_the_file_dialog_offers_every_registered_suffix():
+    from ram_desktop.core import weights_file_filter
+    from ram_desktop.core.storage.formats.registry import FORMATS
+
+    every = weights_file_filter().split(";;")[0]
+    for fmt in FORMATS:
+        for suffix in fmt.suffixes:
+            assert f"*{suffix}" in every
+    assert {".safetensors", ".bin", ".pt"} <= {s for f in FORMATS for s in f.suffixes}

@@ -1,4 +1,4 @@
-"""The fused numba kernels (core/engine/kernels.py) equal a plain numpy reference and the torch path, bit for bit.
+"""The fused numba kernels (core/engine/kernels.py and the methods' own, e.g. methods/ram.py) equal a plain numpy reference and the torch path, bit for bit.
 
 The reference below is written from the formulas (SPEC.md section 1, equation 7): whole slices in
 numpy, agents summed in order from +0, rounding to the output dtype by torch's own conversion.
@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from ram_desktop.core.engine import kernels, passes
+from ram_desktop.core.methods import baselines
+from ram_desktop.core.methods import ram as ram_family
 from ram_desktop.core.pipeline import MergeRequest, merge
 
 from . import reference as ref
@@ -180,7 +182,7 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
         for chunk in (n, 1000, 7, 1):
             if chunk == 1 and (n_agents != 3 or dtype != out_dtype):
                 continue  # one element per call is slow through the Python wrapper; a few cases suffice
-            parts = _chunked(lambda b, a, lams=lams: kernels.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
+            parts = _chunked(lambda b, a, lams=lams: ram_family.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
                              base, agents, chunk)
             got = torch.cat([p.merged for p in parts])
             assert got.dtype == out_dtype
@@ -223,7 +225,7 @@ def test_non_finite_task_vectors_are_flagged(bad):
     agent = base.clone()
     agent[4321] = bad
     assert kernels.count_patterns(base, [base.clone(), agent], 1e-5, torch.float32).finite is False
-    assert kernels.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
+    assert ram_family.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
     assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32).finite is True
 
 
@@ -254,12 +256,12 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         assert all(p.finite for p in parts)
         # λ = 2 doubles every unique update: each one's rounded value changes, so moved = unique
-        parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
+        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
                                                                    [2.0] * n_agents, True, True), base, agents, chunk)
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         survival = np.asarray(sum(p.survival for p in parts))
         assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
-        parts = _chunked(lambda b, a: kernels.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
+        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
                                                                    True, False), base, agents, chunk)
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
 
@@ -287,7 +289,7 @@ def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
             assert not all(bool(torch.isfinite(x).all()) for x in taus)
             assert kernels.count_patterns(b, a, 1e-5, torch.float32).finite is False, (where, t)
             for lams, survival in ((None, False), ([1.5, 1.25, 2.0], True)):
-                done = kernels.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
+                done = ram_family.selective_merge_into(b, a, 1e-5, torch.float32, dtype, lams, True, survival)
                 assert done.finite is False, (where, t, lams)
             # a chunk without the bad element is clean
             if where > 0:
@@ -305,7 +307,7 @@ def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
     assert ram[0] == 0 and plus[0] == 0 and _bits(ram)[0] != _bits(plus)[0]  # +0 and −0
     moved = int((ram != plus).sum())
     assert moved == 1
-    done = kernels.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
+    done = ram_family.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
     merged, finite, survival = done.merged, done.finite, done.survival
     assert finite and np.array_equal(_bits(merged), _bits(plus))
     assert np.asarray(survival).tolist() == [[moved], [2]]
@@ -375,7 +377,7 @@ def test_ties_kernel_matches_reference(dtype, out_dtype, key64):
         parts = []
         for s in range(0, n, chunk):
             left = [q - int((k[:s] == c).sum()) for k, c, q in zip(keys, cuts, quotas)]
-            done = kernels.ties_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, out_dtype,
+            done = baselines.ties_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, out_dtype,
                                            key64, cuts, left, scale)
             assert done is not None and done.finite
             parts.append(done.merged)
@@ -408,7 +410,7 @@ def test_ties_digit_counts_match_reference(dtype, key64):
                 continue
             got = np.zeros_like(want)
             for s in range(0, n, chunk):
-                done = kernels.ties_digit_counts(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, key64,
+                done = baselines.ties_digit_counts(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, key64,
                                                  level, prefixes)
                 assert done is not None and done.finite
                 got += done.hist
@@ -420,9 +422,9 @@ def test_ties_kernels_flag_non_finite_task_vectors(bad):
     base = torch.zeros(5000, dtype=torch.float32)
     agent = base.clone()
     agent[4321] = bad
-    assert kernels.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0]).finite is False
-    assert kernels.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0).finite is False
-    assert kernels.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0).finite is True
+    assert baselines.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0]).finite is False
+    assert baselines.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0).finite is False
+    assert baselines.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0).finite is True
 
 
 @pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.bfloat16),
@@ -452,7 +454,7 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
     for chunk in (n, 1000, 7):
         parts = []
         for s in range(0, n, chunk):
-            done = kernels.dare_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], first + s, keys,
+            done = baselines.dare_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], first + s, keys,
                                            int(drop * 2**32), drop, scale, ties, compute, out_dtype)
             assert done is not None and done.finite
             parts.append(done.merged)
@@ -542,8 +544,8 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=1)
     calls = []
-    real = kernels.selective_merge_into
-    monkeypatch.setattr(kernels, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ram_family.selective_merge_into
+    monkeypatch.setattr(ram_family, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
     used = {}
     for limit in (10**12, 1):
         monkeypatch.setattr(worker, "KERNEL_MIN_ELEMENTS", limit)
@@ -574,7 +576,7 @@ def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_p
         dirs.append(str(tmp_path / name))
     counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
     assert counted.finite is True and counted.hist.tolist() == [base.numel() - 1, 0, 0, 1]
-    merged = kernels.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
+    merged = ram_family.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
                                           [1.5, 1.5], True, True)
     assert merged.finite is True and torch.isinf(merged.merged[2 * 1000 + 17])
     for use in (True, False):
@@ -603,10 +605,10 @@ def test_output_slices_are_reused_only_after_release(monkeypatch):
     monkeypatch.setattr(kernels, "_OUTPUTS", kernels._OutputPool())  # the merge below starts from an empty pool
     base, agents = _inputs(3001, 3, torch.bfloat16, seed=5)
     bits = [kernels.as_bits(t) for t in (base, *agents)]
-    merged = [kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
+    merged = [ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
               for _ in range(2)]
     assert merged[0].base is not merged[1].base and np.array_equal(merged[0], merged[1])
     expected = merged[0].copy()
     kernels.release_output(merged[0])
-    again = kernels.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
+    again = ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
     assert again.base is merged[0].base and np.array_equal(again, expected) and np.array_equal(merged[1], expected)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 # mergekit's methods (``theta``) compute with mergekit's torch operations on whole tensors (norms, angles, sorts,
 # softmax): on a GPU those reductions and functions round differently from the CPU's, as in mergekit itself, so
 # their CUDA bytes are not promised to equal the CPU's (docs/methods.md, "mergekit's methods")
-GPU_METHODS = [name for name, m in METHODS.items() if name != "fisher" and not m.theta]
+GPU_METHODS = [name for name, m in METHODS.items() if name != "fisher" and not m.streaming.theta]
 
 
 # "demo": the small synthetic model (one chunk per tensor); "wide": MLP tensors of 2.8 M elements, cut into
@@ -51,7 +51,7 @@ def _tensors(folder: Path) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     for shard in sorted(folder.glob("*.safetensors")):
         with safe_open(str(shard), "pt") as f:
-            for key in f:
+            for key in f.keys():  # noqa: SIM118 — safe_open is not iterable
                 tensor = f.get_tensor(key).contiguous()
                 found[key] = tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
     return found

@@ -15,6 +15,7 @@ import torch
 
 from ram_desktop.core import pipeline
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
+from ram_desktop.core.methods.would_keep import would_keep
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir
 from ram_desktop.core.engine.would_keep import would_keep
 

@@ -14,7 +14,7 @@ import yaml
 
 from ram_desktop.core import pipeline
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.methods import METHODS, MergeMethod, Param, Sweep, WouldKeep
+from ram_desktop.core.methods import METHODS, Analysis, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from ram_desktop.core.methods.mergekit_map import MergekitExport, MergekitImport, MergekitMapping, unit_weights
 from ram_desktop.core.recipe import Recipe
 
@@ -41,9 +41,10 @@ def _import(given) -> tuple[str, dict]:
 
 
 THROWAWAY = MergeMethod(
-    NAME, "Half sum", "θ_pre + w·Σ task vectors (a test method).", (WEIGHT,), _merge, thread_safe=True,
-    would_keep=WouldKeep(_shares), sweep=Sweep("weight", "0.25, 0.75"), short="Half",
-    mergekit=MergekitMapping(_export, (MergekitImport("half_sum", {"lambda": 1.0}, {"weight": None}, _import),)),
+    NAME, "Half sum", "θ_pre + w·Σ task vectors (a test method).", (WEIGHT,), _merge, short="Half",
+    streaming=Streaming(thread_safe=True), analysis=Analysis(would_keep=WouldKeep(_shares)),
+    interop=Interop(sweep=Sweep("weight", "0.25, 0.75"), mergekit=MergekitMapping(
+        _export, (MergekitImport("half_sum", {"lambda": 1.0}, {"weight": None}, _import),))),
 )
 NOT_IN_MERGEKIT = MergeMethod(REFUSED, "Half sum (local)", "The same, unknown to mergekit.", (WEIGHT,), _merge)
 
@@ -85,7 +86,7 @@ def test_merge_and_recipe_round_trip(registered, models, tmp_path):
 def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
     pytest.importorskip("pyqtgraph")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ram_desktop.core.engine.would_keep import estimated, keep_methods, would_keep
+    from ram_desktop.core.methods.would_keep import estimated, keep_methods, would_keep
     from ram_desktop.gui.analysis.inspect_charts import WouldKeepChart
 
     base, agents = models
@@ -143,7 +144,7 @@ def test_mergekit_export_maps_it_or_refuses_it(registered):
         to_mergekit(Recipe("base", ["a1", "a2"], REFUSED, {}))
 
 
-READERS = ["core/engine/passes.py", "core/engine/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
+READERS = ["core/engine/passes.py", "core/methods/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
            "gui/evaluate/compare_panel.py", "gui/analysis/inspect_charts.py"]
 
 

@@ -48,7 +48,7 @@ EPS = 1e-5
 ALONE = {"wudi": ("--steps", "5")}
 # mergekit's methods (``theta``: slerp's one agent, averages of the weights themselves) are compared with mergekit
 # on synthetic checkpoints (tests/test_mergekit_methods.py); this real-model run keeps to the paper's methods
-COMPARED = [name for name, m in METHODS.items() if not m.theta]
+COMPARED = [name for name, m in METHODS.items() if not m.streaming.theta]
 CHECKED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.14.mlp.down_proj.weight",
            "model.layers.29.input_layernorm.weight", "model.norm.weight")  # compared with the numpy reference
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core import pipeline
+from ram_desktop.core import devices, pipeline
 from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.chunks import SliceReader, Span, as_tensor
 from ram_desktop.core.pipeline import MergeRequest, merge
@@ -106,19 +106,19 @@ def test_bit_views_hold_the_stored_bytes(tmp_path, dtype):
 
 def test_device_choice_without_torch_where_no_gpu_can_exist(monkeypatch):
     asked = []
-    monkeypatch.setattr(pipeline, "resolve_device", lambda spec: asked.append(spec) or torch.device("cuda:1"))
-    monkeypatch.setattr(pipeline.sys, "platform", "linux")
-    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: False)
-    assert pipeline.device_spec("cpu") == "cpu"
-    assert pipeline.device_spec("auto") == "cpu"
-    assert pipeline.device_spec("") == "cpu"
+    monkeypatch.setattr(devices, "resolve_device", lambda spec: asked.append(spec) or torch.device("cuda:1"))
+    monkeypatch.setattr(devices.sys, "platform", "linux")
+    monkeypatch.setattr(devices.os.path, "exists", lambda path: False)
+    assert devices.device_spec("cpu") == "cpu"
+    assert devices.device_spec("auto") == "cpu"
+    assert devices.device_spec("") == "cpu"
     assert asked == []
-    assert pipeline.device_spec("cuda") == "cuda:1"  # asked for explicitly: torch decides (and checks) it
-    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: path == "/dev/nvidiactl")
-    assert pipeline.device_spec(" AUTO ") == "cuda:1"
-    monkeypatch.setattr(pipeline.os.path, "exists", lambda path: False)
-    monkeypatch.setattr(pipeline.sys, "platform", "win32")
-    assert pipeline.device_spec("auto") == "cuda:1"  # no device nodes to look at there: torch is asked
+    assert devices.device_spec("cuda") == "cuda:1"  # asked for explicitly: torch decides (and checks) it
+    monkeypatch.setattr(devices.os.path, "exists", lambda path: path == "/dev/nvidiactl")
+    assert devices.device_spec(" AUTO ") == "cuda:1"
+    monkeypatch.setattr(devices.os.path, "exists", lambda path: False)
+    monkeypatch.setattr(devices.sys, "platform", "win32")
+    assert devices.device_spec("auto") == "cuda:1"  # no device nodes to look at there: torch is asked
     assert asked == ["cuda", "auto", "auto"]
 
 

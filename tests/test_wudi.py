@@ -288,7 +288,7 @@ def test_schema_reaches_the_faces(capsys):
     GUI form's fields, the comparison's default sweep; no would-keep chart, no mergekit mapping."""
     from ram_desktop.cli import build_parser, main
     from ram_desktop.core.ecosystem.mergekit import to_mergekit
-    from ram_desktop.core.engine.would_keep import keep_methods
+    from ram_desktop.core.methods.would_keep import keep_methods
 
     args = build_parser().parse_args(
         ["merge", "b", "a", "--out", "o", "--method", "wudi", "--steps", "7", "--lr", "3e-5"]

@@ -23,8 +23,8 @@ _EXPORTS: dict[str, str] = {
     "merge_variants": "pipeline",
     "probe": "pipeline",
     "check_eps": "pipeline",
-    "list_devices": "pipeline",
-    "resolve_device": "pipeline",
+    "list_devices": "devices",
+    "resolve_device": "devices",
     "open_checkpoint": "sources",
     # the methods
     "METHODS": "methods",
@@ -70,6 +70,7 @@ _EXPORTS: dict[str, str] = {
     "MERGE_REPORT": "ecosystem.cards.evaluation",
     # storage the faces show or check
     "Checkpoint": "storage.formats",
+    "weights_file_filter": "storage.formats.registry",
     "human_bytes": "events",
 }
 
@@ -124,6 +125,7 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "setting_value",
     "to_mergekit",
+    "weights_file_filter",
     "write_demo",
 ]
 
@@ -144,6 +146,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keeps _EXPORTS and this in step
     from .code_folders import new_code_folders, remember_code_folders
     from .demo import demo_suites, ensure_demo, read_manifest, write_demo
+    from .devices import list_devices, resolve_device
     from .ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
     from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish
     from .ecosystem.mergekit import load_mergekit, load_recipe_or_mergekit, to_mergekit
@@ -159,13 +162,12 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
         MergeRequest,
         MergeResult,
         check_eps,
-        list_devices,
         merge,
         merge_variants,
         probe,
-        resolve_device,
     )
     from .recipe import Recipe, parse_size
     from .session import Session, Variant
     from .sources import open_checkpoint
     from .storage.formats import Checkpoint
+    from .storage.formats.registry import weights_file_filter

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -20,6 +19,7 @@ from typing import Any
 
 from .. import __version__
 from . import defaults
+from .devices import device_spec
 from .ecosystem.cards.merge import model_card, save_card
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .engine.passes import Variant, merge_pass, probe_pass
@@ -27,7 +27,6 @@ from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError
 from .events import Reporter
-from .lazy import torch
 from .methods import Collector, get_method
 from .recipe import Recipe, layout_of, parse_size
 from .sources import open_checkpoint
@@ -36,63 +35,6 @@ from .storage.output import ShardSet, check_output, copy_tokenizer_files, stagin
 from .storage.transfer import Transfer
 
 log = logging.getLogger("ram_desktop")
-
-
-def resolve_device(spec: str = "auto") -> torch.device:
-    """'auto' picks CUDA when present, else the CPU; 'cuda' / 'cuda:N' must exist."""
-    spec = (spec or "auto").strip().lower()
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(spec)
-    except RuntimeError:
-        raise InputError(f"unknown device {spec!r}; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"device {spec} requested but no CUDA GPU is available; use --device cpu")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise InputError(f"device {spec} does not exist; {torch.cuda.device_count()} CUDA device(s) found")
-    elif device.type != "cpu":
-        raise InputError(f"unsupported device {spec!r}; use auto, cpu, cuda or cuda:N")
-    return device
-
-
-def device_spec(spec: str = "auto") -> str:
-    """``resolve_device``'s choice by name ("cpu", "cuda:0"), without importing torch where no GPU can be
-    present (a CPU-only command then need not load it)."""
-    text = (spec or "auto").strip().lower()
-    if text == "cpu" or (text == "auto" and not _gpu_possible()):
-        return "cpu"
-    return str(resolve_device(text))
-
-
-def _gpu_possible() -> bool:
-    """False only where no CUDA (or ROCm) device can exist: Linux without an NVIDIA, AMD KFD or WSL GPU device
-    node. Elsewhere torch is asked."""
-    if sys.platform != "linux":
-        return True
-    return any(os.path.exists(node) for node in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg"))
-
-
-def list_devices() -> list[tuple[str, str]]:
-    """Devices a merge can run on, as ``(spec, label)``: each CUDA GPU by name and memory, then the CPU.
-
-    ``spec`` is what ``resolve_device`` and ``MergeRequest.device`` accept.
-    """
-    devices: list[tuple[str, str]] = []
-    try:
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except (RuntimeError, AssertionError):  # a broken driver must not stop the application from listing the CPU
-        count = 0
-    for index in range(count):
-        try:
-            props = torch.cuda.get_device_properties(index)
-            label = f"cuda:{index} — {props.name} ({props.total_memory / 2**30:.0f} GiB)"
-        except (RuntimeError, AssertionError):  # torch's errors for a device it cannot query
-            label = f"cuda:{index}"
-        devices.append((f"cuda:{index}", label))
-    devices.append(("cpu", f"CPU ({os.cpu_count() or 1} cores)"))
-    return devices
 
 
 def open_sources(
@@ -274,11 +216,11 @@ def merge_variants(
     )
     layout = layout_of(request.slices)
     for m in methods:
-        if m.stacks and (layout is None or not layout.stacking):
+        if m.streaming.stacks and (layout is None or not layout.stacking):
             raise InputError(
                 f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
             )
-        if layout is not None and layout.stacking and not m.stacks:
+        if layout is not None and layout.stacking and not m.streaming.stacks:
             raise InputError(
                 f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
                 "every model in each slice to merge them"
@@ -290,11 +232,11 @@ def merge_variants(
     outs = [check_output(o, inputs, request.overwrite, plan.out_bytes * len(outs)) for o in outs]
 
     timings: dict[str, float] = {}
-    collectors = [m.collector(p, plan) if m.collector else None for m, p in zip(methods, params)]
+    collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
     probe_report = None
     files = OpenFiles()  # every pass of this run reads through the same open inputs
     try:
-        if any(m.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
+        if any(m.analysis.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
             t0 = time.perf_counter()
             # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
             probe_report = _probe_plan(
@@ -323,7 +265,13 @@ def merge_variants(
         stack.enter_context(files)
         folders = [stack.enter_context(staging_folder(o, request.overwrite)) for o in outs]
         variants = [
-            Variant(m, p, ctx, ShardSet(folder, plan, shard_bytes), m.observer(p, plan) if m.observer else None)
+            Variant(
+                m,
+                p,
+                ctx,
+                ShardSet(folder, plan, shard_bytes),
+                m.analysis.observer(p, plan) if m.analysis.observer else None,
+            )
             for m, p, ctx, folder in zip(methods, params, contexts, folders)
         ]
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
@@ -343,8 +291,8 @@ def merge_variants(
         assert probe_report is not None  # from the probe, or counted in the merge pass
         timings["merge_s"] = time.perf_counter() - t0
         results = []
-        for spec, v, folder, out in zip(specs, variants, folders, outs):
-            lambdas = v.method.lambdas(v.params, probe_report) if v.method.lambdas else [1.0] * plan.n_agents
+        for spec, m, v, folder, out in zip(specs, methods, variants, folders, outs):
+            lambdas = m.analysis.lambdas(v.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
             variant_request = replace(request, method=spec.method, params=v.params, out=out)
@@ -392,13 +340,13 @@ def _slice_parameters(slices: list[dict[str, Any]] | None, methods: list, contex
 
 
 def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str, AuxInput]:
-    """Every variant's per-agent auxiliary checkpoints (``MergeMethod.aux_inputs``), opened (headers only)
+    """Every variant's per-agent auxiliary checkpoints (``Streaming.aux_inputs``), opened (headers only)
     and checked against the plan before anything is read or written."""
     aux: dict[str, AuxInput] = {}
     for method, p in zip(methods, params):
-        if method.aux_inputs is None:
+        if method.streaming.aux_inputs is None:
             continue
-        for key, checkpoints in method.aux_inputs(p).items():
+        for key, checkpoints in method.streaming.aux_inputs(p).items():
             if key not in aux:
                 aux[key] = check_aux(plan, key, checkpoints, method.label)
     return aux

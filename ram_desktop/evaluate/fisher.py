@@ -432,7 +432,7 @@ def resolve_fisher_params(
     from ..core import get_method
 
     merge_method = get_method(method)
-    if not merge_method.calibrated:
+    if not merge_method.interop.calibrated:
         return params
     resolved = merge_method.resolve(params)
     suites = resolved.get("suite")

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QColor, QPainter, QPicture
 
-from ram_desktop.core.engine.would_keep import would_keep
+from ram_desktop.core.methods.would_keep import would_keep
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 from ram_desktop.gui.analysis import charts
 

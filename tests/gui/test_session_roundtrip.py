@@ -54,7 +54,7 @@ def inputs(tmp_path_factory):
 
 # a stacking method (passthrough) needs a layer map (slices), which the window cannot write yet: it runs from
 # recipes and mergekit configurations (tests/test_slices.py)
-@pytest.mark.parametrize("method", [name for name, m in METHODS.items() if not m.stacks])
+@pytest.mark.parametrize("method", [name for name, m in METHODS.items() if not m.streaming.stacks])
 def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, method):
     base, agents = inputs
     agents = agents[:AGENTS_OF.get(method, len(agents))]

@@ -81,7 +81,7 @@ def test_rounding_warning_for_ram_plus_in_bf16_and_the_float32_fix(qtbot, window
 
 def test_method_form_is_generated_from_the_registry(window):
     combo = window.method.method
-    offered = {name: m for name, m in METHODS.items() if not m.stacks}  # stacking needs slices (ram-merge run)
+    offered = {name: m for name, m in METHODS.items() if not m.streaming.stacks}  # stacking needs slices (ram-merge run)
     assert [combo.itemData(i) for i in range(combo.count())] == list(offered)
     assert len(offered) == len(METHODS) - 1
     for i, (_name, method) in enumerate(offered.items()):

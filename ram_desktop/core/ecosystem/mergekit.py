@@ -29,13 +29,20 @@ from ..storage.safe_read import read_yaml
 
 
 def _imports() -> dict[str, MergekitImport]:
-    """Every mergekit ``merge_method`` a registered method reads (``MergeMethod.mergekit``), by mergekit's name."""
-    return {imp.name: imp for m in METHODS.values() if m.mergekit is not None for imp in m.mergekit.imports}
+    """Every mergekit ``merge_method`` a registered method reads (``Interop.mergekit``), by mergekit's name."""
+    return {
+        imp.name: imp for m in METHODS.values() if m.interop.mergekit is not None for imp in m.interop.mergekit.imports
+    }
 
 
 def _exact() -> dict[str, tuple[str, MergekitExact]]:
     """Every mergekit ``merge_method`` a registered method computes with mergekit's semantics: (our method, mapping)."""
-    return {ex.name: (name, ex) for name, m in METHODS.items() if m.mergekit is not None for ex in m.mergekit.exact}
+    return {
+        ex.name: (name, ex)
+        for name, m in METHODS.items()
+        if m.interop.mergekit is not None
+        for ex in m.interop.mergekit.exact
+    }
 
 
 TOP_LEVEL = {"merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "tokenizer_source"}
@@ -179,7 +186,7 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     exact = _exact()
     if data.get("slices") is not None:
         return _from_slices(data, where, method, exact)
-    if method in exact and get_method(exact[method][0]).stacks:
+    if method in exact and get_method(exact[method][0]).streaming.stacks:
         raise InputError(
             f"{where}: merge_method: {method} copies layers of the models named in slices; write slices "
             "(each with one source: model and layer_range)"
@@ -381,7 +388,7 @@ def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str
     slice (mergekit's semantics, one recipe slice per mergekit slice). Parameters: a source's, then its
     slice's, then the merge's (mergekit's ``ConfigReader``)."""
     slices = _slice_list(data, where)
-    if method in exact and get_method(exact[method][0]).stacks:
+    if method in exact and get_method(exact[method][0]).streaming.stacks:
         return _from_stacking(data, where, slices, exact[method][0])
     if method not in exact:
         raise InputError(
@@ -622,9 +629,9 @@ def to_mergekit(recipe: Recipe) -> str:
     m = recipe.method
     method = get_method(m)
     params = method.resolve(recipe.params)
-    if method.mergekit is None:
+    if method.interop.mergekit is None:
         raise InputError(f"method {m} has no mergekit equivalent")
-    exported = method.mergekit.export(params, recipe.eps)
+    exported = method.interop.mergekit.export(params, recipe.eps)
     shared, per_model, notes = exported.shared, exported.per_model, list(exported.notes)
     if recipe.vocab != "exact":
         notes.append("vocab: common (merge shared vocabulary rows) has no mergekit equivalent here")
@@ -657,7 +664,7 @@ def to_mergekit(recipe: Recipe) -> str:
         (f"# mergekit configuration exported by RAM Desktop from a ram-recipe ({FORMAT}, method {m}); differences:")
     ]
     head += [f"# - {line}" for line in notes]
-    if exported.dtype == "float32" and not method.theta:
+    if exported.dtype == "float32" and not method.streaming.theta:
         head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
@@ -670,11 +677,11 @@ def _export_slices(recipe: Recipe, method: Any, exported: Any) -> list[dict[str,
     out = []
     for sl in recipe.slices or []:
         params = method.resolve(sl["parameters"]) if sl.get("parameters") is not None else method.resolve(recipe.params)
-        ex = method.mergekit.export(params, recipe.eps)
+        ex = method.interop.mergekit.export(params, recipe.eps)
         sources = []
         for src in sl["sources"]:
             index = int(src["model"])
-            if index == 0 and not ex.base and not method.stacks:
+            if index == 0 and not ex.base and not method.streaming.stacks:
                 continue  # the base only aligns the models (linear without a base): not an input
             entry: dict[str, Any] = {"model": models[index], "layer_range": list(src["layer_range"])}
             agent = index - 1

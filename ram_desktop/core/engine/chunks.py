@@ -22,8 +22,7 @@ import numpy as np
 from ..errors import InputError
 from ..lazy import torch
 from ..storage.formats import lora, open_slices
-from ..storage.formats.base import FLOAT_OF_BITS, torch_dtype
-from ..storage.formats.safetensors_format import MappedSafetensors
+from ..storage.formats.base import FLOAT_OF_BITS, BitsHandle, torch_dtype
 from ..storage.transfer import Staged, Transfer
 from .plan import AuxInput, MergePlan, TensorJob
 
@@ -112,7 +111,7 @@ class Chunk:
     _pattern: torch.Tensor | None = field(default=None, repr=False)
     _mask_values: torch.Tensor | None = field(default=None, repr=False)
     _masked_sum: torch.Tensor | None = field(default=None, repr=False)
-    # per-agent auxiliary slices (``MergeMethod.aux_inputs``): key -> one raw slice per agent, as stored
+    # per-agent auxiliary slices (``Streaming.aux_inputs``): key -> one raw slice per agent, as stored
     aux: dict[str, list[torch.Tensor]] = field(default_factory=dict, repr=False)
     # the slices as stored (base, then agents), for methods that combine weights rather than task vectors
     raw: list[torch.Tensor] | None = field(default=None, repr=False)
@@ -307,7 +306,7 @@ class SliceReader:
 
     def read(self, file: Path, name: str, span: Span, shape: tuple[int, ...]) -> torch.Tensor | np.ndarray:
         handle = self._files.get(file)
-        if self._bits and isinstance(handle, MappedSafetensors):
+        if self._bits and isinstance(handle, BitsHandle):
             return handle.bits(name, span.start, span.stop) if shape else handle.bits(name, 0, 1)
         if len(shape) == 0:
             return handle.get_tensor(name).reshape(1)

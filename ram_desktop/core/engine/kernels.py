@@ -1,22 +1,26 @@
-"""Fused CPU kernels (numba): one pass over memory per chunk for the probe's counts and the RAM merge.
+"""Fused CPU kernels (numba), the engine's generic primitives: one pass over memory per chunk.
 
-The torch formulation in ``chunks`` / ``methods`` / ``probe`` runs ~15 elementwise operations per
-element, each a full pass over the chunk. These kernels read the stored bf16 / fp16 / fp32 / fp64
-bits directly and do, per element, what those operations do, in the same IEEE order:
+The torch formulation in ``chunks`` / ``probe`` and the methods runs ~15 elementwise operations per
+element, each a full pass over the chunk. Fused kernels read the stored bf16 / fp16 / fp32 / fp64 bits
+directly and do, per element, what those operations do, in the same IEEE order. This module gives what
+every fused kernel needs, and the kernels the engine itself runs:
 
-* τ_t = agent − base in the compute dtype (float32, float64 when any input is float64); 16-bit
-  values are widened exactly from their bits;
-* m_t = |τ_t| > ε with ε rounded to the compute dtype (as torch compares a tensor with a scalar);
-* the update pattern p = Σ_t m_t·2^t and its histogram (``ProbeAccumulator``'s counts);
-* equation 7 exactly as ``methods.ram.selective_merge`` computes it: s = Σ_t [m_t]·τ_t from +0 in agent
-  order 0..N−1, then s·λ_t where one agent updates (RAM+), s / c where c ≥ 2 agents do, +0 where
-  none does; θ = base + that, rounded once to the output dtype (round-to-nearest-even on the bits,
-  equal to torch's conversion; float64 goes through float32 first, as torch's does);
-* RAM+'s exact rescale survival (``probe.rescale_changes``): per agent, its unique elements and how
-  many of them the rescale changed after rounding;
-* DARE-TA / DARE-TIES (``dare_merge_into``) and TIES (``ties_merge_into``: the trim against the cut and
-  the chunk's share of the ties at it, sign election, disjoint mean), and TIES's radix-select digit
-  histograms (``ties_digit_counts``), as ``methods.baselines`` computes them.
+* whether kernels run here (``available``, ``disabled``, ``enabled_here``), the stored bits of a slice
+  (``as_bits``, ``operands``, ``widenable_operands``), its output slice from a reusable pool
+  (``output_slice``, ``release_output``), both at once for a merging kernel (``merge_operands``,
+  ``float32_operands``), per-thread block buffers (``BUFFERS``), a range split over every core
+  (``split``) and the ``KernelResult`` a merging kernel returns;
+* widening (``widen_into``), τ's finiteness (``finite_taus``), τ rows (``offsets_into``), the out-of-range
+  check of a merged slice (``exponent_all_ones``);
+* counting: the update pattern p = Σ_t [|τ_t| > ε]·2^t and its histogram (``count_patterns``,
+  ``ProbeAccumulator``'s counts; τ_t = agent − base in the compute dtype, ε rounded to it as torch
+  compares a tensor with a scalar);
+* analysing: the Analyze probe's statistics in one pass (``analyze``).
+
+Each method's own fused kernel lives beside it in ``core.methods`` (its numba code in a ``*_kernel.py``,
+built on the helpers of ``kernel_code``: ``widen``, ``store``, ``pattern_histogram`` …): RAM / RAM+
+(``methods.ram``), TIES and DARE (``methods.baselines``), the GTA family and DELLA (``methods.gta``),
+Model Stock, SLERP.
 
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
 as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
@@ -108,33 +112,24 @@ def _jit() -> dict:
 
     return {
         "count": k.count_kernel,
-        "merge": k.merge_kernel,
         "to_bf16": k.float_to_bf16,
         "to_half": k.float_to_half,
         "from_bf16": k.bf16_to_float,
         "from_half": k.half_to_float,
-        "dare": k.dare_kernel,
         "analyze": k.analyze_kernel,
-        "ties_digits": k.ties_digits_kernel,
-        "ties_merge": k.ties_kernel,
         "exponent_all_ones": k.exponent_all_ones,
-        "scaled_product": k.scaled_product_kernel,
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
-        "gta_combine": k.gta_combine_kernel,
         "nonfinite_taus": k.nonfinite_taus_kernel,
-        "della_mask": k.della_mask_kernel,
-        "stock_combine": k.stock_combine_kernel,
-        "combine_pair": k.combine_pair_kernel,
     }
 
 
-def _name(dtype: torch.dtype | str) -> str:
+def name_of(dtype: torch.dtype | str) -> str:
     """A dtype given by name ("float32") or as a torch dtype, by name."""
     return dtype if isinstance(dtype, str) else dtype_name(dtype)
 
 
-def _float_name(raw: torch.Tensor | np.ndarray) -> str | None:
+def float_name(raw: torch.Tensor | np.ndarray) -> str | None:
     """The float dtype name of a slice (numpy bits or a CPU tensor); None for anything the kernels do not read."""
     if isinstance(raw, np.ndarray):
         return FLOAT_OF_BITS.get(raw.dtype) if raw.flags.c_contiguous else None
@@ -144,20 +139,20 @@ def _float_name(raw: torch.Tensor | np.ndarray) -> str | None:
     return name if name in FLOAT_BITS else None
 
 
-def _size(raw: torch.Tensor | np.ndarray) -> int:
+def size_of(raw: torch.Tensor | np.ndarray) -> int:
     return raw.size if isinstance(raw, np.ndarray) else raw.numel()
 
 
-def _operands(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray]):
+def operands(base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray]):
     """(base bits, agents' bits as a tuple), or None when the kernels do not cover this slice (agents
     in different dtypes, an agent shorter than the base, too many agents, a non-float or non-CPU slice)."""
     n_agents = len(agent_raws)
-    if not 1 <= n_agents <= PATTERN_MAX_AGENTS or _float_name(base_raw) is None:
+    if not 1 <= n_agents <= PATTERN_MAX_AGENTS or float_name(base_raw) is None:
         return None
-    dtype = _float_name(agent_raws[0])
-    n = _size(base_raw)
+    dtype = float_name(agent_raws[0])
+    n = size_of(base_raw)
     for a in agent_raws:
-        if dtype is None or _float_name(a) != dtype or _size(a) != n:
+        if dtype is None or float_name(a) != dtype or size_of(a) != n:
             return None
     return as_bits(base_raw.reshape(-1)), tuple(as_bits(a.reshape(-1)) for a in agent_raws)
 
@@ -212,13 +207,13 @@ def release_output(data: object) -> None:
         _OUTPUTS.release(data)
 
 
-def _output(
+def output_slice(
     base_raw: torch.Tensor | np.ndarray, out_dtype: torch.dtype | str
 ) -> tuple[np.ndarray, torch.Tensor | np.ndarray] | None:
     """A new output slice for the merged values: its bits (what the kernel writes) and what the caller gets,
     in the kind of the input (numpy bits from the pool for numpy slices, a new tensor of the base's shape
     for tensors). None when the output dtype is not a float."""
-    name = _name(out_dtype)
+    name = name_of(out_dtype)
     if name not in FLOAT_BITS:
         return None
     if isinstance(base_raw, np.ndarray):
@@ -228,14 +223,14 @@ def _output(
     return bits, torch.from_numpy(bits).view(torch_dtype(name)).view(base_raw.shape)
 
 
-def _compute_np(compute_dtype: torch.dtype | str) -> type:
-    return np.float64 if _name(compute_dtype) == "float64" else np.float32
+def compute_type(compute_dtype: torch.dtype | str) -> type:
+    return np.float64 if name_of(compute_dtype) == "float64" else np.float32
 
 
 @dataclass(frozen=True)
-class _MergeOperands:
-    """What a merging kernel reads and writes for one slice: the base's and the agents' bits (``_operands``),
-    the compute dtype as a numpy type, the output bits the kernel writes and what the caller gets (``_output``)."""
+class MergeOperands:
+    """What a merging kernel reads and writes for one slice: the base's and the agents' bits (``operands``),
+    the compute dtype as a numpy type, the output bits the kernel writes and what the caller gets (``output_slice``)."""
 
     base: np.ndarray
     agents: tuple[np.ndarray, ...]
@@ -244,24 +239,24 @@ class _MergeOperands:
     result: torch.Tensor | np.ndarray
 
 
-def _merge_operands(
+def merge_operands(
     base_raw: torch.Tensor | np.ndarray,
     agent_raws: list[torch.Tensor] | list[np.ndarray],
     compute_dtype: torch.dtype | str,
     out_dtype: torch.dtype | str,
-) -> _MergeOperands | None:
+) -> MergeOperands | None:
     """The operands of a merging kernel, or None when the kernels do not cover the slice."""
-    ops = _operands(base_raw, agent_raws)
-    output = _output(base_raw, out_dtype)
+    ops = operands(base_raw, agent_raws)
+    output = output_slice(base_raw, out_dtype)
     if ops is None or output is None:
         return None
-    return _MergeOperands(ops[0], ops[1], _compute_np(compute_dtype), output[0], output[1])
+    return MergeOperands(ops[0], ops[1], compute_type(compute_dtype), output[0], output[1])
 
 
 BLOCK = 2048  # elements per block: the per-block buffers stay in L1/L2
 
 
-class _Buffers(threading.local):
+class Buffers(threading.local):
     """Per-thread block buffers (a few KiB each), reused across calls."""
 
     def get(self, dtype: type) -> tuple[np.ndarray, ...]:
@@ -302,7 +297,7 @@ class _Buffers(threading.local):
         return cache[(n_agents, dtype)]
 
 
-_BUFFERS = _Buffers()
+BUFFERS = Buffers()
 
 
 @dataclass
@@ -326,154 +321,15 @@ def count_patterns(
 ) -> KernelResult | None:
     """Histogram of update patterns over a slice (int64, 2^N bins) and whether every τ is finite;
     None when the kernels do not cover the slice (use the torch path)."""
-    ops = _operands(base_raw, agent_raws)
+    ops = operands(base_raw, agent_raws)
     if ops is None:
         return None
     base, agents = ops
-    cdt = _compute_np(compute_dtype)
+    cdt = compute_type(compute_dtype)
     hist = np.zeros((4, 1 << len(agents)), np.int64)
-    _, _, pattern = _BUFFERS.get(cdt)
+    _, _, pattern = BUFFERS.get(cdt)
     bad = _jit()["count"](base, agents, cdt(eps), hist, pattern)
     return KernelResult(None, bad == 0, hist=hist.sum(0))
-
-
-@functools.lru_cache(maxsize=64)
-def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) -> np.ndarray:
-    """λ_t per agent rounded to the compute dtype (as the torch path's factor table); ones for RAM."""
-    return np.array(lambdas if lambdas is not None else [1.0] * n_agents, cdt)
-
-
-def selective_merge_into(
-    base_raw: torch.Tensor | np.ndarray,
-    agent_raws: list[torch.Tensor] | list[np.ndarray],
-    eps: float,
-    compute_dtype: torch.dtype | str,
-    out_dtype: torch.dtype | str,
-    lambdas: list[float] | None,
-    want_hist: bool,
-    want_survival: bool,
-) -> KernelResult | None:
-    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
-    a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
-    ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
-    when the kernels do not cover the slice."""
-    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
-    if m is None:
-        return None
-    base, agents, cdt = m.base, m.agents, m.cdt
-    n_agents = len(agents)
-    lam = _agent_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
-    hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
-    count_survival = want_survival and lambdas is not None
-    surv = np.zeros((2, n_agents), np.int64)
-    _, _, pattern = _BUFFERS.get(cdt)
-    bad = _jit()["merge"](
-        base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist, want_hist, surv, count_survival, pattern
-    )
-    return KernelResult(m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None)
-
-
-def dare_merge_into(
-    base_raw: torch.Tensor | np.ndarray,
-    agent_raws: list[torch.Tensor] | list[np.ndarray],
-    first: int,
-    keys: list[tuple[int, int]],
-    threshold: int,
-    drop: float,
-    scale: float,
-    ties: bool,
-    compute_dtype: torch.dtype | str,
-    out_dtype: torch.dtype | str,
-) -> KernelResult | None:
-    """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
-    ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
-    ``baselines.dare_keys``. None when the kernels do not cover the slice."""
-    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
-    if m is None:
-        return None
-    base, agents, cdt = m.base, m.agents, m.cdt
-    xb, total, _ = _BUFFERS.get(cdt)
-    values = _BUFFERS.values(len(agents), cdt)
-    keys_a = np.array([k[0] for k in keys], np.int64)
-    keys_b = np.array([k[1] for k in keys], np.int64)
-    bad = _jit()["dare"](
-        base,
-        agents,
-        np.int64(first),
-        keys_a,
-        keys_b,
-        np.int64(threshold),
-        cdt(1.0 - drop),
-        cdt(scale),
-        ties,
-        m.out,
-        xb,
-        total,
-        values,
-        *_BUFFERS.pair(cdt),
-        _BUFFERS.hashes(),
-    )
-    return KernelResult(m.result, bad == 0)
-
-
-def ties_digit_counts(
-    base_raw: torch.Tensor | np.ndarray,
-    agent_raws: list[torch.Tensor] | list[np.ndarray],
-    compute_dtype: torch.dtype | str,
-    key64: bool,
-    level: int,
-    prefixes: list[int],
-) -> KernelResult | None:
-    """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
-    32-bit, or with ``key64`` 64-bit, magnitude key): ``hist``, an ``[N, 65536]`` int64 histogram per agent of
-    the elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
-    kernels do not cover the slice."""
-    ops = _operands(base_raw, agent_raws)
-    if ops is None or (_name(compute_dtype) == "float64" and not key64) or _size(base_raw) >= 1 << 31:
-        return None
-    base, agents = ops
-    cdt = _compute_np(compute_dtype)
-    hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
-    shift = (64 if key64 else 32) - 16 * (level + 1)
-    xb, _, digits = _BUFFERS.get(cdt)
-    bad = _jit()["ties_digits"](
-        base, agents, cdt(1), key64, np.int64(shift), level == 0, np.array(prefixes, np.int64), hist, xb, digits
-    )
-    return KernelResult(None, bad == 0, hist=hist[:, :, : 1 << 16].sum(1, dtype=np.int64))
-
-
-def ties_merge_into(
-    base_raw: torch.Tensor | np.ndarray,
-    agent_raws: list[torch.Tensor] | list[np.ndarray],
-    compute_dtype: torch.dtype | str,
-    out_dtype: torch.dtype | str,
-    key64: bool,
-    cuts: list[int],
-    left: list[int],
-    scale: float,
-) -> KernelResult | None:
-    """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
-    keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
-    every τ is finite. None when the kernels do not cover the slice."""
-    m = _merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
-    if m is None or (_name(compute_dtype) == "float64" and not key64):
-        return None
-    base, agents, cdt = m.base, m.agents, m.cdt
-    xb, total, _ = _BUFFERS.get(cdt)
-    bad = _jit()["ties_merge"](
-        base,
-        agents,
-        key64,
-        np.array(cuts, np.int64),
-        np.array(left, np.int64),
-        cdt(scale),
-        m.out,
-        xb,
-        total,
-        _BUFFERS.values(len(agents), cdt),
-        *_BUFFERS.pair(cdt),
-    )
-    return KernelResult(m.result, bad == 0)
 
 
 ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins
@@ -524,18 +380,18 @@ def analyze(
     update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
     what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
     kernels do not cover the slice (more than ``ANALYZE_MAX_AGENTS`` agents among others)."""
-    ops = _operands(base_raw, agent_raws)
+    ops = operands(base_raw, agent_raws)
     if ops is None or len(agent_raws) > ANALYZE_MAX_AGENTS:
         return None
     base, agents = ops
     n = len(agents)
-    cdt = _compute_np(compute_dtype)
+    cdt = compute_type(compute_dtype)
     joint = np.zeros((4, 1 << (2 * n)), np.int64)
     surv = np.zeros((3 * n, survival_bins), np.int64)  # [3·t + d]
     ulps = np.zeros((n, ulp_bins), np.int64)
     s = sample or UlpSample(0, 0, 1, 0, 0)
-    xb, total, key = _BUFFERS.get(cdt)
-    ux, ut, ua, bins = _BUFFERS.unique(cdt)
+    xb, total, key = BUFFERS.get(cdt)
+    ux, ut, ua, bins = BUFFERS.unique(cdt)
     bad = _jit()["analyze"](
         base,
         agents,
@@ -569,7 +425,7 @@ def widenable_operands(
 ) -> tuple[np.ndarray, tuple[np.ndarray, ...]] | None:
     """(base bits, agents' bits) of float16 / bfloat16 / float32 slices all of one dtype, which the kernels widen
     to float32 exactly (mergekit's whole-tensor methods at ``dtype: float32``); None otherwise."""
-    ops = _operands(base_raw, agent_raws)
+    ops = operands(base_raw, agent_raws)
     if ops is None or ops[0].dtype == np.float64 or ops[0].dtype != ops[1][0].dtype:
         return None
     return ops
@@ -577,17 +433,17 @@ def widenable_operands(
 
 def float32_operands(
     base_raw: torch.Tensor | np.ndarray, agent_raws: list[torch.Tensor] | list[np.ndarray], out_dtype: torch.dtype | str
-) -> _MergeOperands | None:
+) -> MergeOperands | None:
     """``widenable_operands`` and an output slice of ``out_dtype``: what a kernel computing in float32 and
     writing the merged slice reads and writes; None when the kernels do not cover the slices."""
     ops = widenable_operands(base_raw, agent_raws)
-    output = _output(base_raw, out_dtype) if ops is not None else None
+    output = output_slice(base_raw, out_dtype) if ops is not None else None
     if ops is None or output is None:
         return None
-    return _MergeOperands(ops[0], ops[1], np.float32, output[0], output[1])
+    return MergeOperands(ops[0], ops[1], np.float32, output[0], output[1])
 
 
-PART_ELEMENTS = 1 << 20  # the least work worth a thread of its own in ``_split``
+PART_ELEMENTS = 1 << 20  # the least work worth a thread of its own in ``split``
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 
@@ -598,7 +454,7 @@ def mark_compute_thread() -> None:
     _local.compute_thread = True
 
 
-def _split(n: int, run: Callable[[int, int], object]) -> list:
+def split(n: int, run: Callable[[int, int], object]) -> list:
     """``run(start, stop)`` over parts of ``range(n)`` on every core (the kernels release the GIL), results in
     part order; on this thread alone for small ``n`` or on a pass's compute thread. Elementwise and per-row
     kernels give the same bits however the range is split."""
@@ -615,83 +471,16 @@ def _split(n: int, run: Callable[[int, int], object]) -> list:
 
 def widen_into(a: np.ndarray, start: int, out: np.ndarray) -> None:
     """``out[i] = a[start + i]`` as float32 (``kernel_code.widen_kernel``)."""
-    _split(out.size, lambda s, e: _jit()["widen"](a, start + s, out[s:e]))
-
-
-def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, norm_b: float, out: np.ndarray) -> None:
-    """``out[i] = (a[start + i] / norm_a) · (b[start + i] / norm_b)`` in float32 (``kernel_code.scaled_product_kernel``)."""
-    na, nb = np.float32(norm_a), np.float32(norm_b)
-    _split(out.size, lambda s, e: _jit()["scaled_product"](a, b, start + s, na, nb, out[s:e]))
-
-
-def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
-    """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
-    ca, cb = np.float32(coef_a), np.float32(coef_b)
-    bad = _split(a.size, lambda s, e: _jit()["combine_pair"](a[s:e], b[s:e], ca, cb, out[s:e]))
-    return sum(bad) == 0
+    split(out.size, lambda s, e: _jit()["widen"](a, start + s, out[s:e]))
 
 
 def offsets_into(base: np.ndarray, agents: tuple[np.ndarray, ...], out: np.ndarray) -> bool:
     """``out[t] = agents[t] − base`` in float32; whether every one is finite (``kernel_code.offsets_kernel``)."""
-    bad = _split(base.size, lambda s, e: _jit()["offsets"](base[s:e], tuple(a[s:e] for a in agents), out[:, s:e]))
+    bad = split(base.size, lambda s, e: _jit()["offsets"](base[s:e], tuple(a[s:e] for a in agents), out[:, s:e]))
     return sum(bad) == 0
-
-
-def gta_combine(
-    deltas: np.ndarray,
-    weights: np.ndarray,
-    base: np.ndarray,
-    consensus: bool,
-    normalize: bool,
-    scale: float,
-    out: np.ndarray,
-) -> None:
-    """The weighted task arithmetic family's combination of float32 ``deltas`` [N, n] into ``out`` = θ in
-    float32 (``kernel_code.gta_combine_kernel``); ``scale`` 1 is not applied."""
-    w, lam = weights.astype(np.float32), np.float32(scale)
-    _split(
-        base.size,
-        lambda s, e: _jit()["gta_combine"](
-            deltas[:, s:e], w, base[s:e], consensus, normalize, lam, scale != 1, out[s:e]
-        ),
-    )
 
 
 def finite_taus(base: np.ndarray, agents: tuple[np.ndarray, ...]) -> bool:
     """Whether every ``agents[t] − base`` (float32) is finite, without storing them."""
-    bad = _split(base.size, lambda s, e: _jit()["nonfinite_taus"](base[s:e], tuple(a[s:e] for a in agents)))
+    bad = split(base.size, lambda s, e: _jit()["nonfinite_taus"](base[s:e], tuple(a[s:e] for a in agents)))
     return sum(bad) == 0
-
-
-def stock_combine(
-    base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
-) -> None:
-    """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype."""
-    tt, rest, n = np.float32(t), np.float32(one_minus_t), np.float32(len(agents))
-    _split(
-        base.size,
-        lambda s, e: _jit()["stock_combine"](base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, out[s:e]),
-    )
-
-
-def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
-    """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``kernel_code.della_mask_kernel``):
-    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
-    n_rows, width = rows.shape
-    bits = rows.view(np.uint32)
-    c0_32, eps_32 = np.float32(c0), np.float32(eps)
-
-    def run(first: int, stop: int) -> None:
-        work = [
-            np.empty(width, np.int64),
-            np.empty(width, np.uint32),
-            np.empty(width, np.int64),
-            np.empty(width, np.uint32),
-        ]
-        _jit()["della_mask"](
-            bits[first:stop], first, c0_32, eps_32, keys[0], keys[1], mask[first:stop], *work, np.empty(256, np.int64)
-        )
-
-    # rows at a time: ``_split`` parts elements, so it is given the row count scaled to elements
-    per_row = max(1, width)
-    _split(n_rows * per_row, lambda s, e: run(s // per_row, e // per_row) if e // per_row > s // per_row else None)

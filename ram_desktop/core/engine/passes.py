@@ -22,7 +22,6 @@ import numpy as np
 from ..errors import InputError
 from ..events import Reporter
 from ..lazy import torch
-from ..methods import Collector, MergeMethod, Observer, SliceCollector
 from ..storage.formats import lora
 from ..storage.output import ShardSet
 from ..storage.transfer import Transfer
@@ -38,6 +37,7 @@ from .chunks import (
     prefetch_chunks,
     thread_workspace,
 )
+from .contracts import Collector, MergingMethod, Observer, SliceCollector
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
@@ -174,7 +174,7 @@ class Variant:
     """One output of a merge pass: a method with resolved parameters and its prepared context, the
     shards it writes to, and its observer (if the method has one)."""
 
-    method: MergeMethod
+    method: MergingMethod
     params: dict
     context: Any
     shards: ShardSet
@@ -196,20 +196,20 @@ def merge_pass(
     to the output dtype) and write it to that variant's shards, in order, from a writer thread.
     Tensors that are not merged are copied from the base. ``accumulator`` (when no probe ran first)
     collects the probe's counts on the way. ``files``: the run's open inputs (``chunks.OpenFiles``).
-    ``aux``: per-agent auxiliary inputs the variants' methods read (``MergeMethod.aux_inputs``), streamed
+    ``aux``: per-agent auxiliary inputs the variants' methods read (``contracts.Streaming.aux_inputs``), streamed
     beside the agents and handed to each chunk as ``chunk.aux``."""
     total = sum(j.numel for j in plan.jobs)
     done = 0
     reporter.progress("merge", 0, total, "elements")
-    parallel = all(v.method.thread_safe for v in variants)
+    parallel = all(v.method.streaming.thread_safe for v in variants)
     workers = compute_workers(transfer.device_type) if parallel else 1
     fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
-    theta_only = all(v.method.theta for v in variants)
+    theta_only = all(v.method.streaming.theta for v in variants)
     observed = any(v.observer is not None for v in variants)
     # the stored bits, for the fused kernels: a fused merge, or θ widened by them (``_widened_chunk``)
     bits_read = fused or (theta_only and use_kernels(transfer.device_type, total))
     depth = PREFETCH_DEPTH
-    if any(v.method.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
+    if any(v.method.streaming.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
         chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
         depth = 1  # one whole tensor read ahead, not three: memory stays near one tensor's inputs and outputs
 
@@ -230,7 +230,7 @@ def merge_pass(
         outputs = []
         for variant in variants:
             merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-            if variant.method.theta:  # the method gives θ itself: rounded once to the output dtype
+            if variant.method.streaming.theta:  # the method gives θ itself: rounded once to the output dtype
                 merged.copy_(variant.method.merge(chunk, variant.context).reshape(merged.shape))
             else:
                 torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
@@ -267,7 +267,7 @@ def merge_pass(
 
 
 def _widened_chunk(slices: StoredSlices, accumulator: ProbeAccumulator | None) -> Chunk | None:
-    """The chunk of methods that read θ (``MergeMethod.theta``) from stored float bits, by the fused kernels:
+    """The chunk of methods that read θ (``contracts.Streaming.theta``) from stored float bits, by the fused kernels:
     base and agents widened to float32 once into per-thread buffers (``thetas(float32)`` hands them out), every
     τ checked finite without being stored (the chunk's ``taus`` has no columns: θ methods read θ), the probe's
     counts (when asked) by ``kernels.count_patterns``; the same θ as ``slices.load`` without its copies. None where the kernels do not cover the slices or a τ is
@@ -320,7 +320,7 @@ class _CountsObserver(Protocol):
 def _fusable(variant: Variant) -> bool:
     """The method has a fused kernel, and its observer (if any) takes the kernel's counts."""
     observer = variant.observer
-    return variant.method.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
+    return variant.method.streaming.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
 
 
 def _fused_merges(
@@ -334,9 +334,9 @@ def _fused_merges(
         return None
     outputs: list[torch.Tensor | np.ndarray] = []
     for k, variant in enumerate(variants):
-        assert variant.method.fused is not None
+        assert variant.method.streaming.fused is not None
         counting = accumulator is not None and k == 0
-        done = variant.method.fused(slices, variant.context, counting, variant.observer is not None)
+        done = variant.method.streaming.fused(slices, variant.context, counting, variant.observer is not None)
         if done is None:
             return None
         hist = done.hist

@@ -27,16 +27,31 @@ from . import (
     weighted,
     wudi,
 )
-from .base import Collector, FusedKernel, MergeMethod, Observer, Param, SliceCollector, Sweep, WouldKeep
+from .base import (
+    Analysis,
+    Collector,
+    FusedKernel,
+    Interop,
+    MergeMethod,
+    Observer,
+    Param,
+    SliceCollector,
+    Streaming,
+    Sweep,
+    WouldKeep,
+)
 
 __all__ = [
     "METHODS",
+    "Analysis",
     "Collector",
     "FusedKernel",
+    "Interop",
     "MergeMethod",
     "Observer",
     "Param",
     "SliceCollector",
+    "Streaming",
     "Sweep",
     "WouldKeep",
     "get_method",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .baselines import dare_uniform
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
@@ -65,17 +65,19 @@ METHODS = (
         arcee_fusion_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        thread_safe=False,  # whole-tensor sums and sort: as slerp
-        mergekit=MergekitMapping(
-            exact_export(
-                EXACT,
-                ("tensors above 10⁶ elements: quantiles from a seeded sample here, from torch.randint in mergekit",),
-            ),
-            exact=(EXACT,),
-        ),
         short="Fusion",
-        citation="Arcee AI, *Arcee Fusion* (mergekit, arXiv 2403.13257)",
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(
+                exact_export(
+                    EXACT,
+                    (
+                        "tensors above 10⁶ elements: quantiles from a seeded sample here, from torch.randint in mergekit",
+                    ),
+                ),
+                exact=(EXACT,),
+            ),
+            citation="Arcee AI, *Arcee Fusion* (mergekit, arXiv 2403.13257)",
+        ),
     ),
 )

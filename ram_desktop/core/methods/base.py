@@ -1,34 +1,48 @@
 """The contract every merge method fulfils; the engine reads these typed fields instead of flags.
 
-A method is a value: its parameter schema (the CLI flags and the GUI form are generated from it),
-whether it needs the whole-model probe before merging, an optional collector of further pass-1
-statistics, whether chunks may be merged in parallel, a ``prepare`` that turns parameters and
-statistics into the merge context, and a pure ``merge(chunk, context) -> τ_merged``. ``merge`` returns
-a value and never writes into the chunk for another module to read. An optional ``observer`` watches
-every merged chunk (RAM+'s exact rounding survival count).
+A method is a value in named parts (``MergeMethod``): who it is and its parameter schema (the CLI flags
+and the GUI form are generated from it); the merge itself, a ``prepare`` that turns parameters and
+statistics into the merge context, a ``bind`` to the plan and a pure ``merge(chunk, context) -> τ_merged``
+that returns a value and never writes into the chunk for another module to read; ``streaming``, how the
+passes feed it (the engine's ``contracts.Streaming``: threads, whole tensors, θ, its fused CPU kernel,
+auxiliary inputs); ``analysis``, the whole-model statistics it needs or reports (probe, collectors,
+observer, λ, would-keep); ``interop``, how it meets mergekit, comparisons, calibration and model cards.
 
-Everything else specific to a method is a field too, so code outside ``methods/`` never branches on a
-method's name: its fused CPU kernel, its would-keep estimate, its mergekit mapping, the sweep a
-comparison offers and its short chart label.
+Everything specific to a method is a field, so code outside ``methods/`` never branches on a method's
+name. The contract types the passes read (``Collector``, ``SliceCollector``, ``Observer``,
+``FusedKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from ..engine.contracts import Collector, FusedKernel, Observer, SliceCollector, Streaming
 from ..errors import InputError
 from ..lazy import torch
 from .mergekit_map import MergekitMapping
 
 if TYPE_CHECKING:
-    from ..engine.chunks import Chunk, StoredSlices
-    from ..engine.kernels import KernelResult
+    from ..engine.chunks import Chunk
     from ..engine.plan import MergePlan
     from ..engine.probe import ProbeReport
-    from ..storage.formats import Checkpoint
+
+__all__ = [
+    "Analysis",
+    "Collector",
+    "FusedKernel",
+    "Interop",
+    "MergeMethod",
+    "Observer",
+    "Param",
+    "SliceCollector",
+    "Streaming",
+    "Sweep",
+    "WouldKeep",
+]
 
 
 @dataclass(frozen=True)
@@ -125,50 +139,6 @@ class Param:
         return "; ".join(parts)
 
 
-class Collector(Protocol):
-    """Whole-model statistics a method gathers in pass 1 beyond the probe (e.g. TIES's magnitude cut).
-
-    ``next_pass()`` is called after each full pass over the data; True asks the engine to feed every
-    chunk once more before ``finish`` (TIES refines its exact cut this way).
-
-    ``add`` runs on several compute threads at once, chunks in any order: the statistic must be
-    order-independent (e.g. integer histograms summed under a lock)."""
-
-    def add(self, chunk: Chunk) -> None: ...
-
-    def next_pass(self) -> bool: ...
-
-    def finish(self) -> Any: ...
-
-
-@runtime_checkable
-class SliceCollector(Collector, Protocol):
-    """A collector that can also count a chunk from the stored slices through a fused CPU kernel.
-
-    ``add_slices(slices)`` (a ``chunks.StoredSlices``) adds the same statistic as ``add`` would for that chunk
-    and returns True, or returns False having added nothing (the kernels do not cover the slices, or a τ is
-    not finite): the pass then forms the chunk and calls ``add``."""
-
-    def add_slices(self, slices: StoredSlices) -> bool: ...
-
-
-class Observer(Protocol):
-    """Watches each merged chunk: ``observe(chunk, context, merged)`` with ``merged`` the output slice as
-    written (θ rounded to the output dtype). It may run in several compute threads at once."""
-
-    def observe(self, chunk: Chunk, context: Any, merged: torch.Tensor) -> None: ...
-
-    def finish(self) -> Any: ...
-
-
-class FusedKernel(Protocol):
-    """A method's fused CPU merge of one chunk from its stored slices (``kernels.py``), the same bits as
-    ``merge``: ``counts`` asks for the update-pattern histogram too where the kernel counts it in the same
-    pass, ``survival`` for the observer's counts. None when the kernels do not cover the slices."""
-
-    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool, /) -> KernelResult | None: ...
-
-
 @dataclass(frozen=True)
 class WouldKeep:
     """``shares(report, resolved params)``: per agent, the update mass the merged model keeps (the sum over
@@ -196,33 +166,48 @@ def _never(params: dict) -> bool:
 
 
 @dataclass(frozen=True)
+class Analysis:
+    """What a method needs from the whole-model statistics, and what it tells about them.
+
+    ``needs_probe(params)``: ``prepare`` needs the whole-model probe before the merge pass (two passes unless a
+    cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached; its ``finish()``
+    result reaches ``prepare(params, probe, collected)``. ``observer(params, plan)``: watches every merged chunk
+    (RAM+'s exact rounding survival count). ``lambdas(params, probe)``: the per-agent scale of unique updates,
+    for reports and cards (None: every λ is 1). ``would_keep``: the Analyze view's estimate (None: not shown)."""
+
+    needs_probe: Callable[[dict], bool] = _never
+    collector: Callable[[dict, MergePlan], Collector] | None = None
+    observer: Callable[[dict, MergePlan], Observer] | None = None
+    lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
+    would_keep: WouldKeep | None = None
+
+
+@dataclass(frozen=True)
+class Interop:
+    """How a method meets the world outside the merge: ``mergekit``, how it reads and writes mergekit
+    configurations (None: not expressible, refused); ``sweep``, what a comparison offers (None: its first
+    parameter at its default); ``calibrated``, the faces turn its calibration suites into its auxiliary inputs
+    before merging (``evaluate.fisher``); ``citation``, the paper that defines it, as the model card cites it."""
+
+    mergekit: MergekitMapping | None = None
+    sweep: Sweep | None = None
+    calibrated: bool = False
+    citation: str = ""
+
+
+@dataclass(frozen=True)
 class MergeMethod:
-    """A registered method (see the module docstring).
+    """A registered method (see the module docstring), in named parts.
 
-    ``needs_probe(params)``: ``prepare`` needs the whole-model probe before the merge pass (two passes
-    unless a cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached;
-    its ``finish()`` result reaches ``prepare(params, probe, collected)``. ``lambdas(params, probe)``:
-    the per-agent scale of unique updates, for reports and cards (None: every λ is 1).
-    ``thread_safe``: ``merge`` depends on nothing but the chunk and the context, so chunks may be merged
-    in parallel and in any order. ``fused``: the method's ``FusedKernel`` for CPU passes (None: torch only).
-    ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints (Fisher
-    information), opened (headers only), whose tensors carry the agents' names and shapes; the engine
-    checks them against the plan and the reader streams their slices beside the agents', so ``merge``
-    finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order). ``calibrated``: the faces
-    turn its calibration suites into those inputs before merging (``evaluate.fisher``).
-    ``would_keep``: the Analyze view's estimate (None: not shown). ``mergekit``: how it reads and writes
-    mergekit configurations (None: not expressible, refused). ``sweep``: what a comparison offers (None:
-    its first parameter at its default). ``short``: its label on charts (default: ``label``). ``citation``:
-    the paper that defines it, as the model card cites it.
-
-    ``whole_tensor``: ``merge`` needs whole-tensor statistics (norms, angles, ranks, cosines), so the engine
-    hands it each tensor as one chunk (memory bounded by one tensor per compute thread, not by the chunk
-    size). ``theta``: ``merge`` returns the merged weights θ (any float dtype; the engine rounds them once to
-    the output dtype) instead of τ_merged; it reads the stored weights through ``chunk.thetas``.
-    ``bind(context, plan) -> context``: called once after ``prepare`` with the plan, for what a context needs
-    to know about the model (layer count for gradients, tensor shapes). Methods written before these
-    fields existed leave them at their defaults and behave as before. ``stacks``: the method copies layers
-    of a stacking layer map (passthrough); every other method merges all models in every slice.
+    Who it is: ``name``, ``label``, ``summary``, ``params`` (the schema the CLI flags, the GUI form and the
+    recipe are generated from), ``short`` (its label on charts; default ``label``).
+    The merge: ``merge(chunk, context)``, pure, returning τ_merged (θ with ``streaming.theta``);
+    ``prepare(params, probe, collected) -> context`` before the merge pass; ``bind(context, plan) -> context``,
+    called once after ``prepare`` with the plan, for what a context needs to know about the model (layer
+    count for gradients, tensor shapes, which tensors are linear layers).
+    ``streaming`` (``engine.contracts.Streaming``): how the merge pass feeds it. ``analysis`` (``Analysis``):
+    probe, collectors, observer, λ and would-keep. ``interop`` (``Interop``): mergekit, comparison sweep,
+    calibration, citation. Every method uses the same hooks; a part left out takes its defaults.
     """
 
     name: str
@@ -231,23 +216,11 @@ class MergeMethod:
     params: tuple[Param, ...]
     merge: Callable[[Chunk, Any], torch.Tensor]
     prepare: Callable[[dict, ProbeReport | None, Any], Any] = _params_only
-    needs_probe: Callable[[dict], bool] = _never
-    collector: Callable[[dict, MergePlan], Collector] | None = None
-    lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
-    observer: Callable[[dict, MergePlan], Observer] | None = None
-    thread_safe: bool = False
-    fused: FusedKernel | None = None
-    aux_inputs: Callable[[dict], dict[str, list[Checkpoint]]] | None = None
-    calibrated: bool = False
-    would_keep: WouldKeep | None = None
-    mergekit: MergekitMapping | None = None
-    sweep: Sweep | None = None
-    short: str = ""
-    citation: str = ""
-    whole_tensor: bool = False
-    theta: bool = False
     bind: Callable[[Any, MergePlan], Any] | None = None
-    stacks: bool = False  # reads a stacking layer map (each slice one model's layers) instead of merging models
+    streaming: Streaming = field(default_factory=Streaming)
+    analysis: Analysis = field(default_factory=Analysis)
+    interop: Interop = field(default_factory=Interop)
+    short: str = ""
 
     @property
     def short_label(self) -> str:

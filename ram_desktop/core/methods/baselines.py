@@ -56,10 +56,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine import kernels
 from ..engine.chunks import Chunk, StoredSlices
 from ..errors import InputError
 from ..lazy import torch
-from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import (
     TASK_ARITHMETIC_SHARED,
     MergekitExport,
@@ -142,6 +143,119 @@ def magnitude_bits(tau: torch.Tensor, key_dtype: str) -> torch.Tensor:
     if key_dtype == "float64":
         return tau.to(torch.float64).abs().view(torch.int64)
     return tau.abs().contiguous().view(torch.int32)
+
+
+def dare_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    first: int,
+    keys: list[tuple[int, int]],
+    threshold: int,
+    drop: float,
+    scale: float,
+    ties: bool,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+) -> KernelResult | None:
+    """θ = base + DARE-TA / DARE-TIES merged task vector of one slice (flat positions ``first`` ..) in
+    ``out_dtype``, and whether every τ is finite; ``keys`` are the per-agent hash words of
+    ``baselines.dare_keys``. None when the kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
+        return None
+    base, agents, cdt = m.base, m.agents, m.cdt
+    xb, total, _ = kernels.BUFFERS.get(cdt)
+    values = kernels.BUFFERS.values(len(agents), cdt)
+    keys_a = np.array([k[0] for k in keys], np.int64)
+    keys_b = np.array([k[1] for k in keys], np.int64)
+    bad = baselines_kernel.dare_kernel(
+        base,
+        agents,
+        np.int64(first),
+        keys_a,
+        keys_b,
+        np.int64(threshold),
+        cdt(1.0 - drop),
+        cdt(scale),
+        ties,
+        m.out,
+        xb,
+        total,
+        values,
+        *kernels.BUFFERS.pair(cdt),
+        kernels.BUFFERS.hashes(),
+    )
+    return kernels.KernelResult(m.result, bad == 0)
+
+
+def ties_digit_counts(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    key64: bool,
+    level: int,
+    prefixes: list[int],
+) -> KernelResult | None:
+    """TIES's radix-select digit counts of one slice at ``level`` (16 bits per level from the top of the
+    32-bit, or with ``key64`` 64-bit, magnitude key): ``hist``, an ``[N, 65536]`` int64 histogram per agent of
+    the elements whose higher digits equal ``prefixes[t]``, and whether every τ is finite. None when the
+    kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    ops = kernels.operands(base_raw, agent_raws)
+    if (
+        ops is None
+        or (kernels.name_of(compute_dtype) == "float64" and not key64)
+        or kernels.size_of(base_raw) >= 1 << 31
+    ):
+        return None
+    base, agents = ops
+    cdt = kernels.compute_type(compute_dtype)
+    hist = np.zeros((len(agents), 4, (1 << 16) + 1), np.int32)  # the last column: elements off the prefix
+    shift = (64 if key64 else 32) - 16 * (level + 1)
+    xb, _, digits = kernels.BUFFERS.get(cdt)
+    bad = baselines_kernel.ties_digits_kernel(
+        base, agents, cdt(1), key64, np.int64(shift), level == 0, np.array(prefixes, np.int64), hist, xb, digits
+    )
+    return kernels.KernelResult(None, bad == 0, hist=hist[:, :, : 1 << 16].sum(1, dtype=np.int64))
+
+
+def ties_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    key64: bool,
+    cuts: list[int],
+    left: list[int],
+    scale: float,
+) -> KernelResult | None:
+    """θ = base + TIES merged task vector of one slice in ``out_dtype`` (``baselines.ties_merge``): agent t
+    keeps |τ| above ``cuts[t]`` and the first ``left[t]`` elements of the slice equal to it; and whether
+    every τ is finite. None when the kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None or (kernels.name_of(compute_dtype) == "float64" and not key64):
+        return None
+    base, agents, cdt = m.base, m.agents, m.cdt
+    xb, total, _ = kernels.BUFFERS.get(cdt)
+    bad = baselines_kernel.ties_kernel(
+        base,
+        agents,
+        key64,
+        np.array(cuts, np.int64),
+        np.array(left, np.int64),
+        cdt(scale),
+        m.out,
+        xb,
+        total,
+        kernels.BUFFERS.values(len(agents), cdt),
+        *kernels.BUFFERS.pair(cdt),
+    )
+    return kernels.KernelResult(m.result, bad == 0)
 
 
 def _levels(key_dtype: str) -> int:
@@ -251,10 +365,9 @@ class TrimCollector:
         )
 
     def add_slices(self, slices: StoredSlices) -> bool:
-        """``add`` from the stored slices through the fused kernel (``kernels.ties_digit_counts``). False when
+        """``add`` from the stored slices through the fused kernel (``ties_digit_counts``). False when
         the kernels do not cover them or a τ is not finite (the pass then forms the chunk, whose checks
         raise the error naming the tensor, and calls ``add``), and in the equal-count pass."""
-        from ..engine import kernels
 
         job_index = slices.index
         key = self.scope_key(job_index)
@@ -264,7 +377,7 @@ class TrimCollector:
         if not self._active(key) or numel == 0:
             return True
         key_dtype = self._key_dtype[key]
-        done = kernels.ties_digit_counts(
+        done = ties_digit_counts(
             slices.base,
             slices.agents,
             slices.job.compute_name,
@@ -575,29 +688,27 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 
 
 def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
-    """TIES of one chunk through ``kernels.ties_merge_into``: the cut and this chunk's share of the ties at
+    """TIES of one chunk through ``ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
-    from ..engine import kernels
 
     job = slices.job
     trim = ctx.chunk_trim(slices.index, slices.span.offset, slices.span.numel)
     if trim is None:
         return None
     key_dtype, cuts, left = trim
-    return kernels.ties_merge_into(
+    return ties_merge_into(
         slices.base, slices.agents, job.compute_name, job.out_name, key_dtype == "float64", cuts, left, ctx.scale
     )
 
 
 def _dare_fused(ties: bool) -> FusedKernel:
-    """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``kernels.dare_merge_into``."""
+    """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``dare_merge_into``."""
 
     def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> KernelResult | None:
-        from ..engine import kernels
 
         job = slices.job
         keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]
-        return kernels.dare_merge_into(
+        return dare_merge_into(
             slices.base,
             slices.agents,
             slices.span.offset,
@@ -613,7 +724,7 @@ def _dare_fused(ties: bool) -> FusedKernel:
     return fused
 
 
-# --- what each would keep (core.engine.would_keep; docs/engine.md, "What each method would keep") --------------------
+# --- what each would keep (core.methods.would_keep; docs/engine.md, "What each method would keep") --------------------
 
 
 def _updated(report: ProbeReport) -> list[float]:
@@ -933,16 +1044,17 @@ def _dare(
         (DROP, SEED, _scale(scale, None)),
         merge,
         prepare=lambda params, probe, collected: DareContext(params["drop"], params["seed"], params["scale"]),
-        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
-        thread_safe=True,
-        fused=_dare_fused(ties),
-        would_keep=WouldKeep(keep, estimated=True),
-        mergekit=MergekitMapping(
-            _to_dare(theirs, normalize=ties), (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)
-        ),
-        sweep=Sweep("drop", "0.5"),
         short=short,
-        citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
+        # the mask is a hash of (seed, agent, tensor, position): pure per chunk, no state shared between chunks
+        streaming=Streaming(thread_safe=True, fused=_dare_fused(ties)),
+        analysis=Analysis(would_keep=WouldKeep(keep, estimated=True)),
+        interop=Interop(
+            mergekit=MergekitMapping(
+                _to_dare(theirs, normalize=ties), (_gta(theirs, False, True, _from_dare(name, normalize=ties)),)
+            ),
+            sweep=Sweep("drop", "0.5"),
+            citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
+        ),
     )
 
 
@@ -953,13 +1065,15 @@ METHODS = (
         "θ_pre + mean of the task vectors (plain weight averaging).",
         (),
         average_merge,
-        thread_safe=True,  # pure per chunk: the result depends only on the chunk
-        would_keep=WouldKeep(average_shares),
-        # mergekit's linear averages the models themselves (methods/linear.py reads it)
-        mergekit=MergekitMapping(_to_average),
         short="Avg",
-        citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
-        "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        streaming=Streaming(thread_safe=True),  # pure per chunk: the result depends only on the chunk
+        analysis=Analysis(would_keep=WouldKeep(average_shares)),
+        interop=Interop(
+            # mergekit's linear averages the models themselves (methods/linear.py reads it)
+            mergekit=MergekitMapping(_to_average),
+            citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
+            "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        ),
     ),
     MergeMethod(
         "task-arithmetic",
@@ -967,12 +1081,16 @@ METHODS = (
         "θ_pre + λ·Σ task vectors.",
         (_scale(0.3, TABLE_11_SCALE),),
         task_arithmetic_merge,
-        thread_safe=True,
-        would_keep=WouldKeep(scaled_shares),
-        mergekit=MergekitMapping(_to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)),
-        sweep=Sweep("scale", "0.3, 0.5, 1.0"),
         short="TA",
-        citation=TA_PAPER,
+        streaming=Streaming(thread_safe=True),
+        analysis=Analysis(would_keep=WouldKeep(scaled_shares)),
+        interop=Interop(
+            mergekit=MergekitMapping(
+                _to_task_arithmetic, (_gta("task_arithmetic", False, False, _from_task_arithmetic),)
+            ),
+            sweep=Sweep("scale", "0.3, 0.5, 1.0"),
+            citation=TA_PAPER,
+        ),
     ),
     MergeMethod(
         "ties",
@@ -981,15 +1099,18 @@ METHODS = (
         (DENSITY, _scale(1.0, TABLE_11_SCALE), TIES_SCOPE),
         ties_merge,
         prepare=lambda params, probe, collected: TiesContext(collected, params["scale"]),
-        collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
-        # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
-        thread_safe=True,
-        fused=ties_fused,
-        would_keep=WouldKeep(ties_shares, estimated=True),
-        mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
-        sweep=Sweep("density", "0.2"),
         short="TIES",
-        citation=TIES_PAPER,
+        # the trim reads each chunk's equal-to-cut offset from the collector: pure per chunk
+        streaming=Streaming(thread_safe=True, fused=ties_fused),
+        analysis=Analysis(
+            collector=lambda params, plan: TrimCollector(params["density"], params["ties_scope"], plan),
+            would_keep=WouldKeep(ties_shares, estimated=True),
+        ),
+        interop=Interop(
+            mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
+            sweep=Sweep("density", "0.2"),
+            citation=TIES_PAPER,
+        ),
     ),
     _dare(
         "dare-ta",

@@ -5,7 +5,7 @@
 element-wise, in the compute dtype (float32; float64 when an input is float64), sums from zero in
 agent order. F_t is agent t's diagonal Fisher information, one float tensor per agent tensor, stored
 as safetensors under the agent's tensor names (``ram-merge fisher``, ``ram_desktop.evaluate.fisher``).
-The Fisher files are per-agent auxiliary inputs (``MergeMethod.aux_inputs``): the engine checks their
+The Fisher files are per-agent auxiliary inputs (``Streaming.aux_inputs``): the engine checks their
 names and shapes against the plan and the reader streams them slice by slice beside the agents, so
 memory stays bounded by the chunk.
 
@@ -23,7 +23,7 @@ from ..engine.chunks import Chunk
 from ..errors import InputError
 from ..lazy import torch
 from ..storage.formats import Checkpoint
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 
 KEY_PREFIX = "fisher:"
 SINGLE_FILE = "fisher.safetensors"
@@ -140,9 +140,10 @@ METHODS = (
         (SCALE, EXAMPLES, FISHER, SUITE),
         merge=fisher_merge,
         prepare=fisher_prepare,
-        aux_inputs=fisher_aux_inputs,
-        calibrated=True,
-        thread_safe=True,
-        citation="Matena & Raffel, *Merging Models with Fisher-Weighted Averaging*, NeurIPS 2022, arXiv 2111.09832",
+        streaming=Streaming(aux_inputs=fisher_aux_inputs, thread_safe=True),
+        interop=Interop(
+            calibrated=True,
+            citation="Matena & Raffel, *Merging Models with Fisher-Weighted Averaging*, NeurIPS 2022, arXiv 2111.09832",
+        ),
     ),
 )

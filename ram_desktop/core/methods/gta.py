@@ -29,11 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..engine import kernels
 from ..engine.chunks import Chunk, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
@@ -156,25 +159,79 @@ def della_magprune(
 
 
 def _della_fused(rows: torch.Tensor, width: int) -> bool:
-    """Whether DELLA's ranks and draws of ``rows`` run in the fused CPU kernel (``kernels.della_mask``, the same
+    """Whether DELLA's ranks and draws of ``rows`` run in the fused CPU kernel (``della_mask``, the same
     mask as the torch loop): float32 rows on the CPU, two or more per row, kernels on."""
     if rows.device.type != "cpu" or rows.dtype != torch.float32 or rows.dim() != 2 or width < 2:
         return False
-    from ..engine import kernels
 
     return rows.is_contiguous() and kernels.enabled_here(rows.numel()) and kernels.available()
+
+
+def gta_combine(
+    deltas: np.ndarray,
+    weights: np.ndarray,
+    base: np.ndarray,
+    consensus: bool,
+    normalize: bool,
+    scale: float,
+    out: np.ndarray,
+) -> None:
+    """The weighted task arithmetic family's combination of float32 ``deltas`` [N, n] into ``out`` = θ in
+    float32 (``gta_kernel.gta_combine_kernel``); ``scale`` 1 is not applied."""
+    from . import gta_kernel
+
+    w, lam = weights.astype(np.float32), np.float32(scale)
+    kernels.split(
+        base.size,
+        lambda s, e: gta_kernel.gta_combine_kernel(
+            deltas[:, s:e], w, base[s:e], consensus, normalize, lam, scale != 1, out[s:e]
+        ),
+    )
+
+
+def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
+    """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``gta_kernel.della_mask_kernel``):
+    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
+    from . import gta_kernel
+
+    n_rows, width = rows.shape
+    bits = rows.view(np.uint32)
+    c0_32, eps_32 = np.float32(c0), np.float32(eps)
+
+    def run(first: int, stop: int) -> None:
+        idx, key = np.empty(width, np.int64), np.empty(width, np.uint32)
+        idx2, key2 = np.empty(width, np.int64), np.empty(width, np.uint32)
+        gta_kernel.della_mask_kernel(
+            bits[first:stop],
+            first,
+            c0_32,
+            eps_32,
+            keys[0],
+            keys[1],
+            mask[first:stop],
+            idx,
+            key,
+            idx2,
+            key2,
+            np.empty(256, np.int64),
+        )
+
+    # rows at a time: ``kernels.split`` parts elements, so it is given the row count scaled to elements
+    per_row = max(1, width)
+    kernels.split(
+        n_rows * per_row, lambda s, e: run(s // per_row, e // per_row) if e // per_row > s // per_row else None
+    )
 
 
 def _della_fused_in_place(
     rows: torch.Tensor, density: float, epsilon: float, rescale: bool, keys: tuple[int, int]
 ) -> torch.Tensor:
-    """``della_magprune`` of float32 CPU ``rows`` written over ``rows``: the mask by ``kernels.della_mask``, then
+    """``della_magprune`` of float32 CPU ``rows`` written over ``rows``: the mask by ``della_mask``, then
     ``rescaled_masked``'s operations on the same values into reused buffers (the same bits, no new tensors)."""
-    from ..engine import kernels
 
     workspace = thread_workspace()
     mask = workspace.get("della_mask", tuple(rows.shape), torch.float32, rows.device)
-    kernels.della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
+    della_mask(rows.numpy(), density - epsilon, epsilon, keys, mask.numpy())
     magnitudes = workspace.get("della_abs", tuple(rows.shape), torch.float32, rows.device)
     before = torch.abs(rows, out=magnitudes).sum()
     masked = torch.mul(rows, mask, out=mask)
@@ -186,7 +243,7 @@ def _della_fused_in_place(
 
 
 def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
-    """Whether the family's combination runs in the fused CPU kernel (``kernels.gta_combine``, the torch steps'
+    """Whether the family's combination runs in the fused CPU kernel (``gta_combine``, the torch steps'
     bits): float32 on the CPU, contiguous, kernels on."""
     if (
         base.device.type != "cpu"
@@ -194,7 +251,6 @@ def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
         or not (base.is_contiguous() and deltas.is_contiguous())
     ):
         return False
-    from ..engine import kernels
 
     return kernels.enabled_here(base.numel()) and kernels.available()
 
@@ -233,10 +289,8 @@ def gta_merge(family: Family, chunk: Chunk, ctx: WeightsContext) -> torch.Tensor
     w = torch.tensor([float(v) for v in ctx.agents("weight", chunk)], dtype=deltas.dtype, device=deltas.device)
     lam = float(ctx.shared("lambda", chunk))
     if _fused_combine(base, deltas):
-        from ..engine import kernels
-
         theta = chunk.scratch("gta_theta", (base.numel(),), base.dtype)
-        kernels.gta_combine(
+        gta_combine(
             deltas.reshape(len(entries), -1).numpy(),
             w.numpy(),
             base.reshape(-1).numpy(),
@@ -324,12 +378,9 @@ def method(
         merge,
         prepare=lambda p, probe, collected: weights.prepare(p, params, required=("weight",)),
         bind=weights.bind,
-        whole_tensor=True,
-        theta=True,
+        short=short,
         # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
         # such tensors are merged one at a time with torch's own threads, as mergekit merges them
-        thread_safe=family.sparsify is None,
-        mergekit=mergekit,
-        short=short,
-        citation=citation,
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=family.sparsify is None),
+        interop=Interop(mergekit=mergekit, citation=citation),
     )

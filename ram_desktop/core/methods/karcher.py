@@ -10,7 +10,7 @@ from typing import Any
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -76,11 +76,11 @@ METHODS = (
         karcher_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=weights.bind,
-        whole_tensor=True,
-        theta=True,
-        thread_safe=False,  # whole-tensor norms: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Karcher",
-        citation="Karcher, *Riemannian center of mass and mollifier smoothing*, 1977 (as implemented in mergekit)",
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Karcher, *Riemannian center of mass and mollifier smoothing*, 1977 (as implemented in mergekit)",
+        ),
     ),
 )

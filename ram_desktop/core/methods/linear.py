@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -49,11 +49,12 @@ METHODS = (
         linear_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=weights.bind,
-        theta=True,
-        thread_safe=True,  # elementwise: any chunk, any order
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Linear",
-        citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
-        "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        streaming=Streaming(theta=True, thread_safe=True),  # elementwise: any chunk, any order
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
+            "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+        ),
     ),
 )

@@ -1,4 +1,4 @@
-"""The shape of a method's mergekit mapping (``MergeMethod.mergekit``), and the checks its converters share.
+"""The shape of a method's mergekit mapping (``Interop.mergekit``), and the checks its converters share.
 
 A method says which mergekit ``merge_method`` names it reads (``MergekitImport``: mergekit's defaults for
 that method's shared and per-model parameters, and a converter to our parameters) and how it is written

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from ..engine import kernels
 from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -63,11 +66,25 @@ def interpolation(
     return torch.where(singular, torch.zeros_like(cos_theta), (n * cos_theta) / safe)
 
 
+def stock_combine(
+    base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
+) -> None:
+    """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype."""
+    from . import model_stock_kernel
+
+    tt, rest, n = np.float32(t), np.float32(one_minus_t), np.float32(len(agents))
+    kernels.split(
+        base.size,
+        lambda s, e: model_stock_kernel.stock_combine_kernel(
+            base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, out[s:e]
+        ),
+    )
+
+
 def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``model_stock_merge`` of one whole tensor (not ``filter_wise``) from its stored slices at compute dtype
     float32, the same bits: the offsets and the final combination (rounded once to the output dtype) by the
     fused kernels into reused buffers, the norms and sums by torch. None where the kernels do not cover it."""
-    from ..engine import kernels
 
     job = slices.job
     if ctx.params_at(slices.index)["filter_wise"] or job.numel == 0:
@@ -85,7 +102,7 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
     products = workspace.get("stock_products", (job.numel,), torch.float32, cpu)
     rows = [torch.from_numpy(row) for row in offsets]
     t = interpolation(rows, lambda a, b: torch.mul(a, b, out=products).sum(dim=-1))
-    kernels.stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
+    stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
     return kernels.KernelResult(m.result, True)
 
 
@@ -105,12 +122,11 @@ METHODS = (
         model_stock_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        fused=model_stock_fused,
-        thread_safe=False,  # whole-tensor sums: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="Stock",
-        citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
+        streaming=Streaming(whole_tensor=True, theta=True, fused=model_stock_fused, thread_safe=False),  # as slerp
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
+        ),
     ),
 )

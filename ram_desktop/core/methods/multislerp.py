@@ -13,7 +13,7 @@ from ..engine.chunks import Chunk
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -80,11 +80,11 @@ METHODS = (
         multislerp_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=weights.bind,
-        whole_tensor=True,
-        theta=True,
-        thread_safe=False,  # whole-tensor norms: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="MSLERP",
-        citation="Goddard, *Multi-SLERP* (goddard.blog), implemented in mergekit (arXiv 2403.13257)",
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Goddard, *Multi-SLERP* (goddard.blog), implemented in mergekit (arXiv 2403.13257)",
+        ),
     ),
 )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod
+from .base import Interop, MergeMethod, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -43,10 +43,11 @@ METHODS = (
         nearswap_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("t",)),
         bind=_bind,
-        theta=True,
-        thread_safe=True,  # elementwise
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="NearSwap",
-        citation="alchemonaut, *QuartetAnemoi-70B-t0.0001* (Hugging Face model card), implemented in mergekit",
+        streaming=Streaming(theta=True, thread_safe=True),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="alchemonaut, *QuartetAnemoi-70B-t0.0001* (Hugging Face model card), implemented in mergekit",
+        ),
     ),
 )

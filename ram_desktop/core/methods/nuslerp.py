@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -89,11 +89,11 @@ METHODS = (
         nuslerp_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        thread_safe=False,  # whole-tensor norms: as slerp
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="NuSLERP",
-        citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
+        ),
     ),
 )

@@ -20,7 +20,7 @@ from ..engine.chunks import Chunk
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod
+from .base import Interop, MergeMethod, Streaming
 from .mergekit_map import MergekitExact, MergekitExport, MergekitMapping
 from .weights import WeightsContext
 
@@ -72,11 +72,11 @@ METHODS = (
         passthrough_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        theta=True,
-        thread_safe=True,  # elementwise: any chunk, any order
-        stacks=True,
-        mergekit=MergekitMapping(_export, exact=(EXACT,)),
         short="Passthrough",
-        citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
+        streaming=Streaming(theta=True, thread_safe=True, stacks=True),
+        interop=Interop(
+            mergekit=MergekitMapping(_export, exact=(EXACT,)),
+            citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
+        ),
     ),
 )

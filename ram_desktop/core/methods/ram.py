@@ -6,15 +6,17 @@ Sums over agents run in a fixed order (agent 0, 1, ...) so every device gives th
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..engine import kernels
 from ..engine.chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
-from .base import FusedKernel, MergeMethod, Param, Sweep, WouldKeep
+from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
 
 if TYPE_CHECKING:
@@ -135,15 +137,55 @@ class SurvivalObserver:
         return {d: [c / u if u else None for c, u in zip(*counts.tolist())] for d, counts in self._changes.items()}
 
 
+@functools.lru_cache(maxsize=64)
+def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) -> np.ndarray:
+    """λ_t per agent rounded to the compute dtype (as the torch path's factor table); ones for RAM."""
+
+    return np.array(lambdas if lambdas is not None else [1.0] * n_agents, cdt)
+
+
+def selective_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    eps: float,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    lambdas: list[float] | None,
+    want_hist: bool,
+    want_survival: bool,
+) -> KernelResult | None:
+    """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
+    a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
+    ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
+    when the kernels do not cover the slice."""
+    from . import ram_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
+        return None
+    base, agents, cdt = m.base, m.agents, m.cdt
+    n_agents = len(agents)
+    lam = _agent_lambdas(tuple(lambdas) if lambdas is not None else None, n_agents, cdt)
+    hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
+    count_survival = want_survival and lambdas is not None
+    surv = np.zeros((2, n_agents), np.int64)
+    _, _, pattern = kernels.BUFFERS.get(cdt)
+    bad = ram_kernel.merge_kernel(
+        base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist, want_hist, surv, count_survival, pattern
+    )
+    return kernels.KernelResult(
+        m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None
+    )
+
+
 def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
-    """Equation 7 through ``kernels.selective_merge_into`` (the pattern histogram and, with λ, the
+    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the
     survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
 
     def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:
-        from ..engine import kernels
 
         job = slices.job
-        return kernels.selective_merge_into(
+        return selective_merge_into(
             slices.base,
             slices.agents,
             slices.eps,
@@ -253,13 +295,10 @@ def _ram_family(
             summary,
             params,
             lambda chunk, ctx: selective_merge(chunk, None),
-            thread_safe=True,
-            fused=_fused(lambda ctx: None),
-            would_keep=WouldKeep(lambda report, p: ram_shares(report)),
-            mergekit=mergekit,
-            sweep=sweep,
             short=short,
-            citation=RAM_PAPER,
+            streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: None)),
+            analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report))),
+            interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
         )
 
     def prepare(params: dict, probe: ProbeReport | None, collected: object) -> list[float]:
@@ -273,16 +312,15 @@ def _ram_family(
         params,
         merge=selective_merge,
         prepare=prepare,
-        needs_probe=lambda params: True,
-        lambdas=lambdas,
-        observer=lambda params, plan: SurvivalObserver(),
-        thread_safe=True,
-        fused=_fused(lambda ctx: [float(x) for x in ctx]),
-        would_keep=_rescaled_shares(lambdas),
-        mergekit=mergekit,
-        sweep=sweep,
         short=short,
-        citation=RAM_PAPER,
+        streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: [float(x) for x in ctx])),
+        analysis=Analysis(
+            needs_probe=lambda params: True,
+            lambdas=lambdas,
+            observer=lambda params, plan: SurvivalObserver(),
+            would_keep=_rescaled_shares(lambdas),
+        ),
+        interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
     )
 
 

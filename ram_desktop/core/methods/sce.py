@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 from .gta import consensus_mask
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
@@ -58,11 +58,11 @@ METHODS = (
         sce_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=weights.bind,
-        whole_tensor=True,
-        theta=True,
-        thread_safe=False,  # whole-tensor statistics
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
         short="SCE",
-        citation="Wan et al., *FuseChat: Knowledge Fusion of Chat Models*, arXiv 2408.07990",
+        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Wan et al., *FuseChat: Knowledge Fusion of Chat Models*, arXiv 2408.07990",
+        ),
     ),
 )

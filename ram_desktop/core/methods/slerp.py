@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..engine import kernels
 from ..engine.chunks import Chunk, StoredSlices, thread_workspace
 from ..lazy import torch
 from . import weights
-from .base import MergeMethod
+from .base import Interop, MergeMethod, Streaming
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
 
@@ -99,12 +100,28 @@ def slerp_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     return slerp(float(ctx.shared("t", chunk)), base, agent)
 
 
+def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, norm_b: float, out: np.ndarray) -> None:
+    """``out[i] = (a[start + i] / norm_a) · (b[start + i] / norm_b)`` in float32 (``slerp_kernel.scaled_product_kernel``)."""
+    from . import slerp_kernel
+
+    na, nb = np.float32(norm_a), np.float32(norm_b)
+    kernels.split(out.size, lambda s, e: slerp_kernel.scaled_product_kernel(a, b, start + s, na, nb, out[s:e]))
+
+
+def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
+    """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
+    from . import slerp_kernel
+
+    ca, cb = np.float32(coef_a), np.float32(coef_b)
+    bad = kernels.split(a.size, lambda s, e: slerp_kernel.combine_pair_kernel(a[s:e], b[s:e], ca, cb, out[s:e]))
+    return sum(bad) == 0
+
+
 def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``slerp_merge`` of one whole tensor from its stored slices at compute dtype float32, the same bits: the
     norms and sums by torch as above, the normalised products and the final combination (rounded once to the
     output dtype) by the fused kernels, so no float32 copy of either tensor is made. None where the kernels
     do not cover the slices (other compute dtypes, mixed stored dtypes)."""
-    from ..engine import kernels
 
     job = slices.job
     if ctx.dtype_of([slices.base, *slices.agents]) != torch.float32 or job.numel == 0:
@@ -125,14 +142,14 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
 
     def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
         products = buffers[2, : min(PIECE, n - s)]
-        kernels.scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
+        scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
         return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
 
     t = float(ctx.shared_at("t", slices.index, job.name))
     coef_a, coef_b = coefficients(
         t, n, torch.float32, widened(m.base, buffers[0]), widened(m.agents[0], buffers[1]), dot_piece
     )
-    finite = kernels.combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
+    finite = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
     return kernels.KernelResult(m.result, finite)
 
 
@@ -155,16 +172,15 @@ METHODS = (
         PARAMS,
         slerp_merge,
         prepare=lambda params, probe, collected: _check(params),
+        bind=_bind,
+        short="SLERP",
         # the norms are whole-tensor sums whose rounding follows torch's intra-op threads: one tensor at a
         # time with torch's own threads, as mergekit computes them
-        bind=_bind,
-        whole_tensor=True,
-        theta=True,
-        fused=slerp_fused,
-        thread_safe=False,
-        mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
-        short="SLERP",
-        citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
-        "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
+        streaming=Streaming(whole_tensor=True, theta=True, fused=slerp_fused, thread_safe=False),
+        interop=Interop(
+            mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
+            citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
+            "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
+        ),
     ),
 )

@@ -2,7 +2,7 @@
 the context that resolves a parameter per tensor (gradients over layers, filters by tensor name) and per
 agent, the compute dtype, and the shared parameters.
 
-These methods see whole tensors (``MergeMethod.whole_tensor``) and return θ (``MergeMethod.theta``): each
+These methods see whole tensors (``Streaming.whole_tensor``) and return θ (``Streaming.theta``): each
 converts the stored weights to its compute dtype (``dtype``; ``inputs``: the promotion of the stored
 dtypes, mergekit's default) and computes with the same operations, in the same order, as mergekit, so the
 result is mergekit's to the bit; the engine rounds it once to the output dtype.

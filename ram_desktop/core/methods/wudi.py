@@ -21,15 +21,13 @@ B = Σ_t τ_t s_tᵀ s_t  ([r, c]),
 so each step is one [r, c] × [c, c] product, whatever the number of agents; G and B are formed once
 per layer. The optimisation runs in float32 (float64 when an input is float64) on the merge's device.
 
-Bounded memory, one layer at a time. The merge pass hands ``merge`` row slices of a tensor in plan
-order on one thread (``thread_safe`` False). At a linear layer's first slice the context reads that
-whole layer (base and agents, through ``chunks.SliceReader``, ``transfer.Transfer`` to the chunk's
-device and ``chunks.load_chunk``, the engine's own path), optimises it and keeps τ_m for the layer's
-remaining slices; the next layer replaces it. Peak, while optimising: the layer's N task vectors, B,
-τ_m, its gradient and Adam's two moments ((N + 5)·r·c floats) plus G (c² floats); less while the layer
-is read (its stored inputs and N + 1 widened copies). Progress and cancel come from the merge pass's per-chunk events:
-a layer is the unit of work between two checks. Its collector reads nothing: it only hands the plan to
-``prepare`` (the pass it rides on is the probe every merge report needs).
+Bounded memory, one layer at a time. WUDI needs whole layers (``Streaming.whole_tensor``): the merge pass
+hands ``merge`` each tensor as one chunk, its task vectors formed and checked by the engine, on one thread
+(``thread_safe`` False: each layer's products use torch's own threads, as mergekit would). ``bind`` gives
+the context the plan, which says which tensors are linear layers. Peak, while optimising: the layer's
+stored inputs and N task vectors, B, τ_m, its gradient and Adam's two moments ((N + 5)·r·c floats) plus G
+(c² floats). Progress and cancel come from the merge pass's per-chunk events: a layer is the unit of work
+between two checks.
 
 Determinism. The same inputs, parameters, torch build, device and thread count give the same bits; the
 products' summation order is the BLAS library's, so another thread count or a GPU gives results equal
@@ -40,16 +38,14 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..engine.chunks import Chunk, SliceReader, Span, as_tensor, load_chunk
+from ..engine.chunks import Chunk
 from ..engine.plan import MergePlan, TensorJob
 from ..lazy import torch
-from ..storage.transfer import Transfer
-from .base import MergeMethod, Param
+from .base import Interop, MergeMethod, Param, Streaming
 
 log = logging.getLogger("ram_desktop")
 
@@ -105,91 +101,47 @@ def wudi_layer(taus: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
 
 @dataclass
 class WudiContext:
-    """The merge context: parameters, the plan (to read a whole layer) and the current layer's τ_m."""
+    """The merge context: parameters, and the plan once bound (which tensors are linear layers)."""
 
     steps: int
     lr: float
-    plan: MergePlan
-    _job: int = -1
-    _merged: torch.Tensor | None = None
-    _done: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    plan: MergePlan | None = None
 
     @property
     def layers(self) -> int:
-        return sum(1 for j in self.plan.jobs if j.mergeable and is_linear(j))
+        return sum(1 for j in self.plan.jobs if j.mergeable and is_linear(j)) if self.plan is not None else 0
 
-    def layer(self, chunk: Chunk) -> torch.Tensor:
-        """τ_m of the chunk's whole layer ([r, c]), optimised at its first chunk and kept until the next layer."""
-        with self._lock:
-            if self._job != chunk.job_index or self._merged is None:
-                self._merged = None  # free the previous layer first
-                taus = self._read_layer(chunk)
-                start = time.perf_counter()
-                self._merged = wudi_layer(taus, self.steps, self.lr)
-                self._job = chunk.job_index
-                self._done += 1
-                log.info(
-                    "wudi: layer %d/%d %s %s optimised in %.2f s (%d steps, lr %g)",
-                    self._done,
-                    self.layers,
-                    chunk.name,
-                    list(taus.shape[1:]),
-                    time.perf_counter() - start,
-                    self.steps,
-                    self.lr,
-                )
-            return self._merged
 
-    def _read_layer(self, chunk: Chunk) -> torch.Tensor:
-        """The layer's task vectors [N, r, c] on the chunk's device, read and checked as the engine reads a chunk."""
-        job = self.plan.jobs[chunk.job_index]
-        rows, cols = job.shape
-        span = Span(0, rows, 0, rows * cols)
-        with SliceReader() as reader:
-            raws = [as_tensor(reader.read(info.file, info.name, span, job.shape)) for info in (job.base, *job.agents)]
-        transfer = Transfer(chunk.base.device)
-        tensors = [as_tensor(t) for t in transfer.receive(transfer.send(raws))]
-        whole = load_chunk(self.plan, chunk.job_index, span, tensors[0], tensors[1:], chunk.eps)
-        return whole.taus.view(chunk.n_agents, rows, cols)
+def wudi_prepare(params: dict, probe: Any, collected: Any) -> WudiContext:
+    return WudiContext(params["steps"], params["lr"])
+
+
+def wudi_bind(ctx: WudiContext, plan: MergePlan) -> WudiContext:
+    return replace(ctx, plan=plan)
 
 
 def wudi_merge(chunk: Chunk, ctx: WudiContext) -> torch.Tensor:
-    """τ_m of the chunk: its rows of the layer's optimised τ_m for a linear layer, the mean of τ otherwise."""
+    """τ_m of one whole tensor: the optimised τ_m of a linear layer, the mean of τ otherwise."""
+    assert ctx.plan is not None  # bound before the merge pass
     job = ctx.plan.jobs[chunk.job_index]
     if not is_linear(job) or chunk.taus.shape[1] == 0:
         total = torch.zeros_like(chunk.base)
         for tau in chunk.taus:
             total += tau
         return total / torch.tensor(float(chunk.n_agents), dtype=total.dtype, device=total.device)
-    cols = job.shape[1]
-    first = chunk.offset // cols
-    return ctx.layer(chunk)[first : first + chunk.taus.shape[1] // cols].reshape(-1)
-
-
-class PlanOnly:
-    """WUDI's "collector": gathers nothing and hands the plan to ``prepare`` (the context reads whole layers)."""
-
-    needs_order = False
-
-    def __init__(self, plan: MergePlan) -> None:
-        self.plan = plan
-
-    def add(self, chunk: Chunk) -> None:
-        return None
-
-    def add_slices(self, slices: Any) -> bool:
-        return True  # nothing to count: the pass need not form the chunk for this collector
-
-    def next_pass(self) -> bool:
-        return False
-
-    def finish(self) -> MergePlan:
-        return self.plan
-
-
-def wudi_prepare(params: dict, probe: Any, collected: MergePlan) -> WudiContext:
-    return WudiContext(params["steps"], params["lr"], collected)
+    rows, cols = job.shape
+    start = time.perf_counter()
+    merged = wudi_layer(chunk.taus.reshape(chunk.n_agents, rows, cols), ctx.steps, ctx.lr)
+    log.info(
+        "wudi: layer %s %s of %d optimised in %.2f s (%d steps, lr %g)",
+        chunk.name,
+        [rows, cols],
+        ctx.layers,
+        time.perf_counter() - start,
+        ctx.steps,
+        ctx.lr,
+    )
+    return merged.reshape(-1)
 
 
 METHODS = (
@@ -201,10 +153,13 @@ METHODS = (
         (STEPS, LR),
         merge=wudi_merge,
         prepare=wudi_prepare,
-        collector=lambda params, plan: PlanOnly(plan),
-        thread_safe=False,  # slices of a layer share its optimised τ_m, computed at its first slice
+        bind=wudi_bind,
         short="WUDI",
-        citation="Cheng et al., *Whoever Started the Interference Should End It: Guiding Data-Free Model Merging "
-        "via Task Vectors*, ICML 2025, arXiv 2503.08099",
+        # one layer at a time with torch's own threads: its products' rounding follows them
+        streaming=Streaming(whole_tensor=True, thread_safe=False),
+        interop=Interop(
+            citation="Cheng et al., *Whoever Started the Interference Should End It: Guiding Data-Free Model Merging "
+            "via Task Vectors*, ICML 2025, arXiv 2503.08099"
+        ),
     ),
 )

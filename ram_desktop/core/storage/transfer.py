@@ -61,6 +61,8 @@ class Transfer:
         """On the reader thread: stage (pin on CUDA) and start the copies; returns at once."""
         if not self.cuda and any(isinstance(t, np.ndarray) for t in tensors):
             return Staged(list(tensors), None, None)
+        if self.device_type not in ("cpu", "cuda"):  # no copy streams (MPS): copied in order, synchronously
+            return Staged([t.to(self.device) for t in tensors if not isinstance(t, np.ndarray)], None, None)
         staged = [t for t in tensors if not isinstance(t, np.ndarray)]
         assert len(staged) == len(tensors), "numpy bit slices are read for a CPU pass only (SliceReader bits)"
         host = [t.pin_memory() for t in staged] if self.cuda else staged

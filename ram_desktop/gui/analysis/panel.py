@@ -293,7 +293,7 @@ class AnalysisPanel(QWidget):
             self.warning.hide()
             return
         try:
-            self.lambdas = method.lambdas(params, report) if method.lambdas else None
+            self.lambdas = method.analysis.lambdas(params, report) if method.analysis.lambdas else None
         except (ValueError, KeyError, TypeError, ZeroDivisionError):
             self.lambdas = None
         self.would_keep.set_method(method.name, params)

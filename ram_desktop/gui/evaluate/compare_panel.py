@@ -50,8 +50,8 @@ class MethodRow:
             for p in method.params:
                 self.param.addItem(p.name, p.name)
                 self.param.setItemData(self.param.count() - 1, p.help, Qt.ItemDataRole.ToolTipRole)
-            # the sweep the method offers (``MergeMethod.sweep``), else its first parameter at its default
-            sweep = method.sweep or Sweep(method.params[0].name, repr(method.params[0].default))
+            # the sweep the method offers (``Interop.sweep``), else its first parameter at its default
+            sweep = method.interop.sweep or Sweep(method.params[0].name, repr(method.params[0].default))
             param, values = sweep.param, sweep.values
             self.param.setCurrentIndex(max(0, self.param.findData(param)))
             self.values.setText(values)
@@ -97,7 +97,9 @@ class ComparePanel(QWidget):
         grid.addWidget(_head("Sweep"), 0, 1)
         grid.addWidget(_head("Values"), 0, 2)
         self.rows: dict[str, MethodRow] = {}
-        names = [name for name, m in METHODS.items() if not m.stacks]  # stacking merges no models: nothing to compare
+        names = [
+            name for name, m in METHODS.items() if not m.streaming.stacks
+        ]  # stacking merges no models: nothing to compare
         for i, name in enumerate(names, start=1):
             row = MethodRow(name)
             self.rows[name] = row

@@ -47,7 +47,9 @@ class MethodPanel(QWidget):
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.method = QComboBox()
         for name, m in METHODS.items():
-            if m.stacks:  # layer stacking needs slices, which only a recipe or mergekit YAML gives (ram-merge run)
+            if (
+                m.streaming.stacks
+            ):  # layer stacking needs slices, which only a recipe or mergekit YAML gives (ram-merge run)
                 continue
             self.method.addItem(m.label, name)
             self.method.setItemData(self.method.count() - 1, m.summary, 3)  # Qt.ToolTipRole

@@ -158,7 +158,7 @@ def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:
     agent's Fisher, with its own progress stage."""
     from ...core import get_method
 
-    if get_method(request.method).calibrated:
+    if get_method(request.method).interop.calibrated:
         from ...evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)

@@ -84,7 +84,7 @@ class ResultBox(QWidget):
         self.out = Path(result.out)
         method: str = result.report["method"]  # every merge report names its method (docs/contracts.md)
         lam = ", ".join(f"{n} {v:.3f}" for n, v in zip(result.probe.names, result.lambdas))
-        lam = f" · λ: {lam}" if get_method(method).lambdas is not None else ""  # only a rescaling method has λ
+        lam = f" · λ: {lam}" if get_method(method).analysis.lambdas is not None else ""  # only a rescaling method has λ
         self.result_text.setText(
             f'<b>Merged model:</b> <a href="{QUrl.fromLocalFile(str(result.out)).toString()}">{result.out}</a><br>'
             f"{human_bytes(result.bytes_written)} of weights in {duration(result.seconds)} · method {method}{lam}<br>"

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
+from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
 from ..analysis.charts import agent_color
 from ..worker import Job
 from .hub_dialog import HubDialog
@@ -409,9 +409,7 @@ class SourcesPanel(QWidget):
             self.add_source(path)
 
     def _browse_file(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(
-            self, "Checkpoint files", self.browse_dir, "safetensors (*.safetensors);;All files (*)"
-        )
+        paths, _ = QFileDialog.getOpenFileNames(self, "Checkpoint files", self.browse_dir, weights_file_filter())
         for path in paths:
             self._remember(path)
             self.add_source(path)

@@ -35,7 +35,7 @@ def model_card(
         library_name="transformers" if (plan.base.config or {}).get("architectures") else None,
     )
     params_text = ", ".join(f"{k} = {v}" for k, v in params.items()) or "none"
-    rescales = method.lambdas is not None  # λ only means something for RAM+ / RAM+s
+    rescales = method.analysis.lambdas is not None  # λ only means something for RAM+ / RAM+s
     rows = []
     for t, a in enumerate(probe.agents):
         rho = "∞" if math.isinf(a.rho) else f"{a.rho:.3f}"
@@ -52,7 +52,7 @@ def model_card(
 # Merged with RAM Desktop: {method.label}
 
 This model merges {plan.n_agents} reinforcement-learning-trained agents into their common base with
-**{method.label}** ({method.summary.rstrip(".")}){f" — {method.citation}" if method.citation else ""}.
+**{method.label}** ({method.summary.rstrip(".")}){f" — {method.interop.citation}" if method.interop.citation else ""}.
 
 - Base: `{plan.base.display}`
 - Method: `{method_name}`; parameters: {params_text}; ε = {probe.eps:g}

@@ -58,11 +58,8 @@ from ...errors import (
     RevisionNotFound,
 )
 from ...events import Reporter
+from ...storage.formats import registry
 from ...storage.formats.base import (
-    INDEX_FILE,
-    PICKLE_INDEX,
-    PICKLE_SINGLE,
-    SINGLE_FILE,
     Checkpoint,
     contained,
     read_index,
@@ -128,7 +125,7 @@ class RepoFiles:
     sha: str
     sizes: dict[str, int | None]  # every file of the revision → size in bytes (None when unknown)
     needed: list[str] = field(default_factory=list)  # files a merge downloads (index shards added later)
-    weights_format: str = ""  # "safetensors" or "bin"
+    weights_format: str = ""  # its weights format's name (``storage.formats.registry.FORMATS``): "safetensors", "bin"
     gated: bool | str = False
     private: bool = False
 
@@ -138,7 +135,7 @@ class RepoFiles:
         (the exact shard list is read from the index when downloading)."""
         files = list(self.needed)
         if files and files[0].endswith(".index.json"):
-            suffix = ".safetensors" if self.weights_format == "safetensors" else ".bin"
+            suffix = next(f.suffixes[0] for f in registry.FORMATS if f.name == self.weights_format)
             files += sorted(n for n in self.sizes if "/" not in n and n.endswith(suffix) and n not in files)
         return files
 
@@ -150,29 +147,18 @@ class RepoFiles:
 def needed_files(names: list[str]) -> tuple[list[str], str]:
     """The files of a repository a merge needs, and the weights format; root-level files only.
 
-    Weights by preference: ``model.safetensors.index.json`` (its shards are added once it is read),
-    ``model.safetensors``, a single root ``*.safetensors``, ``pytorch_model.bin.index.json``,
-    ``pytorch_model.bin``. Raises ``InputError`` (without a repository name) when there are none.
+    Weights in the first format of ``storage.formats.registry.FORMATS`` the repository holds (each format's
+    ``pick``: safetensors' index, whose shards are added once it is read, ``model.safetensors`` or a single
+    root ``*.safetensors``; then ``pytorch_model.bin.index.json``, ``pytorch_model.bin``). Raises
+    ``InputError`` (without a repository name) when there are none.
     """
     root = [n for n in names if "/" not in n]
     extras = sorted(n for n in root if any(fnmatch(n, p) for p in EXTRA_FILES))
-    safetensors = [n for n in root if n.endswith(".safetensors")]
-    if INDEX_FILE in root:
-        weights, fmt = [INDEX_FILE], "safetensors"
-    elif SINGLE_FILE in root:
-        weights, fmt = [SINGLE_FILE], "safetensors"
-    elif len(safetensors) == 1:
-        weights, fmt = safetensors, "safetensors"
-    elif PICKLE_INDEX in root:
-        weights, fmt = [PICKLE_INDEX], "bin"
-    elif PICKLE_SINGLE in root:
-        weights, fmt = [PICKLE_SINGLE], "bin"
-    else:
-        raise InputError(
-            "has no weights RAM Desktop can read (model.safetensors, model.safetensors.index.json, "
-            "pytorch_model.bin or pytorch_model.bin.index.json at the repository root)"
-        )
-    return weights + [e for e in extras if e not in weights], fmt
+    for fmt in registry.FORMATS:
+        weights = fmt.pick(root)
+        if weights is not None:
+            return weights + [e for e in extras if e not in weights], fmt.name
+    raise InputError(f"has no weights RAM Desktop can read ({registry.standard_files()} at the repository root)")
 
 
 def _index_shards(index_file: Path, where: str) -> list[str]:

@@ -1,13 +1,16 @@
-"""What every checkpoint format shares: the tensor table entry, the ``Checkpoint``, the file-name
-constants, index parsing and path containment. Imports nothing else of the formats package."""
+"""What every checkpoint format shares: the tensor table entry, the ``Checkpoint``, the ``WeightFormat`` each
+format module declares (``registry.FORMATS`` lists them), the file-name constants, index parsing and path
+containment. Imports nothing else of the formats package."""
 
 from __future__ import annotations
 
 import math
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -75,6 +78,42 @@ class TensorInfo:
     @property
     def is_float(self) -> bool:
         return self.dtype in FLOAT_CODES
+
+
+@runtime_checkable
+class BitsHandle(Protocol):
+    """An open weights file that also hands out a tensor's stored bits as a numpy view (what the fused kernels
+    read): ``bits(name, start, stop)`` for flat elements ``start`` .. ``stop``."""
+
+    def bits(self, name: str, start: int, stop: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One weights format, as its module declares it (``FORMAT``) and ``registry.FORMATS`` lists it.
+
+    ``name``: its name in listings ("safetensors", "bin"). ``label``: its name in a file dialog. ``suffixes``:
+    the file suffixes of one weights file in it, the first one its shards' (a ``.bin`` shard, a
+    ``.safetensors`` shard). ``files``: a model folder's standard weight files in it, as error messages list
+    them. ``pick(names)``: of a folder's or repository's root file names, the weight files to read (an index
+    first) or None when it has none in this format. ``open_folder(folder, spec)``: the folder as a
+    ``Checkpoint``, or None when it holds no weights of this format (the next format is tried).
+    ``open_file(path, spec)``: one weights file (or an index) as a ``Checkpoint``. ``open_slices(file)``: the
+    file opened for slice reads: ``get_slice(name)[a:b]``, ``get_tensor(name)``, a context manager, and
+    ``bits`` too where the format can hand out stored bits (``BitsHandle``)."""
+
+    name: str
+    label: str
+    suffixes: tuple[str, ...]
+    files: tuple[str, ...]
+    pick: Callable[[list[str]], list[str] | None]
+    open_folder: Callable[[Path, str], Checkpoint | None]
+    open_file: Callable[[Path, str], Checkpoint]
+    open_slices: Callable[[Path], Any]
+
+    def reads(self, path: Path) -> bool:
+        """Whether ``path`` (a file, or the file a link names) is a weights file of this format, by its suffix."""
+        return path.suffix in self.suffixes or path.resolve().suffix in self.suffixes
 
 
 @dataclass

@@ -27,8 +27,10 @@ from .base import (
     CODE_OF_NAME,
     PICKLE_INDEX,
     PICKLE_SINGLE,
+    PICKLE_SUFFIXES,
     Checkpoint,
     TensorInfo,
+    WeightFormat,
     check_index_covers,
     dtype_name,
     index_shards,
@@ -43,16 +45,22 @@ log = logging.getLogger("ram_desktop")
 WRAPPER_KEYS = ("state_dict", "model_state_dict")  # {"state_dict": {...}, ...} as training frameworks save
 
 
-def open_pickle_folder(folder: Path, spec: str) -> Checkpoint:
-    """A model folder with no .safetensors file: ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``."""
+def open_pickle_folder(folder: Path, spec: str) -> Checkpoint | None:
+    """A model folder with ``pytorch_model.bin.index.json`` or ``pytorch_model.bin``; None when it has neither."""
     if (folder / PICKLE_INDEX).exists():  # exists: a FIFO or folder of that name is refused by its reader
         return _open_index(folder, folder / PICKLE_INDEX, spec)
     if (folder / PICKLE_SINGLE).exists():
         return _open_files(folder, [folder / PICKLE_SINGLE], spec)
-    raise InputError(
-        f"{folder}: no model weights found (expected model.safetensors, model.safetensors.index.json, "
-        f"{PICKLE_SINGLE} or {PICKLE_INDEX}); point at a Hugging Face model folder or a weights file"
-    )
+    return None
+
+
+def pick(names: list[str]) -> list[str] | None:
+    """Of a repository's root file names, the pickle weights to download: the index, else ``pytorch_model.bin``."""
+    root = [n for n in names if "/" not in n]
+    for name in (PICKLE_INDEX, PICKLE_SINGLE):
+        if name in root:
+            return [name]
+    return None
 
 
 def open_pickle_file(path: Path, spec: str) -> Checkpoint:
@@ -175,3 +183,15 @@ class _Slice:
 
     def __getitem__(self, key: slice | tuple[slice, ...]) -> torch.Tensor:
         return self.tensor[key].clone()
+
+
+FORMAT = WeightFormat(
+    "bin",
+    "PyTorch pickle",
+    PICKLE_SUFFIXES,
+    (PICKLE_SINGLE, PICKLE_INDEX),
+    pick,
+    open_pickle_folder,
+    open_pickle_file,
+    PickleHandle,
+)

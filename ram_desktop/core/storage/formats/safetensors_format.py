@@ -32,6 +32,7 @@ from .base import (
     SINGLE_FILE,
     Checkpoint,
     TensorInfo,
+    WeightFormat,
     check_index_covers,
     index_shards,
     read_config,
@@ -433,3 +434,32 @@ class SafetensorsStreamWriter:
 
     def abort(self) -> None:
         self._file.close()
+
+
+def pick(names: list[str]) -> list[str] | None:
+    """Of a repository's root file names, the safetensors weights to download: the index (its shards are added
+    once it is read), ``model.safetensors``, or a single ``*.safetensors``; None when there are none."""
+    root = [n for n in names if "/" not in n]
+    if INDEX_FILE in root:
+        return [INDEX_FILE]
+    if SINGLE_FILE in root:
+        return [SINGLE_FILE]
+    candidates = [n for n in root if n.endswith(".safetensors")]
+    return candidates if len(candidates) == 1 else None
+
+
+def _open_folder(folder: Path, spec: str) -> Checkpoint | None:
+    files = weight_files(folder)
+    return open_folder(folder, files, spec) if files is not None else None
+
+
+FORMAT = WeightFormat(
+    "safetensors",
+    "safetensors",
+    (".safetensors",),
+    (SINGLE_FILE, INDEX_FILE),
+    pick,
+    _open_folder,
+    open_file,
+    open_slices,
+)

@@ -1,21 +1,21 @@
 """What each merge method would keep of each agent's update, before merging (docs/engine.md, "What each
 method would keep"): pure functions of a probe report (its overlap counts, per-tensor counts and sign agreement).
-Each method declares its own estimate (``MergeMethod.would_keep``); definitions and which numbers are
+Each method declares its own estimate (``Analysis.would_keep``); definitions and which numbers are
 exact: docs/engine.md, "What each method would keep"."""
 
 from __future__ import annotations
 
-from ..methods import METHODS, get_method
+from . import METHODS, get_method
 
 
 def keep_methods() -> list[str]:
     """The methods with a would-keep estimate, in registry order."""
-    return [name for name, m in METHODS.items() if m.would_keep is not None]
+    return [name for name, m in METHODS.items() if m.analysis.would_keep is not None]
 
 
 def estimated(method: str) -> bool:
     """Whether ``method``'s share is an estimate (drawn lighter) rather than exact or expected."""
-    keep = get_method(method).would_keep
+    keep = get_method(method).analysis.would_keep
     return keep is not None and keep.estimated
 
 
@@ -30,7 +30,7 @@ def would_keep(report, method: str, params: dict) -> list[float | None]:
     """
     n = len(report.agents)
     m = get_method(method)
-    shares = m.would_keep.shares(report, m.resolve(params)) if m.would_keep is not None else None
+    shares = m.analysis.would_keep.shares(report, m.resolve(params)) if m.analysis.would_keep is not None else None
     if shares is None:
         return [None] * n
     return [s / a.updated if a.updated > 0 else None for s, a in zip(shares, report.agents)]

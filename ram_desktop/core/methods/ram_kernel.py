@@ -1,0 +1,105 @@
+"""The numba code of RAM / RAM+'s fused merge (equation 7, the pattern histogram and RAM+'s rescale survival
+counts), called by ``ram.selective_merge_into``.
+
+Imported lazily (it imports numba); numba caches the compiled code next to this file, as it does for
+``engine.kernel_code``, whose helpers this code calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine.kernel_code import encoded, jit, like, pattern_histogram, same_value, widen
+
+
+@jit
+def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern):
+    """o[j] = round(x + s') for the elements start + j, j < length, all agents per element: x the base,
+    s = Σ_t [m_t]·τ_t (agent order, from +0), s' = s·λ_t where only agent t updates (``lams``; None: RAM,
+    no factor), else s / max(1, c) with c the number of agents updating (÷1 is exact), rounded once to
+    o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where
+    the written value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
+    ``lams`` and ``moved_bit`` may be None so that numba compiles one loop per case (no branch inside)."""
+    zero = eps - eps
+    first = np.uint64(start)
+    bad = np.int32(0)
+    for j in range(length):
+        i = first + np.uint64(j)
+        x = like(eps, widen(base[i]))
+        s = zero
+        p = np.int32(0)
+        c = np.int32(0)
+        for t in range(len(agents)):
+            v = like(eps, widen(agents[t][i])) - x
+            m = abs(v) > eps
+            s = s + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
+            p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
+            c = np.int32(c + (np.int32(1) if m else np.int32(0)))
+            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+        scaled = s
+        if lams is not None:
+            for t in range(len(agents)):
+                product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
+                scaled = product if p == np.int32(1 << t) else scaled
+        divisor = np.float32(max(1, c))  # a constant type, not eps's: the loop vectorises
+        written = encoded(o, x + scaled / divisor)
+        o[j] = written
+        if moved_bit is not None:
+            moved = not same_value(o, encoded(o, x + s), written)
+            p = np.int32(p | (moved_bit if moved else np.int32(0)))
+        pattern[j] = p
+    return bad == 0
+
+
+@jit
+def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, surv, want_surv, pattern):
+    """Pass 2: θ = base + equation 7, rounded once into ``out``.
+
+    As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
+    only agent t updates (RAM+, ``lams`` rounded to the compute dtype; RAM: no factor, as ×1 is exact)
+    and ÷ max(1, c); dividing by 1 is exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Returns
+    the number of blocks with a NaN or ±inf τ. Optionally the pattern histogram (a merge that needed no
+    probe first) and the exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique
+    elements whose rounded value the rescale changed / all its unique elements
+    (``probe.rescale_changes``). Works a block of ``pattern`` at a time."""
+    n = base.shape[0]
+    block = pattern.shape[0]
+    nagents = len(agents)
+    moved_bit = np.int32(1 << nagents)
+    bad = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        o = out[start : start + length]
+        if use_lam and want_surv:
+            ok = merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern)
+        elif use_lam:
+            ok = merge_run(base, agents, start, length, eps, one, lams, None, o, pattern)
+        elif want_surv:
+            ok = merge_run(base, agents, start, length, eps, one, None, moved_bit, o, pattern)
+        else:
+            ok = merge_run(base, agents, start, length, eps, one, None, None, o, pattern)
+        if not ok:
+            bad += 1
+        if want_hist:
+            pattern_histogram(pattern, length, nagents, hist)
+        if want_surv:
+            count_moved(pattern, length, nagents, surv)
+    return bad
+
+
+@jit
+def count_moved(pattern, length, nagents, surv):
+    """surv[0, t] += agent t's unique elements flagged as moved, surv[1, t] += all its unique elements
+    (int32 counters within a block, cast back after each add, as numba widens int32 sums to int64: the
+    loops vectorise on 32-bit lanes, 3× faster)."""
+    for t in range(nagents):
+        unique = np.int32(1 << t)
+        flagged = np.int32((1 << t) | (1 << nagents))
+        u = np.int32(0)
+        mv = np.int32(0)
+        for j in range(length):
+            p = pattern[j]
+            u = np.int32(u + (np.int32(1) if p == unique else np.int32(0)))
+            mv = np.int32(mv + (np.int32(1) if p == flagged else np.int32(0)))
+        surv[0, t] += mv
+        surv[1, t] += u + mv
