@@ -28,6 +28,7 @@ from .analysis.chart_saver import ChartSaver
 from .analysis.panel import AnalysisPanel
 from .compute.dialog import ComputeFace
 from .evaluate.compare_panel import ComparePanel
+from .evaluate.search_panel import SearchPanel
 from .evaluate.panel import EvaluatePanel, ModelEntry
 from .evaluate.run_bar import duration
 from .jobs import JobController, JobState, Outcome
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
+        self.search = SearchPanel(self.evaluate, self.jobs)
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -113,6 +115,7 @@ class MainWindow(QMainWindow):
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
+        self.steps.addTab(self.search, "8 · Search")
         self.left_splitter = splitter(
             Qt.Orientation.Vertical,
             (group("1 · Sources — base model and agents", self.sources), 1),
@@ -153,13 +156,16 @@ class MainWindow(QMainWindow):
         self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
         self.method.device.currentIndexChanged.connect(self._device_changed)
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
-        for panel in (self.evaluate, self.compare):
+        for panel in (self.evaluate, self.compare, self.search):
             panel.error.connect(self.show_error)
             panel.info.connect(self.show_info)
         self.compare.run_requested.connect(self._compare)
         self.compare.compare_finished.connect(
             lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None
         )
+
+        self.search.run_requested.connect(self._search)
+        self.search.use_merge.connect(self.method.set_method)
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()
@@ -171,6 +177,12 @@ class MainWindow(QMainWindow):
         session = self._checked_session()
         if session is not None:
             self.compare.start(session, self.sources.hub_token, {"chunk_elements": self.chunk_elements})
+
+    def _search(self) -> None:
+        """Search's Run: the trials merge the sources (and ε, device, output dtype) the window shows."""
+        session = self._checked_session()
+        if session is not None:
+            self.search.start(session)
 
     def save_settings(self) -> None:
         save_window(self)
@@ -257,6 +269,8 @@ class MainWindow(QMainWindow):
         self.method.default_out(parent, replace)
         if replace or not self.compare.folder.text().strip():
             self.compare.folder.setText(str(free_folder(parent / "compare")))
+        if replace or not self.search.folder.text().strip():
+            self.search.folder.setText(str(free_folder(parent / "search")))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""
@@ -426,6 +440,7 @@ class MainWindow(QMainWindow):
             self.method.set_agent_defaults("suite", suites)
             self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
+            self.search.set_validation(sorted(p.parent for p in (Path(base).parent / "suites" / "validation").glob("*/data.jsonl")))
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self.jobs.start(JobState.DEMO, lambda reporter: ensure_demo(), loaded)
