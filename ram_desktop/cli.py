@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray", metavar="ADDRESS", help="run trials as Ray tasks: a cluster address, or local")
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES), help="output dtype")
     p.add_argument("--limit", type=int, help="only the first N examples of each suite")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts generated together (default 32)")
 
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)

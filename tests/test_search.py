@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("optuna")
 
-from .subproc import cli, refused  # noqa: E402
+from .subproc import cli, refused
 
 LIMIT = "6"  # examples per suite: trials stay quick; the demo's agents still differ on them
 

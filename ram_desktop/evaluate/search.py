@@ -280,7 +280,7 @@ class SearchOptions:
     seed: int = 0
     workers: int = 1
     ray: str | None = None  # a Ray cluster address, "local", or None (trials run here)
-    batch_size: int = 8
+    batch_size: int = 32
     limit: int | None = None
 
 

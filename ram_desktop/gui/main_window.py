@@ -28,9 +28,9 @@ from .analysis.chart_saver import ChartSaver
 from .analysis.panel import AnalysisPanel
 from .compute.dialog import ComputeFace
 from .evaluate.compare_panel import ComparePanel
-from .evaluate.search_panel import SearchPanel
 from .evaluate.panel import EvaluatePanel, ModelEntry
 from .evaluate.run_bar import duration
+from .evaluate.search_panel import SearchPanel
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.panel import MethodPanel
@@ -440,7 +440,9 @@ class MainWindow(QMainWindow):
             self.method.set_agent_defaults("suite", suites)
             self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
-            self.search.set_validation(sorted(p.parent for p in (Path(base).parent / "suites" / "validation").glob("*/data.jsonl")))
+            self.search.set_validation(
+                sorted(p.parent for p in (Path(base).parent / "suites" / "validation").glob("*/data.jsonl"))
+            )
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self.jobs.start(JobState.DEMO, lambda reporter: ensure_demo(), loaded)

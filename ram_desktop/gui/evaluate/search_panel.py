@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
@@ -73,9 +74,14 @@ class SearchPanel(QWidget):
             box.setChecked(name in defaults.SEARCH_METHODS)
             box.toggled.connect(lambda _: self._update_actions())
             self.checks[name] = box
-            grid.addWidget(box, i // 4, i % 4)
-        methods = QWidget()
-        methods.setLayout(grid)
+            grid.addWidget(box, i // 6, i % 6)
+        inner = QWidget()
+        inner.setLayout(grid)
+        methods = QScrollArea()  # 26 methods: the paper's fit in the first rows, the rest scroll
+        methods.setWidget(inner)
+        methods.setWidgetResizable(True)
+        methods.setFrameShape(QScrollArea.Shape.NoFrame)
+        methods.setMaximumHeight(inner.sizeHint().height() // max(1, grid.rowCount()) * 3 + 6)
 
         self.trial_count = QSpinBox()
         self.trial_count.setRange(1, 100000)
@@ -114,11 +120,12 @@ class SearchPanel(QWidget):
         self.plot.setLabel("bottom", "trial")
         self.plot.setLabel("left", "validation score")
         self.plot.setMinimumHeight(140)
+        self.plot.getAxis("left").enableAutoSIPrefix(False)  # scores stay as they are, no "(x0.001)"
         self.plot.addLegend(offset=(-10, 10))
         self.points = self.plot.plot(
             [], [], pen=None, symbol="o", symbolSize=7, symbolBrush=(70, 110, 200, 200), name="trial"
         )
-        self.best_line = self.plot.plot([], [], pen=pg.mkPen((220, 90, 40), width=2), stepMode=None, name="best so far")
+        self.best_line = self.plot.plot([], [], pen=pg.mkPen((220, 90, 40), width=2), name="best so far")
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -241,6 +248,8 @@ class SearchPanel(QWidget):
         best = [max(ys[: i + 1]) for i in range(len(ys))]
         self.points.setData(xs, ys)
         self.best_line.setData(xs, best)
+        step = max(1, -(-len(xs) // 10))
+        self.plot.getAxis("bottom").setTickSpacing(step, step)  # whole trial numbers only
         top = self.best()
         if top is not None:
             self.best_label.setText(
