@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 from ..core import METHODS, Cancelled, InputError, Reporter, Session, Variant, defaults, get_method, merge_variants
-from ..core.pipeline import VariantSpec
 from .stats import clearly_better, mean_interval, paired_difference
 
 log = logging.getLogger("ram_desktop")
@@ -222,7 +221,7 @@ def score_merges(
     loaded = list(suites) if suites is not None else [load_suite(s) for s in inputs.suites]
     session = inputs.session()
     with tempfile.TemporaryDirectory(prefix="ram-search-") as tmp:
-        specs = [VariantSpec(m, dict(p), Path(tmp) / f"m{i}") for i, (m, p) in enumerate(merges)]
+        specs = session.variant_specs([Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
         merged = merge_variants(session.to_request(Path(tmp) / "m0"), specs, reporter)
         result = evaluate(
             [str(m.out) for m in merged], loaded, inputs.device, inputs.batch_size, inputs.limit, reporter, threads
@@ -580,6 +579,7 @@ def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, run
         if runner is not None:
             runner.cancel([h for *_, h in pending])
         raise
+    done.sort(key=lambda t: t.number)  # Ray tasks finish in any order
     elapsed = time.perf_counter() - started
     log.info(
         "%d trials (%d from earlier runs) in %.1f s; best validation %.4f",
@@ -616,9 +616,9 @@ def _merge_best(inputs: Inputs, best: Trial, tests: list, folder: Path, reporter
     session = inputs.session()
     refs = [(label, m, get_method(m).resolve({})) for m, label in REFERENCES]
     with tempfile.TemporaryDirectory(prefix="ram-search-ref-") as tmp:
-        specs = [VariantSpec(best.method, dict(best.params), folder / BEST)]
+        specs = session.variant_specs([Variant(BEST, best.method, dict(best.params))], folder)
         if tests:
-            specs += [VariantSpec(m, p, Path(tmp) / m) for _, m, p in refs]
+            specs += session.variant_specs([Variant(m, m, p) for _, m, p in refs], tmp)
         merged = merge_variants(session.to_request(folder / BEST, overwrite=True), specs, reporter)
         if not tests:
             return None

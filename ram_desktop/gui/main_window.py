@@ -83,7 +83,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
-        self.search = SearchPanel(self.evaluate, self.jobs)
+        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_session)
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -164,7 +164,6 @@ class MainWindow(QMainWindow):
             lambda status: self.steps.setCurrentWidget(self.evaluate) if status == "done" else None
         )
 
-        self.search.run_requested.connect(self._search)
         self.search.use_merge.connect(self.method.set_method)
 
     def _device_changed(self) -> None:
@@ -177,12 +176,6 @@ class MainWindow(QMainWindow):
         session = self._checked_session()
         if session is not None:
             self.compare.start(session, self.sources.hub_token, {"chunk_elements": self.chunk_elements})
-
-    def _search(self) -> None:
-        """Search's Run: the trials merge the sources (and ε, device, output dtype) the window shows."""
-        session = self._checked_session()
-        if session is not None:
-            self.search.start(session)
 
     def save_settings(self) -> None:
         save_window(self)
@@ -267,10 +260,9 @@ class MainWindow(QMainWindow):
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
         self.method.default_out(parent, replace)
-        if replace or not self.compare.folder.text().strip():
-            self.compare.folder.setText(str(free_folder(parent / "compare")))
-        if replace or not self.search.folder.text().strip():
-            self.search.folder.setText(str(free_folder(parent / "search")))
+        for field, name in ((self.compare.folder, "compare"), (self.search.folder, "search")):
+            if replace or not field.text().strip():
+                field.setText(str(free_folder(parent / name)))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""

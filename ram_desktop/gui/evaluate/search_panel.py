@@ -6,6 +6,7 @@ best trial into the Method step (docs/gui.md, docs/evaluate.md)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,8 @@ def params_text(params: dict[str, Any]) -> str:
 
 
 class SearchPanel(QWidget):
-    """Signals: ``run_requested`` (Run clicked: the window answers with :meth:`start`), ``use_merge(method,
+    """``session()`` gives the window's checked Session (None after it said why not) when Run is clicked.
+    Signals: ``run_requested`` (Run clicked), ``use_merge(method,
     params)`` ("Use this merge": the best trial for the Method step), ``search_finished(status)``, ``error``,
     ``info``. ``trial_done`` carries each finished trial from the worker to the GUI thread."""
 
@@ -55,9 +57,15 @@ class SearchPanel(QWidget):
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, evaluate_panel: EvaluatePanel, jobs: JobController, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        evaluate_panel: EvaluatePanel,
+        jobs: JobController,
+        session: Callable[[], Session | None],
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
-        self.evaluate, self.jobs = evaluate_panel, jobs
+        self.evaluate, self.jobs, self.session = evaluate_panel, jobs, session
         self.trials: list[Trial] = []
         self.last: SearchResult | None = None
 
@@ -162,6 +170,7 @@ class SearchPanel(QWidget):
         self.trial_done.connect(self.add_trial)
         jobs.state_changed.connect(self._update_actions)
         self.run.start_button.clicked.connect(self.run_requested)
+        self.run_requested.connect(self._run)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.folder.textChanged.connect(lambda _: self._update_actions())
         self.validation.textChanged.connect(lambda _: self._update_actions())
@@ -187,6 +196,11 @@ class SearchPanel(QWidget):
         self.use_button.setEnabled(not running and bool(self.trials))
 
     # --- running --------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        session = self.session()
+        if session is not None:
+            self.start(session)
+
     def start(self, session: Session) -> bool:
         """Search for ``session``'s sources (its method is not used: the ticked ones are tried)."""
         if self.jobs.busy():
