@@ -184,3 +184,28 @@ def test_trials_run_as_ray_tasks_on_a_local_ray(demo, tmp_path):
         key = json.dumps([t["method"], t["params"]])
         if key in local:
             assert t["validation"] == pytest.approx(local[key], abs=1e-9)
+
+
+def test_ctrl_c_keeps_the_finished_trials(demo, tmp_path):
+    out = tmp_path / "search"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "PYTEST"))}
+    command = [sys.executable, "-m", "ram_desktop", "-q", *args(demo, out, 8, "--methods", "task-arithmetic,ties")]
+    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if (out / "study.db").exists() and any(s == "COMPLETE" for _, s, _ in completed(out / "study.db")):
+                    break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert proc.returncode == 130 and len(lines) == 1 and "finished trials kept" in lines[0], stderr
+    trials = completed(out / "study.db")
+    assert any(s == "COMPLETE" for _, s, _ in trials) and not any(s == "RUNNING" for _, s, _ in trials)

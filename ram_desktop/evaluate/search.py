@@ -560,9 +560,9 @@ def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, run
                 pending = [(a, m, p, None) for a, m, p in batch]
                 rows = score_merges(inputs, [(m, p) for _, m, p in batch], quiet, None, suites)
                 seconds = (time.perf_counter() - t0) / len(batch)
-                pending = []
-                for (asked, method, params), scores in zip(batch, rows):
-                    finish(asked, method, params, scores, seconds)
+                for item, scores in zip(list(pending), rows):
+                    finish(item[0], item[1], item[2], scores, seconds)
+                    pending.remove(item)
             else:
                 pending += [(a, m, p, runner.submit(inputs, m, p)) for a, m, p in batch]
                 ready = runner.wait([h for *_, h in pending], reporter)
@@ -575,7 +575,7 @@ def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, run
         from optuna.trial import TrialState
 
         for asked, *_ in pending:  # cancelled or failed while these ran: they are lost, the finished ones kept
-            study.tell(asked, state=TrialState.FAIL)
+            study.tell(asked, state=TrialState.FAIL, skip_if_finished=True)  # told already: a stop came mid-tell
         if runner is not None:
             runner.cancel([h for *_, h in pending])
         raise
