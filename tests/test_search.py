@@ -78,6 +78,7 @@ def test_search_finds_a_merge_at_least_as_good_as_ram_plus_and_continues_without
     assert best["test_interval"][0] <= best["test"] <= best["test_interval"][1]
     assert [r["name"] for r in data["reference"]] == ["RAM+", "Task Arithmetic"]
     assert data["reference"][0]["params"] == {"r": 0.1, "alpha": 2.0}
+    assert data["reference"][0]["validation"] == trials[0]["validation"] <= best["validation"]
     assert [d["versus"] for d in data["differences"]] == ["RAM+", "Task Arithmetic"]
     for ref, diff in zip(data["reference"], data["differences"]):
         assert math.isclose(diff["difference"], best["test"] - ref["test"], abs_tol=1e-9)

@@ -259,7 +259,11 @@ class SearchResult:
             best["test_interval"] = self.test["models"][0]["test_interval"]
             best["suites"] = self.test["models"][0]["suites"]
             data["test_suites"] = self.test["suites"]
-            data["reference"] = self.test["models"][1:]
+            data["reference"] = [dict(r) for r in self.test["models"][1:]]
+            for ref in data["reference"]:  # the default was a trial too (the first ones are): its validation score
+                same = [t for t in self.trials if (t.method, t.params) == (ref["method"], ref["params"])]
+                if same:
+                    ref["validation"] = same[0].validation
             data["differences"] = self.test["differences"]
         data["best"] = best
         data["seconds"] = round(self.seconds, 3)
