@@ -37,6 +37,11 @@ from typing import Any
 from ..core import METHODS, Cancelled, InputError, Reporter, Session, Variant, defaults, get_method, merge_variants
 from .stats import clearly_better, mean_interval, paired_difference
 
+try:
+    import fcntl
+except ImportError:  # Windows: one search per folder is then the user's care
+    fcntl = None  # type: ignore[assignment]
+
 log = logging.getLogger("ram_desktop")
 
 STUDY_DB = "study.db"
@@ -345,7 +350,7 @@ def search(
     db = folder / STUDY_DB
     fresh = not db.exists()
     try:
-        study = _open_study(folder, identity, options.seed)
+        study, lock = _open_study(folder, identity, options.seed)
     except BaseException:
         if runner is not None:
             runner.close()
@@ -367,6 +372,8 @@ def search(
         raise Cancelled(
             f"{len(_finished(study))} finished trials kept in {db}; run the same command to continue"
         ) from None
+    finally:
+        os.close(lock)
     result = SearchResult(folder, trials, best, test, time.perf_counter() - started)
     result.extra = {
         "study": STUDY_DB,
@@ -446,12 +453,28 @@ def _open_study(folder: Path, identity: dict[str, Any], seed: int):
             for d in search_space(method):
                 params[d.key] = defaults[d.param]
             study.enqueue_trial(params, skip_if_exists=True)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+    lock = _lock(db, folder)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # locked: a stopped run left these
         log.warning("trial %d was left running by a run that stopped; marked failed", t.number)
         storage.set_trial_user_attr(t._trial_id, "lost", "the run stopped while it ran")
         storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
     sampler = optuna.samplers.TPESampler(seed=seed + len(study.trials), constant_liar=True)
-    return optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler)
+    return optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler), lock
+
+
+def _lock(db: Path, folder: Path) -> int:
+    """One search per study at a time: an exclusive ``flock`` on study.db (SQLite's own locks are separate
+    ``fcntl`` locks), released when the process ends, however it ends. Returns the descriptor to close."""
+    fd = os.open(db, os.O_RDONLY)
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InputError(
+                f"{folder} is being searched by another run; wait for it or choose another folder"
+            ) from None
+    return fd
 
 
 def _check_identity(db: Path, identity: dict[str, Any]) -> None:
@@ -578,8 +601,9 @@ def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, run
     except BaseException:
         from optuna.trial import TrialState
 
-        for asked, *_ in pending:  # cancelled or failed while these ran: they are lost, the finished ones kept
-            study.tell(asked, state=TrialState.FAIL, skip_if_finished=True)  # told already: a stop came mid-tell
+        # cancelled or failed while these ran (or were being asked or told): lost, the finished ones kept
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
         if runner is not None:
             runner.cancel([h for *_, h in pending])
         raise
