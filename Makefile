@@ -13,7 +13,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gui,test,eval,reproduce,lint,lm-eval]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gui,test,eval,reproduce,lint,lm-eval,search]'
 	touch $(STAMP)
 
 demo: $(STAMP)

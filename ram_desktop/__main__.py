@@ -9,6 +9,7 @@ CLI_COMMANDS = {
     "demo",
     "eval",
     "compare",
+    "search",
     "export-mergekit",
     "publish",
     "fisher",

@@ -120,6 +120,28 @@ def build_parser() -> argparse.ArgumentParser:
     scorer_timeout_option(p)
     merge_options(p, "shared defaults for every variant whose method takes them; ")
 
+    p = sub.add_parser(
+        "search", help="search methods and parameters for the best merge on validation suites (Optuna), then test it"
+    )
+    sources(p)
+    p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE", help="validation suites")
+    p.add_argument(
+        "--test-suite", nargs="+", action="extend", default=[], metavar="SUITE", help="test suites for the best merge"
+    )
+    p.add_argument(
+        "--trials", type=int, required=True, help="trials to complete (a rerun with the same --out continues)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder for study.db, search.json and best/")
+    p.add_argument(
+        "--methods", help="comma-separated methods to try (default: " + ",".join(defaults.SEARCH_METHODS) + ")"
+    )
+    p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
+    p.add_argument("--workers", type=int, default=1, help="trials run at once (default 1)")
+    p.add_argument("--ray", metavar="ADDRESS", help="run trials as Ray tasks: a cluster address, or local")
+    p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES), help="output dtype")
+    p.add_argument("--limit", type=int, help="only the first N examples of each suite")
+    p.add_argument("--batch-size", type=int, default=32, help="prompts generated together (default 32)")
+
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
     p.add_argument("--out", type=Path, help="output folder (default: the recipe's)")
@@ -255,8 +277,8 @@ class _ProgressBar:
             bar = tqdm(
                 total=event.total,
                 desc=event.stage,
-                unit={"B": "B", "examples": "ex"}.get(event.unit, "el"),
-                unit_scale=event.unit != "examples",
+                unit={"B": "B", "examples": "ex", "trials": " trials"}.get(event.unit, "el"),
+                unit_scale=event.unit not in ("examples", "trials"),
                 file=sys.stderr,
                 leave=True,
                 dynamic_ncols=True,
@@ -349,6 +371,8 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         return _fisher(args, reporter)
     if args.command == "compare":
         return _compare(args, reporter)
+    if args.command == "search":
+        return _search(args, reporter)
     if args.command == "probe":
         report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter, vocab=args.vocab)
         advice = advise(report, args.out_dtype)
@@ -449,6 +473,64 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
     print(f"compared {len(variants)} variants in {args.out} ({COMPARE_JSON}{drawn})")
     return EXIT_OK
+
+
+def _search(args: argparse.Namespace, reporter: Reporter) -> int:
+    from .core import Session
+    from .evaluate.search import SearchOptions, search
+
+    methods = defaults.SEARCH_METHODS if args.methods is None else args.methods.split(",")
+    session = Session(
+        base=args.base,
+        agents=list(args.agents),
+        names=_names(args.names),
+        eps=args.eps,
+        device=args.device,
+        out_dtype=args.out_dtype,
+        vocab=args.vocab,
+    )
+    options = SearchOptions(
+        session,
+        args.suite,
+        args.test_suite,
+        args.out,
+        args.trials,
+        methods,
+        args.seed,
+        args.workers,
+        args.ray,
+        args.batch_size,
+        args.limit,
+    )
+    try:
+        result = search(options, reporter)
+    except (Cancelled, KeyboardInterrupt) as e:
+        kept = str(e) or f"finished trials kept in {args.out / 'study.db'}"
+        print(f"error: cancelled; {kept}", file=sys.stderr)
+        return EXIT_CANCELLED
+    print(format_search(result))
+    return EXIT_OK
+
+
+def format_search(result) -> str:
+    """The best trial, the test table beside the references and the paired differences, in plain text."""
+    best = result.best
+    params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items())
+    lines = [
+        f"{len(result.trials)} trials; best: trial {best.number}, {best.method}"
+        + (f" ({params})" if params else "")
+        + f", validation {best.validation:.4f} -> {result.folder / 'best'}"
+    ]
+    if result.test is not None:
+        lines.append(f"{'test':28s} {'score':>7s}  95% interval")
+        for m in result.test["models"]:
+            low, high = m["test_interval"]
+            lines.append(f"{m['name'][:28]:28s} {m['test']:7.4f}  [{low:.4f}, {high:.4f}]")
+        for d in result.test["differences"]:
+            verdict = "clearly better" if d["clearly_better"] else "not clearly better"
+            lines.append(f"best - {d['versus']}: {d['difference']:+.4f} (SE {d['se']:.4f}), {verdict}")
+    lines.append(f"summary: {result.folder / 'search.json'}")
+    return "\n".join(lines)
 
 
 def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:

@@ -38,6 +38,10 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   ``cache``: ``ScoreCache`` (``evaluate(..., cache=)``); ``chart``: ``score_chart``, ``draw_png`` (the
   one description of the scores chart).
 
+Beside them: ``evaluate.compare`` (``ram-merge compare``), ``evaluate.search`` (``ram-merge search``: an
+Optuna study over methods and parameters, ``search(SearchOptions, reporter, on_trial) -> SearchResult``)
+and ``evaluate.stats`` (``mean_interval``, ``paired_difference``, ``clearly_better``).
+
 Errors the user can act on are ``ram_desktop.core.errors.InputError``; cancelling raises
 ``ram_desktop.core.errors.Cancelled``. Nothing here writes files except ``EvalResult.write_json``.
 """

@@ -23,6 +23,7 @@ class JobState(Enum):
     SAVING_CHARTS = "saving charts"  # a merge's charts written into its output folder
     EVALUATING = "evaluating"  # the Evaluate step scores models on suites
     COMPARING = "comparing"  # the Compare step merges (and scores) variants
+    SEARCHING = "searching"  # the Search tab runs trials
 
 
 class Outcome(Enum):

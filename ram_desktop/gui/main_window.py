@@ -31,6 +31,7 @@ from .compute.dialog import ComputeFace
 from .evaluate.compare_panel import ComparePanel
 from .evaluate.panel import EvaluatePanel, ModelEntry
 from .evaluate.run_bar import duration
+from .evaluate.search_panel import SearchPanel
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.panel import MethodPanel
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
+        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_session)
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -113,6 +115,7 @@ class MainWindow(QMainWindow):
         self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.addTab(self.evaluate, "6 · Evaluate")
         self.steps.addTab(self.compare, "7 · Compare")
+        self.steps.addTab(self.search, "8 · Search")
         self.left_splitter = splitter(
             Qt.Orientation.Vertical,
             (group("1 · Sources — base model and agents", self.sources), 1),
@@ -153,10 +156,12 @@ class MainWindow(QMainWindow):
         self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
         self.method.device.currentIndexChanged.connect(self._device_changed)
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
-        for panel in (self.evaluate, self.compare):
+        for panel in (self.evaluate, self.compare, self.search):
             panel.error.connect(self.show_error)
             panel.info.connect(self.show_info)
         self.compare.run_requested.connect(self._compare)  # its scores show in its own tab
+
+        self.search.use_merge.connect(self.method.set_method)
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()
@@ -252,8 +257,9 @@ class MainWindow(QMainWindow):
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
         self.method.default_out(parent, replace)
-        if replace or not self.compare.folder.text().strip():
-            self.compare.folder.setText(str(free_folder(parent / "compare")))
+        for field, name in ((self.compare.folder, "compare"), (self.search.folder, "search")):
+            if replace or not field.text().strip():
+                field.setText(str(free_folder(parent / name)))
 
     def _maybe_auto_analyse(self) -> None:
         """After the demo or a recipe loads: analyse once every source has opened."""
@@ -423,6 +429,9 @@ class MainWindow(QMainWindow):
             self.method.set_agent_defaults("suite", suites)
             self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
+            self.search.set_validation(
+                sorted(p.parent for p in (Path(base).parent / "suites" / "validation").glob("*/data.jsonl"))
+            )
             log.info("demo agents loaded from %s", Path(base).parent)
 
         self.jobs.start(JobState.DEMO, lambda reporter: ensure_demo(), loaded)
