@@ -39,6 +39,7 @@ from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_de
 from ..core.storage.safe_read import check_regular, read_json
 from .cache import ScoreCache, folder_fingerprint, score_key, suite_fingerprint
 from .floors import floor_of
+from .lm_eval_tasks import LmEvalTask, score_model
 from .results import EvalResult, ModelRef, ScoreFailure, ScoringFailed, SuiteSummary
 from .scorer_process import ScorerProcess
 from .scorers import Scorer, make_scorer
@@ -101,7 +102,7 @@ def check_eval_options(batch_size: int, limit: int | None, scorer_timeout: float
 
 def evaluate(
     models: Sequence[ModelRef | str | Path],
-    suites: Sequence[Suite],
+    suites: Sequence[Suite | LmEvalTask],
     device: str = "auto",
     batch_size: int = 8,
     limit: int | None = None,
@@ -138,19 +139,49 @@ def evaluate(
     check_eval_options(batch_size, limit, scorer_timeout)
     require_transformers()
     torch_device = resolve_device(device)
-    suites = [s.head(limit) for s in suites]
+    tasks = [(k, s) for k, s in enumerate(suites) if isinstance(s, LmEvalTask)]
+    own_suites = [s.head(limit) for s in suites if isinstance(s, Suite)]
     with contextlib.closing(ScorerProcess(reporter.check)) as process:
         scorers = [
-            make_scorer(s.scorer_spec, process=process, timeout=scorer_timeout or s.scorer_timeout) for s in suites
+            make_scorer(s.scorer_spec, process=process, timeout=scorer_timeout or s.scorer_timeout) for s in own_suites
         ]
-        for scorer, suite in zip(scorers, suites):
+        for scorer, suite in zip(scorers, own_suites):
             scorer.check(suite)
-        floors = [floor_of(suite, scorer) for scorer, suite in zip(scorers, suites)]  # a failing scorer stops it here
+        floors = [
+            floor_of(suite, scorer) for scorer, suite in zip(scorers, own_suites)
+        ]  # a failing scorer stops it here
         resolved = [_resolve(ref, reporter) for ref in refs]
-        summaries = [SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(suites, floors)]
-        return _evaluate(
-            resolved, suites, summaries, scorers, torch_device, batch_size, reporter, threads, start, cache
+        summaries = [SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(own_suites, floors)]
+        result = _evaluate(
+            resolved, own_suites, summaries, scorers, torch_device, batch_size, reporter, threads, start, cache
         )
+    return _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter) if tasks else result
+
+
+def _with_lm_eval(
+    result: EvalResult,
+    resolved: list[tuple[ModelRef, Path, str]],
+    tasks: list[tuple[int, LmEvalTask]],
+    device: torch.device,
+    batch_size: int,
+    limit: int | None,
+    reporter: Reporter,
+) -> EvalResult:
+    """``result`` with the lm-eval tasks' columns put in their places (``tasks``: (position, task)), each
+    model scored by lm-eval itself (``lm_eval_tasks.score_model``)."""
+    for m, (ref, folder, _) in enumerate(resolved):
+        reporter.check()
+        reporter.progress(STAGE, m, len(resolved), "models", f"lm-eval: {ref.name}")
+        scores = score_model(folder, [t for _, t in tasks], str(device), batch_size, limit)
+        for (k, task), score in zip(tasks, scores):
+            if m == 0:
+                result.suites.insert(k, SuiteSummary(task.name, task.source, len(score.per_example), score.metric))
+            result.scores[m].insert(k, score.score)
+            if result.rewards:
+                result.rewards[m].insert(k, score.per_example)
+            if result.completions:
+                result.completions[m].insert(k, score.responses)
+    return result
 
 
 def _evaluate(
