@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -45,7 +45,7 @@ from .method.session_form import (
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .sources.panel import SourcesPanel
-from .widgets.common import MessageBar, free_folder, group, splitter
+from .widgets.common import MessageBar, StepTabs, free_folder, group, scrolled, splitter
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 
@@ -108,15 +108,16 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     def _lay_out(self) -> None:
-        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
-        self.steps = QTabWidget()
-        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
-        self.steps.addTab(self.evaluate, "6 · Evaluate")
-        self.steps.addTab(self.compare, "7 · Compare")
+        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each; every part of the
+        # window scrolls where the screen is too small for it, so the window fits a 1366×768 laptop
+        self.steps = StepTabs()
+        self.steps.add_page(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
+        self.steps.add_page(self.evaluate, "6 · Evaluate")
+        self.steps.add_page(self.compare, "7 · Compare")
         self.left_splitter = splitter(
             Qt.Orientation.Vertical,
-            (group("1 · Sources — base model and agents", self.sources), 1),
-            (group("3 · Method and output", self.method), 0),
+            (scrolled(group("1 · Sources — base model and agents", self.sources), keep_height=True), 0),
+            (scrolled(group("3 · Method and output", self.method)), 1),
         )
         self.right_splitter = splitter(
             Qt.Orientation.Vertical,

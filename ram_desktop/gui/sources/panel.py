@@ -103,7 +103,7 @@ class SourcesPanel(QWidget):
         self.table.setColumnWidth(STATUS, 90)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        self.table.setMinimumHeight(120)
+        self.table.setMinimumHeight(self._rows_height(4))  # the base and three agents stay in view
         layout.addWidget(self.table, 1)
 
         buttons = QHBoxLayout()
@@ -137,6 +137,16 @@ class SourcesPanel(QWidget):
         self.up_button.clicked.connect(lambda: self.move_selected(-1))
         self.down_button.clicked.connect(lambda: self.move_selected(1))
         self._refresh()
+
+    def _rows_height(self, rows: int) -> int:
+        """The table's height that shows its header and ``rows`` rows whole (and a sideways scroll bar)."""
+        t = self.table
+        return (
+            t.horizontalHeader().sizeHint().height()
+            + rows * t.verticalHeader().defaultSectionSize()
+            + t.horizontalScrollBar().sizeHint().height()
+            + 2 * t.frameWidth()
+        )
 
     # --- model --------------------------------------------------------------------------------
     def reject(self, message: str) -> None:

@@ -1,5 +1,5 @@
-"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a free
-folder name."""
+"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a scroll area,
+the tabs of the steps, a free folder name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,19 @@ from typing import ClassVar
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class ElidedLabel(QLabel):
@@ -33,8 +45,37 @@ class ElidedLabel(QLabel):
         painter.end()
 
 
+class CappedLabel(QLabel):
+    """A wrapped label that shows the first line of its text, at most ``SHORT`` characters (then " …");
+    ``text()`` is the whole text, ``displayed()`` what is shown, ``capped()`` whether they differ."""
+
+    SHORT = 220
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._whole = ""
+        self.setWordWrap(True)
+
+    def setText(self, text: str) -> None:
+        self._whole = text
+        first = text.splitlines()[0] if text else ""
+        super().setText(first[: self.SHORT].rstrip() + " …" if self.capped() else text)
+
+    def text(self) -> str:  # type: ignore[override]
+        return self._whole
+
+    def displayed(self) -> str:
+        return super().text()
+
+    def capped(self) -> bool:
+        first = self._whole.splitlines()[0] if self._whole else ""
+        return first != self._whole or len(first) > self.SHORT
+
+
 class MessageBar(QWidget):
-    """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
+    """A dismissible line at the top of the window for errors, warnings and notes (never modal). A long message
+    (several lines, a list of tensor names) shows its first line; **Details…** unfolds the whole text, so a
+    banner never pushes the window taller than the screen."""
 
     STYLES: ClassVar[dict[str, tuple[str, str]]] = {
         "error": ("#fdecea", "#b3261e"),
@@ -44,23 +85,38 @@ class MessageBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(10, 6, 6, 6)
-        self.text = QLabel()
-        self.text.setWordWrap(True)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 6, 6, 6)
+        outer.setSpacing(4)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        self.text = CappedLabel()
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("✕")
         close.setFlat(True)
         close.setFixedWidth(28)
         close.setToolTip("Dismiss")
+        close.setAccessibleName("Dismiss the message")
         close.clicked.connect(self.hide)
+        self.details_button = QPushButton("Details…")
+        self.details_button.setCheckable(True)
+        self.details_button.setToolTip("Show the whole message")
+        self.details_button.toggled.connect(self._show_details)
+        self.details_button.hide()
+        self.details = QPlainTextEdit()
+        self.details.setReadOnly(True)
+        self.details.setMaximumHeight(110)
+        self.details.hide()
         self.action_button = QPushButton()
         self.action_button.hide()
         self.action_button.clicked.connect(self._act)
         self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
+        row.addWidget(self.details_button, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        outer.addLayout(row)
+        outer.addWidget(self.details)
         self.kind = ""
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
@@ -72,10 +128,19 @@ class MessageBar(QWidget):
             f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }} QLabel {{ color: {fg}; }}"
         )
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
+        if text.lower().startswith(prefix.lower()) and prefix:  # "Error: Error: …" once only
+            text = text[len(prefix) :]
         self.text.setText(prefix + text)
+        self.details.setPlainText(prefix + text)
+        self.details_button.setChecked(False)
+        self.details_button.setVisible(self.text.capped())
         self._action = None
         self.action_button.hide()
         self.show()
+
+    def _show_details(self, shown: bool) -> None:
+        self.details.setVisible(shown)
+        self.details_button.setText("Hide details" if shown else "Details…")
 
     def offer(self, label: str, action: Callable[[], None]) -> None:
         """A button beside the message shown: ``action`` runs when clicked, then the bar closes."""
@@ -103,10 +168,52 @@ def group(title: str, widget: QWidget) -> QGroupBox:
 def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplitter:
     """A splitter of ``(widget, stretch factor)`` parts."""
     split = QSplitter(orientation)
+    split.setChildrenCollapsible(False)  # a pane dragged small keeps its minimum, never vanishes
     for i, (widget, stretch) in enumerate(parts):
         split.addWidget(widget)
         split.setStretchFactor(i, stretch)
     return split
+
+
+def scrolled(widget: QWidget, keep_height: bool = False) -> QScrollArea:
+    """``widget`` in a frameless scroll area that gives it all the room there is and scrolls when there is less
+    than it needs, so its fields keep their heights instead of being crushed; ``keep_height``: never shorter
+    than the widget needs (it scrolls sideways only)."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the fields inside take focus, not the area
+    if keep_height:
+        area.setMinimumHeight(widget.minimumSizeHint().height() + area.horizontalScrollBar().sizeHint().height())
+    return area
+
+
+class StepTabs(QTabWidget):
+    """The tabs of the window's large pane, each page in a scroll area (the window fits a small screen);
+    ``setCurrentWidget``, ``currentWidget`` and ``indexOf`` speak of the pages themselves."""
+
+    def add_page(self, page: QWidget, title: str) -> int:
+        return self.addTab(scrolled(page), title)
+
+    def indexOf(self, page: QWidget) -> int:  # type: ignore[override]
+        for i in range(self.count()):
+            area = super().widget(i)
+            if area is page or (isinstance(area, QScrollArea) and area.widget() is page):
+                return i
+        return -1
+
+    def widget(self, index: int) -> QWidget:  # type: ignore[override]
+        area = super().widget(index)
+        return area.widget() if isinstance(area, QScrollArea) else area
+
+    def setCurrentWidget(self, page: QWidget) -> None:  # type: ignore[override]
+        index = self.indexOf(page)
+        if index >= 0:
+            self.setCurrentIndex(index)
+
+    def currentWidget(self) -> QWidget:  # type: ignore[override]
+        return self.widget(self.currentIndex())
 
 
 def free_folder(path: Path) -> Path:
