@@ -61,8 +61,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         refuse_slices(session, path)
         session.resolved_params()  # validated whole before any widget changes
     except InputError as e:
-        window.show_error(str(e))
-        log.error(str(e))
+        window.show_error(str(e))  # and into the log, once
         return False
     window.apply_session(session)
     window.setWindowTitle(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"

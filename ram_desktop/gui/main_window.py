@@ -60,6 +60,24 @@ REAL_RESULTS = (
 )
 
 
+# the engine's advice in command-line words -> (the window's words, the button that does it: label, method
+# panel setter, value)
+FLAG_ADVICE = {
+    "pass --vocab common (recipe: 'vocab: common')": (
+        "choose Vocabulary: common rows (section 3)",
+        ("Use common vocabulary", "set_vocab", "common"),
+    ),
+}
+
+
+def window_words(text: str) -> tuple[str, tuple[str, str, str] | None]:
+    """``text`` with command-line advice in the window's words, and the fix it offers (None: none)."""
+    for flag, (words, fix) in FLAG_ADVICE.items():
+        if flag in text:
+            return text.replace(flag, words), fix
+    return text, None
+
+
 class MainWindow(QMainWindow):
     """Signals for tests and ``--screenshot``: ``analysis_finished(ok)``, ``merge_finished(status)`` with
     status "done", "cancelled" or "failed"."""
@@ -151,6 +169,7 @@ class MainWindow(QMainWindow):
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
         self.method.changed.connect(self._method_changed)
+        self.method.keep_agents.connect(self.sources.keep_only)
         self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
         self.method.device.currentIndexChanged.connect(self._device_changed)
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
@@ -193,8 +212,13 @@ class MainWindow(QMainWindow):
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
-        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already."""
+        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already.
+        Where the engine names a command-line flag, the bar names the window's control and offers to set it."""
+        text, fix = window_words(text)
         self.message.show_message(kind, text)
+        if fix is not None:
+            label, control, value = fix
+            self.message.offer(label, partial(getattr(self.method, control), value))
         self.run_box.log_once(kind, text)
         if kind == "error":
             self.statusBar().showMessage("Error — see the message at the top", 8000)
@@ -333,6 +357,14 @@ class MainWindow(QMainWindow):
         problem = self.sources.not_ready(action)  # a row missing, failing, or refused by the analysis
         if problem is not None:
             self.show_error(problem)
+            return None
+        bad = self.method.first_problem() if action == "Merge" else None  # said in section 3 as it was typed
+        if bad is not None:
+            widget, text = bad
+            self.show_error(text)
+            if self.method.fix_button.isVisible():
+                self.message.offer(self.method.fix_button.text(), self.method.fix_button.click)
+            widget.setFocus()
             return None
         return self._checked_session()
 

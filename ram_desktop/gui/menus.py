@@ -38,6 +38,17 @@ def _action(
     return action
 
 
+def is_mergekit_config(path: Path) -> bool:
+    """``path`` reads as a mergekit configuration (a mapping with ``merge_method``)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "merge_method" in data
+
+
 class Menus(QObject):
     """Builds the window's menu bar, opens and saves recipes (``recipe_path``: the last one) and keeps
     the recent ones (in the window's settings)."""
@@ -131,8 +142,11 @@ class Menus(QObject):
         try:
             w.apply_session(load_session(path))
         except InputError as e:
-            w.show_error(str(e))
-            log.error(str(e))
+            if is_mergekit_config(Path(path)):
+                w.show_error(f"{path} is a mergekit configuration, not a RAM Desktop recipe")
+                w.message.offer("Import as mergekit YAML", lambda: ecosystem.import_mergekit(w, Path(path)))
+            else:
+                w.show_error(str(e))
             return False
         self._used(path)
         w.setWindowTitle(Path(path).name)  # Qt appends " — RAM Desktop"

@@ -77,5 +77,6 @@ METHODS = (
         ),
         short="Fusion",
         citation="Arcee AI, *Arcee Fusion* (mergekit, arXiv 2403.13257)",
+        agents=(1, 1),
     ),
 )

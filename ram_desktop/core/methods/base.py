@@ -248,6 +248,7 @@ class MergeMethod:
     theta: bool = False
     bind: Callable[[Any, MergePlan], Any] | None = None
     stacks: bool = False  # reads a stacking layer map (each slice one model's layers) instead of merging models
+    agents: tuple[int, int | None] = (1, None)  # how many agents it merges: at least, at most (None: any)
 
     @property
     def short_label(self) -> str:

@@ -111,8 +111,7 @@ class RunBox(QWidget):
     def _failed(self, message: str) -> None:
         if not self._mine():
             return
-        log.error(message)
-        self.message.emit("error", message)
+        self.message.emit("error", message)  # the window shows it and logs it, once
         self.progress_label.setText("Stopped by an error (see above)")
         self.progress.setFormat("")
 

@@ -207,6 +207,16 @@ class SourcesPanel(QWidget):
         self._refresh()
         self.changed.emit()
 
+    def keep_only(self, names: list[str]) -> None:
+        """Remove every agent not named in ``names`` (a method that merges fewer agents offers this)."""
+        for removed in [r for r in self.agents if r.name not in names]:
+            job = self._jobs.get(removed.generation)
+            if job is not None:
+                job.cancel()
+        self.agents = [r for r in self.agents if r.name in names]
+        self._refresh()
+        self.changed.emit()
+
     def move_selected(self, step: int) -> None:
         row = self._selected()
         if row is None or row == 0:

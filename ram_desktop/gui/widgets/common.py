@@ -61,7 +61,7 @@ class CappedLabel(QLabel):
         first = text.splitlines()[0] if text else ""
         super().setText(first[: self.SHORT].rstrip() + " …" if self.capped() else text)
 
-    def text(self) -> str:  # type: ignore[override]
+    def text(self) -> str:
         return self._whole
 
     def displayed(self) -> str:
@@ -196,24 +196,26 @@ class StepTabs(QTabWidget):
     def add_page(self, page: QWidget, title: str) -> int:
         return self.addTab(scrolled(page), title)
 
-    def indexOf(self, page: QWidget) -> int:  # type: ignore[override]
+    def indexOf(self, page: QWidget) -> int:
         for i in range(self.count()):
             area = super().widget(i)
             if area is page or (isinstance(area, QScrollArea) and area.widget() is page):
                 return i
         return -1
 
-    def widget(self, index: int) -> QWidget:  # type: ignore[override]
+    def widget(self, index: int) -> QWidget | None:
         area = super().widget(index)
         return area.widget() if isinstance(area, QScrollArea) else area
 
-    def setCurrentWidget(self, page: QWidget) -> None:  # type: ignore[override]
+    def setCurrentWidget(self, page: QWidget) -> None:
         index = self.indexOf(page)
         if index >= 0:
             self.setCurrentIndex(index)
 
-    def currentWidget(self) -> QWidget:  # type: ignore[override]
-        return self.widget(self.currentIndex())
+    def currentWidget(self) -> QWidget:
+        page = self.widget(self.currentIndex())
+        assert page is not None, "the steps have pages"
+        return page
 
 
 def free_folder(path: Path) -> Path:
