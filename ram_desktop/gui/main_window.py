@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QAbstractItemView, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -45,7 +45,16 @@ from .method.session_form import (
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .sources.panel import SourcesPanel
-from .widgets.common import MessageBar, StepTabs, free_folder, group, scrolled, splitter
+from .widgets.common import (
+    MessageBar,
+    StepTabs,
+    free_folder,
+    group,
+    install_focus_ring,
+    name_buttons,
+    scrolled,
+    splitter,
+)
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 
@@ -113,6 +122,7 @@ class MainWindow(QMainWindow):
         self.progress, self.progress_label, self.log_view = rb.progress, rb.progress_label, rb.log_view
         self.result_text, self.publish_button = res.result_text, res.publish_button
         self.open_folder_button, self.evaluate_result_button = res.open_folder_button, res.evaluate_result_button
+        install_focus_ring()
         self._lay_out()
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
         self.menus = Menus(self)
@@ -121,6 +131,9 @@ class MainWindow(QMainWindow):
         self.log_bridge.record.connect(self.run_box.append_log)
         self.log_bridge.install()
         self._connect()
+        for view in self.findChildren(QAbstractItemView):
+            view.setTabKeyNavigation(False)  # one Tab stop per table; the arrows move inside it
+        name_buttons(self)
         restore_window(self)
         self.evaluate.set_device(self.method.device.currentData())
         self._update_actions()

@@ -81,6 +81,22 @@ class Menus(QObject):
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
+        # the run's buttons by keyboard (the button's own state decides whether it runs)
+        self.run_menu = w.menuBar().addMenu("&Run")
+        for text, key, button in (
+            ("&Analyze", "F5", w.analyse_button),
+            ("&Merge", "Ctrl+M", w.merge_button),
+            ("&Evaluate", "Ctrl+E", w.evaluate.run.start_button),
+            ("&Cancel", "Esc", w.cancel_button),
+        ):
+            action = QAction(text, w)
+            action.setShortcut(QKeySequence(key))
+            action.triggered.connect(lambda _=False, b=button: b.click() if b.isEnabled() else None)
+            self.run_menu.addAction(action)
+            keys = QKeySequence(key).toString(QKeySequence.SequenceFormat.NativeText)
+            button.setToolTip(f"{button.toolTip()} ({keys})")
+        self.cancel_action = self.run_menu.actions()[-1]
+        self.cancel_action.setEnabled(False)  # Esc reaches editors and dialogs unless a job runs
         settings_menu = w.menuBar().addMenu("&Settings")
         self.compute_action = _action("&Compute…", w, lambda: w.compute.open_page())
         self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
@@ -104,6 +120,7 @@ class Menus(QObject):
         ):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+        self.cancel_action.setEnabled(busy)
 
     def _about(self) -> None:
         QMessageBox.about(

@@ -3,21 +3,26 @@ the tabs of the steps, a free folder name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
     QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
+    QProxyStyle,
     QPushButton,
     QScrollArea,
     QSplitter,
+    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -216,6 +221,44 @@ class StepTabs(QTabWidget):
         page = self.widget(self.currentIndex())
         assert page is not None, "the steps have pages"
         return page
+
+
+FOCUS_COLOR = QColor("#1a73e8")
+
+
+class FocusRingStyle(QProxyStyle):
+    """The platform's style with a blue ring around the push button that has the keyboard focus (some styles
+    draw none, or a dotted line that is hard to see)."""
+
+    def drawControl(self, element, option, painter, widget=None) -> None:
+        super().drawControl(element, option, painter, widget)
+        if element == QStyle.ControlElement.CE_PushButton and option.state & QStyle.StateFlag.State_HasFocus:
+            painter.save()
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+            painter.setPen(QPen(FOCUS_COLOR, 2))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.drawRoundedRect(option.rect.adjusted(1, 1, -1, -1), 3, 3)
+            painter.restore()
+
+
+def install_focus_ring() -> None:
+    """Give the application the focus ring (once)."""
+    app = QApplication.instance()
+    if isinstance(app, QApplication) and not isinstance(app.style(), FocusRingStyle):
+        app.setStyle(FocusRingStyle())
+
+
+def name_buttons(root: QWidget) -> None:
+    """Every button under ``root`` without an accessible name gets one: its tooltip where its text is a symbol
+    (…, ▲, ✕), else its text; a screen reader says what it does."""
+    for button in root.findChildren(QAbstractButton):
+        if button.accessibleName().strip():
+            continue
+        text = button.text().replace("&", "").strip()
+        if not any(ch.isalpha() for ch in text):
+            tip = QLabel(button.toolTip()).text() if button.toolTip() else ""
+            text = re.sub(r"<[^>]+>", "", tip).strip() or text
+        button.setAccessibleName(text)
 
 
 def free_folder(path: Path) -> Path:
