@@ -22,7 +22,7 @@ from ..core import (
     demo_suites,
     ensure_demo,
 )
-from ..paths import outputs_dir
+from ..paths import outputs_dir, visible_folder
 from . import ecosystem
 from .analysis.chart_saver import ChartSaver
 from .analysis.panel import AnalysisPanel
@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
+        self._titled: tuple | None = None  # the sources the title was given for (the demo, a recipe)
 
         self.message = MessageBar()
         self.sources = SourcesPanel()
@@ -281,7 +282,8 @@ class MainWindow(QMainWindow):
         self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
-            self._default_folders(base.checkpoint.folder.parent, replace=False)
+            self._default_folders(visible_folder(base.checkpoint.folder.parent), replace=False)
+        self._follow_title()
         self.evaluate.set_session_models(
             base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
         )
@@ -289,6 +291,21 @@ class MainWindow(QMainWindow):
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
+
+    def set_title(self, title: str) -> None:
+        """A title for the sources shown now (the demo, a recipe's name); it gives way when they change."""
+        self.setWindowTitle(title)
+        self._titled = self._source_key()[:2]
+
+    def _follow_title(self) -> None:
+        if self._source_key()[:2] == self._titled:
+            return
+        names = self.sources.names
+        base = self.sources.base
+        if not names or base is None:
+            self.setWindowTitle(TITLE)
+        else:
+            self.setWindowTitle(f"{', '.join(names)} on {base.name if base.name != 'base' else Path(base.spec).name}")
 
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
@@ -463,7 +480,7 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
-            self.setWindowTitle(DEMO_TITLE)  # set_sources gave back the plain title
+            self.set_title(DEMO_TITLE)
             log.info("the built-in demo is a toy (156k parameters, instant); %s", REAL_RESULTS)
             try:
                 suites = [str(p) for p in demo_suites(Path(base).parent, agents)] or None

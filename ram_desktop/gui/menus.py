@@ -9,13 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QUrl
+from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QTextBrowser, QVBoxLayout
 
 from .. import __version__
 from ..core import InputError
+from ..paths import visible_folder
 from . import ecosystem
+from .analysis.panel import reading_the_charts
 from .compute.dialog import about_lines
 from .method.session_form import load_session, write_from_recipe
 
@@ -101,7 +103,10 @@ class Menus(QObject):
         self.compute_action = _action("&Compute…", w, lambda: w.compute.open_page())
         self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
         settings_menu.addAction(self.compute_action)
-        help_menu = w.menuBar().addMenu("&Help")
+        self.help_menu = help_menu = w.menuBar().addMenu("&Help")
+        help_menu.addAction(
+            _action("&Reading the charts", w, self.reading_the_charts, QKeySequence.StandardKey.HelpContents)
+        )
         help_menu.addAction(
             _action("The RAM paper (arXiv 2601.13572)", w, lambda: QDesktopServices.openUrl(QUrl(PAPER_URL)))
         )
@@ -121,6 +126,19 @@ class Menus(QObject):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
         self.cancel_action.setEnabled(busy)
+
+    def reading_the_charts(self) -> QDialog:
+        """A window beside the main one that explains every analysis chart (from the chart registry)."""
+        dialog = QDialog(self.window)
+        dialog.setWindowTitle("Reading the charts")
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        text = QTextBrowser()
+        text.setHtml(reading_the_charts())
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(text)
+        dialog.resize(560, 620)
+        dialog.show()
+        return dialog
 
     def _about(self) -> None:
         QMessageBox.about(
@@ -166,7 +184,7 @@ class Menus(QObject):
                 w.show_error(str(e))
             return False
         self._used(path)
-        w.setWindowTitle(Path(path).name)  # Qt appends " — RAM Desktop"
+        w.set_title(Path(path).name)  # Qt appends " — RAM Desktop"
         log.info("opened recipe %s", path)
         return True
 
@@ -191,9 +209,16 @@ class Menus(QObject):
         if path:
             self.open_recipe(Path(path))
 
+    def save_folder(self) -> str:
+        """Where the Save and Export dialogs start: the last recipe's folder or the last folder browsed, where
+        visible; else Documents/RAM Desktop (never a hidden cache folder a mergekit import came from)."""
+        folder = self.recipe_path.parent if self.recipe_path else Path(self.window.sources.browse_dir)
+        return str(visible_folder(folder))
+
     def save_recipe_dialog(self) -> None:
         w = self.window
-        start = str(self.recipe_path) if self.recipe_path else str(Path(w.sources.browse_dir) / "ram-recipe.yaml")
+        name = self.recipe_path.name if self.recipe_path else "ram-recipe.yaml"
+        start = str(Path(self.save_folder()) / name)
         path, _ = QFileDialog.getSaveFileName(w, "Save recipe", start, "RAM recipes (*.yaml *.yml)")
         if path:
             self.save_recipe(Path(path))
@@ -203,7 +228,7 @@ class Menus(QObject):
         if w.report is None:
             w.show_error("run the analysis first: there are no charts to export yet")
             return
-        folder = QFileDialog.getExistingDirectory(w, "Export charts into", w.sources.browse_dir)
+        folder = QFileDialog.getExistingDirectory(w, "Export charts into", self.save_folder())
         if folder:
             names = w.export_charts(Path(folder))
             log.info("charts saved into %s: %s", folder, ", ".join(names))

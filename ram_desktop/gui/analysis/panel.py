@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class Chart:
     make: Callable[[], QWidget]
     overview: bool = False
     picture: Callable[[Any], QWidget] = lambda widget: widget
+    explain: str = ""  # how to read it, for Help ▸ Reading the charts (beyond the tip)
 
 
 # The analysis charts, in tab order: the one list the panel and the chart saver read. Adding a chart is one
@@ -78,6 +80,7 @@ CHARTS: tuple[Chart, ...] = (
         "Share of all elements each agent changes; dark = only this agent changes it",
         DensityChart,
         overview=True,
+        explain="Each bar is one agent. Its height is the share of all the model's numbers that the agent's training changed by more than ε. The dark part is what only this agent changed; the light part is changed by at least one other agent too. RAM keeps the dark part whole and averages the light part.",
     ),
     Chart(
         "overlap",
@@ -87,6 +90,7 @@ CHARTS: tuple[Chart, ...] = (
         "and how many it shares with 1, 2 ... other agents",
         OverlapPies,
         overview=True,
+        explain="One pie per agent: of the numbers it changed, the slice no other agent touched (unique), the slice one other agent also changed, two others, and so on.",
     ),
     Chart(
         "heatmap",
@@ -95,6 +99,7 @@ CHARTS: tuple[Chart, ...] = (
         "Where each agent learned: a layer × module heat map per agent of density or unique share; "
         "hover a cell for its numbers",
         ModuleHeatmaps,
+        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A darker cell: the agent changed more of that module in that layer. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
     ),
     Chart(
         "tensors",
@@ -102,6 +107,7 @@ CHARTS: tuple[Chart, ...] = (
         "Tensors",
         "Every tensor with density and unique share per agent; sortable, filterable",
         TensorTable,
+        explain="One row per weight tensor: its layer, module, size and, for each agent, the share it changed and the share of that which is unique. Click a header to sort; type in the filter box to narrow by name; hover a name for the whole of it; drag the column's edge to widen it.",
     ),
     Chart(
         "intersections",
@@ -109,6 +115,7 @@ CHARTS: tuple[Chart, ...] = (
         "Sets",
         "Which sets of agents update the same elements (UpSet-style)",
         IntersectionChart,
+        explain="Each bar counts the numbers changed by exactly the set of agents marked by the dots below it. A coloured bar: one agent alone (its unique changes); grey: shared.",
     ),
     Chart(
         "pairs",
@@ -116,6 +123,7 @@ CHARTS: tuple[Chart, ...] = (
         "Signs",
         "For every pair of agents: elements both update, and how many agree in sign",
         PairsChart,
+        explain="For each pair of agents, the numbers both changed: green where they moved the same way, red where they moved opposite ways. Mostly green: averaging the shared changes loses little.",
     ),
     Chart(
         "ulps", "ulps", "Ulps", "How large each agent's updates are, in ulps of the base value's dtype", UlpHistogram
@@ -126,6 +134,10 @@ CHARTS: tuple[Chart, ...] = (
         "Would keep",
         "Before merging: the share of each agent's updates each method keeps; follows the method form as you change it",
         WouldKeepChart,
+        explain="For each method, the share of each agent's change that the merged model carries. The method "
+        "chosen in section 3 is highlighted, with its values as you type them (per-agent values too); a method "
+        "whose share cannot be worked out before merging says why under the chart. Light bars marked ≈ are "
+        "estimates.",
     ),
     Chart(
         "layers",
@@ -135,8 +147,19 @@ CHARTS: tuple[Chart, ...] = (
         LayerDensityChart,
         overview=True,
         picture=lambda chart: chart.graphics,
+        explain="The share each agent changed, per layer (or per module kind), one line per agent.",
     ),
 )
+
+
+def reading_the_charts() -> str:
+    """Help ▸ Reading the charts: every chart of the registry, what it shows and how to read it (HTML)."""
+    parts = ["<h2>Reading the charts</h2><p>Every agent keeps one colour in every chart and table.</p>"]
+    for chart in CHARTS:
+        parts.append(f"<h3>{html.escape(chart.title)}</h3><p>{html.escape(chart.tip)}.</p>")
+        if chart.explain:
+            parts.append(f"<p>{html.escape(chart.explain)}</p>")
+    return "".join(parts)
 
 
 @runtime_checkable
