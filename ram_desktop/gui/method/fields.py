@@ -90,7 +90,7 @@ class SettingEdit(QWidget):
         line.addWidget(self.edit, 1)
         line.addWidget(self.filters)
         layout.addLayout(line)
-        self.plot, self.curve = gradient_plot(f"gradient_{param.name}")
+        self.plot, self.curve = gradient_plot(f"gradient_{param.name}", 110)
         layout.addWidget(self.plot)
         self._edited(text)
 
