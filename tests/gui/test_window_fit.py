@@ -22,7 +22,12 @@ def _not_crushed(widget) -> None:
     for child in widget.findChildren(QLineEdit) + widget.findChildren(QAbstractButton):
         inner = isinstance(child.parent(), (QAbstractSpinBox, QComboBox))  # a spin box's own edit
         if child.isVisibleTo(widget) and not inner:
-            assert child.height() >= child.minimumSizeHint().height(), (child.objectName(), child.height())
+            assert child.height() >= child.minimumSizeHint().height(), (
+                child.objectName(),
+                type(child.parent()).__name__,
+                child.text(),
+                child.height(),
+            )
 
 
 def test_della_with_three_agents_fits_1360x860_without_crushing(qtbot, window, demo_models):
@@ -45,7 +50,7 @@ def test_minimum_size_fits_a_1366x768_laptop_with_every_method(qtbot, window, de
         window.method.method.setCurrentIndex(i)
         _fits(window)
     window.resize(*LAPTOP)
-    qtbot.wait(50)
+    qtbot.wait(200)  # the form's rows settle over a few turns of the event loop
     _not_crushed(window.method)
 
 

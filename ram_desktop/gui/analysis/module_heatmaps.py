@@ -42,7 +42,7 @@ class ModuleHeatmaps(QWidget):
         row.addStretch(1)
         layout.addLayout(row)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(200)
+        self.graphics.setMinimumHeight(120)  # the Analysis page fits a 1366×768 window
         layout.addWidget(self.graphics, 1)
         self.readout = QLabel("Hover a cell to read its numbers.")
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -70,16 +71,18 @@ class MethodPanel(QWidget):
         self.problem.setWordWrap(True)
         self.problem.setObjectName("method_problem")
         self.problem.setStyleSheet("color: #b3261e;")
-        self.problem.hide()
         self.fix_button = QPushButton()
         self.fix_button.setObjectName("method_fix")
         self.fix_button.hide()
         self.fix_button.clicked.connect(self._fix)
         self._keep: list[str] = []
-        problem_row = QHBoxLayout()
-        problem_row.addWidget(self.problem, 1)
-        problem_row.addWidget(self.fix_button, 0)
-        self.form.addRow("", problem_row)
+        self.problem_box = QWidget()
+        problem_rows = QVBoxLayout(self.problem_box)
+        problem_rows.setContentsMargins(0, 0, 0, 0)
+        problem_rows.addWidget(self.problem)
+        problem_rows.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.problem_box.hide()
+        self.form.addRow("", self.problem_box)
         self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
         self._agent_names: list[str] = []
@@ -241,6 +244,7 @@ class MethodPanel(QWidget):
         first = found[0][1] if found else None
         self.problem.setText(first or "")
         self.problem.setVisible(first is not None)
+        self.problem_box.setVisible(first is not None)
         fixable = bool(found) and found[0][0] is self.method and bool(self._keep)
         self.fix_button.setText(f"Keep {' and '.join(self._keep)} only" if fixable else "")
         self.fix_button.setVisible(fixable)
