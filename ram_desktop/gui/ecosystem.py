@@ -64,7 +64,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         window.show_error(str(e))  # and into the log, once
         return False
     window.apply_session(session)
-    window.set_title(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
+    window.title.set(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
     for warning in imported.warnings:
         log.warning("%s", warning)
     if imported.warnings:

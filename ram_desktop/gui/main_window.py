@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QAbstractItemView, QMainWindow, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -32,6 +32,7 @@ from .evaluate.panel import EvaluatePanel, ModelEntry
 from .evaluate.run_bar import duration
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
+from .method.advice import window_words
 from .method.panel import MethodPanel
 from .method.session_form import (
     NotReplaceable,
@@ -48,10 +49,10 @@ from .sources.panel import SourcesPanel
 from .widgets.common import (
     MessageBar,
     StepTabs,
+    WindowTitle,
     free_folder,
     group,
-    install_focus_ring,
-    name_buttons,
+    keyboard_friendly,
     scrolled,
     splitter,
 )
@@ -69,24 +70,6 @@ REAL_RESULTS = (
 )
 
 
-# the engine's advice in command-line words -> (the window's words, the button that does it: label, method
-# panel setter, value)
-FLAG_ADVICE = {
-    "pass --vocab common (recipe: 'vocab: common')": (
-        "choose Vocabulary: common rows (section 3)",
-        ("Use common vocabulary", "set_vocab", "common"),
-    ),
-}
-
-
-def window_words(text: str) -> tuple[str, tuple[str, str, str] | None]:
-    """``text`` with command-line advice in the window's words, and the fix it offers (None: none)."""
-    for flag, (words, fix) in FLAG_ADVICE.items():
-        if flag in text:
-            return text.replace(flag, words), fix
-    return text, None
-
-
 class MainWindow(QMainWindow):
     """Signals for tests and ``--screenshot``: ``analysis_finished(ok)``, ``merge_finished(status)`` with
     status "done", "cancelled" or "failed"."""
@@ -102,7 +85,6 @@ class MainWindow(QMainWindow):
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
-        self._titled: tuple | None = None  # the sources the title was given for (the demo, a recipe)
 
         self.message = MessageBar()
         self.sources = SourcesPanel()
@@ -123,8 +105,8 @@ class MainWindow(QMainWindow):
         self.progress, self.progress_label, self.log_view = rb.progress, rb.progress_label, rb.log_view
         self.result_text, self.publish_button = res.result_text, res.publish_button
         self.open_folder_button, self.evaluate_result_button = res.open_folder_button, res.evaluate_result_button
-        install_focus_ring()
         self._lay_out()
+        self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
         self.menus = Menus(self)
         self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
@@ -132,16 +114,13 @@ class MainWindow(QMainWindow):
         self.log_bridge.record.connect(self.run_box.append_log)
         self.log_bridge.install()
         self._connect()
-        for view in self.findChildren(QAbstractItemView):
-            view.setTabKeyNavigation(False)  # one Tab stop per table; the arrows move inside it
-        name_buttons(self)
+        keyboard_friendly(self)
         restore_window(self)
         self.evaluate.set_device(self.method.device.currentData())
         self._update_actions()
 
     def _lay_out(self) -> None:
-        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each; every part of the
-        # window scrolls where the screen is too small for it, so the window fits a 1366×768 laptop
+        # Analysis, Evaluate and Compare share the large pane; every part scrolls on a small (1366×768) screen
         self.steps = StepTabs()
         self.steps.add_page(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
         self.steps.add_page(self.evaluate, "6 · Evaluate")
@@ -226,13 +205,9 @@ class MainWindow(QMainWindow):
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
-        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already.
-        Where the engine names a command-line flag, the bar names the window's control and offers to set it."""
-        text, fix = window_words(text)
-        self.message.show_message(kind, text)
-        if fix is not None:
-            label, control, value = fix
-            self.message.offer(label, partial(getattr(self.method, control), value))
+        """``text`` in the bar at the top (its flags in the window's words, their fix offered) and in the log."""
+        text, fix = window_words(text, self.method)
+        self.message.show_message(kind, text, fix)
         self.run_box.log_once(kind, text)
         if kind == "error":
             self.statusBar().showMessage("Error — see the message at the top", 8000)
@@ -283,7 +258,7 @@ class MainWindow(QMainWindow):
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
             self._default_folders(visible_folder(base.checkpoint.folder.parent), replace=False)
-        self._follow_title()
+        self.title.follow()
         self.evaluate.set_session_models(
             base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
         )
@@ -291,21 +266,6 @@ class MainWindow(QMainWindow):
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
-
-    def set_title(self, title: str) -> None:
-        """A title for the sources shown now (the demo, a recipe's name); it gives way when they change."""
-        self.setWindowTitle(title)
-        self._titled = self._source_key()[:2]
-
-    def _follow_title(self) -> None:
-        if self._source_key()[:2] == self._titled:
-            return
-        names = self.sources.names
-        base = self.sources.base
-        if not names or base is None:
-            self.setWindowTitle(TITLE)
-        else:
-            self.setWindowTitle(f"{', '.join(names)} on {base.name if base.name != 'base' else Path(base.spec).name}")
 
     def _default_folders(self, parent: Path, replace: bool) -> None:
         """The merge's and the comparison's output folders in ``parent`` where none is chosen (always: ``replace``)."""
@@ -388,14 +348,8 @@ class MainWindow(QMainWindow):
         if problem is not None:
             self.show_error(problem)
             return None
-        bad = self.method.first_problem() if action == "Merge" else None  # said in section 3 as it was typed
-        if bad is not None:
-            widget, text = bad
-            self.show_error(text)
-            if self.method.fix_button.isVisible():
-                self.message.offer(self.method.fix_button.text(), self.method.fix_button.click)
-            widget.setFocus()
-            return None
+        if action == "Merge" and self.method.refused(self.show_error, self.message.offer):
+            return None  # said in section 3 as it was typed; now in the bar too, with its fix
         return self._checked_session()
 
     def analyse(self) -> None:
@@ -480,7 +434,7 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
-            self.set_title(DEMO_TITLE)
+            self.title.set(DEMO_TITLE)
             log.info("the built-in demo is a toy (156k parameters, instant); %s", REAL_RESULTS)
             try:
                 suites = [str(p) for p in demo_suites(Path(base).parent, agents)] or None

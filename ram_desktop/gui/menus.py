@@ -184,7 +184,7 @@ class Menus(QObject):
                 w.show_error(str(e))
             return False
         self._used(path)
-        w.set_title(Path(path).name)  # Qt appends " — RAM Desktop"
+        w.title.set(Path(path).name)  # Qt appends " — RAM Desktop"
         log.info("opened recipe %s", path)
         return True
 

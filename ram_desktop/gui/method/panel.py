@@ -3,6 +3,7 @@ registry appears here with its parameters, defaults, ranges and help without GUI
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +251,18 @@ class MethodPanel(QWidget):
         self.fix_button.setVisible(fixable)
         return first
 
-    def first_problem(self) -> tuple[QWidget, str] | None:
+    def refused(self, show: Callable[[str], None], offer: Callable[[str, Callable[[], None]], None]) -> bool:
+        """Before Merge: the form's first problem, if any, shown through ``show`` (with its fix through
+        ``offer``) and its field given the focus; False when there is none."""
         found = self.problems()
-        return found[0] if found else None
+        if not found:
+            return False
+        widget, text = found[0]
+        show(text)
+        if self.fix_button.isVisible():
+            offer(self.fix_button.text(), self.fix_button.click)
+        widget.setFocus()
+        return True
 
     def _fix(self) -> None:
         if self._keep:

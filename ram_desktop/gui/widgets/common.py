@@ -6,12 +6,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPainter, QPen
 from PySide6.QtWidgets import (
     QAbstractButton,
+    QAbstractItemView,
     QApplication,
     QFrame,
     QGroupBox,
@@ -126,7 +127,8 @@ class MessageBar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
 
-    def show_message(self, kind: str, text: str) -> None:
+    def show_message(self, kind: str, text: str, fix: tuple[str, Callable[[], None]] | None = None) -> None:
+        """``text`` as an error, warning or info; ``fix``: a button's label and what it does (see :meth:`offer`)."""
         bg, fg = self.STYLES[kind]
         self.kind = kind
         self.setStyleSheet(
@@ -141,6 +143,8 @@ class MessageBar(QWidget):
         self.details_button.setVisible(self.text.capped())
         self._action = None
         self.action_button.hide()
+        if fix is not None:
+            self.offer(*fix)
         self.show()
 
     def _show_details(self, shown: bool) -> None:
@@ -241,11 +245,15 @@ class FocusRingStyle(QProxyStyle):
             painter.restore()
 
 
-def install_focus_ring() -> None:
-    """Give the application the focus ring (once)."""
+def keyboard_friendly(root: QWidget) -> None:
+    """The application gets the focus ring (once); under ``root``, every table is one Tab stop (the arrow keys
+    move inside it) and every button has an accessible name (:func:`name_buttons`)."""
     app = QApplication.instance()
     if isinstance(app, QApplication) and not isinstance(app.style(), FocusRingStyle):
         app.setStyle(FocusRingStyle())
+    for view in root.findChildren(QAbstractItemView):
+        view.setTabKeyNavigation(False)
+    name_buttons(root)
 
 
 def name_buttons(root: QWidget) -> None:
@@ -259,6 +267,33 @@ def name_buttons(root: QWidget) -> None:
             tip = QLabel(button.toolTip()).text() if button.toolTip() else ""
             text = re.sub(r"<[^>]+>", "", tip).strip() or text
         button.setAccessibleName(text)
+
+
+class WindowTitle:
+    """The window's title: one given for the sources shown (the demo, a recipe's name) until they change,
+    then the agents and their base ("coder, tool on base"), or ``plain`` when there are none."""
+
+    def __init__(self, window: QWidget, plain: str, sources: Any) -> None:
+        self.window, self.plain, self.sources = window, plain, sources
+        self._given_for: tuple | None = None
+
+    def _key(self) -> tuple:
+        base = self.sources.base
+        return (base.spec if base else None, tuple(r.spec for r in self.sources.agents))
+
+    def set(self, title: str) -> None:
+        self.window.setWindowTitle(title)
+        self._given_for = self._key()
+
+    def follow(self) -> None:
+        """The sources changed: a title given for others gives way to their names."""
+        if self._key() == self._given_for:
+            return
+        base, names = self.sources.base, self.sources.names
+        if base is None or not names:
+            self.window.setWindowTitle(self.plain)
+        else:
+            self.window.setWindowTitle(f"{', '.join(names)} on {Path(base.spec.rstrip('/')).name}")
 
 
 def free_folder(path: Path) -> Path:
