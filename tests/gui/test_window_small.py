@@ -70,3 +70,15 @@ def test_help_reading_the_charts_explains_every_chart(qtbot, window):
         assert title in text
     assert "q, k, v, o" in text and "blank" in text.lower()
     dialog.close()
+
+
+def test_the_two_dtype_fields_say_which_is_which(qtbot, window, demo_models):
+    from PySide6.QtWidgets import QLabel
+
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents[:1])
+    window.method.set_method("slerp")
+    compute = window.method.findChild(QLabel, "label_dtype")
+    assert compute.text() == "Compute dtype"
+    output = window.method.form.labelForField(window.method.out_dtype)
+    assert output.text() == "Output dtype" and "saved" in output.toolTip()

@@ -30,6 +30,8 @@ DTYPE_LABELS = {
     "float16": "float16",
     "float32": "float32 (keeps RAM+ rescaling)",
 }
+# a parameter whose name alone would be mistaken for another field of the form
+PARAM_LABELS = {"dtype": "Compute dtype"}  # the method's arithmetic, not the saved weights (Output dtype)
 PARAMS_ROW = 3  # the form's rows: method, summary, the problem line, then the method's parameters
 VOCAB_LABELS = {
     "exact": "exact (refuse different vocabulary sizes)",
@@ -133,6 +135,9 @@ class MethodPanel(QWidget):
         self.form.addRow("Threshold ε", self.eps)
         self.form.addRow("Device", self.device)
         self.form.addRow("Output dtype", self.out_dtype)
+        self.form.labelForField(self.out_dtype).setToolTip(
+            "The dtype the merged weights are saved in (a method's Compute dtype is what it calculates in)"
+        )
         self.form.addRow("Vocabulary", self.vocab)
         self.form.addRow("Shard size", self.shard_size)
         self.form.addRow("Output folder", out_row)
@@ -181,7 +186,8 @@ class MethodPanel(QWidget):
             if p.per_agent and self._agent_defaults.get(p.name):
                 field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
-            label = QLabel(p.name)
+            label = QLabel(PARAM_LABELS.get(p.name, p.name))
+            label.setObjectName(f"label_{p.name}")
             label.setToolTip(field.widget.toolTip())
             self.form.insertRow(PARAMS_ROW + i, label, field.widget)
             self.fields[p.name] = field
