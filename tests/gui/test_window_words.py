@@ -90,3 +90,21 @@ def test_a_mergekit_file_opened_as_a_recipe_offers_the_import(qtbot, window, dem
     assert window.message.action_button.text() == "Import as mergekit YAML"
     qtbot.mouseClick(window.message.action_button, Qt.LeftButton)
     assert window.method.current.name.endswith("ties") and len(window.sources.agents) == 2
+
+
+def test_a_shape_mismatch_marks_the_agent_rejected(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    other = tmp_path / "other"
+    shutil.copytree(agents[1], other)
+    weights = other / "model.safetensors"
+    tensors = load_file(str(weights))
+    name = next(n for n in tensors if "mlp" in n and tensors[n].dim() == 2)
+    tensors[name] = tensors[name][:-1].contiguous()  # one row fewer: another architecture
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    load_sources(qtbot, window, base, [agents[0], other])
+    with qtbot.waitSignal(window.analysis_finished, timeout=30000):
+        qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
+    table = window.sources.table
+    assert table.item(2, 6).text() == "✗ rejected" and table.item(1, 6).text() == "✓ ready"
+    qtbot.mouseClick(window.merge_button, Qt.LeftButton)
+    assert not window.busy() and "agent 2 (other) blocks the merge" in window.message.text.text()

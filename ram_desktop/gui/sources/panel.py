@@ -155,7 +155,9 @@ class SourcesPanel(QWidget):
         for row in [self.base, *self.agents]:
             if row is not None:
                 ck = row.checkpoint
-                row.rejected = message if ck is not None and f"{ck.display}:" in message else None
+                # the engine names the source at fault as "<source>: …" or, for a shape, "… in <source> but …"
+                named = ck is not None and (f"{ck.display}:" in message or f" in {ck.display} but " in message)
+                row.rejected = message if named else None
         self._refresh()
 
     def set_base(self, spec: str) -> None:
