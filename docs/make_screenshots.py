@@ -10,7 +10,8 @@ Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.
 1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
 (``filters-dialog.png``) and Settings ▸ Compute on an H100 machine (``compute-dialog.png``). ``--eval-only``
 takes just Compare and Evaluate; ``--filters-only`` just the filters editor; ``--compute-only`` just the Compute
-page; ``--size 1360x860`` just one size. ``--real DIR`` instead opens the real model's base and three agents
+page; ``--window-only`` all but the scored Compare and Evaluate; ``--size 1360x860`` just one
+size (1366×768, a laptop, goes to ``docs/screenshots/1366x768/``). ``--real DIR`` instead opens the real model's base and three agents
 (``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
 merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
 """
@@ -41,7 +42,11 @@ def hover_cell(app, heatmap, agent: int, row: int, column: int) -> None:
     app.sendEvent(view.viewport(), event)
 
 
-SIZES = {(1360, 860): ROOT / "screenshots", (1920, 1080): ROOT / "screenshots" / "1920x1080"}
+SIZES = {
+    (1360, 860): ROOT / "screenshots",
+    (1366, 768): ROOT / "screenshots" / "1366x768",  # a laptop: the window must fit it
+    (1920, 1080): ROOT / "screenshots" / "1920x1080",
+}
 
 
 def save(window, path: Path) -> None:
@@ -78,7 +83,8 @@ def main() -> int:
         os.environ["RAM_DESKTOP_OUTPUTS"] = str(run / "RAM Desktop")  # the demo's merges, not in the home folder
         if "--eval-only" not in sys.argv:
             window_shots(app, (width, height), out, run)
-        evaluation_shots(app, (width, height), out, run)
+        if "--window-only" not in sys.argv:
+            evaluation_shots(app, (width, height), out, run)
         if (width, height) == (1360, 860) and "--eval-only" not in sys.argv:
             filters_shot(app, out, run)
             compute_shot(app, out, run)
@@ -123,6 +129,19 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
             widget.table.sortByColumn(5, Qt.DescendingOrder)
         shot(name)
     tabs.setCurrentIndex(0)
+    for name, page in (("5a-evaluate-tab", window.evaluate), ("6a-compare-tab", window.compare)):
+        window.steps.setCurrentWidget(page)
+        shot(name)
+    window.steps.setCurrentWidget(window.analysis)
+    window.method.set_method("della")  # three per-agent rows: the form scrolls, the window keeps its size
+    shot("3a-della-form")
+    window.method.set_method("slerp")  # one agent only: said in the form, with the fix
+    shot("3b-slerp-refused")
+    window.method.set_method("ram-plus")
+    dialog = window.menus.reading_the_charts()
+    wait_until(lambda: False, 0.3, app)
+    save(dialog, out / "help-reading-the-charts.png")
+    dialog.close()
 
     window.chunk_elements = 256  # slow the tiny demo merge down so that it can be photographed
     window.method.set_out_dtype("float32")

@@ -143,6 +143,17 @@ def outputs_dir(create: bool = False) -> Path:
     return _ready((documents if documents.is_dir() else Path.home()) / APP_NAME, create)
 
 
+def visible_folder(folder: Path) -> Path:
+    """``folder`` where a file manager shows it, else :func:`outputs_dir`: never a hidden folder (one whose
+    path has a name starting with ".", such as ~/.cache) nor a cache (a model downloaded from the Hub)."""
+    resolved = Path(folder).expanduser().resolve()
+    caches = (cache_root().expanduser().resolve(), user_cache_dir().resolve())
+    hidden = any(part.startswith(".") for part in resolved.parts)
+    if hidden or any(resolved == c or c in resolved.parents for c in caches):
+        return outputs_dir()
+    return Path(folder)
+
+
 def cache_root() -> Path:
     """The root of every cache: ``$RAM_DESKTOP_CACHE`` when set (as given), else :func:`user_cache_dir`."""
     override = os.environ.get("RAM_DESKTOP_CACHE")

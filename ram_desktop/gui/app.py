@@ -123,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def shoot(ok: bool) -> None:
             if not ok:
-                message = window.message.text.text() or "the analysis did not finish"
+                message = window.message.text.text().removeprefix("Error: ") or "the analysis did not finish"
                 print(f"error: {message}", file=sys.stderr)
                 status["code"] = 2
                 app.quit()
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     window.show()
     if args.recipe:
         if not window.open_recipe(args.recipe) and args.screenshot:
-            print(f"error: {window.message.text.text()}", file=sys.stderr)
+            print(f"error: {window.message.text.text().removeprefix('Error: ')}", file=sys.stderr)
             return 2
     elif args.demo:
         window.load_demo()

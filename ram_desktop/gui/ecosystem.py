@@ -61,11 +61,10 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         refuse_slices(session, path)
         session.resolved_params()  # validated whole before any widget changes
     except InputError as e:
-        window.show_error(str(e))
-        log.error(str(e))
+        window.show_error(str(e))  # and into the log, once
         return False
     window.apply_session(session)
-    window.setWindowTitle(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
+    window.title.set(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
     for warning in imported.warnings:
         log.warning("%s", warning)
     if imported.warnings:
@@ -82,7 +81,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
 
 
 def export_mergekit_dialog(window: MainWindow) -> None:
-    start = str(Path(window.sources.browse_dir) / "mergekit.yaml")
+    start = str(Path(window.menus.save_folder()) / "mergekit.yaml")
     path, _ = QFileDialog.getSaveFileName(window, "Export mergekit YAML", start, YAML_FILTER)
     if path:
         export_mergekit(window, Path(path))

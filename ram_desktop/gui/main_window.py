@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -23,7 +23,7 @@ from ..core import (
     ensure_demo,
 )
 from ..core.storage.output import NotReplaceable, free_folder
-from ..paths import outputs_dir
+from ..paths import outputs_dir, visible_folder
 from . import ecosystem
 from .analysis.chart_saver import ChartSaver
 from .analysis.panel import AnalysisPanel
@@ -34,6 +34,7 @@ from .evaluate.run_bar import duration
 from .evaluate.search_panel import SearchPanel
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
+from .method.advice import window_words
 from .method.panel import MethodPanel
 from .method.session_form import (
     checked_session,
@@ -46,7 +47,15 @@ from .method.session_form import (
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .sources.panel import SourcesPanel
-from .widgets.common import MessageBar, group, splitter
+from .widgets.common import (
+    MessageBar,
+    StepTabs,
+    WindowTitle,
+    group,
+    keyboard_friendly,
+    scrolled,
+    splitter,
+)
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 
@@ -98,6 +107,7 @@ class MainWindow(QMainWindow):
         self.result_text, self.publish_button = res.result_text, res.publish_button
         self.open_folder_button, self.evaluate_result_button = res.open_folder_button, res.evaluate_result_button
         self._lay_out()
+        self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
         self.menus = Menus(self)
         self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
@@ -105,21 +115,22 @@ class MainWindow(QMainWindow):
         self.log_bridge.record.connect(self.run_box.append_log)
         self.log_bridge.install()
         self._connect()
+        keyboard_friendly(self)
         restore_window(self)
         self.evaluate.set_device(self.method.device.currentData())
         self._update_actions()
 
     def _lay_out(self) -> None:
-        # Analysis, Evaluate (after Merge) and Compare share the large pane, one tab each
-        self.steps = QTabWidget()
-        self.steps.addTab(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
-        self.steps.addTab(self.evaluate, "6 · Evaluate")
-        self.steps.addTab(self.compare, "7 · Compare")
-        self.steps.addTab(self.search, "8 · Search")
+        # Analysis, Evaluate and Compare share the large pane; every part scrolls on a small (1366×768) screen
+        self.steps = StepTabs()
+        self.steps.add_page(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
+        self.steps.add_page(self.evaluate, "6 · Evaluate")
+        self.steps.add_page(self.compare, "7 · Compare")
+        self.steps.add_page(self.search, "8 · Search")
         self.left_splitter = splitter(
             Qt.Orientation.Vertical,
-            (group("1 · Sources — base model and agents", self.sources), 1),
-            (group("3 · Method and output", self.method), 0),
+            (scrolled(group("1 · Sources — base model and agents", self.sources), keep_height=True), 0),
+            (scrolled(group("3 · Method and output", self.method)), 1),
         )
         self.right_splitter = splitter(
             Qt.Orientation.Vertical,
@@ -153,6 +164,7 @@ class MainWindow(QMainWindow):
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
         self.method.changed.connect(self._method_changed)
+        self.method.keep_agents.connect(self.sources.keep_only)
         self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
         self.method.device.currentIndexChanged.connect(self._device_changed)
         self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
@@ -194,8 +206,9 @@ class MainWindow(QMainWindow):
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
     def notify(self, kind: str, text: str) -> None:
-        """``text`` in the bar at the top (error, warning, info), and in the log unless it is there already."""
-        self.message.show_message(kind, text)
+        """``text`` in the bar at the top (its flags in the window's words, their fix offered) and in the log."""
+        text, fix = window_words(text, self.method)
+        self.message.show_message(kind, text, fix)
         self.run_box.log_once(kind, text)
         if kind == "error":
             self.statusBar().showMessage("Error — see the message at the top", 8000)
@@ -245,7 +258,8 @@ class MainWindow(QMainWindow):
         self.method.set_agent_names(self.sources.names)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
-            self._default_folders(base.checkpoint.folder.parent, replace=False)
+            self._default_folders(visible_folder(base.checkpoint.folder.parent), replace=False)
+        self.title.follow()
         self.evaluate.set_session_models(
             base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
         )
@@ -336,6 +350,8 @@ class MainWindow(QMainWindow):
         if problem is not None:
             self.show_error(problem)
             return None
+        if action == "Merge" and self.method.refused(self.show_error, self.message.offer):
+            return None  # said in section 3 as it was typed; now in the bar too, with its fix
         return self._checked_session()
 
     def analyse(self) -> None:
@@ -420,7 +436,7 @@ class MainWindow(QMainWindow):
         def loaded(paths) -> None:
             base, agents = paths
             self.set_sources(str(base), [str(a) for a in agents], None)
-            self.setWindowTitle(DEMO_TITLE)  # set_sources gave back the plain title
+            self.title.set(DEMO_TITLE)
             log.info("the built-in demo is a toy (156k parameters, instant); %s", REAL_RESULTS)
             try:
                 suites = [str(p) for p in demo_suites(Path(base).parent, agents)] or None

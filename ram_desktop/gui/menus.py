@@ -9,13 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QUrl
+from PySide6.QtCore import QObject, Qt, QUrl
 from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
-from PySide6.QtWidgets import QFileDialog, QMessageBox
+from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QTextBrowser, QVBoxLayout
 
 from .. import __version__
 from ..core import InputError
+from ..paths import visible_folder
 from . import ecosystem
+from .analysis.panel import reading_the_charts
 from .compute.dialog import about_lines
 from .method.session_form import load_session, write_from_recipe
 
@@ -36,6 +38,17 @@ def _action(
         action.setShortcut(shortcut)
     action.triggered.connect(triggered)
     return action
+
+
+def is_mergekit_config(path: Path) -> bool:
+    """``path`` reads as a mergekit configuration (a mapping with ``merge_method``)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "merge_method" in data
 
 
 class Menus(QObject):
@@ -70,11 +83,30 @@ class Menus(QObject):
         file_menu.addAction(self.demo_action)
         file_menu.addSeparator()
         file_menu.addAction(quit_action)
+        # the run's buttons by keyboard (the button's own state decides whether it runs)
+        self.run_menu = w.menuBar().addMenu("&Run")
+        for text, key, button in (
+            ("&Analyze", "F5", w.analyse_button),
+            ("&Merge", "Ctrl+M", w.merge_button),
+            ("&Evaluate", "Ctrl+E", w.evaluate.run.start_button),
+            ("&Cancel", "Esc", w.cancel_button),
+        ):
+            action = QAction(text, w)
+            action.setShortcut(QKeySequence(key))
+            action.triggered.connect(lambda _=False, b=button: b.click() if b.isEnabled() else None)
+            self.run_menu.addAction(action)
+            keys = QKeySequence(key).toString(QKeySequence.SequenceFormat.NativeText)
+            button.setToolTip(f"{button.toolTip()} ({keys})")
+        self.cancel_action = self.run_menu.actions()[-1]
+        self.cancel_action.setEnabled(False)  # Esc reaches editors and dialogs unless a job runs
         settings_menu = w.menuBar().addMenu("&Settings")
         self.compute_action = _action("&Compute…", w, lambda: w.compute.open_page())
         self.compute_action.setToolTip("Detect the GPU and fetch the torch build that uses it (docs/compute.md)")
         settings_menu.addAction(self.compute_action)
-        help_menu = w.menuBar().addMenu("&Help")
+        self.help_menu = help_menu = w.menuBar().addMenu("&Help")
+        help_menu.addAction(
+            _action("&Reading the charts", w, self.reading_the_charts, QKeySequence.StandardKey.HelpContents)
+        )
         help_menu.addAction(
             _action("The RAM paper (arXiv 2601.13572)", w, lambda: QDesktopServices.openUrl(QUrl(PAPER_URL)))
         )
@@ -93,6 +125,20 @@ class Menus(QObject):
         ):
             action.setEnabled(not busy)
         self.recent_menu.setEnabled(not busy and bool(self.recent_recipes()))
+        self.cancel_action.setEnabled(busy)
+
+    def reading_the_charts(self) -> QDialog:
+        """A window beside the main one that explains every analysis chart (from the chart registry)."""
+        dialog = QDialog(self.window)
+        dialog.setWindowTitle("Reading the charts")
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        text = QTextBrowser()
+        text.setHtml(reading_the_charts())
+        layout = QVBoxLayout(dialog)
+        layout.addWidget(text)
+        dialog.resize(560, 620)
+        dialog.show()
+        return dialog
 
     def _about(self) -> None:
         QMessageBox.about(
@@ -131,11 +177,14 @@ class Menus(QObject):
         try:
             w.apply_session(load_session(path))
         except InputError as e:
-            w.show_error(str(e))
-            log.error(str(e))
+            if is_mergekit_config(Path(path)):
+                w.show_error(f"{path} is a mergekit configuration, not a RAM Desktop recipe")
+                w.message.offer("Import as mergekit YAML", lambda: ecosystem.import_mergekit(w, Path(path)))
+            else:
+                w.show_error(str(e))
             return False
         self._used(path)
-        w.setWindowTitle(Path(path).name)  # Qt appends " — RAM Desktop"
+        w.title.set(Path(path).name)  # Qt appends " — RAM Desktop"
         log.info("opened recipe %s", path)
         return True
 
@@ -160,9 +209,16 @@ class Menus(QObject):
         if path:
             self.open_recipe(Path(path))
 
+    def save_folder(self) -> str:
+        """Where the Save and Export dialogs start: the last recipe's folder or the last folder browsed, where
+        visible; else Documents/RAM Desktop (never a hidden cache folder a mergekit import came from)."""
+        folder = self.recipe_path.parent if self.recipe_path else Path(self.window.sources.browse_dir)
+        return str(visible_folder(folder))
+
     def save_recipe_dialog(self) -> None:
         w = self.window
-        start = str(self.recipe_path) if self.recipe_path else str(Path(w.sources.browse_dir) / "ram-recipe.yaml")
+        name = self.recipe_path.name if self.recipe_path else "ram-recipe.yaml"
+        start = str(Path(self.save_folder()) / name)
         path, _ = QFileDialog.getSaveFileName(w, "Save recipe", start, "RAM recipes (*.yaml *.yml)")
         if path:
             self.save_recipe(Path(path))
@@ -172,7 +228,7 @@ class Menus(QObject):
         if w.report is None:
             w.show_error("run the analysis first: there are no charts to export yet")
             return
-        folder = QFileDialog.getExistingDirectory(w, "Export charts into", w.sources.browse_dir)
+        folder = QFileDialog.getExistingDirectory(w, "Export charts into", self.save_folder())
         if folder:
             names = w.export_charts(Path(folder))
             log.info("charts saved into %s: %s", folder, ", ".join(names))

@@ -79,5 +79,6 @@ METHODS = (
             ),
             citation="Arcee AI, *Arcee Fusion* (mergekit, arXiv 2403.13257)",
         ),
+        agents=(1, 1),
     ),
 )

@@ -221,6 +221,7 @@ class MergeMethod:
     analysis: Analysis = field(default_factory=Analysis)
     interop: Interop = field(default_factory=Interop)
     short: str = ""
+    agents: tuple[int, int | None] = (1, None)  # how many agents it merges: at least, at most (None: any)
 
     @property
     def short_label(self) -> str:

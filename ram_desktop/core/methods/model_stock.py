@@ -128,5 +128,6 @@ METHODS = (
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="Jang et al., *Model Stock: All we need is just a few fine-tuned models*, ECCV 2024, arXiv 2403.19522",
         ),
+        agents=(2, None),
     ),
 )

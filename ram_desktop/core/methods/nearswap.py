@@ -49,5 +49,6 @@ METHODS = (
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="alchemonaut, *QuartetAnemoi-70B-t0.0001* (Hugging Face model card), implemented in mergekit",
         ),
+        agents=(1, 1),
     ),
 )

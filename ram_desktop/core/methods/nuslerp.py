@@ -95,5 +95,6 @@ METHODS = (
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="Goddard et al., *Arcee's MergeKit: A Toolkit for Merging Large Language Models*, arXiv 2403.13257",
         ),
+        agents=(2, 2),
     ),
 )

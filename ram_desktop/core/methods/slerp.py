@@ -182,5 +182,6 @@ METHODS = (
             citation="Shoemake, *Animating rotation with quaternion curves*, SIGGRAPH 1985 (as applied to model weights "
             "by mergekit: Goddard et al., *Arcee's MergeKit*, arXiv 2403.13257)",
         ),
+        agents=(1, 1),
     ),
 )

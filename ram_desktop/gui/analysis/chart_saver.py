@@ -18,8 +18,6 @@ from .charts import export_png
 from .panel import AnalysisPanel
 
 log = logging.getLogger("ram_desktop")
-VIEWS = ("density", "overlap", "layers", "heatmap", "tensors", "intersections", "pairs", "ulps", "would-keep")
-OVERVIEW = {"density", "overlap", "layers"}  # drawn ahead, so saving them never stalls the window
 
 
 class ChartSaver(QObject):
@@ -40,21 +38,10 @@ class ChartSaver(QObject):
         a = self.analysis
         if a.report is None:
             return []
-        widgets = (
-            a.density,
-            a.overlap,
-            a.layers.graphics,
-            a.heatmap,
-            a.tensors,
-            a.intersections,
-            a.pairs,
-            a.ulps,
-            a.would_keep,
-        )
         return [
-            (Path(folder) / f"{name}.png", widget)
-            for name, widget in zip(VIEWS, widgets)
-            if every_view or name in OVERVIEW
+            (Path(folder) / f"{chart.name}.png", chart.picture(getattr(a, chart.attr)))
+            for chart in a.registry
+            if every_view or chart.overview  # the overview is drawn ahead: saving it never stalls the window
         ]
 
     def queue(self, folder: Path) -> None:

@@ -166,6 +166,14 @@ class PieItem(pg.GraphicsObject):
         return QRectF(-1, -1, 2, 2)
 
 
+def tick_font(pixels: int = 11) -> QFont:
+    """The application's font at ``pixels`` pixels: axis ticks stay readable (at least 10 px) whatever the
+    screen's dpi."""
+    font = QFont()
+    font.setPixelSize(pixels)
+    return font
+
+
 def small_font(points: int) -> QFont:
     """The application's font at ``points`` size (a font built from an empty family name crashes
     axis painting with PySide6 6.11 and earlier)."""

@@ -25,7 +25,7 @@ from .charts import (
     legend_below,
     percent,
     shade,
-    small_font,
+    tick_font,
 )
 
 # _lazy: the inspection charts build their pyqtgraph plots with the first report, not with the window:
@@ -271,7 +271,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         unit = f"{dtype} ulps" if dtype else "ulps of the stored dtype"
         _label(plot, "title", f"How large the updates are: |τ| in {unit} of the base value", size="10pt")
         _label(plot, "left", "share of the agent's updates", units="%")
-        _label(plot, "bottom", f"{unit}: each bar from its value to just under twice it (every 8th row counted)")
+        _label(plot, "bottom", f"{unit}: each bar from its value to just under twice it (from a sample of each tensor)")
         self.setToolTip(
             "An update of one or two ulps rescaled by λ ≈ 1.1 rounds back to the same value in that dtype: "
             "RAM+'s rescale survives only in a finer output dtype (float32)"
@@ -310,6 +310,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         self.method = defaults.METHOD
         self.params: dict = {}
         self.values: dict[str, list[float | None]] = {}
+        self.note = ""  # what the chart cannot show, in plain words (under the chart)
 
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
@@ -343,6 +344,21 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
     def showEvent(self, event) -> None:
         self.ensure_current()
         super().showEvent(event)
+
+    def _note(self, names: list[str], chosen: str | None) -> str:
+        """Plain words for what the chart cannot show: the method in the form when it has no estimate, and
+        methods whose bars are empty (they need more agents)."""
+        parts = []
+        if chosen is None:
+            label = get_method(self.method).label
+            parts.append(
+                f"{label} is not shown: what it keeps depends on the weights themselves "
+                "(their sizes, signs or angles), known only while merging"
+            )
+        empty = [get_method(n).short_label for n in names if all(v is None for v in self.values.get(n, []))]
+        if empty:
+            parts.append(f"{' and '.join(empty)}: no bars, they need two agents or more to estimate")
+        return "; ".join(parts)
 
     def compute(self) -> dict[str, list[float | None]]:
         report = self.report
@@ -399,7 +415,8 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             plot.addItem(region)
         plot.addItem(pg.InfiniteLine(pos=100, angle=0, pen=pg.mkPen("#999999", style=Qt.PenStyle.DashLine)))
         ticks = [(i, get_method(name).short_label + (" ≈" if estimated(name) else "")) for i, name in enumerate(names)]
-        plot.getAxis("bottom").setStyle(tickFont=small_font(8))
+        plot.getAxis("bottom").setStyle(tickFont=tick_font())
+        self.note = self._note(names, chosen)
         _label(
             plot,
             "title",
@@ -407,7 +424,12 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
             size="10pt",
         )
         _label(plot, "left", "kept", units="%")
-        _label(plot, "bottom", "highlighted: the method in the form, with its parameters; light bars ≈: estimates")
+        _label(
+            plot,
+            "bottom",
+            "highlighted: the method in the form, with its parameters; light bars ≈: estimates"
+            + (f"<br>{self.note}" if self.note else ""),
+        )
         self.setToolTip(
             "Share of each agent's updated elements the merged model carries (mean fraction of its own "
             "update kept). Exact for RAM, RAM+, RAM+s, Average and Task Arithmetic; expected value for "

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from ...core import ProbeReport
 from ...core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
-from .charts import _empty, _html, _label, _plot, agent_color, percent, small_font
+from .charts import _empty, _html, _label, _plot, agent_color, percent, tick_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
 COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
@@ -42,7 +42,7 @@ class ModuleHeatmaps(QWidget):
         row.addStretch(1)
         layout.addLayout(row)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(200)
+        self.graphics.setMinimumHeight(120)  # the Analysis page fits a 1366×768 window
         layout.addWidget(self.graphics, 1)
         self.readout = QLabel("Hover a cell to read its numbers.")
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -50,6 +50,14 @@ class ModuleHeatmaps(QWidget):
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
         self.readout.setWordWrap(True)
         layout.addWidget(self.readout)
+        self.legend_text = QLabel(
+            "Columns: q, k, v, o — the attention's query, key, value and output projections; gate, up, down — "
+            "the feed-forward block; norms — the layer norms. Row “other”: what is outside the layers "
+            "(embeddings, output head). A blank (white) cell: that layer has no module of that kind."
+        )
+        self.legend_text.setWordWrap(True)
+        self.legend_text.setStyleSheet("color: #555;")
+        layout.addWidget(self.legend_text)
         self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy in inspect_charts)
         self.report: ProbeReport | None = None
         self.grid: ModuleGrid | None = None
@@ -59,8 +67,8 @@ class ModuleHeatmaps(QWidget):
 
     def _build(self) -> pg.PlotItem:
         self.plot = _plot(self.graphics, row=0, col=0)
-        self.plot.getAxis("bottom").setStyle(tickFont=small_font(7))
-        self.plot.getAxis("left").setStyle(tickFont=small_font(7))
+        self.plot.getAxis("bottom").setStyle(tickFont=tick_font())
+        self.plot.getAxis("left").setStyle(tickFont=tick_font())
         self.cmap = pg.colormap.get("viridis")
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
         self.colorbar.axis.enableAutoSIPrefix(False)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import html
 import math
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
@@ -50,6 +53,115 @@ def rescale_survival(
     return shares, (sum(s * u for s, u in weighted) / total if total else None)
 
 
+@dataclass(frozen=True)
+class Chart:
+    """One analysis chart: the panel shows it in a tab, the chart saver writes it as ``<name>.png``.
+    ``attr``: the panel's attribute holding it; ``make()``: its widget; ``overview``: drawn at once and saved
+    into every merge's output folder (the others are drawn when their tab is shown, saved by File ▸ Export
+    charts); ``picture(widget)``: the part saved as the PNG (default the whole widget)."""
+
+    name: str
+    attr: str
+    title: str
+    tip: str
+    make: Callable[[], QWidget]
+    overview: bool = False
+    picture: Callable[[Any], QWidget] = lambda widget: widget
+    explain: str = ""  # how to read it, for Help ▸ Reading the charts (beyond the tip)
+
+
+# The analysis charts, in tab order: the one list the panel and the chart saver read. Adding a chart is one
+# entry here.
+CHARTS: tuple[Chart, ...] = (
+    Chart(
+        "density",
+        "density",
+        "Density",
+        "Share of all elements each agent changes; dark = only this agent changes it",
+        DensityChart,
+        overview=True,
+        explain="Each bar is one agent. Its height is the share of all the model's numbers that the agent's training changed by more than ε. The dark part is what only this agent changed; the light part is changed by at least one other agent too. RAM keeps the dark part whole and averages the light part.",
+    ),
+    Chart(
+        "overlap",
+        "overlap",
+        "Overlap",
+        "For each agent: how many of its updates no other agent touches (unique) "
+        "and how many it shares with 1, 2 ... other agents",
+        OverlapPies,
+        overview=True,
+        explain="One pie per agent: of the numbers it changed, the slice no other agent touched (unique), the slice one other agent also changed, two others, and so on.",
+    ),
+    Chart(
+        "heatmap",
+        "heatmap",
+        "Layers × modules",
+        "Where each agent learned: a layer × module heat map per agent of density or unique share; "
+        "hover a cell for its numbers",
+        ModuleHeatmaps,
+        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A darker cell: the agent changed more of that module in that layer. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
+    ),
+    Chart(
+        "tensors",
+        "tensors",
+        "Tensors",
+        "Every tensor with density and unique share per agent; sortable, filterable",
+        TensorTable,
+        explain="One row per weight tensor: its layer, module, size and, for each agent, the share it changed and the share of that which is unique. Click a header to sort; type in the filter box to narrow by name; hover a name for the whole of it; drag the column's edge to widen it.",
+    ),
+    Chart(
+        "intersections",
+        "intersections",
+        "Sets",
+        "Which sets of agents update the same elements (UpSet-style)",
+        IntersectionChart,
+        explain="Each bar counts the numbers changed by exactly the set of agents marked by the dots below it. A coloured bar: one agent alone (its unique changes); grey: shared.",
+    ),
+    Chart(
+        "pairs",
+        "pairs",
+        "Signs",
+        "For every pair of agents: elements both update, and how many agree in sign",
+        PairsChart,
+        explain="For each pair of agents, the numbers both changed: green where they moved the same way, red where they moved opposite ways. Mostly green: averaging the shared changes loses little.",
+    ),
+    Chart(
+        "ulps", "ulps", "Ulps", "How large each agent's updates are, in ulps of the base value's dtype", UlpHistogram
+    ),
+    Chart(
+        "would-keep",
+        "would_keep",
+        "Would keep",
+        "Before merging: the share of each agent's updates each method keeps; follows the method form as you change it",
+        WouldKeepChart,
+        explain="For each method, the share of each agent's change that the merged model carries. The method "
+        "chosen in section 3 is highlighted, with its values as you type them (per-agent values too); a method "
+        "whose share cannot be worked out before merging says why under the chart. Light bars marked ≈ are "
+        "estimates.",
+    ),
+    Chart(
+        "layers",
+        "layers",
+        "Per layer",
+        "Density per transformer layer or module kind, one line per agent",
+        LayerDensityChart,
+        overview=True,
+        picture=lambda chart: chart.graphics,
+        explain="The share each agent changed, per layer (or per module kind), one line per agent.",
+    ),
+)
+
+
+def reading_the_charts() -> str:
+    """Help ▸ Reading the charts: every chart of the registry, what it shows and how to read it (HTML)."""
+    parts = ["<h2>Reading the charts</h2><p>Every agent keeps one colour in every chart and table.</p>"]
+    for chart in CHARTS:
+        parts.append(f"<h3>{html.escape(chart.title)}</h3><p>{html.escape(chart.tip)}.</p>")
+        if chart.explain:
+            parts.append(f"<p>{html.escape(chart.explain)}</p>")
+    return "".join(parts)
+
+
 @runtime_checkable
 class ReportView(Protocol):
     """What each chart or table in the panel's tabs is besides a widget: it shows a probe report."""
@@ -64,6 +176,16 @@ def _show(view: QWidget, report: ProbeReport | None) -> None:
 
 class AnalysisPanel(QWidget):
     use_float32 = Signal()
+    # the charts (made from ``CHARTS``)
+    density: DensityChart
+    overlap: OverlapPies
+    heatmap: ModuleHeatmaps
+    tensors: TensorTable
+    intersections: IntersectionChart
+    pairs: PairsChart
+    ulps: UlpHistogram
+    would_keep: WouldKeepChart
+    layers: LayerDensityChart
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -77,53 +199,17 @@ class AnalysisPanel(QWidget):
         self.placeholder.setStyleSheet("color: #666; padding: 4px;")
         layout.addWidget(self.placeholder)
         self.tabs = QTabWidget()
-        self.density = DensityChart()
-        self.overlap = OverlapPies()
-        self.layers = LayerDensityChart()
-        self.heatmap = ModuleHeatmaps()
-        self.tensors = TensorTable()
-        self.intersections = IntersectionChart()
-        self.pairs = PairsChart()
-        self.ulps = UlpHistogram()
-        self.would_keep = WouldKeepChart()
-        views: list[tuple[QWidget, str, str]] = [
-            (self.density, "Density", "Share of all elements each agent changes; dark = only this agent changes it"),
-            (
-                self.overlap,
-                "Overlap",
-                (
-                    "For each agent: how many of its updates no other agent touches (unique) "
-                    "and how many it shares with 1, 2 ... other agents"
-                ),
-            ),
-            (
-                self.heatmap,
-                "Layers × modules",
-                (
-                    "Where each agent learned: a layer × module heat map per agent of "
-                    "density or unique share; hover a cell for its numbers"
-                ),
-            ),
-            (self.tensors, "Tensors", "Every tensor with density and unique share per agent; sortable, filterable"),
-            (self.intersections, "Sets", "Which sets of agents update the same elements (UpSet-style)"),
-            (self.pairs, "Signs", "For every pair of agents: elements both update, and how many agree in sign"),
-            (self.ulps, "Ulps", "How large each agent's updates are, in ulps of the base value's dtype"),
-            (
-                self.would_keep,
-                "Would keep",
-                (
-                    "Before merging: the share of each agent's updates each method keeps; "
-                    "follows the method form as you change it"
-                ),
-            ),
-            (self.layers, "Per layer", "Density per transformer layer or module kind, one line per agent"),
-        ]
-        for index, (widget, title, tip) in enumerate(views):
-            self.tabs.addTab(widget, title)
-            self.tabs.setTabToolTip(index, tip)
+        self.charts: list[QWidget] = []
+        self.registry = CHARTS  # what the chart saver writes, too
+        for index, chart in enumerate(self.registry):  # one tab per chart, in the registry's order
+            widget = chart.make()
+            setattr(self, chart.attr, widget)
+            self.tabs.addTab(widget, chart.title)
+            self.tabs.setTabToolTip(index, chart.tip)
+            self.charts.append(widget)
         self.tabs.setUsesScrollButtons(True)
-        self.charts = [w for w, _, _ in views]
-        self.eager = {self.density, self.overlap, self.layers}
+        # the overview is drawn at once; every other chart when its tab is first shown
+        self.eager = {getattr(self, c.attr) for c in self.registry if c.overview}
         self._deferred: dict[QWidget, ProbeReport | None] = {}
         self.tabs.currentChanged.connect(self._tab_shown)
         # while held (the window runs a merge, see set_held), charts not on screen wait: building one is

@@ -133,6 +133,7 @@ class TensorTable(QWidget):
         self.table.verticalHeader().setDefaultSectionSize(self.table.fontMetrics().lineSpacing() + 6)
         self.table.setSelectionBehavior(QTableView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a name cut keeps its layer and its end
         self.table.setSortingEnabled(True)
         self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)  # model order until a header is clicked
         header = self.table.horizontalHeader()
@@ -144,8 +145,9 @@ class TensorTable(QWidget):
     def show_report(self, report: ProbeReport | None) -> None:
         self.report = report
         self.model.set_report(report)
-        if report is not None:
-            self.table.setColumnWidth(0, 250)
+        if report is not None:  # the name column as wide as the longest name, up to 420 px (hover: the whole)
+            widest = max((self.table.fontMetrics().horizontalAdvance(t.name) for t in report.tensor_stats), default=0)
+            self.table.setColumnWidth(0, max(250, min(widest + 16, 420)))
             for col in range(1, self.model.columnCount()):
                 self.table.setColumnWidth(col, 64 if col < 3 else 84)
         self._apply_filter(self.filter.text())

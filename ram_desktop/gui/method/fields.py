@@ -23,10 +23,31 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import Param
+from ...core import InputError, Param
 from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, parse_setting, setting_text, show_gradient
 
 INT32 = (-(2**31), 2**31 - 1)
+KIND_WORDS = {"float": "a number", "int": "a whole number", "bool": "true or false"}
+
+
+def in_window_words(message: str, param: Param, who: str) -> str:
+    """A parameter's validation message as the window says it: ``who`` (e.g. "weight of coder") in place of
+    the command-line flag, "a number" for "a float"."""
+    text = message
+    for flag in sorted({param.flag, *(f"{param.flag}[{k}]" for k in range(64))}, key=len, reverse=True):
+        text = text.replace(flag, who)
+    for kind, words in KIND_WORDS.items():
+        text = text.replace(f"must be a {kind},", f"must be {words},")
+    return text.replace(", got ", "; it reads ")
+
+
+def problem_of(param: Param, value: Any, who: str) -> str | None:
+    """Why ``value`` is not a valid ``param`` (in the window's words, naming ``who``); None when it is."""
+    try:
+        param.validate(value)
+    except InputError as e:
+        return in_window_words(str(e), param, who)
+    return None
 
 
 class PreciseSpinBox(QDoubleSpinBox):
@@ -69,7 +90,7 @@ class SettingEdit(QWidget):
         line.addWidget(self.edit, 1)
         line.addWidget(self.filters)
         layout.addLayout(line)
-        self.plot, self.curve = gradient_plot(f"gradient_{param.name}")
+        self.plot, self.curve = gradient_plot(f"gradient_{param.name}", 110)
         layout.addWidget(self.plot)
         self._edited(text)
 
@@ -191,6 +212,14 @@ class ParamField:
         except ValueError:
             return text  # the core's validation names the parameter and what it needs
 
+    def problems(self) -> list[tuple[QWidget, str]]:
+        """The field's input that the merge would refuse, with why (in the window's words)."""
+        if isinstance(self.widget, (QCheckBox, QComboBox, QSpinBox, QDoubleSpinBox)):
+            return []  # these hold only valid values
+        problem = problem_of(self.param, self.value(), self.param.name)
+        target = self.widget.edit if isinstance(self.widget, SettingEdit) else self.widget
+        return [(target, problem)] if problem else []
+
     def set_value(self, value: Any) -> None:
         w = self.widget
         if isinstance(w, SettingEdit):
@@ -275,6 +304,20 @@ class PerAgentWidget(QWidget):
         if path:
             self.edits[row].setText(path)
 
+    def problems(self) -> list[tuple[QWidget, str]]:
+        """Each agent's entry that the merge would refuse, with why, naming the agent (an empty row is the default)."""
+        found: list[tuple[QWidget, str]] = []
+        for row, edit in enumerate(self.edits):
+            text = edit.text().strip()
+            if not text:
+                continue
+            name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
+            value = parse_setting(text) if self.param.setting else text
+            problem = problem_of(self.param, [value], f"{self.param.name} of {name}")
+            if problem:
+                found.append((edit, problem))
+        return found
+
     def value(self) -> list[Any] | None:
         values = [v.strip() for v in self._values]
         while values and not values[-1]:
@@ -309,6 +352,9 @@ class PerAgentField:
 
     def value(self) -> list[str] | None:
         return self.widget.value()
+
+    def problems(self) -> list[tuple[QWidget, str]]:
+        return self.widget.problems()
 
     def set_value(self, value: Any) -> None:
         self.widget.set_value(value)

@@ -3,10 +3,11 @@ registry appears here with its parameters, defaults, ranges and help without GUI
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -28,10 +30,18 @@ DTYPE_LABELS = {
     "float16": "float16",
     "float32": "float32 (keeps RAM+ rescaling)",
 }
+# a parameter whose name alone would be mistaken for another field of the form
+PARAM_LABELS = {"dtype": "Compute dtype"}  # the method's arithmetic, not the saved weights (Output dtype)
+PARAMS_ROW = 3  # the form's rows: method, summary, the problem line, then the method's parameters
 VOCAB_LABELS = {
     "exact": "exact (refuse different vocabulary sizes)",
     "common": "common rows (merge the shared rows, keep the base's for the rest)",
 }
+
+
+def _agents(n: int, how: str) -> str:
+    words = {1: "one agent", 2: "two agents"}
+    return words.get(n, f"{how} {n} agents") if how == "exactly" else f"{how} {words.get(n, f'{n} agents')}"
 
 
 class MethodPanel(QWidget):
@@ -40,6 +50,8 @@ class MethodPanel(QWidget):
 
     changed = Signal()
     out_dir_changed = Signal(str)
+    keep_agents = Signal(list)  # the agents to keep (the others removed), offered when a method merges fewer
+    INVALID = "border: 2px solid #b3261e; border-radius: 3px;"
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -59,6 +71,23 @@ class MethodPanel(QWidget):
         self.summary.setStyleSheet("color: #555;")
         self.form.addRow("Method", self.method)
         self.form.addRow("", self.summary)
+        # what the merge would refuse, said here as it is typed, the field outlined in red
+        self.problem = QLabel()
+        self.problem.setWordWrap(True)
+        self.problem.setObjectName("method_problem")
+        self.problem.setStyleSheet("color: #b3261e;")
+        self.fix_button = QPushButton()
+        self.fix_button.setObjectName("method_fix")
+        self.fix_button.hide()
+        self.fix_button.clicked.connect(self._fix)
+        self._keep: list[str] = []
+        self.problem_box = QWidget()
+        problem_rows = QVBoxLayout(self.problem_box)
+        problem_rows.setContentsMargins(0, 0, 0, 0)
+        problem_rows.addWidget(self.problem)
+        problem_rows.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.problem_box.hide()
+        self.form.addRow("", self.problem_box)
         self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
         self._agent_names: list[str] = []
@@ -108,6 +137,9 @@ class MethodPanel(QWidget):
         self.form.addRow("Threshold ε", self.eps)
         self.form.addRow("Device", self.device)
         self.form.addRow("Output dtype", self.out_dtype)
+        self.form.labelForField(self.out_dtype).setToolTip(
+            "The dtype the merged weights are saved in (a method's Compute dtype is what it calculates in)"
+        )
         self.form.addRow("Vocabulary", self.vocab)
         self.form.addRow("Shard size", self.shard_size)
         self.form.addRow("Output folder", out_row)
@@ -117,6 +149,7 @@ class MethodPanel(QWidget):
         self.method.currentIndexChanged.connect(self._follow_method)
         self._out_parent: Path | None = None
         self._proposed_out = ""  # the output folder last proposed (not typed): it follows the method
+        self.changed.connect(self.check)
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
@@ -145,7 +178,7 @@ class MethodPanel(QWidget):
 
     def _rebuild(self) -> None:
         for _ in self._param_rows:
-            self.form.removeRow(2)
+            self.form.removeRow(PARAMS_ROW)
         self._param_rows = []
         self.fields = {}
         method = self.current
@@ -155,9 +188,10 @@ class MethodPanel(QWidget):
             if p.per_agent and self._agent_defaults.get(p.name):
                 field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
-            label = QLabel(p.name)
+            label = QLabel(PARAM_LABELS.get(p.name, p.name))
+            label.setObjectName(f"label_{p.name}")
             label.setToolTip(field.widget.toolTip())
-            self.form.insertRow(2 + i, label, field.widget)
+            self.form.insertRow(PARAMS_ROW + i, label, field.widget)
             self.fields[p.name] = field
             self._param_rows.append(field.widget)
         self.changed.emit()
@@ -170,6 +204,7 @@ class MethodPanel(QWidget):
         for field in self.fields.values():
             if isinstance(field, PerAgentField):
                 field.widget.set_names(self._agent_names)
+        self.check()
 
     def set_agent_defaults(self, name: str, values: list[str] | None) -> None:
         """Default values of a per-agent parameter (e.g. the demo agents' suites as Fisher calibration
@@ -181,6 +216,65 @@ class MethodPanel(QWidget):
         field = self.fields.get(name)
         if isinstance(field, PerAgentField) and (values or field.value() is None):
             field.set_value(values or [])
+
+    def problems(self) -> list[tuple[QWidget, str]]:
+        """What the merge would refuse in this form, each with the widget to correct, in the window's words:
+        the number of agents the method merges, then each bad value (naming the agent for a per-agent one)."""
+        found: list[tuple[QWidget, str]] = []
+        low, high = self.current.agents
+        n = len(self._agent_names)
+        if n and (n < low or (high is not None and n > high)):
+            found.append((self.method, self._count_problem(low, high, n)))
+        for field in self.fields.values():
+            found += field.problems()
+        return found
+
+    def _count_problem(self, low: int, high: int | None, n: int) -> str:
+        label = self.current.label
+        if high is not None and n > high:
+            self._keep = self._agent_names[:high]
+            kept = " and ".join(self._keep)
+            with_base = " with the base" if high == 1 else ""
+            return f"{label} merges {_agents(high, 'exactly')}{with_base}, not {n}: keep {kept} only?"
+        self._keep = []
+        return f"{label} merges {_agents(low, 'at least')}, not {n}: add agents in section 1, or choose another method"
+
+    def check(self) -> str | None:
+        """Show the first problem under the method (with its fix, when there is one) and outline every field
+        that has one; return that problem (None: the form is fine)."""
+        found = self.problems()
+        for widget in self.findChildren(QWidget):
+            if widget.property("invalid"):
+                widget.setProperty("invalid", False)
+                widget.setStyleSheet("")
+        for widget, _ in found:
+            widget.setProperty("invalid", True)
+            widget.setStyleSheet(self.INVALID)
+        first = found[0][1] if found else None
+        self.problem.setText(first or "")
+        self.problem.setVisible(first is not None)
+        self.problem_box.setVisible(first is not None)
+        fixable = bool(found) and found[0][0] is self.method and bool(self._keep)
+        self.fix_button.setText(f"Keep {' and '.join(self._keep)} only" if fixable else "")
+        self.fix_button.setVisible(fixable)
+        return first
+
+    def refused(self, show: Callable[[str], None], offer: Callable[[str, Callable[[], None]], None]) -> bool:
+        """Before Merge: the form's first problem, if any, shown through ``show`` (with its fix through
+        ``offer``) and its field given the focus; False when there is none."""
+        found = self.problems()
+        if not found:
+            return False
+        widget, text = found[0]
+        show(text)
+        if self.fix_button.isVisible():
+            offer(self.fix_button.text(), self.fix_button.click)
+        widget.setFocus()
+        return True
+
+    def _fix(self) -> None:
+        if self._keep:
+            self.keep_agents.emit(list(self._keep))
 
     def params(self) -> dict[str, Any]:
         return {name: f.value() for name, f in self.fields.items()}

@@ -111,8 +111,7 @@ class RunBox(QWidget):
     def _failed(self, message: str) -> None:
         if not self._mine():
             return
-        log.error(message)
-        self.message.emit("error", message)
+        self.message.emit("error", message)  # the window shows it and logs it, once
         self.progress_label.setText("Stopped by an error (see above)")
         self.progress.setFormat("")
 
@@ -159,9 +158,8 @@ class RunBox(QWidget):
         color = "#b3261e" if level >= logging.ERROR else "#8a5a00" if level >= logging.WARNING else "#333333"
         escaped = line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.log_view.appendHtml(f'<span style="color:{color}; white-space:pre-wrap">{escaped}</span>')
-        if level >= logging.ERROR:  # an error is shown even when the log was scrolled back
-            bar = self.log_view.verticalScrollBar()
-            bar.setValue(bar.maximum())
+        bar = self.log_view.verticalScrollBar()  # the log follows its newest line
+        bar.setValue(bar.maximum())
 
     def log_once(self, kind: str, text: str) -> None:
         """A message the window shows (error, warning) into the log too, unless one of its last lines has it."""

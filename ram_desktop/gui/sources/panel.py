@@ -103,7 +103,7 @@ class SourcesPanel(QWidget):
         self.table.setColumnWidth(STATUS, 90)
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
-        self.table.setMinimumHeight(120)
+        self.table.setMinimumHeight(self._rows_height(4))  # the base and three agents stay in view
         layout.addWidget(self.table, 1)
 
         buttons = QHBoxLayout()
@@ -138,6 +138,16 @@ class SourcesPanel(QWidget):
         self.down_button.clicked.connect(lambda: self.move_selected(1))
         self._refresh()
 
+    def _rows_height(self, rows: int) -> int:
+        """The table's height that shows its header and ``rows`` rows whole (and a sideways scroll bar)."""
+        t = self.table
+        return (
+            t.horizontalHeader().sizeHint().height()
+            + rows * t.verticalHeader().defaultSectionSize()
+            + t.horizontalScrollBar().sizeHint().height()
+            + 2 * t.frameWidth()
+        )
+
     # --- model --------------------------------------------------------------------------------
     def reject(self, message: str) -> None:
         """An analysis or merge failed with ``message``: the opened sources it names (``display:``) are marked
@@ -145,7 +155,9 @@ class SourcesPanel(QWidget):
         for row in [self.base, *self.agents]:
             if row is not None:
                 ck = row.checkpoint
-                row.rejected = message if ck is not None and f"{ck.display}:" in message else None
+                # the engine names the source at fault as "<source>: …" or, for a shape, "… in <source> but …"
+                named = ck is not None and (f"{ck.display}:" in message or f" in {ck.display} but " in message)
+                row.rejected = message if named else None
         self._refresh()
 
     def set_base(self, spec: str) -> None:
@@ -194,6 +206,16 @@ class SourcesPanel(QWidget):
         for other in [self.base, *self.agents]:
             if other is not None:
                 other.rejected = None  # refused along with the row removed, perhaps: the next analysis tells
+        self._refresh()
+        self.changed.emit()
+
+    def keep_only(self, names: list[str]) -> None:
+        """Remove every agent not named in ``names`` (a method that merges fewer agents offers this)."""
+        for removed in [r for r in self.agents if r.name not in names]:
+            job = self._jobs.get(removed.generation)
+            if job is not None:
+                job.cancel()
+        self.agents = [r for r in self.agents if r.name in names]
         self._refresh()
         self.changed.emit()
 

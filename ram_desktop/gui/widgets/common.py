@@ -1,14 +1,30 @@
-"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a free
-folder name."""
+"""Small pieces the main window is built from: the message bar, a titled section, a splitter, a scroll area,
+the tabs of the steps, a free folder name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QGroupBox, QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QAbstractItemView,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 
 class ElidedLabel(QLabel):
@@ -32,8 +48,37 @@ class ElidedLabel(QLabel):
         painter.end()
 
 
+class CappedLabel(QLabel):
+    """A wrapped label that shows the first line of its text, at most ``SHORT`` characters (then " …");
+    ``text()`` is the whole text, ``displayed()`` what is shown, ``capped()`` whether they differ."""
+
+    SHORT = 220
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._whole = ""
+        self.setWordWrap(True)
+
+    def setText(self, text: str) -> None:
+        self._whole = text
+        first = text.splitlines()[0] if text else ""
+        super().setText(first[: self.SHORT].rstrip() + " …" if self.capped() else text)
+
+    def text(self) -> str:
+        return self._whole
+
+    def displayed(self) -> str:
+        return super().text()
+
+    def capped(self) -> bool:
+        first = self._whole.splitlines()[0] if self._whole else ""
+        return first != self._whole or len(first) > self.SHORT
+
+
 class MessageBar(QWidget):
-    """A dismissible line at the top of the window for errors, warnings and notes (never modal)."""
+    """A dismissible line at the top of the window for errors, warnings and notes (never modal). A long message
+    (several lines, a list of tensor names) shows its first line; **Details…** unfolds the whole text, so a
+    banner never pushes the window taller than the screen."""
 
     STYLES: ClassVar[dict[str, tuple[str, str]]] = {
         "error": ("#fdecea", "#b3261e"),
@@ -43,38 +88,65 @@ class MessageBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(10, 6, 6, 6)
-        self.text = QLabel()
-        self.text.setWordWrap(True)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(10, 6, 6, 6)
+        outer.setSpacing(4)
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        self.text = CappedLabel()
         self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         close = QPushButton("✕")
         close.setFlat(True)
         close.setFixedWidth(28)
         close.setToolTip("Dismiss")
+        close.setAccessibleName("Dismiss the message")
         close.clicked.connect(self.hide)
+        self.details_button = QPushButton("Details…")
+        self.details_button.setCheckable(True)
+        self.details_button.setToolTip("Show the whole message")
+        self.details_button.toggled.connect(self._show_details)
+        self.details_button.hide()
+        self.details = QPlainTextEdit()
+        self.details.setReadOnly(True)
+        self.details.setMaximumHeight(110)
+        self.details.hide()
         self.action_button = QPushButton()
         self.action_button.hide()
         self.action_button.clicked.connect(self._act)
         self._action: Callable[[], None] | None = None
         row.addWidget(self.text, 1)
+        row.addWidget(self.details_button, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(self.action_button, 0, Qt.AlignmentFlag.AlignTop)
         row.addWidget(close, 0, Qt.AlignmentFlag.AlignTop)
+        outer.addLayout(row)
+        outer.addWidget(self.details)
         self.kind = ""
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.hide()
 
-    def show_message(self, kind: str, text: str) -> None:
+    def show_message(self, kind: str, text: str, fix: tuple[str, Callable[[], None]] | None = None) -> None:
+        """``text`` as an error, warning or info; ``fix``: a button's label and what it does (see :meth:`offer`)."""
         bg, fg = self.STYLES[kind]
         self.kind = kind
         self.setStyleSheet(
             f"MessageBar {{ background: {bg}; border: 1px solid {fg}; border-radius: 4px; }} QLabel {{ color: {fg}; }}"
         )
         prefix = {"error": "Error: ", "warning": "Warning: ", "info": ""}[kind]
+        if text.lower().startswith(prefix.lower()) and prefix:  # "Error: Error: …" once only
+            text = text[len(prefix) :]
         self.text.setText(prefix + text)
+        self.details.setPlainText(prefix + text)
+        self.details_button.setChecked(False)
+        self.details_button.setVisible(self.text.capped())
         self._action = None
         self.action_button.hide()
+        if fix is not None:
+            self.offer(*fix)
         self.show()
+
+    def _show_details(self, shown: bool) -> None:
+        self.details.setVisible(shown)
+        self.details_button.setText("Hide details" if shown else "Details…")
 
     def offer(self, label: str, action: Callable[[], None]) -> None:
         """A button beside the message shown: ``action`` runs when clicked, then the bar closes."""
@@ -102,7 +174,106 @@ def group(title: str, widget: QWidget) -> QGroupBox:
 def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplitter:
     """A splitter of ``(widget, stretch factor)`` parts."""
     split = QSplitter(orientation)
+    split.setChildrenCollapsible(False)  # a pane dragged small keeps its minimum, never vanishes
     for i, (widget, stretch) in enumerate(parts):
         split.addWidget(widget)
         split.setStretchFactor(i, stretch)
     return split
+
+
+def scrolled(widget: QWidget, keep_height: bool = False) -> QScrollArea:
+    """``widget`` in a frameless scroll area that gives it all the room there is and scrolls when there is less
+    than it needs, so its fields keep their heights instead of being crushed; ``keep_height``: never shorter
+    than the widget needs (it scrolls sideways only)."""
+    area = QScrollArea()
+    area.setWidget(widget)
+    area.setWidgetResizable(True)
+    area.setFrameShape(QFrame.Shape.NoFrame)
+    area.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the fields inside take focus, not the area
+    if keep_height:
+        area.setMinimumHeight(widget.minimumSizeHint().height() + area.horizontalScrollBar().sizeHint().height())
+    return area
+
+
+class StepTabs(QTabWidget):
+    """The tabs of the window's large pane, each page in a scroll area (the window fits a small screen);
+    ``setCurrentWidget``, ``currentWidget`` and ``indexOf`` speak of the pages themselves."""
+
+    def add_page(self, page: QWidget, title: str) -> int:
+        return self.addTab(scrolled(page), title)
+
+    def indexOf(self, page: QWidget) -> int:
+        for i in range(self.count()):
+            area = super().widget(i)
+            if area is page or (isinstance(area, QScrollArea) and area.widget() is page):
+                return i
+        return -1
+
+    def widget(self, index: int) -> QWidget | None:
+        area = super().widget(index)
+        return area.widget() if isinstance(area, QScrollArea) else area
+
+    def setCurrentWidget(self, page: QWidget) -> None:
+        index = self.indexOf(page)
+        if index >= 0:
+            self.setCurrentIndex(index)
+
+    def currentWidget(self) -> QWidget:
+        page = self.widget(self.currentIndex())
+        assert page is not None, "the steps have pages"
+        return page
+
+
+# a blue ring around the push button that has the keyboard focus (some platform styles draw none, or a dotted
+# line that is hard to see); a style sheet, so that painting stays in Qt's C++ (a Python QStyle would run on
+# every control painted, competing with a merge's threads for the interpreter)
+FOCUS_RING = "QPushButton:focus { border: 2px solid #1a73e8; border-radius: 4px; padding: 3px 10px; }"
+
+
+def keyboard_friendly(root: QWidget) -> None:
+    """Under ``root``: the focus ring on push buttons, every table is one Tab stop (the arrow keys
+    move inside it) and every button has an accessible name (:func:`name_buttons`)."""
+    root.setStyleSheet(root.styleSheet() + FOCUS_RING)
+    for view in root.findChildren(QAbstractItemView):
+        view.setTabKeyNavigation(False)
+    name_buttons(root)
+
+
+def name_buttons(root: QWidget) -> None:
+    """Every button under ``root`` without an accessible name gets one: its tooltip where its text is a symbol
+    (…, ▲, ✕), else its text; a screen reader says what it does."""
+    for button in root.findChildren(QAbstractButton):
+        if button.accessibleName().strip():
+            continue
+        text = button.text().replace("&", "").strip()
+        if not any(ch.isalpha() for ch in text):
+            tip = QLabel(button.toolTip()).text() if button.toolTip() else ""
+            text = re.sub(r"<[^>]+>", "", tip).strip() or text
+        button.setAccessibleName(text)
+
+
+class WindowTitle:
+    """The window's title: one given for the sources shown (the demo, a recipe's name) until they change,
+    then the agents and their base ("coder, tool on base"), or ``plain`` when there are none."""
+
+    def __init__(self, window: QWidget, plain: str, sources: Any) -> None:
+        self.window, self.plain, self.sources = window, plain, sources
+        self._given_for: tuple | None = None
+
+    def _key(self) -> tuple:
+        base = self.sources.base
+        return (base.spec if base else None, tuple(r.spec for r in self.sources.agents))
+
+    def set(self, title: str) -> None:
+        self.window.setWindowTitle(title)
+        self._given_for = self._key()
+
+    def follow(self) -> None:
+        """The sources changed: a title given for others gives way to their names."""
+        if self._key() == self._given_for:
+            return
+        base, names = self.sources.base, self.sources.names
+        if base is None or not names:
+            self.window.setWindowTitle(self.plain)
+        else:
+            self.window.setWindowTitle(f"{', '.join(names)} on {Path(base.spec.rstrip('/')).name}")

@@ -1,0 +1,85 @@
+"""The window fits a laptop screen: DELLA with three agents at 1360×860, a minimum size within 1366×768,
+the Sources table keeping four rows, long banners capped behind Details…"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit
+
+from .conftest import load_sources
+
+# 1366×768 less a taskbar (40 px) and a title bar (30 px)
+LAPTOP = (1366, 768 - 40 - 30)
+
+
+def _fits(window) -> None:
+    hint = window.minimumSizeHint()
+    assert hint.width() <= LAPTOP[0] and hint.height() <= LAPTOP[1], hint.toTuple()
+
+
+def _not_crushed(widget) -> None:
+    """Every visible line edit and button in ``widget`` has at least the height it asks for."""
+    for child in widget.findChildren(QLineEdit) + widget.findChildren(QAbstractButton):
+        inner = isinstance(child.parent(), (QAbstractSpinBox, QComboBox))  # a spin box's own edit
+        if child.isVisibleTo(widget) and not inner:
+            assert child.height() >= child.minimumSizeHint().height(), (
+                child.objectName(),
+                type(child.parent()).__name__,
+                child.text(),
+                child.height(),
+            )
+
+
+def test_della_with_three_agents_fits_1360x860_without_crushing(qtbot, window, demo_models):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    window.resize(1360, 860)
+    window.method.set_method("della")
+    qtbot.wait(50)
+    assert window.size().toTuple() == (1360, 860)  # the form did not push the window taller
+    _fits(window)
+    _not_crushed(window.method)
+    edits = [e for e in window.method.findChildren(QLineEdit) if e.objectName().startswith("param_weight_")]
+    assert len(edits) == 3 and all(e.height() >= e.sizeHint().height() for e in edits)
+
+
+def test_minimum_size_fits_a_1366x768_laptop_with_every_method(qtbot, window, demo_models):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    for i in range(window.method.method.count()):
+        window.method.method.setCurrentIndex(i)
+        _fits(window)
+    window.resize(*LAPTOP)
+    qtbot.wait(200)  # the form's rows settle over a few turns of the event loop
+    _not_crushed(window.method)
+
+
+def test_switching_method_keeps_four_source_rows_in_view(qtbot, window, demo_models):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    window.resize(1366, 700)
+    table = window.sources.table
+    rows = table.rowCount()
+    for name in ("della", "slerp", "fisher", "ram-plus"):
+        window.method.set_method(name)
+        qtbot.wait(20)
+        visible = table.viewport().height() / table.rowHeight(0)
+        assert visible >= min(rows, 4), (name, visible)
+        # the buttons below the table sit below it, never over it
+        assert window.sources.remove_button.mapTo(
+            window.sources, window.sources.remove_button.rect().topLeft()
+        ).y() >= (table.geometry().bottom())
+
+
+def test_a_long_banner_is_capped_with_details(qtbot, window):
+    window.resize(1360, 700)
+    before = window.minimumSizeHint().height()
+    names = ", ".join(f"model.layers.{i}.self_attn.q_proj.weight" for i in range(40))
+    window.show_warning(f"40 tensors are not in every agent: {names}; they keep the base's values")
+    qtbot.wait(20)
+    assert window.minimumSizeHint().height() - before <= 60
+    bar = window.message
+    assert bar.details_button.isVisible() and names not in bar.text.displayed()
+    qtbot.mouseClick(bar.details_button, Qt.LeftButton)
+    assert names in bar.details.toPlainText()
+    assert window.height() <= 700
