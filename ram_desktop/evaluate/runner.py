@@ -38,7 +38,7 @@ from .. import __version__
 from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
 from .cache import ScoreCache, folder_fingerprint, score_key, suite_fingerprint
-from .floors import floor_of
+from .floors import Floor, floor_of
 from .lm_eval_tasks import LmEvalTask, score_model
 from .results import EvalResult, ModelRef, ScoreFailure, ScoringFailed, SuiteSummary
 from .scorer_process import ScorerProcess
@@ -113,7 +113,7 @@ def evaluate(
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
     examples of each suite. Python scorers are loaded (their files run, in their child process) here,
-    before any model, and score each suite's constant answers for its floor (``floors``). ``threads``:
+    before any model; after the models they score each suite's constant answers for its floor (``floors``). ``threads``:
     torch's CPU threads for this call (default: ``RAM_DESKTOP_THREADS`` when set, else per model: one
     for a tiny model on the CPU, torch's own setting otherwise); restored afterwards. ``scorer_timeout``:
     seconds a python scorer may take per batch, for every suite (default: each suite's
@@ -147,15 +147,20 @@ def evaluate(
         ]
         for scorer, suite in zip(scorers, own_suites):
             scorer.check(suite)
-        floors = [
-            floor_of(suite, scorer) for scorer, suite in zip(scorers, own_suites)
-        ]  # a failing scorer stops it here
         resolved = [_resolve(ref, reporter) for ref in refs]
-        summaries = [SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(own_suites, floors)]
-        result = _evaluate(
-            resolved, own_suites, summaries, scorers, torch_device, batch_size, reporter, threads, start, cache
-        )
+        result = _evaluate(resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache)
     return _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter) if tasks else result
+
+
+def _floor(suite: Suite, scorer: Scorer) -> Floor | None:
+    """The suite's floor (``floors.floor_of``), scored after the models so that a scorer failing on every
+    batch fails during the run with its finished scores kept; a scorer that fails only on a constant answer
+    leaves the suite without a floor (one log line)."""
+    try:
+        return floor_of(suite, scorer)
+    except InputError as e:
+        log.warning("suite %r has no floor: its scorer failed on a constant answer (%s)", suite.name, e)
+        return None
 
 
 def _with_lm_eval(
@@ -187,7 +192,6 @@ def _with_lm_eval(
 def _evaluate(
     resolved: list[tuple[ModelRef, Path, str]],
     suites: list[Suite],
-    summaries: list[SuiteSummary],
     scorers: list[Scorer],
     torch_device: torch.device,
     batch_size: int,
@@ -248,9 +252,11 @@ def _evaluate(
             if torch_device.type == "cuda":
                 torch.cuda.empty_cache()
     scores = [[sum(r) / len(r) if r is not None else math.nan for r in per_model] for per_model in rewards]
+    failed = {f.suite for f in failures}
+    floors = [_floor(suite, scorer) if suite.name not in failed else None for suite, scorer in zip(suites, scorers)]
     result = EvalResult(
         models=[ModelRef(ref.name, display) for ref, _, display in resolved],
-        suites=summaries,
+        suites=[SuiteSummary(s.name, str(s.source), len(s), s.scorer, f) for s, f in zip(suites, floors)],
         scores=scores,
         seconds=time.perf_counter() - start,
         device=str(torch_device),
