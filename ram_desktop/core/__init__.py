@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 # name → the module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
     # a merge end to end, and what the faces fill
-    "Session": "session",
-    "Variant": "session",
-    "Recipe": "recipe",
+    "MergeSpec": "spec",
+    "Agent": "spec",
+    "RunOptions": "spec",
+    "Variant": "variant",
+    "variant_specs": "variant",
     "parse_size": "recipe",
-    "MergeRequest": "pipeline",
     "MergeResult": "pipeline",
     "merge": "pipeline",
     "merge_variants": "pipeline",
@@ -75,6 +76,7 @@ __all__ = [  # the names of _EXPORTS
     "OUT_DTYPES",
     "SURVIVAL_DTYPES",
     "VOCAB_MODES",
+    "Agent",
     "CancelToken",
     "Cancelled",
     "Checkpoint",
@@ -82,15 +84,14 @@ __all__ = [  # the names of _EXPORTS
     "HubError",
     "InputError",
     "MergeMethod",
-    "MergeRequest",
     "MergeResult",
+    "MergeSpec",
     "Param",
     "ProbeReport",
     "ProgressEvent",
     "RamError",
-    "Recipe",
     "Reporter",
-    "Session",
+    "RunOptions",
     "Sweep",
     "Variant",
     "check_eps",
@@ -115,6 +116,7 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "setting_value",
     "to_mergekit",
+    "variant_specs",
     "write_demo",
 ]
 
@@ -145,7 +147,6 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
     from .methods.settings import setting_value
     from .pipeline import (
-        MergeRequest,
         MergeResult,
         check_eps,
         list_devices,
@@ -154,7 +155,8 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
         probe,
         resolve_device,
     )
-    from .recipe import Recipe, parse_size
-    from .session import Session, Variant
+    from .recipe import parse_size
     from .sources import open_checkpoint
+    from .spec import Agent, MergeSpec, RunOptions
     from .storage.formats import Checkpoint
+    from .variant import Variant, variant_specs

@@ -1,5 +1,6 @@
-"""``ram-merge compare``: merge several variants from one read of the inputs, then (with suites) score
-the base, every agent and every variant, and draw the comparison (docs/contracts.md, Compare; docs/evaluate.md).
+"""What ``ram-merge compare`` writes (``workflow.compare`` runs it): merge several variants from one read of the
+inputs, then (with suites) score the base, every agent and every variant, and draw the comparison
+(docs/contracts.md, Compare; docs/evaluate.md).
 
 ``DIR/<variant>/`` is a complete output folder for each variant; ``DIR/compare.json`` lists the
 variants and, when suites were given, carries the ``ram-eval/1`` keys of the evaluation;
@@ -12,14 +13,12 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants
-from .fisher import resolve_fisher_params
-from .results import EvalResult, ModelRef
+from ..core import InputError, MergeResult, Variant
+from .results import EvalResult
 
 log = logging.getLogger("ram_desktop")
 COMPARE_JSON = "compare.json"
@@ -43,54 +42,6 @@ class CompareResult:
         if self.evaluation is not None:
             data.update(self.evaluation.to_json())
         return data
-
-
-def compare(
-    session: Session,
-    variants: Sequence[Variant],
-    folder: str | Path,
-    suites: Sequence[Any] = (),
-    overwrite: bool = False,
-    reporter: Reporter | None = None,
-    device: str | None = None,
-    batch_size: int = 8,
-    limit: int | None = None,
-    token: str | None = None,
-    **engine_options: Any,
-) -> CompareResult:
-    """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
-    ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
-    checked before anything is merged."""
-    from . import Suite, evaluate, load_suite
-
-    reporter = reporter or Reporter()
-    if not variants:
-        raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
-    folder = Path(folder).expanduser()
-    loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
-    for suite in loaded:
-        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
-    check_compare_folder(folder, overwrite)
-    specs = session.variant_specs(list(variants), folder)
-    # the shared parameters reach the variants through their specs; the session's own method need not take them
-    request = replace(session, params={}).to_request(folder, overwrite=overwrite, token=token, **engine_options)
-    specs = [
-        replace(spec, params=resolve_fisher_params(spec.method, spec.params, session.agents, session.device, reporter))
-        for spec in specs
-    ]
-    merges = merge_variants(request, specs, reporter)
-    evaluation = None
-    if loaded:
-        models = [ModelRef("base", session.base)]
-        names = merges[0].probe.names
-        models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
-        models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
-        evaluation = evaluate(models, loaded, device or session.device, batch_size, limit, reporter)
-    result = CompareResult(folder, list(variants), merges, evaluation)
-    _write_json(folder / COMPARE_JSON, result.to_json())
-    if evaluation is not None:
-        draw_scores(evaluation, folder / COMPARE_PNG)
-    return result
 
 
 def check_compare_folder(folder: Path, overwrite: bool) -> None:
@@ -124,7 +75,7 @@ def check_compare_folder(folder: Path, overwrite: bool) -> None:
         )
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")

@@ -17,7 +17,7 @@ from .. import __version__
 from ..core import InputError
 from . import ecosystem
 from .compute.dialog import about_lines
-from .method.session_form import load_session, write_from_recipe
+from .method.spec_form import load_spec, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
@@ -129,7 +129,7 @@ class Menus(QObject):
         if w.busy():
             return False
         try:
-            w.apply_session(load_session(path))
+            w.apply_spec(load_spec(path))
         except InputError as e:
             w.show_error(str(e))
             log.error(str(e))

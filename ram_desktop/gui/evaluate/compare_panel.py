@@ -1,5 +1,5 @@
 """The Compare step: tick methods and parameter values (an r sweep, a TA scale sweep, …) and merge them
-all as one ``evaluate.compare.compare`` call — one read of the inputs — then score base, agents and
+all as one ``workflow.compare`` call — one read of the inputs — then score base, agents and
 every variant on the Evaluate step's suites, side by side in its table (docs/gui.md, docs/evaluate.md)."""
 
 from __future__ import annotations
@@ -22,8 +22,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
-from ...evaluate.compare import CompareResult, compare
+from ...core import (
+    METHODS,
+    InputError,
+    MergeSpec,
+    RunOptions,
+    Sweep,
+    Variant,
+    defaults,
+    record_evaluation,
+    variant_specs,
+)
+from ...evaluate.compare import CompareResult
+from ...workflow import compare
 from ..jobs import JobController, JobState
 from .panel import EvaluatePanel, ModelEntry, import_transformers
 from .run_bar import PanelJob, RunBar
@@ -184,38 +195,29 @@ class ComparePanel(QWidget):
             else "No suite ticked in Evaluate: the variants are merged, not scored."
         )
 
-    def start(self, session: Session, token: str | None = None, options: dict | None = None) -> bool:
-        """Merge (and score) the ticked variants of ``session``; ``options`` go to ``compare``."""
+    def start(self, spec: MergeSpec, options: RunOptions | None = None) -> bool:
+        """Merge (and score) the ticked variants of ``spec`` (``workflow.compare``), run with ``options``."""
         if self.jobs.busy():
             return False
         try:
             variants = self.variants()
             if not variants:
                 raise InputError("tick at least one method to compare")
-            session.variant_specs(variants, self.folder.text().strip())  # duplicate names, before any work
+            variant_specs(spec, variants, self.folder.text().strip())  # duplicate names, bad values, before any work
         except InputError as e:
             self.error.emit(str(e))
             return False
         folder = Path(self.folder.text().strip()).expanduser()
         suites = self.evaluate.checked_suites()
-        device, batch = session.device, self.evaluate.batch_size.value()
-        limit, options = self.evaluate.limit.value() or None, options or {}
+        device, batch = spec.device, self.evaluate.batch_size.value()
+        limit = self.evaluate.limit.value() or None
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> CompareResult:
             if suites:
-                import_transformers([session.base])  # the variants share the base's architecture
+                import_transformers([spec.base])  # the variants share the base's architecture
             result = compare(
-                session,
-                variants,
-                folder,
-                suites,
-                reporter=reporter,
-                device=device,
-                batch_size=batch,
-                limit=limit,
-                token=token,
-                **options,
+                spec, variants, folder, suites, options, reporter, device=device, batch_size=batch, limit=limit
             )
             if result.evaluation is not None:
                 record_evaluation(result.evaluation)
