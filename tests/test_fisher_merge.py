@@ -10,7 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core import MergeSpec, RunOptions
+
+from ram_desktop.core.pipeline import merge
 
 from .conftest import make_models
 from .reference import load_model
@@ -86,9 +88,7 @@ def test_merge_equals_reference(tmp_path, shards, out_dtype, chunk):
     base_dir, agent_dirs = make_models(tmp_path / "in", shards=shards)
     folders, fishers = random_fishers(agent_dirs, tmp_path, shards)
     scale = 0.7
-    request = MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher",
-                           {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype,
-                           chunk_elements=chunk)
+    request = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype)
     merge(request)
     base = load_model(base_dir)
     expected = reference_fisher(base, [load_model(a) for a in agent_dirs], fishers, scale)
@@ -114,8 +114,7 @@ def test_fisher_weighting_is_not_the_mean(tmp_path):
     names = [n for n, t in agents[0].items() if t.is_floating_point()]
     fishers = [{n: torch.full(agents[t][n].shape, 1.0 if t == 1 else 0.0) for n in names} for t in range(3)]
     folders = [write_fisher(tmp_path / f"f{t}", f) for t, f in enumerate(fishers)]
-    merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher",
-                       {"fisher": [str(f) for f in folders], "scale": 1.0}, out_dtype="float32"))
+    merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": 1.0}, out_dtype="float32"))
     got = load_model(tmp_path / "out")
     for n in names:
         assert torch.equal(got[n], agents[1][n].to(torch.float32)), n

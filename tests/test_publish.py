@@ -11,7 +11,8 @@ import pytest
 from huggingface_hub import errors as hf_errors
 
 from ram_desktop.cli import main
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core import MergeSpec, RunOptions
+from ram_desktop.core.pipeline import merge
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.ecosystem.hub.publish import publish
 
@@ -85,7 +86,7 @@ def fake_api(tmp_path, monkeypatch):
 @pytest.fixture
 def merged(models, tmp_path) -> Path:
     base, agents = models
-    merge(MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out"))
+    merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "out"))
     return tmp_path / "out"
 
 

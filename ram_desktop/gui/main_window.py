@@ -14,7 +14,6 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QTabWidget, QVBoxLayout,
 from .. import __version__
 from ..core import (
     DEFAULT_CHUNK_ELEMENTS,
-    Agent,
     InputError,
     MergeResult,
     MergeSpec,
@@ -37,6 +36,7 @@ from .method.panel import MethodPanel
 from .method.spec_form import (
     NotReplaceable,
     checked_spec,
+    engine_params,
     merge_options,
     read_spec,
     run_merge,
@@ -278,18 +278,8 @@ class MainWindow(QMainWindow):
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
-        self.analysis.update_method(
-            self.method.current, self._engine_params(), self.method.out_dtype.currentData(), self._base_dtype()
-        )
-
-    def _engine_params(self) -> dict:
-        """The form's parameters as the engine takes them (per-agent values in agent order), for the estimates."""
-        agents = tuple(Agent(r.name, r.spec) for r in self.sources.agents)
-        params = {k: v for k, v in self.method.params().items() if v is not None}
-        try:
-            return MergeSpec(agents=agents, method=self.method.current.name, params=params).engine_params()
-        except InputError:  # a per-agent value missing for some agent: the estimate shows the defaults
-            return {}
+        params, dtype = engine_params(self.sources, self.method), self.method.out_dtype.currentData()
+        self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
     # --- background jobs ----------------------------------------------------------------------
     @Slot(object, object)
@@ -366,11 +356,8 @@ class MainWindow(QMainWindow):
             for w in report.warnings:
                 self.show_warning(w)
 
-        self.jobs.start(
-            JobState.ANALYSING,
-            partial(run_probe, spec, window_options(self.chunk_elements, self.sources.hub_token)),
-            done,
-        )
+        options = window_options(self.chunk_elements, self.sources.hub_token)
+        self.jobs.start(JobState.ANALYSING, partial(run_probe, spec, options), done)
 
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(

@@ -54,6 +54,17 @@ def read_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
     )
 
 
+def engine_params(sources: SourcesPanel, method: MethodPanel) -> dict[str, Any]:
+    """The form's parameters as the engine takes them (per-agent values in agent order), for the estimates the
+    Analysis view draws; {} while a per-agent value is missing for some agent (the estimate shows the defaults)."""
+    agents = tuple(Agent(r.name, r.spec) for r in sources.agents)
+    params = {k: v for k, v in method.params().items() if v is not None}
+    try:
+        return MergeSpec(agents=agents, method=method.current.name, params=params).engine_params()
+    except InputError:
+        return {}
+
+
 def checked_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
     """The spec, validated as the engine will validate it (ε, parameters); raises ``InputError``."""
     spec = read_spec(sources, method)
