@@ -130,7 +130,7 @@ def test_open_recipe_shows_every_field(qtbot, window, inputs, tmp_path):
     }))
     assert window.open_recipe(recipe)
     qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=10000)
-    session = window.session()
+    session = window.spec()
     assert session.method == "dare-ties"
     assert session.params == {"drop": 0.3125, "seed": 2**64 - 1, "scale": 0.8765}
     assert (session.eps, session.out_dtype, session.shard_size, session.device, session.vocab) == \
@@ -150,7 +150,7 @@ def test_a_bad_recipe_changes_nothing_in_the_window(qtbot, window, inputs, tmp_p
     base, agents = inputs
     load_sources(qtbot, window, base, agents)
     window.method.set_method("ties")
-    before = window.session()
+    before = window.spec()
     data = {"format": "ram-recipe/1", "method": "ram-plus", "parameters": {}, "base": str(base),
             "agents": [str(a) for a in agents]}
     data.update(change)
@@ -158,4 +158,4 @@ def test_a_bad_recipe_changes_nothing_in_the_window(qtbot, window, inputs, tmp_p
     recipe.write_text(yaml.safe_dump(data))
     assert not window.open_recipe(recipe)
     assert fragment in window.message.text.text()
-    assert window.session() == before
+    assert window.spec() == before
