@@ -76,10 +76,10 @@ def _assert_same_tensors(ours: Path, theirs: Path) -> None:
 def test_methods_map_to_ours(tmp_path, method, top, model_params, expect_method, expect_params):
     imported = from_mergekit(_config(method, tmp_path / "b", [tmp_path / "x", tmp_path / "y"], model_params, **top))
     assert imported.spec.method == expect_method
-    assert imported.spec.params == expect_params
+    assert imported.spec.engine_params() == expect_params  # per-agent values in the order of the models
     assert imported.spec.base == str(tmp_path / "b")
     # mergekit's linear takes base_model as one more input, appended after the listed models
-    assert imported.spec.agents == [str(tmp_path / "x"), str(tmp_path / "y")] + (
+    assert imported.spec.sources == [str(tmp_path / "x"), str(tmp_path / "y")] + (
         [str(tmp_path / "b")] if method == "linear" else [])
     if method == "ram":
         assert imported.spec.eps == 1e-4
@@ -198,7 +198,7 @@ def test_export_comments_every_difference_and_reimports(tmp_path, capsys, method
         # mergekit's ties file reads back with mergekit's semantics (its int(k·n) cut, methods/weighted.py)
         assert back.method == {"ties": "weighted-ties"}.get(method, method)
         if method == "ties":
-            assert back.params["density"] == [0.2, 0.2]
+            assert back.params["density"] == {"a1": 0.2, "a2": 0.2}
     if method == "dare-ta":
         assert data["models"][0]["parameters"]["density"] == 0.7
 
@@ -302,9 +302,9 @@ def test_sliced_config_reads_as_a_layer_map(tmp_path):
                    parameters={"t": 0.5})
     data["slices"][1]["parameters"] = {"t": [0.1, 0.9]}
     recipe = from_mergekit(data).spec
-    assert (recipe.method, recipe.base, recipe.agents) == ("slerp", "b", ["x"])
+    assert (recipe.method, recipe.base, recipe.sources) == ("slerp", "b", ["x"])
     assert recipe.params["t"] == 0.5
-    assert recipe.slices == [
+    assert list(recipe.slices) == [
         {"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}]},
         {"sources": [{"model": 0, "layer_range": [2, 4]}, {"model": 1, "layer_range": [2, 4]}],
          "parameters": {"t": [0.1, 0.9], "dtype": "inputs"}},
