@@ -72,7 +72,7 @@ def test_a_comma_separated_suite_list_is_refused_naming_the_flag(tmp_path, capsy
 
 def test_fisher_takes_one_suite(tmp_path):
     line = refused(cli(tmp_path, "fisher", str(tmp_path), "--suite", "a", "b", "--out", str(tmp_path / "f")), "--suite")
-    assert "one" in line
+    assert "takes 1 suite" in line and "got 2" in line
 
 
 def test_per_agent_values_by_name_on_the_command_line(models, tmp_path):

@@ -135,27 +135,27 @@ def _argv(base, agents, *more):
 
 def test_neither_fisher_nor_suite(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents), "--suite", "--fisher")
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents), "--fisher-suite", "--fisher")
 
 
 def test_fisher_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, folders = fisher_inputs
     assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders[:2]))),
-                   "2 Fisher files for 3 agents")
+                   "--fisher: 2 values for 3 agents")
 
 
 def test_suite_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     suite = tmp_path / "in" / "s.jsonl"
     suite.write_text('{"prompt": "hi", "answer": "x"}\n')
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--suite", f"{suite},{suite}"),
-                   "2 calibration suites for 3 agents")
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", f"{suite},{suite}"),
+                   "--fisher-suite: 2 values for 3 agents")
 
 
 def test_missing_suite(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     missing = tmp_path / "nowhere" / "suite.jsonl"
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--suite", ",".join([str(missing)] * 3)),
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", ",".join([str(missing)] * 3)),
                    str(missing))
 
 
