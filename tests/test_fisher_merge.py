@@ -89,7 +89,7 @@ def test_merge_equals_reference(tmp_path, shards, out_dtype, chunk):
     folders, fishers = random_fishers(agent_dirs, tmp_path, shards)
     scale = 0.7
     request = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype)
-    merge(request)
+    merge(request, options=RunOptions(chunk_elements=chunk))
     base = load_model(base_dir)
     expected = reference_fisher(base, [load_model(a) for a in agent_dirs], fishers, scale)
     got = load_model(tmp_path / "out")

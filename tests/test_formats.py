@@ -48,9 +48,10 @@ def merged_bytes(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.glob("*.safetensors"))}
 
 
-def _merge(tmp_path, base, agents, name, method="ram-plus", **kw):
+def _merge(tmp_path, base, agents, name, method="ram-plus", chunk_elements=None, **kw):
     out = tmp_path / name
-    result = merge(MergeSpec.build(str(base), [str(a) for a in agents], out, method, **kw), options=RunOptions(use_cache=False))
+    options = RunOptions(use_cache=False, **({"chunk_elements": chunk_elements} if chunk_elements else {}))
+    result = merge(MergeSpec.build(str(base), [str(a) for a in agents], out, method, **kw), options=options)
     return out, result
 
 

@@ -535,10 +535,13 @@ def test_disabled_below_a_size_keeps_small_passes_on_the_torch_path():
 
 
 def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
-    """A window job (gui.worker) merging a small model stays on the torch path (no numba load freezing
-    the event loop); above the size limit the same job runs the fused kernels."""
+    """A window job (its run options: gui.method.spec_form.window_options) merging a small model stays on the torch
+    path (no numba load freezing the event loop); above the size limit the same job runs the fused kernels."""
     pytest.importorskip("PySide6")
+    import dataclasses
+
     from ram_desktop.gui import worker
+    from ram_desktop.gui.method import spec_form
 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=1)
     calls = []
@@ -546,14 +549,14 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
     monkeypatch.setattr(kernels, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
     used = {}
     for limit in (10**12, 1):
-        monkeypatch.setattr(worker, "KERNEL_MIN_ELEMENTS", limit)
+        monkeypatch.setattr(spec_form, "KERNEL_MIN_ELEMENTS", limit)
         calls.clear()
-        job = worker.Worker(lambda reporter, limit=limit: merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{limit}", method="ram"),
-            reporter, options=RunOptions(use_cache=False)))
+        spec = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{limit}", method="ram")
+        options = dataclasses.replace(spec_form.window_options(1 << 20, None), use_cache=False)
+        job = worker.Worker(lambda reporter, spec=spec, options=options: spec_form.run_merge(spec, options, reporter))
         job.run()
         used[limit] = bool(calls)
     assert used == {10**12: False, 1: True}
-
 
 
 def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_path, monkeypatch):

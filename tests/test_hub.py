@@ -276,8 +276,9 @@ def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch
     monkeypatch.setenv("HF_TOKEN", env_secret)
     caplog.set_level("DEBUG")
     request = MergeSpec.build("org/base", ["org/alpha", "org/beta"], tmp_path / "out")
-    assert secret not in repr(request)
-    merge(request)
+    options = RunOptions(token=secret)
+    assert secret not in repr(request) and secret not in repr(options)
+    merge(request, options=options)
     assert set(hub.tokens) == {secret}
     # without an explicit token, huggingface_hub is left to find HF_TOKEN / the stored login
     assert main(["merge", "org/base", "org/alpha", "org/gamma", "--out", str(tmp_path / "out2")]) == 0
