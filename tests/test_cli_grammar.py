@@ -23,8 +23,23 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
 def test_norm_eps_reaches_the_recipe_and_eps_stays_the_probes(models, tmp_path):
     base, agents = models
     out = tmp_path / "out"
-    done = cli(tmp_path, "-q", "merge", str(base), *map(str, agents), "--out", str(out), "--method", "multislerp",
-               "--norm-eps", "1e-3", "--eps", "2e-4", "--device", "cpu")
+    done = cli(
+        tmp_path,
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(out),
+        "--method",
+        "multislerp",
+        "--norm-eps",
+        "1e-3",
+        "--eps",
+        "2e-4",
+        "--device",
+        "cpu",
+    )
     assert done.returncode == 0, done.stderr
     recipe = yaml.safe_load((out / "ram-recipe.yaml").read_text())
     assert recipe["parameters"]["eps"] == 1e-3  # multislerp's own epsilon, under mergekit's name
@@ -36,8 +51,21 @@ def test_norm_eps_reaches_the_recipe_and_eps_stays_the_probes(models, tmp_path):
 def test_eps_alone_leaves_multislerps_epsilon_at_its_default(models, tmp_path):
     base, agents = models
     out = tmp_path / "out"
-    done = cli(tmp_path, "-q", "merge", str(base), *map(str, agents), "--out", str(out), "--method", "multislerp",
-               "--eps", "1e-3", "--device", "cpu")
+    done = cli(
+        tmp_path,
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(out),
+        "--method",
+        "multislerp",
+        "--eps",
+        "1e-3",
+        "--device",
+        "cpu",
+    )
     assert done.returncode == 0, done.stderr
     recipe = yaml.safe_load((out / "ram-recipe.yaml").read_text())
     assert recipe["eps"] == 1e-3 and recipe["parameters"]["eps"] == 1e-8
@@ -52,7 +80,9 @@ def test_no_method_flag_is_a_global_option():
     assert any(p.flag == "--fisher-suite" and p.name == "suite" for p in METHODS["fisher"].params)
 
 
-@pytest.mark.parametrize("command,head", [("eval", ["m1", "m2"]), ("compare", ["b", "a", "--out", "o", "--variant", "ram"])])
+@pytest.mark.parametrize(
+    "command,head", [("eval", ["m1", "m2"]), ("compare", ["b", "a", "--out", "o", "--variant", "ram"])]
+)
 def test_suite_takes_both_forms(command, head):
     parser = build_parser()
     together = parser.parse_args([command, *head, "--suite", "A", "B"])
@@ -78,12 +108,38 @@ def test_fisher_takes_one_suite(tmp_path):
 def test_per_agent_values_by_name_on_the_command_line(models, tmp_path):
     """``--weight NAME=VALUE,...`` keys values by agent, in any order; the recipe keeps them by name."""
     base, agents = models
-    done = cli(tmp_path, "-q", "merge", str(base), *map(str, agents), "--out", str(tmp_path / "a"), "--method",
-               "linear", "--weight", "gamma=3,alpha=1,beta=2", "--device", "cpu")
+    done = cli(
+        tmp_path,
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(tmp_path / "a"),
+        "--method",
+        "linear",
+        "--weight",
+        "gamma=3,alpha=1,beta=2",
+        "--device",
+        "cpu",
+    )
     assert done.returncode == 0, done.stderr
     by_name = yaml.safe_load((tmp_path / "a" / "ram-recipe.yaml").read_text())["parameters"]["weight"]
     assert by_name == {"alpha": 1.0, "beta": 2.0, "gamma": 3.0}
-    done = cli(tmp_path, "-q", "merge", str(base), *map(str, agents), "--out", str(tmp_path / "b"), "--method",
-               "linear", "--weight", "1,2,3", "--device", "cpu")
+    done = cli(
+        tmp_path,
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(tmp_path / "b"),
+        "--method",
+        "linear",
+        "--weight",
+        "1,2,3",
+        "--device",
+        "cpu",
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()

@@ -13,8 +13,13 @@ from ram_desktop.core import Agent, InputError, MergeSpec, Variant, variant_spec
 
 
 def _spec() -> MergeSpec:
-    return MergeSpec.build("base", ["/m/coder", "/m/tool", "/m/memory"], "/out", method="weighted-ties",
-                           params={"weight": [0.1, 0.2, 0.3], "density": "0.5,0.7,0.9", "lambda": 1.0})
+    return MergeSpec.build(
+        "base",
+        ["/m/coder", "/m/tool", "/m/memory"],
+        "/out",
+        method="weighted-ties",
+        params={"weight": [0.1, 0.2, 0.3], "density": "0.5,0.7,0.9", "lambda": 1.0},
+    )
 
 
 def test_one_class_describes_a_merge():
@@ -31,7 +36,7 @@ def test_one_class_describes_a_merge():
 
 def test_removing_reordering_and_renaming_agents_keep_each_agents_values():
     spec = _spec()
-    coder, tool, memory = spec.agents
+    _, tool, memory = spec.agents
     fewer = spec.with_agents([memory, tool])
     assert fewer.params["weight"] == {"memory": 0.3, "tool": 0.2}
     assert fewer.engine_params()["weight"] == [0.3, 0.2]
@@ -55,10 +60,13 @@ def test_the_recipe_keys_values_by_name_and_reads_back():
     assert again.engine_params()["weight"] == [0.3, 0.2, 0.1]
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"weight": {"coder": 0.1, "nobody": 0.2}}, "parameters.weight.nobody: no agent of that name"),
-    ({"fisher": ["/f/a", "/f/b", "/f/c"]}, "a parameter of fisher"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"weight": {"coder": 0.1, "nobody": 0.2}}, "parameters.weight.nobody: no agent of that name"),
+        ({"fisher": ["/f/a", "/f/b", "/f/c"]}, "a parameter of fisher"),
+    ],
+)
 def test_a_bad_keyed_value_is_refused_naming_it(change, fragment):
     data = yaml.safe_load(_spec().resolved().to_yaml())
     data["parameters"].update(change)
@@ -67,9 +75,13 @@ def test_a_bad_keyed_value_is_refused_naming_it(change, fragment):
 
 
 def test_a_v1_recipe_maps_its_lists_by_position():
-    data = {"format": "ram-recipe/1", "method": "della", "base": "b",
-            "agents": [{"name": "x", "source": "/m/a"}, {"name": "y", "source": "/m/b"}],
-            "parameters": {"density": [0.4, 0.6]}}
+    data = {
+        "format": "ram-recipe/1",
+        "method": "della",
+        "base": "b",
+        "agents": [{"name": "x", "source": "/m/a"}, {"name": "y", "source": "/m/b"}],
+        "parameters": {"density": [0.4, 0.6]},
+    }
     assert MergeSpec.from_dict(data).params["density"] == {"x": 0.4, "y": 0.6}
     data["agents"] = ["/m/a", {"source": "/m/b", "name": "y"}]  # not every agent named: all derived, as before
     assert MergeSpec.from_dict(data).params["density"] == {"a": 0.4, "b": 0.6}

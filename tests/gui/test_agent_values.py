@@ -22,7 +22,9 @@ def _rows(field) -> list[tuple[str, str]]:
 
 def _colors(window) -> dict[str, str]:
     table = window.sources.table
-    return {table.item(r, NAME).text(): table.item(r, NAME).foreground().color().name() for r in range(1, table.rowCount())}
+    return {
+        table.item(r, NAME).text(): table.item(r, NAME).foreground().color().name() for r in range(1, table.rowCount())
+    }
 
 
 def _click_row(qtbot, window, row: int, button) -> None:
