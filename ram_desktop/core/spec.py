@@ -11,7 +11,6 @@ makes (overwrite, chunk size, the probe cache, the Hub token, the fused kernels)
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -454,6 +453,4 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and math.isnan(value):
-        return value
     return value
