@@ -67,6 +67,10 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
         folders, _ = random_fishers(agents, tmp_path / "fisher")
         per_agent = {"fisher": [str(f) for f in folders], "suite": None}
     expected = {}
+
+    def keyed(values):  # per-agent values are keyed by agent name, in the form and in the recipe
+        return dict(zip(window.sources.names, values)) if isinstance(values, list) else values
+
     for name, field in window.method.fields.items():
         if field.param.setting and field.param.per_agent:
             texts = PER_AGENT_TYPED[name][:len(agents)]
@@ -78,7 +82,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
             if not field.param.setting:
                 for edit, text in zip(field.widget.edits, per_agent[name] or []):
                     type_into(qtbot, edit, text)
-            assert field.value() == per_agent[name]
+            assert field.value() == keyed(per_agent[name])
             continue
         if isinstance(field.widget, QCheckBox):  # true/false: one click flips the default
             qtbot.waitUntil(field.widget.isVisible)
@@ -106,7 +110,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     assert data["vocab"] == "common" and data["eps"] == 2e-05 and data["shard_size"] == "40KB"
     for name in window.method.fields:
         if name in per_agent:
-            assert data["parameters"][name] == per_agent[name]
+            assert data["parameters"][name] == keyed(per_agent[name])
         elif expected.get(name) is not None:
             assert data["parameters"][name] == expected[name], name
         else:
