@@ -68,18 +68,9 @@ def main() -> None:
         def merge(method: str, params: dict, out: str) -> float:
             start = time.perf_counter()
             pipeline.merge(
-                pipeline.MergeRequest(
-                    base,
-                    sources,
-                    Path(tmp) / out,
-                    method,
-                    params,
-                    device=args.device,
-                    out_dtype=args.out_dtype,
-                    use_cache=False,
-                ),
+                pipeline.MergeSpec.build(base, sources, Path(tmp) / out, method, params, device=args.device, out_dtype=args.out_dtype),
                 Reporter(),
-            )
+            options=pipeline.RunOptions(use_cache=False))
             return time.perf_counter() - start
 
         merge("wudi", {"steps": 1}, "warm")

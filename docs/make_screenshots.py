@@ -252,7 +252,7 @@ def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     window.compare.rows["ram-plus"].check.setChecked(False)  # ticked by default; the merge above is RAM+
     for method, values, param in VARIANTS:
         window.compare.tick(method, values, param)
-    window.compare.run.start_button.click()  # as a user does: the window answers with the Session it shows
+    window.compare.run.start_button.click()  # as a user does: the window answers with the spec it shows
     wait_until(lambda: not window.busy(), 300, app)
     window.steps.setCurrentWidget(window.compare)
     wait_until(lambda: False, 0.3, app)

@@ -23,7 +23,6 @@ from .core import (
     ProgressEvent,
     Reporter,
     defaults,
-    get_method,
 )
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
@@ -42,11 +41,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def method_flags() -> dict[str, list[tuple[str, Param]]]:
-    """Every parameter flag, with the methods that take it (methods share flags such as --scale)."""
+    """Every parameter by name (its recipe key), with the methods that take it (methods share parameters such
+    as --scale); a parameter's flag is the same in every method that takes it."""
     flags: dict[str, list[tuple[str, Param]]] = {}
     for name, method in METHODS.items():
         for p in method.params:
             flags.setdefault(p.name, []).append((name, p))
+    for name, takers in flags.items():
+        if len({p.flag for _, p in takers}) > 1:
+            raise RuntimeError(f"parameter {name} has different flags in {', '.join(m for m, _ in takers)}")
     return flags
 
 
@@ -108,13 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="METHOD or METHOD:key=value,...[,name=NAME], e.g. ram-plus:r=0.2,alpha=1.0 (repeat)",
     )
-    p.add_argument(
-        "--suite",
-        action="append",
-        default=[],
-        metavar="SUITE",
-        help="evaluate base, agents and variants on this suite (repeat); see ram-merge eval",
-    )
+    suite_option(p, "evaluate base, agents and variants on these suites; see ram-merge eval", required=False)
     p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
     scorer_timeout_option(p)
@@ -124,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         "search", help="search methods and parameters for the best merge on validation suites (Optuna), then test it"
     )
     sources(p)
-    p.add_argument("--suite", nargs="+", action="extend", required=True, metavar="SUITE", help="validation suites")
+    suite_option(p, "validation suites")
     p.add_argument(
         "--test-suite", nargs="+", action="extend", default=[], metavar="SUITE", help="test suites for the best merge"
     )
@@ -154,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fisher", help="estimate an agent's diagonal Fisher information on its calibration suite")
     p.add_argument("agent", help="agent model folder (Hugging Face layout) or Hub id org/name[@rev]")
-    p.add_argument("--suite", required=True, metavar="SUITE", help="calibration suite (JSONL file or suite folder)")
+    suite_option(p, "calibration suite (JSONL file or suite folder); one")
     p.add_argument("--out", type=Path, required=True, help="output folder for fisher.safetensors and fisher.json")
     p.add_argument("--examples", type=int, default=256, help="calibration examples (default 256; paper 256-2048)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
@@ -172,14 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
-    p.add_argument(
-        "--suite",
-        nargs="+",
-        action="extend",
-        required=True,
-        metavar="SUITE",
-        help="JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml",
-    )
+    suite_option(p, "JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml")
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
     p.add_argument(
         "--json",
@@ -203,18 +193,45 @@ def scorer_timeout_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def suite_option(p: argparse.ArgumentParser, help: str, required: bool = True) -> None:
+    """``--suite``, one grammar in every subcommand: ``--suite A B`` and ``--suite A --suite B`` alike."""
+    p.add_argument(
+        "--suite",
+        nargs="+",
+        action="extend",
+        required=required,
+        default=[],
+        metavar="SUITE",
+        help=help + " (--suite A B or --suite A --suite B)",
+    )
+
+
+def check_suites(suites: list[str], most: int | None = None) -> list[str]:
+    """``--suite`` values: a comma-separated list (another grammar) or more than ``most`` is refused."""
+    for text in suites:
+        if "," in text and not Path(text).expanduser().exists():
+            raise InputError(
+                f"--suite {text}: no such suite; separate suites with spaces (--suite A B) or repeat --suite"
+            )
+    if most is not None and len(suites) > most:
+        raise InputError(f"--suite takes {most} suite here, got {len(suites)} ({' '.join(suites)})")
+    return suites
+
+
 def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
     """The flags ``merge`` and ``compare`` share: every method parameter (from the schemas), output dtype,
-    shard size, overwrite."""
+    shard size, overwrite. A method parameter never shares a flag with a subcommand's own option (the schema
+    renames it: ``Param.flag_name``)."""
     for name, takers in method_flags().items():
         first = takers[0][1]
-        if first.flag in p._option_string_actions:  # compare's own --suite (evaluation) keeps its meaning
-            continue
+        if first.flag in p._option_string_actions:
+            raise RuntimeError(f"method parameter {name} clashes with {p.prog}'s own {first.flag}; give it a flag_name")
         by_text: dict[str, list[str]] = {}
         for method_name, prm in takers:
             by_text.setdefault(prm.describe(), []).append(method_name)
         text = prefix + " | ".join(f"{', '.join(ms)}: {d}" for d, ms in by_text.items())
-        metavar = f"{name.upper()},..." if first.per_agent else name.upper()
+        shown = (first.flag_name or name).upper()
+        metavar = f"{shown},..." if first.per_agent else shown
         # per-agent lists and true/false may arrive as text: the method's Param validates them
         loose = any(prm.per_agent or prm.kind is bool for _, prm in takers)
         kind = _loose(first.kind) if loose else first.kind
@@ -354,7 +371,8 @@ def _setup_logging(quiet: bool) -> None:
 
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import Recipe, Session, advise, merge, probe
+    from . import workflow
+    from .core import MergeSpec, RunOptions, advise
 
     if args.command == "demo":
         from .core import read_manifest, write_demo
@@ -374,7 +392,7 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.command == "search":
         return _search(args, reporter)
     if args.command == "probe":
-        report = probe(args.base, args.agents, _names(args.names), args.eps, args.device, reporter, vocab=args.vocab)
+        report = workflow.analyse(spec_from_args(args), reporter=reporter)
         advice = advise(report, args.out_dtype)
         if args.json:
             try:
@@ -385,11 +403,11 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         print(advice.text())
         return EXIT_OK
     if args.command == "merge":
-        session = session_from_args(args)
+        spec = spec_from_args(args)
     elif args.command == "export-mergekit":
         from .core import to_mergekit
 
-        text = to_mergekit(Recipe.load(args.recipe))
+        text = to_mergekit(MergeSpec.load(args.recipe))
         if args.out is None:
             sys.stdout.write(text)
         else:
@@ -409,55 +427,53 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         loaded = load_recipe_or_mergekit(args.recipe)
         for warning in loaded.warnings:
             log.warning("%s", warning)
-        session = Session.from_recipe(loaded.recipe)
-    request = session.to_request(args.out, overwrite=args.overwrite)  # every input checked before any estimate
-    if get_method(session.method).interop.calibrated:
-        from .evaluate.fisher import resolve_fisher_params
-
-        request.params = resolve_fisher_params(session.method, request.params, session.agents, session.device, reporter)
-    result = merge(request, reporter)
+        spec = loaded.spec if args.out is None else loaded.spec.replace(output=str(args.out))
+    result = workflow.merge(spec, RunOptions(overwrite=args.overwrite), reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
 
 
-def session_from_args(args: argparse.Namespace):
-    """The Session that ``merge``'s flags describe."""
-    from .core import Session
+def spec_from_args(args: argparse.Namespace) -> Any:
+    """The ``MergeSpec`` that ``probe``'s, ``merge``'s or ``compare``'s flags describe (per-agent values given in
+    the order of the agents on the command line, or as NAME=VALUE,...)."""
+    from .core import MergeSpec
 
     params = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
-    return Session(
-        base=args.base,
-        agents=list(args.agents),
-        names=_names(args.names),
+    out = getattr(args, "out", None)
+    return MergeSpec.build(
+        args.base,
+        list(args.agents),
+        str(out) if out is not None else None,
         method=getattr(args, "method", defaults.METHOD),
         params=params,
+        names=_names(args.names),
         eps=args.eps,
         device=args.device,
-        out_dtype=args.out_dtype,
-        shard_size=args.shard_size,
-        out=str(args.out),
+        out_dtype=getattr(args, "out_dtype", defaults.OUT_DTYPE),
+        shard_size=getattr(args, "shard_size", defaults.SHARD_SIZE),
         vocab=args.vocab,
     )
 
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import Variant
+    from .core import RunOptions, Variant
     from .evaluate import ScoringFailed, load_suite
-    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, compare
+    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG
+    from .workflow import compare
 
     variants = [Variant.parse(text) for text in args.variant]
-    suites = [load_suite(s) for s in args.suite]
+    suites = [load_suite(s) for s in check_suites(args.suite)]
     check_scorer_timeout(args)
     name_new_code(suites)
     try:
         result = compare(
-            session_from_args(args),
+            spec_from_args(args),
             variants,
             args.out,
             suites,
-            overwrite=args.overwrite,
-            reporter=reporter,
+            RunOptions(overwrite=args.overwrite),
+            reporter,
             batch_size=args.batch_size,
             limit=args.limit,
             scorer_timeout=args.scorer_timeout,
@@ -476,13 +492,13 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _search(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import Session
+    from .core import MergeSpec
     from .evaluate.search import SearchOptions, search
 
     methods = defaults.SEARCH_METHODS if args.methods is None else args.methods.split(",")
-    session = Session(
-        base=args.base,
-        agents=list(args.agents),
+    spec = MergeSpec.build(
+        args.base,
+        list(args.agents),
         names=_names(args.names),
         eps=args.eps,
         device=args.device,
@@ -490,9 +506,9 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
         vocab=args.vocab,
     )
     options = SearchOptions(
-        session,
-        args.suite,
-        args.test_suite,
+        spec,
+        check_suites(args.suite),
+        check_suites(args.test_suite),
         args.out,
         args.trials,
         methods,
@@ -536,8 +552,9 @@ def format_search(result) -> str:
 def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluate.fisher import write_fisher
 
+    (suite,) = check_suites(args.suite, most=1)
     info = write_fisher(
-        args.agent, args.suite, args.out, args.examples, args.device, reporter, args.overwrite, args.shard_size
+        args.agent, suite, args.out, args.examples, args.device, reporter, args.overwrite, args.shard_size
     )
     print(
         f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
@@ -549,7 +566,7 @@ def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
 def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
     from .evaluate import ScoringFailed, check_json_path, evaluate, load_suite, model_refs
 
-    suites = [load_suite(s) for s in args.suite]
+    suites = [load_suite(s) for s in check_suites(args.suite)]
     models = model_refs(args.models, _names(args.names))
     if args.json:
         check_json_path(args.json)

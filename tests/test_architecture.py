@@ -102,7 +102,7 @@ def test_core_never_imports_the_faces():
 # every room; the entry layer (pipeline, session, recipe, sources) above.
 CORE = "ram_desktop.core"
 SHARED = {f"{CORE}.errors", f"{CORE}.events", f"{CORE}.lazy", f"{CORE}.defaults", f"{CORE}.storage.safe_read"}
-ENTRY = {f"{CORE}.pipeline", f"{CORE}.session", f"{CORE}.recipe", f"{CORE}.sources"}
+ENTRY = {f"{CORE}.pipeline", f"{CORE}.spec", f"{CORE}.variant", f"{CORE}.recipe", f"{CORE}.sources"}
 
 
 def _room_imports(prefix: str) -> dict[str, set[str]]:
@@ -141,7 +141,7 @@ def test_the_engine_never_imports_the_methods():
 
 def test_the_ecosystem_never_imports_the_orchestration():
     for name, found in _room_imports(f"{CORE}.ecosystem").items():
-        bad = {m for m in found if m in {f"{CORE}.pipeline", f"{CORE}.session"}}
+        bad = {m for m in found if m in {f"{CORE}.pipeline", f"{CORE}.variant"}}
         assert not bad, f"{name} imports {bad}"
 
 
@@ -156,6 +156,26 @@ def test_the_guarded_reader_leans_only_on_the_errors():
     imports no other room, nor the rest of storage."""
     (imported,) = _room_imports(f"{CORE}.storage.safe_read").values()
     assert imported == {f"{CORE}.errors"}
+def test_the_application_layer_sits_above_core_and_evaluate():
+    """``workflow`` (calibrate -> merge -> evaluate -> compare) is called by the faces and calls core and evaluate;
+    core and evaluate never import it, and it never imports a face."""
+    modules = all_modules()
+    assert "ram_desktop.workflow" in modules
+    for name, path in modules.items():
+        if name.startswith(("ram_desktop.core", "ram_desktop.evaluate")):
+            assert "ram_desktop.workflow" not in imports_of(name, path, modules), name
+    found = imports_of("ram_desktop.workflow", modules["ram_desktop.workflow"], modules)
+    assert not {m for m in found if m.startswith(("ram_desktop.gui", "ram_desktop.cli"))}, found
+    assert not {m for m in found if m.startswith(CORE + ".")}, "workflow reaches the core through its API"
+    for face in ("ram_desktop.cli", "ram_desktop.gui.method.spec_form", "ram_desktop.gui.evaluate.compare_panel"):
+        assert "ram_desktop.workflow" in imports_of(face, modules[face], modules), face
+
+
+def test_the_window_never_sets_the_engines_thread_state():
+    """What the window tunes in the engine is a run option (``RunOptions``), never a thread-local it sets."""
+    for path in (PACKAGE / "gui").rglob("*.py"):
+        text = path.read_text()
+        assert "kernels.disabled" not in text and "engine import kernels" not in text, path
 
 
 def test_compute_imports_only_itself_and_the_shared_modules():

@@ -162,12 +162,13 @@ def test_zero_agents(capsys, tmp_path, models):
 
 
 def test_zero_agents_in_core(models, tmp_path):
+    from ram_desktop.core import MergeSpec
     from ram_desktop.core.errors import InputError
-    from ram_desktop.core.pipeline import MergeRequest, merge
+    from ram_desktop.core.pipeline import merge
 
     base, _ = models
     with pytest.raises(InputError, match="no agents"):
-        merge(MergeRequest(str(base), [], tmp_path / "out"))
+        merge(MergeSpec.build(str(base), [], tmp_path / "out"))
 
 
 @pytest.mark.parametrize("where", ["equal", "inside", "contains"])

@@ -14,13 +14,14 @@ import pytest
 import torch
 
 from ram_desktop.cli import build_parser, main
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine.chunks import Chunk, make_chunk, prefetch_chunks
 from ram_desktop.core.engine.passes import probe_pass
 from ram_desktop.core.engine.plan import make_plan
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import get_method
 from ram_desktop.core.methods.baselines import TiesContext, TrimCollector, dare_uniform, keep_count, mix32
-from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
+from ram_desktop.core.pipeline import merge, open_sources
 from ram_desktop.core.storage.transfer import Transfer
 
 from . import reference as ref
@@ -42,8 +43,7 @@ def _order(base_dir, agent_dirs) -> list[str]:
 def _check_against_reference(tmp_path, base_dir, agent_dirs, method, params, out_dtype="float32",
                              torch_dtype=torch.float32, chunk_elements=1 << 22):
     out = tmp_path / f"out-{method}-{len(list(tmp_path.iterdir()))}"
-    result = merge(MergeRequest(*_dirs(base_dir, agent_dirs), out, method, params, out_dtype=out_dtype,
-                                chunk_elements=chunk_elements))
+    result = merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, params, out_dtype=out_dtype), options=RunOptions(chunk_elements=chunk_elements))
     full = get_method(method).resolve(params)
     want = ref.baseline_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs],
                               _order(base_dir, agent_dirs), method, full, torch_dtype)
@@ -236,8 +236,7 @@ def test_dare_same_seed_same_bytes_across_chunk_sizes(models, tmp_path, method):
     outputs = []
     for i, (chunk, seed) in enumerate([(7, 3), (1 << 22, 3), (1000, 3), (1 << 22, 4)]):
         out = tmp_path / f"out{i}"
-        merge(MergeRequest(*_dirs(base_dir, agent_dirs), out, method, {"seed": seed, "drop": 0.5},
-                           chunk_elements=chunk, use_cache=False))
+        merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, {"seed": seed, "drop": 0.5}), options=RunOptions(chunk_elements=chunk, use_cache=False))
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[3] != outputs[1]
@@ -311,8 +310,7 @@ def test_task_arithmetic_equals_mergekit(models, tmp_path, out_dtype):
     proc = subprocess.run([_mergekit(), str(config), str(tmp_path / "mk")], capture_output=True, text=True,
                           env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    merge(MergeRequest(*_dirs(base_dir, agent_dirs), tmp_path / "ours", "task-arithmetic", {"scale": scale},
-                       out_dtype=out_dtype))
+    merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), tmp_path / "ours", "task-arithmetic", {"scale": scale}, out_dtype=out_dtype))
     ours, theirs = ref.load_model(tmp_path / "ours"), ref.load_model(tmp_path / "mk")
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -341,7 +339,6 @@ def test_thread_safe_baselines_do_not_depend_on_threads(models, tmp_path, monkey
     for i, (threads, chunk) in enumerate([("1", 1 << 22), ("3", 1000), ("2", 7)]):
         monkeypatch.setenv("RAM_DESKTOP_THREADS", threads)
         out = tmp_path / f"out{i}"
-        merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method, params={},
-                           chunk_elements=chunk, device="cpu"))
+        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method, params={}, device="cpu"), options=RunOptions(chunk_elements=chunk))
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]

@@ -181,7 +181,7 @@ def test_ctrl_c_cancels_cleanly(tmp_path):
     code = ("import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
             "import sys, ram_desktop.core.engine.chunks as c; c.DEFAULT_CHUNK_ELEMENTS = 64; "
             "import ram_desktop.core.pipeline as e; e.DEFAULT_CHUNK_ELEMENTS = 64; "
-            "e.MergeRequest.__dataclass_fields__['chunk_elements'].default = 64; "
+            "import ram_desktop.core.spec as s; s.RunOptions.__init__.__defaults__ = (False, 64, True, None, 0); "
             "from ram_desktop.cli import entry; sys.argv[0] = 'ram-merge'; entry()")
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAM_DESKTOP_KERNELS="0")  # the torch path: slow enough at 64 elements
     proc = subprocess.Popen([sys.executable, "-c", code, "merge", str(base), *map(str, agents), "--out", str(out),

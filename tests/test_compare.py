@@ -143,18 +143,22 @@ def test_compare_with_suites_scores_like_a_separate_eval(tmp_path, capsys):
                              [("What is 2 + 3?", "5"), ("Say hello", "hello"), ("def add(a, b):", "return"),
                               ("Remember the number 42", "42")]))
     (tmp_path / "suite.yaml").write_text("name: toy\nscorer: contains\nmax_new_tokens: 6\n")
+    (tmp_path / "two").mkdir()
+    second = tmp_path / "two" / "data.jsonl"
+    second.write_text(json.dumps({"prompt": "What is 2 + 3?", "answer": "5"}) + "\n")
+    (tmp_path / "two" / "suite.yaml").write_text("name: two\nscorer: contains\nmax_new_tokens: 4\n")
     out = tmp_path / "cmp"
     code = main(["-q", "compare", str(base), *map(str, agents), "--out", str(out), "--variant", "ram",
-                 "--variant", "task-arithmetic:scale=1.0,name=ta", "--suite", str(suite), "--device", "cpu",
-                 "--out-dtype", "float32"])
+                 "--variant", "task-arithmetic:scale=1.0,name=ta", "--suite", str(suite), str(tmp_path / "two"),
+                 "--device", "cpu", "--out-dtype", "float32"])  # --suite A B
     assert code == 0, capsys.readouterr().err
     data = json.loads((out / "compare.json").read_text())
     assert data["format"] == "ram-eval/2"
     assert [m["name"] for m in data["models"]] == ["base", "left", "right", "ram", "ta"]
-    assert [s["name"] for s in data["suites"]] == ["toy"]
+    assert [s["name"] for s in data["suites"]] == ["toy", "two"]
     separate = tmp_path / "eval.json"
     assert main(["-q", "eval", str(base), *map(str, agents), str(out / "ram"), str(out / "ta"), "--suite", str(suite),
-                 "--json", str(separate), "--device", "cpu"]) == 0
+                 "--suite", str(tmp_path / "two"), "--json", str(separate), "--device", "cpu"]) == 0  # --suite A --suite B
     alone = json.loads(separate.read_text())
     for key in ("scores", "per_example", "intervals", "differences", "at_floor", "suites"):
         assert alone[key] == data[key], key

@@ -86,8 +86,8 @@ TRUNCATED = torch_source()[: torch_source().index("def randint") + len("def rand
 # name: (torch's __init__.py or None for the working one, marker fields, what the folder becomes, the reason)
 DAMAGE = {
     "import-error": ("raise ImportError('libtorch_cpu.so: cannot open shared object file')\n", {}, None,
-                     "cpu-torch2.13.0's torch failed its check: ImportError: libtorch_cpu.so: cannot open shared "
-                     "object file"),
+                     ("cpu-torch2.13.0's torch failed its check: ImportError: libtorch_cpu.so: cannot open shared "
+                     "object file")),
     "truncated-init": (TRUNCATED, {}, None, "cpu-torch2.13.0's torch failed its check: SyntaxError: "),
     "sys-exit": ("import sys\nsys.exit(3)\n", {}, None, "cpu-torch2.13.0's torch failed its check: SystemExit: 3"),
     "hangs": ("import time\ntime.sleep(3600)\n", {}, None,
@@ -253,7 +253,7 @@ def test_sigterm_during_the_start_up_check_ends_the_check_too(tmp_path):
         checker = int(pid_file.read_text())
         assert checker != start.pid  # the check runs in a child process
         start.send_signal(signal.SIGTERM)
-        out, err = start.communicate(timeout=60)
+        _out, err = start.communicate(timeout=60)
         assert start.returncode == 128 + signal.SIGTERM and "Traceback" not in err, err
         assert not alive(checker)
     finally:

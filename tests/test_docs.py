@@ -9,12 +9,12 @@ from ram_desktop.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 MERGE_ONLY = {"--method", "--r", "--alpha", "--scale", "--density", "--drop", "--seed", "--ties-scope",
-              "--fisher", "--suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
+              "--fisher", "--fisher-suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
               "--names", "--device", "--vocab", "--out",
               "--steps", "--lr",
               "--weight", "--lambda", "--t", "--normalize", "--rescale", "--int8-mask", "--gamma", "--epsilon",
               "--filter-wise", "--dtype", "--use-base", "--nuslerp-flatten", "--nuslerp-row-wise", "--normalize-weights",
-              "--max-iter", "--tol", "--select-topk"}  # what "[merge flags]" stands for in compare's line
+              "--norm-eps", "--max-iter", "--tol", "--select-topk"}  # what "[merge flags]" stands for in compare's line
 
 
 def _synopsis() -> dict[str, set[str]]:

@@ -10,7 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core import MergeSpec, RunOptions
+from ram_desktop.core.pipeline import merge
 
 from .conftest import make_models
 from .reference import load_model
@@ -86,10 +87,8 @@ def test_merge_equals_reference(tmp_path, shards, out_dtype, chunk):
     base_dir, agent_dirs = make_models(tmp_path / "in", shards=shards)
     folders, fishers = random_fishers(agent_dirs, tmp_path, shards)
     scale = 0.7
-    request = MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher",
-                           {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype,
-                           chunk_elements=chunk)
-    merge(request)
+    request = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype)
+    merge(request, options=RunOptions(chunk_elements=chunk))
     base = load_model(base_dir)
     expected = reference_fisher(base, [load_model(a) for a in agent_dirs], fishers, scale)
     got = load_model(tmp_path / "out")
@@ -114,8 +113,7 @@ def test_fisher_weighting_is_not_the_mean(tmp_path):
     names = [n for n, t in agents[0].items() if t.is_floating_point()]
     fishers = [{n: torch.full(agents[t][n].shape, 1.0 if t == 1 else 0.0) for n in names} for t in range(3)]
     folders = [write_fisher(tmp_path / f"f{t}", f) for t, f in enumerate(fishers)]
-    merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher",
-                       {"fisher": [str(f) for f in folders], "scale": 1.0}, out_dtype="float32"))
+    merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": 1.0}, out_dtype="float32"))
     got = load_model(tmp_path / "out")
     for n in names:
         assert torch.equal(got[n], agents[1][n].to(torch.float32)), n
@@ -136,27 +134,27 @@ def _argv(base, agents, *more):
 
 def test_neither_fisher_nor_suite(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents), "--suite", "--fisher")
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents), "--fisher-suite", "--fisher")
 
 
 def test_fisher_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, folders = fisher_inputs
     assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders[:2]))),
-                   "2 Fisher files for 3 agents")
+                   "--fisher: 2 values for 3 agents")
 
 
 def test_suite_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     suite = tmp_path / "in" / "s.jsonl"
     suite.write_text('{"prompt": "hi", "answer": "x"}\n')
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--suite", f"{suite},{suite}"),
-                   "2 calibration suites for 3 agents")
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", f"{suite},{suite}"),
+                   "--fisher-suite: 2 values for 3 agents")
 
 
 def test_missing_suite(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     missing = tmp_path / "nowhere" / "suite.jsonl"
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--suite", ",".join([str(missing)] * 3)),
+    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", ",".join([str(missing)] * 3)),
                    str(missing))
 
 

@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 from ram_desktop.core.sources import open_checkpoint
 
 from . import reference as ref
@@ -46,9 +47,10 @@ def merged_bytes(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.glob("*.safetensors"))}
 
 
-def _merge(tmp_path, base, agents, name, method="ram-plus", **kw):
+def _merge(tmp_path, base, agents, name, method="ram-plus", chunk_elements=None, **kw):
     out = tmp_path / name
-    result = merge(MergeRequest(str(base), [str(a) for a in agents], out, method, use_cache=False, **kw))
+    options = RunOptions(use_cache=False, **({"chunk_elements": chunk_elements} if chunk_elements else {}))
+    result = merge(MergeSpec.build(str(base), [str(a) for a in agents], out, method, **kw), options=options)
     return out, result
 
 
@@ -97,7 +99,7 @@ def test_pickle_that_needs_code_is_refused_and_never_runs(tmp_path, monkeypatch)
     assert calls == [] and not (tmp_path / "PWNED").exists()
     # the same through a merge: exit-2 style error, nothing written
     with pytest.raises(InputError, match="pytorch_model.bin: refused"):
-        merge(MergeRequest(str(base), [str(evil)], tmp_path / "out"))
+        merge(MergeSpec.build(str(base), [str(evil)], tmp_path / "out"))
     assert not (tmp_path / "out").exists() and calls == []
     # an arbitrary class (not a callable) is refused the same way
     with open(evil / "pytorch_model.bin", "wb") as f:

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.methods import get_method
-from ram_desktop.core.pipeline import MergeRequest, merge, probe
+from ram_desktop.core.pipeline import merge, probe
 
 from . import reference as ref
 from .conftest import make_models
@@ -59,8 +60,7 @@ CASES = [
 @pytest.mark.parametrize("method,params", CASES)
 def test_merge_matches_reference(tmp_path, layout, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", shards=1 if layout == "single" else 3)
-    result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, params,
-                                out_dtype="float32"))
+    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"))
     base, agents, expected = _check_probe(result.probe, base_dir, agent_dirs)
     if method == "ram":
         lambdas = [1.0] * 3
@@ -81,8 +81,7 @@ def test_merge_matches_reference(tmp_path, layout, method, params):
                                                    ("float16", torch.float16)])
 def test_rounds_once_to_output_dtype(models, tmp_path, out_dtype, torch_dtype):
     base_dir, agent_dirs = models
-    result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus",
-                                out_dtype=out_dtype))
+    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus", out_dtype=out_dtype))
     want = ref.merged_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], EPS,
                             result.lambdas, torch_dtype)
     got = ref.load_model(tmp_path / "out")
@@ -92,7 +91,7 @@ def test_rounds_once_to_output_dtype(models, tmp_path, out_dtype, torch_dtype):
 
 def test_float64_inputs_compute_in_float64(tmp_path):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.float64)
-    result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus"))
+    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus"))
     want = ref.merged_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], EPS, result.lambdas)
     got = ref.load_model(tmp_path / "out")
     for name in want:
@@ -111,8 +110,7 @@ def test_infinite_rho_clips_to_alpha(tmp_path):
     wide = {k: (v.float() + 0.01 * (torch.rand(v.shape, generator=gen) < 0.5)).to(torch.bfloat16) for k, v in base.items()}
     narrow = {k: torch.where(torch.rand(v.shape, generator=gen) < 0.3, wide[k], v) for k, v in base.items()}
     dirs = [write_model(tmp_path / n, t, SMALL_CONFIG) for n, t in [("base", base), ("wide", wide), ("narrow", narrow)]]
-    result = merge(MergeRequest(str(dirs[0]), [str(dirs[1]), str(dirs[2])], tmp_path / "out", "ram-plus",
-                                {"r": 0.1, "alpha": 2.0}))
+    result = merge(MergeSpec.build(str(dirs[0]), [str(dirs[1]), str(dirs[2])], tmp_path / "out", "ram-plus", {"r": 0.1, "alpha": 2.0}))
     assert result.probe.agents[1].unique == 0 and math.isinf(result.probe.agents[1].rho)
     assert result.lambdas[1] == 1 + 0.1 * 2.0
     assert result.report["agents"][1]["rho"] is None
@@ -123,8 +121,7 @@ def test_results_do_not_depend_on_chunk_size(models, tmp_path):
     outputs = []
     for i, chunk in enumerate([7, 1000, 1 << 22]):
         out = tmp_path / f"out{i}"
-        merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, "ram-plus", chunk_elements=chunk,
-                           use_cache=False))
+        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, "ram-plus"), options=RunOptions(chunk_elements=chunk, use_cache=False))
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
 
@@ -180,8 +177,7 @@ def test_report_survival_is_an_exact_count(models, tmp_path, method, out_dtype):
     dtype: it equals a direct whole-tensor count of unique elements whose rescaled value differs after
     rounding from the RAM value."""
     base_dir, agent_dirs = models
-    result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method,
-                                out_dtype=out_dtype, use_cache=False))
+    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, out_dtype=out_dtype), options=RunOptions(use_cache=False))
     dtype = getattr(torch, out_dtype)
     tv = ref.task_vectors(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs])
     expected = []
@@ -207,7 +203,7 @@ def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path
     base_dir, agent_dirs = models
     agents = [str(a) for a in agent_dirs]
     caplog.set_level("INFO", logger="ram_desktop")
-    first = merge(MergeRequest(str(base_dir), agents, tmp_path / "a", "ram-plus"))
+    first = merge(MergeSpec.build(str(base_dir), agents, tmp_path / "a", "ram-plus"))
     assert not first.probe.has_survival and first.probe.survival == {}
     assert first.report["has_survival"] is False
     caplog.clear()
@@ -216,7 +212,7 @@ def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path
     assert analyzed.has_survival and set(analyzed.survival) == {"bfloat16", "float16", "float32"}
     assert [a.overlap for a in analyzed.agents] == [a.overlap for a in first.probe.agents]
     caplog.clear()
-    again = merge(MergeRequest(str(base_dir), agents, tmp_path / "b", "ram-plus"))
+    again = merge(MergeSpec.build(str(base_dir), agents, tmp_path / "b", "ram-plus"))
     assert "reusing the cached probe" in caplog.text
     assert again.probe.has_survival
     assert again.report["rescale_survival_share"] == first.report["rescale_survival_share"]

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.methods import baselines
 from ram_desktop.core.methods import ram as ram_family
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 
 from . import reference as ref
 from .conftest import make_models
@@ -477,8 +478,7 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
-        result = merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, method=method, params=params,
-                                    out_dtype=out_dtype, chunk_elements=999, shard_size="4KB"))
+        result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method=method, params=params, out_dtype=out_dtype, shard_size="4KB"), options=RunOptions(chunk_elements=999))
         files = sorted(p.name for p in out.glob("*.safetensors"))
         outputs[use] = ({f: (out / f).read_bytes() for f in files}, result.report["rescale_survival_share"],
                         [a.overlap for a in result.probe.agents])
@@ -537,10 +537,13 @@ def test_disabled_below_a_size_keeps_small_passes_on_the_torch_path():
 
 
 def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
-    """A window job (gui.worker) merging a small model stays on the torch path (no numba load freezing
-    the event loop); above the size limit the same job runs the fused kernels."""
+    """A window job (its run options: gui.method.spec_form.window_options) merging a small model stays on the torch
+    path (no numba load freezing the event loop); above the size limit the same job runs the fused kernels."""
     pytest.importorskip("PySide6")
+    import dataclasses
+
     from ram_desktop.gui import worker
+    from ram_desktop.gui.method import spec_form
 
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=1)
     calls = []
@@ -548,15 +551,14 @@ def test_window_jobs_use_the_kernels_only_for_big_models(tmp_path, monkeypatch):
     monkeypatch.setattr(ram_family, "selective_merge_into", lambda *a, **k: calls.append(1) or real(*a, **k))
     used = {}
     for limit in (10**12, 1):
-        monkeypatch.setattr(worker, "KERNEL_MIN_ELEMENTS", limit)
+        monkeypatch.setattr(spec_form, "KERNEL_MIN_ELEMENTS", limit)
         calls.clear()
-        job = worker.Worker(lambda reporter, limit=limit: merge(MergeRequest(
-            str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{limit}", method="ram", use_cache=False),
-            reporter))
+        spec = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{limit}", method="ram")
+        options = dataclasses.replace(spec_form.window_options(1 << 20, None), use_cache=False)
+        job = worker.Worker(lambda reporter, spec=spec, options=options: spec_form.run_merge(spec, options, reporter))
         job.run()
         used[limit] = bool(calls)
     assert used == {10**12: False, 1: True}
-
 
 
 def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_path, monkeypatch):
@@ -584,7 +586,7 @@ def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_p
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
         with pytest.raises(InputError, match="tensor 'w': the ram-plus merge gives values beyond the range of float32"):
-            merge(MergeRequest(dirs[0], dirs[1:], out, method="ram-plus", chunk_elements=999))
+            merge(MergeSpec.build(dirs[0], dirs[1:], out, method="ram-plus"), options=RunOptions(chunk_elements=999))
         assert not out.exists()
 
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core import errors
+from ram_desktop.core import MergeSpec, RunOptions, errors
 from ram_desktop.core.ecosystem.hub.source import parse_spec
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.pipeline import MergeRequest, merge, probe
+from ram_desktop.core.pipeline import merge, probe
 from ram_desktop.core.sources import open_checkpoint
 
 from .conftest import make_models
@@ -62,8 +62,8 @@ def test_merge_from_hub_cache_equals_local_merge(hub_models, tmp_path, form):
     base, agents = hub_models
     spell = {"plain": lambda n: f"org/{n}", "sha": lambda n: f"org/{n}@{SHAS[n]}",
              "hf": lambda n: f"hf://org/{n}@main"}[form]
-    local = merge(MergeRequest(str(base), [str(a) for a in agents], tmp_path / "local-out", use_cache=False))
-    hub = merge(MergeRequest(spell("base"), [spell(a.name) for a in agents], tmp_path / "hub-out", use_cache=False))
+    local = merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "local-out"), options=RunOptions(use_cache=False))
+    hub = merge(MergeSpec.build(spell("base"), [spell(a.name) for a in agents], tmp_path / "hub-out"), options=RunOptions(use_cache=False))
     assert _safetensors(tmp_path / "hub-out") == _safetensors(tmp_path / "local-out")
     assert hub.lambdas == local.lambdas
     recipe = yaml.safe_load((tmp_path / "hub-out" / "ram-recipe.yaml").read_text())
@@ -78,7 +78,7 @@ def test_merge_from_hub_cache_equals_local_merge(hub_models, tmp_path, form):
 
 
 def test_recipe_with_pinned_hub_sources_reruns(hub_models, tmp_path):
-    merge(MergeRequest("org/base", ["org/alpha", "org/beta"], tmp_path / "one"))
+    merge(MergeSpec.build("org/base", ["org/alpha", "org/beta"], tmp_path / "one"))
     assert main(["-q", "run", str(tmp_path / "one" / "ram-recipe.yaml"), "--out", str(tmp_path / "two")]) == 0
     assert _safetensors(tmp_path / "two") == _safetensors(tmp_path / "one")
 
@@ -222,7 +222,7 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
     hub = FakeHub(monkeypatch, repos, extra)
     events = []
     reporter = Reporter(events.append)
-    result = merge(MergeRequest("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), reporter)
+    result = merge(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), reporter)
     needed = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
               "special_tokens_map.json"}
     base_files = sorted(needed | {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
@@ -242,11 +242,11 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
     assert any("model-00001-of-00002.safetensors" in e.detail and "MB of" in e.detail for e in downloads)
     assert result.report["sources"]["base"] == f"org/base@{repos['org/base'][1]}"
     # equal to the local merge
-    merge(MergeRequest(str(base), [str(a) for a in agents], tmp_path / "local-out"))
+    merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "local-out"))
     assert _safetensors(tmp_path / "out") == _safetensors(tmp_path / "local-out")
     # second run: one model_info per source, nothing downloaded again
     hub.downloads.clear()
-    merge(MergeRequest("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out2"))
+    merge(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out2"))
     assert hub.downloads == []
 
 
@@ -263,7 +263,7 @@ def test_cancel_during_download_leaves_no_output(tmp_path, cache, monkeypatch):
 
     reporter._on_progress = on_progress
     with pytest.raises(Cancelled):
-        merge(MergeRequest("org/base", ["org/alpha"], tmp_path / "out"), reporter)
+        merge(MergeSpec.build("org/base", ["org/alpha"], tmp_path / "out"), reporter)
     assert not (tmp_path / "out").exists()
     assert not list(tmp_path.glob("out.partial-*"))
     assert {e.stage for e in seen} == {"download"}
@@ -275,9 +275,10 @@ def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch
     hub = FakeHub(monkeypatch, {f"org/{f.name}": (f, sha_of(f.name)) for f in [base, *agents]})
     monkeypatch.setenv("HF_TOKEN", env_secret)
     caplog.set_level("DEBUG")
-    request = MergeRequest("org/base", ["org/alpha", "org/beta"], tmp_path / "out", token=secret)
-    assert secret not in repr(request)
-    merge(request)
+    request = MergeSpec.build("org/base", ["org/alpha", "org/beta"], tmp_path / "out")
+    options = RunOptions(token=secret)
+    assert secret not in repr(request) and secret not in repr(options)
+    merge(request, options=options)
     assert set(hub.tokens) == {secret}
     # without an explicit token, huggingface_hub is left to find HF_TOKEN / the stored login
     assert main(["merge", "org/base", "org/alpha", "org/gamma", "--out", str(tmp_path / "out2")]) == 0

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from ram_desktop.cli import main
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.ecosystem.hub import check as hub_check
 from ram_desktop.core.errors import Cancelled
 from ram_desktop.core.events import Reporter
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 
 from .conftest import SMALL_CONFIG, make_models
 from .hubcache import FakeHub, sha_of
@@ -85,7 +86,7 @@ def test_concurrent_downloads_with_one_combined_progress(tmp_path, cache, monkey
         with lock:
             events.append(event)
 
-    merge(MergeRequest("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), Reporter(on_progress))
+    merge(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), Reporter(on_progress))
     assert hub.max_active >= 2  # several repositories were downloading at the same time
     downloads = [e for e in events if e.stage == "download"]
     weight_bytes = sum(f.stat().st_size for d in [base, *agents] for f in d.glob("*.safetensors"))
@@ -107,7 +108,7 @@ def test_cancel_stops_every_concurrent_download(tmp_path, cache, monkeypatch):
 
     reporter._on_progress = on_progress
     with pytest.raises(Cancelled):
-        merge(MergeRequest("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), reporter)
+        merge(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), reporter)
     assert not (tmp_path / "out").exists()
     assert hub.active == 0  # every transfer has stopped
     assert not [t for t in threading.enumerate() if t.name.startswith("hub-download")]

@@ -15,9 +15,8 @@ import torch
 
 from ram_desktop.core import pipeline
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
-from ram_desktop.core.methods.would_keep import would_keep
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir
-from ram_desktop.core.engine.would_keep import would_keep
+from ram_desktop.core.methods.would_keep import would_keep
 
 from .conftest import SMALL_CONFIG, make_models
 from .reference import load_model
@@ -187,8 +186,7 @@ def test_would_keep_equals_what_the_merge_keeps(tmp_path, method, params, active
     report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
     predicted = would_keep(report, method, params)
     out = tmp_path / "out"
-    pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, method, params, eps=EPS,
-                                     device="cpu", out_dtype="float32", use_cache=False))
+    pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, method, params, eps=EPS, device="cpu", out_dtype="float32"), options=pipeline.RunOptions(use_cache=False))
     measured = _measured_share(base, agents, out, active_only)
     assert predicted == pytest.approx(measured, rel=1e-5)
     if method == "ram":  # a sparse agent whose updates mostly overlap keeps much less than a dense one
@@ -232,8 +230,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert back.renamed(["x", "y", "z"], ["1", "2", "3"]).to_json()["pairs"][0]["agents"] == ["x", "y"]
     # a merge's pass 1 (counts only) may reuse the old report
     path.write_text(cache_text(data))
-    result = pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus",
-                                              eps=EPS, device="cpu"))
+    result = pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus", eps=EPS, device="cpu"))
     assert result.report["agents"][0]["updated"] == first.agents[0].updated
 
 

@@ -16,7 +16,8 @@ import safetensors.numpy
 import torch
 
 from ram_desktop.cli import main
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core import MergeSpec, RunOptions
+from ram_desktop.core.pipeline import merge
 from ram_desktop.core.storage.formats import lora
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG
@@ -153,8 +154,7 @@ def test_adapters_merge_like_their_dense_task_vectors(lora_models, tmp_path, mon
     monkeypatch.setattr(lora.DeltaHandle, "rows", recording)
     chunk = 200
     params = {"scale": 0.3} if method == "task-arithmetic" else {}
-    merge(MergeRequest(str(base_dir), [str(d) for d in agent_dirs], tmp_path / "out", method, params,
-                       out_dtype="float32", chunk_elements=chunk))
+    merge(MergeSpec.build(str(base_dir), [str(d) for d in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"), options=RunOptions(chunk_elements=chunk))
     ours = ref.load_model(tmp_path / "out")
     base = ref.load_model(base_dir)
     expected = _reference(base, _dense_taus(base, agent_dirs), method)
@@ -188,8 +188,7 @@ def test_lora_merge_is_the_same_bytes_for_any_chunk_size(lora_models, tmp_path):
     outputs = []
     for chunk in (64, 200, 1531, 1 << 24):
         out = tmp_path / f"out-{chunk}"
-        merge(MergeRequest(str(base_dir), [str(d) for d in agent_dirs], out, "ram", {}, out_dtype="float32",
-                           chunk_elements=chunk))
+        merge(MergeSpec.build(str(base_dir), [str(d) for d in agent_dirs], out, "ram", {}, out_dtype="float32"), options=RunOptions(chunk_elements=chunk))
         outputs.append((out / "model.safetensors").read_bytes())
     assert all(o == outputs[0] for o in outputs[1:])
 
@@ -255,9 +254,9 @@ def test_adapter_from_the_hub(lora_models, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
     hub = FakeHub(monkeypatch, {"org/base": (base_dir, sha_of("base")), "org/plain": (agent_dirs[0], sha_of("plain"))})
-    merge(MergeRequest("org/base", ["org/plain"], tmp_path / "hub-out", "ram", out_dtype="float32"))
+    merge(MergeSpec.build("org/base", ["org/plain"], tmp_path / "hub-out", "ram", out_dtype="float32"))
     assert "adapter_config.json" in hub.downloads
-    merge(MergeRequest(str(base_dir), [str(agent_dirs[0])], tmp_path / "local-out", "ram", out_dtype="float32"))
+    merge(MergeSpec.build(str(base_dir), [str(agent_dirs[0])], tmp_path / "local-out", "ram", out_dtype="float32"))
     a, b = ref.load_model(tmp_path / "hub-out"), ref.load_model(tmp_path / "local-out")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from ram_desktop.cli import main
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.ecosystem.mergekit import from_mergekit
-from ram_desktop.core.recipe import Recipe
 from tests import reference as ref
 from tests.conftest import make_models
 
@@ -75,14 +75,14 @@ def _assert_same_tensors(ours: Path, theirs: Path) -> None:
 ])
 def test_methods_map_to_ours(tmp_path, method, top, model_params, expect_method, expect_params):
     imported = from_mergekit(_config(method, tmp_path / "b", [tmp_path / "x", tmp_path / "y"], model_params, **top))
-    assert imported.recipe.method == expect_method
-    assert imported.recipe.params == expect_params
-    assert imported.recipe.base == str(tmp_path / "b")
+    assert imported.spec.method == expect_method
+    assert imported.spec.engine_params() == expect_params  # per-agent values in the order of the models
+    assert imported.spec.base == str(tmp_path / "b")
     # mergekit's linear takes base_model as one more input, appended after the listed models
-    assert imported.recipe.agents == [str(tmp_path / "x"), str(tmp_path / "y")] + (
+    assert imported.spec.sources == [str(tmp_path / "x"), str(tmp_path / "y")] + (
         [str(tmp_path / "b")] if method == "linear" else [])
     if method == "ram":
-        assert imported.recipe.eps == 1e-4
+        assert imported.spec.eps == 1e-4
     if method == "ramplus_tl":
         assert any("per tensor" in w and "0.2" in w for w in imported.warnings)
 
@@ -90,10 +90,10 @@ def test_methods_map_to_ours(tmp_path, method, top, model_params, expect_method,
 def test_dtype_and_out_dtype(tmp_path):
     data = _config("ram", tmp_path / "b", [tmp_path / "x"], dtype="bfloat16")
     imported = from_mergekit(data)
-    assert imported.recipe.out_dtype == "bfloat16"
+    assert imported.spec.out_dtype == "bfloat16"
     assert any("computes in bfloat16" in w for w in imported.warnings)
-    assert from_mergekit(dict(data, dtype="float32", out_dtype="bf16")).recipe.out_dtype == "bfloat16"
-    assert from_mergekit(_config("ram", tmp_path / "b", [tmp_path / "x"])).recipe.out_dtype == "base"
+    assert from_mergekit(dict(data, dtype="float32", out_dtype="bf16")).spec.out_dtype == "bfloat16"
+    assert from_mergekit(_config("ram", tmp_path / "b", [tmp_path / "x"])).spec.out_dtype == "base"
 
 
 REFUSED = [
@@ -164,11 +164,11 @@ def test_run_mergekit_config_equals_recipe_merge(models, tmp_path, caplog):
     config = _write(tmp_path / "mk.yaml", _config("ramplus_tl", base, agents, dtype="float32"))
     assert main(["run", str(config), "--out", str(tmp_path / "a")]) == 0
     assert "per tensor" in caplog.text
-    recipe = Recipe(str(base), [str(a) for a in agents], "ram-plus", {"r": 0.1, "alpha": 0.2}, out_dtype="float32")
+    recipe = MergeSpec.build(str(base), [str(a) for a in agents], method="ram-plus", params={"r": 0.1, "alpha": 0.2}, out_dtype="float32")
     recipe.save(tmp_path / "r.yaml")
     assert main(["-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "b")]) == 0
     _assert_same_tensors(tmp_path / "a", tmp_path / "b")
-    written = Recipe.load(tmp_path / "a" / "ram-recipe.yaml")
+    written = MergeSpec.load(tmp_path / "a" / "ram-recipe.yaml")
     assert written.method == "ram-plus" and written.params["alpha"] == 0.2
 
 
@@ -183,7 +183,7 @@ def test_run_mergekit_config_equals_recipe_merge(models, tmp_path, caplog):
     ("average", {}, "normalize: true"),
 ])
 def test_export_comments_every_difference_and_reimports(tmp_path, capsys, method, params, needle):
-    recipe = Recipe("base", ["a1", "a2"], method, params, out_dtype="float32")
+    recipe = MergeSpec.build("base", ["a1", "a2"], method=method, params=params, out_dtype="float32")
     recipe.save(tmp_path / "r.yaml")
     assert main(["export-mergekit", str(tmp_path / "r.yaml")]) == 0
     text = capsys.readouterr().out
@@ -194,17 +194,17 @@ def test_export_comments_every_difference_and_reimports(tmp_path, capsys, method
                               {"model": "a2", **({"parameters": data["models"][1].get("parameters")}
                                                    if "parameters" in data["models"][1] else {})}]
     if method in ("ties", "average", "ram-plus"):  # exports that read back as the same recipe
-        back = from_mergekit(data).recipe
+        back = from_mergekit(data).spec
         # mergekit's ties file reads back with mergekit's semantics (its int(k·n) cut, methods/weighted.py)
         assert back.method == {"ties": "weighted-ties"}.get(method, method)
         if method == "ties":
-            assert back.params["density"] == [0.2, 0.2]
+            assert back.params["density"] == {"a1": 0.2, "a2": 0.2}
     if method == "dare-ta":
         assert data["models"][0]["parameters"]["density"] == 0.7
 
 
 def test_export_to_file_and_bad_recipe(tmp_path, capsys):
-    Recipe("base", ["a1"], "task-arithmetic", {"scale": 0.4}).save(tmp_path / "r.yaml")
+    MergeSpec.build("base", ["a1"], method="task-arithmetic", params={"scale": 0.4}).save(tmp_path / "r.yaml")
     assert main(["export-mergekit", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "mk.yaml")]) == 0
     data = yaml.safe_load((tmp_path / "mk.yaml").read_text())
     assert data["parameters"] == {"lambda": 0.4} and data["merge_method"] == "task_arithmetic"
@@ -238,7 +238,7 @@ def test_mergekit_file_gives_mergekit_bytes(tmp_path, method, top, model_params,
 @needs_mergekit
 def test_exported_ram_recipe_runs_in_mergekit_with_our_bytes(tmp_path):
     base, dirs = make_models(tmp_path / "in", agents={"alpha": 0.5, "beta": 0.55})
-    Recipe(str(base), [str(d) for d in dirs], "ram", {}, out_dtype="bfloat16").save(tmp_path / "r.yaml")
+    MergeSpec.build(str(base), [str(d) for d in dirs], method="ram", params={}, out_dtype="bfloat16").save(tmp_path / "r.yaml")
     assert main(["-q", "export-mergekit", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "mk.yaml")]) == 0
     _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
     assert main(["-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "ours")]) == 0
@@ -301,10 +301,10 @@ def test_sliced_config_reads_as_a_layer_map(tmp_path):
     data = _slices("slerp", [("b", 0, 2), ("x", 0, 2)], [("b", 2, 4), ("x", 2, 4)], base_model="b",
                    parameters={"t": 0.5})
     data["slices"][1]["parameters"] = {"t": [0.1, 0.9]}
-    recipe = from_mergekit(data).recipe
-    assert (recipe.method, recipe.base, recipe.agents) == ("slerp", "b", ["x"])
+    recipe = from_mergekit(data).spec
+    assert (recipe.method, recipe.base, recipe.sources) == ("slerp", "b", ["x"])
     assert recipe.params["t"] == 0.5
-    assert recipe.slices == [
+    assert list(recipe.slices) == [
         {"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}]},
         {"sources": [{"model": 0, "layer_range": [2, 4]}, {"model": 1, "layer_range": [2, 4]}],
          "parameters": {"t": [0.1, 0.9], "dtype": "inputs"}},

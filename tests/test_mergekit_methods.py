@@ -165,10 +165,10 @@ EXPORTS = [
 def test_exported_recipe_runs_in_mergekit_with_our_bytes(tmp_path, method, n, params):
     """A recipe of mergekit's methods (gradients, filters, per-agent values), exported with ``export-mergekit``:
     mergekit-yaml gives the bytes ``ram-merge run`` gives for the recipe, out_dtype (the base's) included."""
-    from ram_desktop.core.recipe import Recipe
+    from ram_desktop.core import MergeSpec
 
     base, agents = _models(tmp_path, n)
-    Recipe(str(base), [str(a) for a in agents], method, params).save(tmp_path / "r.yaml")
+    MergeSpec.build(str(base), [str(a) for a in agents], method=method, params=params).save(tmp_path / "r.yaml")
     proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(tmp_path / "r.yaml"),
                            "--out", str(tmp_path / "mk.yaml")], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr

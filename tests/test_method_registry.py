@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ram_desktop.core import pipeline
+from ram_desktop.core import MergeSpec, pipeline
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.methods import METHODS, Analysis, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from ram_desktop.core.methods.mergekit_map import MergekitExport, MergekitImport, MergekitMapping, unit_weights
-from ram_desktop.core.recipe import Recipe
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ram_desktop"
 NAME, REFUSED = "half-sum", "half-sum-local"
@@ -68,19 +67,17 @@ def test_cli_flags_and_help_name_it(registered, capsys):
 
 def test_merge_and_recipe_round_trip(registered, models, tmp_path):
     """The engine merges with it (torch path: it has no fused kernel) and the written recipe reads back."""
-    from ram_desktop.core.session import Session
+    from ram_desktop.core import MergeSpec
 
     base, agents = models
     out = tmp_path / "out"
-    result = pipeline.merge(pipeline.MergeRequest(str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25},
-                                              device="cpu", out_dtype="float32", use_cache=False))
+    result = pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25}, device="cpu", out_dtype="float32"), options=pipeline.RunOptions(use_cache=False))
     assert result.report["method"] == NAME and result.report["method_params"] == {"weight": 0.25}
-    recipe = Recipe.load(out / "ram-recipe.yaml")
+    recipe = MergeSpec.load(out / "ram-recipe.yaml")
     assert (recipe.method, recipe.params) == (NAME, {"weight": 0.25})
-    again = Recipe.from_dict(yaml.safe_load(recipe.to_yaml()))
+    again = MergeSpec.from_dict(yaml.safe_load(recipe.to_yaml()))
     assert (again.method, again.params) == (NAME, {"weight": 0.25})
-    session = Session.from_recipe(again)
-    assert session.method == NAME and session.params["weight"] == 0.25
+    assert again == recipe
 
 
 def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
@@ -132,16 +129,16 @@ def test_comparison_offers_its_sweep(registered, qtbot):
 def test_mergekit_export_maps_it_or_refuses_it(registered):
     from ram_desktop.core.ecosystem.mergekit import from_mergekit, to_mergekit
 
-    text = to_mergekit(Recipe("base", ["a1", "a2"], NAME, {"weight": 0.3}, out_dtype="float32"))
+    text = to_mergekit(MergeSpec.build("base", ["a1", "a2"], method=NAME, params={"weight": 0.3}, out_dtype="float32"))
     data = yaml.safe_load(text)
     assert data["merge_method"] == "task_arithmetic" and data["parameters"] == {"lambda": 0.3}
     assert "# - half-sum is task arithmetic" in text
     back = from_mergekit({"merge_method": "half_sum", "base_model": "base", "parameters": {"lambda": 0.3},
                           "models": [{"model": "a1", "parameters": {"weight": 1.0}},
                                      {"model": "a2", "parameters": {"weight": 1.0}}]})
-    assert (back.recipe.method, back.recipe.params) == (NAME, {"weight": 0.3})
+    assert (back.spec.method, back.spec.params) == (NAME, {"weight": 0.3})
     with pytest.raises(InputError, match=f"method {REFUSED} has no mergekit equivalent"):
-        to_mergekit(Recipe("base", ["a1", "a2"], REFUSED, {}))
+        to_mergekit(MergeSpec.build("base", ["a1", "a2"], method=REFUSED, params={}))
 
 
 READERS = ["core/engine/passes.py", "core/methods/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",

@@ -12,9 +12,10 @@ import pytest
 from huggingface_hub import errors as hf_errors
 
 from ram_desktop.cli import main
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.ecosystem.hub.publish import publish
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 
 SECRET = "hf_typedSECRETtoken789"
 ENV_SECRET = "hf_environmentSECRET012"
@@ -85,7 +86,7 @@ def fake_api(tmp_path, monkeypatch):
 @pytest.fixture
 def merged(models, tmp_path) -> Path:
     base, agents = models
-    merge(MergeRequest(str(base), [str(a) for a in agents], tmp_path / "out"))
+    merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "out"))
     return tmp_path / "out"
 
 

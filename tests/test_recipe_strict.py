@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.engine.plan import MAX_AGENTS
-from ram_desktop.core.recipe import Recipe
 
 from .conftest import make_models
 from .subproc import cli, refused
@@ -57,9 +57,9 @@ def test_the_recipe_a_merge_writes_runs_back_unchanged(recipe):
     done = run_recipe(tmp_path, data)
     assert done.returncode == 0, done.stderr
     written = tmp_path / "out" / "ram-recipe.yaml"
-    again = Recipe.load(written)
+    again = MergeSpec.load(written)
     assert again.params == {"r": 0.3, "alpha": 1.5} and again.method == "ram-plus"
-    assert Recipe.from_dict(yaml.safe_load(again.to_yaml()), "round trip") == again
+    assert MergeSpec.from_dict(yaml.safe_load(again.to_yaml()), "round trip") == again
 
 
 def test_a_recipe_that_is_not_utf8_is_refused(recipe):

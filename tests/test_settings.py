@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.methods import get_method
 from ram_desktop.core.methods.settings import check_setting, count_layers, evaluate, layer_position, resolve
-from ram_desktop.core.recipe import Recipe
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG, make_models
 
@@ -76,8 +76,7 @@ def test_gradient_recipe_equals_whole_tensor_reference(tmp_path):
     base, agents = make_models(tmp_path / "in", agents={"a": 0.5, "b": 0.55}, config=FIVE_LAYERS)
     grad = [0.0, 1.0, 0.5]
     filters = [{"filter": "mlp", "value": 2.0}, {"value": 0.25}]
-    Recipe(str(base), [str(a) for a in agents], "weighted-task-arithmetic",
-           {"weight": [grad, filters], "lambda": 0.5}).save(tmp_path / "r.yaml")
+    MergeSpec.build(str(base), [str(a) for a in agents], method="weighted-task-arithmetic", params={"weight": [grad, filters], "lambda": 0.5}).save(tmp_path / "r.yaml")
     proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "run", str(tmp_path / "r.yaml"), "--out",
                            str(tmp_path / "out")], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -106,15 +105,13 @@ def test_random_methods_deterministic_for_a_seed_and_keep_the_share(tmp_path, me
     params = {"density": density, "rescale": False, "seed": 7, **extra}
     outs = []
     for i, seed in enumerate((7, 7, 8)):
-        request = pipeline.MergeRequest(str(base), [str(a) for a in agents], tmp_path / f"o{i}", method,
-                                        get_method(method).resolve(dict(params, seed=seed)), out_dtype="float32")
+        request = pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / f"o{i}", method, get_method(method).resolve(dict(params, seed=seed)), out_dtype="float32")
         pipeline.merge(request)
         outs.append(ref.load_model(tmp_path / f"o{i}"))
     assert all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     assert any(not torch.equal(outs[0][k], outs[2][k]) for k in outs[0])
     if method == "weighted-dare-linear":  # θ = base + Σ kept τ_t: count the kept elements of agent a alone
-        request = pipeline.MergeRequest(str(base), [str(agents[0])], tmp_path / "single", method,
-                                        get_method(method).resolve(params), out_dtype="float32")
+        request = pipeline.MergeSpec.build(str(base), [str(agents[0])], tmp_path / "single", method, get_method(method).resolve(params), out_dtype="float32")
         pipeline.merge(request)
         single, b, a = ref.load_model(tmp_path / "single"), ref.load_model(base), ref.load_model(agents[0])
         updated = sum(int((a[k] != b[k]).sum()) for k in b)

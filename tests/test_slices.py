@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from ram_desktop.cli import main
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.recipe import Recipe
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG, make_models
 
@@ -25,10 +25,9 @@ def _two(tmp_path: Path) -> tuple[Path, Path]:
     return base, agents[0]
 
 
-def _stack_recipe(a: Path, b: Path, params: dict | None = None) -> Recipe:
+def _stack_recipe(a: Path, b: Path, params: dict | None = None) -> MergeSpec:
     # A's layers 0..2, then B's layers 1..4 (overlapping 1..2): seven layers
-    return Recipe(str(a), [str(a), str(b)], "passthrough", params or {},
-                  slices=[{"sources": [{"model": 1, "layer_range": [0, 3]}]},
+    return MergeSpec.build(str(a), [str(a), str(b)], method="passthrough", params=params or {}, slices=[{"sources": [{"model": 1, "layer_range": [0, 3]}]},
                           {"sources": [{"model": 2, "layer_range": [1, 5]}]}])
 
 
@@ -83,14 +82,14 @@ def test_stacked_model_loads_and_runs_in_transformers(tmp_path):
 
 
 def test_recipe_without_slices_is_written_as_before():
-    text = Recipe("b", ["x"], "ram").to_yaml()
+    text = MergeSpec.build("b", ["x"], method="ram").to_yaml()
     assert "slices" not in text
-    assert Recipe.from_dict(yaml.safe_load(text)).slices is None
+    assert MergeSpec.from_dict(yaml.safe_load(text)).slices is None
 
 
 def test_recipe_slices_round_trip():
     recipe = _stack_recipe(Path("a"), Path("b"), {"scale": [None, 0.5]})
-    again = Recipe.from_dict(yaml.safe_load(recipe.to_yaml()))
+    again = MergeSpec.from_dict(yaml.safe_load(recipe.to_yaml()))
     assert again.slices == recipe.slices and again.layout() == recipe.layout() and again.layout().stacking
 
 
@@ -106,7 +105,7 @@ def test_recipe_slices_round_trip():
 def test_recipe_slices_refused_naming_the_key(slices, key):
     data = {"format": "ram-recipe/1", "method": "passthrough", "base": "b", "agents": ["x", "y"], "slices": slices}
     with pytest.raises(InputError, match=re.escape(key)):
-        Recipe.from_dict(data)
+        MergeSpec.from_dict(data)
 
 
 def test_layer_range_beyond_the_model_is_refused(tmp_path, capsys):
@@ -122,11 +121,10 @@ def test_layer_range_beyond_the_model_is_refused(tmp_path, capsys):
 
 def test_stacking_needs_passthrough_and_passthrough_needs_slices(tmp_path, capsys):
     a, b = _two(tmp_path)
-    recipe = _stack_recipe(a, b)
-    recipe.method = "linear"
+    recipe = _stack_recipe(a, b).replace(method="linear")
     recipe.save(tmp_path / "r.yaml")
     assert main(["-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "out")]) == 2
     assert "use passthrough" in capsys.readouterr().err
-    Recipe(str(a), [str(b)], "passthrough").save(tmp_path / "p.yaml")
+    MergeSpec.build(str(a), [str(b)], method="passthrough").save(tmp_path / "p.yaml")
     assert main(["-q", "run", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "out")]) == 2
     assert "slices" in capsys.readouterr().err

@@ -13,10 +13,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ram_desktop.core import devices, pipeline
+from ram_desktop.core import MergeSpec, RunOptions, devices
 from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.chunks import SliceReader, Span, as_tensor
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 
 from .conftest import make_models
 
@@ -51,10 +51,8 @@ def test_cpu_merge_on_the_fused_kernels_never_imports_torch(tmp_path, method, pa
 
     # the same folder as an in-process merge on the torch path (the reference formulation)
     with kernels.disabled():
-        reference = merge(MergeRequest(str(base), [str(a) for a in agents], tmp_path / "ref", method=method,
-                                       params=dict(zip([p.lstrip("-") for p in params[::2]],
-                                                       [float(v) for v in params[1::2]])),
-                                       device="cpu", shard_size="4KB", use_cache=False))
+        reference = merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "ref", method=method, params=dict(zip([p.lstrip("-") for p in params[::2]],
+                                                       [float(v) for v in params[1::2]])), device="cpu", shard_size="4KB"), options=RunOptions(use_cache=False))
     files = sorted(p.name for p in reference.out.iterdir())
     assert sorted(p.name for p in out.iterdir()) == files
     assert len([f for f in files if f.endswith(".safetensors")]) >= 2

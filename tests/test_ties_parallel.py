@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.chunks import make_chunk, prefetch_chunks
 from ram_desktop.core.engine.plan import make_plan
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import baselines, get_method
 from ram_desktop.core.methods.baselines import TrimCollector
-from ram_desktop.core.pipeline import MergeRequest, merge, open_sources
+from ram_desktop.core.pipeline import merge, open_sources
 from ram_desktop.core.storage.transfer import Transfer
 
 from . import reference as ref
@@ -47,8 +48,7 @@ def _merge(base_dir, agent_dirs, out, params, threads, chunk, monkeypatch, path=
         monkeypatch.delenv("RAM_DESKTOP_KERNELS", raising=False)
     kernels.available.cache_clear()
     try:
-        merge(MergeRequest(str(base_dir), [str(a) for a in agent_dirs], out, "ties", params, out_dtype=out_dtype,
-                           chunk_elements=chunk, device="cpu", use_cache=False), reporter)
+        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, "ties", params, out_dtype=out_dtype, device="cpu"), reporter, options=RunOptions(chunk_elements=chunk, use_cache=False))
     finally:
         kernels.available.cache_clear()
     return out

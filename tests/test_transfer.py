@@ -13,9 +13,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine import passes as passes_module
 from ram_desktop.core.engine.chunks import PREFETCH_DEPTH, StoredSlices
-from ram_desktop.core.pipeline import MergeRequest, merge
+from ram_desktop.core.pipeline import merge
 from ram_desktop.core.storage import transfer as transfer_module
 from ram_desktop.core.storage.output import ShardSet
 
@@ -83,8 +84,7 @@ class FakeDeviceModule:
 def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch):
     base, agents = models
     monkeypatch.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
-    reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",
-                                   out_dtype="float32", chunk_elements=300, use_cache=False))
+    reference = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
 
     rec = Recorder()
     fake = FakeDeviceModule(rec)
@@ -135,8 +135,7 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
 
     monkeypatch.setattr(ShardSet, "write", write)
 
-    result = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "fake", "ram-plus",
-                                out_dtype="float32", chunk_elements=300, use_cache=False))
+    result = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fake", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
 
     for name in ("model.safetensors",):
         assert (result.out / name).read_bytes() == (reference.out / name).read_bytes()
@@ -178,8 +177,7 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
     base, agents = models
     with monkeypatch.context() as torch_path:
         torch_path.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
-        reference = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus",
-                                       out_dtype="float32", chunk_elements=300, use_cache=False))
+        reference = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
 
     def no_device_module(device):
         raise AssertionError("a fused CPU pass asked for a device module")
@@ -211,8 +209,7 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
     monkeypatch.setattr(transfer_module.Transfer, "send", send)
     monkeypatch.setattr(passes_module, "_fused_merges", fused_merges)
     monkeypatch.setattr(ShardSet, "write", write)
-    result = merge(MergeRequest(str(base), list(map(str, agents)), tmp_path / "fused", "ram-plus",
-                                out_dtype="float32", chunk_elements=300, use_cache=False))
+    result = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fused", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
 
     assert (result.out / "model.safetensors").read_bytes() == (reference.out / "model.safetensors").read_bytes()
     computes = [i for i, e in enumerate(log) if e[0] == "compute"]

@@ -16,11 +16,10 @@ import pytest
 import torch
 import yaml
 
-from ram_desktop.core import pipeline
+from ram_desktop.core import MergeSpec, pipeline
 from ram_desktop.core.errors import Cancelled, InputError
 from ram_desktop.core.events import Reporter
 from ram_desktop.core.methods import METHODS, wudi
-from ram_desktop.core.recipe import Recipe
 
 from . import reference
 from .conftest import make_models
@@ -94,19 +93,9 @@ def test_zero_steps_keep_the_task_arithmetic_sum():
 
 def _merge(base: Path, agents: list[Path], out: Path, chunk_elements: int = 1 << 19, **params) -> pipeline.MergeResult:
     return pipeline.merge(
-        pipeline.MergeRequest(
-            str(base),
-            [str(a) for a in agents],
-            out,
-            "wudi",
-            {"steps": STEPS, "lr": LR, **params},
-            device="cpu",
-            out_dtype="float32",
-            use_cache=False,
-            chunk_elements=chunk_elements,
-        ),
+        pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": STEPS, "lr": LR, **params}, device="cpu", out_dtype="float32"),
         Reporter(),
-    )
+    options=pipeline.RunOptions(use_cache=False, chunk_elements=chunk_elements))
 
 
 def test_merge_equals_the_whole_layer_reference(models, tmp_path):
@@ -135,9 +124,9 @@ def test_merge_equals_the_whole_layer_reference(models, tmp_path):
             expected = bn + reference.average_tau(taus)
             assert np.array_equal(merged[name].numpy().reshape(-1), expected.astype(np.float32)), name
     assert whole.report["method"] == "wudi" and whole.report["method_params"] == {"steps": STEPS, "lr": LR}
-    recipe = Recipe.load(tmp_path / "whole" / "ram-recipe.yaml")
+    recipe = MergeSpec.load(tmp_path / "whole" / "ram-recipe.yaml")
     assert (recipe.method, recipe.params) == ("wudi", {"steps": STEPS, "lr": LR})
-    assert Recipe.from_dict(yaml.safe_load(recipe.to_yaml())).params == {"steps": STEPS, "lr": LR}
+    assert MergeSpec.from_dict(yaml.safe_load(recipe.to_yaml())).params == {"steps": STEPS, "lr": LR}
 
 
 def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkeypatch):
@@ -155,11 +144,9 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     reporter = Reporter(lambda e: events.append("progress") if e.stage == "merge" and e.done else None)
     out = tmp_path / "all"
     pipeline.merge(
-        pipeline.MergeRequest(
-            str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu", use_cache=False
-        ),
+        pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu"),
         reporter,
-    )
+    options=pipeline.RunOptions(use_cache=False))
     layers = [i for i, e in enumerate(events) if e == "layer"]
     assert len(layers) == 15
     assert all("progress" in events[i + 1 : j] for i, j in itertools.pairwise(layers))
@@ -175,11 +162,9 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     out = tmp_path / "cancelled"
     with pytest.raises(Cancelled):
         pipeline.merge(
-            pipeline.MergeRequest(
-                str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu", use_cache=False
-            ),
+            pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu"),
             cancelling,
-        )
+        options=pipeline.RunOptions(use_cache=False))
     assert events.count("layer") == 1
     assert not out.exists() and not list(tmp_path.glob("cancelled.partial-*"))
 
@@ -300,7 +285,7 @@ def test_schema_reaches_the_faces(capsys):
     assert "wudi" in text and "--steps" in text and "Adam learning rate" in text
     assert "wudi" not in keep_methods()
     with pytest.raises(InputError, match="method wudi has no mergekit equivalent"):
-        to_mergekit(Recipe("base", ["a1", "a2"], "wudi", {"steps": 300, "lr": 1e-5}))
+        to_mergekit(MergeSpec.build("base", ["a1", "a2"], method="wudi", params={"steps": 300, "lr": 1e-5}))
 
 
 def test_gui_form_and_comparison_row(qtbot):
@@ -326,18 +311,9 @@ def test_gpu_path_matches_the_cpu_path(models, tmp_path):
     base, agents = models
     _merge(base, agents, tmp_path / "cpu")
     pipeline.merge(
-        pipeline.MergeRequest(
-            str(base),
-            [str(a) for a in agents],
-            tmp_path / "gpu",
-            "wudi",
-            {"steps": STEPS, "lr": LR},
-            device="cuda",
-            out_dtype="float32",
-            use_cache=False,
-        ),
+        pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "gpu", "wudi", {"steps": STEPS, "lr": LR}, device="cuda", out_dtype="float32"),
         Reporter(),
-    )
+    options=pipeline.RunOptions(use_cache=False))
     cpu, gpu = reference.load_model(tmp_path / "cpu"), reference.load_model(tmp_path / "gpu")
     b = reference.load_model(base)
     for name, t in b.items():

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 # name → the module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
     # a merge end to end, and what the faces fill
-    "Session": "session",
-    "Variant": "session",
-    "Recipe": "recipe",
+    "MergeSpec": "spec",
+    "Agent": "spec",
+    "RunOptions": "spec",
+    "Variant": "variant",
+    "variant_specs": "variant",
     "parse_size": "recipe",
-    "MergeRequest": "pipeline",
     "MergeResult": "pipeline",
     "merge": "pipeline",
     "merge_variants": "pipeline",
@@ -82,6 +83,7 @@ __all__ = [  # the names of _EXPORTS
     "SURVIVAL_DTYPES",
     "VOCAB_MODES",
     "Advice",
+    "Agent",
     "CancelToken",
     "Cancelled",
     "Checkpoint",
@@ -89,15 +91,14 @@ __all__ = [  # the names of _EXPORTS
     "HubError",
     "InputError",
     "MergeMethod",
-    "MergeRequest",
     "MergeResult",
+    "MergeSpec",
     "Param",
     "ProbeReport",
     "ProgressEvent",
     "RamError",
-    "Recipe",
     "Reporter",
-    "Session",
+    "RunOptions",
     "Sweep",
     "Variant",
     "advise",
@@ -125,6 +126,7 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "setting_value",
     "to_mergekit",
+    "variant_specs",
     "weights_file_filter",
     "write_demo",
 ]
@@ -159,15 +161,15 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .methods.advice import Advice, advise
     from .methods.settings import setting_value
     from .pipeline import (
-        MergeRequest,
         MergeResult,
         check_eps,
         merge,
         merge_variants,
         probe,
     )
-    from .recipe import Recipe, parse_size
-    from .session import Session, Variant
+    from .recipe import parse_size
     from .sources import open_checkpoint
+    from .spec import Agent, MergeSpec, RunOptions
     from .storage.formats import Checkpoint
     from .storage.formats.registry import weights_file_filter
+    from .variant import Variant, variant_specs

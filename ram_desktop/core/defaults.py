@@ -1,4 +1,4 @@
-"""The one set of defaults shared by the Session, the engine request and the recipe file."""
+"""The one set of defaults shared by the merge spec (MergeSpec), the engine and the recipe file."""
 
 from __future__ import annotations
 

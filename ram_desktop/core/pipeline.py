@@ -13,7 +13,7 @@ import platform
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from .. import __version__
 from . import defaults
 from .devices import device_spec
 from .ecosystem.cards.merge import model_card, save_card
+from .engine import kernels
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
@@ -28,8 +29,9 @@ from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cache
 from .errors import InputError
 from .events import Reporter
 from .methods import Collector, get_method
-from .recipe import Recipe, layout_of, parse_size
+from .recipe import parse_size
 from .sources import open_checkpoint
+from .spec import Agent, MergeSpec, RunOptions
 from .storage.formats import Checkpoint
 from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .storage.transfer import Transfer
@@ -75,6 +77,7 @@ def probe(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     token: str | None = None,
     vocab: str = defaults.VOCAB,
+    kernel_min_elements: float = 0,
 ) -> ProbeReport:
     """Probe task-vector density and overlap (docs/methods.md, RAM, RAM+, RAM+s); cached by inputs and ε.
     ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
@@ -84,7 +87,8 @@ def probe(
     _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
-    return _probe_plan(plan, eps, Transfer(device_spec(device)), reporter, use_cache, chunk_elements)
+    with kernels.disabled(below=kernel_min_elements):
+        return _probe_plan(plan, eps, Transfer(device_spec(device)), reporter, use_cache, chunk_elements)
 
 
 def _probe_plan(
@@ -140,30 +144,6 @@ def check_eps(eps: float, what: str = "--eps") -> float:
 
 
 @dataclass
-class MergeRequest:
-    """Everything a merge needs; ``session.Session.to_request`` builds one for the CLI, the GUI and recipes."""
-
-    base: str
-    agents: list[str]
-    out: Path
-    method: str = defaults.METHOD
-    params: dict[str, Any] = field(default_factory=dict)
-    names: list[str] | None = None
-    eps: float = defaults.EPS
-    device: str = defaults.DEVICE
-    out_dtype: str = defaults.OUT_DTYPE
-    shard_size: str = defaults.SHARD_SIZE
-    overwrite: bool = False
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
-    use_cache: bool = True
-    vocab: str = defaults.VOCAB  # "common": merge the vocabulary rows base and agents share (plan.make_plan)
-    slices: list[dict[str, Any]] | None = None  # a layer map (recipe ``slices``); None: whole models
-    # Hub token for this run only (None: HF_TOKEN or the stored login). Never written to a recipe, report,
-    # card or log, and kept out of repr().
-    token: str | None = field(default=None, repr=False, compare=False)
-
-
-@dataclass
 class MergeResult:
     out: Path
     report: dict
@@ -174,47 +154,54 @@ class MergeResult:
     warnings: list[str]
 
 
-@dataclass(frozen=True)
-class VariantSpec:
-    """One merge of several from one read of the inputs: a method, its parameters and its output folder."""
-
-    method: str
-    params: dict[str, Any]
-    out: Path
+def merge(spec: MergeSpec, reporter: Reporter | None = None, options: RunOptions | None = None) -> MergeResult:
+    """Merge ``spec`` into its output folder; nothing is written unless the whole merge succeeds."""
+    return merge_variants([spec], reporter, options)[0]
 
 
-def merge(request: MergeRequest, reporter: Reporter | None = None) -> MergeResult:
-    """Merge base and agents into ``request.out``; nothing is written unless the whole merge succeeds."""
-    return merge_variants(request, [VariantSpec(request.method, dict(request.params), Path(request.out))], reporter)[0]
+SHARED = ("base", "agents", "eps", "out_dtype", "vocab", "slices", "device", "shard_size")
 
 
 def merge_variants(
-    request: MergeRequest,
-    specs: list[VariantSpec],
+    specs: Sequence[MergeSpec],
     reporter: Reporter | None = None,
+    options: RunOptions | None = None,
 ) -> list[MergeResult]:
-    """Merge base and agents with every variant from one read of the inputs: one probe (when any variant
-    needs it) and every collector's passes, then one merge pass in which each chunk is merged by every
-    variant and written by that variant's own writer. ``request`` gives the inputs and every shared
-    setting; its method, parameters and output are replaced by each spec's. Every output folder is
-    complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
-    reporter = reporter or Reporter()
+    """Merge every spec from one read of the inputs: one probe (when any needs it) and every collector's
+    passes, then one merge pass in which each chunk is merged by every spec's method and written by its own
+    writer. The specs differ only in method, parameters and output (``SHARED`` is the same in all). Every
+    output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
+    options = options or RunOptions()
+    with kernels.disabled(below=options.kernel_min_elements):
+        return _merge_variants(list(specs), reporter or Reporter(), options)
+
+
+def _merge_variants(specs: list[MergeSpec], reporter: Reporter, options: RunOptions) -> list[MergeResult]:
     start = time.perf_counter()
     if not specs:
         raise InputError("no variants to merge; give at least one method")
+    first = specs[0]
+    for key in SHARED:
+        if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
+            raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
+    if not first.base:
+        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    for s in specs:
+        if not s.output:
+            raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
     methods = [get_method(s.method) for s in specs]
-    params = [m.resolve(s.params) for m, s in zip(methods, specs)]
-    eps = check_eps(request.eps)
-    shard_bytes = parse_size(request.shard_size)
-    transfer = Transfer(device_spec(request.device))
-    outs = [Path(s.out) for s in specs]
+    params = [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
+    eps = check_eps(first.eps)
+    shard_bytes = parse_size(first.shard_size)
+    transfer = Transfer(device_spec(first.device))
+    outs = [Path(str(s.output)).expanduser() for s in specs]
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
-    check_agent_count(len(request.agents))
+    check_agent_count(len(first.agents))
     _check_hub_sources(
-        request.base, request.agents, reporter, request.token, request.names, request.out_dtype, request.vocab, outs[0]
+        first.base, first.sources, reporter, options.token, first.names, first.out_dtype, first.vocab, outs[0]
     )
-    layout = layout_of(request.slices)
+    layout = first.layout()
     for m in methods:
         if m.streaming.stacks and (layout is None or not layout.stacking):
             raise InputError(
@@ -225,11 +212,11 @@ def merge_variants(
                 f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
                 "every model in each slice to merge them"
             )
-    base, agents = open_sources(request.base, request.agents, reporter, request.token)
-    plan = make_plan(base, agents, request.names, request.out_dtype, request.vocab, layout)
+    base, agents = open_sources(first.base, first.sources, reporter, options.token)
+    plan = make_plan(base, agents, first.names, first.out_dtype, first.vocab, layout)
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
-    outs = [check_output(o, inputs, request.overwrite, plan.out_bytes * len(outs)) for o in outs]
+    outs = [check_output(o, inputs, options.overwrite, plan.out_bytes * len(outs)) for o in outs]
 
     timings: dict[str, float] = {}
     collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
@@ -244,8 +231,8 @@ def merge_variants(
                 eps,
                 transfer,
                 reporter,
-                request.use_cache,
-                request.chunk_elements,
+                options.use_cache,
+                options.chunk_elements,
                 [c for c in collectors if c is not None],
                 survival=False,
                 files=files,
@@ -255,7 +242,7 @@ def merge_variants(
             m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)
         ]
         contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
-        _slice_parameters(request.slices, methods, contexts)
+        _slice_parameters(first.engine_slices(), methods, contexts)
     except BaseException:
         files.close()
         raise
@@ -263,7 +250,7 @@ def merge_variants(
     t0 = time.perf_counter()
     with ExitStack() as stack:
         stack.enter_context(files)
-        folders = [stack.enter_context(staging_folder(o, request.overwrite)) for o in outs]
+        folders = [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
         variants = [
             Variant(
                 m,
@@ -277,7 +264,7 @@ def merge_variants(
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
         try:  # the auxiliary inputs are read beside the agents in the merge pass only (the probe needs none)
             merge_pass(
-                plan, variants, eps, transfer, reporter, request.chunk_elements, accumulator, files, list(aux.values())
+                plan, variants, eps, transfer, reporter, options.chunk_elements, accumulator, files, list(aux.values())
             )
         except BaseException:
             for v in variants:
@@ -295,10 +282,10 @@ def merge_variants(
             lambdas = m.analysis.lambdas(v.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
             survival = v.observer.finish() if v.observer is not None else None
             timings["total_s"] = time.perf_counter() - start
-            variant_request = replace(request, method=spec.method, params=v.params, out=out)
+            written = _written_spec(spec, plan, v.params, out)
             report = merge_report(
                 plan,
-                variant_request,
+                written,
                 v.params,
                 probe_report,
                 lambdas,
@@ -308,7 +295,7 @@ def merge_variants(
                 v.shards.bytes_written,
                 survival,
             )
-            _write_extras(folder, plan, variant_request, v.params, probe_report, lambdas, report)
+            _write_extras(folder, plan, written, v.params, probe_report, lambdas, report)
             results.append(
                 MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, probe_report.warnings)
             )
@@ -354,7 +341,7 @@ def _aux_inputs(plan: MergePlan, methods: list, params: list[dict]) -> dict[str,
 
 def merge_report(
     plan: MergePlan,
-    request: MergeRequest,
+    spec: MergeSpec,
     params: dict,
     probe_report: ProbeReport,
     lambdas: list[float],
@@ -373,11 +360,11 @@ def merge_report(
             survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
     report.update(
         {
-            "method": request.method,
+            "method": spec.method,
             "method_params": params,
             "lambda": lambdas,
-            "out_dtype": request.out_dtype,
-            "vocab": request.vocab,
+            "out_dtype": spec.out_dtype,
+            "vocab": spec.vocab,
             "device": str(device),
             "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
             "rescale_survival_share": survival,
@@ -404,10 +391,18 @@ def _package_version(name: str) -> str:
         return importlib.import_module(name).__version__
 
 
+def _written_spec(spec: MergeSpec, plan: MergePlan, params: dict, out: Path) -> MergeSpec:
+    """The spec a merge writes as its recipe: sources pinned, every parameter stated (keyed per agent), the
+    output folder absolute."""
+    agents = tuple(Agent(name, _pinned(a)) for name, a in zip(plan.names, plan.agents))
+    stated = spec.replace(agents=agents, base=_pinned(plan.base), output=str(Path(out).expanduser().resolve()))
+    return stated.with_method(spec.method, params)
+
+
 def _write_extras(
     folder: Path,
     plan: MergePlan,
-    request: MergeRequest,
+    spec: MergeSpec,
     params: dict,
     probe_report: ProbeReport,
     lambdas: list[float],
@@ -415,22 +410,8 @@ def _write_extras(
 ) -> None:
     write_config(plan.base, folder, plan, plan.layer_sources)
     copy_tokenizer_files(plan.base, folder)
-    save_card(model_card(plan, request.method, params, lambdas, probe_report, request.out_dtype), folder / "README.md")
-    recipe = Recipe(
-        base=_pinned(plan.base),
-        agents=[_pinned(a) for a in plan.agents],
-        method=request.method,
-        params=params,
-        names=plan.names,
-        eps=request.eps,
-        out_dtype=request.out_dtype,
-        shard_size=str(request.shard_size),
-        device=request.device,
-        out=str(Path(request.out).expanduser().resolve()),
-        vocab=request.vocab,
-        slices=request.slices,
-    )
-    recipe.save(folder / "ram-recipe.yaml")
+    save_card(model_card(plan, spec.method, params, lambdas, probe_report, spec.out_dtype), folder / "README.md")
+    spec.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 

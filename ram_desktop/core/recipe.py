@@ -1,22 +1,16 @@
-"""``ram-recipe.yaml``: everything needed to reproduce a merge, written by every merge and run by
-``ram-merge run`` and the GUI's File > Open recipe."""
+"""The checks of a recipe file's parts (keys, text values, parameters, the layer map ``slices``) and sizes;
+``spec.MergeSpec`` reads and writes the file (``ram-recipe.yaml``) with them."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import yaml
-
-from . import defaults
-from .engine.plan import Layout, Slice, SliceSource, check_agent_count
+from .engine.plan import Layout, Slice, SliceSource
 from .errors import InputError
-from .storage.safe_read import read_yaml
 
-FORMAT = "ram-recipe/1"
 SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 UNITS = {
     "B": 1,
@@ -45,117 +39,6 @@ def parse_size(text: str | int) -> int:
     return value
 
 
-@dataclass
-class Recipe:
-    base: str
-    agents: list[str]
-    method: str = defaults.METHOD
-    params: dict[str, Any] = field(default_factory=dict)
-    names: list[str] | None = None
-    eps: float = defaults.EPS
-    out_dtype: str = defaults.OUT_DTYPE
-    shard_size: str = defaults.SHARD_SIZE
-    device: str = defaults.DEVICE
-    out: str | None = None
-    vocab: str = defaults.VOCAB  # "common": merge shared vocabulary rows (written only when not the default)
-    # a layer map (docs/contracts.md, "slices"): each {"sources": [{"model": i, "layer_range": [a, b]}, ...],
-    # optionally "parameters"}; model 0 is the base, i the i-th agent. None: whole models (not written)
-    slices: list[dict[str, Any]] | None = None
-
-    def layout(self) -> Layout | None:
-        return layout_of(self.slices)
-
-    def to_yaml(self) -> str:
-        data = {
-            "format": FORMAT,
-            "method": self.method,
-            "parameters": dict(self.params),
-            "eps": self.eps,
-            "base": self.base,
-            "agents": [
-                {"name": n, "source": s} if n else {"source": s}
-                for n, s in zip(self.names or [""] * len(self.agents), self.agents)
-            ],
-            "out_dtype": self.out_dtype,
-            "shard_size": self.shard_size,
-            "device": self.device,
-        }
-        if self.vocab != defaults.VOCAB:
-            data["vocab"] = self.vocab
-        if self.slices is not None:
-            data["slices"] = [dict(s) for s in self.slices]
-        if self.out:
-            data["output"] = self.out
-        head = "# RAM Desktop merge recipe. Reproduce with: ram-merge run ram-recipe.yaml [--out DIR]\n"
-        return head + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-
-    def save(self, path: Path) -> None:
-        path.write_text(self.to_yaml(), encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: Path) -> Recipe:
-        return cls.from_dict(read_yaml(path), str(path))
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "recipe") -> Recipe:
-        """A recipe from its parsed YAML. Every key is checked: an unknown or misplaced key, or a value of the
-        wrong type, is refused naming it (a typo must never change a merge silently)."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise InputError(f"{where}: not a RAM Desktop recipe (needs 'format: {FORMAT}')")
-        _known_keys(where, "", data, RECIPE_KEYS)
-        for key in ("base", "agents"):
-            if key not in data:
-                raise InputError(f"{where}: {key}: missing; a recipe needs base and agents")
-        agents = data["agents"]
-        if not isinstance(agents, list) or not agents:
-            raise InputError(
-                f"{where}: agents: expected a list of agents (each a path, a Hub id, or "
-                "name: and source:), found " + _type_name(agents)
-            )
-        check_agent_count(len(agents))
-        sources, names = [], []
-        for i, agent in enumerate(agents):
-            at = f"agents[{i}]"
-            if isinstance(agent, dict):
-                _known_keys(where, at + ".", agent, AGENT_KEYS)
-                if "source" not in agent:
-                    raise InputError(f"{where}: {at}: needs source: (a model folder, file or Hub id)")
-                sources.append(_text(where, at + ".source", agent["source"]))
-                names.append(_text(where, at + ".name", agent["name"]) if agent.get("name") is not None else None)
-            else:
-                sources.append(_text(where, at, agent))
-                names.append(None)
-        method = _text(where, "method", data.get("method", defaults.METHOD))
-        params = data.get("parameters")
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            raise InputError(f"{where}: parameters: expected a mapping of name: value, found {_type_name(params)}")
-        _check_parameters(where, method, params)
-        eps = data.get("eps", defaults.EPS)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-            raise InputError(f"{where}: eps: expected a number, found {eps!r}")
-        shard_size = data.get("shard_size", defaults.SHARD_SIZE)
-        if isinstance(shard_size, bool) or not isinstance(shard_size, (str, int)):
-            raise InputError(f"{where}: shard_size: expected a size like 5GB, found {shard_size!r}")
-        output = data.get("output")
-        slices = _slices(where, method, data["slices"], len(sources)) if data.get("slices") is not None else None
-        return cls(
-            base=_text(where, "base", data["base"]),
-            agents=sources,
-            method=method,
-            params=params,
-            names=[str(n) for n in names] if all(names) else None,
-            eps=float(eps),
-            out_dtype=_text(where, "out_dtype", data.get("out_dtype", defaults.OUT_DTYPE)),
-            shard_size=str(shard_size),
-            device=_text(where, "device", data.get("device", defaults.DEVICE)),
-            out=_text(where, "output", output) if output else None,
-            vocab=_text(where, "vocab", data.get("vocab", defaults.VOCAB)),
-            slices=slices,
-        )
-
-
 RECIPE_KEYS = (
     "format",
     "method",
@@ -175,7 +58,7 @@ SLICE_KEYS = ("sources", "parameters")
 SOURCE_KEYS = ("model", "layer_range")
 
 
-def layout_of(slices: list[dict[str, Any]] | None) -> Layout | None:
+def layout_of(slices: Sequence[Mapping[str, Any]] | None) -> Layout | None:
     """The engine's layer map of a recipe's checked ``slices`` (stacking: every slice has one source)."""
     if slices is None:
         return None
@@ -190,16 +73,16 @@ def layout_of(slices: list[dict[str, Any]] | None) -> Layout | None:
     return Layout(parsed, stacking)
 
 
-def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str, Any]]:
+def read_slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str, Any]]:
     """``slices``: a list of {sources: [{model: INDEX, layer_range: [START, STOP]}, ...], parameters: {...}}."""
     if not isinstance(value, list) or not value:
-        raise InputError(f"{where}: slices: expected a list of slices, found {_type_name(value)}")
+        raise InputError(f"{where}: slices: expected a list of slices, found {type_name(value)}")
     out = []
     for g, item in enumerate(value):
         at = f"slices[{g}]"
         if not isinstance(item, dict):
-            raise InputError(f"{where}: {at}: expected a mapping with sources:, found {_type_name(item)}")
-        _known_keys(where, at + ".", item, SLICE_KEYS)
+            raise InputError(f"{where}: {at}: expected a mapping with sources:, found {type_name(item)}")
+        known_keys(where, at + ".", item, SLICE_KEYS)
         sources = item.get("sources")
         if not isinstance(sources, list) or not sources:
             raise InputError(f"{where}: {at}.sources: expected a list of {{model: INDEX, layer_range: [START, STOP]}}")
@@ -208,7 +91,7 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
             sat = f"{at}.sources[{k}]"
             if not isinstance(src, dict):
                 raise InputError(f"{where}: {sat}: expected a mapping with model: and layer_range:")
-            _known_keys(where, sat + ".", src, SOURCE_KEYS)
+            known_keys(where, sat + ".", src, SOURCE_KEYS)
             model, layers = src.get("model"), src.get("layer_range")
             if isinstance(model, bool) or not isinstance(model, int) or not 0 <= model <= n_agents:
                 raise InputError(
@@ -236,9 +119,9 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
             params = item["parameters"]
             if not isinstance(params, dict):
                 raise InputError(
-                    f"{where}: {at}.parameters: expected a mapping of name: value, found {_type_name(params)}"
+                    f"{where}: {at}.parameters: expected a mapping of name: value, found {type_name(params)}"
                 )
-            _check_parameters(f"{where}: {at}", method, params)
+            check_parameters(f"{where}: {at}", method, params)
             entry["parameters"] = dict(params)
         out.append(entry)
     try:
@@ -248,7 +131,7 @@ def _slices(where: str, method: str, value: Any, n_agents: int) -> list[dict[str
     return out
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     return {
         str: "text",
         int: "a number",
@@ -260,14 +143,14 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def _text(where: str, key: str, value: Any) -> str:
+def text_value(where: str, key: str, value: Any) -> str:
     """A path, name or option: text (a bare number is taken as written, e.g. a folder named 2024)."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise InputError(f"{where}: {key}: expected text, found {_type_name(value)}")
+        raise InputError(f"{where}: {key}: expected text, found {type_name(value)}")
     return str(value)
 
 
-def _known_keys(where: str, prefix: str, data: dict, allowed: tuple[str, ...]) -> None:
+def known_keys(where: str, prefix: str, data: dict, allowed: tuple[str, ...]) -> None:
     for key in data:
         if str(key) not in allowed:
             close = difflib.get_close_matches(str(key), allowed, n=1)
@@ -275,7 +158,7 @@ def _known_keys(where: str, prefix: str, data: dict, allowed: tuple[str, ...]) -
             raise InputError(f"{where}: {prefix}{key}: unknown key{hint}")
 
 
-def _check_parameters(where: str, method: str, params: dict) -> None:
+def check_parameters(where: str, method: str, params: dict) -> None:
     """Every parameter must be one of ``method``'s; one that belongs to another method is misplaced."""
     from .methods import METHODS
 

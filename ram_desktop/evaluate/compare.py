@@ -1,5 +1,6 @@
-"""``ram-merge compare``: merge several variants from one read of the inputs, then (with suites) score
-the base, every agent and every variant, and draw the comparison (docs/contracts.md, Compare; docs/evaluate.md).
+"""What ``ram-merge compare`` writes (``workflow.compare`` merges the variants from one read of the inputs and
+scores the base, every agent and every variant): its result, its folder's check, and its chart (docs/contracts.md,
+Compare; docs/evaluate.md).
 
 ``DIR/<variant>/`` is a complete output folder for each variant; ``DIR/compare.json`` lists the
 variants and, when suites were given, carries the ``ram-eval/2`` keys of the evaluation;
@@ -14,17 +15,15 @@ import logging
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core import InputError, MergeResult, Reporter, Session, Variant, merge_variants, resolve_device
+from ..core import InputError, MergeResult, Variant
 from ..core.storage.manifest import foreign_entries, write_manifest
 from ..core.storage.output import NotReplaceable, is_staging_entry
-from .cache import ScoreCache
 from .chart import draw_png, score_chart
-from .fisher import resolve_fisher_params
-from .results import EvalResult, ModelRef, ScoringFailed
+from .results import EvalResult
 
 log = logging.getLogger("ram_desktop")
 COMPARE_JSON = "compare.json"
@@ -50,76 +49,9 @@ class CompareResult:
         return data
 
 
-def compare(
-    session: Session,
-    variants: Sequence[Variant],
-    folder: str | Path,
-    suites: Sequence[Any] = (),
-    overwrite: bool = False,
-    reporter: Reporter | None = None,
-    device: str | None = None,
-    batch_size: int = 8,
-    limit: int | None = None,
-    token: str | None = None,
-    cache: ScoreCache | None = None,
-    scorer_timeout: float | None = None,
-    **engine_options: Any,
-) -> CompareResult:
-    """Merge every variant into ``folder/<name>`` from one read of the inputs, then evaluate (when
-    ``suites`` are given) and write ``compare.json`` (and ``compare.png``). Suites are loaded and
-    checked before anything is merged. ``cache``: scores to reuse (the base's and the agents' from an
-    earlier evaluation or compare) and to keep."""
-    from . import Suite, evaluate, load_suite
-    from .runner import check_eval_options, require_transformers
-
-    reporter = reporter or Reporter()
-    check_eval_options(batch_size, limit)  # every option before the first merge
-    if not variants:
-        raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
-    folder = Path(folder).expanduser()
-    loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
-    for suite in loaded:
-        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
-    if loaded:  # what the evaluation needs, before the first merge
-        require_transformers()
-        resolve_device(device or session.device)
-    check_compare_folder(folder, overwrite)
-    specs = session.variant_specs(list(variants), folder)
-    # the shared parameters reach the variants through their specs; the session's own method need not take them
-    request = replace(session, params={}).to_request(folder, overwrite=overwrite, token=token, **engine_options)
-    specs = [
-        replace(spec, params=resolve_fisher_params(spec.method, spec.params, session.agents, session.device, reporter))
-        for spec in specs
-    ]
-    merges = merge_variants(request, specs, reporter)
-    evaluation = None
-    if loaded:
-        models = [ModelRef("base", session.base)]
-        names = merges[0].probe.names
-        models += [ModelRef(n, a) for n, a in zip(names, session.agents)]
-        models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
-        try:
-            evaluation = evaluate(
-                models,
-                loaded,
-                device or session.device,
-                batch_size,
-                limit,
-                reporter,
-                scorer_timeout=scorer_timeout,
-                cache=cache,
-            )
-        except ScoringFailed as e:  # the merges and the finished scores are kept; the failure is recorded
-            _write_result(CompareResult(folder, list(variants), merges, e.result), len(session.agents))
-            raise
-    result = CompareResult(folder, list(variants), merges, evaluation)
-    _write_result(result, len(session.agents))
-    return result
-
-
-def _write_result(result: CompareResult, n_agents: int) -> None:
+def write_result(result: CompareResult, n_agents: int) -> None:
     """``compare.json``, the chart, and last the folder's manifest (compare.json, the chart and each variant's)."""
-    _write_json(result.folder / COMPARE_JSON, result.to_json())
+    write_json(result.folder / COMPARE_JSON, result.to_json())
     if result.evaluation is not None:
         kinds = ["base"] + ["agent"] * n_agents + ["variant"] * len(result.merges)
         draw_scores(result.evaluation, result.folder / COMPARE_PNG, kinds)
@@ -171,7 +103,7 @@ def _legacy_compare_foreign(folder: Path) -> list[str]:
     return lost
 
 
-def _write_json(path: Path, data: dict) -> None:
+def write_json(path: Path, data: dict) -> None:
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(data, indent=1) + "\n")

@@ -442,7 +442,7 @@ def resolve_fisher_params(
         return params
     if len(suites) != len(agents):
         raise InputError(
-            f"{len(suites)} calibration suites for {len(agents)} agents; give one --suite per agent, "
+            f"{len(suites)} calibration suites for {len(agents)} agents; give one --fisher-suite per agent, "
             f"comma-separated, in agent order"
         )
     loaded = [load_suite(s) for s in suites]  # every suite checked before the first estimate starts

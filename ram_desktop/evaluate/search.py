@@ -34,7 +34,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import METHODS, Cancelled, InputError, Reporter, Session, Variant, defaults, get_method, merge_variants
+from ..core import (
+    METHODS,
+    Cancelled,
+    InputError,
+    MergeSpec,
+    Reporter,
+    RunOptions,
+    Variant,
+    defaults,
+    get_method,
+    merge_variants,
+    variant_specs,
+)
 from .stats import clearly_better, mean_interval, paired_difference
 
 try:
@@ -200,10 +212,11 @@ class Inputs:
     batch_size: int
     limit: int | None
 
-    def session(self) -> Session:
-        return Session(
-            base=self.base,
-            agents=list(self.agents),
+    def spec(self) -> MergeSpec:
+        """The merge every trial shares (sources, names, precision), with no method of its own."""
+        return MergeSpec.build(
+            self.base,
+            list(self.agents),
             names=list(self.names) if self.names else None,
             eps=self.eps,
             device=self.device,
@@ -224,10 +237,10 @@ def score_merges(
     from . import evaluate, load_suite
 
     loaded = list(suites) if suites is not None else [load_suite(s) for s in inputs.suites]
-    session = inputs.session()
+    shared = inputs.spec()
     with tempfile.TemporaryDirectory(prefix="ram-search-") as tmp:
-        specs = session.variant_specs([Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
-        merged = merge_variants(session.to_request(Path(tmp) / "m0"), specs, reporter)
+        specs = variant_specs(shared, [Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
+        merged = merge_variants(specs, reporter)
         result = evaluate(
             [str(m.out) for m in merged], loaded, inputs.device, inputs.batch_size, inputs.limit, reporter, threads
         )
@@ -277,9 +290,10 @@ class SearchResult:
 
 @dataclass
 class SearchOptions:
-    """A search: the inputs (session and suites), the methods, the trial budget and where it runs."""
+    """A search: the inputs (the merge's sources and precision, and the suites), the methods, the trial budget
+    and where it runs."""
 
-    session: Session
+    spec: MergeSpec
     suites: Sequence[Any]  # validation: paths or loaded Suites
     test_suites: Sequence[Any]
     folder: Path
@@ -310,23 +324,23 @@ def search(
         raise InputError(f"--workers must be at least 1, got {options.workers}")
     if not options.suites:
         raise InputError("no validation suites; give --suite SUITE... to score the trials on")
-    session = options.session
-    if not session.base:
+    spec = options.spec
+    if not spec.base:
         raise InputError("no base model chosen; name the base the agents were fine-tuned from")
-    if not session.agents:
+    if not spec.agents:
         raise InputError("no agents to merge; name at least one agent checkpoint")
     suites = [s if isinstance(s, Suite) else load_suite(s) for s in options.suites]
     tests = [s if isinstance(s, Suite) else load_suite(s) for s in options.test_suites]
     for suite in (*suites, *tests):
         suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before any merge, without running it
     inputs = Inputs(
-        _source(session.base),
-        tuple(_source(a) for a in session.agents),
-        tuple(session.names) if session.names else None,
-        session.eps,
-        session.device,
-        session.out_dtype,
-        session.vocab,
+        _source(spec.base),
+        tuple(_source(a) for a in spec.sources),
+        tuple(spec.names),
+        spec.eps,
+        spec.device,
+        spec.out_dtype,
+        spec.vocab,
         tuple(str(s.source) for s in suites),
         options.batch_size,
         options.limit,
@@ -641,13 +655,13 @@ def _merge_best(inputs: Inputs, best: Trial, tests: list, folder: Path, reporter
     beside RAM+ and Task Arithmetic at their defaults (merged into a temporary folder, removed after)."""
     from . import evaluate
 
-    session = inputs.session()
+    shared = inputs.spec()
     refs = [(label, m, get_method(m).resolve({})) for m, label in REFERENCES]
     with tempfile.TemporaryDirectory(prefix="ram-search-ref-") as tmp:
-        specs = session.variant_specs([Variant(BEST, best.method, dict(best.params))], folder)
+        specs = variant_specs(shared, [Variant(BEST, best.method, dict(best.params))], folder)
         if tests:
-            specs += session.variant_specs([Variant(m, m, p) for _, m, p in refs], tmp)
-        merged = merge_variants(session.to_request(folder / BEST, overwrite=True), specs, reporter)
+            specs += variant_specs(shared, [Variant(m, m, p) for _, m, p in refs], tmp)
+        merged = merge_variants(specs, reporter, RunOptions(overwrite=True))
         if not tests:
             return None
         result = evaluate([str(m.out) for m in merged], tests, inputs.device, inputs.batch_size, inputs.limit, reporter)

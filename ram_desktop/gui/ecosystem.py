@@ -27,16 +27,15 @@ from PySide6.QtWidgets import (
 
 from ..core import (
     InputError,
+    MergeSpec,
     ProgressEvent,
-    Recipe,
-    Session,
     check_repo_id,
     has_stored_token,
     load_mergekit,
     publish,
     to_mergekit,
 )
-from .method.session_form import refuse_slices, write_from_recipe
+from .method.spec_form import refuse_slices, write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -57,13 +56,13 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
         return False
     try:
         imported = load_mergekit(Path(path))
-        session = Session.from_recipe(imported.recipe)
-        refuse_slices(session, path)
-        session.resolved_params()  # validated whole before any widget changes
+        spec = imported.spec
+        refuse_slices(spec, path)
+        spec.resolved_params()  # validated whole before any widget changes
     except InputError as e:
         window.show_error(str(e))  # and into the log, once
         return False
-    window.apply_session(session)
+    window.apply_spec(spec)
     window.title.set(f"{Path(path).name} (mergekit)")  # Qt appends " — RAM Desktop"
     for warning in imported.warnings:
         log.warning("%s", warning)
@@ -76,7 +75,7 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
             window.show_warning(text)
 
         window.analysis_finished.connect(show_again)
-    log.info("imported mergekit config %s as %s", path, imported.recipe.method)
+    log.info("imported mergekit config %s as %s", path, imported.spec.method)
     return True
 
 
@@ -88,8 +87,8 @@ def export_mergekit_dialog(window: MainWindow) -> None:
 
 
 def export_mergekit(window: MainWindow, path: Path) -> bool:
-    def write(recipe: Recipe, p: Path) -> None:
-        p.write_text(to_mergekit(recipe), encoding="utf-8")
+    def write(spec: MergeSpec, p: Path) -> None:
+        p.write_text(to_mergekit(spec), encoding="utf-8")
 
     if not write_from_recipe(window, path, write, "exporting a mergekit config", "the mergekit config"):
         return False

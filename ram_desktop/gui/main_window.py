@@ -16,9 +16,8 @@ from ..core import (
     DEFAULT_CHUNK_ELEMENTS,
     InputError,
     MergeResult,
+    MergeSpec,
     ProbeReport,
-    Recipe,
-    Session,
     demo_suites,
     ensure_demo,
 )
@@ -26,6 +25,7 @@ from ..core.storage.output import NotReplaceable, free_folder
 from ..paths import outputs_dir, visible_folder
 from . import ecosystem
 from .analysis.chart_saver import ChartSaver
+from .analysis.charts import set_agent_slots
 from .analysis.panel import AnalysisPanel
 from .compute.dialog import ComputeFace
 from .evaluate.compare_panel import ComparePanel
@@ -36,13 +36,15 @@ from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.advice import window_words
 from .method.panel import MethodPanel
-from .method.session_form import (
-    checked_session,
-    merge_request,
-    read_session,
+from .method.spec_form import (
+    checked_spec,
+    engine_params,
+    merge_options,
+    read_spec,
     run_merge,
     run_probe,
-    show_session,
+    show_spec,
+    window_options,
 )
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
@@ -92,7 +94,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
-        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_session)
+        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_spec)
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -181,10 +183,10 @@ class MainWindow(QMainWindow):
         self.evaluate.set_device(device)
 
     def _compare(self) -> None:
-        """Compare's Run: the variants of the Session the window shows."""
-        session = self._checked_session()
-        if session is not None:
-            self.compare.start(session, self.sources.hub_token, {"chunk_elements": self.chunk_elements})
+        """Compare's Run: the variants of the spec the window shows."""
+        spec = self._checked_spec()
+        if spec is not None:
+            self.compare.start(spec, window_options(self.chunk_elements, self.sources.hub_token))
 
     def save_settings(self) -> None:
         save_window(self)
@@ -255,7 +257,8 @@ class MainWindow(QMainWindow):
     def _sources_changed(self) -> None:
         if self.message.kind == "error" and self.sources.error_gone(self.message.text.text()):
             self.message.hide()  # the row it told of was removed
-        self.method.set_agent_names(self.sources.names)
+        self.method.set_agents(self.sources.identities)
+        set_agent_slots(self.sources.color_slots)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
             self._default_folders(visible_folder(base.checkpoint.folder.parent), replace=False)
@@ -292,9 +295,8 @@ class MainWindow(QMainWindow):
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
-        self.analysis.update_method(
-            self.method.current, self.method.params(), self.method.out_dtype.currentData(), self._base_dtype()
-        )
+        params, dtype = engine_params(self.sources, self.method), self.method.out_dtype.currentData()
+        self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
     # --- background jobs ----------------------------------------------------------------------
     @Slot(object, object)
@@ -324,26 +326,26 @@ class MainWindow(QMainWindow):
         self.run_box.cancel()
 
     # --- the flow -----------------------------------------------------------------------------
-    def session(self) -> Session:
-        """The Session the widgets describe (the window's one way to a request or a recipe). Raises
-        ``InputError`` when ε is not a number."""
-        return read_session(self.sources, self.method)
+    def spec(self) -> MergeSpec:
+        """The spec the widgets describe (the window's one way to a merge or a recipe). Raises ``InputError``
+        when ε is not a number."""
+        return read_spec(self.sources, self.method)
 
-    def _checked_session(self) -> Session | None:
-        """The Session, validated as the engine will validate it; None after showing why not."""
+    def _checked_spec(self) -> MergeSpec | None:
+        """The spec, validated as the engine will validate it; None after showing why not."""
         try:
-            return checked_session(self.sources, self.method)
+            return checked_spec(self.sources, self.method)
         except InputError as e:
             self.show_error(str(e))
             return None
 
-    def apply_session(self, session: Session) -> None:
-        """Show a validated Session in the widgets."""
-        show_session(self.method, session)
-        self.set_sources(session.base, session.agents, session.names)
+    def apply_spec(self, spec: MergeSpec) -> None:
+        """Show a validated spec in the widgets: its agents first, so each per-agent value lands on its agent."""
+        self.set_sources(spec.base, spec.sources, spec.names)
+        show_spec(self.method, spec)
 
-    def _ready_session(self, action: str) -> Session | None:
-        """The checked Session to Analyze or Merge; None (after saying why) while busy or not ready."""
+    def _ready_spec(self, action: str) -> MergeSpec | None:
+        """The checked spec to Analyze or Merge; None (after saying why) while busy or not ready."""
         if self.busy():
             return None
         problem = self.sources.not_ready(action)  # a row missing, failing, or refused by the analysis
@@ -352,11 +354,11 @@ class MainWindow(QMainWindow):
             return None
         if action == "Merge" and self.method.refused(self.show_error, self.message.offer):
             return None  # said in section 3 as it was typed; now in the bar too, with its fix
-        return self._checked_session()
+        return self._checked_spec()
 
     def analyse(self) -> None:
-        session = self._ready_session("Analyze")
-        if session is None:
+        spec = self._ready_spec("Analyze")
+        if spec is None:
             return
         self.message.hide()
         key = self._source_key()
@@ -373,9 +375,8 @@ class MainWindow(QMainWindow):
             for w in report.warnings:
                 self.show_warning(w)
 
-        self.jobs.start(
-            JobState.ANALYSING, partial(run_probe, session, self.chunk_elements, self.sources.hub_token), done
-        )
+        options = window_options(self.chunk_elements, self.sources.hub_token)
+        self.jobs.start(JobState.ANALYSING, partial(run_probe, spec, options), done)
 
     def _confirm_replace(self, out: Path) -> bool:
         answer = QMessageBox.question(
@@ -388,23 +389,25 @@ class MainWindow(QMainWindow):
         return answer == QMessageBox.StandardButton.Yes
 
     def merge(self) -> None:
-        session = self._ready_session("Merge")
-        if session is None:
+        spec = self._ready_spec("Merge")
+        if spec is None:
             return
         inputs = [r.checkpoint for r in (self.sources.base, *self.sources.agents) if r and r.checkpoint]
         try:
-            request = merge_request(session, inputs, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
+            options = merge_options(spec, inputs, self._confirm_replace, self.sources.hub_token, self.chunk_elements)
         except InputError as e:
             self.show_error(str(e))
             if isinstance(e, NotReplaceable):
                 self.message.offer(f"Use {e.free.name}", partial(self.method.out_dir.setText, str(e.free)))
             return
-        if request is None:
+        if options is None:
             return
         self.message.hide()
         self.result = None
-        log.info("merging %d agents with %s into %s", len(request.agents), request.method, request.out)
-        self.jobs.start(JobState.MERGING, partial(run_merge, request), partial(self._merged, key=self._source_key()))
+        log.info("merging %d agents with %s into %s", len(spec.agents), spec.method, spec.output)
+        self.jobs.start(
+            JobState.MERGING, partial(run_merge, spec, options), partial(self._merged, key=self._source_key())
+        )
 
     def _merged(self, result: MergeResult, key: tuple) -> None:
         self.result = result
@@ -439,10 +442,10 @@ class MainWindow(QMainWindow):
             self.title.set(DEMO_TITLE)
             log.info("the built-in demo is a toy (156k parameters, instant); %s", REAL_RESULTS)
             try:
-                suites = [str(p) for p in demo_suites(Path(base).parent, agents)] or None
+                found = [str(p) for p in demo_suites(Path(base).parent, agents)]
             except InputError:
-                suites = None
-            self.method.set_agent_defaults("suite", suites)
+                found = []
+            self.method.set_agent_defaults("suite", dict(zip(self.sources.names, found)) or None)
             self._default_folders(outputs_dir() / "demo", replace=True)  # visible, not in the cache
             self.evaluate.preload_demo(Path(base).parent)  # the agents' suites, when demo.json names them
             self.search.set_validation(
@@ -470,6 +473,7 @@ class MainWindow(QMainWindow):
         """Save what the window shows as a recipe (File ▸ Save recipe); False after showing why not."""
         return self.menus.save_recipe(path)
 
-    def current_recipe(self) -> Recipe:
-        """The recipe of what the window shows (parameters resolved); raises ``InputError`` when a value is bad."""
-        return self.session().to_recipe()
+    def current_recipe(self) -> MergeSpec:
+        """The spec of what the window shows, every parameter stated (its recipe is ``to_yaml``); raises
+        ``InputError`` when a value is bad."""
+        return self.spec().resolved()

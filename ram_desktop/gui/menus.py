@@ -19,7 +19,7 @@ from ..paths import visible_folder
 from . import ecosystem
 from .analysis.panel import reading_the_charts
 from .compute.dialog import about_lines
-from .method.session_form import load_session, write_from_recipe
+from .method.spec_form import load_spec, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
@@ -175,7 +175,7 @@ class Menus(QObject):
         if w.busy():
             return False
         try:
-            w.apply_session(load_session(path))
+            w.apply_spec(load_spec(path))
         except InputError as e:
             if is_mergekit_config(Path(path)):
                 w.show_error(f"{path} is a mergekit configuration, not a RAM Desktop recipe")

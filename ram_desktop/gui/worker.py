@@ -14,15 +14,10 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
 
 from ..core import Cancelled, CancelToken, ProgressEvent, RamError, Reporter
-from ..core.engine import kernels
 
 log = logging.getLogger("ram_desktop")
 
 PROGRESS_INTERVAL = 0.1  # seconds between progress signals: ten updates a second, the GUI thread never flooded
-# Window jobs run the fused CPU kernels only on passes over this many elements or more: loading numba's
-# kernels holds the GIL long enough to freeze the event loop once (core/engine/kernels.py ``disabled``), which a
-# 300M-parameter merge or Analyze repays many times over and a small model's does not.
-KERNEL_MIN_ELEMENTS = 50_000_000
 
 
 def _released(reporter: Reporter) -> None:
@@ -58,8 +53,7 @@ class Worker(QObject):
     @Slot()
     def run(self) -> None:
         try:
-            with kernels.disabled(below=KERNEL_MIN_ELEMENTS):
-                result = self._fn(Reporter(self._on_progress, self.token))
+            result = self._fn(Reporter(self._on_progress, self.token))
         except Cancelled:
             self.cancelled.emit()
         except RamError as e:

@@ -37,7 +37,9 @@ def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_pat
     # mergekit's defaults for what the config leaves out (normalize on for ties)
     assert window.method.current.name == "weighted-ties", window.method.current.name
     params = window.method.params()
-    assert params["weight"] == [1.0] * 3 and params["density"] == [0.3] * 3 and params["lambda"] == 0.8
+    names = window.sources.names
+    assert params["weight"] == dict.fromkeys(names, 1.0) and params["density"] == dict.fromkeys(names, 0.3)
+    assert params["lambda"] == 0.8
     assert params["normalize"] is True and params["dtype"] == "float32"
     assert window.sources.base.spec == str(base) and [r.spec for r in window.sources.agents] == list(map(str, agents))
     qtbot.waitUntil(lambda: window.report is not None and not window.busy(), timeout=30000)

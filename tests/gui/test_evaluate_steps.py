@@ -17,6 +17,8 @@ from PySide6.QtCore import Qt, QTimer
 
 pytest.importorskip("transformers")
 
+import itertools
+
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 from ram_desktop.gui import main_window
 from ram_desktop.gui.analysis import charts
@@ -131,7 +133,7 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
     timer.stop()
     assert done.args == ["done"], window.message.text.text()
-    worst = max(b - a for a, b in zip(beats, beats[1:]))
+    worst = max(b - a for a, b in itertools.pairwise(beats))
     print(f"heartbeat during the evaluation: {len(beats)} beats, longest stall {1000 * worst:.1f} ms")
     assert worst <= 0.1
 

@@ -100,7 +100,7 @@ def test_filters_typed_into_the_table_reach_the_field_the_recipe_and_the_merge(q
     qtbot.waitUntil(lambda: field.filters.dialog is None)
     assert field.edit.text() == "[{filter: mlp, value: 0.5}, {filter: self_attn, value: [0.2, 0.9]}, {value: 0.8}]"
     assert window.method.params()["lambda"] == FILTERS
-    assert window.session().params["lambda"] == FILTERS
+    assert window.spec().params["lambda"] == FILTERS
     saved = tmp_path / "saved.yaml"
     assert window.save_recipe(saved)
     assert yaml.safe_load(saved.read_text())["parameters"]["lambda"] == FILTERS
@@ -224,7 +224,8 @@ def test_per_agent_rows_have_their_own_editor(qtbot, window):
     type_cell(qtbot, dialog, 1, 1, "0.7")
     click(qtbot, dialog.ok_button)
     assert weight.edits[1].text() == "[{filter: self_attn, value: [0.5, 2]}, {value: 0.7}]"
-    assert window.method.params()["weight"] == [None, [{"filter": "self_attn", "value": [0.5, 2]}, {"value": 0.7}]]
+    assert window.method.params()["weight"] == {
+        "coder": None, "tool": [{"filter": "self_attn", "value": [0.5, 2]}, {"value": 0.7}]}
     dialog = open_editor(qtbot, weight.filter_buttons[0])  # the other agent's row is untouched
     assert dialog.rows() == [("", "")]
 

@@ -97,7 +97,7 @@ def test_demo_suites_are_the_default_calibration_data(qtbot, window, fisher_inpu
     window.load_demo()
     qtbot.waitUntil(lambda: window.sources.all_ready() and not window.busy(), timeout=20000)
     window.method.set_method("fisher")
-    assert window.method.params()["suite"] == [str(s) for s in suites]
+    assert window.method.params()["suite"] == {a.name: str(s) for a, s in zip(agents, suites)}
     window.method.set_method("ram")
     window.set_sources(str(base), [str(a) for a in agents], None, analyse=False)  # not the demo any more
     window.method.set_method("fisher")

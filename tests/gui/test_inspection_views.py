@@ -10,9 +10,8 @@ from PySide6.QtGui import QImage, QMouseEvent
 from PySide6.QtWidgets import QApplication
 
 from ram_desktop.core.engine.inspection import module_grid
-from ram_desktop.core.methods.would_keep import would_keep
 from ram_desktop.core.engine.probe import ProbeReport
-from ram_desktop.core.engine.would_keep import would_keep
+from ram_desktop.core.methods.would_keep import would_keep
 
 from .conftest import analyse, load_sources
 

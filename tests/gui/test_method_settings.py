@@ -40,8 +40,8 @@ def test_per_agent_values_and_check_boxes(qtbot, window):
     assert normalize.isChecked()  # mergekit's default for ties
     qtbot.mouseClick(normalize, Qt.LeftButton, pos=QPoint(8, normalize.height() // 2))  # on the box itself
     params = window.method.params()
-    assert params["weight"] == [0.3, [0.2, 0.9]] and params["normalize"] is False
-    resolved = get_method("weighted-ties").resolve(params)
+    assert params["weight"] == {"coder": 0.3, "tool": [0.2, 0.9]} and params["normalize"] is False
+    resolved = get_method("weighted-ties").resolve(dict(params, weight=[params["weight"][n] for n in ("coder", "tool")]))
     assert resolved["weight"] == [0.3, [0.2, 0.9]] and resolved["normalize"] is False
 
 
@@ -49,6 +49,8 @@ def test_a_recipes_values_come_back_into_the_form(window):
     window.method.set_agent_names(["a", "b"])
     given = {"weight": [[0.1, 0.6], {"filter": "mlp", "value": 2.0}], "normalize": False, "dtype": "inputs"}
     window.method.set_method("linear", given)
-    assert window.method.params() == given
+    assert window.method.params() == dict(given, weight={"a": [0.1, 0.6], "b": {"filter": "mlp", "value": 2.0}})
+    window.method.set_method("linear", dict(given, weight={"b": 0.25, "a": 0.75}))  # keyed by agent, any order
+    assert window.method.params()["weight"] == {"a": 0.75, "b": 0.25}
     window.method.set_method("linear", {"weight": 0.5})  # one value for every agent
-    assert window.method.params()["weight"] == [0.5, 0.5]
+    assert window.method.params()["weight"] == {"a": 0.5, "b": 0.5}

@@ -67,6 +67,10 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
         folders, _ = random_fishers(agents, tmp_path / "fisher")
         per_agent = {"fisher": [str(f) for f in folders], "suite": None}
     expected = {}
+
+    def keyed(values):  # per-agent values are keyed by agent name, in the form and in the recipe
+        return dict(zip(window.sources.names, values)) if isinstance(values, list) else values
+
     for name, field in window.method.fields.items():
         if field.param.setting and field.param.per_agent:
             texts = PER_AGENT_TYPED[name][:len(agents)]
@@ -78,7 +82,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
             if not field.param.setting:
                 for edit, text in zip(field.widget.edits, per_agent[name] or []):
                     type_into(qtbot, edit, text)
-            assert field.value() == per_agent[name]
+            assert field.value() == keyed(per_agent[name])
             continue
         if isinstance(field.widget, QCheckBox):  # true/false: one click flips the default
             qtbot.waitUntil(field.widget.isVisible)
@@ -106,7 +110,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
     assert data["vocab"] == "common" and data["eps"] == 2e-05 and data["shard_size"] == "40KB"
     for name in window.method.fields:
         if name in per_agent:
-            assert data["parameters"][name] == per_agent[name]
+            assert data["parameters"][name] == keyed(per_agent[name])
         elif expected.get(name) is not None:
             assert data["parameters"][name] == expected[name], name
         else:
@@ -130,7 +134,7 @@ def test_open_recipe_shows_every_field(qtbot, window, inputs, tmp_path):
     }))
     assert window.open_recipe(recipe)
     qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=10000)
-    session = window.session()
+    session = window.spec()
     assert session.method == "dare-ties"
     assert session.params == {"drop": 0.3125, "seed": 2**64 - 1, "scale": 0.8765}
     assert (session.eps, session.out_dtype, session.shard_size, session.device, session.vocab) == \
@@ -150,7 +154,7 @@ def test_a_bad_recipe_changes_nothing_in_the_window(qtbot, window, inputs, tmp_p
     base, agents = inputs
     load_sources(qtbot, window, base, agents)
     window.method.set_method("ties")
-    before = window.session()
+    before = window.spec()
     data = {"format": "ram-recipe/1", "method": "ram-plus", "parameters": {}, "base": str(base),
             "agents": [str(a) for a in agents]}
     data.update(change)
@@ -158,4 +162,4 @@ def test_a_bad_recipe_changes_nothing_in_the_window(qtbot, window, inputs, tmp_p
     recipe.write_text(yaml.safe_dump(data))
     assert not window.open_recipe(recipe)
     assert fragment in window.message.text.text()
-    assert window.session() == before
+    assert window.spec() == before

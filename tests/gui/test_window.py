@@ -11,8 +11,8 @@ import pytest
 from PySide6.QtCore import Qt, QTimer
 from safetensors import safe_open
 
+from ram_desktop.core import MergeSpec
 from ram_desktop.core.methods import METHODS
-from ram_desktop.core.recipe import Recipe
 
 from ..conftest import make_models
 from .conftest import analyse, drop_paths, load_sources, merge
@@ -168,7 +168,7 @@ def test_open_a_saved_recipe(qtbot, window, settings, demo_models, tmp_path):
     window.method.set_out_dtype("float32")
     path = tmp_path / "ram-recipe.yaml"
     assert window.save_recipe(path)
-    recipe = Recipe.load(path)
+    recipe = MergeSpec.load(path)
     assert recipe.names == ["coding", "tool", "memory"] and recipe.method == "ram-plus-soft"
     assert recipe.params == {"r": 0.15}
 
@@ -274,7 +274,7 @@ def test_a_bug_on_the_gui_thread_shows_a_dialog_and_is_logged(qtbot, window, mon
 
 
 def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot, window, demo_models, monkeypatch):
-    from ram_desktop.gui.method import session_form
+    from ram_desktop import workflow
 
     base, agents = demo_models
     load_sources(qtbot, window, base, agents)
@@ -282,7 +282,7 @@ def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot
     def broken(*args, **kwargs):
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setattr(session_form, "probe", broken)
+    monkeypatch.setattr(workflow, "analyse", broken)
     with qtbot.waitSignal(window.analysis_finished, timeout=10000) as blocker:
         qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
     assert blocker.args == [False]

@@ -1,7 +1,7 @@
 """mergekit merge configurations in and out.
 
 ``from_mergekit`` turns a mergekit YAML (``merge_method``, ``base_model``, ``models``, ``parameters``,
-``dtype``, ``out_dtype``) into a ``Recipe`` when RAM Desktop has the method, and refuses, naming the
+``dtype``, ``out_dtype``) into a ``MergeSpec`` when RAM Desktop has the method, and refuses, naming the
 key, whatever it cannot express: slices, modules, per-layer value lists (gradients), filtered
 parameters, tokenizer settings, LoRA references, unequal per-model weights or densities, and
 switches that change the arithmetic (``normalize``, ``rescale``) where ours has no equivalent.
@@ -24,7 +24,7 @@ import yaml
 from ..errors import InputError
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
-from ..recipe import FORMAT, Recipe
+from ..spec import FORMAT, MergeSpec
 from ..storage.safe_read import read_yaml
 
 
@@ -67,9 +67,9 @@ DTYPES = {
 
 @dataclass
 class Imported:
-    """A mergekit configuration as a recipe, with what differs from mergekit's run of the same file."""
+    """A mergekit configuration as a merge spec, with what differs from mergekit's run of the same file."""
 
-    recipe: Recipe
+    spec: MergeSpec
     warnings: list[str] = field(default_factory=list)
 
 
@@ -83,7 +83,7 @@ def load_recipe_or_mergekit(path: Path) -> Imported:
     data = _read_yaml(Path(path))
     if is_mergekit(data):
         return from_mergekit(data, str(path))
-    return Imported(Recipe.from_dict(data, str(path)))
+    return Imported(MergeSpec.from_dict(data, str(path)))
 
 
 def load_mergekit(path: Path) -> Imported:
@@ -318,13 +318,11 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
         method.resolve(params_out)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    recipe = Recipe(
-        base=recipe_base, agents=[s for s, _, _ in agents], method=ours, params=params_out, out_dtype=out_dtype
-    )
+    spec = MergeSpec.build(recipe_base, [s for s, _, _ in agents], method=ours, params=params_out, out_dtype=out_dtype)
     warnings = []
     if any(s == recipe_base for s, _, _ in agents):
         warnings.append(f"{exact.name}: the base model {recipe_base} is one of the merged inputs (as in mergekit)")
-    return Imported(recipe, warnings)
+    return Imported(spec, warnings)
 
 
 SLICE_KEYS = {"sources", "base_model", "parameters"}
@@ -399,7 +397,7 @@ def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str
     shared = data.get("parameters") or {}
     if not isinstance(shared, dict):
         raise InputError(f"{where}: parameters must be a mapping")
-    recipes: list[Recipe] = []
+    recipes: list[MergeSpec] = []
     warnings: list[str] = []
     for at, sparams, sources in slices:
         base_ref = data["slices"][int(at[7:-1])].get("base_model") or data.get("base_model")
@@ -416,44 +414,40 @@ def _from_slices(data: dict, where: str, method: str, exact: dict[str, tuple[str
         if merged:
             one["parameters"] = merged
         imported = _from_exact(one, f"{where}: {at}", ours, ex)
-        recipes.append(imported.recipe)
+        recipes.append(imported.spec)
         warnings += [w for w in imported.warnings if w not in warnings]
         ranges = {m: r for m, r, _ in sources}
-        if imported.recipe.base not in ranges:
+        if imported.spec.base not in ranges:
             raise InputError(
-                f"{where}: {at}.sources: the base model {imported.recipe.base} is not among the slice's sources; "
+                f"{where}: {at}.sources: the base model {imported.spec.base} is not among the slice's sources; "
                 "mergekit reads its layers from there (add it with its layer_range)"
             )
     first = recipes[0]
     layout: list[dict[str, Any]] = []
     slice_params: list[dict[str, Any] | None] = []
     for (at, _, sources), recipe in zip(slices, recipes):
-        if recipe.base != first.base or sorted(recipe.agents) != sorted(first.agents):
+        if recipe.base != first.base or sorted(recipe.sources) != sorted(first.sources):
             raise InputError(
-                f"{where}: {at}.sources: merges other models than slices[0] ({', '.join(recipe.agents)}); RAM "
+                f"{where}: {at}.sources: merges other models than slices[0] ({', '.join(recipe.sources)}); RAM "
                 "Desktop merges the same models in every slice"
             )
-        order = [recipe.agents.index(a) for a in first.agents]
+        order = [recipe.sources.index(a) for a in first.sources]
         params = {
             k: [v[i] for i in order] if isinstance(v, list) and _per_agent(ours, k) else v
-            for k, v in recipe.params.items()
+            for k, v in recipe.engine_params().items()
         }
         ranges = {m: r for m, r, _ in sources}
-        roles = [first.base, *first.agents]
+        roles = [first.base, *first.sources]
         layout.append({"sources": [{"model": i, "layer_range": list(ranges[m])} for i, m in enumerate(roles)]})
         slice_params.append(params)
+    first_params = first.engine_params()
     for entry, own in zip(layout, slice_params):
-        if own != first.params:
+        if own != first_params:
             entry["parameters"] = own
-    recipe = Recipe(
-        base=first.base,
-        agents=list(first.agents),
-        method=ours,
-        params=dict(first.params),
-        out_dtype=first.out_dtype,
-        slices=layout,
+    spec = MergeSpec.build(
+        first.base, first.sources, method=ours, params=first_params, out_dtype=first.out_dtype, slices=layout
     )
-    return Imported(recipe, warnings)
+    return Imported(spec, warnings)
 
 
 def _per_agent(method: str, key: str) -> bool:
@@ -510,8 +504,7 @@ def _from_stacking(data: dict, where: str, slices: list, ours: str) -> Imported:
     for entry, params in zip(layout, per_slice):
         if params != first:
             entry["parameters"] = params
-    recipe = Recipe(base=base, agents=models, method=ours, params=dict(first), out_dtype=out_dtype, slices=layout)
-    return Imported(recipe)
+    return Imported(MergeSpec.build(base, models, method=ours, params=dict(first), out_dtype=out_dtype, slices=layout))
 
 
 def _setting(where: str, key: str, value: Any, param: Any) -> Any:
@@ -599,8 +592,8 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
 
     our_method, recipe_params = mapping.convert(MergekitInput(where, method, shared, per_model, len(agents), warnings))
     eps = float(shared.get("epsilon", 1e-5))
-    recipe = Recipe(base=base, agents=agents, method=our_method, params=recipe_params, eps=eps, out_dtype=out_dtype)
-    return Imported(recipe, warnings)
+    spec = MergeSpec.build(base, agents, method=our_method, params=recipe_params, eps=eps, out_dtype=out_dtype)
+    return Imported(spec, warnings)
 
 
 # --- export ------------------------------------------------------------------------------------------------------
@@ -624,11 +617,12 @@ def _base_dtype(base: str) -> str | None:
     return CODE_NAMES[codes.pop()] if len(codes) == 1 else None
 
 
-def to_mergekit(recipe: Recipe) -> str:
-    """The closest mergekit YAML for a recipe, a ``#`` comment on every difference."""
+def to_mergekit(recipe: MergeSpec) -> str:
+    """The closest mergekit YAML for a merge spec, a ``#`` comment on every difference (per-agent values go to
+    each model's entry by the agent's name, whatever the order)."""
     m = recipe.method
     method = get_method(m)
-    params = method.resolve(recipe.params)
+    params = method.resolve(recipe.engine_params())
     if method.interop.mergekit is None:
         raise InputError(f"method {m} has no mergekit equivalent")
     exported = method.interop.mergekit.export(params, recipe.eps)
@@ -669,14 +663,15 @@ def to_mergekit(recipe: Recipe) -> str:
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
 
 
-def _export_slices(recipe: Recipe, method: Any, exported: Any) -> list[dict[str, Any]]:
-    """A recipe's layer map as mergekit's ``slices``: each model's layer range as a source with its own
+def _export_slices(recipe: MergeSpec, method: Any, exported: Any) -> list[dict[str, Any]]:
+    """A spec's layer map as mergekit's ``slices``: each model's layer range as a source with its own
     parameters; a slice's shared parameters on the slice when any slice has parameters of its own."""
-    models = [recipe.base, *recipe.agents]
-    own = any(s.get("parameters") is not None for s in recipe.slices or [])
+    models = [recipe.base, *recipe.sources]
+    slices = recipe.engine_slices() or []
+    own = any(s.get("parameters") is not None for s in slices)
     out = []
-    for sl in recipe.slices or []:
-        params = method.resolve(sl["parameters"]) if sl.get("parameters") is not None else method.resolve(recipe.params)
+    for sl in slices:
+        params = method.resolve(sl["parameters"] if sl.get("parameters") is not None else recipe.engine_params())
         ex = method.interop.mergekit.export(params, recipe.eps)
         sources = []
         for src in sl["sources"]:
@@ -700,9 +695,9 @@ def _export_slices(recipe: Recipe, method: Any, exported: Any) -> list[dict[str,
     return out
 
 
-def _export_models(recipe: Recipe, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
+def _export_models(recipe: MergeSpec, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
     models = []
-    for i, agent in enumerate(recipe.agents):
+    for i, agent in enumerate(recipe.sources):
         entry: dict[str, Any] = {"model": agent}
         own = dict(per_model)
         for key, values in exported.per_agent.items():

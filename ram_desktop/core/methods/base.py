@@ -61,10 +61,13 @@ class Param:
     # the value may be a mergekit-style setting: a gradient over the layers or filters by tensor name
     # (``settings``); per agent, each entry is one (None: the default)
     setting: bool = False
+    # the command-line flag's name where the parameter's own would clash with a global option (multislerp's
+    # ``eps`` is ``--norm-eps``: ``--eps`` is the probe's threshold); the recipe key stays ``name``
+    flag_name: str | None = None
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        return "--" + (self.flag_name or self.name).replace("_", "-")
 
     def validate(self, value: Any) -> Any:
         if self.setting:

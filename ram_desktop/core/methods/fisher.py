@@ -9,7 +9,7 @@ The Fisher files are per-agent auxiliary inputs (``Streaming.aux_inputs``): the 
 names and shapes against the plan and the reader streams them slice by slice beside the agents, so
 memory stays bounded by the chunk.
 
-``--suite`` names each agent's calibration suite instead of ``--fisher``: the faces (command line,
+``--fisher-suite`` names each agent's calibration suite instead of ``--fisher``: the faces (command line,
 window) compute or reuse the cached Fisher files first (``evaluate.fisher.resolve_fisher_params``),
 since the core runs no model.
 """
@@ -36,14 +36,19 @@ EXAMPLES = Param(
     "examples",
     int,
     256,
-    "calibration examples per agent for the Fisher estimate (with --suite)",
+    "calibration examples per agent for the Fisher estimate (with --fisher-suite)",
     1,
     1_000_000,
     paper_range="256-2048",
 )
 FISHER = Param("fisher", str, None, "Fisher folder of each agent (written by ram-merge fisher)", per_agent=True)
 SUITE = Param(
-    "suite", str, None, "calibration suite of each agent (its Fisher is computed and cached first)", per_agent=True
+    "suite",
+    str,
+    None,
+    "calibration suite of each agent (its Fisher is computed and cached first)",
+    per_agent=True,
+    flag_name="fisher_suite",
 )
 
 
@@ -84,12 +89,12 @@ def fisher_aux_inputs(params: dict) -> dict[str, list[Checkpoint]]:
         return {aux_key(fisher): [open_fisher(f) for f in fisher]}
     if params.get("suite"):
         raise InputError(
-            "fisher merging with --suite needs the agents' Fisher files computed first: run it with "
+            "fisher merging with --fisher-suite needs the agents' Fisher files computed first: run it with "
             "ram-merge merge/run or the window (they compute and cache them), or pass --fisher DIR,... "
             "from ram-merge fisher"
         )
     raise InputError(
-        "fisher merging needs each agent's Fisher information: pass --suite SUITE,... (one calibration "
+        "fisher merging needs each agent's Fisher information: pass --fisher-suite SUITE,... (one calibration "
         "suite per agent, in agent order) or --fisher DIR,... (folders written by ram-merge fisher)"
     )
 

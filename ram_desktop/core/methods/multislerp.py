@@ -19,7 +19,7 @@ from .weights import WeightsContext
 
 WEIGHT = weights.agent_param("weight", 1.0, "weight of each agent in the barycentre")
 NORMALIZE = Param("normalize_weights", bool, True, "divide the weights by their sum")
-EPS = Param("eps", float, 1e-8, "added to norms before dividing", 0.0, 1.0)
+EPS = Param("eps", float, 1e-8, "added to norms before dividing", 0.0, 1.0, flag_name="norm_eps")
 USE_BASE = Param("use_base", bool, True, "interpolate task vectors (agent − base) and add the base back")
 PARAMS = (WEIGHT, NORMALIZE, EPS, USE_BASE, weights.DTYPE)
 

@@ -246,7 +246,7 @@ def _is_tokenizer(name: str) -> bool:
 
 
 def _is_recipe(path: Path) -> bool:
-    """A recipe an earlier merge wrote: its first line names the format (``Recipe.save`` writes it first)."""
+    """A recipe an earlier merge wrote: its first line names the format (``MergeSpec.save`` writes it first)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096).decode("utf-8", errors="replace")

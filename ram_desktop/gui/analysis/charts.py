@@ -25,8 +25,18 @@ from ...evaluate.chart import BASE_COLOR, PALETTE, palette_color  # noqa: F401  
 FOREGROUND = "#333333"
 
 
+_agent_slots: list[int] = []  # the colour slot of each agent, in agent order (``set_agent_slots``)
+
+
+def set_agent_slots(slots: list[int]) -> None:
+    """The window's agents' colour slots in agent order: each agent keeps its colour when others are removed
+    or the order changes (the sources panel gives each agent its slot when it is added)."""
+    _agent_slots[:] = list(slots)
+
+
 def agent_color(index: int) -> QColor:
-    return model_color(index)
+    """The colour of the ``index``-th agent (in agent order): its slot's, else the ``index``-th."""
+    return model_color(_agent_slots[index] if index < len(_agent_slots) else index)
 
 
 def model_color(index: int) -> QColor:

@@ -1,5 +1,5 @@
 """The Compare step: tick methods and parameter values (an r sweep, a TA scale sweep, …) and merge them
-all as one ``evaluate.compare.compare`` call — one read of the inputs — then score base, agents and
+all as one ``workflow.compare`` call — one read of the inputs — then score base, agents and
 every variant on the Evaluate step's suites, side by side in the step's own table and chart (docs/gui.md,
 docs/evaluate.md). Scores of the base and the agents from an earlier evaluation or compare (same files,
 suites, scorer and settings) are reused through the Evaluate step's ``ScoreCache``."""
@@ -25,8 +25,19 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
-from ...evaluate.compare import CompareResult, compare
+from ...core import (
+    METHODS,
+    InputError,
+    MergeSpec,
+    RunOptions,
+    Sweep,
+    Variant,
+    defaults,
+    record_evaluation,
+    variant_specs,
+)
+from ...evaluate.compare import CompareResult
+from ...workflow import compare
 from ..jobs import JobController, JobState
 from .panel import EvaluatePanel, ModelEntry, import_transformers
 from .run_bar import PanelJob, RunBar
@@ -207,15 +218,15 @@ class ComparePanel(QWidget):
             else "No suite ticked in Evaluate: the variants are merged, not scored."
         )
 
-    def start(self, session: Session, token: str | None = None, options: dict | None = None) -> bool:
-        """Merge (and score) the ticked variants of ``session``; ``options`` go to ``compare``."""
+    def start(self, spec: MergeSpec, options: RunOptions | None = None) -> bool:
+        """Merge (and score) the ticked variants of ``spec`` (``workflow.compare``), run with ``options``."""
         if self.jobs.busy():
             return False
         try:
             variants = self.variants()
             if not variants:
                 raise InputError("tick at least one method to compare")
-            session.variant_specs(variants, self.folder.text().strip())  # duplicate names, before any work
+            variant_specs(spec, variants, self.folder.text().strip())  # duplicate names, bad values, before any work
         except InputError as e:
             self.error.emit(str(e))
             return False
@@ -223,26 +234,25 @@ class ComparePanel(QWidget):
         suites = self.evaluate.checked_suites()
         if not self.evaluate.confirm_code(suites):
             return False
-        device, batch = session.device, self.evaluate.batch_size.value()
-        limit, options = self.evaluate.limit.value() or None, options or {}
+        device, batch = spec.device, self.evaluate.batch_size.value()
+        limit = self.evaluate.limit.value() or None
         cache = self.evaluate.cache
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> tuple[CompareResult, int]:
             if suites:
-                import_transformers([session.base])  # the variants share the base's architecture
+                import_transformers([spec.base])  # the variants share the base's architecture
             result = compare(
-                session,
+                spec,
                 variants,
                 folder,
                 suites,
-                reporter=reporter,
+                options,
+                reporter,
                 device=device,
                 batch_size=batch,
                 limit=limit,
-                token=token,
                 cache=cache,
-                **options,
             )
             if result.evaluation is not None:
                 record_evaluation(result.evaluation)

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS, InputError, Session, defaults
+from ...core import METHODS, InputError, MergeSpec, defaults
 from ...evaluate.search import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
 from .panel import EvaluatePanel, import_transformers
@@ -45,7 +45,7 @@ def params_text(params: dict[str, Any]) -> str:
 
 
 class SearchPanel(QWidget):
-    """``session()`` gives the window's checked Session (None after it said why not) when Run is clicked.
+    """``spec()`` gives the window's checked MergeSpec (None after it said why not) when Run is clicked.
     Signals: ``run_requested`` (Run clicked), ``use_merge(method,
     params)`` ("Use this merge": the best trial for the Method step), ``search_finished(status)``, ``error``,
     ``info``. ``trial_done`` carries each finished trial from the worker to the GUI thread."""
@@ -61,11 +61,11 @@ class SearchPanel(QWidget):
         self,
         evaluate_panel: EvaluatePanel,
         jobs: JobController,
-        session: Callable[[], Session | None],
+        spec: Callable[[], MergeSpec | None],
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
-        self.evaluate, self.jobs, self.session = evaluate_panel, jobs, session
+        self.evaluate, self.jobs, self.spec = evaluate_panel, jobs, spec
         self.trials: list[Trial] = []
         self.last: SearchResult | None = None
 
@@ -197,12 +197,12 @@ class SearchPanel(QWidget):
 
     # --- running --------------------------------------------------------------------------------------
     def _run(self) -> None:
-        session = self.session()
-        if session is not None:
-            self.start(session)
+        spec = self.spec()
+        if spec is not None:
+            self.start(spec)
 
-    def start(self, session: Session) -> bool:
-        """Search for ``session``'s sources (its method is not used: the ticked ones are tried)."""
+    def start(self, spec: MergeSpec) -> bool:
+        """Search for ``spec``'s sources (its method is not used: the ticked ones are tried)."""
         if self.jobs.busy():
             return False
         try:
@@ -213,7 +213,7 @@ class SearchPanel(QWidget):
             self.error.emit(str(e))
             return False
         options = SearchOptions(
-            session,
+            spec,
             self.validation_suites(),
             self.evaluate.checked_suites(),
             Path(self.folder.text().strip()).expanduser(),
@@ -227,7 +227,7 @@ class SearchPanel(QWidget):
         log.info("searching %d trials over %s into %s", options.trials, ", ".join(methods), options.folder)
 
         def run(reporter) -> SearchResult:
-            import_transformers([session.base])  # every trial shares the base's architecture
+            import_transformers([spec.base])  # every trial shares the base's architecture
             return search(options, reporter, self.trial_done.emit)
 
         return self.task.start(run, self._succeeded, f"Preparing {options.trials} trials…")

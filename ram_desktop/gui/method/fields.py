@@ -239,24 +239,28 @@ class ParamField:
 
 class PerAgentWidget(QWidget):
     """One line edit (with a browse button) per agent for a per-agent parameter (``Param.per_agent``), e.g.
-    Fisher merging's calibration suite of each agent. Values are kept by agent position, so they survive
-    the agent list being filled in after a recipe set them."""
+    Fisher merging's calibration suite of each agent. Values are kept by agent identity (``set_agents``: a key
+    per agent that survives reorder and rename), so each follows its agent; a removed agent's row and value
+    go. ``value()`` keys them by agent name, as a ``MergeSpec`` does."""
 
     changed = Signal()
 
-    def __init__(self, param: Param, names: list[str]) -> None:
+    def __init__(self, param: Param, agents: list[tuple[Any, str]]) -> None:
         super().__init__()
         self.param = param
-        self._values: list[str] = []
-        self._names: list[str] = []
+        self._values: dict[Any, str] = {}
+        self._agents: list[tuple[Any, str]] = []
         self._grid = QGridLayout(self)
         self._grid.setContentsMargins(0, 0, 0, 0)
         self.edits: list[QLineEdit] = []
         self.filter_buttons: list[FiltersButton] = []  # one per row of a setting (number, gradient or filters)
-        self.set_names(names)
+        self.set_agents(agents)
 
-    def set_names(self, names: list[str]) -> None:
-        self._names = list(names)
+    def set_agents(self, agents: list[tuple[Any, str]]) -> None:
+        """The agents in order, each as (key, name); values of keys no longer present are dropped."""
+        self._agents = list(agents)
+        keys = {key for key, _ in self._agents}
+        self._values = {k: v for k, v in self._values.items() if k in keys}
         while self._grid.count():
             item = self._grid.takeAt(0)
             widget = item.widget() if item is not None else None
@@ -264,14 +268,12 @@ class PerAgentWidget(QWidget):
                 widget.deleteLater()
         self.edits = []
         self.filter_buttons = []
-        rows = max(len(self._names), len(self._values), 1)
-        for row in range(rows):
-            name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
+        for row, (key, name) in enumerate(self._agents):
             label = QLabel(name)
-            edit = QLineEdit(self._values[row] if row < len(self._values) else "")
+            edit = QLineEdit(self._values.get(key, ""))
             edit.setObjectName(f"param_{self.param.name}_{row}")
             edit.setToolTip(f"<b>{self.param.name}</b> of agent {name}: {self.param.describe()}")
-            edit.textChanged.connect(lambda text, r=row: self._edited(r, text))
+            edit.textChanged.connect(lambda text, k=key: self._edited(k, text))
             self._grid.addWidget(label, row, 0)
             self._grid.addWidget(edit, row, 1)
             if self.param.setting:  # a number, a gradient or filters per agent: no file to browse for
@@ -287,10 +289,8 @@ class PerAgentWidget(QWidget):
                 self._grid.addWidget(browse, row, 2)
             self.edits.append(edit)
 
-    def _edited(self, row: int, text: str) -> None:
-        while len(self._values) <= row:
-            self._values.append("")
-        self._values[row] = text
+    def _edited(self, key: Any, text: str) -> None:
+        self._values[key] = text
         self.changed.emit()
 
     def _browse(self, row: int) -> None:
@@ -307,50 +307,54 @@ class PerAgentWidget(QWidget):
     def problems(self) -> list[tuple[QWidget, str]]:
         """Each agent's entry that the merge would refuse, with why, naming the agent (an empty row is the default)."""
         found: list[tuple[QWidget, str]] = []
-        for row, edit in enumerate(self.edits):
+        for edit, (_, name) in zip(self.edits, self._agents):
             text = edit.text().strip()
             if not text:
                 continue
-            name = self._names[row] if row < len(self._names) else f"agent {row + 1}"
             value = parse_setting(text) if self.param.setting else text
             problem = problem_of(self.param, [value], f"{self.param.name} of {name}")
             if problem:
                 found.append((edit, problem))
         return found
 
-    def value(self) -> list[Any] | None:
-        values = [v.strip() for v in self._values]
-        while values and not values[-1]:
-            values.pop()
-        if self.param.setting and not values:
-            return self.param.default  # one value for every agent
-        if self.param.setting:  # one setting per agent; an empty row takes the default
-            values += [""] * (len(self._names) - len(values))
-            return [parse_setting(v) for v in values]
-        return values or None
+    def value(self) -> Any:
+        """``{agent name: value}`` (a setting's empty row: None, its default); None when every row is empty (a
+        setting: its default, one value for every agent)."""
+        texts = {name: self._values.get(key, "").strip() for key, name in self._agents}
+        if not any(texts.values()):
+            return self.param.default if self.param.setting else None
+        if self.param.setting:
+            return {name: parse_setting(text) for name, text in texts.items()}
+        return {name: text for name, text in texts.items() if text}
 
     def set_value(self, value: Any) -> None:
-        if self.param.setting:
-            if not isinstance(value, list):  # one value for every agent
-                value = [value] * max(len(self._names), 1) if value is not None else []
-            self._values = [setting_text(v) for v in value]
+        """A mapping by agent name (a spec's), a list in agent order, or one value for every agent (a
+        setting's); comma-separated text is a list."""
+        show = setting_text if self.param.setting else str
+        if isinstance(value, dict) and not (self.param.setting and set(value) <= {"filter", "value"}):
+            by_name = {str(k): v for k, v in value.items()}
+            self._values = {key: show(by_name[name]) for key, name in self._agents if by_name.get(name) is not None}
         else:
-            values = value.split(",") if isinstance(value, str) else list(value or [])
-            self._values = [str(v) for v in values]
-        self.set_names(self._names)
+            if self.param.setting and not isinstance(value, list):
+                value = [value] * len(self._agents) if value is not None else []
+            elif isinstance(value, str):
+                value = value.split(",")
+            items = list(value or [])
+            self._values = {key: show(v) for (key, _), v in zip(self._agents, items) if v is not None}
+        self.set_agents(self._agents)
 
 
 class PerAgentField:
     """``ParamField``'s counterpart for a per-agent parameter."""
 
-    def __init__(self, param: Param, names: list[str]) -> None:
+    def __init__(self, param: Param, agents: list[tuple[Any, str]]) -> None:
         self.param = param
-        self.widget = PerAgentWidget(param, names)
+        self.widget = PerAgentWidget(param, agents)
         self.widget.setObjectName(f"param_{param.name}")
         self.widget.setToolTip(f"<b>{param.name}</b>: {param.describe()}")
         self.changed = self.widget.changed
 
-    def value(self) -> list[str] | None:
+    def value(self) -> Any:
         return self.widget.value()
 
     def problems(self) -> list[tuple[QWidget, str]]:

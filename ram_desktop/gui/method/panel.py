@@ -90,8 +90,10 @@ class MethodPanel(QWidget):
         self.form.addRow("", self.problem_box)
         self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
-        self._agent_names: list[str] = []
-        self._agent_defaults: dict[str, list[str]] = {}  # per-agent parameter -> default values (the demo's suites)
+        self._agents: list[tuple[Any, str]] = []  # (key, name) per agent: the sources panel's rows
+        self._agent_defaults: dict[
+            str, dict[str, str]
+        ] = {}  # per-agent parameter -> value by agent (the demo's suites)
 
         self.eps = QLineEdit(repr(defaults.EPS))
         self.eps.setToolTip(
@@ -184,7 +186,7 @@ class MethodPanel(QWidget):
         method = self.current
         self.summary.setText(method.summary)
         for i, p in enumerate(method.params):
-            field = PerAgentField(p, self._agent_names) if p.per_agent else ParamField(p)
+            field = PerAgentField(p, self._agents) if p.per_agent else ParamField(p)
             if p.per_agent and self._agent_defaults.get(p.name):
                 field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
@@ -196,33 +198,38 @@ class MethodPanel(QWidget):
             self._param_rows.append(field.widget)
         self.changed.emit()
 
-    def set_agent_names(self, names: list[str]) -> None:
-        """The agents per-agent parameters have one entry for (one row each, in agent order)."""
-        if names == self._agent_names:
+    def set_agents(self, agents: list[tuple[Any, str]]) -> None:
+        """The agents per-agent parameters have one row for, in order, each as (key, name): the key stays with
+        its agent through reorder and rename, so its values follow it."""
+        if agents == self._agents:
             return
-        self._agent_names = list(names)
+        self._agents = list(agents)
         for field in self.fields.values():
             if isinstance(field, PerAgentField):
-                field.widget.set_names(self._agent_names)
+                field.widget.set_agents(self._agents)
         self.check()
 
-    def set_agent_defaults(self, name: str, values: list[str] | None) -> None:
-        """Default values of a per-agent parameter (e.g. the demo agents' suites as Fisher calibration
-        data), shown whenever a method with that parameter is picked; None forgets them."""
+    def set_agent_names(self, names: list[str]) -> None:
+        """``set_agents`` with each agent keyed by its name (agents given by name only, as a recipe gives them)."""
+        self.set_agents([(name, name) for name in names])
+
+    def set_agent_defaults(self, name: str, values: dict[str, str] | None) -> None:
+        """Default values of a per-agent parameter by agent name (e.g. the demo agents' suites as Fisher
+        calibration data), shown whenever a method with that parameter is picked; None forgets them."""
         if values:
-            self._agent_defaults[name] = list(values)
+            self._agent_defaults[name] = dict(values)
         else:
             self._agent_defaults.pop(name, None)
         field = self.fields.get(name)
         if isinstance(field, PerAgentField) and (values or field.value() is None):
-            field.set_value(values or [])
+            field.set_value(values or {})
 
     def problems(self) -> list[tuple[QWidget, str]]:
         """What the merge would refuse in this form, each with the widget to correct, in the window's words:
         the number of agents the method merges, then each bad value (naming the agent for a per-agent one)."""
         found: list[tuple[QWidget, str]] = []
         low, high = self.current.agents
-        n = len(self._agent_names)
+        n = len(self._agents)
         if n and (n < low or (high is not None and n > high)):
             found.append((self.method, self._count_problem(low, high, n)))
         for field in self.fields.values():
@@ -232,7 +239,7 @@ class MethodPanel(QWidget):
     def _count_problem(self, low: int, high: int | None, n: int) -> str:
         label = self.current.label
         if high is not None and n > high:
-            self._keep = self._agent_names[:high]
+            self._keep = [name for _, name in self._agents[:high]]
             kept = " and ".join(self._keep)
             with_base = " with the base" if high == 1 else ""
             return f"{label} merges {_agents(high, 'exactly')}{with_base}, not {n}: keep {kept} only?"

@@ -4,9 +4,9 @@ Public API (everything else is private)::
 
     dialog = HubDialog(parent, repo_id="", revision="", token=None)
     if dialog.exec() == QDialog.Accepted:
-        spec = dialog.spec()      # "org/name" or "org/name@revision": give it to open_checkpoint / MergeRequest
+        spec = dialog.spec()      # "org/name" or "org/name@revision": give it to open_checkpoint / MergeSpec.build
         token = dialog.token()    # str or None: pass as open_checkpoint(spec, reporter, token=token) and
-                                  # MergeRequest(token=token); never store it in settings, recipes or logs
+                                  # RunOptions(token=token); never store it in settings, recipes or logs
     dialog.repo_id()              # "org/name" as typed (stripped)
     dialog.revision()             # "" when left empty (= the default branch)
     dialog.listing()              # core.ecosystem.hub.source.RepoFiles of the last successful listing, or None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -23,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
-from ..analysis.charts import agent_color
+from ..analysis.charts import model_color
 from ..worker import Job
 from .hub_dialog import HubDialog
 
@@ -42,10 +43,15 @@ def default_name(spec: str) -> str:
     return name.removesuffix(".safetensors") or "agent"
 
 
+_ROW_KEYS = itertools.count(1)
+
+
 @dataclass
 class Row:
     spec: str
     name: str
+    slot: int = 0  # the agent's colour (``model_color``), kept through reorder, rename and others' removal
+    key: int = field(default_factory=lambda: next(_ROW_KEYS))  # identity: per-agent values follow it
     checkpoint: Checkpoint | None = None
     error: str | None = None
     rejected: str | None = None  # why the last analysis or merge refused this opened source
@@ -173,7 +179,9 @@ class SourcesPanel(QWidget):
         unique, k = name, 2
         while unique in taken:
             unique, k = f"{name}-{k}", k + 1
-        self.agents.append(self._open(Row(str(spec), unique)))
+        used = {r.slot for r in self.agents}
+        slot = next(i for i in itertools.count() if i not in used)
+        self.agents.append(self._open(Row(str(spec), unique, slot)))
         self._refresh()
         self.changed.emit()
 
@@ -234,6 +242,16 @@ class SourcesPanel(QWidget):
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.agents]
+
+    @property
+    def identities(self) -> list[tuple[int, str]]:
+        """(key, name) of each agent in order: the key stays with its agent through reorder and rename."""
+        return [(r.key, r.name) for r in self.agents]
+
+    @property
+    def color_slots(self) -> list[int]:
+        """Each agent's colour slot, in agent order (``charts.set_agent_slots``)."""
+        return [r.slot for r in self.agents]
 
     @property
     def busy(self) -> bool:
@@ -344,7 +362,7 @@ class SourcesPanel(QWidget):
                 if col == NAME and role == "agent" and row is not None:
                     flags |= Qt.ItemFlag.ItemIsEditable
                     item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
-                    item.setForeground(QBrush(agent_color(i - 1)))
+                    item.setForeground(QBrush(model_color(row.slot)))
                     font = item.font()
                     font.setBold(True)
                     item.setFont(font)

@@ -1,0 +1,157 @@
+"""The application layer: what a user does with a merge, above ``core`` (the engine) and ``evaluate`` (scoring),
+called by both faces (``cli``, ``gui``) so neither assembles a step of its own.
+
+calibrate (Fisher) → merge → evaluate → compare, each on a ``MergeSpec``; how a step runs (overwrite, chunk
+size, cache, Hub token, the fused kernels' threshold) is a ``RunOptions``, never state the faces set inside
+the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .core import InputError, MergeResult, MergeSpec, ProbeReport, Reporter, RunOptions, Variant, get_method
+
+if TYPE_CHECKING:
+    from .evaluate.cache import ScoreCache
+    from .evaluate.compare import CompareResult
+    from .evaluate.lm_eval_tasks import LmEvalTask
+    from .evaluate.results import EvalResult, ModelRef
+    from .evaluate.suites import Suite
+
+
+def calibrate(spec: MergeSpec, reporter: Reporter | None = None) -> MergeSpec:
+    """For a calibrated method (Fisher merging) with calibration suites: the spec with each agent's Fisher
+    folder set (estimated, or taken from the cache); local Fisher folders made absolute so the written recipe
+    runs from anywhere. Any other spec unchanged. The one place the Fisher step is written."""
+    if not get_method(spec.method).interop.calibrated:
+        return spec
+    from .evaluate.fisher import resolve_fisher_params
+
+    params = resolve_fisher_params(spec.method, spec.engine_params(), spec.sources, spec.device, reporter)
+    return spec.with_method(spec.method, params)
+
+
+def analyse(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter | None = None) -> ProbeReport:
+    """The probe (task-vector density and overlap) of the spec's sources."""
+    from .core import probe
+
+    options = options or RunOptions()
+    return probe(
+        spec.base,
+        spec.sources,
+        spec.names,
+        spec.eps,
+        spec.device,
+        reporter,
+        use_cache=options.use_cache,
+        chunk_elements=options.chunk_elements,
+        token=options.token,
+        vocab=spec.vocab,
+        kernel_min_elements=options.kernel_min_elements,
+    )
+
+
+def merge(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter | None = None) -> MergeResult:
+    """Calibrate when the method needs it, then merge into ``spec.output``."""
+    from .core import merge as merge_spec
+
+    check_ready(spec)
+    return merge_spec(calibrate(spec, reporter), reporter, options)
+
+
+def check_ready(spec: MergeSpec) -> None:
+    """Every value checked before any estimate or file is touched: base, agents, output, the parameters."""
+    if not spec.base:
+        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    if not spec.agents:
+        raise InputError("no agents chosen; name at least one agent fine-tuned from the base")
+    if not spec.output:
+        raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
+    spec.resolved_params()
+
+
+def evaluate(
+    models: Sequence[ModelRef | str | Path],
+    suites: Sequence[Suite | LmEvalTask],
+    device: str = "auto",
+    batch_size: int = 8,
+    limit: int | None = None,
+    reporter: Reporter | None = None,
+    scorer_timeout: float | None = None,
+    cache: ScoreCache | None = None,
+) -> EvalResult:
+    """Score ``models`` on ``suites`` (greedy generation; lm-eval tasks through lm-eval)."""
+    from .evaluate import evaluate as run_evaluation
+
+    return run_evaluation(
+        list(models), list(suites), device, batch_size, limit, reporter, scorer_timeout=scorer_timeout, cache=cache
+    )
+
+
+def compare(
+    spec: MergeSpec,
+    variants: Sequence[Variant],
+    folder: str | Path,
+    suites: Sequence[Any] = (),
+    options: RunOptions | None = None,
+    reporter: Reporter | None = None,
+    device: str | None = None,
+    batch_size: int = 8,
+    limit: int | None = None,
+    cache: ScoreCache | None = None,
+    scorer_timeout: float | None = None,
+) -> CompareResult:
+    """Merge every variant of ``spec`` into ``folder/<name>`` from one read of the inputs (each calibrated
+    first when its method needs it), then evaluate the base, the agents and the variants on ``suites`` (when
+    given) and write ``compare.json`` (and ``compare.png``), the folder's manifest last. Every option, the
+    suites and what the evaluation needs are checked before anything is merged. ``cache``: scores to reuse
+    (the base's and the agents' from an earlier evaluation or compare) and to keep."""
+    from .core import merge_variants, resolve_device, variant_specs
+    from .evaluate import Suite, load_suite
+    from .evaluate.compare import CompareResult, check_compare_folder, write_result
+    from .evaluate.results import ModelRef, ScoringFailed
+    from .evaluate.runner import check_eval_options, require_transformers
+
+    reporter = reporter or Reporter()
+    options = options or RunOptions()
+    check_eval_options(batch_size, limit, scorer_timeout)  # every option before the first merge
+    if not variants:
+        raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
+    folder = Path(folder).expanduser()
+    loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
+    for suite in loaded:
+        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+    if loaded:  # what the evaluation needs, before the first merge
+        require_transformers()
+        resolve_device(device or spec.device)
+    check_compare_folder(folder, options.overwrite)
+    specs = variant_specs(spec, list(variants), folder)
+    if not spec.base:
+        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    specs = [calibrate(s, reporter) for s in specs]
+    merges = merge_variants(specs, reporter, options)
+    evaluation = None
+    if loaded:
+        models = [ModelRef("base", spec.base)]
+        models += [ModelRef(a.name, a.source) for a in spec.agents]
+        models += [ModelRef(v.name, str(m.out)) for v, m in zip(variants, merges)]
+        try:
+            evaluation = evaluate(
+                models,
+                loaded,
+                device or spec.device,
+                batch_size,
+                limit,
+                reporter,
+                scorer_timeout=scorer_timeout,
+                cache=cache,
+            )
+        except ScoringFailed as e:  # the merges and the finished scores are kept; the failure is recorded
+            write_result(CompareResult(folder, list(variants), merges, e.result), len(spec.agents))
+            raise
+    result = CompareResult(folder, list(variants), merges, evaluation)
+    write_result(result, len(spec.agents))
+    return result
