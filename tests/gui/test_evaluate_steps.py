@@ -323,7 +323,8 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
 
     monkeypatch.setattr(evaluate_panel.QFileDialog, "getSaveFileName", lambda *a, **k: (str(tmp_path / "s.csv"), ""))
     qtbot.mouseClick(panel.export_csv_button, Qt.LeftButton)
-    rows = list(csv.reader(open(tmp_path / "s.csv", newline="")))
+    with open(tmp_path / "s.csv", newline="") as f:
+        rows = list(csv.reader(f))
     assert rows[0] == ["model", "kind", "source", "code", "code low", "code high", "tool", "tool low", "tool high",
                        "mean"]
     assert rows[4][:4] == ["ram", "variant", "/c/ram", "0.6"] and rows[4][6] == "0.55" and rows[4][-1] == "0.575"
