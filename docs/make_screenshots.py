@@ -54,7 +54,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="ram-shots-"))
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # a fresh demo and probe cache
     app = QApplication([sys.argv[0]])
-    from ram_desktop.gui import charts
+    from ram_desktop.gui.analysis import charts
 
     charts.configure()
     sizes = SIZES
@@ -169,7 +169,7 @@ def compute_shot(app, out: Path, tmp: Path) -> None:
     detection as recorded there, tests/compute_recordings.py), the plan that uses it."""
     from ram_desktop.core.compute.detect import Detection, NvidiaGpu
     from ram_desktop.gui.application import wait_until
-    from ram_desktop.gui.compute_dialog import ComputePage
+    from ram_desktop.gui.compute.dialog import ComputePage
     from ram_desktop.gui.main_window import MainWindow
 
     os.environ["XDG_DATA_HOME"] = str(tmp / "data")  # no runtime folder installed

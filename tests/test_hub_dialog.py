@@ -17,7 +17,7 @@ import huggingface_hub as hf  # noqa: E402
 from huggingface_hub.hf_api import RepoSibling  # noqa: E402
 from PySide6.QtWidgets import QDialogButtonBox, QLineEdit  # noqa: E402
 
-from ram_desktop.gui.hub_dialog import HubDialog  # noqa: E402
+from ram_desktop.gui.sources.hub_dialog import HubDialog  # noqa: E402
 
 from .hubcache import not_found  # noqa: E402
 

@@ -86,7 +86,7 @@ def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
     pytest.importorskip("pyqtgraph")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from ram_desktop.core.engine.would_keep import estimated, keep_methods, would_keep
-    from ram_desktop.gui.inspect_charts import WouldKeepChart
+    from ram_desktop.gui.analysis.inspect_charts import WouldKeepChart
 
     base, agents = models
     report = pipeline.probe(str(base), [str(a) for a in agents], device="cpu", use_cache=False)
@@ -104,7 +104,7 @@ def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
 def test_gui_form_builds_its_fields(registered, qtbot):
     pytest.importorskip("PySide6")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ram_desktop.gui.method_panel import MethodPanel
+    from ram_desktop.gui.method.panel import MethodPanel
 
     panel = MethodPanel()
     qtbot.addWidget(panel)
@@ -116,7 +116,7 @@ def test_gui_form_builds_its_fields(registered, qtbot):
 def test_comparison_offers_its_sweep(registered, qtbot):
     pytest.importorskip("PySide6")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ram_desktop.gui.compare_panel import MethodRow
+    from ram_desktop.gui.evaluate.compare_panel import MethodRow
 
     row = MethodRow(NAME)
     qtbot.addWidget(row.check)
@@ -144,7 +144,7 @@ def test_mergekit_export_maps_it_or_refuses_it(registered):
 
 
 READERS = ["core/engine/passes.py", "core/engine/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
-           "gui/compare_panel.py", "gui/inspect_charts.py"]
+           "gui/evaluate/compare_panel.py", "gui/analysis/inspect_charts.py"]
 
 
 @pytest.mark.parametrize("module", READERS)

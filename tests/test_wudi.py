@@ -306,8 +306,8 @@ def test_schema_reaches_the_faces(capsys):
 def test_gui_form_and_comparison_row(qtbot):
     pytest.importorskip("PySide6")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from ram_desktop.gui.compare_panel import MethodRow
-    from ram_desktop.gui.method_panel import MethodPanel
+    from ram_desktop.gui.evaluate.compare_panel import MethodRow
+    from ram_desktop.gui.method.panel import MethodPanel
 
     panel = MethodPanel()
     qtbot.addWidget(panel)

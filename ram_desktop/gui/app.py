@@ -1,6 +1,6 @@
 """``ram-desktop``: open the window. ``--demo`` loads and analyses the built-in demo agents;
 ``--screenshot FILE`` saves the window after the analysis and exits; a recipe path opens it;
-``--self-test`` drives the whole flow offscreen and checks it (:mod:`ram_desktop.gui.selftest`)."""
+``--self-test`` drives the whole flow offscreen and checks it (:mod:`ram_desktop.gui.harness.selftest`)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return compute_main(argv)
     args = build_parser().parse_args(argv)
     if args.self_test:
-        from .selftest import run as self_test
+        from .harness.selftest import run as self_test
 
         return self_test()
     if args.screenshot and not (args.demo or args.recipe):

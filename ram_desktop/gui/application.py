@@ -22,7 +22,7 @@ def setup_application(app) -> bool:
     from PySide6.QtGui import QIcon
 
     from .. import paths
-    from . import charts
+    from .analysis import charts
 
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)

@@ -36,7 +36,7 @@ from ..core import (
     publish,
     to_mergekit,
 )
-from .session_form import refuse_slices, write_from_recipe
+from .method.session_form import refuse_slices, write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)

@@ -24,18 +24,16 @@ from ..core import (
 )
 from ..paths import outputs_dir
 from . import ecosystem
-from .analysis_panel import AnalysisPanel
-from .chart_saver import ChartSaver
-from .compare_panel import ComparePanel
-from .compute_dialog import ComputeFace
-from .evaluate_panel import EvaluatePanel, ModelEntry
+from .analysis.chart_saver import ChartSaver
+from .analysis.panel import AnalysisPanel
+from .compute.dialog import ComputeFace
+from .evaluate.compare_panel import ComparePanel
+from .evaluate.panel import EvaluatePanel, ModelEntry
+from .evaluate.run_bar import duration
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
-from .method_panel import MethodPanel
-from .result_box import ResultBox
-from .run_bar import duration
-from .run_box import RunBox
-from .session_form import (
+from .method.panel import MethodPanel
+from .method.session_form import (
     NotReplaceable,
     checked_session,
     merge_request,
@@ -44,8 +42,10 @@ from .session_form import (
     run_probe,
     show_session,
 )
-from .sources_panel import SourcesPanel
-from .widgets import MessageBar, free_folder, group, splitter
+from .run.result_box import ResultBox
+from .run.run_box import RunBox
+from .sources.panel import SourcesPanel
+from .widgets.common import MessageBar, free_folder, group, splitter
 from .window_settings import restore_window, save_window
 from .worker import LogBridge
 

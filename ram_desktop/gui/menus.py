@@ -16,8 +16,8 @@ from PySide6.QtWidgets import QFileDialog, QMessageBox
 from .. import __version__
 from ..core import InputError
 from . import ecosystem
-from .compute_dialog import about_lines
-from .session_form import load_session, write_from_recipe
+from .compute.dialog import about_lines
+from .method.session_form import load_session, write_from_recipe
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 

@@ -39,7 +39,7 @@ def _qt_settings_sandbox(tmp_path_factory):
     QSettings.setDefaultFormat(QSettings.IniFormat)
     for scope in (QSettings.UserScope, QSettings.SystemScope):
         QSettings.setPath(QSettings.IniFormat, scope, str(folder))
-    from ram_desktop.gui import charts
+    from ram_desktop.gui.analysis import charts
 
     charts.configure()
     yield

@@ -64,7 +64,7 @@ def test_self_test_from_source(tmp_path):
 
 def test_self_test_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     """A failing check prints `self-test failed: <reason>` and exits 1 (in process: a broken output check)."""
-    from ram_desktop.gui import selftest
+    from ram_desktop.gui.harness import selftest
 
     def broken(out):
         raise selftest.SelfTestError("simulated: the output folder lacks config.json")

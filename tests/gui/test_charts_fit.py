@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QPainter, QPicture
 
 from ram_desktop.core.engine.would_keep import would_keep
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
-from ram_desktop.gui import charts
+from ram_desktop.gui.analysis import charts
 
 from .conftest import analyse, load_sources
 

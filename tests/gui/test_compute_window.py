@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
 from ram_desktop.core.compute import runtime
-from ram_desktop.gui import compute_dialog
+from ram_desktop.gui.compute import dialog as compute_dialog
 
 from .. import compute_recordings as rec
 from ..fake_torch import alive, build_wheel, hanging

@@ -17,7 +17,10 @@ from PySide6.QtCore import Qt, QTimer
 pytest.importorskip("transformers")
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary  # noqa: E402
-from ram_desktop.gui import charts, compare_panel, evaluate_panel, main_window  # noqa: E402
+from ram_desktop.gui import main_window  # noqa: E402
+from ram_desktop.gui.analysis import charts  # noqa: E402
+from ram_desktop.gui.evaluate import compare_panel  # noqa: E402
+from ram_desktop.gui.evaluate import panel as evaluate_panel
 
 from ..test_compare import _tiny_agents  # noqa: E402
 from ..test_evaluate_runner import reference  # noqa: E402

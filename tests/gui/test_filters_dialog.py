@@ -13,7 +13,7 @@ import yaml
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QFileDialog, QLineEdit
 
-from ram_desktop.gui.filters_dialog import SAMPLE_LAYERS, SAMPLE_NAMES
+from ram_desktop.gui.method.filters_dialog import SAMPLE_LAYERS, SAMPLE_NAMES
 
 from ..subproc import cli, refused
 from .conftest import load_sources, merge

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog
 
-from ram_desktop.gui import sources_panel
+from ram_desktop.gui.sources import panel as sources_panel
 
 from ..conftest import make_models
 from ..hubcache import FakeHub, sha_of

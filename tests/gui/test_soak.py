@@ -1,5 +1,5 @@
 """A finished job is released with all it held: the short soak (the long one is
-``python -m ram_desktop.gui.soak``) and the lifecycle of one Job."""
+``python -m ram_desktop.gui.harness.soak``) and the lifecycle of one Job."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import weakref
 
 import shiboken6
 
-from ram_desktop.gui import soak
+from ram_desktop.gui.harness import soak
 from ram_desktop.gui.worker import Job
 
 

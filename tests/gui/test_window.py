@@ -273,7 +273,7 @@ def test_a_bug_on_the_gui_thread_shows_a_dialog_and_is_logged(qtbot, window, mon
 
 
 def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot, window, demo_models, monkeypatch):
-    from ram_desktop.gui import session_form
+    from ram_desktop.gui.method import session_form
 
     base, agents = demo_models
     load_sources(qtbot, window, base, agents)

@@ -12,7 +12,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 
 from ram_desktop import paths
-from ram_desktop.gui import ecosystem, open_dialogs
+from ram_desktop.gui import ecosystem
+from ram_desktop.gui.widgets import open_dialogs
 
 from .conftest import analyse, load_sources, merge
 

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
-from .charts import agent_color
+from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint
+from ..analysis.charts import agent_color
+from ..worker import Job
 from .hub_dialog import HubDialog
-from .worker import Job
 
 log = logging.getLogger("ram_desktop")
 

@@ -10,8 +10,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core import ProbeReport
-from ..core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
+from ...core import ProbeReport
+from ...core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
 from .charts import _empty, _html, _label, _plot, agent_color, percent, small_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}

@@ -17,7 +17,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainter, QPen, QPicture
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from ..core import ProbeReport
+from ...core import ProbeReport
 
 # Okabe & Ito's colours that read on white (their orange, sky blue and yellow are too light for text),
 # then Paul Tol's dark "muted" colours, black and brown: twelve colours, pairwise far apart in CIELAB

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import InputError, Param, setting_value
+from ...core import InputError, Param, setting_value
 
 # the names the live preview resolves: a 32-layer model with Llama-style names (layer positions 0, ~0.5, 1)
 SAMPLE_LAYERS = 32

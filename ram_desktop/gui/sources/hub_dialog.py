@@ -46,9 +46,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import InputError
-from ..core.ecosystem.hub import source as hub
-from .worker import Job
+from ...core import InputError
+from ...core.ecosystem.hub import source as hub
+from ..worker import Job
 
 
 def _size(n: int | None) -> str:

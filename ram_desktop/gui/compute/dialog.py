@@ -30,10 +30,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import ProgressEvent
-from ..core.compute import builds, detect, install, runtime
-from ..core.compute.detect import Detection
-from .worker import Job
+from ...core import ProgressEvent
+from ...core.compute import builds, detect, install, runtime
+from ...core.compute.detect import Detection
+from ..worker import Job
 
 log = logging.getLogger("ram_desktop")
 OFFER_KEY = "compute/offer_dismissed"
@@ -57,7 +57,7 @@ def compute_words() -> tuple[str, str]:
     the CPU computes when it does (the fallback's one line, when a runtime folder was not used)."""
     import torch
 
-    from ..core.compute.summary import compute_in_use
+    from ...core.compute.summary import compute_in_use
 
     state = runtime.status()
     device, why = compute_in_use(torch)
@@ -109,7 +109,7 @@ def plan_summary(plan: builds.Plan, found: Detection) -> tuple[str, bool]:
 
 def about_lines() -> list[str]:
     """torch, CUDA and driver versions for the About box."""
-    from ..core.compute.summary import describe_torch
+    from ...core.compute.summary import describe_torch
 
     info = describe_torch()
     return [

@@ -16,10 +16,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import ProgressEvent, human_bytes
-from .jobs import JobController, JobState
-from .run_bar import duration
-from .widgets import ElidedLabel
+from ...core import ProgressEvent, human_bytes
+from ..evaluate.run_bar import duration
+from ..jobs import JobController, JobState
+from ..widgets.common import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 

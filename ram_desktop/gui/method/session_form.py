@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..core import (
+from ...core import (
     OUT_DTYPES,
     VOCAB_MODES,
     Checkpoint,
@@ -23,10 +23,10 @@ from ..core import (
     merge,
     probe,
 )
-from ..core.storage.output import check_apart, is_earlier_output
-from .method_panel import MethodPanel
-from .sources_panel import SourcesPanel
-from .widgets import free_folder
+from ...core.storage.output import check_apart, is_earlier_output
+from ..sources.panel import SourcesPanel
+from ..widgets.common import free_folder
+from .panel import MethodPanel
 
 
 def read_session(sources: SourcesPanel, method: MethodPanel) -> Session:
@@ -167,10 +167,10 @@ def run_probe(session: Session, chunk_elements: int, token: str | None, reporter
 def run_merge(request: MergeRequest, reporter: Reporter) -> MergeResult:
     """The merge; Fisher merging with calibration suites first estimates (or takes from the cache) each
     agent's Fisher, with its own progress stage."""
-    from ..core import get_method
+    from ...core import get_method
 
     if get_method(request.method).calibrated:
-        from ..evaluate.fisher import resolve_fisher_params
+        from ...evaluate.fisher import resolve_fisher_params
 
         request.params = resolve_fisher_params(request.method, request.params, request.agents, request.device, reporter)
     return merge(request, reporter)

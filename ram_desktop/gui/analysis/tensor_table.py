@@ -7,8 +7,8 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QPersistentModelInd
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import QHBoxLayout, QHeaderView, QLabel, QLineEdit, QTableView, QVBoxLayout, QWidget
 
-from ..core import ProbeReport
-from ..core.engine.inspection import layer_of, module_kind
+from ...core import ProbeReport
+from ...core.engine.inspection import layer_of, module_kind
 from .charts import agent_color, percent
 
 

@@ -11,9 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
-from ..core import InputError, ProbeReport, defaults, get_method
-from ..core.engine.inspection import ULP_BINS, ulp_bin_labels
-from ..core.engine.would_keep import estimated, keep_methods, would_keep
+from ...core import InputError, ProbeReport, defaults, get_method
+from ...core.engine.inspection import ULP_BINS, ulp_bin_labels
+from ...core.engine.would_keep import estimated, keep_methods, would_keep
 from .charts import (
     FOREGROUND,
     _empty,

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QSizePolicy, QVBoxLayout, QWidget
 
-from ..core import ProgressEvent, Reporter
-from .jobs import JobController, JobState, Outcome
-from .widgets import ElidedLabel
+from ...core import ProgressEvent, Reporter
+from ..jobs import JobController, JobState, Outcome
+from ..widgets.common import ElidedLabel
 
 log = logging.getLogger("ram_desktop")
 

@@ -42,8 +42,8 @@ def _check_output(out: Path) -> tuple[int, list[float], str]:
     """(elements in the merged weights, λ values, dtype) or SelfTestError."""
     from safetensors import safe_open
 
-    from ..core import InputError
-    from ..core.storage.safe_read import check_regular, read_json
+    from ...core import InputError
+    from ...core.storage.safe_read import check_regular, read_json
 
     if not out.is_dir():
         raise SelfTestError(f"the merge wrote no output folder {out}")
@@ -89,10 +89,10 @@ def _drive(tmp: Path, deadline: float) -> str:
     from PySide6.QtCore import QSettings, qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
-    from .. import paths
-    from ..core import write_demo
-    from .application import setup_application
-    from .main_window import MainWindow
+    from ... import paths
+    from ...core import write_demo
+    from ..application import setup_application
+    from ..main_window import MainWindow
 
     # Qt's own warnings (the offscreen plugin's "does not support propagateSizeHints()") would break the
     # one-line output: swallow them for the length of the test.

@@ -18,9 +18,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
-from .method_fields import ParamField, PerAgentField
-from .widgets import free_folder
+from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
+from ..widgets.common import free_folder
+from .fields import ParamField, PerAgentField
 
 DTYPE_LABELS = {
     "base": "same as the base",

@@ -29,13 +29,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import MERGE_REPORT, InputError, demo_suites, record_evaluation
-from ..evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
-from .jobs import JobController, JobState
+from ...core import MERGE_REPORT, InputError, demo_suites, record_evaluation
+from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite
+from ..jobs import JobController, JobState
+from ..worker import Job
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
 from .suites_table import SuitesTable
-from .worker import Job
 
 log = logging.getLogger("ram_desktop")
 

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import Param
+from ...core import Param
 from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, parse_setting, setting_text, show_gradient
 
 INT32 = (-(2**31), 2**31 - 1)

@@ -7,10 +7,10 @@ from pathlib import Path
 from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from ..core import MergeResult, get_method, human_bytes
-from .jobs import JobController, JobState, Outcome
-from .open_dialogs import open_folder, show_card
-from .run_bar import duration
+from ...core import MergeResult, get_method, human_bytes
+from ..evaluate.run_bar import duration
+from ..jobs import JobController, JobState, Outcome
+from ..widgets.open_dialogs import open_folder, show_card
 
 
 class ResultBox(QWidget):

@@ -22,10 +22,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
-from ..evaluate.compare import CompareResult, compare
-from .evaluate_panel import EvaluatePanel, ModelEntry, import_transformers
-from .jobs import JobController, JobState
+from ...core import METHODS, InputError, Session, Sweep, Variant, defaults, record_evaluation
+from ...evaluate.compare import CompareResult, compare
+from ..jobs import JobController, JobState
+from .panel import EvaluatePanel, ModelEntry, import_transformers
 from .run_bar import PanelJob, RunBar
 
 log = logging.getLogger("ram_desktop")

@@ -8,8 +8,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import QAbstractItemView, QComboBox, QHeaderView, QTableWidget, QTableWidgetItem, QWidget
 
-from ..core import InputError
-from ..evaluate import Suite
+from ...core import InputError
+from ...evaluate import Suite
 
 BUILTIN_SCORERS = ("exact", "contains", "number", "regex:")
 

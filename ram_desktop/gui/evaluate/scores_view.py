@@ -22,9 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import MERGE_REPORT
-from ..evaluate import EvalResult, SuiteSummary
-from .charts import BASE_COLOR, FOREGROUND, export_png, model_color
+from ...core import MERGE_REPORT
+from ...evaluate import EvalResult, SuiteSummary
+from ..analysis.charts import BASE_COLOR, FOREGROUND, export_png, model_color
 
 MERGED_KINDS = ("merged", "variant")
 KIND_LABELS = {

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
+from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
 from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps

@@ -11,10 +11,10 @@ from PySide6.QtCore import QObject, QTimer
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
 
-from ..core import Reporter
-from .analysis_panel import AnalysisPanel
+from ...core import Reporter
+from ..jobs import JobController, JobState, Outcome
 from .charts import export_png
-from .jobs import JobController, JobState, Outcome
+from .panel import AnalysisPanel
 
 log = logging.getLogger("ram_desktop")
 VIEWS = ("density", "overlap", "layers", "heatmap", "tensors", "intersections", "pairs", "ulps", "would-keep")

@@ -1,7 +1,7 @@
 """Soak: many cycles of Analyze, Merge and a cancelled Merge on the built-in demo in one offscreen window,
 reporting memory and live job objects; fails when finished jobs are not released.
 
-    python -m ram_desktop.gui.soak [--cycles 200] [--every 20]
+    python -m ram_desktop.gui.harness.soak [--cycles 200] [--every 20]
 
 Exit 1 when, after the last cycle, more job or thread objects are alive than one job needs, or the
 resident memory grew more than ``--max-growth-mb`` beyond where it stood after the first report.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .application import wait_until
+from ..application import wait_until
 
 # at most this many of each job object may outlive the cycles: one job (worker, thread, job)
 ONE_JOB = 1
@@ -59,7 +59,7 @@ def live_job_objects() -> tuple[int, int, int]:
     """Live (QThread, Worker, Job) Python wrappers, after a full collection."""
     from PySide6.QtCore import QThread
 
-    from .worker import Job, Worker
+    from ..worker import Job, Worker
 
     gc.collect()
     objects = gc.get_objects()
@@ -88,8 +88,8 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
     from PySide6.QtCore import QObject, QSettings
     from PySide6.QtWidgets import QApplication
 
-    from ..core import write_demo
-    from .main_window import MainWindow
+    from ...core import write_demo
+    from ..main_window import MainWindow
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     # what was alive before this window (another window's jobs in a long test process) is not the soak's
@@ -161,7 +161,9 @@ def verdict(samples: list[Sample], max_growth_mb: float) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ram_desktop.gui.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ram_desktop.gui.harness.soak", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--cycles", type=int, default=200, help="cycles of analyse, merge, cancelled merge (200)")
     parser.add_argument("--every", type=int, default=20, help="report after this many cycles (20)")
     parser.add_argument(

@@ -1,0 +1,1 @@
+"""The Analysis area: the probe's charts, heat maps, inspection views, the tensor table, chart export."""

@@ -1,0 +1,1 @@
+"""The Evaluate and Compare steps: suites, the run bar, the scores table and chart."""

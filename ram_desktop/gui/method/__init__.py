@@ -1,0 +1,1 @@
+"""The Method and output area: the form generated from the method registry, its fields and filters."""

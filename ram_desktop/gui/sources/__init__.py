@@ -1,0 +1,1 @@
+"""The Sources area: the base and agents table and the Hub dialog."""

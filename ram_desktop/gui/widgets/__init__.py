@@ -1,0 +1,1 @@
+"""Small widgets shared by every area (message bar, sections, card and folder dialogs)."""
