@@ -112,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="METHOD or METHOD:key=value,...[,name=NAME], e.g. ram-plus:r=0.2,alpha=1.0 (repeat)",
     )
     suite_option(p, "evaluate base, agents and variants on these suites; see ram-merge eval", required=False)
+    include_path_option(p)
     p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
     scorer_timeout_option(p)
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
-    suite_option(p, "JSONL file (optionally beside a suite.yaml) or folder with data.jsonl + suite.yaml")
+    suite_option(p, "JSONL file (optionally beside a suite.yaml), folder with data.jsonl + suite.yaml, or lm-eval:TASK")
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
     p.add_argument(
         "--json",
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
     scorer_timeout_option(p)
+    include_path_option(p)
     return parser
 
 
@@ -190,6 +192,18 @@ def scorer_timeout_option(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="time a python scorer may take per batch, for every suite (default: the suite.yaml's scorer_timeout, "
         "else 60); a scorer that runs longer is stopped and reported",
+    )
+
+
+def include_path_option(p: argparse.ArgumentParser) -> None:
+    """``--include-path DIR``: folders of lm-eval task YAMLs of one's own, for ``--suite lm-eval:TASK``."""
+    p.add_argument(
+        "--include-path",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="a folder of lm-eval task YAMLs, for --suite lm-eval:TASK (lm-eval's own --include_path); repeatable",
     )
 
 
@@ -458,12 +472,12 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core import RunOptions, Variant
-    from .evaluate import ScoringFailed, load_suite
+    from .evaluate import ScoringFailed, load_suites
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG
     from .workflow import compare
 
     variants = [Variant.parse(text) for text in args.variant]
-    suites = [load_suite(s) for s in check_suites(args.suite)]
+    suites = load_suites(check_suites(args.suite), args.include_path)
     check_scorer_timeout(args)
     name_new_code(suites)
     try:
@@ -564,9 +578,9 @@ def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .evaluate import ScoringFailed, check_json_path, evaluate, load_suite, model_refs
+    from .evaluate import ScoringFailed, check_json_path, evaluate, load_suites, model_refs
 
-    suites = [load_suite(s) for s in check_suites(args.suite)]
+    suites = load_suites(check_suites(args.suite), args.include_path)
     models = model_refs(args.models, _names(args.names))
     if args.json:
         check_json_path(args.json)

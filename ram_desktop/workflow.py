@@ -110,7 +110,7 @@ def compare(
     suites and what the evaluation needs are checked before anything is merged. ``cache``: scores to reuse
     (the base's and the agents' from an earlier evaluation or compare) and to keep."""
     from .core import merge_variants, resolve_device, variant_specs
-    from .evaluate import Suite, load_suite
+    from .evaluate import LmEvalTask, Suite, load_suite
     from .evaluate.compare import CompareResult, check_compare_folder, write_result
     from .evaluate.results import ModelRef, ScoringFailed
     from .evaluate.runner import check_eval_options, require_transformers
@@ -121,9 +121,10 @@ def compare(
     if not variants:
         raise InputError("no variants to compare; give at least one --variant METHOD[:key=value,...]")
     folder = Path(folder).expanduser()
-    loaded = [s if isinstance(s, Suite) else load_suite(s) for s in suites]  # the window passes loaded suites
+    loaded = [s if isinstance(s, (Suite, LmEvalTask)) else load_suite(s) for s in suites]  # the window: loaded
     for suite in loaded:
-        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
+        if isinstance(suite, Suite):
+            suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
     if loaded:  # what the evaluation needs, before the first merge
         require_transformers()
         resolve_device(device or spec.device)

@@ -62,3 +62,23 @@ def test_scores_equal_lm_evals_own_command_line(tasks_dir, coder, tmp_path):
         assert score.score == theirs[score.task][score.metric], score.task
         assert len(score.per_example) == 24
         assert sum(score.per_example) / 24 == pytest.approx(score.score, abs=1e-12)
+
+
+def test_an_lm_eval_suite_through_ram_merge_eval(tasks_dir, coder, tmp_path):
+    """``--suite lm-eval:TASK --include-path DIR`` beside a suite of our own: the task's column is lm-eval's main
+    metric, its per-example values make the ram-eval/2 interval, and the JSONL suite is scored as ever."""
+    out = tmp_path / "eval.json"
+    suite = coder.parent / "suites" / "code"
+    done = cli(tmp_path, "eval", str(coder), "--suite", "lm-eval:toy_code_mc", str(suite), "--include-path",
+               str(tasks_dir), "--limit", "8", "--json", str(out), "--device", "cpu", timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert [s["name"] for s in data["suites"]] == ["toy_code_mc", "code-test"]
+    assert data["suites"][0]["source"] == "lm-eval:toy_code_mc" and data["suites"][0]["examples"] == 8
+    (expected,) = score_model(coder, [open_task("lm-eval:toy_code_mc", [tasks_dir])], "cpu", 8, 8)
+    assert data["scores"][0][0] == expected.score
+    assert data["per_example"][0][0] == expected.per_example
+    low, high = data["intervals"][0][0]
+    assert low <= expected.score <= high
+    refused = cli(tmp_path, "eval", str(coder), "--suite", "lm-eval:no_such_task", "--include-path", str(tasks_dir))
+    assert refused.returncode == 2 and "unknown lm-eval task 'no_such_task'" in refused.stderr

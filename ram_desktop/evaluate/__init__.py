@@ -71,12 +71,15 @@ _EXPORTS: dict[str, str] = {
     "Suite": "suites",
     "load_suite": "suites",
     "scorer_folders": "suites",
+    "load_suites": "suites",
+    "LmEvalTask": "lm_eval_tasks",
     "check_timeout": "suites",
 }
 
 __all__ = [
     "FORMAT",
     "EvalResult",
+    "LmEvalTask",
     "ModelRef",
     "Scorer",
     "ScorerSpec",
@@ -89,6 +92,7 @@ __all__ = [
     "first_number",
     "format_table",
     "load_suite",
+    "load_suites",
     "make_scorer",
     "model_refs",
     "parse_scorer",
@@ -110,6 +114,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what the type checker sees
+    from .lm_eval_tasks import LmEvalTask
     from .results import (
         FORMAT,
         EvalResult,
@@ -121,4 +126,4 @@ if TYPE_CHECKING:  # what the type checker sees
     )
     from .runner import evaluate, model_refs
     from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
-    from .suites import Suite, check_timeout, load_suite, scorer_folders
+    from .suites import Suite, check_timeout, load_suite, load_suites, scorer_folders

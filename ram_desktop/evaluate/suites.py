@@ -20,6 +20,7 @@ Loading a suite never runs code: a ``python:`` scorer is only parsed (its file m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,7 @@ import yaml
 
 from ..core import InputError
 from ..core.storage.safe_read import parse_json, parse_yaml, read_bytes, read_text
+from .lm_eval_tasks import LmEvalTask, is_lm_eval, open_task
 from .scorer_process import DEFAULT_TIMEOUT
 from .scorers import ScorerSpec, parse_scorer
 
@@ -77,11 +79,21 @@ class Suite:
         return replace(self, scorer=spec.strip())
 
 
-def scorer_folders(suites: list[Suite]) -> dict[Path, list[tuple[str, str]]]:
+def load_suites(specs: Sequence[str | Path], include_path: Sequence[str | Path] = ()) -> list[Suite | LmEvalTask]:
+    """Each ``--suite`` value opened: a suite file or folder (``load_suite``), or ``lm-eval:TASK``, a task of
+    lm-eval's or of a task YAML in ``include_path`` (``lm_eval_tasks.open_task``: checked, no data read)."""
+    paths = [Path(p) for p in include_path]
+    return [open_task(str(s), paths) if is_lm_eval(str(s)) else load_suite(s) for s in specs]
+
+
+def scorer_folders(suites: Sequence[Suite | LmEvalTask]) -> dict[Path, list[tuple[str, str]]]:
     """The folders whose Python code an evaluation of ``suites`` runs (each python scorer's file's
-    folder), with (suite name, file name) of each use; for the faces' first-run notice (``core.code_folders``)."""
+    folder), with (suite name, file name) of each use; for the faces' first-run notice (``core.code_folders``).
+    lm-eval tasks run lm-eval's own code, installed as a package, and name no folder."""
     folders: dict[Path, list[tuple[str, str]]] = {}
     for suite in suites:
+        if not isinstance(suite, Suite):
+            continue
         spec = suite.scorer_spec
         if spec.kind == "python" and spec.file is not None:
             folders.setdefault(spec.file.parent, []).append((suite.name, spec.file.name))

@@ -39,9 +39,10 @@ from ...core import (
 from ...evaluate.compare import CompareResult
 from ...workflow import compare
 from ..jobs import JobController, JobState
-from .panel import EvaluatePanel, ModelEntry, import_transformers
+from .panel import EvaluatePanel, ModelEntry
 from .run_bar import PanelJob, RunBar
 from .scores_view import ScoresView
+from .warm_up import import_transformers
 
 log = logging.getLogger("ram_desktop")
 

@@ -33,8 +33,9 @@ from PySide6.QtWidgets import (
 from ...core import METHODS, InputError, MergeSpec, defaults
 from ...evaluate.search import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
-from .panel import EvaluatePanel, import_transformers
+from .panel import EvaluatePanel
 from .run_bar import PanelJob, RunBar
+from .warm_up import import_transformers
 
 log = logging.getLogger("ram_desktop")
 COLUMNS = ("Trial", "Method", "Parameters", "Validation", "Seconds")
