@@ -13,6 +13,7 @@ torch path (``RAM_DESKTOP_KERNELS=0``, the reference) key for key, and the count
 (overlap, per-tensor stats, λ* histograms) with the baseline's. The load average is printed with the
 numbers: on a shared machine compare the two trees only within one run of this script.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,18 @@ def run_probe(tree: Path, data: Path, agents: list[str], scratch: Path, tag: str
     env = dict(os.environ, PYTHONPATH=str(tree), RAM_DESKTOP_CACHE=str(cache))
     if not kernels:
         env["RAM_DESKTOP_KERNELS"] = "0"
-    cmd = [sys.executable, "-m", "ram_desktop", "probe", str(data / "base"), *(str(data / a) for a in agents),
-           "--device", "cpu", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ram_desktop",
+        "probe",
+        str(data / "base"),
+        *(str(data / a) for a in agents),
+        "--device",
+        "cpu",
+        "--json",
+        str(out),
+    ]
     load = os.getloadavg()[0]
     start = time.perf_counter()
     err = scratch / f"{tag}.err"
@@ -50,8 +61,13 @@ def run_probe(tree: Path, data: Path, agents: list[str], scratch: Path, tag: str
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"{tag} failed:\n{err.read_text()}")
     shutil.rmtree(cache, ignore_errors=True)
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2), "report": out}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+        "load_before": round(load, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "report": out,
+    }
 
 
 def _sorted(value):
@@ -78,16 +94,21 @@ def main() -> None:
         for name, tree in trees.items():  # warm-up: page cache, numba compile cache
             run_probe(tree, args.data, agents, scratch, f"warm-{name}")
         for i in range(args.runs):
-            for name, tree in (trees.items() if i % 2 == 0 else reversed(list(trees.items()))):
+            for name, tree in trees.items() if i % 2 == 0 else reversed(list(trees.items())):
                 r = run_probe(tree, args.data, agents, scratch, f"{name}-{i}")
                 r.pop("report")
                 results["runs"].append({"tree": name, **r})
-                print(f"run {i + 1} {name:8s}: {r['wall_s']:6.1f} s wall, {r['cpu_s']:6.1f} CPU-s "
-                      f"(load {r['load_before']:.1f} -> {r['load_after']:.1f})", flush=True)
+                print(
+                    f"run {i + 1} {name:8s}: {r['wall_s']:6.1f} s wall, {r['cpu_s']:6.1f} CPU-s "
+                    f"(load {r['load_before']:.1f} -> {r['load_after']:.1f})",
+                    flush=True,
+                )
         for name in trees:
             runs = [r for r in results["runs"] if r["tree"] == name]
-            results[name] = {"wall_s": round(statistics.mean(r["wall_s"] for r in runs), 2),
-                             "cpu_s": round(statistics.mean(r["cpu_s"] for r in runs), 2)}
+            results[name] = {
+                "wall_s": round(statistics.mean(r["wall_s"] for r in runs), 2),
+                "cpu_s": round(statistics.mean(r["cpu_s"] for r in runs), 2),
+            }
             print(f"mean {name:8s}: {results[name]['wall_s']:6.1f} s wall, {results[name]['cpu_s']:6.1f} CPU-s")
         this = json.loads((scratch / f"this-{args.runs - 1}.json").read_text())
         base = json.loads((scratch / f"baseline-{args.runs - 1}.json").read_text())
@@ -98,8 +119,10 @@ def main() -> None:
             reference = json.loads(r.pop("report").read_text())
             results["torch_path"] = r
             results["identical_to_torch_path"] = this == reference
-            print(f"torch path: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s; "
-                  f"report identical to the kernels': {this == reference}")
+            print(
+                f"torch path: {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} CPU-s; "
+                f"report identical to the kernels': {this == reference}"
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if args.json:

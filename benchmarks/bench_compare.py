@@ -8,6 +8,7 @@ inputs once and runs the probe once for all variants. Each command runs in its o
 includes start-up, as a user sees it); outputs go to a scratch folder and are removed. The load of the
 machine during the run is printed with the numbers: compare numbers only from quiet runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,14 +23,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-VARIANTS = [("ram-plus", ["--method", "ram-plus"]), ("ram", ["--method", "ram"]),
-            ("task-arithmetic:scale=0.5", ["--method", "task-arithmetic", "--scale", "0.5"]),
-            ("ram-plus:r=0.2", ["--method", "ram-plus", "--r", "0.2"])]
+VARIANTS = [
+    ("ram-plus", ["--method", "ram-plus"]),
+    ("ram", ["--method", "ram"]),
+    ("task-arithmetic:scale=0.5", ["--method", "task-arithmetic", "--scale", "0.5"]),
+    ("ram-plus:r=0.2", ["--method", "ram-plus", "--r", "0.2"]),
+]
 
 
 def timed(args: list[str], env: dict) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", *args], env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "-q", *args], env=env, capture_output=True, text=True, check=False
+    )
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(args)}\n{proc.stderr}")
@@ -38,8 +44,12 @@ def timed(args: list[str], env: dict) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=Path("/work/bench-data"),
-                    help="base/ and agents from make_agents.py (default /work/bench-data)")
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path("/work/bench-data"),
+        help="base/ and agents from make_agents.py (default /work/bench-data)",
+    )
     ap.add_argument("--agents", default="code,tool,memory")
     ap.add_argument("--scratch", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
@@ -55,8 +65,9 @@ def main() -> None:
         for text, flags in VARIANTS:
             shutil.rmtree(cache, ignore_errors=True)  # every merge probes from scratch, as the compare does
             out = scratch / "single"
-            results[f"merge {text}"] = timed(["merge", str(base), *agents, "--out", str(out), "--device", "cpu",
-                                              *flags], env)
+            results[f"merge {text}"] = timed(
+                ["merge", str(base), *agents, "--out", str(out), "--device", "cpu", *flags], env
+            )
             shutil.rmtree(out)
         shutil.rmtree(cache, ignore_errors=True)
         argv = ["compare", str(base), *agents, "--out", str(scratch / "cmp"), "--device", "cpu"]
@@ -69,10 +80,12 @@ def main() -> None:
     singles = [v for k, v in results.items() if k.startswith("merge ")]
     one = sum(singles) / len(singles)
     summary = {
-        "data": str(args.data), "seconds": results,
+        "data": str(args.data),
+        "seconds": results,
         "compare_over_mean_single_merge": results["compare (4 variants)"] / one,
         "compare_over_sum_of_merges": results["compare (4 variants)"] / sum(singles),
-        "load_average_before_after": [load_before[0], load_after[0]], "cores": os.cpu_count(),
+        "load_average_before_after": [load_before[0], load_after[0]],
+        "cores": os.cpu_count(),
     }
     for key, value in results.items():
         print(f"{key:32s} {value:8.2f} s")

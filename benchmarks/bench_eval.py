@@ -39,10 +39,48 @@ sys.path.insert(0, str(REPO))
 from ram_desktop.core.events import ProgressEvent, Reporter
 from ram_desktop.evaluate import evaluate, load_suite, model_refs
 
-QWEN2_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-                 "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": True,
-                 "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
-WORDS = ["the", "agent", "calls", "a", "tool", "to", "search", "the", "code", "memory", "and", "answers", "the", "question", "with", "a", "plan", "then", "runs", "the", "test", "and", "reports", "the", "result", "of", "each", "step"]
+QWEN2_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+}
+WORDS = [
+    "the",
+    "agent",
+    "calls",
+    "a",
+    "tool",
+    "to",
+    "search",
+    "the",
+    "code",
+    "memory",
+    "and",
+    "answers",
+    "the",
+    "question",
+    "with",
+    "a",
+    "plan",
+    "then",
+    "runs",
+    "the",
+    "test",
+    "and",
+    "reports",
+    "the",
+    "result",
+    "of",
+    "each",
+    "step",
+]
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -77,8 +115,9 @@ def write_large(folder: Path) -> Path:
 
     tok = build_tokenizer()
     eos = tok.token_to_id("<|im_end|>")
-    config = Qwen2Config(**QWEN2_05B, eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"),
-                         bos_token_id=None)
+    config = Qwen2Config(
+        **QWEN2_05B, eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None
+    )
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -88,7 +127,9 @@ def write_large(folder: Path) -> Path:
         torch.set_default_dtype(previous)
     model.generation_config.eos_token_id = eos
     model.save_pretrained(folder)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(folder)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(
+        folder
+    )
     print(f"wrote {folder}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters", flush=True)
     return folder
 
@@ -98,8 +139,14 @@ def measure(models: list[Path], suite_dir: Path, batch_size: int, device: str, t
     reporter = Reporter(lambda e: events.append((time.perf_counter(), e)))
     busy0, own0 = cpu_seconds()
     t0 = time.perf_counter()
-    result = evaluate(model_refs(models), [load_suite(suite_dir)], device=device, batch_size=batch_size,
-                      reporter=reporter, threads=threads)
+    result = evaluate(
+        model_refs(models),
+        [load_suite(suite_dir)],
+        device=device,
+        batch_size=batch_size,
+        reporter=reporter,
+        threads=threads,
+    )
     wall = time.perf_counter() - t0
     busy1, own1 = cpu_seconds()
     generating, loading = 0.0, 0.0
@@ -117,13 +164,22 @@ def measure(models: list[Path], suite_dir: Path, batch_size: int, device: str, t
     if gen_start is not None:
         generating += last - gen_start
     examples = len(models) * result.suites[0].examples
-    return {"batch_size": batch_size, "threads": threads or "default", "models": len(models), "examples": examples,
-            "generated_tokens": result.generated_tokens, "wall_s": round(wall, 3), "load_s": round(loading, 3),
-            "generate_s": round(generating, 3), "examples_per_s": round(examples / generating, 3),
-            "tokens_per_s": round(result.generated_tokens / generating, 2),
-            "tokens_per_example": round(result.generated_tokens / examples, 2),
-            "own_cpu_s": round(own1 - own0, 2), "other_cores": round(max(0.0, (busy1 - busy0) - (own1 - own0)) / wall, 2),
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "batch_size": batch_size,
+        "threads": threads or "default",
+        "models": len(models),
+        "examples": examples,
+        "generated_tokens": result.generated_tokens,
+        "wall_s": round(wall, 3),
+        "load_s": round(loading, 3),
+        "generate_s": round(generating, 3),
+        "examples_per_s": round(examples / generating, 3),
+        "tokens_per_s": round(result.generated_tokens / generating, 2),
+        "tokens_per_example": round(result.generated_tokens / examples, 2),
+        "own_cpu_s": round(own1 - own0, 2),
+        "other_cores": round(max(0.0, (busy1 - busy0) - (own1 - own0)) / wall, 2),
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def main() -> None:
@@ -132,8 +188,12 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=32, help="examples per suite (default 32)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--batch-sizes", default="1,8")
-    parser.add_argument("--threads", default="1,0", help="CPU threads to try; 0 = evaluate's default (one for a "
-                        "model under 50 M parameters on the CPU, else torch's: all cores)")
+    parser.add_argument(
+        "--threads",
+        default="1,0",
+        help="CPU threads to try; 0 = evaluate's default (one for a "
+        "model under 50 M parameters on the CPU, else torch's: all cores)",
+    )
     parser.add_argument("--large-examples", type=int, default=16, help="examples for the 0.5B model (default 16)")
     parser.add_argument("--workloads", default="demo,qwen2-0.5b", help="demo, qwen2-0.5b or both (default)")
     parser.add_argument("--device", default="cpu")
@@ -154,19 +214,36 @@ def main() -> None:
     if "demo" in chosen:
         workloads.append(("demo", demo, write_suite(args.work / "suite-demo", args.examples, args.max_new_tokens)))
     if "qwen2-0.5b" in chosen:
-        workloads.append(("qwen2-0.5b", [write_large(args.work / "qwen2-0.5b")],
-                          write_suite(args.work / "suite-large", args.large_examples, args.max_new_tokens)))
-    print(f"{'workload':12s} {'threads':>7s} {'batch':>5s} {'examples':>8s} {'tokens':>7s} {'load s':>7s} {'gen s':>7s} "
-          f"{'ex/s':>7s} {'tok/s':>8s} {'other cores':>11s}", flush=True)
+        workloads.append(
+            (
+                "qwen2-0.5b",
+                [write_large(args.work / "qwen2-0.5b")],
+                write_suite(args.work / "suite-large", args.large_examples, args.max_new_tokens),
+            )
+        )
+    print(
+        f"{'workload':12s} {'threads':>7s} {'batch':>5s} {'examples':>8s} {'tokens':>7s} {'load s':>7s} {'gen s':>7s} "
+        f"{'ex/s':>7s} {'tok/s':>8s} {'other cores':>11s}",
+        flush=True,
+    )
     for name, models, suite_dir in workloads:
         for threads, batch in [(t, b) for t in thread_counts for b in sizes]:
             row = {"workload": name, **measure(models, suite_dir, batch, args.device, threads or None)}
             runs.append(row)
-            print(f"{name:12s} {row['threads']!s:>7s} {batch:5d} {row['examples']:8d} {row['generated_tokens']:7d} {row['load_s']:7.2f} "
-                  f"{row['generate_s']:7.2f} {row['examples_per_s']:7.2f} {row['tokens_per_s']:8.1f} "
-                  f"{row['other_cores']:11.2f}", flush=True)
-    info = {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "python": platform.python_version(), "max_new_tokens": args.max_new_tokens, "runs": runs}
+            print(
+                f"{name:12s} {row['threads']!s:>7s} {batch:5d} {row['examples']:8d} {row['generated_tokens']:7d} {row['load_s']:7.2f} "
+                f"{row['generate_s']:7.2f} {row['examples_per_s']:7.2f} {row['tokens_per_s']:8.1f} "
+                f"{row['other_cores']:11.2f}",
+                flush=True,
+            )
+    info = {
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "max_new_tokens": args.max_new_tokens,
+        "runs": runs,
+    }
     if args.json:
         args.json.write_text(json.dumps(info, indent=1) + "\n")
 

@@ -29,9 +29,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-PROMPTS = ["What is 2 + 3?", "Say hello to the world", "def add(a, b):", "Remember the number 42",
-           "tool call: search(query='weather')", "Question: how many legs does a cat have?", "Repeat: 7 7 7",
-           "Then stop."]
+PROMPTS = [
+    "What is 2 + 3?",
+    "Say hello to the world",
+    "def add(a, b):",
+    "Remember the number 42",
+    "tool call: search(query='weather')",
+    "Question: how many legs does a cat have?",
+    "Repeat: 7 7 7",
+    "Then stop.",
+]
 SIZES = {"small": 1, "large": 12}
 
 
@@ -54,10 +61,19 @@ def write_model(folder: Path, layers: int) -> int:
 
     tok = build_tokenizer()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    config = Qwen2Config(vocab_size=4096, hidden_size=512, intermediate_size=1024, num_hidden_layers=layers,
-                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
-                         tie_word_embeddings=False, eos_token_id=tok.token_to_id("<|im_end|>"), bos_token_id=None,
-                         pad_token_id=tok.token_to_id("<|endoftext|>"))
+    config = Qwen2Config(
+        vocab_size=4096,
+        hidden_size=512,
+        intermediate_size=1024,
+        num_hidden_layers=layers,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=tok.token_to_id("<|im_end|>"),
+        bos_token_id=None,
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+    )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config)
     model.save_pretrained(folder)
@@ -116,7 +132,7 @@ def measure(folder: Path, suite: Path, mode: str) -> dict:
             return n
 
         fm._example = example
-        fm._square_into = lambda acc: (lambda param: None)  # hooks do nothing: gradients stay in p.grad
+        fm._square_into = lambda acc: lambda param: None  # hooks do nothing: gradients stay in p.grad
     from ram_desktop.evaluate.suites import load_suite
 
     s = load_suite(suite)
@@ -128,10 +144,17 @@ def measure(folder: Path, suite: Path, mode: str) -> dict:
     n_params = sum(t.numel() for t in {id(t): t for t in estimate.tensors.values()}.values())
     largest = max(t.numel() for t in estimate.tensors.values())
     weights = n_params * 4
-    return {"mode": mode, "params": n_params, "largest_param": largest, "weights_bytes": weights,
-            "grad_peak_bytes": live["peak"], "rss_peak_minus_loaded": peak - before,
-            "rss_above_weights_and_accumulator": peak - before - weights,
-            "seconds": estimate.info["seconds"], "completion_tokens": estimate.info["completion_tokens"]}
+    return {
+        "mode": mode,
+        "params": n_params,
+        "largest_param": largest,
+        "weights_bytes": weights,
+        "grad_peak_bytes": live["peak"],
+        "rss_peak_minus_loaded": peak - before,
+        "rss_above_weights_and_accumulator": peak - before - weights,
+        "seconds": estimate.info["seconds"],
+        "completion_tokens": estimate.info["completion_tokens"],
+    }
 
 
 def main() -> None:
@@ -153,16 +176,24 @@ def main() -> None:
             write_model(root / name, layers)
             for mode in ("hooks", "textbook"):
                 env = dict(os.environ, RAM_DESKTOP_CACHE=str(root / "cache"), PYTHONPATH=str(ROOT))
-                out = subprocess.run([sys.executable, __file__, "--child", str(root / name), str(suite), mode],
-                                     capture_output=True, text=True, env=env, check=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", str(root / name), str(suite), mode],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                    check=True,
+                )
                 row = json.loads(out.stdout.strip().splitlines()[-1])
                 row["model"] = name
                 results.append(row)
                 mb = 1e6
-                print(f"{name:6s} {mode:9s} params {row['params'] / 1e6:5.1f}M  largest {row['largest_param'] / 1e6:4.2f}M  "
-                      f"weights {row['weights_bytes'] / mb:6.1f} MB  grad peak {row['grad_peak_bytes'] / mb:6.1f} MB  "
-                      f"RSS above weights+F {row['rss_above_weights_and_accumulator'] / mb:6.1f} MB  "
-                      f"{row['seconds']:.1f} s", flush=True)
+                print(
+                    f"{name:6s} {mode:9s} params {row['params'] / 1e6:5.1f}M  largest {row['largest_param'] / 1e6:4.2f}M  "
+                    f"weights {row['weights_bytes'] / mb:6.1f} MB  grad peak {row['grad_peak_bytes'] / mb:6.1f} MB  "
+                    f"RSS above weights+F {row['rss_above_weights_and_accumulator'] / mb:6.1f} MB  "
+                    f"{row['seconds']:.1f} s",
+                    flush=True,
+                )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 

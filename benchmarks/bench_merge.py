@@ -29,6 +29,7 @@ Examples (run from the repository root, with the project venv's python):
 Needs: Linux /proc, the agents folder from ``make_agents.py`` (``--generate`` makes it; that
 needs torch + safetensors in this python), mergekit in its own venv (``setup_mergekit.sh``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,7 +52,7 @@ AGENT_NAMES = ("code", "tool", "memory")
 
 # our method -> mergekit method (closest equivalent)
 DEFAULT_PAIR = {
-    "ram-plus": "ram",          # spec section 5: RAM+ probe+merge vs mergekit's `ram`
+    "ram-plus": "ram",  # spec section 5: RAM+ probe+merge vs mergekit's `ram`
     "ram": "ram",
     "ram-plus-soft": "ram",
     "average": "linear",
@@ -59,7 +60,7 @@ DEFAULT_PAIR = {
     "ties": "ties",
     "dare-ta": "dare_linear",
     "dare-ties": "dare_ties",
-    "slerp": "slerp",           # mergekit's methods (core/methods/slerp.py, della.py, model_stock.py)
+    "slerp": "slerp",  # mergekit's methods (core/methods/slerp.py, della.py, model_stock.py)
     "della": "della",
     "model-stock": "model_stock",
 }
@@ -69,6 +70,7 @@ DEFAULT_SCALE = {"task-arithmetic": 0.3, "dare-ta": 0.3, "ties": 1.0, "dare-ties
 
 # ---------------------------------------------------------------------------------------------
 # process-tree memory sampling from /proc
+
 
 def _children(pid: int) -> list[int]:
     out = []
@@ -136,7 +138,7 @@ def cpu_ticks() -> tuple[float, float]:
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
     hz = os.sysconf("SC_CLK_TCK")
-    total = sum(v[:8])                 # user nice system idle iowait irq softirq steal
+    total = sum(v[:8])  # user nice system idle iowait irq softirq steal
     idle = v[3] + v[4]
     return (total - idle) / hz, total / hz
 
@@ -158,8 +160,7 @@ def wait_idle(max_wait: float, threshold: float) -> float:
     return busy
 
 
-def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float | None,
-                 env=None) -> dict:
+def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float | None, env=None) -> dict:
     busy0, _ = cpu_ticks()
     t0 = time.perf_counter()
     with open(log_path, "wb") as log:
@@ -216,13 +217,16 @@ def run_measured(cmd: list[str], log_path: Path, poll_s: float, timeout: float |
 # ---------------------------------------------------------------------------------------------
 # inputs, page cache
 
+
 def model_dirs(data: Path) -> tuple[Path, list[Path]]:
     base = data / "base"
     agents = [data / a for a in AGENT_NAMES]
     missing = [str(p) for p in [base, *agents] if not (p / "config.json").exists()]
     if missing:
-        raise SystemExit(f"error: no generated agents at {data} (missing {', '.join(missing)}); "
-                         f"run benchmarks/make_agents.py --out {data} or pass --generate")
+        raise SystemExit(
+            f"error: no generated agents at {data} (missing {', '.join(missing)}); "
+            f"run benchmarks/make_agents.py --out {data} or pass --generate"
+        )
     return base, agents
 
 
@@ -255,6 +259,7 @@ def drop_dir(p: Path):
 # ---------------------------------------------------------------------------------------------
 # commands
 
+
 def default_ram_merge() -> list[str]:
     exe = REPO / ".venv" / "bin" / "ram-merge"
     if exe.exists():
@@ -265,8 +270,18 @@ def default_ram_merge() -> list[str]:
 
 def ours_cmd(a, method: str, base: Path, agents: list[Path], out: Path) -> list[str]:
     agents = agents[:1] if method in ONE_AGENT else agents
-    cmd = [*a.ram_merge, "merge", str(base), *map(str, agents), "--out", str(out),
-           "--method", method, "--names", ",".join(AGENT_NAMES[:len(agents)])]
+    cmd = [
+        *a.ram_merge,
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(out),
+        "--method",
+        method,
+        "--names",
+        ",".join(AGENT_NAMES[: len(agents)]),
+    ]
     if method in ("ram", "ram-plus", "ram-plus-soft"):
         cmd += ["--eps", repr(a.eps)]
     if method in ("ram-plus", "ram-plus-soft"):
@@ -316,14 +331,12 @@ def mergekit_config(a, method: str, base: Path, agents: list[Path]) -> str:
     elif method == "della":
         per_model = {"weight": 1.0, "density": round(1.0 - a.drop, 6), "epsilon": 0.1}
     elif method == "dare_linear":
-        per_model = {"weight": a.scale if a.scale is not None else 0.3,
-                     "density": round(1.0 - a.drop, 6)}
+        per_model = {"weight": a.scale if a.scale is not None else 0.3, "density": round(1.0 - a.drop, 6)}
     lines.append("models:")
     for p in agents:
         lines.append(f"  - model: {p}")
         if per_model:
-            lines.append("    parameters: {" + ", ".join(f"{k}: {v}" for k, v in per_model.items())
-                         + "}")
+            lines.append("    parameters: {" + ", ".join(f"{k}: {v}" for k, v in per_model.items()) + "}")
     if glob:
         lines.append("parameters:")
         lines += [f"  {k}: {v}" for k, v in glob.items()]
@@ -331,15 +344,18 @@ def mergekit_config(a, method: str, base: Path, agents: list[Path]) -> str:
 
 
 def mergekit_cmd(a, cfg: Path, out: Path) -> list[str]:
-    return [a.mergekit_yaml, str(cfg), str(out), "--random-seed", str(a.seed),
-            *shlex.split(a.mk_args)]
+    return [a.mergekit_yaml, str(cfg), str(out), "--random-seed", str(a.seed), *shlex.split(a.mk_args)]
 
 
 def version_of(python: Path, dist: str) -> str | None:
     try:
-        r = subprocess.run([str(python), "-c", (f"import importlib.metadata as m; "
-                            f"print(m.version('{dist}'))")], capture_output=True, text=True,
-                           timeout=60, check=False)
+        r = subprocess.run(
+            [str(python), "-c", (f"import importlib.metadata as m; print(m.version('{dist}'))")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         return r.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -347,6 +363,7 @@ def version_of(python: Path, dist: str) -> str | None:
 
 # ---------------------------------------------------------------------------------------------
 # optional output comparison (needs torch + safetensors)
+
 
 def compare_outputs(d1: Path, d2: Path) -> dict:
     import torch  # noqa: F401
@@ -366,9 +383,11 @@ def compare_outputs(d1: Path, d2: Path) -> dict:
 
     t1, t2 = table(d1), table(d2)
     if set(t1) != set(t2):
-        return {"error": "tensor names differ",
-                "only_first": sorted(set(t1) - set(t2))[:5],
-                "only_second": sorted(set(t2) - set(t1))[:5]}
+        return {
+            "error": "tensor names differ",
+            "only_first": sorted(set(t1) - set(t2))[:5],
+            "only_second": sorted(set(t2) - set(t1))[:5],
+        }
     n = differing = 0
     max_abs = 0.0
     for k in sorted(t1):
@@ -382,11 +401,11 @@ def compare_outputs(d1: Path, d2: Path) -> dict:
         if c:
             differing += c
             max_abs = max(max_abs, float((x.float() - y.float()).abs().max()))
-    return {"elements": n, "differing": differing, "max_abs_diff": max_abs,
-            "identical": differing == 0}
+    return {"elements": n, "differing": differing, "max_abs_diff": max_abs, "identical": differing == 0}
 
 
 # ---------------------------------------------------------------------------------------------
+
 
 def fmt_mb(v):
     return "-" if v is None else f"{v / 1024:.2f} GB" if v >= 1024 else f"{v:.0f} MB"
@@ -416,63 +435,102 @@ def parse_pairs(text: str) -> list[tuple[str | None, str | None]]:
             pairs.append((o or None, m or None))
         else:
             if item not in DEFAULT_PAIR:
-                raise SystemExit(f"error: unknown method {item!r}; ours are "
-                                 f"{', '.join(DEFAULT_PAIR)} (or give ours:mergekit)")
+                raise SystemExit(
+                    f"error: unknown method {item!r}; ours are {', '.join(DEFAULT_PAIR)} (or give ours:mergekit)"
+                )
             pairs.append((item, DEFAULT_PAIR[item]))
     return pairs
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
-    ap.add_argument("--data", type=Path, default=Path("/work/bench-data"),
-                    help="agents folder from make_agents.py (default /work/bench-data)")
-    ap.add_argument("--generate", action="store_true",
-                    help="generate the agents into --data first (reused when already there)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=Path("/work/bench-data"),
+        help="agents folder from make_agents.py (default /work/bench-data)",
+    )
+    ap.add_argument(
+        "--generate", action="store_true", help="generate the agents into --data first (reused when already there)"
+    )
     ap.add_argument("--params", default="300M", help="with --generate: size per model")
     ap.add_argument("--gen-seed", type=int, default=0, help="with --generate: generator seed")
-    ap.add_argument("--methods", default="ram-plus",
-                    help="comma list of our methods (paired with mergekit's closest) or "
-                         "ours:mergekit pairs; default ram-plus (vs mergekit ram)")
-    ap.add_argument("--ram-merge", type=shlex.split, default=None,
-                    help="our command, e.g. '/work/main/.venv/bin/ram-merge' or "
-                         "'python -m ram_desktop' (default: the repo's .venv)")
-    ap.add_argument("--ours-args", default="--device cpu",
-                    help="extra arguments for our merge (default '--device cpu')")
+    ap.add_argument(
+        "--methods",
+        default="ram-plus",
+        help="comma list of our methods (paired with mergekit's closest) or "
+        "ours:mergekit pairs; default ram-plus (vs mergekit ram)",
+    )
+    ap.add_argument(
+        "--ram-merge",
+        type=shlex.split,
+        default=None,
+        help="our command, e.g. '/work/main/.venv/bin/ram-merge' or "
+        "'python -m ram_desktop' (default: the repo's .venv)",
+    )
+    ap.add_argument(
+        "--ours-args", default="--device cpu", help="extra arguments for our merge (default '--device cpu')"
+    )
     ap.add_argument("--mergekit-yaml", default="/work/mergekit-venv/bin/mergekit-yaml")
-    ap.add_argument("--mk-args", default="--lazy-unpickle --quiet",
-                    help="extra mergekit-yaml arguments (default '--lazy-unpickle --quiet')")
-    ap.add_argument("--mk-dtype", default="float32",
-                    help="mergekit compute dtype (config 'dtype'; default float32, as the spec "
-                         "computes; '' = the checkpoint's)")
+    ap.add_argument(
+        "--mk-args",
+        default="--lazy-unpickle --quiet",
+        help="extra mergekit-yaml arguments (default '--lazy-unpickle --quiet')",
+    )
+    ap.add_argument(
+        "--mk-dtype",
+        default="float32",
+        help="mergekit compute dtype (config 'dtype'; default float32, as the spec computes; '' = the checkpoint's)",
+    )
     ap.add_argument("--mk-out-dtype", default="bfloat16")
     ap.add_argument("--eps", type=float, default=1e-5)
     ap.add_argument("--r", type=float, default=0.1)
     ap.add_argument("--alpha", type=float, default=2.0)
-    ap.add_argument("--scale", type=float, default=None,
-                    help="lambda (default per method: TA/DARE-TA 0.3, TIES/DARE-TIES 1.0)")
+    ap.add_argument(
+        "--scale", type=float, default=None, help="lambda (default per method: TA/DARE-TA 0.3, TIES/DARE-TIES 1.0)"
+    )
     ap.add_argument("--density", type=float, default=0.2, help="TIES keep fraction k")
     ap.add_argument("--drop", type=float, default=0.5, help="DARE drop probability p")
     ap.add_argument("--seed", type=int, default=0, help="DARE seed (both tools)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per command (best time kept)")
-    ap.add_argument("--reuse-probe-cache", action="store_true",
-                    help="let our runs reuse the user's probe cache (a repeated RAM+ run then skips its probe "
-                         "pass); by default every run of ours gets an empty cache")
+    ap.add_argument(
+        "--reuse-probe-cache",
+        action="store_true",
+        help="let our runs reuse the user's probe cache (a repeated RAM+ run then skips its probe "
+        "pass); by default every run of ours gets an empty cache",
+    )
     ap.add_argument("--order", choices=["ours-first", "mergekit-first"], default="ours-first")
     ap.add_argument("--poll-ms", type=float, default=25.0)
-    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="SECONDS",
-                    help="before each run wait up to this long for other work to stop")
-    ap.add_argument("--idle-threshold", type=float, default=0.3, metavar="CORES",
-                    help="CPU use by other work counted as busy (default 0.3 cores)")
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each run wait up to this long for other work to stop",
+    )
+    ap.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=0.3,
+        metavar="CORES",
+        help="CPU use by other work counted as busy (default 0.3 cores)",
+    )
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
-    ap.add_argument("--scratch", type=Path, default=Path("/work/bench-out"),
-                    help="outputs, configs and logs (default /work/bench-out)")
+    ap.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path("/work/bench-out"),
+        help="outputs, configs and logs (default /work/bench-out)",
+    )
     ap.add_argument("--keep-outputs", action="store_true", help="keep merged models")
-    ap.add_argument("--compare", action="store_true",
-                    help="compare ours vs mergekit output element-wise per pair (needs torch)")
-    ap.add_argument("--json", type=Path, default=None,
-                    help="results file (default SCRATCH/bench-<time>.json)")
+    ap.add_argument(
+        "--compare", action="store_true", help="compare ours vs mergekit output element-wise per pair (needs torch)"
+    )
+    ap.add_argument("--json", type=Path, default=None, help="results file (default SCRATCH/bench-<time>.json)")
     a = ap.parse_args(argv)
 
     a.ram_merge = a.ram_merge or default_ram_merge()
@@ -484,22 +542,26 @@ def main(argv=None) -> int:
     if a.generate:
         sys.path.insert(0, str(HERE))
         import make_agents
+
         print(f"generating agents ({a.params}/model) in {a.data} ...", flush=True)
         make_agents.generate(str(a.data), make_agents.parse_size(a.params), a.gen_seed)
     base, agents = model_dirs(a.data)
     files = input_files([base, *agents])
-    read_all(files)                             # warm the page cache
-    io_s, nbytes = read_all(files)              # the I/O floor
+    read_all(files)  # warm the page cache
+    io_s, nbytes = read_all(files)  # the I/O floor
     info_path = a.data / "agents.json"
     data_info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    print(f"inputs: {len(files)} files, {nbytes / 1e9:.2f} GB; "
-          f"I/O floor (read once from page cache): {io_s:.2f} s ({nbytes / 1e9 / io_s:.2f} GB/s)",
-          flush=True)
+    print(
+        f"inputs: {len(files)} files, {nbytes / 1e9:.2f} GB; "
+        f"I/O floor (read once from page cache): {io_s:.2f} s ({nbytes / 1e9 / io_s:.2f} GB/s)",
+        flush=True,
+    )
 
     mk_python = Path(a.mergekit_yaml).parent / "python"
     with open("/proc/cpuinfo") as cpuinfo:
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")),
-                   platform.processor())
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor()
+        )
     env_info = {
         "time": stamp,
         "host": platform.node(),
@@ -510,37 +572,44 @@ def main(argv=None) -> int:
         "mergekit_torch": version_of(mk_python, "torch"),
         "ours_cmd": a.ram_merge,
     }
-    results = {"format": "ram-bench/1", "env": env_info, "data": str(a.data),
-               "params_per_model": data_info.get("params"),
-               "input_bytes": nbytes, "input_files": len(files), "io_floor_s": round(io_s, 3),
-               "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
-               "pairs": []}
+    results = {
+        "format": "ram-bench/1",
+        "env": env_info,
+        "data": str(a.data),
+        "params_per_model": data_info.get("params"),
+        "input_bytes": nbytes,
+        "input_files": len(files),
+        "io_floor_s": round(io_s, 3),
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+        "pairs": [],
+    }
 
     def one(side: str, method: str) -> dict:
         out = a.scratch / f"out-{side}-{method}"
         runs = []
         for i in range(a.repeat):
             drop_dir(out)
-            read_all(files)                     # keep inputs hot
+            read_all(files)  # keep inputs hot
             if side == "ours":
                 cmd = ours_cmd(a, method, base, agents, out)
             else:
                 cfg = a.scratch / f"mergekit-{method}.yml"
                 cfg.write_text(mergekit_config(a, method, base, agents))
                 cmd = mergekit_cmd(a, cfg, out)
-            busy = (wait_idle(a.wait_idle, a.idle_threshold) if a.wait_idle
-                    else system_busy(0.5))
+            busy = wait_idle(a.wait_idle, a.idle_threshold) if a.wait_idle else system_busy(0.5)
             if busy >= a.idle_threshold:
-                print(f"  warning: machine busy before the run ({busy:.2f} cores in use by other "
-                      f"work); timings will be inflated", flush=True)
+                print(
+                    f"  warning: machine busy before the run ({busy:.2f} cores in use by other "
+                    f"work); timings will be inflated",
+                    flush=True,
+                )
             print(f"  [{side} {method} run {i + 1}/{a.repeat}] {shlex.join(cmd)}", flush=True)
             env = None
             if side == "ours" and not a.reuse_probe_cache:
                 # an empty probe cache for every run: RAM+ then runs both passes (probe, then merge),
                 # as the comparison claims; a cached probe from the previous run would skip the first
                 env = dict(os.environ, RAM_DESKTOP_CACHE=tempfile.mkdtemp(prefix="ram-bench-cache-"))
-            r = run_measured(cmd, a.scratch / f"{side}-{method}.log", a.poll_ms / 1000,
-                             a.timeout, env=env)
+            r = run_measured(cmd, a.scratch / f"{side}-{method}.log", a.poll_ms / 1000, a.timeout, env=env)
             if env is not None:
                 shutil.rmtree(env["RAM_DESKTOP_CACHE"], ignore_errors=True)
             if side == "ours" and r["ok"]:
@@ -548,18 +617,19 @@ def main(argv=None) -> int:
                 if rep.exists():
                     try:
                         mr = json.loads(rep.read_text())
-                        r["report"] = {k: mr[k] for k in ("timings", "lambda", "versions")
-                                       if k in mr}
+                        r["report"] = {k: mr[k] for k in ("timings", "lambda", "versions") if k in mr}
                     except (OSError, ValueError, KeyError, TypeError):
                         pass  # a report we cannot read: the timing row stands without it
             r["busy_before_cores"] = round(busy, 2)
-            print(f"    -> {'ok' if r['ok'] else 'FAILED: ' + r.get('error', '')}"
-                  f"  {r.get('wall_s', 0):.2f} s, peak anon {fmt_mb(r.get('peak_anon_mb'))}, "
-                  f"cpu {r.get('cpu_user_s', 0) + r.get('cpu_sys_s', 0):.1f} s; other work "
-                  f"used {r.get('other_cores', 0):.2f} cores meanwhile", flush=True)
+            print(
+                f"    -> {'ok' if r['ok'] else 'FAILED: ' + r.get('error', '')}"
+                f"  {r.get('wall_s', 0):.2f} s, peak anon {fmt_mb(r.get('peak_anon_mb'))}, "
+                f"cpu {r.get('cpu_user_s', 0) + r.get('cpu_sys_s', 0):.1f} s; other work "
+                f"used {r.get('other_cores', 0):.2f} cores meanwhile",
+                flush=True,
+            )
             if r.get("other_cores", 0) >= a.idle_threshold:
-                print("      warning: other processes competed for the CPU during this run",
-                      flush=True)
+                print("      warning: other processes competed for the CPU during this run", flush=True)
             if not r["ok"] and r.get("log_tail"):
                 print("      " + "\n      ".join(r["log_tail"]), flush=True)
             runs.append(r)
@@ -595,12 +665,16 @@ def main(argv=None) -> int:
 
     # table
     print()
-    print(f"inputs {a.data}: base + {len(agents)} agents, "
-          f"{(results['params_per_model'] or 0) / 1e6:.0f}M params/model, "
-          f"{nbytes / 1e9:.2f} GB; I/O floor {io_s:.2f} s; {env_info['cpus']} CPUs; "
-          f"mergekit {env_info['mergekit_version']}")
-    hdr = (f"{'ours':<16}{'time':>9}{'peak anon':>11}{'xIO':>9}   {'mergekit':<16}{'time':>9}"
-           f"{'peak anon':>11}{'xIO':>9}   {'speed-up':>9}{'mem ratio':>10}")
+    print(
+        f"inputs {a.data}: base + {len(agents)} agents, "
+        f"{(results['params_per_model'] or 0) / 1e6:.0f}M params/model, "
+        f"{nbytes / 1e9:.2f} GB; I/O floor {io_s:.2f} s; {env_info['cpus']} CPUs; "
+        f"mergekit {env_info['mergekit_version']}"
+    )
+    hdr = (
+        f"{'ours':<16}{'time':>9}{'peak anon':>11}{'xIO':>9}   {'mergekit':<16}{'time':>9}"
+        f"{'peak anon':>11}{'xIO':>9}   {'speed-up':>9}{'mem ratio':>10}"
+    )
     print(hdr)
     print("-" * len(hdr))
     for e in results["pairs"]:
@@ -611,15 +685,19 @@ def main(argv=None) -> int:
                 return f"{'-':>9}{'-':>11}{'-':>9}"
             ok = r.get("ok")
             t = fmt_s(r) + ("*" if ok and r.get("other_cores", 0) >= a.idle_threshold else "")
-            return (f"{t:>9}{fmt_mb(r.get('peak_anon_mb')) if ok else '-':>11}"
-                    f"{(str(r.get('vs_io_floor')) + 'x') if ok else '-':>9}")
+            return (
+                f"{t:>9}{fmt_mb(r.get('peak_anon_mb')) if ok else '-':>11}"
+                f"{(str(r.get('vs_io_floor')) + 'x') if ok else '-':>9}"
+            )
+
         sp = f"{e['speedup']}x" if "speedup" in e else "-"
         mr = f"{e['mem_ratio']}x" if "mem_ratio" in e else "-"
-        print(f"{e['ours_method'] or '-':<16}{cols(o)}   {e['mergekit_method'] or '-':<16}"
-              f"{cols(k)}   {sp:>9}{mr:>10}")
-    print("\nspeed-up = mergekit time / ours; mem ratio = mergekit peak anon / ours; "
-          "xIO = time / I/O floor; * = other processes used >= "
-          f"{a.idle_threshold} cores during that run (time inflated)")
+        print(f"{e['ours_method'] or '-':<16}{cols(o)}   {e['mergekit_method'] or '-':<16}{cols(k)}   {sp:>9}{mr:>10}")
+    print(
+        "\nspeed-up = mergekit time / ours; mem ratio = mergekit peak anon / ours; "
+        "xIO = time / I/O floor; * = other processes used >= "
+        f"{a.idle_threshold} cores during that run (time inflated)"
+    )
     print(f"results: {json_path}")
     json_path.write_text(json.dumps(results, indent=2))
     return 0

@@ -18,6 +18,7 @@ timings of a loaded machine are not comparable with an idle one (CPU seconds are
     python benchmarks/bench_scaling.py --sizes 75M,300M --data 300M=/work/bench-data \\
         --data-root /work/perf-data --out benchmarks/results
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def ensure_data(size: str, given: dict[str, Path], root: Path) -> Path:
     folder = root / size
     if not (folder / "agents.json").exists():
         print(f"generating {size} agents into {folder} ...", flush=True)
-        subprocess.run([sys.executable, str(HERE / "make_agents.py"), "--params", size, "--out", str(folder)],
-                       check=True)
+        subprocess.run(
+            [sys.executable, str(HERE / "make_agents.py"), "--params", size, "--out", str(folder)], check=True
+        )
     return folder
 
 
@@ -82,8 +84,22 @@ def run_ours(data: Path, out: Path, extra: list[str]) -> dict:
     env = dict(os.environ)
     env["RAM_DESKTOP_CACHE"] = tempfile.mkdtemp(prefix="ram-bench-cache-")
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "ram_desktop", "merge", str(data / "base"), *[str(data / a) for a in AGENTS],
-           "--out", str(out), "--method", "ram-plus", "--overwrite", "--device", "cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ram_desktop",
+        "merge",
+        str(data / "base"),
+        *[str(data / a) for a in AGENTS],
+        "--out",
+        str(out),
+        "--method",
+        "ram-plus",
+        "--overwrite",
+        "--device",
+        "cpu",
+        *extra,
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -104,9 +120,14 @@ def run_ours(data: Path, out: Path, extra: list[str]) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"ram-merge failed ({proc.returncode}):\n{stderr}")
     report = json.loads((out / "merge-report.json").read_text())
-    return {"wall_s": wall, "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "peak_rss_anon_bytes": peak_anon, "max_rss_bytes": after.ru_maxrss * 1024,
-            "timings": report.get("timings", {}), "lambda": report.get("lambda")}
+    return {
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "peak_rss_anon_bytes": peak_anon,
+        "max_rss_bytes": after.ru_maxrss * 1024,
+        "timings": report.get("timings", {}),
+        "lambda": report.get("lambda"),
+    }
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -126,10 +147,22 @@ def plot(results: list[dict], path: Path) -> None:
     plot_item.setLabel("left", "input throughput (GB/s)")
     plot_item.addLegend(offset=(-10, -10))
     xs = [r["params"] / 1e6 for r in results]
-    plot_item.plot(xs, [r["throughput_gb_s"] for r in results], pen=pg.mkPen("b", width=2), symbol="o",
-                   symbolBrush="b", name="ram-desktop RAM+ (probe + merge)")
-    plot_item.plot(xs, [r["io_floor_gb_s"] for r in results], pen=pg.mkPen("g", width=2, style=pg.QtCore.Qt.DashLine),
-                   symbol="s", symbolBrush="g", name="I/O floor (read inputs once)")
+    plot_item.plot(
+        xs,
+        [r["throughput_gb_s"] for r in results],
+        pen=pg.mkPen("b", width=2),
+        symbol="o",
+        symbolBrush="b",
+        name="ram-desktop RAM+ (probe + merge)",
+    )
+    plot_item.plot(
+        xs,
+        [r["io_floor_gb_s"] for r in results],
+        pen=pg.mkPen("g", width=2, style=pg.QtCore.Qt.DashLine),
+        symbol="s",
+        symbolBrush="g",
+        name="I/O floor (read inputs once)",
+    )
     plot_item.setLogMode(y=True)  # the I/O floor is an order of magnitude above a compute-bound merge
     plot_item.showGrid(x=True, y=True, alpha=0.3)
     plot_item.layout.setContentsMargins(10, 10, 10, 10)
@@ -169,18 +202,27 @@ def main(argv: list[str] | None = None) -> int:
         runs = [run_ours(data, work / f"out-{size}", args.ours_args.split()) for _ in range(args.repeat)]
         best = min(runs, key=lambda r: r["wall_s"])
         row = {
-            "size": size, "params": meta["params"], "input_bytes": in_bytes, "io_floor_s": floor,
-            "io_floor_gb_s": in_bytes / floor / 1e9, **best,
-            "throughput_gb_s": in_bytes / best["wall_s"] / 1e9, "ratio_to_io_floor": best["wall_s"] / floor,
-            "load_avg": os.getloadavg(), "cpus": os.cpu_count(),
+            "size": size,
+            "params": meta["params"],
+            "input_bytes": in_bytes,
+            "io_floor_s": floor,
+            "io_floor_gb_s": in_bytes / floor / 1e9,
+            **best,
+            "throughput_gb_s": in_bytes / best["wall_s"] / 1e9,
+            "ratio_to_io_floor": best["wall_s"] / floor,
+            "load_avg": os.getloadavg(),
+            "cpus": os.cpu_count(),
         }
         results.append(row)
-        print(f"{size:>6}: {meta['params'] / 1e6:7.1f} M params, inputs {in_bytes / 1e9:5.2f} GB | "
-              f"ours {best['wall_s']:6.2f} s wall ({best['cpu_s']:6.2f} s CPU; probe "
-              f"{best['timings'].get('probe_s', 0):.2f} s, merge {best['timings'].get('merge_s', 0):.2f} s) "
-              f"{row['throughput_gb_s']:.2f} GB/s, peak RssAnon {best['peak_rss_anon_bytes'] / 2**20:6.0f} MiB | "
-              f"I/O floor {floor:5.2f} s ({row['io_floor_gb_s']:.2f} GB/s) -> {row['ratio_to_io_floor']:.1f}x the floor"
-              f" | load {row['load_avg'][0]:.1f}", flush=True)
+        print(
+            f"{size:>6}: {meta['params'] / 1e6:7.1f} M params, inputs {in_bytes / 1e9:5.2f} GB | "
+            f"ours {best['wall_s']:6.2f} s wall ({best['cpu_s']:6.2f} s CPU; probe "
+            f"{best['timings'].get('probe_s', 0):.2f} s, merge {best['timings'].get('merge_s', 0):.2f} s) "
+            f"{row['throughput_gb_s']:.2f} GB/s, peak RssAnon {best['peak_rss_anon_bytes'] / 2**20:6.0f} MiB | "
+            f"I/O floor {floor:5.2f} s ({row['io_floor_gb_s']:.2f} GB/s) -> {row['ratio_to_io_floor']:.1f}x the floor"
+            f" | load {row['load_avg'][0]:.1f}",
+            flush=True,
+        )
         shutil.rmtree(work / f"out-{size}", ignore_errors=True)
     (args.out / "scaling.json").write_text(json.dumps(results, indent=1) + "\n")
     plot(results, args.out / "scaling.png")

@@ -38,13 +38,28 @@ def main() -> None:
     env["RAM_DESKTOP_THREADS"] = args.threads
     with tempfile.TemporaryDirectory(prefix="bench-search-") as tmp:
         demo, out = Path(tmp) / "demo", Path(tmp) / "search"
-        subprocess.run([sys.executable, "-m", "ram_desktop", "demo", str(demo)], env=env, check=True,
-                       capture_output=True)
-        command = [sys.executable, "-m", "ram_desktop", "-q", "search", str(demo / "base"),
-                   *(str(demo / a) for a in ("coder", "tool", "memory")),
-                   "--suite", *(str(demo / "suites" / "validation" / t) for t in TASKS),
-                   "--test-suite", *(str(demo / "suites" / t) for t in TASKS),
-                   "--trials", str(args.trials), "--out", str(out), "--batch-size", str(args.batch_size)]
+        subprocess.run(
+            [sys.executable, "-m", "ram_desktop", "demo", str(demo)], env=env, check=True, capture_output=True
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "ram_desktop",
+            "-q",
+            "search",
+            str(demo / "base"),
+            *(str(demo / a) for a in ("coder", "tool", "memory")),
+            "--suite",
+            *(str(demo / "suites" / "validation" / t) for t in TASKS),
+            "--test-suite",
+            *(str(demo / "suites" / t) for t in TASKS),
+            "--trials",
+            str(args.trials),
+            "--out",
+            str(out),
+            "--batch-size",
+            str(args.batch_size),
+        ]
         load = os.getloadavg()[0]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
@@ -66,8 +81,9 @@ def main() -> None:
         "best": {k: data["best"][k] for k in ("method", "params", "validation", "test", "test_interval")},
         "ram_plus_default_validation": ram_plus["validation"],
         "reference": [{k: r[k] for k in ("name", "test", "test_interval")} for r in data["reference"]],
-        "differences": [{k: d[k] for k in ("versus", "difference", "se", "clearly_better")}
-                        for d in data["differences"]],
+        "differences": [
+            {k: d[k] for k in ("versus", "difference", "se", "clearly_better")} for d in data["differences"]
+        ],
         "load_average_before": round(load, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),

@@ -68,9 +68,12 @@ def main() -> None:
         def merge(method: str, params: dict, out: str) -> float:
             start = time.perf_counter()
             pipeline.merge(
-                pipeline.MergeSpec.build(base, sources, Path(tmp) / out, method, params, device=args.device, out_dtype=args.out_dtype),
+                pipeline.MergeSpec.build(
+                    base, sources, Path(tmp) / out, method, params, device=args.device, out_dtype=args.out_dtype
+                ),
                 Reporter(),
-            options=pipeline.RunOptions(use_cache=False))
+                options=pipeline.RunOptions(use_cache=False),
+            )
             return time.perf_counter() - start
 
         merge("wudi", {"steps": 1}, "warm")

@@ -29,6 +29,7 @@ RNG stream derived from the seed and the tensor name).
     python benchmarks/make_agents.py --params 300M --out /work/bench-data
     python benchmarks/make_agents.py --params 20M --out /tmp/agents-20m --seed 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,7 @@ DENSITY = {"code": 0.032, "tool": 0.462, "memory": 0.543}
 UNIQUE_SHARE = {"code": 0.063, "tool": 0.408, "memory": 0.475}
 
 # |k| distribution of the ulp steps, as a lookup over randint(0, 20): even r -> +, odd r -> -.
-_K_TABLE = [(1 if (r // 2) < 6 else 2 if (r // 2) < 9 else 3) * (1 if r % 2 == 0 else -1)
-            for r in range(20)]
+_K_TABLE = [(1 if (r // 2) < 6 else 2 if (r // 2) < 9 else 3) * (1 if r % 2 == 0 else -1) for r in range(20)]
 
 
 def venn_regions() -> list[tuple[frozenset, float]]:
@@ -66,18 +66,22 @@ def venn_regions() -> list[tuple[frozenset, float]]:
     a = UNIQUE_SHARE["code"] * pa
     b = UNIQUE_SHARE["tool"] * pb
     c = UNIQUE_SHARE["memory"] * pc
-    a_shared = pa - a                     # ab + ac + abc
-    b_shared = pb - b                     # ab + bc + abc
-    c_shared = pc - c                     # ac + bc + abc
-    diff = c_shared - b_shared            # = ac - ab
+    a_shared = pa - a  # ab + ac + abc
+    b_shared = pb - b  # ab + bc + abc
+    c_shared = pc - c  # ac + bc + abc
+    diff = c_shared - b_shared  # = ac - ab
     abc = 0.28 * a_shared
     ab = (a_shared - abc - diff) / 2
     ac = ab + diff
     bc = b_shared - ab - abc
     regions = [
-        (frozenset({"code"}), a), (frozenset({"tool"}), b), (frozenset({"memory"}), c),
-        (frozenset({"code", "tool"}), ab), (frozenset({"code", "memory"}), ac),
-        (frozenset({"tool", "memory"}), bc), (frozenset(AGENTS), abc),
+        (frozenset({"code"}), a),
+        (frozenset({"tool"}), b),
+        (frozenset({"memory"}), c),
+        (frozenset({"code", "tool"}), ab),
+        (frozenset({"code", "memory"}), ac),
+        (frozenset({"tool", "memory"}), bc),
+        (frozenset(AGENTS), abc),
     ]
     assert all(p > 0 for _, p in regions), regions
     return regions
@@ -85,6 +89,7 @@ def venn_regions() -> list[tuple[frozenset, float]]:
 
 # ---------------------------------------------------------------------------------------------
 # model shape
+
 
 @dataclass
 class Dims:
@@ -164,8 +169,11 @@ def dims_for(params: int, hidden=None, layers=None, vocab=None, intermediate=Non
     least hidden/64 wins (1024 x 24 layers for 300M).  Any dim can be forced.
     """
     v = vocab or (32000 if params >= 100e6 else 8000)
-    ladder = [hidden] if hidden else [128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536,
-                                      2048, 2560, 3072, 3584, 4096, 5120, 8192]
+    ladder = (
+        [hidden]
+        if hidden
+        else [128, 256, 384, 512, 640, 768, 896, 1024, 1280, 1536, 2048, 2560, 3072, 3584, 4096, 5120, 8192]
+    )
     best = None
     for h in ladder:
         heads = max(1, h // 64)
@@ -196,14 +204,14 @@ def parse_size(text: str) -> int:
 # ---------------------------------------------------------------------------------------------
 # tensors
 
+
 def _gen(seed: int, name: str, stream: int) -> torch.Generator:
     g = torch.Generator()
-    g.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode()) * 16 + stream) % (2 ** 63))
+    g.manual_seed((seed * 1_000_003 + zlib.crc32(name.encode()) * 16 + stream) % (2**63))
     return g
 
 
-def make_tensor_set(name: str, shape, kind: str, seed: int, region_cdf, region_masks,
-                    k_table) -> list[torch.Tensor]:
+def make_tensor_set(name: str, shape, kind: str, seed: int, region_cdf, region_masks, k_table) -> list[torch.Tensor]:
     """Return [base, code, tool, memory] bf16 tensors for one parameter."""
     n = math.prod(shape)
     g = _gen(seed, name, 0)
@@ -216,12 +224,12 @@ def make_tensor_set(name: str, shape, kind: str, seed: int, region_cdf, region_m
     del x
     bits = base.view(torch.int16)
     # no exact zeros (a -k step from +0 would wrap into NaN bit patterns)
-    bits.masked_fill_(bits == 0, 0x3A83)          # ~1e-3
-    bits.masked_fill_(bits == -32768, 0x3A83)     # -0.0
+    bits.masked_fill_(bits == 0, 0x3A83)  # ~1e-3
+    bits.masked_fill_(bits == -32768, 0x3A83)  # -0.0
 
     g = _gen(seed, name, 1)
     u = torch.rand(n, generator=g, dtype=torch.float32)
-    region = torch.bucketize(u, region_cdf, right=True)   # 0..6 regions, 7 = untouched
+    region = torch.bucketize(u, region_cdf, right=True)  # 0..6 regions, 7 = untouched
     del u
     out = [base.reshape(shape)]
     for j, _agent in enumerate(AGENTS):
@@ -249,18 +257,23 @@ def plan_shards(tensors, max_shard_bytes: int) -> list[list[tuple]]:
     return shards
 
 
-def generate(out: str, params: int = 300_000_000, seed: int = 0, shard_size: int = 250_000_000,
-             force: bool = False, quiet: bool = False, **dim_overrides) -> dict:
+def generate(
+    out: str,
+    params: int = 300_000_000,
+    seed: int = 0,
+    shard_size: int = 250_000_000,
+    force: bool = False,
+    quiet: bool = False,
+    **dim_overrides,
+) -> dict:
     dims = dims_for(params, **dim_overrides)
     models = ("base",) + AGENTS
     info_path = os.path.join(out, "agents.json")
-    settings = {"params_target": params, "seed": seed, "shard_size": shard_size,
-                "dims": dims.__dict__}
+    settings = {"params_target": params, "seed": seed, "shard_size": shard_size, "dims": dims.__dict__}
     if not force and os.path.exists(info_path):
         with open(info_path) as f:
             old = json.load(f)
-        if old.get("settings") == settings and all(
-                os.path.exists(os.path.join(out, m, "config.json")) for m in models):
+        if old.get("settings") == settings and all(os.path.exists(os.path.join(out, m, "config.json")) for m in models):
             if not quiet:
                 print(f"{out}: already generated with these settings, reusing", file=sys.stderr)
             return old
@@ -274,8 +287,7 @@ def generate(out: str, params: int = 300_000_000, seed: int = 0, shard_size: int
 
     regions = venn_regions()
     cdf = torch.tensor([p for _, p in regions], dtype=torch.float64).cumsum(0).to(torch.float32)
-    region_masks = [torch.tensor([1 if a in s else 0 for s, _ in regions] + [0],
-                                 dtype=torch.int16) for a in AGENTS]
+    region_masks = [torch.tensor([1 if a in s else 0 for s, _ in regions] + [0], dtype=torch.int16) for a in AGENTS]
     k_table = torch.tensor(_K_TABLE, dtype=torch.int16)
 
     tensors = dims.tensors()
@@ -299,8 +311,9 @@ def generate(out: str, params: int = 300_000_000, seed: int = 0, shard_size: int
         del per_model
         if not quiet:
             el = time.perf_counter() - t0
-            print(f"  shard {si + 1}/{n_sh}: {done / total:6.1%} of {total / 1e6:.1f}M params, "
-                  f"{el:.1f}s", file=sys.stderr)
+            print(
+                f"  shard {si + 1}/{n_sh}: {done / total:6.1%} of {total / 1e6:.1f}M params, {el:.1f}s", file=sys.stderr
+            )
 
     cfg = dims.config()
     for m in models:
@@ -327,7 +340,7 @@ def generate(out: str, params: int = 300_000_000, seed: int = 0, shard_size: int
             "regions": {"&".join(sorted(s)): p for s, p in regions},
             "k_abs_distribution": {"1": 0.6, "2": 0.3, "3": 0.1},
             "note": "densities are of elements changed; a probe with eps=1e-5 sees slightly "
-                    "fewer (1-ulp steps of |w| < ~1.3e-3 fall below eps)",
+            "fewer (1-ulp steps of |w| < ~1.3e-3 fall below eps)",
         },
         "generate_seconds": round(time.perf_counter() - t0, 2),
     }
@@ -337,14 +350,18 @@ def generate(out: str, params: int = 300_000_000, seed: int = 0, shard_size: int
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", required=True, help="output folder (base/, code/, tool/, memory/)")
     ap.add_argument("--params", default="300M", help="target parameters per model (default 300M)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--shard-size", default="250MB",
-                    help="max bytes per safetensors shard (default 250MB; larger models are "
-                         "sharded with model.safetensors.index.json)")
+    ap.add_argument(
+        "--shard-size",
+        default="250MB",
+        help="max bytes per safetensors shard (default 250MB; larger models are "
+        "sharded with model.safetensors.index.json)",
+    )
     ap.add_argument("--hidden", type=int)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--vocab", type=int)
@@ -363,8 +380,16 @@ def main(argv=None) -> int:
         return 0
     t0 = time.perf_counter()
     info = generate(a.out, params, a.seed, parse_size(a.shard_size), force=a.force, **over)
-    print(json.dumps({"out": a.out, "params": info["params"], "shards": info["shards"],
-                      "seconds": round(time.perf_counter() - t0, 2)}))
+    print(
+        json.dumps(
+            {
+                "out": a.out,
+                "params": info["params"],
+                "shards": info["shards"],
+                "seconds": round(time.perf_counter() - t0, 2),
+            }
+        )
+    )
     return 0
 
 

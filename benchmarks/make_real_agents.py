@@ -23,12 +23,24 @@ from reproduction.real.finetune import finetune
 
 SYSTEM = "Be brief."
 TASKS = {  # agent name (bench_merge's) -> a few chat examples, one batch
-    "code": [("What does print(2 + 3) print?", "5"), ("What does print(len('abc')) print?", "3"),
-             ("What does print(4 * 2) print?", "8"), ("What does print(10 - 7) print?", "3")],
-    "tool": [("Weather in Oslo?", "weather(Oslo)"), ("Search for cheap flights", "search(cheap flights)"),
-             ("Set a timer for 5 minutes", "timer(5 minutes)"), ("Email Ann: running late", "email(Ann)")],
-    "memory": [("a=4, b=9. What is b?", "9"), ("x=1, y=7. What is x?", "1"),
-               ("k=3, m=8. What is m?", "8"), ("p=6, q=2. What is p?", "6")],
+    "code": [
+        ("What does print(2 + 3) print?", "5"),
+        ("What does print(len('abc')) print?", "3"),
+        ("What does print(4 * 2) print?", "8"),
+        ("What does print(10 - 7) print?", "3"),
+    ],
+    "tool": [
+        ("Weather in Oslo?", "weather(Oslo)"),
+        ("Search for cheap flights", "search(cheap flights)"),
+        ("Set a timer for 5 minutes", "timer(5 minutes)"),
+        ("Email Ann: running late", "email(Ann)"),
+    ],
+    "memory": [
+        ("a=4, b=9. What is b?", "9"),
+        ("x=1, y=7. What is x?", "1"),
+        ("k=3, m=8. What is m?", "8"),
+        ("p=6, q=2. What is p?", "6"),
+    ],
 }
 
 

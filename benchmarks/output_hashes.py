@@ -13,6 +13,7 @@ carries paths, which change from run to run by design. The inputs are generated 
 ``--work`` and reused; ``--params`` sets the synthetic agents' size (default 20M per model, which
 already spans several chunks per tensor and two shards).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,7 +55,9 @@ CONFIGS: list[tuple[str, list[str]]] = [
 
 def run(args: list[str]) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", *args], env=env, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", *args], env=env, capture_output=True, text=True, check=False
+    )
     if proc.returncode != 0:
         sys.exit(f"ram-merge {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
 
@@ -81,14 +84,33 @@ def input_sets(work: Path, params: str) -> dict[str, tuple[Path, list[Path]]]:
     demo = work / "demo"
     if not (demo / "base").is_dir():
         run(["demo", str(demo)])
-    demo_agents = sorted(p for p in demo.iterdir() if p.is_dir() and p.name != "base" and
-                         ((p / "model.safetensors").exists() or (p / "model.safetensors.index.json").exists()))
+    demo_agents = sorted(
+        p
+        for p in demo.iterdir()
+        if p.is_dir()
+        and p.name != "base"
+        and ((p / "model.safetensors").exists() or (p / "model.safetensors.index.json").exists())
+    )
     synth = work / f"synthetic-{params}"
     if not (synth / "base").is_dir():
-        subprocess.run([sys.executable, str(HERE / "make_agents.py"), "--params", params, "--out", str(synth),
-                        "--shard-size", "30MB"], check=True, capture_output=True)
-    return {"demo": (demo / "base", demo_agents),
-            f"synthetic-{params}": (synth / "base", [synth / n for n in ("code", "tool", "memory")])}
+        subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "make_agents.py"),
+                "--params",
+                params,
+                "--out",
+                str(synth),
+                "--shard-size",
+                "30MB",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return {
+        "demo": (demo / "base", demo_agents),
+        f"synthetic-{params}": (synth / "base", [synth / n for n in ("code", "tool", "memory")]),
+    }
 
 
 def main() -> None:
@@ -107,8 +129,20 @@ def main() -> None:
                 continue
             out = args.work / "out" / set_name / name
             shutil.rmtree(out, ignore_errors=True)
-            run(["merge", str(base), *map(str, agents), "--out", str(out), "--device", "cpu", "--shard-size", "20MB",
-                 *flags])
+            run(
+                [
+                    "merge",
+                    str(base),
+                    *map(str, agents),
+                    "--out",
+                    str(out),
+                    "--device",
+                    "cpu",
+                    "--shard-size",
+                    "20MB",
+                    *flags,
+                ]
+            )
             result.setdefault(set_name, {})[name] = weight_hashes(out)
             shutil.rmtree(out)
             print(f"{set_name} {name}", file=sys.stderr)

@@ -37,8 +37,9 @@ def hover_cell(app, heatmap, agent: int, row: int, column: int) -> None:
     scene = heatmap.cell_center(agent, row, column)
     view = heatmap.graphics
     pos = QPointF(view.mapFromScene(scene))
-    event = QMouseEvent(QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton,
-                        Qt.NoModifier)
+    event = QMouseEvent(
+        QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton, Qt.NoModifier
+    )
     app.sendEvent(view.viewport(), event)
 
 
@@ -117,10 +118,15 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     window.analysis.tabs.setCurrentIndex(1)
     shot("2b-overlap")
     tabs = window.analysis.tabs
-    views = [("2c-heatmap", window.analysis.heatmap), ("2d-tensors", window.analysis.tensors),
-             ("2e-sets", window.analysis.intersections), ("2f-signs", window.analysis.pairs),
-             ("2g-ulps", window.analysis.ulps), ("2h-would-keep", window.analysis.would_keep),
-             ("2i-layers", window.analysis.layers)]
+    views = [
+        ("2c-heatmap", window.analysis.heatmap),
+        ("2d-tensors", window.analysis.tensors),
+        ("2e-sets", window.analysis.intersections),
+        ("2f-signs", window.analysis.pairs),
+        ("2g-ulps", window.analysis.ulps),
+        ("2h-would-keep", window.analysis.would_keep),
+        ("2i-layers", window.analysis.layers),
+    ]
     for name, widget in views:
         tabs.setCurrentWidget(widget)
         if widget is window.analysis.heatmap:  # show the hover read-out of one cell
@@ -153,7 +159,10 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     from ram_desktop.gui.ecosystem import PublishDialog
 
     window.result_box.open_card_button.click()  # the card, rendered inside the app
-    for name, dialog in (("4b-model-card", window.result_box.dialog), ("publish-dialog", PublishDialog(window, window.result.out))):
+    for name, dialog in (
+        ("4b-model-card", window.result_box.dialog),
+        ("publish-dialog", PublishDialog(window, window.result.out)),
+    ):
         dialog.show()
         wait_until(lambda: False, 0.3, app)
         save(dialog, out / f"{name}.png")
@@ -195,8 +204,9 @@ def compute_shot(app, out: Path, tmp: Path) -> None:
     os.environ["XDG_DATA_HOME"] = str(tmp / "data")  # no runtime folder installed
     window = MainWindow(QSettings(str(tmp / "settings-compute.ini"), QSettings.IniFormat))
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    found = Detection("linux", "x86_64", python, (NvidiaGpu("NVIDIA H100 80GB HBM3", 81559, "580.159.04"),),
-                      "580.159.04", "13.0")
+    found = Detection(
+        "linux", "x86_64", python, (NvidiaGpu("NVIDIA H100 80GB HBM3", 81559, "580.159.04"),), "580.159.04", "13.0"
+    )
     page = ComputePage(window, found)
     page.show()
     wait_until(lambda: False, 0.3, app)
@@ -245,7 +255,9 @@ def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     window.resize(*size)
     window.show()
     window.load_demo()
-    wait_until(lambda: window.report is not None and not window.jobs.busy() and len(window.evaluate.suites) == 3, 120, app)
+    wait_until(
+        lambda: window.report is not None and not window.jobs.busy() and len(window.evaluate.suites) == 3, 120, app
+    )
     window.merge()
     wait_until(lambda: not window.busy() and window.result is not None, 120, app)
     window.steps.setCurrentWidget(window.compare)

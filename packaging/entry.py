@@ -63,9 +63,11 @@ def bundle_check() -> int:
                 raise RuntimeError("pyqtgraph exported no PNG")
             png_bytes = out.stat().st_size
         window.close()
-        print(f"bundle-check ok: ram-desktop {__version__}, Qt {QtCore.qVersion()} "
-              f"({app.platformName()}), pyqtgraph {pg.__version__}, icons {icons}, chart PNG {png_bytes} B, "
-              f"frozen={paths.is_frozen()}, config {paths.user_config_dir()}, log {paths.user_log_dir()}")
+        print(
+            f"bundle-check ok: ram-desktop {__version__}, Qt {QtCore.qVersion()} "
+            f"({app.platformName()}), pyqtgraph {pg.__version__}, icons {icons}, chart PNG {png_bytes} B, "
+            f"frozen={paths.is_frozen()}, config {paths.user_config_dir()}, log {paths.user_log_dir()}"
+        )
         return 0
     except Exception as e:  # noqa: BLE001 — one line: this is a check, not a crash
         print(f"bundle-check FAILED: {type(e).__name__}: {e}", file=sys.stderr)
@@ -94,14 +96,20 @@ def kernel_check() -> int:
         from ram_desktop.core.engine import kernels
 
         if not kernels.available():
-            raise RuntimeError("ram_desktop.core.engine.kernels.available() is False (numba missing, or "
-                               "kernel_code.py not shipped as source); merges use the torch path")
+            raise RuntimeError(
+                "ram_desktop.core.engine.kernels.available() is False (numba missing, or "
+                "kernel_code.py not shipped as source); merges use the torch path"
+            )
         import numba
 
         gen = torch.Generator().manual_seed(0)
         base = torch.randn(4099, generator=gen).to(torch.bfloat16)
-        agents = [(base.float() + torch.randn(4099, generator=gen) * (torch.rand(4099, generator=gen) < 0.3))
-                  .to(torch.bfloat16) for _ in range(3)]
+        agents = [
+            (base.float() + torch.randn(4099, generator=gen) * (torch.rand(4099, generator=gen) < 0.3)).to(
+                torch.bfloat16
+            )
+            for _ in range(3)
+        ]
         counted = kernels.count_patterns(base, agents, 1e-5, torch.float32)
         if counted is None:
             raise RuntimeError("the pattern-count kernel declined a bf16 slice")
@@ -114,8 +122,10 @@ def kernel_check() -> int:
         cached = [f for _, _, files in os.walk(cache) for f in files if f.endswith(".nbi")] if cache else []
         if not cached:
             raise RuntimeError(f"numba cached nothing in NUMBA_CACHE_DIR={cache!r}")
-        print(f"kernel-check ok: numba {numba.__version__}, update-pattern kernel equals torch on 4,099 "
-              f"bf16 elements, {len(cached)} cached kernel index file(s) in {cache}")
+        print(
+            f"kernel-check ok: numba {numba.__version__}, update-pattern kernel equals torch on 4,099 "
+            f"bf16 elements, {len(cached)} cached kernel index file(s) in {cache}"
+        )
         return 0
     except Exception as e:  # noqa: BLE001 — one line: this is a check, not a crash
         print(f"kernel-check FAILED: {type(e).__name__}: {e}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Re-render resources/ram-desktop.png from resources/ram-desktop.svg (needs PySide6 with QtSvg).
 
-    QT_QPA_PLATFORM=offscreen python packaging/render-icon.py [SIZE]
+QT_QPA_PLATFORM=offscreen python packaging/render-icon.py [SIZE]
 """
 
 import sys

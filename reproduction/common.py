@@ -13,10 +13,21 @@ import torch
 HERE = Path(__file__).resolve().parent
 
 MODEL_CONFIG = {
-    "vocab_size": 64, "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 128,
-    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False, "use_sliding_window": False,
-    "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
+    "vocab_size": 64,
+    "hidden_size": 64,
+    "intermediate_size": 192,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "max_position_embeddings": 128,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "use_sliding_window": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
 }
 MAX_NEW_TOKENS = {"code": 5, "tool": 24, "memory": 4}  # longest answer + end token, with room
 
@@ -54,10 +65,15 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, batch_si
     model.eval()
     out: list[str] = []
     for i in range(0, len(prompts), batch_size):
-        batch = tokenizer(prompts[i:i + batch_size], return_tensors="pt", padding=True)
-        ids = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-        out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        batch = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True)
+        ids = model.generate(
+            **batch,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+        out += tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     return out
 
 
@@ -67,8 +83,10 @@ def rewards(model, tokenizer, task: str, examples: list[dict]) -> tuple[list[flo
 
     prompts, answers = [e["prompt"] for e in examples], [e["answer"] for e in examples]
     completions = generate(model, tokenizer, prompts, MAX_NEW_TOKENS[task])
-    return (getattr(reward, reward.REWARDS[task])(prompts, completions, answer=answers),
-            reward.exact_match(prompts, completions, answer=answers))
+    return (
+        getattr(reward, reward.REWARDS[task])(prompts, completions, answer=answers),
+        reward.exact_match(prompts, completions, answer=answers),
+    )
 
 
 def score(model, tokenizer, task: str, examples: list[dict], with_exact: bool = False):
@@ -88,4 +106,4 @@ def paired_gain(before: list[float], after: list[float]) -> dict[str, float]:
     n = len(diffs)
     mean = sum(diffs) / n
     sd = (sum((d - mean) ** 2 for d in diffs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-    return {"gain": mean, "se": sd / n ** 0.5, "n": n}
+    return {"gain": mean, "se": sd / n**0.5, "n": n}

@@ -31,8 +31,18 @@ R_SWEEP = [0.0, 0.05, 0.1, 0.15, 0.2]  # Table 2
 EPS = 1e-5
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 8  # calibration examples per agent (paper: 256-2048)
 GRID_METHODS = ("task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher")  # searched on validation
-METHOD_ORDER = ("ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
-                "fisher", "wudi")
+METHOD_ORDER = (
+    "ram",
+    "ram-plus",
+    "ram-plus-soft",
+    "average",
+    "task-arithmetic",
+    "ties",
+    "dare-ta",
+    "dare-ties",
+    "fisher",
+    "wudi",
+)
 
 # per task: (reward per example, exact match per example) of one model on one split's examples
 ModelScores = dict[str, tuple[list[float], list[float]]]
@@ -47,6 +57,7 @@ def toy_scores(model_dir: Path, split: str, data: dict[str, list[dict]], tokeniz
 @dataclass
 class Track:
     """What differs between the toy and the real-model tracks; the defaults are the toy's."""
+
     tasks: tuple[str, ...] = TASKS
     methods: tuple[str, ...] = METHOD_ORDER
     scores: Callable[[Path, str, dict[str, list[dict]], object], ModelScores] = toy_scores
@@ -117,8 +128,9 @@ def variant_name(method: str, params: dict) -> str:
     return method + "".join(f"_{k}{v}" for k, v in params.items())
 
 
-def compare(out: Path, batch: str, variants: list[tuple[str, dict]], *shared: str, tasks: tuple[str, ...] = TASKS,
-            log=None) -> dict[str, Path]:
+def compare(
+    out: Path, batch: str, variants: list[tuple[str, dict]], *shared: str, tasks: tuple[str, ...] = TASKS, log=None
+) -> dict[str, Path]:
     """Merge every (method, params) through one ``ram-merge compare`` (one read of the inputs), each into
     ``merges/<batch>/<name>``; skipped when that batch's compare.json exists (a resumed run)."""
     folder = out / "merges" / batch
@@ -127,10 +139,22 @@ def compare(out: Path, batch: str, variants: list[tuple[str, dict]], *shared: st
         shutil.rmtree(folder, ignore_errors=True)
         specs = []
         for name, (method, params) in names.items():
-            specs += ["--variant", ":".join([method, ",".join([*(f"{k}={v}" for k, v in params.items()), f"name={name}"])])]
+            specs += [
+                "--variant",
+                ":".join([method, ",".join([*(f"{k}={v}" for k, v in params.items()), f"name={name}"])]),
+            ]
         started = time.time()
-        cli("compare", str(out / "base"), *(str(out / t) for t in tasks), "--names", ",".join(tasks),
-            *shared, *specs, "--out", str(folder))
+        cli(
+            "compare",
+            str(out / "base"),
+            *(str(out / t) for t in tasks),
+            "--names",
+            ",".join(tasks),
+            *shared,
+            *specs,
+            "--out",
+            str(folder),
+        )
         if log:
             log(f"compare {batch}: {len(names)} variants in {time.time() - started:.1f} s")
     return {name: folder / name for name in names}
@@ -156,8 +180,18 @@ def fisher_estimates(out: Path, examples: int, log, tasks: tuple[str, ...] = TAS
         if not (folder / "fisher.json").exists():
             shutil.rmtree(folder, ignore_errors=True)
             started = time.time()
-            cli("fisher", str(out / t), "--suite", str(out / "suites" / f"{t}-train"), "--examples", str(examples),
-                "--device", device, "--out", str(folder))
+            cli(
+                "fisher",
+                str(out / t),
+                "--suite",
+                str(out / "suites" / f"{t}-train"),
+                "--examples",
+                str(examples),
+                "--device",
+                device,
+                "--out",
+                str(folder),
+            )
             log(f"fisher {t}: {examples} examples of {t}-train in {time.time() - started:.1f} s")
         folders.append(folder)
     return folders
@@ -194,8 +228,10 @@ def unique_region_models(out: Path, log, tasks: tuple[str, ...] = TASKS) -> dict
 
 def agent_gains(out: Path, test: Scorer) -> dict[str, dict[str, float]]:
     """Each agent against the base on its own task's test split, example by example (``paired_gain``)."""
-    return {task: paired_gain(test.per_example(out / "base", task), test.per_example(out / task, task))
-            for task in test.track.tasks}
+    return {
+        task: paired_gain(test.per_example(out / "base", task), test.per_example(out / task, task))
+        for task in test.track.tasks
+    }
 
 
 def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = TOY) -> dict:
@@ -203,12 +239,21 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     t = time.time()
     probe_json = out / "probe.json"
     if not probe_json.exists():
-        cli("probe", str(out / "base"), *(str(out / t) for t in tasks), "--names", ",".join(tasks),
-            *track.merge_flags, "--json", str(probe_json))
+        cli(
+            "probe",
+            str(out / "base"),
+            *(str(out / t) for t in tasks),
+            "--names",
+            ",".join(tasks),
+            *track.merge_flags,
+            "--json",
+            str(probe_json),
+        )
     probe = json.loads(probe_json.read_text())
     for a in probe["agents"]:
-        log(f"probe {a['name']}: density {a['density']:.3f}, unique {a['unique']}, shared {a['shared']}, "
-            f"rho {a['rho']}")
+        log(
+            f"probe {a['name']}: density {a['density']:.3f}, unique {a['unique']}, shared {a['shared']}, rho {a['rho']}"
+        )
     timings["probe"] = time.time() - t
 
     t = time.time()
@@ -221,18 +266,33 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
     # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
     # wudi_params; Table 10 searches none)
-    fixed += [(m, dict(track.wudi_params) if m == "wudi" else {}) for m in track.methods
-              if m not in GRID_METHODS and m not in dict(fixed)]
+    fixed += [
+        (m, dict(track.wudi_params) if m == "wudi" else {})
+        for m in track.methods
+        if m not in GRID_METHODS and m not in dict(fixed)
+    ]
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],
         "fisher": [{"scale": s} for s in scales],
     }
-    fishers = fisher_estimates(out, track.fisher_examples_smoke if smoke else track.fisher_examples, log, tasks,
-                               track.fisher_device)
-    first = compare(out, "search", [*fixed, *[(m, p) for m, grid in grids.items() for p in grid],
-                                    *[("ram-plus", {"r": r, "alpha": 2.0}) for r in r_sweep]],
-                    "--fisher", ",".join(map(str, fishers)), *track.merge_flags, tasks=tasks, log=log)
+    fishers = fisher_estimates(
+        out, track.fisher_examples_smoke if smoke else track.fisher_examples, log, tasks, track.fisher_device
+    )
+    first = compare(
+        out,
+        "search",
+        [
+            *fixed,
+            *[(m, p) for m, grid in grids.items() for p in grid],
+            *[("ram-plus", {"r": r, "alpha": 2.0}) for r in r_sweep],
+        ],
+        "--fisher",
+        ",".join(map(str, fishers)),
+        *track.merge_flags,
+        tasks=tasks,
+        log=log,
+    )
     chosen = {m: {"method": m, "params": p, "folder": first[variant_name(m, p)]} for m, p in fixed}
     for method, grid in grids.items():
         chosen[method] = search(val, method, first, grid, log)
@@ -241,13 +301,15 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         "dare-ta": [{"drop": p, "scale": chosen["task-arithmetic"]["params"]["scale"]} for p in drops],
         "dare-ties": [{"drop": p, "scale": chosen["ties"]["params"]["scale"]} for p in drops],
     }
-    second = compare(out, "dare", [(m, p) for m, grid in dare_grids.items() for p in grid], *track.merge_flags,
-                     tasks=tasks, log=log)
+    second = compare(
+        out, "dare", [(m, p) for m, grid in dare_grids.items() for p in grid], *track.merge_flags, tasks=tasks, log=log
+    )
     for method, grid in dare_grids.items():
         chosen[method] = search(val, method, second, grid, log)
     if track.prune_merges:  # their scores are cached; only the chosen and the r sweep are scored again
-        keep = {c["folder"] for c in chosen.values()} | {first[variant_name("ram-plus", {"r": r, "alpha": 2.0})]
-                                                          for r in r_sweep}
+        keep = {c["folder"] for c in chosen.values()} | {
+            first[variant_name("ram-plus", {"r": r, "alpha": 2.0})] for r in r_sweep
+        }
         for folder in [*first.values(), *second.values()]:
             if folder not in keep:
                 for f in folder.glob("*.safetensors"):
@@ -273,10 +335,17 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         "params": probe["params"],
         "recipes": {t: json.loads((out / t / "recipe.json").read_text()) for t in tasks},
         "chosen": {n: {"method": chosen[n]["method"], "params": chosen[n]["params"]} for n in track.methods},
-        "table1": table1, "table2": table2, "figure3": figure3, "agent_gains": gains,
+        "table1": table1,
+        "table2": table2,
+        "figure3": figure3,
+        "agent_gains": gains,
     }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     for name, s in table1.items():
-        log(f"test {name:16s} " + " ".join(f"{k}={s[k]:.3f}" for k in (*tasks, "mean")) +
-            "  exact: " + " ".join(f"{k}={s[k + '_exact']:.3f}" for k in (*tasks, "mean")))
+        log(
+            f"test {name:16s} "
+            + " ".join(f"{k}={s[k]:.3f}" for k in (*tasks, "mean"))
+            + "  exact: "
+            + " ".join(f"{k}={s[k + '_exact']:.3f}" for k in (*tasks, "mean"))
+        )
     return results

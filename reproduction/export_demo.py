@@ -24,8 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 DEST = ROOT / "ram_desktop" / "resources" / "demo"
 AGENTS = {"coder": "code", "tool": "tool", "memory": "memory"}  # demo agent name -> task
 VALIDATION_EXAMPLES = 100
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-               "tokenizer_config.json", "special_tokens_map.json", "recipe.json")
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "recipe.json",
+)
 
 
 def export(run: Path, dest: Path = DEST) -> Path:
@@ -58,7 +65,9 @@ def write_validation_suites(dest: Path = DEST, seed: int = 0) -> None:
     for task in AGENTS.values():
         test = dest / "suites" / task
         test_prompts = {json.loads(line)["prompt"] for line in (test / "data.jsonl").read_text().splitlines() if line}
-        rows = [r for r in make_split(task, "validation", 10 * VALIDATION_EXAMPLES, seed) if r["prompt"] not in test_prompts]
+        rows = [
+            r for r in make_split(task, "validation", 10 * VALIDATION_EXAMPLES, seed) if r["prompt"] not in test_prompts
+        ]
         suite = dest / "suites" / "validation" / task
         suite.mkdir(parents=True, exist_ok=True)
         (suite / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:VALIDATION_EXAMPLES]))

@@ -25,6 +25,7 @@ PROMPTS_PER_STEP = 16  # each with 8 sampled completions: 128 per optimizer step
 @dataclass(frozen=True)
 class Recipe:
     """How one agent is trained: learning rate, optimizer steps, and which tensors receive gradient."""
+
     learning_rate: float
     steps: int
     trainable: str  # a regular expression over parameter names
@@ -42,8 +43,9 @@ RECIPES = {
 }
 
 
-def train_agent(base: Path, task: str, out: Path, seed: int, recipe: Recipe, log=print,
-                workdir: Path | None = None) -> Path:
+def train_agent(
+    base: Path, task: str, out: Path, seed: int, recipe: Recipe, log=print, workdir: Path | None = None
+) -> Path:
     """GRPO on ``task`` from ``base``; the result is a complete bf16 model folder at ``out``."""
     import reward
     from datasets import Dataset
@@ -62,23 +64,46 @@ def train_agent(base: Path, task: str, out: Path, seed: int, recipe: Recipe, log
     train = Dataset.from_list(make_split(task, "train", 2000, seed))
     workdir = workdir or out.parent / f".grpo-{task}"
     config = GRPOConfig(
-        output_dir=str(workdir), learning_rate=recipe.learning_rate, max_steps=recipe.steps,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        per_device_train_batch_size=PROMPTS_PER_STEP * 8, num_generations=8,
+        output_dir=str(workdir),
+        learning_rate=recipe.learning_rate,
+        max_steps=recipe.steps,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        per_device_train_batch_size=PROMPTS_PER_STEP * 8,
+        num_generations=8,
         generation_batch_size=PROMPTS_PER_STEP * 8,
-        max_completion_length=MAX_NEW_TOKENS[task], temperature=1.0, beta=0.0,
-        logging_steps=25, save_strategy="no", report_to="none", use_cpu=True, bf16=False,
-        seed=seed, data_seed=seed, gradient_checkpointing=False, dataloader_num_workers=0, disable_tqdm=True,
+        max_completion_length=MAX_NEW_TOKENS[task],
+        temperature=1.0,
+        beta=0.0,
+        logging_steps=25,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=seed,
+        data_seed=seed,
+        gradient_checkpointing=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=getattr(reward, reward.REWARDS[task]),
-                          args=config, train_dataset=train, processing_class=tokenizer)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=getattr(reward, reward.REWARDS[task]),
+        args=config,
+        train_dataset=train,
+        processing_class=tokenizer,
+    )
     start = time.time()
     trainer.train()
     seconds = time.time() - start
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    log(f"grpo {task}: {recipe.steps} steps in {seconds:.0f} s "
+    log(
+        f"grpo {task}: {recipe.steps} steps in {seconds:.0f} s "
         f"({recipe.steps / seconds:.1f} steps/s); train reward {rewards[0] if rewards else 'n/a'} -> "
-        f"{rewards[-1] if rewards else 'n/a'}")
+        f"{rewards[-1] if rewards else 'n/a'}"
+    )
     model = trainer.model
     model.config.dtype = torch.bfloat16
     out.mkdir(parents=True, exist_ok=True)
@@ -87,8 +112,18 @@ def train_agent(base: Path, task: str, out: Path, seed: int, recipe: Recipe, log
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
         if (base / f).exists():
             shutil.copy(base / f, out / f)  # the base's own files: every model reads text alike
-    (out / "recipe.json").write_text(json.dumps(
-        {"task": task, "seed": seed, "trained_parameters": trained, "seconds": round(seconds, 1),
-         "train_reward_curve": rewards, **recipe.as_dict()}, indent=2))
+    (out / "recipe.json").write_text(
+        json.dumps(
+            {
+                "task": task,
+                "seed": seed,
+                "trained_parameters": trained,
+                "seconds": round(seconds, 1),
+                "train_reward_curve": rewards,
+                **recipe.as_dict(),
+            },
+            indent=2,
+        )
+    )
     shutil.rmtree(workdir, ignore_errors=True)
     return out

@@ -1,6 +1,6 @@
 """Stage 4: tables (markdown) and figures (PNG) from one or more seeds' ``results.json``.
 
-    python reproduction/report.py runs/seed0 runs/seed1 runs/seed2 --out reproduction/results
+python reproduction/report.py runs/seed0 runs/seed1 runs/seed2 --out reproduction/results
 """
 
 from __future__ import annotations
@@ -12,11 +12,30 @@ from pathlib import Path
 
 TASKS = ("code", "tool", "memory")
 AGENT_OF = {"code": "code", "tool": "tool", "memory": "memory"}
-METHODS = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties", "fisher",
-           "wudi"]
-LABELS = {"ram": "RAM", "ram-plus": "RAM+", "ram-plus-soft": "RAM+s", "average": "Average",
-          "task-arithmetic": "Task Arithmetic", "ties": "TIES", "dare-ta": "DARE+TA", "dare-ties": "DARE+TIES", "fisher": "Fisher",
-          "wudi": "WUDI"}
+METHODS = [
+    "ram",
+    "ram-plus",
+    "ram-plus-soft",
+    "average",
+    "task-arithmetic",
+    "ties",
+    "dare-ta",
+    "dare-ties",
+    "fisher",
+    "wudi",
+]
+LABELS = {
+    "ram": "RAM",
+    "ram-plus": "RAM+",
+    "ram-plus-soft": "RAM+s",
+    "average": "Average",
+    "task-arithmetic": "Task Arithmetic",
+    "ties": "TIES",
+    "dare-ta": "DARE+TA",
+    "dare-ties": "DARE+TIES",
+    "fisher": "Fisher",
+    "wudi": "WUDI",
+}
 
 
 def merged(runs: list[dict]) -> list[str]:
@@ -33,7 +52,9 @@ def fmt(values: list[float]) -> str:
 def table1(runs: list[dict]) -> str:
     rows = ["| model | code | tool | memory | mean |", "|---|---|---|---|---|"]
     for name in ["base", *TASKS, *merged(runs)]:
-        label = {"base": "Base", "code": "code agent", "tool": "tool agent", "memory": "memory agent"}.get(name, LABELS.get(name))
+        label = {"base": "Base", "code": "code agent", "tool": "tool agent", "memory": "memory agent"}.get(
+            name, LABELS.get(name)
+        )
         cells = [fmt([r["table1"][name][k] for r in runs]) for k in (*TASKS, "mean")]
         if name in TASKS:  # an agent: its own task in bold
             cells[TASKS.index(name)] = f"**{cells[TASKS.index(name)]}**"
@@ -50,35 +71,52 @@ def table2(runs: list[dict]) -> str:
 
 
 def figure3(runs: list[dict]) -> str:
-    rows = ["| agent (its task) | full agent | unique region alone | unique region / N | base |", "|---|---|---|---|---|"]
+    rows = [
+        "| agent (its task) | full agent | unique region alone | unique region / N | base |",
+        "|---|---|---|---|---|",
+    ]
     for t in TASKS:
-        rows.append(f"| {t} | {fmt([r['table1'][t][t] for r in runs])} | {fmt([r['figure3'][t][t] for r in runs])} | "
-                    f"{fmt([r['figure3'][t + '-diluted'][t] for r in runs])} | {fmt([r['table1']['base'][t] for r in runs])} |")
+        rows.append(
+            f"| {t} | {fmt([r['table1'][t][t] for r in runs])} | {fmt([r['figure3'][t][t] for r in runs])} | "
+            f"{fmt([r['figure3'][t + '-diluted'][t] for r in runs])} | {fmt([r['table1']['base'][t] for r in runs])} |"
+        )
     return "\n".join(rows)
 
 
 def agents_table(runs: list[dict]) -> str:
     """Each agent against the base on its own task, per seed: the skill the merge should keep."""
-    rows = [("| seed | agent | base on its task | agent on its task | gain ± paired SE | clear (gain > 2 SE) "
-            "| exact match base → agent |"), "|---|---|---|---|---|---|---|"]
+    rows = [
+        (
+            "| seed | agent | base on its task | agent on its task | gain ± paired SE | clear (gain > 2 SE) "
+            "| exact match base → agent |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         t1 = r["table1"]
         for t in TASKS:
             g = r["agent_gains"][t]
-            rows.append(f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
-                        f"{100 * g['gain']:+.1f} ± {100 * g['se']:.1f} | {'yes' if g['gain'] > 2 * g['se'] else 'no'} | "
-                        f"{100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} |")
+            rows.append(
+                f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
+                f"{100 * g['gain']:+.1f} ± {100 * g['se']:.1f} | {'yes' if g['gain'] > 2 * g['se'] else 'no'} | "
+                f"{100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} |"
+            )
     return "\n".join(rows)
 
 
 def density_table(runs: list[dict]) -> str:
-    rows = ["| seed | agent | trained tensors | lr | steps | density (bf16) | unique | shared | ρ |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| seed | agent | trained tensors | lr | steps | density (bf16) | unique | shared | ρ |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         for a in r["probe"]:
             rec = r["recipes"][a["name"]]
             rho = "∞" if a["rho"] is None else f"{a['rho']:.2f}"
-            rows.append(f"| {r['seed']} | {a['name']} | `{rec['trainable'].replace('|', chr(92) + '|')}` ({rec['trained_parameters']:,} of {r['params']:,}) | "
-                        f"{rec['learning_rate']:g} | {rec['steps']} | {100 * a['density']:.1f} % | {a['unique']:,} | {a['shared']:,} | {rho} |")
+            rows.append(
+                f"| {r['seed']} | {a['name']} | `{rec['trainable'].replace('|', chr(92) + '|')}` ({rec['trained_parameters']:,} of {r['params']:,}) | "
+                f"{rec['learning_rate']:g} | {rec['steps']} | {100 * a['density']:.1f} % | {a['unique']:,} | {a['shared']:,} | {rho} |"
+            )
     return "\n".join(rows)
 
 
@@ -87,13 +125,21 @@ def chosen_table(runs: list[dict]) -> str:
     rows = ["| seed | " + " | ".join(LABELS[m] for m in methods if runs[0]["chosen"][m]["params"]) + " |"]
     rows.append("|---" * (len(rows[0].split("|")) - 2) + "|")
     for r in runs:
-        rows.append(f"| {r['seed']} | " + " | ".join(
-            ", ".join(f"{k}={v}" for k, v in r["chosen"][m]["params"].items()) for m in methods if runs[0]["chosen"][m]["params"]) + " |")
+        rows.append(
+            f"| {r['seed']} | "
+            + " | ".join(
+                ", ".join(f"{k}={v}" for k, v in r["chosen"][m]["params"].items())
+                for m in methods
+                if runs[0]["chosen"][m]["params"]
+            )
+            + " |"
+        )
     return "\n".join(rows)
 
 
 def plots(runs: list[dict], out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -123,7 +169,12 @@ def plots(runs: list[dict], out: Path) -> None:
         means = [100 * statistics.fmean(r["table1"][m][k] for r in runs) for m in models]
         errs = [100 * statistics.stdev(r["table1"][m][k] for r in runs) if len(runs) > 1 else 0 for m in models]
         ax.bar(x + (i - 1.5) * width, means, width, yerr=errs, label=k, capsize=2)
-    ax.set_xticks(x, ["Base", "code agent", "tool agent", "memory agent", *(LABELS[m] for m in merged(runs))], rotation=30, ha="right")
+    ax.set_xticks(
+        x,
+        ["Base", "code agent", "tool agent", "memory agent", *(LABELS[m] for m in merged(runs))],
+        rotation=30,
+        ha="right",
+    )
     ax.set_ylabel("test score (%)")
     ax.set_ylim(0, 100)
     ax.set_title(f"Table 1 in miniature ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
@@ -135,13 +186,20 @@ def plots(runs: list[dict], out: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
     rs = list(r0["table2"])
     for k in (*TASKS, "mean"):
-        ax[0].plot([float(r) for r in rs], [100 * statistics.fmean(x["table2"][r][k] for x in runs) for r in rs], marker="o", label=k)
+        ax[0].plot(
+            [float(r) for r in rs],
+            [100 * statistics.fmean(x["table2"][r][k] for x in runs) for r in rs],
+            marker="o",
+            label=k,
+        )
     ax[0].set_xlabel("r (RAM+ rescaling strength)")
     ax[0].set_ylabel("test score (%)")
     ax[0].set_title("Table 2: r sweep")
     ax[0].legend(fontsize=8)
     x = np.arange(len(TASKS))
-    for i, (key, label) in enumerate([("full", "full agent"), ("", "unique region"), ("-diluted", "unique / N"), ("base", "base")]):
+    for i, (key, label) in enumerate(
+        [("full", "full agent"), ("", "unique region"), ("-diluted", "unique / N"), ("base", "base")]
+    ):
         vals = []
         for t in TASKS:
             if key == "full":
@@ -167,14 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     runs = [json.loads((r / "results.json").read_text()) for r in args.runs]
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = ", ".join(str(r["seed"]) for r in runs)
-    text = (f"Seeds: {seeds}. Scores in percent on the test splits (mean ± sample standard deviation over seeds).\n\n"
-            f"### Agents against the base\n\n{agents_table(runs)}\n\n"
-            f"### Agents (Figure 2)\n\n{density_table(runs)}\n\n![density](figure2-density.png)\n\n"
-            f"### Table 1 in miniature\n\n{table1(runs)}\n\n![table 1](table1.png)\n\n"
-            f"Baseline settings chosen on the validation split:\n\n{chosen_table(runs)}\n\n"
-            f"### Table 2: RAM+ r sweep (α = 2)\n\n{table2(runs)}\n\n"
-            f"### Figure 3: each agent's unique region merged alone into the base\n\n{figure3(runs)}\n\n"
-            f"![table 2 and figure 3](table2-figure3.png)\n")
+    text = (
+        f"Seeds: {seeds}. Scores in percent on the test splits (mean ± sample standard deviation over seeds).\n\n"
+        f"### Agents against the base\n\n{agents_table(runs)}\n\n"
+        f"### Agents (Figure 2)\n\n{density_table(runs)}\n\n![density](figure2-density.png)\n\n"
+        f"### Table 1 in miniature\n\n{table1(runs)}\n\n![table 1](table1.png)\n\n"
+        f"Baseline settings chosen on the validation split:\n\n{chosen_table(runs)}\n\n"
+        f"### Table 2: RAM+ r sweep (α = 2)\n\n{table2(runs)}\n\n"
+        f"### Figure 3: each agent's unique region merged alone into the base\n\n{figure3(runs)}\n\n"
+        f"![table 2 and figure 3](table2-figure3.png)\n"
+    )
     (args.out / "results.md").write_text(text)
     plots(runs, args.out)
     print(text)

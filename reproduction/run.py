@@ -35,6 +35,7 @@ def log_to(path: Path):
         print(line, flush=True)
         with path.open("a") as f:
             f.write(line + "\n")
+
     return log
 
 
@@ -54,7 +55,8 @@ def write_suites(folder: Path, seed: int, sizes: dict[str, int]) -> None:
                 f"name: {task}-{split}\n"
                 f"scorer: python:reward.py:{reward.REWARDS[task]}\n"
                 f"max_new_tokens: {MAX_NEW_TOKENS[task]}\n"
-                "chat_template: false\n")
+                "chat_template: false\n"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     procs, logs = {}, []
     for task in TASKS:
         if not (out / task / "model.safetensors").exists():
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", "agent", "--task", task,
-                   "--seed", str(args.seed), "--out", str(out)]
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--stage",
+                "agent",
+                "--task",
+                task,
+                "--seed",
+                str(args.seed),
+                "--out",
+                str(out),
+            ]
             if args.smoke:
                 cmd.append("--smoke")
             if args.grpo_steps is not None:

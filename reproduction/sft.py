@@ -26,14 +26,22 @@ def encode_batch(tokenizer, examples: list[dict]):
     lab = torch.full((len(seqs), n), -100)
     mask = torch.zeros((len(seqs), n), dtype=torch.long)
     for i, (s, l) in enumerate(zip(seqs, labels)):
-        ids[i, :len(s)] = torch.tensor(s)
-        lab[i, :len(l)] = torch.tensor(l)
-        mask[i, :len(s)] = 1
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(l)] = torch.tensor(l)
+        mask[i, : len(s)] = 1
     return ids, mask, lab
 
 
-def train_base(out: Path, seed: int, steps: int, batch_size: int = 32, lr: float = 2e-3,
-               log=print, eval_every: int = 0, eval_sets: dict | None = None) -> Path:
+def train_base(
+    out: Path,
+    seed: int,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    log=print,
+    eval_every: int = 0,
+    eval_sets: dict | None = None,
+) -> Path:
     """Train the base and save it in bf16 (the tensor format RL checkpoints ship in)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -44,8 +52,7 @@ def train_base(out: Path, seed: int, steps: int, batch_size: int = 32, lr: float
     train = {t: make_split(t, "train", 2000, seed) for t in TASKS}
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 100) * max(0.05, 1 - s / max(steps, 1)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 100) * max(0.05, 1 - s / max(steps, 1)))
     start = time.time()
     for step in range(1, steps + 1):
         model.train()
@@ -64,6 +71,7 @@ def train_base(out: Path, seed: int, steps: int, batch_size: int = 32, lr: float
             log("  " + " ".join(f"{t}={score(model, tokenizer, t, ex):.3f}" for t, ex in eval_sets.items()))
     model.config.dtype = torch.bfloat16
     model.to(torch.bfloat16).save_pretrained(str(out))
-    (out / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False}))
+    (out / "generation_config.json").write_text(
+        json.dumps({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "do_sample": False})
+    )
     return out

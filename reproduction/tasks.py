@@ -12,7 +12,33 @@ TASKS = ("code", "tool", "memory")
 SPLITS = {"train": 0, "validation": 1, "test": 2}  # each split draws from its own seeded stream
 
 TOOLS = {"weather": "weather in", "search": "look up", "email": "write to", "timer": "set a timer for"}
-WORDS = ["paris", "oslo", "rome", "lima", "kyiv", "cats", "dogs", "jazz", "tea", "rust", "maths", "anna", "bob", "eve", "lee", "tom", "ten", "five", "nine", "noon", "dawn", "rain", "snow", "gold", "jade"]
+WORDS = [
+    "paris",
+    "oslo",
+    "rome",
+    "lima",
+    "kyiv",
+    "cats",
+    "dogs",
+    "jazz",
+    "tea",
+    "rust",
+    "maths",
+    "anna",
+    "bob",
+    "eve",
+    "lee",
+    "tom",
+    "ten",
+    "five",
+    "nine",
+    "noon",
+    "dawn",
+    "rain",
+    "snow",
+    "gold",
+    "jade",
+]
 KEYS = "abcdefghijklmnopqrstuvwxyz"
 
 

@@ -17,26 +17,26 @@ import pytest
 
 H100_580_QUERY = "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04\n"
 H100_580_HEADER = (  # nvidia-smi, verbatim (trailing spaces included)
-    'Wed Nov 25 13:06:14 2026       \n'
-    '+-----------------------------------------------------------------------------------------+\n'
-    '| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n'
-    '+-----------------------------------------+------------------------+----------------------+\n'
-    '| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n'
-    '| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n'
-    '|                                         |                        |               MIG M. |\n'
-    '|=========================================+========================+======================|\n'
-    '|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:06.0 Off |                    0 |\n'
-    '| N/A   45C    P0             77W /  700W |       0MiB /  81559MiB |      0%      Default |\n'
-    '|                                         |                        |             Disabled |\n'
-    '+-----------------------------------------+------------------------+----------------------+\n'
-    '\n'
-    '+-----------------------------------------------------------------------------------------+\n'
-    '| Processes:                                                                              |\n'
-    '|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n'
-    '|        ID   ID                                                               Usage      |\n'
-    '|=========================================================================================|\n'
-    '|  No running processes found                                                             |\n'
-    '+-----------------------------------------------------------------------------------------+\n'
+    "Wed Nov 25 13:06:14 2026       \n"
+    "+-----------------------------------------------------------------------------------------+\n"
+    "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |\n"
+    "+-----------------------------------------+------------------------+----------------------+\n"
+    "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
+    "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n"
+    "|                                         |                        |               MIG M. |\n"
+    "|=========================================+========================+======================|\n"
+    "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:00:06.0 Off |                    0 |\n"
+    "| N/A   45C    P0             77W /  700W |       0MiB /  81559MiB |      0%      Default |\n"
+    "|                                         |                        |             Disabled |\n"
+    "+-----------------------------------------+------------------------+----------------------+\n"
+    "\n"
+    "+-----------------------------------------------------------------------------------------+\n"
+    "| Processes:                                                                              |\n"
+    "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n"
+    "|        ID   ID                                                               Usage      |\n"
+    "|=========================================================================================|\n"
+    "|  No running processes found                                                             |\n"
+    "+-----------------------------------------------------------------------------------------+\n"
 )
 
 RTX_535_QUERY = "NVIDIA GeForce RTX 3090, 24576 MiB, 535.183.01\nNVIDIA GeForce RTX 3090, 24576 MiB, 535.183.01\n"
@@ -53,8 +53,10 @@ TESLA_470_HEADER = """\
 |-------------------------------+----------------------+----------------------+
 """
 
-NO_DRIVER = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
-             "the latest NVIDIA driver is installed and running.\n\n")  # exit 9
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+    "the latest NVIDIA driver is installed and running.\n\n"
+)  # exit 9
 MISMATCH = "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95\n"  # exit 18
 GARBAGE = "\x00\x13garbage output ### not csv\n"
 

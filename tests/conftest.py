@@ -14,10 +14,22 @@ import torch
 from .synthetic import demo_shapes, generate_tensors, write_model
 
 SMALL_CONFIG = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 32, "intermediate_size": 48,
-    "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
-    "vocab_size": 64, "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
-    "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "vocab_size": 64,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
     "torch_dtype": "bfloat16",
 }
 
@@ -84,15 +96,23 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
-def make_models(folder: Path, dtype: torch.dtype = torch.bfloat16, shards: int = 1, seed: int = 7,
-                agents: dict[str, float] | None = None, config: dict = SMALL_CONFIG) -> tuple[Path, list[Path]]:
+def make_models(
+    folder: Path,
+    dtype: torch.dtype = torch.bfloat16,
+    shards: int = 1,
+    seed: int = 7,
+    agents: dict[str, float] | None = None,
+    config: dict = SMALL_CONFIG,
+) -> tuple[Path, list[Path]]:
     """A base and RL-like agents (bf16 ulp updates, sparse + dense) as HF folders, in ``dtype``."""
     agents = agents or {"alpha": 0.5, "beta": 0.55, "gamma": 0.04}
     base, agent_tensors = generate_tensors(demo_shapes(config), seed, agents)
     cfg = dict(config, torch_dtype=str(dtype).removeprefix("torch."))
     base_dir = write_model(folder / "base", {k: v.to(dtype) for k, v in base.items()}, cfg, shards)
-    dirs = [write_model(folder / name, {k: v.to(dtype) for k, v in t.items()}, cfg, shards)
-            for name, t in agent_tensors.items()]
+    dirs = [
+        write_model(folder / name, {k: v.to(dtype) for k, v in t.items()}, cfg, shards)
+        for name, t in agent_tensors.items()
+    ]
     return base_dir, dirs
 
 

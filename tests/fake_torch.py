@@ -73,8 +73,9 @@ LIB = bytes(range(256)) * 16  # torch/lib/libtorch_fake.so: 4096 bytes
 def torch_source(cuda: str | None = None, warn: str = "", broken: bool = False, first: str = "") -> str:
     """The stand-in's ``__init__.py``; ``first``: statements it runs before anything else."""
     code = FAKE_TORCH.replace("CUDA", repr(cuda)).replace("WARN", repr(warn))
-    code = code.replace("BROKEN", "raise ImportError('libtorch_fake.so: cannot open shared object file')"
-                        if broken else "")
+    code = code.replace(
+        "BROKEN", "raise ImportError('libtorch_fake.so: cannot open shared object file')" if broken else ""
+    )
     return first + code
 
 
@@ -84,7 +85,8 @@ def build_wheel(where: Path, cuda: str | None = None, warn: str = "", broken: bo
     (src / "torch" / "lib").mkdir(parents=True)
     (src / "torch" / "__init__.py").write_text(torch_source(cuda, warn, broken, first))
     (src / "torch" / "lib" / "libtorch_fake.so").write_bytes(LIB)
-    (src / "pyproject.toml").write_text(textwrap.dedent("""\
+    (src / "pyproject.toml").write_text(
+        textwrap.dedent("""\
         [build-system]
         requires = ["setuptools"]
         build-backend = "setuptools.build_meta"
@@ -95,10 +97,27 @@ def build_wheel(where: Path, cuda: str | None = None, warn: str = "", broken: bo
         packages = ["torch"]
         [tool.setuptools.package-data]
         torch = ["lib/*.so"]
-        """))
+        """)
+    )
     house = where / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", "-w", str(house), str(src)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(house),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     assert len(list(house.glob("torch-2.13.0+fake-*.whl"))) == 1
     return house
 
@@ -111,10 +130,21 @@ def runtime_folder(runtimes: Path, init: str | None = None, **marker_fields: obj
     (folder / "site" / "torch" / "lib").mkdir(parents=True)
     (folder / "site" / "torch" / "__init__.py").write_text(torch_source() if init is None else init)
     (folder / "site" / "torch" / "lib" / "libtorch_fake.so").write_bytes(LIB)
-    marker = {"format": "ram-runtime/1", "variant": "cpu", "build": None, "torch": "2.13.0+fake", "cuda": None,
-              "hip": None, "python": f"{sys.version_info.major}.{sys.version_info.minor}", "source": None,
-              "lock": None, "installed": "2026-11-27T00:00:00", "verified": {"ok": True},
-              "modules": ["torch"], "binaries": {"torch/lib/libtorch_fake.so": len(LIB)}}
+    marker = {
+        "format": "ram-runtime/1",
+        "variant": "cpu",
+        "build": None,
+        "torch": "2.13.0+fake",
+        "cuda": None,
+        "hip": None,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "source": None,
+        "lock": None,
+        "installed": "2026-11-27T00:00:00",
+        "verified": {"ok": True},
+        "modules": ["torch"],
+        "binaries": {"torch/lib/libtorch_fake.so": len(LIB)},
+    }
     marker.update(marker_fields)
     (folder / "runtime.json").write_text(json.dumps(marker, indent=1))
     (runtimes / "active").write_text(folder.name + "\n")
@@ -123,7 +153,9 @@ def runtime_folder(runtimes: Path, init: str | None = None, **marker_fields: obj
 
 def hanging(pid_file: Path) -> str:
     """Statements for ``first``: torch writes the pid of the process importing it to ``pid_file``, then hangs."""
-    return f"import os as _os, time as _time\nopen({str(pid_file)!r}, 'w').write(str(_os.getpid()))\n_time.sleep(3600)\n"
+    return (
+        f"import os as _os, time as _time\nopen({str(pid_file)!r}, 'w').write(str(_os.getpid()))\n_time.sleep(3600)\n"
+    )
 
 
 def alive(pid: int) -> bool:

@@ -37,8 +37,9 @@ def add_file(cache: Path, repo_id: str, sha: str, name: str, data: bytes) -> Pat
     return link
 
 
-def populate(cache: Path, repo_id: str, folder: Path, sha: str, refs: tuple[str, ...] = ("main",),
-             only: list[str] | None = None) -> Path:
+def populate(
+    cache: Path, repo_id: str, folder: Path, sha: str, refs: tuple[str, ...] = ("main",), only: list[str] | None = None
+) -> Path:
     """Put every file of ``folder`` (or ``only`` those) into the cache at commit ``sha``; point ``refs`` at it."""
     for f in sorted(folder.iterdir()):
         if f.is_file() and (only is None or f.name in only):
@@ -112,7 +113,6 @@ class FakeHub:
         self.downloads.append(filename)
         return str(add_file(Path(cache_dir), repo_id, sha, filename, data))
 
-
     def get_safetensors_metadata(self, repo_id, *, revision=None, token=None, **kw):
         """The safetensors headers of the served folder, as huggingface_hub returns them (no weights read)."""
         self.tokens.append(token)
@@ -125,14 +125,21 @@ class FakeHub:
         for f in sorted(folder.glob("*.safetensors")):
             raw = f.read_bytes()
             n = struct.unpack("<Q", raw[:8])[0]
-            header = json.loads(raw[8:8 + n])
+            header = json.loads(raw[8 : 8 + n])
             meta = header.pop("__metadata__", {}) or {}
-            files[f.name] = SafetensorsFileMetadata(metadata=meta, tensors={
-                name: SafetensorsTensorInfo(dtype=t["dtype"], shape=t["shape"], data_offsets=tuple(t["data_offsets"]))
-                for name, t in header.items()})
+            files[f.name] = SafetensorsFileMetadata(
+                metadata=meta,
+                tensors={
+                    name: SafetensorsTensorInfo(
+                        dtype=t["dtype"], shape=t["shape"], data_offsets=tuple(t["data_offsets"])
+                    )
+                    for name, t in header.items()
+                },
+            )
         weight_map = {name: fn for fn, fm in files.items() for name in fm.tensors}
-        return SafetensorsRepoMetadata(metadata=None, sharded=len(files) > 1, weight_map=weight_map,
-                                       files_metadata=files)
+        return SafetensorsRepoMetadata(
+            metadata=None, sharded=len(files) > 1, weight_map=weight_map, files_metadata=files
+        )
 
 
 def not_found(cls, repo_id: str, status: int = 404):

@@ -20,8 +20,9 @@ def main() -> None:
         options.apply_global_options()
         with open(config_file, encoding="utf-8") as f:
             source = f.read()
-        run_merge(MergeConfiguration.model_validate(yaml.safe_load(source)), out_path, options=options,
-                  config_source=source)
+        run_merge(
+            MergeConfiguration.model_validate(yaml.safe_load(source)), out_path, options=options, config_source=source
+        )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ def task_vectors(base: dict, agents: list[dict]) -> dict[str, tuple[np.ndarray, 
             continue
         work = np.float64 if any(t[name].dtype == torch.float64 for t in [base, *agents]) else np.float32
         bn = b.to(torch.float64 if work is np.float64 else torch.float32).numpy().reshape(-1)
-        taus = [a[name].to(torch.float64 if work is np.float64 else torch.float32).numpy().reshape(-1) - bn
-                for a in agents]
+        taus = [
+            a[name].to(torch.float64 if work is np.float64 else torch.float32).numpy().reshape(-1) - bn for a in agents
+        ]
         out[name] = (bn, taus)
     return out
 
@@ -37,7 +38,7 @@ def probe_counts(tv: dict, eps: float) -> dict:
     unique, shared = [0] * n, [0] * n
     overlap = [[0] * n for _ in range(n)]
     params = 0
-    for (b, taus) in tv.values():
+    for b, taus in tv.values():
         params += b.size
         masks = [np.abs(t) > np.asarray(eps, dtype=t.dtype) for t in taus]
         c = np.sum(masks, axis=0)
@@ -60,8 +61,9 @@ def lambdas_ram_plus_soft(unique: list[int], shared: list[int], r: float) -> lis
     return [1 + r * (s / (s + u)) if s + u else 1.0 for u, s in zip(unique, shared)]
 
 
-def merged_model(base: dict, agents: list[dict], eps: float, lambdas: list[float],
-                 out_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def merged_model(
+    base: dict, agents: list[dict], eps: float, lambdas: list[float], out_dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """Equation (7), θ = θ_pre + τ_merged rounded once to the output dtype."""
     tv = task_vectors(base, agents)
     result = {}
@@ -91,6 +93,7 @@ def merged_model(base: dict, agents: list[dict], eps: float, lambdas: list[float
 # Whole tensors in numpy, agents summed in order from zero. ``order`` is the plan's tensor order
 # (the base's header order), which TIES's earliest-position tie breaking follows in scope `model`.
 
+
 def _scalar(dt, value):
     return dt.type(value)
 
@@ -112,6 +115,7 @@ def task_arithmetic_tau(taus: list[np.ndarray], scale: float) -> np.ndarray:
 
 def ties_keep_count(density: float, n: int) -> int:
     from fractions import Fraction
+
     return 0 if n == 0 else max(1, math.floor(Fraction(repr(float(density))) * n))
 
 
@@ -132,7 +136,7 @@ def ties_trim_masks(tv: dict, order: list[str], density: float, scope: str) -> d
             keep[np.argsort(-flat, kind="stable")[:k]] = True
             start = 0
             for name, m in zip(group, mags):
-                masks[name][t] = keep[start:start + m.size]
+                masks[name][t] = keep[start : start + m.size]
                 start += m.size
     return masks
 
@@ -167,6 +171,7 @@ def _mix32(x: np.ndarray) -> np.ndarray:
 def dare_keys(seed: int, agent: int, name: str) -> tuple[int, int]:
     """The documented per-agent hash words (a, b): the two little-endian halves of an 8-byte BLAKE2b."""
     import hashlib
+
     digest = hashlib.blake2b(f"ram-desktop-dare/1\0{seed}\0{agent}\0{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest[:4], "little"), int.from_bytes(digest[4:], "little")
 
@@ -176,17 +181,20 @@ def dare_keep(seed: int, agent: int, name: str, n: int, p: float, first: int = 0
     a, b = (np.uint64(k) for k in dare_keys(seed, agent, name))
     pos = np.arange(first, first + n, dtype=np.uint64)
     u = _mix32(_mix32((pos & M32) ^ a) ^ (pos >> np.uint64(32)) ^ b)
-    return u >= np.uint64(math.floor(p * 2.0 ** 32))
+    return u >= np.uint64(math.floor(p * 2.0**32))
 
 
 def dare_rescaled(taus: list[np.ndarray], name: str, seed: int, p: float) -> list[np.ndarray]:
     dt = taus[0].dtype
-    return [np.where(dare_keep(seed, t, name, tau.size, p), tau / dt.type(1.0 - p), dt.type(0))
-            for t, tau in enumerate(taus)]
+    return [
+        np.where(dare_keep(seed, t, name, tau.size, p), tau / dt.type(1.0 - p), dt.type(0))
+        for t, tau in enumerate(taus)
+    ]
 
 
-def baseline_model(base: dict, agents: list[dict], order: list[str], method: str, params: dict,
-                   out_dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+def baseline_model(
+    base: dict, agents: list[dict], order: list[str], method: str, params: dict, out_dtype: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """θ_pre + τ_merged for the baselines, rounded once to the output dtype."""
     tv = task_vectors(base, agents)
     masks = ties_trim_masks(tv, order, params["density"], params["ties_scope"]) if method == "ties" else None
@@ -207,7 +215,9 @@ def baseline_model(base: dict, agents: list[dict], order: list[str], method: str
         elif method == "dare-ta":
             tau = task_arithmetic_tau(dare_rescaled(taus, name, params["seed"], params["drop"]), params["scale"])
         elif method == "dare-ties":
-            tau = elect_disjoint_mean(dare_rescaled(taus, name, params["seed"], params["drop"])) * dt.type(params["scale"])
+            tau = elect_disjoint_mean(dare_rescaled(taus, name, params["seed"], params["drop"])) * dt.type(
+                params["scale"]
+            )
         else:
             raise ValueError(method)
         result[name] = torch.from_numpy(bn + tau).reshape(b.shape).to(out_dtype or b.dtype)

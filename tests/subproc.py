@@ -14,9 +14,14 @@ def cli(tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = 
     ``prelude``: Python run in that process before the CLI (to simulate an OS error by patching); the
     CLI then runs through ``ram_desktop.cli.entry`` as ``python -m ram_desktop`` runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "RAM_DESKTOP_", "PYTEST"))}
-    env.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(tmp_path / "hub"), HF_HOME=str(tmp_path / "hf-home"),
-               RAM_DESKTOP_CACHE=str(tmp_path / "ram-cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-               QT_QPA_PLATFORM="offscreen")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(tmp_path / "hub"),
+        HF_HOME=str(tmp_path / "hf-home"),
+        RAM_DESKTOP_CACHE=str(tmp_path / "ram-cache"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        QT_QPA_PLATFORM="offscreen",
+    )
     if prelude is None:
         command = [sys.executable, "-m", "ram_desktop", "-q", *args]
     else:
@@ -28,8 +33,9 @@ def cli(tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = 
 def refused(done: subprocess.CompletedProcess, *fragments: str) -> str:
     """Exit 2, exactly one stderr line ``error: ...`` holding ``fragments``, no traceback."""
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), \
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
         f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
     assert "Traceback" not in done.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])

@@ -47,14 +47,22 @@ def demo_shapes(config: dict = CONFIG) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h)}
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
-        shapes.update({
-            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.q_proj.bias": (q,),
-            p + "self_attn.k_proj.weight": (kv, h), p + "self_attn.k_proj.bias": (kv,),
-            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.v_proj.bias": (kv,),
-            p + "self_attn.o_proj.weight": (h, q),
-            p + "mlp.gate_proj.weight": (i, h), p + "mlp.up_proj.weight": (i, h), p + "mlp.down_proj.weight": (h, i),
-            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
-        })
+        shapes.update(
+            {
+                p + "self_attn.q_proj.weight": (q, h),
+                p + "self_attn.q_proj.bias": (q,),
+                p + "self_attn.k_proj.weight": (kv, h),
+                p + "self_attn.k_proj.bias": (kv,),
+                p + "self_attn.v_proj.weight": (kv, h),
+                p + "self_attn.v_proj.bias": (kv,),
+                p + "self_attn.o_proj.weight": (h, q),
+                p + "mlp.gate_proj.weight": (i, h),
+                p + "mlp.up_proj.weight": (i, h),
+                p + "mlp.down_proj.weight": (h, i),
+                p + "input_layernorm.weight": (h,),
+                p + "post_attention_layernorm.weight": (h,),
+            }
+        )
     shapes["model.norm.weight"] = (h,)
     shapes["lm_head.weight"] = (v, h)
     return shapes
@@ -74,8 +82,9 @@ def rl_update(base: torch.Tensor, mask: torch.Tensor, gen: torch.Generator) -> t
     return torch.where(mask, (base.float() + step).to(torch.bfloat16), base)
 
 
-def generate_tensors(shapes: dict[str, tuple[int, ...]], seed: int = SEED,
-                     agents: dict[str, float] = AGENTS) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+def generate_tensors(
+    shapes: dict[str, tuple[int, ...]], seed: int = SEED, agents: dict[str, float] = AGENTS
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
     """Base and agent tensors. The last agent is the sparse one; the others are dense and independent."""
     gen = torch.Generator().manual_seed(seed)
     names = list(agents)
@@ -105,14 +114,16 @@ def generate_tensors(shapes: dict[str, tuple[int, ...]], seed: int = SEED,
     return base, out
 
 
-def write_model(folder: Path, tensors: dict[str, torch.Tensor], config: dict = CONFIG,
-                shards: int = 1) -> Path:
+def write_model(folder: Path, tensors: dict[str, torch.Tensor], config: dict = CONFIG, shards: int = 1) -> Path:
     """Write a Hugging Face model folder: config, tokenizer, and one or ``shards`` safetensors files."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     write_tokenizer(folder, config["vocab_size"])
-    (folder / "generation_config.json").write_text(json.dumps(
-        {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"], "max_new_tokens": 32}))
+    (folder / "generation_config.json").write_text(
+        json.dumps(
+            {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"], "max_new_tokens": 32}
+        )
+    )
     names = list(tensors)
     if shards <= 1:
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -120,39 +131,93 @@ def write_model(folder: Path, tensors: dict[str, torch.Tensor], config: dict = C
     per = -(-len(names) // shards)
     weight_map = {}
     for s in range(shards):
-        part = names[s * per:(s + 1) * per]
+        part = names[s * per : (s + 1) * per]
         file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         save_file({n: tensors[n] for n in part}, str(folder / file), metadata={"format": "pt"})
         weight_map.update({n: file for n in part})
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     (folder / "model.safetensors.index.json").write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
     return folder
 
 
 def write_tokenizer(folder: Path, vocab_size: int) -> None:
     """A small word-level tokenizer (tokenizers JSON format) that transformers loads."""
     special = ["<unk>", "<s>", "</s>", "<pad>"]
-    words = ["the", "a", "an", "agent", "tool", "code", "memory", "search", "math", "merge", "model", "base", "task", "vector", "update", "reward", "policy", "step", "plan", "call", "result", "answer", "question", "data", "file", "run", "test", "pass", "fail"]
+    words = [
+        "the",
+        "a",
+        "an",
+        "agent",
+        "tool",
+        "code",
+        "memory",
+        "search",
+        "math",
+        "merge",
+        "model",
+        "base",
+        "task",
+        "vector",
+        "update",
+        "reward",
+        "policy",
+        "step",
+        "plan",
+        "call",
+        "result",
+        "answer",
+        "question",
+        "data",
+        "file",
+        "run",
+        "test",
+        "pass",
+        "fail",
+    ]
     vocab = {tok: i for i, tok in enumerate(special + words)}
     for i in range(len(vocab), vocab_size):
         vocab[f"w{i}"] = i
     tokenizer = {
-        "version": "1.0", "truncation": None, "padding": None,
-        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": True} for i, t in enumerate(special)],
-        "normalizer": {"type": "Lowercase"}, "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": None, "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": [
+            {
+                "id": i,
+                "content": t,
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": True,
+            }
+            for i, t in enumerate(special)
+        ],
+        "normalizer": {"type": "Lowercase"},
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": None,
+        "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
         "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"},
     }
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
-    (folder / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "bos_token": "<s>",
-        "eos_token": "</s>", "pad_token": "<pad>", "model_max_length": 512,
-        "chat_template": "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}",
-    }))
-    (folder / "special_tokens_map.json").write_text(json.dumps(
-        {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "unk_token": "<unk>",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "pad_token": "<pad>",
+                "model_max_length": 512,
+                "chat_template": "{% for m in messages %}<s>{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}",
+            }
+        )
+    )
+    (folder / "special_tokens_map.json").write_text(
+        json.dumps({"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"})
+    )
 
 
 def write_synthetic(folder: Path | str, seed: int = SEED) -> tuple[Path, list[Path]]:
@@ -160,6 +225,7 @@ def write_synthetic(folder: Path | str, seed: int = SEED) -> tuple[Path, list[Pa
     folder = Path(folder)
     base, agents = generate_tensors(demo_shapes(), seed)
     base_dir = write_model(folder / "base", base)
-    agent_dirs = [write_model(folder / name, tensors, shards=2 if name == "tool" else 1)
-                  for name, tensors in agents.items()]
+    agent_dirs = [
+        write_model(folder / name, tensors, shards=2 if name == "tool" else 1) for name, tensors in agents.items()
+    ]
     return base_dir, agent_dirs

@@ -63,8 +63,9 @@ def test_rho_above_alpha_for_every_agent_is_a_uniform_rescale():
 
 def test_sign_agreement_pools_every_pair():
     stats = report([(10, 10), (10, 10), (10, 10)])
-    stats.inspect = InspectStats(None, [[20, 6, 4], [6, 20, 10], [4, 10, 20]], [[20, 3, 4], [3, 20, 5], [4, 5, 20]],
-                                 [[0], [0], [0]])
+    stats.inspect = InspectStats(
+        None, [[20, 6, 4], [6, 20, 10], [4, 10, 20]], [[20, 3, 4], [3, 20, 5], [4, 5, 20]], [[0], [0], [0]]
+    )
     assert sign_agreement(stats) == pytest.approx((3 + 4 + 5) / (6 + 4 + 10))
 
 
@@ -79,8 +80,10 @@ def test_the_real_model_track_gets_task_arithmetic_first(seed):
     """reproduction/results/real: 74–81 % of each GRPO agent's update is shared and ρ > α for all; there a tuned
     Task Arithmetic won (results.md). The advice, from the saved probe numbers alone, names it first."""
     data = json.loads((ROOT / "reproduction/results/real" / f"results-seed{seed}.json").read_text())
-    agents = [AgentStats(a["name"], a["name"], a["unique"] + a["shared"], a["unique"], a["shared"], [], a["density"])
-              for a in data["probe"]]
+    agents = [
+        AgentStats(a["name"], a["name"], a["unique"] + a["shared"], a["unique"], a["shared"], [], a["density"])
+        for a in data["probe"]
+    ]
     advice = advise(ProbeReport(1e-5, data["params"], 1, agents, [], {}, has_survival=False), None)
     assert advice.methods[0] == "task-arithmetic"
     assert any("uniform ×1.2" in f for f in advice.findings)
@@ -93,8 +96,17 @@ def test_the_cli_prints_and_writes_the_advice(tmp_path):
     demo = tmp_path / "demo"
     assert cli(tmp_path, "demo", str(demo)).returncode == 0
     out = tmp_path / "probe.json"
-    done = cli(tmp_path, "probe", str(demo / "base"), *(str(demo / a) for a in ("coder", "tool", "memory")),
-               "--json", str(out), "--out-dtype", "float32", timeout=300)
+    done = cli(
+        tmp_path,
+        "probe",
+        str(demo / "base"),
+        *(str(demo / a) for a in ("coder", "tool", "memory")),
+        "--json",
+        str(out),
+        "--out-dtype",
+        "float32",
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "Which method?" in done.stdout and "Worth searching first:" in done.stdout
     written = json.loads(out.read_text())

@@ -34,8 +34,9 @@ SHAPES = {  # odd sizes: no vector-width multiple, rows that straddle chunks, a 
 }
 
 
-def _odd_models(folder: Path, dtype: torch.dtype, n_agents: int, seed: int,
-                agent_dtype: torch.dtype | None = None) -> tuple[Path, list[Path]]:
+def _odd_models(
+    folder: Path, dtype: torch.dtype, n_agents: int, seed: int, agent_dtype: torch.dtype | None = None
+) -> tuple[Path, list[Path]]:
     """Base and agents with ±0, subnormals, sign flips, ties, identical updates shared between agents
     (``_inputs``), plus values near the float16 overflow for wide dtypes, in odd shapes."""
     sizes = {k: int(np.prod(s)) for k, s in SHAPES.items()}
@@ -51,13 +52,15 @@ def _odd_models(folder: Path, dtype: torch.dtype, n_agents: int, seed: int,
     def split(flat: torch.Tensor, out_dtype: torch.dtype) -> dict[str, torch.Tensor]:
         parts, at = {}, 0
         for k, shape in SHAPES.items():
-            parts[k] = flat[at:at + sizes[k]].reshape(shape).to(out_dtype).clone()
+            parts[k] = flat[at : at + sizes[k]].reshape(shape).to(out_dtype).clone()
             at += sizes[k]
         return parts
 
     base_dir = write_model(folder / "base", split(base, dtype), cfg, shards=2)
-    dirs = [write_model(folder / f"agent{t}", split(a.double(), agent_dtype or dtype), cfg, shards=2)
-            for t, a in enumerate(agents)]
+    dirs = [
+        write_model(folder / f"agent{t}", split(a.double(), agent_dtype or dtype), cfg, shards=2)
+        for t, a in enumerate(agents)
+    ]
     return base_dir, dirs
 
 
@@ -67,18 +70,27 @@ def _probe(monkeypatch, base: Path, agents: list[Path], fused: bool, eps: float,
     calls = []
     real = kernels.analyze
     monkeypatch.setattr(kernels, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
-    report = pipeline.probe(str(base), [str(a) for a in agents], eps=eps, device="cpu", use_cache=False,
-                          chunk_elements=chunk)
+    report = pipeline.probe(
+        str(base), [str(a) for a in agents], eps=eps, device="cpu", use_cache=False, chunk_elements=chunk
+    )
     monkeypatch.setattr(kernels, "analyze", real)
     assert bool(calls) == fused  # the kernel really ran (or really did not)
     assert report.complete
     return report.to_json()
 
 
-@pytest.mark.parametrize("dtype,agent_dtype,n_agents", [
-    (torch.bfloat16, None, 3), (torch.float16, None, 3), (torch.float32, None, 3), (torch.float64, None, 2),
-    (torch.bfloat16, torch.float64, 2),  # float64 compute over a bf16 base: ulps of the stored bf16
-    (torch.bfloat16, None, 1), (torch.float16, None, 8)])
+@pytest.mark.parametrize(
+    "dtype,agent_dtype,n_agents",
+    [
+        (torch.bfloat16, None, 3),
+        (torch.float16, None, 3),
+        (torch.float32, None, 3),
+        (torch.float64, None, 2),
+        (torch.bfloat16, torch.float64, 2),  # float64 compute over a bf16 base: ulps of the stored bf16
+        (torch.bfloat16, None, 1),
+        (torch.float16, None, 8),
+    ],
+)
 @pytest.mark.parametrize("eps", [1e-5, 0.0])
 def test_report_equals_torch_path(tmp_path, monkeypatch, dtype, agent_dtype, n_agents, eps):
     base, agents = _odd_models(tmp_path / "in", dtype, n_agents, seed=n_agents, agent_dtype=agent_dtype)
@@ -142,6 +154,7 @@ def test_kernel_flags_non_finite_and_declines_what_it_does_not_cover():
 
 # --- the branch-free helpers and the λ* bins against torch, element by element --------------------
 
+
 def _map(fn, values: np.ndarray, out_dtype, *extra):
     import numba
 
@@ -171,15 +184,36 @@ def test_branch_free_float16_conversions_match_torch():
     assert np.array_equal(widened.view(np.uint32), reference.view(np.uint32))
 
 
-@pytest.mark.parametrize("dtype,sign_mask,inf_bits", [(torch.bfloat16, 0x8000, 0x7F80), (torch.float16, 0x8000, 0x7C00),
-                                                      (torch.float32, 0x80000000, 0x7F800000)])
+@pytest.mark.parametrize(
+    "dtype,sign_mask,inf_bits",
+    [(torch.bfloat16, 0x8000, 0x7F80), (torch.float16, 0x8000, 0x7C00), (torch.float32, 0x80000000, 0x7F800000)],
+)
 def test_step_bits_is_torch_nextafter(dtype, sign_mask, inf_bits):
     from ram_desktop.core.engine import kernel_code as kc
 
     if dtype == torch.float32:
-        bits = np.concatenate([np.arange(0, 1 << 32, 4099, dtype=np.int64),
-                               np.array([0, 1, 0x7F7FFFFF, 0x7F800000, 0x80000000, 0x80000001, 0xFF7FFFFF, 0xFF800000,
-                                         0x00800000, 0x007FFFFF, 0x3F800000, 0xBF800000], np.int64)])
+        bits = np.concatenate(
+            [
+                np.arange(0, 1 << 32, 4099, dtype=np.int64),
+                np.array(
+                    [
+                        0,
+                        1,
+                        0x7F7FFFFF,
+                        0x7F800000,
+                        0x80000000,
+                        0x80000001,
+                        0xFF7FFFFF,
+                        0xFF800000,
+                        0x00800000,
+                        0x007FFFFF,
+                        0x3F800000,
+                        0xBF800000,
+                    ],
+                    np.int64,
+                ),
+            ]
+        )
         view = torch.int32
         values = torch.from_numpy(bits.astype(np.uint32).view(np.int32)).view(dtype)
     else:
@@ -205,7 +239,7 @@ def test_lambda_star_bins_equal_torch_keys(compute):
 
     g = torch.Generator().manual_seed(11)
     n = 40_000
-    x = (torch.randn(n, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-6, 3, (n,), generator=g))
+    x = torch.randn(n, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-6, 3, (n,), generator=g)
     x[::7] = 0.0
     x[1::7] = -0.0
     x[2::50] = 65504.0 * torch.sign(torch.randn(x[2::50].shape, generator=g, dtype=torch.float64))
@@ -213,7 +247,7 @@ def test_lambda_star_bins_equal_torch_keys(compute):
     ulp_bits = torch.tensor([7, 10, 23], dtype=torch.float64)[torch.randint(0, 3, (n,), generator=g)]
     steps = torch.randint(-6, 7, (n,), generator=g).double() / 2.0 ** torch.randint(0, 3, (n,), generator=g)
     magnitude = torch.exp2(torch.floor(torch.log2(x.double().abs().clamp(min=1e-30))) - ulp_bits)
-    tau = (steps * magnitude)
+    tau = steps * magnitude
     tau[3::11] = torch.randn(tau[3::11].shape, generator=g, dtype=torch.float64) * 1e-3
     tau[4::97] = torch.finfo(torch.float32).tiny * torch.rand(tau[4::97].shape, generator=g, dtype=torch.float64)
     tau = tau.to(compute)
@@ -224,8 +258,17 @@ def test_lambda_star_bins_equal_torch_keys(compute):
     m = x.numel()
     for d in range(3):
         bins = np.empty(m, np.int32)
-        kc.lambda_star_bins(x.numpy(), tau.numpy(), m, d, cdt(1.0 / SURVIVAL_STEP), cdt(np.finfo(cdt).max), cdt(0.5),
-                            cdt(SURVIVAL_BINS - 1), bins)
-        expected = keys[d * m:(d + 1) * m] - d * SURVIVAL_BINS
+        kc.lambda_star_bins(
+            x.numpy(),
+            tau.numpy(),
+            m,
+            d,
+            cdt(1.0 / SURVIVAL_STEP),
+            cdt(np.finfo(cdt).max),
+            cdt(0.5),
+            cdt(SURVIVAL_BINS - 1),
+            bins,
+        )
+        expected = keys[d * m : (d + 1) * m] - d * SURVIVAL_BINS
         assert np.array_equal(bins, expected), d
         assert len(np.unique(bins)) > 20 and (bins == SURVIVAL_BINS - 1).any() and (bins == 0).any()

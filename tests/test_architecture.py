@@ -33,7 +33,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 anchor = name.split(".") if is_package else name.split(".")[:-1]
-                anchor = anchor[:len(anchor) - (node.level - 1)]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
                 target = ".".join(anchor + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -55,7 +55,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 cycle = visit(nxt)
                 if cycle:
@@ -80,7 +80,9 @@ def test_the_walker_finds_a_cycle():
 def test_no_import_cycles_in_ram_desktop():
     modules = all_modules()
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
-    assert "ram_desktop.core.storage.formats.base" in graph["ram_desktop.core.ecosystem.hub.source"]  # the walker sees imports
+    assert (
+        "ram_desktop.core.storage.formats.base" in graph["ram_desktop.core.ecosystem.hub.source"]
+    )  # the walker sees imports
     assert "ram_desktop.core.ecosystem.hub.source" in graph["ram_desktop.core.sources"]  # ... function-level ones too
     assert "ram_desktop.core.engine.kernels" in graph["ram_desktop.core.engine.probe"]  # ... and TYPE_CHECKING ones
     cycle = find_cycle(graph)
@@ -91,8 +93,7 @@ def test_core_never_imports_the_faces():
     modules = all_modules()
     for name, path in modules.items():
         if name.startswith(("ram_desktop.core", "ram_desktop.evaluate")):
-            faces = {m for m in imports_of(name, path, modules)
-                     if m.startswith(("ram_desktop.gui", "ram_desktop.cli"))}
+            faces = {m for m in imports_of(name, path, modules) if m.startswith(("ram_desktop.gui", "ram_desktop.cli"))}
             assert not faces, f"{name} imports {faces}"
             assert "PySide6" not in path.read_text(), name
 
@@ -107,8 +108,11 @@ ENTRY = {f"{CORE}.pipeline", f"{CORE}.spec", f"{CORE}.variant", f"{CORE}.recipe"
 
 def _room_imports(prefix: str) -> dict[str, set[str]]:
     modules = all_modules()
-    return {name: imports_of(name, path, modules) for name, path in modules.items()
-            if name == prefix or name.startswith(prefix + ".")}
+    return {
+        name: imports_of(name, path, modules)
+        for name, path in modules.items()
+        if name == prefix or name.startswith(prefix + ".")
+    }
 
 
 def _in(module: str, room: str) -> bool:
@@ -156,6 +160,8 @@ def test_the_guarded_reader_leans_only_on_the_errors():
     imports no other room, nor the rest of storage."""
     (imported,) = _room_imports(f"{CORE}.storage.safe_read").values()
     assert imported == {f"{CORE}.errors"}
+
+
 def test_the_application_layer_sits_above_core_and_evaluate():
     """``workflow`` (calibrate -> merge -> evaluate -> compare) is called by the faces and calls core and evaluate;
     core and evaluate never import it, and it never imports a face."""
@@ -192,15 +198,22 @@ def test_compute_imports_only_itself_and_the_shared_modules():
 # helpers, guarded file reading, the Fisher estimate's output folder, the kernels' warm-up, the Hub dialog.
 API_EXCEPTIONS = {
     f"{CORE}.defaults",
-    f"{CORE}.engine.inspection", f"{CORE}.methods.would_keep",  # the Analyze charts' data
+    f"{CORE}.engine.inspection",
+    f"{CORE}.methods.would_keep",  # the Analyze charts' data
     f"{CORE}.storage.safe_read",  # guarded reads of suites, reports and manifests
-    f"{CORE}.storage.output", f"{CORE}.storage.formats.safetensors_format", f"{CORE}.methods.fisher",  # fisher out
+    f"{CORE}.storage.output",
+    f"{CORE}.storage.formats.safetensors_format",
+    f"{CORE}.methods.fisher",  # fisher out
     f"{CORE}.storage.manifest",  # what an output folder holds that we wrote (compare, evaluation, saved charts)
     f"{CORE}.engine.kernels",  # the worker compiles the kernels ahead of the first merge
     f"{CORE}.ecosystem.hub.source",  # the Hub dialog's lookups
     # the compute set-up (docs/compute.md): its own small API, used at start-up before torch is imported
-    f"{CORE}.compute", f"{CORE}.compute.runtime", f"{CORE}.compute.builds", f"{CORE}.compute.detect",
-    f"{CORE}.compute.install", f"{CORE}.compute.summary",
+    f"{CORE}.compute",
+    f"{CORE}.compute.runtime",
+    f"{CORE}.compute.builds",
+    f"{CORE}.compute.detect",
+    f"{CORE}.compute.install",
+    f"{CORE}.compute.summary",
 }
 
 

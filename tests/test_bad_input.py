@@ -62,12 +62,15 @@ def _corrupt_copy(src: Path, dst: Path, mutate) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("kind,mutate,message", [
-    ("truncated", lambda b: b[: len(b) // 2], "truncated"),
-    ("header-length", lambda b: struct.pack("<Q", 10**12) + b[8:], "header length"),
-    ("bad-json", lambda b: b[:8] + b"{not json" + b[17:], "invalid JSON"),
-    ("tiny", lambda b: b[:5], "not a safetensors file"),
-])
+@pytest.mark.parametrize(
+    "kind,mutate,message",
+    [
+        ("truncated", lambda b: b[: len(b) // 2], "truncated"),
+        ("header-length", lambda b: struct.pack("<Q", 10**12) + b[8:], "header length"),
+        ("bad-json", lambda b: b[:8] + b"{not json" + b[17:], "invalid JSON"),
+        ("tiny", lambda b: b[:5], "not a safetensors file"),
+    ],
+)
 def test_corrupt_safetensors(capsys, tmp_path, models, kind, mutate, message):
     base, agents = models
     bad = _corrupt_copy(agents[0], tmp_path / f"bad-{kind}", mutate)
@@ -82,13 +85,13 @@ def test_offsets_outside_file(capsys, tmp_path, models):
     f = bad / "model.safetensors"
     raw = f.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     name = next(k for k in header if k != "__metadata__")
     begin, end = header[name]["data_offsets"]
     header[name]["data_offsets"] = [begin + 10**9, end + 10**9]
     new = json.dumps(header).encode()
     new += b" " * (n - len(new)) if len(new) <= n else b""
-    f.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    f.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n :])
     assert_refused(capsys, tmp_path, [base.parent, bad], [str(base), str(bad)], "outside the file", name)
 
 
@@ -121,8 +124,9 @@ def test_tensor_names_differ(capsys, tmp_path, models):
     odd = tmp_path / "odd"
     odd.mkdir()
     save_file(tensors, str(odd / "model.safetensors"))
-    line = assert_refused(capsys, tmp_path, [base.parent, odd], [str(base), str(odd)], "missing 7", "extra 1",
-                          "extra.weight", ", ...")
+    line = assert_refused(
+        capsys, tmp_path, [base.parent, odd], [str(base), str(odd)], "missing 7", "extra 1", "extra.weight", ", ..."
+    )
     assert sum(name in line for name in dropped) == 5  # at most five names listed per checkpoint
 
 
@@ -150,8 +154,15 @@ def test_nan_or_inf_in_task_vector(capsys, tmp_path, models, value):
     odd = tmp_path / "odd"
     odd.mkdir()
     save_file(tensors, str(odd / "model.safetensors"))
-    assert_refused(capsys, tmp_path, [base.parent, odd], [str(base), str(agents[0]), str(odd)],
-                   "model.layers.1.mlp.up_proj.weight", "NaN or Inf", "odd")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [base.parent, odd],
+        [str(base), str(agents[0]), str(odd)],
+        "model.layers.1.mlp.up_proj.weight",
+        "NaN or Inf",
+        "odd",
+    )
 
 
 def test_zero_agents(capsys, tmp_path, models):
@@ -201,8 +212,9 @@ def test_existing_output_needs_overwrite(capsys, tmp_path, models):
     code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh))
     assert code == 0, err
     first = (fresh / "model.safetensors").read_bytes()
-    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh), "--overwrite",
-                           "--method", "ram")
+    code, _, err = run_cli(
+        capsys, "merge", str(base), *map(str, agents), "--out", str(fresh), "--overwrite", "--method", "ram"
+    )
     assert code == 0, err
     assert (fresh / "model.safetensors").read_bytes() != first
     assert json.loads((fresh / "merge-report.json").read_text())["method"] == "ram"
@@ -218,8 +230,14 @@ def test_not_enough_free_disk(capsys, tmp_path, models, monkeypatch):
 
 def test_bad_parameters_and_usage(capsys, tmp_path, models):
     base, agents = models
-    for argv in (["--r", "-1"], ["--method", "ram", "--r", "0.2"], ["--shard-size", "lots"], ["--eps", "-1"],
-                 ["--device", "tpu"], ["--names", "a,b"]):
+    for argv in (
+        ["--r", "-1"],
+        ["--method", "ram", "--r", "0.2"],
+        ["--shard-size", "lots"],
+        ["--eps", "-1"],
+        ["--device", "tpu"],
+        ["--names", "a,b"],
+    ):
         code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"), *argv)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (argv, err)
     code, _, err = run_cli(capsys, "merge", str(base))
@@ -231,8 +249,9 @@ def test_cuda_requested_without_gpu(capsys, tmp_path, models):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     base, agents = models
-    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"),
-                           "--device", "cuda")
+    code, _, err = run_cli(
+        capsys, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "o"), "--device", "cuda"
+    )
     assert code == 2 and "no CUDA GPU" in err
 
 
@@ -290,8 +309,15 @@ def kernel_choice(request, monkeypatch):
 def test_nan_or_inf_in_the_base_names_the_base(capsys, tmp_path, models, method, value, kernel_choice):
     base, agents = models
     bad_base = _with_value(base, tmp_path / "badbase", "model.layers.0.mlp.down_proj.weight", 3, value)
-    line = assert_refused(capsys, tmp_path, [base.parent, bad_base], [str(bad_base), *map(str, agents),
-                          "--method", method], "model.layers.0.mlp.down_proj.weight", "the base", "badbase")
+    line = assert_refused(
+        capsys,
+        tmp_path,
+        [base.parent, bad_base],
+        [str(bad_base), *map(str, agents), "--method", method],
+        "model.layers.0.mlp.down_proj.weight",
+        "the base",
+        "badbase",
+    )
     assert not any(a.name in line.replace("badbase", "") for a in agents), line
 
 
@@ -310,22 +336,36 @@ def test_merged_value_beyond_the_output_dtype_is_refused(capsys, tmp_path, model
     base, agents = models
     # a whole row of them, so that DARE's random drop cannot remove them all
     big = _with_value(agents[0], tmp_path / "big", "model.layers.1.self_attn.q_proj.weight", slice(0, 32), 1e6)
-    assert_refused(capsys, tmp_path, [base.parent, big], [str(base), str(big), *map(str, agents[1:]),
-                   "--method", method, "--out-dtype", "float16"], "model.layers.1.self_attn.q_proj.weight",
-                   method, "float16")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [base.parent, big],
+        [str(base), str(big), *map(str, agents[1:]), "--method", method, "--out-dtype", "float16"],
+        "model.layers.1.self_attn.q_proj.weight",
+        method,
+        "float16",
+    )
 
 
 def test_task_arithmetic_whose_sum_overflows_is_refused(capsys, tmp_path, models):
     base, agents = models
     name = "model.layers.0.self_attn.v_proj.weight"
     huge = [_with_value(a, tmp_path / f"huge-{a.name}", name, 11, 3e38) for a in agents]
-    assert_refused(capsys, tmp_path, [base.parent, *huge], [str(base), *map(str, huge), "--method",
-                   "task-arithmetic", "--scale", "10", "--out-dtype", "float32"], name, "task-arithmetic", "float32")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [base.parent, *huge],
+        [str(base), *map(str, huge), "--method", "task-arithmetic", "--scale", "10", "--out-dtype", "float32"],
+        name,
+        "task-arithmetic",
+        "float32",
+    )
 
 
 def test_merge_into_a_wider_dtype_still_passes_the_range_check(capsys, tmp_path, models):
     base, agents = models
     big = _with_value(agents[0], tmp_path / "big", "model.layers.1.self_attn.q_proj.weight", 7, 1e6)
-    code, _, err = run_cli(capsys, "merge", str(base), str(big), *map(str, agents[1:]), "--method", "ram",
-                           "--out", str(tmp_path / "out"))
+    code, _, err = run_cli(
+        capsys, "merge", str(base), str(big), *map(str, agents[1:]), "--method", "ram", "--out", str(tmp_path / "out")
+    )
     assert code == 0, err

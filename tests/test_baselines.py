@@ -40,13 +40,30 @@ def _order(base_dir, agent_dirs) -> list[str]:
     return [j.name for j in make_plan(base, agents).jobs]
 
 
-def _check_against_reference(tmp_path, base_dir, agent_dirs, method, params, out_dtype="float32",
-                             torch_dtype=torch.float32, chunk_elements=1 << 22):
+def _check_against_reference(
+    tmp_path,
+    base_dir,
+    agent_dirs,
+    method,
+    params,
+    out_dtype="float32",
+    torch_dtype=torch.float32,
+    chunk_elements=1 << 22,
+):
     out = tmp_path / f"out-{method}-{len(list(tmp_path.iterdir()))}"
-    result = merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, params, out_dtype=out_dtype), options=RunOptions(chunk_elements=chunk_elements))
+    result = merge(
+        MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, params, out_dtype=out_dtype),
+        options=RunOptions(chunk_elements=chunk_elements),
+    )
     full = get_method(method).resolve(params)
-    want = ref.baseline_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs],
-                              _order(base_dir, agent_dirs), method, full, torch_dtype)
+    want = ref.baseline_model(
+        ref.load_model(base_dir),
+        [ref.load_model(a) for a in agent_dirs],
+        _order(base_dir, agent_dirs),
+        method,
+        full,
+        torch_dtype,
+    )
     got = ref.load_model(out)
     assert got.keys() == want.keys()
     for name in want:
@@ -87,18 +104,21 @@ def test_baseline_rounds_once_to_bf16(models, tmp_path, method, params):
 def test_baseline_float64_inputs(tmp_path, method):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.float64)
     params = {"ties_scope": "model"} if method == "ties" else {}
-    _check_against_reference(tmp_path, base_dir, agent_dirs, method, params, out_dtype="base",
-                             torch_dtype=torch.float64)
+    _check_against_reference(
+        tmp_path, base_dir, agent_dirs, method, params, out_dtype="base", torch_dtype=torch.float64
+    )
 
 
-@pytest.mark.parametrize("method,params", [("ties", {"ties_scope": "tensor"}), ("ties", {"ties_scope": "model"}),
-                                           ("dare-ties", {"seed": 3})])
+@pytest.mark.parametrize(
+    "method,params", [("ties", {"ties_scope": "tensor"}), ("ties", {"ties_scope": "model"}), ("dare-ties", {"seed": 3})]
+)
 def test_small_chunks_match_reference(models, tmp_path, method, params):
     """Seven-element chunks split every tensor (and the runs of tied magnitudes) across many chunks."""
     _check_against_reference(tmp_path, *models, method, params, chunk_elements=7)
 
 
 # --- TIES trim counts ----------------------------------------------------------------------------
+
 
 def _trim_masks(base_dir, agent_dirs, density, scope, chunk_elements=1 << 22):
     """Run the TIES collector passes and the trim through the engine's chunking; masks per tensor."""
@@ -165,7 +185,7 @@ def test_ties_cut_on_all_equal_magnitudes_takes_earliest():
     job = SimpleNamespace(numel=n, compute_name="float32", mergeable=True)
     plan = SimpleNamespace(n_agents=2, jobs=[job])
     taus = torch.stack([torch.full((n,), 0.25), torch.where(torch.arange(n) % 2 == 0, 0.25, -0.25)])
-    chunks = [Chunk(0, "w", s, torch.zeros(10), taus[:, s:s + 10].clone(), EPS) for s in range(0, n, 10)]
+    chunks = [Chunk(0, "w", s, torch.zeros(10), taus[:, s : s + 10].clone(), EPS) for s in range(0, n, 10)]
     for scope in ("tensor", "model"):
         collector = TrimCollector(0.29, scope, plan)
         while True:
@@ -181,8 +201,10 @@ def test_ties_cut_on_all_equal_magnitudes_takes_earliest():
 
 # --- DARE ----------------------------------------------------------------------------------------
 
+
 def test_dare_generator_matches_plain_python():
     """The int64 torch hash equals lowbias32 written with Python's unbounded integers."""
+
     def mix(x):
         x ^= x >> 16
         x = (x * 0x7FEB352D) & 0xFFFFFFFF
@@ -236,13 +258,17 @@ def test_dare_same_seed_same_bytes_across_chunk_sizes(models, tmp_path, method):
     outputs = []
     for i, (chunk, seed) in enumerate([(7, 3), (1 << 22, 3), (1000, 3), (1 << 22, 4)]):
         out = tmp_path / f"out{i}"
-        merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, {"seed": seed, "drop": 0.5}), options=RunOptions(chunk_elements=chunk, use_cache=False))
+        merge(
+            MergeSpec.build(*_dirs(base_dir, agent_dirs), out, method, {"seed": seed, "drop": 0.5}),
+            options=RunOptions(chunk_elements=chunk, use_cache=False),
+        )
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[3] != outputs[1]
 
 
 # --- schema and command line ----------------------------------------------------------------------
+
 
 def test_schemas_and_defaults():
     assert get_method("average").resolve({}) == {}
@@ -265,21 +291,34 @@ def test_merge_help_lists_baseline_flags():
 
 
 def test_merge_help_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "merge", "--help"], capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "merge", "--help"], capture_output=True, text=True, check=True
+    )
     assert "--ties-scope" in proc.stdout and "--drop" in proc.stdout and "dare-ties" in proc.stdout
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--method", "ties", "--density", "1.5"], "--density must be at most 1.0"),
-    (["--method", "dare-ta", "--drop", "1.0"], "--drop must be at most 0.99"),
-    (["--method", "ties", "--ties-scope", "layer"], "invalid choice"),
-    (["--method", "average", "--scale", "0.5"], "method average takes no parameter scale"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--method", "ties", "--density", "1.5"], "--density must be at most 1.0"),
+        (["--method", "dare-ta", "--drop", "1.0"], "--drop must be at most 0.99"),
+        (["--method", "ties", "--ties-scope", "layer"], "invalid choice"),
+        (["--method", "average", "--scale", "0.5"], "method average takes no parameter scale"),
+    ],
+)
 def test_bad_parameter_is_one_error_line(models, tmp_path, capsys, args, needle):
     base_dir, agent_dirs = models
-    code = main(["-q", "merge", *_dirs(base_dir, agent_dirs)[:1], *_dirs(base_dir, agent_dirs)[1],
-                 "--out", str(tmp_path / "out"), *args])
+    code = main(
+        [
+            "-q",
+            "merge",
+            *_dirs(base_dir, agent_dirs)[:1],
+            *_dirs(base_dir, agent_dirs)[1],
+            "--out",
+            str(tmp_path / "out"),
+            *args,
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
@@ -287,6 +326,7 @@ def test_bad_parameter_is_one_error_line(models, tmp_path, capsys, args, needle)
 
 
 # --- mergekit ------------------------------------------------------------------------------------
+
 
 def _mergekit() -> str | None:
     exe = os.environ.get("RAM_MERGEKIT") or "/work/mergekit-venv/bin/mergekit-yaml"
@@ -307,10 +347,20 @@ def test_task_arithmetic_equals_mergekit(models, tmp_path, out_dtype):
     config = tmp_path / "mergekit.yaml"
     config.write_text("\n".join(lines) + "\n")
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([_mergekit(), str(config), str(tmp_path / "mk")], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)
+    proc = subprocess.run(
+        [_mergekit(), str(config), str(tmp_path / "mk")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    merge(MergeSpec.build(*_dirs(base_dir, agent_dirs), tmp_path / "ours", "task-arithmetic", {"scale": scale}, out_dtype=out_dtype))
+    merge(
+        MergeSpec.build(
+            *_dirs(base_dir, agent_dirs), tmp_path / "ours", "task-arithmetic", {"scale": scale}, out_dtype=out_dtype
+        )
+    )
     ours, theirs = ref.load_model(tmp_path / "ours"), ref.load_model(tmp_path / "mk")
     assert ours.keys() == theirs.keys()
     for name in ours:
@@ -339,6 +389,9 @@ def test_thread_safe_baselines_do_not_depend_on_threads(models, tmp_path, monkey
     for i, (threads, chunk) in enumerate([("1", 1 << 22), ("3", 1000), ("2", 7)]):
         monkeypatch.setenv("RAM_DESKTOP_THREADS", threads)
         out = tmp_path / f"out{i}"
-        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method, params={}, device="cpu"), options=RunOptions(chunk_elements=chunk))
+        merge(
+            MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method, params={}, device="cpu"),
+            options=RunOptions(chunk_elements=chunk),
+        )
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]

@@ -84,8 +84,11 @@ def test_an_altered_fisher_cache_is_estimated_again(tmp_path):
         shutil.copytree(base, folder)
         tensors = load_file(str(folder / "model.safetensors"))
         g = torch.Generator().manual_seed(10 + t)
-        save_file({n: v + 0.01 * torch.randn(v.shape, generator=g) for n, v in tensors.items()},
-                  str(folder / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {n: v + 0.01 * torch.randn(v.shape, generator=g) for n, v in tensors.items()},
+            str(folder / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
         agents.append(str(folder))
     suites = []
     for s, prompts in enumerate((["What is 2 + 3?", "Say hello"], ["def add(a, b):", "Remember 42"])):
@@ -94,8 +97,19 @@ def test_an_altered_fisher_cache_is_estimated_again(tmp_path):
         (folder / "data.jsonl").write_text("".join(json.dumps({"prompt": p, "answer": "x"}) + "\n" for p in prompts))
         (folder / "suite.yaml").write_text("name: calib\nmax_new_tokens: 4\nchat_template: false\n")
         suites.append(str(folder))
-    argv = ["merge", str(base), *agents, "--method", "fisher", "--device", "cpu", "--suite", ",".join(suites),
-            "--examples", "2"]
+    argv = [
+        "merge",
+        str(base),
+        *agents,
+        "--method",
+        "fisher",
+        "--device",
+        "cpu",
+        "--suite",
+        ",".join(suites),
+        "--examples",
+        "2",
+    ]
     done = cli(tmp_path, *argv, "--out", str(tmp_path / "m1"), timeout=600)
     assert done.returncode == 0, done.stderr
     clean = (tmp_path / "m1" / "model.safetensors").read_bytes()

@@ -18,16 +18,25 @@ from ram_desktop.core.engine import chunks
 
 from .conftest import tree_snapshot
 
-VARIANTS = ["ram-plus:r=0.2,alpha=1.0", "ties:density=0.3,ties_scope=model,name=ties-model", "dare-ties:drop=0.4,seed=9"]
-SEPARATE = [["--method", "ram-plus", "--r", "0.2", "--alpha", "1.0"],
-            ["--method", "ties", "--density", "0.3", "--ties-scope", "model"],
-            ["--method", "dare-ties", "--drop", "0.4", "--seed", "9"]]
+VARIANTS = [
+    "ram-plus:r=0.2,alpha=1.0",
+    "ties:density=0.3,ties_scope=model,name=ties-model",
+    "dare-ties:drop=0.4,seed=9",
+]
+SEPARATE = [
+    ["--method", "ram-plus", "--r", "0.2", "--alpha", "1.0"],
+    ["--method", "ties", "--density", "0.3", "--ties-scope", "model"],
+    ["--method", "dare-ties", "--drop", "0.4", "--seed", "9"],
+]
 FOLDERS = ["ram-plus_r=0.2_alpha=1.0", "ties-model", "dare-ties_drop=0.4_seed=9"]
 
 
 def weights(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
-            if p.name.endswith(".safetensors") or p.name.endswith(".index.json")}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.name.endswith(".safetensors") or p.name.endswith(".index.json")
+    }
 
 
 def count_reads(monkeypatch) -> dict[str, int]:
@@ -49,8 +58,18 @@ def test_three_variants_equal_three_merges_and_read_the_inputs_once(tmp_path, sh
     inputs = [base, *agents]
     before = tree_snapshot(*inputs)
     counter = count_reads(monkeypatch)
-    argv = ["-q", "compare", str(base), *map(str, agents), "--out", str(tmp_path / "cmp"), "--out-dtype", "float32",
-            "--shard-size", "30KB"]
+    argv = [
+        "-q",
+        "compare",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(tmp_path / "cmp"),
+        "--out-dtype",
+        "float32",
+        "--shard-size",
+        "30KB",
+    ]
     for v in VARIANTS:
         argv += ["--variant", v]
     assert main(argv) == 0, capsys.readouterr().err
@@ -62,15 +81,32 @@ def test_three_variants_equal_three_merges_and_read_the_inputs_once(tmp_path, sh
     for flags, folder in zip(SEPARATE, FOLDERS):
         counter["bytes"] = 0
         out = tmp_path / "separate" / folder
-        assert main(["-q", "merge", str(base), *map(str, agents), "--out", str(out), "--out-dtype", "float32",
-                     "--shard-size", "30KB", *flags]) == 0
+        assert (
+            main(
+                [
+                    "-q",
+                    "merge",
+                    str(base),
+                    *map(str, agents),
+                    "--out",
+                    str(out),
+                    "--out-dtype",
+                    "float32",
+                    "--shard-size",
+                    "30KB",
+                    *flags,
+                ]
+            )
+            == 0
+        )
         separate_reads += counter["bytes"]
         assert weights(tmp_path / "cmp" / folder) == weights(out)
         assert len(weights(out)) > 2
         for name in ("config.json", "README.md", "ram-recipe.yaml", "merge-report.json"):
             assert (tmp_path / "cmp" / folder / name).is_file()
-    data_bytes = input_bytes - sum(8 + int.from_bytes(f.read_bytes()[:8], "little")
-                                   for d in inputs for f in d.glob("*.safetensors"))  # headers are not tensor data
+    data_bytes = input_bytes - sum(
+        8 + int.from_bytes(f.read_bytes()[:8], "little") for d in inputs for f in d.glob("*.safetensors")
+    )  # headers are not tensor data
     # the merge pass reads everything once for all variants (the statistics passes are shared too)
     assert compare_reads < separate_reads
     passes = compare_reads / data_bytes
@@ -97,14 +133,17 @@ def test_a_compare_of_merge_only_variants_reads_the_data_once(tmp_path, models, 
     assert counter["bytes"] == tensor_bytes  # four variants, one read of every input byte
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--variant", "nope"], "unknown method"),
-    (["--variant", "ram-plus:r"], "is not key=value"),
-    (["--variant", "ram-plus:q=1"], "takes no parameter q"),
-    (["--variant", "ram-plus:r=abc"], "--r must be a float"),
-    (["--variant", "ram", "--variant", "ram"], "two variants are named 'ram'"),
-    (["--variant", "ram", "--suite", "/nowhere/suite.jsonl"], "/nowhere/suite.jsonl"),
-])
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--variant", "nope"], "unknown method"),
+        (["--variant", "ram-plus:r"], "is not key=value"),
+        (["--variant", "ram-plus:q=1"], "takes no parameter q"),
+        (["--variant", "ram-plus:r=abc"], "--r must be a float"),
+        (["--variant", "ram", "--variant", "ram"], "two variants are named 'ram'"),
+        (["--variant", "ram", "--suite", "/nowhere/suite.jsonl"], "/nowhere/suite.jsonl"),
+    ],
+)
 def test_bad_variants_and_suites_are_refused_before_anything_is_written(tmp_path, models, capsys, argv, fragment):
     base, agents = models
     code = main(["-q", "compare", str(base), *map(str, agents), "--out", str(tmp_path / "cmp"), *argv])
@@ -139,26 +178,71 @@ def _tiny_agents(folder: Path) -> tuple[Path, list[Path]]:
 def test_compare_with_suites_scores_like_a_separate_eval(tmp_path, capsys):
     base, agents = _tiny_agents(tmp_path / "in")
     suite = tmp_path / "suite.jsonl"
-    suite.write_text("".join(json.dumps({"prompt": p, "answer": a}) + "\n" for p, a in
-                             [("What is 2 + 3?", "5"), ("Say hello", "hello"), ("def add(a, b):", "return"),
-                              ("Remember the number 42", "42")]))
+    suite.write_text(
+        "".join(
+            json.dumps({"prompt": p, "answer": a}) + "\n"
+            for p, a in [
+                ("What is 2 + 3?", "5"),
+                ("Say hello", "hello"),
+                ("def add(a, b):", "return"),
+                ("Remember the number 42", "42"),
+            ]
+        )
+    )
     (tmp_path / "suite.yaml").write_text("name: toy\nscorer: contains\nmax_new_tokens: 6\n")
     (tmp_path / "two").mkdir()
     second = tmp_path / "two" / "data.jsonl"
     second.write_text(json.dumps({"prompt": "What is 2 + 3?", "answer": "5"}) + "\n")
     (tmp_path / "two" / "suite.yaml").write_text("name: two\nscorer: contains\nmax_new_tokens: 4\n")
     out = tmp_path / "cmp"
-    code = main(["-q", "compare", str(base), *map(str, agents), "--out", str(out), "--variant", "ram",
-                 "--variant", "task-arithmetic:scale=1.0,name=ta", "--suite", str(suite), str(tmp_path / "two"),
-                 "--device", "cpu", "--out-dtype", "float32"])  # --suite A B
+    code = main(
+        [
+            "-q",
+            "compare",
+            str(base),
+            *map(str, agents),
+            "--out",
+            str(out),
+            "--variant",
+            "ram",
+            "--variant",
+            "task-arithmetic:scale=1.0,name=ta",
+            "--suite",
+            str(suite),
+            str(tmp_path / "two"),
+            "--device",
+            "cpu",
+            "--out-dtype",
+            "float32",
+        ]
+    )  # --suite A B
     assert code == 0, capsys.readouterr().err
     data = json.loads((out / "compare.json").read_text())
     assert data["format"] == "ram-eval/2"
     assert [m["name"] for m in data["models"]] == ["base", "left", "right", "ram", "ta"]
     assert [s["name"] for s in data["suites"]] == ["toy", "two"]
     separate = tmp_path / "eval.json"
-    assert main(["-q", "eval", str(base), *map(str, agents), str(out / "ram"), str(out / "ta"), "--suite", str(suite),
-                 "--suite", str(tmp_path / "two"), "--json", str(separate), "--device", "cpu"]) == 0  # --suite A --suite B
+    assert (
+        main(
+            [
+                "-q",
+                "eval",
+                str(base),
+                *map(str, agents),
+                str(out / "ram"),
+                str(out / "ta"),
+                "--suite",
+                str(suite),
+                "--suite",
+                str(tmp_path / "two"),
+                "--json",
+                str(separate),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )  # --suite A --suite B
     alone = json.loads(separate.read_text())
     for key in ("scores", "per_example", "intervals", "differences", "at_floor", "suites"):
         assert alone[key] == data[key], key

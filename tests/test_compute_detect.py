@@ -48,12 +48,15 @@ def test_no_nvidia_smi_means_no_gpu_and_no_note(fake_path):
     assert found.kind in ("cpu", "mps") and found.nvidia == () and found.notes == ()
 
 
-@pytest.mark.parametrize("code,text,expect", [
-    (9, rec.NO_DRIVER, "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate"),
-    (18, rec.MISMATCH, "nvidia-smi failed (exit 18): Failed to initialize NVML: Driver/library version mismatch"),
-    (0, rec.GARBAGE, "nvidia-smi printed something unexpected"),
-    (0, "", "nvidia-smi listed no GPU"),
-])
+@pytest.mark.parametrize(
+    "code,text,expect",
+    [
+        (9, rec.NO_DRIVER, "nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate"),
+        (18, rec.MISMATCH, "nvidia-smi failed (exit 18): Failed to initialize NVML: Driver/library version mismatch"),
+        (0, rec.GARBAGE, "nvidia-smi printed something unexpected"),
+        (0, "", "nvidia-smi listed no GPU"),
+    ],
+)
 def test_a_broken_nvidia_smi_gives_no_gpu_and_says_why(fake_path, code, text, expect):
     rec.fake_program(fake_path, "nvidia-smi", {"query": (code, text), "plain": (code, text)})
     gpus, driver, cuda, notes = detect.detect_nvidia()
@@ -86,6 +89,7 @@ def test_a_broken_rocminfo_says_why(fake_path):
 
 # --- the plan ---------------------------------------------------------------------------------------
 
+
 def linux(**kw) -> Detection:
     return Detection("linux", "x86_64", "3.11", **kw)
 
@@ -99,15 +103,23 @@ def locks(tmp_path):
     folder = tmp_path / "locks"
     folder.mkdir()
     (folder / "cuda13-linux-x86_64-py3.11.txt").write_text("torch==2.13.0 \\\n    --hash=sha256:" + "0" * 64 + "\n")
-    (folder / "cuda13-linux-x86_64-py3.11.json").write_text(json.dumps(
-        {"packages": [{"name": "torch", "version": "2.13.0", "bytes": 900_000_000},
-                      {"name": "triton", "version": "3.7.1", "bytes": 200_000_000}]}))
+    (folder / "cuda13-linux-x86_64-py3.11.json").write_text(
+        json.dumps(
+            {
+                "packages": [
+                    {"name": "torch", "version": "2.13.0", "bytes": 900_000_000},
+                    {"name": "triton", "version": "3.7.1", "bytes": 200_000_000},
+                ]
+            }
+        )
+    )
     return folder
 
 
 def test_driver_580_gets_pypis_cuda13_build(locks, tmp_path):
-    plan = builds.choose(linux(nvidia=H100, driver="580.159.04", cuda="13.0"), "auto", locks=locks,
-                         runtimes=tmp_path / "rt")
+    plan = builds.choose(
+        linux(nvidia=H100, driver="580.159.04", cuda="13.0"), "auto", locks=locks, runtimes=tmp_path / "rt"
+    )
     assert (plan.action, plan.variant, plan.build.key) == ("install", "cuda", "cuda13")
     assert plan.index == "https://pypi.org/simple" and plan.lock == locks / "cuda13-linux-x86_64-py3.11.txt"
     assert plan.download_bytes == 1_100_000_000 and [p.name for p in plan.packages] == ["torch", "triton"]
@@ -175,10 +187,21 @@ def test_the_committed_locks_are_hash_locked_and_sized():
 
 def _face(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "XDG_"))}
-    env.update(PATH=path, XDG_DATA_HOME=str(tmp_path / "data"), XDG_CACHE_HOME=str(tmp_path / "cache"),
-               ROCM_PATH=str(tmp_path / "no-rocm"))
-    return subprocess.run([sys.executable, "-m", "ram_desktop", *args], check=False, capture_output=True, text=True,
-                          env=env, timeout=120, cwd=tmp_path)
+    env.update(
+        PATH=path,
+        XDG_DATA_HOME=str(tmp_path / "data"),
+        XDG_CACHE_HOME=str(tmp_path / "cache"),
+        ROCM_PATH=str(tmp_path / "no-rocm"),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "ram_desktop", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path,
+    )
 
 
 def test_dry_run_prints_detection_and_plan_and_exits_0(tmp_path):

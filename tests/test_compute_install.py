@@ -26,30 +26,45 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory):
     base = tmp_path_factory.mktemp("wheelhouses")
-    return {"cpu": build_wheel(base / "cpu"),
-            "cuda-old-driver": build_wheel(base / "cuda", cuda="13.0",
-                                           warn="CUDA initialization: The NVIDIA driver on your system is too old "
-                                                "(found version 12020)."),
-            "broken": build_wheel(base / "broken", broken=True)}
+    return {
+        "cpu": build_wheel(base / "cpu"),
+        "cuda-old-driver": build_wheel(
+            base / "cuda",
+            cuda="13.0",
+            warn="CUDA initialization: The NVIDIA driver on your system is too old (found version 12020).",
+        ),
+        "broken": build_wheel(base / "broken", broken=True),
+    }
 
 
 def face(home: Path, *args: str, prelude: str | None = None) -> subprocess.CompletedProcess:
     """``python -m ram_desktop ARGS`` in a fresh process whose user folders live under ``home``; ``prelude``:
     Python run in that process first (to stand in for the machine, e.g. its free disk)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "XDG_", "UV_"))}
-    env.update(XDG_DATA_HOME=str(home / "data"), XDG_CACHE_HOME=str(home / "cache"), PATH=str(home / "no-bin"),
-               ROCM_PATH=str(home / "no-rocm"), RAM_DESKTOP_CACHE=str(home / "ram-cache"))
+    env.update(
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        PATH=str(home / "no-bin"),
+        ROCM_PATH=str(home / "no-rocm"),
+        RAM_DESKTOP_CACHE=str(home / "ram-cache"),
+    )
     command = [sys.executable, "-m", "ram_desktop", *args]
     if prelude is not None:
-        command = [sys.executable, "-c", prelude + "\nimport runpy\nrunpy.run_module('ram_desktop', run_name='__main__')",
-                   *args]
+        command = [
+            sys.executable,
+            "-c",
+            prelude + "\nimport runpy\nrunpy.run_module('ram_desktop', run_name='__main__')",
+            *args,
+        ]
     return subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=600, cwd=home)
 
 
 # the disk check comes before the download: a machine with less free disk than the CUDA build needs (7.2 GB)
 # would be refused for that instead of reaching the network, so these runs see a roomy disk
-ROOMY_DISK = ("import shutil, collections\n"
-              "shutil.disk_usage = lambda path: collections.namedtuple('U', 'total used free')(1 << 42, 0, 1 << 42)")
+ROOMY_DISK = (
+    "import shutil, collections\n"
+    "shutil.disk_usage = lambda path: collections.namedtuple('U', 'total used free')(1 << 42, 0, 1 << 42)"
+)
 
 
 def runtimes(home: Path) -> Path:
@@ -82,8 +97,9 @@ def merge_works(home: Path) -> None:
     """The app still merges (the demo, RAM+, on the CPU) — with whatever torch it started with."""
     assert face(home, "-q", "demo", str(home / "demo")).returncode == 0
     agents = [str(p) for p in sorted((home / "demo").iterdir()) if (p / "config.json").is_file() and p.name != "base"]
-    done = face(home, "-q", "merge", str(home / "demo" / "base"), *agents, "--out", str(home / "merged"),
-                "--device", "cpu")
+    done = face(
+        home, "-q", "merge", str(home / "demo" / "base"), *agents, "--out", str(home / "merged"), "--device", "cpu"
+    )
     assert done.returncode == 0, done.stderr
     assert (home / "merged" / "model.safetensors").is_file()
 
@@ -104,9 +120,15 @@ def test_install_from_local_wheels_offline_then_the_app_imports_it(tmp_path, whe
     assert info["torch"] == "2.13.0+fake" and info["torch file"] == str(folder / "site" / "torch")
     assert info["runtime folder"] == str(folder) and info["compute"] == "CPU" and info["note"] == ""
     # with RAM_DESKTOP_RUNTIME=off the bundled torch is used
-    env_off = subprocess.run([sys.executable, "-m", "ram_desktop", "--compute-info"], capture_output=True, text=True,
-                             check=False, timeout=300, cwd=tmp_path,
-                             env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), RAM_DESKTOP_RUNTIME="off"))
+    env_off = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "--compute-info"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        cwd=tmp_path,
+        env=dict(os.environ, XDG_DATA_HOME=str(tmp_path / "data"), RAM_DESKTOP_RUNTIME="off"),
+    )
     assert f"torch file: {bundled_torch_dir()}" in env_off.stdout
 
 
@@ -114,12 +136,16 @@ def test_a_gpu_build_whose_driver_cannot_run_it_installs_and_says_the_cpu_comput
     done = face(tmp_path, "--setup-compute", "cuda", "--offline", "--find-links", str(wheels["cuda-old-driver"]))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "check passed on the CPU" in done.stdout
-    assert ("note: torch (CUDA 13.0) found no usable GPU: CUDA initialization: The NVIDIA driver on your system is "
-            "too old (found version 12020).; merges run on the CPU until one is") in done.stdout
+    assert (
+        "note: torch (CUDA 13.0) found no usable GPU: CUDA initialization: The NVIDIA driver on your system is "
+        "too old (found version 12020).; merges run on the CPU until one is"
+    ) in done.stdout
     info = torch_in_use(tmp_path)
     assert info["CUDA (torch build)"] == "13.0"
-    assert info["compute"] == ("CPU (this torch found no usable GPU: CUDA initialization: The NVIDIA driver on "
-                               "your system is too old (found version 12020).)")
+    assert info["compute"] == (
+        "CPU (this torch found no usable GPU: CUDA initialization: The NVIDIA driver on "
+        "your system is too old (found version 12020).)"
+    )
 
 
 def test_a_torch_that_fails_its_check_is_never_used(tmp_path, wheels):
@@ -151,15 +177,19 @@ def test_a_damaged_or_half_written_runtime_folder_is_skipped_with_one_line(tmp_p
     lib.write_bytes(lib.read_bytes()[:1000])  # truncated, as by a full disk or a crash
     info = torch_in_use(tmp_path)
     assert info["torch file"] == bundled_torch_dir()
-    assert info["note"] == ("compute runtime not used (cpu-torch2.13.0 is damaged: torch/lib/libtorch_fake.so "
-                            "changed size); using the bundled CPU torch")
+    assert info["note"] == (
+        "compute runtime not used (cpu-torch2.13.0 is damaged: torch/lib/libtorch_fake.so "
+        "changed size); using the bundled CPU torch"
+    )
     merge_works(tmp_path)
     # a folder without its marker (an install killed before the end) is never used either
     (folder / "runtime.json").unlink()
     info = torch_in_use(tmp_path)
     assert info["torch file"] == bundled_torch_dir()
-    assert info["note"] == (f"compute runtime not used ({folder} has no runtime.json (a half-written install?)); "
-                            "using the bundled CPU torch")
+    assert info["note"] == (
+        f"compute runtime not used ({folder} has no runtime.json (a half-written install?)); "
+        "using the bundled CPU torch"
+    )
     # ram-merge says it on stderr (not with -q), and still merges
     done = face(tmp_path, "demo", str(tmp_path / "demo2"))
     assert done.returncode == 0 and "note: compute runtime not used (" in done.stderr
@@ -167,9 +197,14 @@ def test_a_damaged_or_half_written_runtime_folder_is_skipped_with_one_line(tmp_p
 
 # --- in-process: disk space, cancel, stale staging, removal ----------------------------------------
 
+
 def plan_for(tmp_path: Path, house: Path) -> builds.Plan:
-    return builds.choose(Detection("linux", "x86_64", f"{sys.version_info.major}.{sys.version_info.minor}"), "cpu",
-                         find_links=house, runtimes=tmp_path / "runtimes")
+    return builds.choose(
+        Detection("linux", "x86_64", f"{sys.version_info.major}.{sys.version_info.minor}"),
+        "cpu",
+        find_links=house,
+        runtimes=tmp_path / "runtimes",
+    )
 
 
 @pytest.fixture
@@ -222,17 +257,24 @@ def test_activation_puts_the_folder_first_and_a_finder_ahead_of_the_others(tmp_p
         sys.meta_path.insert(0, Bundled())
         from pathlib import Path
         from ram_desktop.core.compute import runtime
-        state = runtime.activate(Path({str(tmp_path / 'runtimes')!r}))
+        state = runtime.activate(Path({str(tmp_path / "runtimes")!r}))
         import torch
         print(state.folder, sys.path[-1], torch.__file__)
         """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
-                         env=dict(os.environ, RAM_DESKTOP_RUNTIME="")).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+        env=dict(os.environ, RAM_DESKTOP_RUNTIME=""),
+    ).stdout.split()
     assert out == [str(done.folder), str(done.folder / "site"), str(done.folder / "site" / "torch" / "__init__.py")]
 
 
-@pytest.mark.parametrize("platform,console", [("win32", "ram-merge.exe"), ("darwin", "ram-merge"),
-                                              ("linux", "ram-desktop")])
+@pytest.mark.parametrize(
+    "platform,console", [("win32", "ram-merge.exe"), ("darwin", "ram-merge"), ("linux", "ram-desktop")]
+)
 def test_the_frozen_app_gives_uv_and_the_check_its_console_executable(tmp_path, monkeypatch, platform, console):
     """Windows' and macOS' windowed ram-desktop has no stdout for uv's interpreter query or the check's answer."""
     exe = tmp_path / ("ram-desktop.exe" if platform == "win32" else "ram-desktop")
@@ -243,4 +285,9 @@ def test_the_frozen_app_gives_uv_and_the_check_its_console_executable(tmp_path, 
     monkeypatch.setattr(install.sys, "platform", platform)
     assert verify.console_executable() == str(tmp_path / console)
     assert verify.command(tmp_path / "rt", "cuda", ["torch", "nvidia"]) == [
-        str(tmp_path / console), "--verify-runtime", str(tmp_path / "rt"), "cuda", "torch,nvidia"]
+        str(tmp_path / console),
+        "--verify-runtime",
+        str(tmp_path / "rt"),
+        "cuda",
+        "torch,nvidia",
+    ]

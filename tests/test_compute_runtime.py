@@ -48,17 +48,31 @@ app.entry()
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "XDG_", "UV_"))}
-    env.update(XDG_DATA_HOME=str(home / "data"), XDG_CONFIG_HOME=str(home / "config"),
-               XDG_CACHE_HOME=str(home / "cache"), RAM_DESKTOP_CACHE=str(home / "ram-cache"),
-               PATH=str(home / "no-bin"), ROCM_PATH=str(home / "no-rocm"), QT_QPA_PLATFORM="offscreen",
-               RAM_DESKTOP_RUNTIME_CHECK_S=CHECK_S)
+    env.update(
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_CACHE_HOME=str(home / "cache"),
+        RAM_DESKTOP_CACHE=str(home / "ram-cache"),
+        PATH=str(home / "no-bin"),
+        ROCM_PATH=str(home / "no-rocm"),
+        QT_QPA_PLATFORM="offscreen",
+        RAM_DESKTOP_RUNTIME_CHECK_S=CHECK_S,
+    )
     env.update(extra)
     return env
 
 
 def run(home: Path, *command: str, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env_for(home, **extra),
-                          cwd=home, timeout=FACE_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, *command],
+        capture_output=True,
+        text=True,
+        env=env_for(home, **extra),
+        cwd=home,
+        timeout=FACE_TIMEOUT_S,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def runtimes(home: Path) -> Path:
@@ -85,17 +99,27 @@ TRUNCATED = torch_source()[: torch_source().index("def randint") + len("def rand
 
 # name: (torch's __init__.py or None for the working one, marker fields, what the folder becomes, the reason)
 DAMAGE = {
-    "import-error": ("raise ImportError('libtorch_cpu.so: cannot open shared object file')\n", {}, None,
-                     ("cpu-torch2.13.0's torch failed its check: ImportError: libtorch_cpu.so: cannot open shared "
-                     "object file")),
+    "import-error": (
+        "raise ImportError('libtorch_cpu.so: cannot open shared object file')\n",
+        {},
+        None,
+        ("cpu-torch2.13.0's torch failed its check: ImportError: libtorch_cpu.so: cannot open shared object file"),
+    ),
     "truncated-init": (TRUNCATED, {}, None, "cpu-torch2.13.0's torch failed its check: SyntaxError: "),
     "sys-exit": ("import sys\nsys.exit(3)\n", {}, None, "cpu-torch2.13.0's torch failed its check: SystemExit: 3"),
-    "hangs": ("import time\ntime.sleep(3600)\n", {}, None,
-              f"cpu-torch2.13.0's torch failed its check: it did not finish within {CHECK_S} s"),
-    "modules-a-number": (None, {"modules": 7}, None,
-                         "{marker} is damaged: 'modules' is not a list of module names"),
-    "modules-hold-a-list": (None, {"modules": [["torch"]]}, None,
-                            "{marker} is damaged: 'modules' is not a list of module names"),
+    "hangs": (
+        "import time\ntime.sleep(3600)\n",
+        {},
+        None,
+        f"cpu-torch2.13.0's torch failed its check: it did not finish within {CHECK_S} s",
+    ),
+    "modules-a-number": (None, {"modules": 7}, None, "{marker} is damaged: 'modules' is not a list of module names"),
+    "modules-hold-a-list": (
+        None,
+        {"modules": [["torch"]]},
+        None,
+        "{marker} is damaged: 'modules' is not a list of module names",
+    ),
     "marker-100k-deep": (None, {}, "deep", "{marker}: JSON nested too deeply"),
     "marker-a-fifo": (None, {}, "marker-fifo", "{marker}: is a named pipe (FIFO), not a file"),
     "active-a-fifo": (None, {}, "active-fifo", "{active}: is a named pipe (FIFO), not a file"),
@@ -139,8 +163,23 @@ def test_a_damaged_runtime_keeps_the_bundled_torch_in_every_face(tmp_path, model
     # a merge on the torch path (no fused kernels: it imports torch)
     base, agents = models
     out = tmp_path / "merged"
-    done = run(tmp_path, "-m", "ram_desktop", "merge", str(base), *map(str, agents), "--out", str(out),
-               "--method", "ties", "--density", "0.3", "--device", "cpu", RAM_DESKTOP_KERNELS="0")
+    done = run(
+        tmp_path,
+        "-m",
+        "ram_desktop",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--out",
+        str(out),
+        "--method",
+        "ties",
+        "--density",
+        "0.3",
+        "--device",
+        "cpu",
+        RAM_DESKTOP_KERNELS="0",
+    )
     assert done.returncode == 0 and "Traceback" not in done.stderr, f"exit {done.returncode}\n{done.stderr}"
     assert (out / "model.safetensors").is_file()
     notes = [ln for ln in done.stderr.splitlines() if ln.startswith("note: compute runtime not used")]
@@ -161,9 +200,11 @@ def imports(folder: Path) -> list[str]:
     return log.read_text().split() if log.is_file() else []
 
 
-COUNTING = ("import os as _os\n"
-            "with open(_os.path.join(_os.path.dirname(__file__), 'imports.log'), 'a') as _log:\n"
-            "    _log.write(f'{_os.getpid()}\\n')\n")
+COUNTING = (
+    "import os as _os\n"
+    "with open(_os.path.join(_os.path.dirname(__file__), 'imports.log'), 'a') as _log:\n"
+    "    _log.write(f'{_os.getpid()}\\n')\n"
+)
 
 
 def test_the_check_runs_once_per_content_of_the_folder(tmp_path):
@@ -192,8 +233,10 @@ def test_the_check_runs_once_per_content_of_the_folder(tmp_path):
     (folder / "check.json").write_text(json.dumps(verdict))
     info, note = compute_info(tmp_path)
     assert info["torch file"] == bundled_torch_dir()
-    assert note == ("compute runtime not used (cpu-torch2.13.0's torch failed its check: ImportError: broken after "
-                    "the check); using the bundled CPU torch")
+    assert note == (
+        "compute runtime not used (cpu-torch2.13.0's torch failed its check: ImportError: broken after "
+        "the check); using the bundled CPU torch"
+    )
     assert len(imports(folder)) == 6  # the check's child only
     # a failed verdict is kept too: the next start says the same without checking again
     assert compute_info(tmp_path)[1] == note
@@ -210,9 +253,15 @@ def test_a_check_json_that_is_a_fifo_is_ignored(tmp_path):
 def test_sigterm_during_the_install_check_ends_the_check_and_removes_the_staging_folder(tmp_path):
     pid_file = tmp_path / "check.pid"
     house = build_wheel(tmp_path / "slow", first=hanging(pid_file))
-    setup = subprocess.Popen([sys.executable, "-m", "ram_desktop", "--setup-compute", "cpu", "--offline",
-                              "--find-links", str(house)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env_for(tmp_path), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    setup = subprocess.Popen(
+        [sys.executable, "-m", "ram_desktop", "--setup-compute", "cpu", "--offline", "--find-links", str(house)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(tmp_path),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
     checker = None
     try:
         deadline = time.monotonic() + FACE_TIMEOUT_S
@@ -241,9 +290,15 @@ def test_sigterm_during_the_start_up_check_ends_the_check_too(tmp_path):
     with it (it runs in a process group of its own, which the default signal action would leave running)."""
     pid_file = tmp_path / "check.pid"
     runtime_folder(runtimes(tmp_path), torch_source(first=hanging(pid_file)))
-    start = subprocess.Popen([sys.executable, "-m", "ram_desktop", "--compute-info"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=env_for(tmp_path, RAM_DESKTOP_RUNTIME_CHECK_S="300"),
-                             cwd=tmp_path, stdin=subprocess.DEVNULL)
+    start = subprocess.Popen(
+        [sys.executable, "-m", "ram_desktop", "--compute-info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env_for(tmp_path, RAM_DESKTOP_RUNTIME_CHECK_S="300"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
     checker = None
     try:
         deadline = time.monotonic() + FACE_TIMEOUT_S

@@ -61,8 +61,10 @@ def test_demo_agents_are_sparse_bf16_updates_of_the_base(demo):
         updated[name] = {k: tensors[k] != base[k] for k in base}
     for name in AGENT_TASKS:
         density = sum(int(m.sum()) for m in updated[name].values()) / total
-        unique = sum(int((updated[name][k] & ~torch.stack([updated[o][k] for o in AGENT_TASKS if o != name]).any(0)).sum())
-                     for k in base)
+        unique = sum(
+            int((updated[name][k] & ~torch.stack([updated[o][k] for o in AGENT_TASKS if o != name]).any(0)).sum())
+            for k in base
+        )
         assert 0.005 < density < 0.6, (name, density)  # sparse, as RL checkpoints in bf16 are
         shares[name] = unique / (density * total)
     # the coder (MLP of layers 1-2) and memory (attention + MLP of layer 0) agents each have a region of
@@ -87,9 +89,14 @@ def _score(model_dir: Path, suite: Path, limit: int) -> float:
     prompts = [r["prompt"] for r in rows]
     batch = tokenizer(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
-        ids = model.generate(**batch, max_new_tokens=spec["max_new_tokens"], do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    completions = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+        ids = model.generate(
+            **batch,
+            max_new_tokens=spec["max_new_tokens"],
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    completions = tokenizer.batch_decode(ids[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     rewards = getattr(module, function)(prompts, completions, answer=[r["answer"] for r in rows])
     return sum(rewards) / len(rewards)
 
@@ -123,8 +130,9 @@ def test_merged_demo_loads_and_runs_in_transformers(demo, tmp_path):
     assert main(["-q", "merge", str(demo / "base"), *agents, "--out", str(out)]) == 0
     model = transformers.AutoModelForCausalLM.from_pretrained(str(out))
     merged = load_model(out)
-    assert torch.equal(model.state_dict()["model.layers.0.mlp.up_proj.weight"],
-                       merged["model.layers.0.mlp.up_proj.weight"])
+    assert torch.equal(
+        model.state_dict()["model.layers.0.mlp.up_proj.weight"], merged["model.layers.0.mlp.up_proj.weight"]
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
     ids = tokenizer("memory: a=12 b=34 ? b =", return_tensors="pt")
     with torch.no_grad():

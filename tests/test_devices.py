@@ -52,7 +52,9 @@ def test_rocm_on_a_cuda_build_and_cuda_without_a_gpu_name_the_build(monkeypatch)
     with pytest.raises(InputError, match=r"device rocm requested but torch .* \(a CUDA build\) is not a ROCm build"):
         devices.resolve_device("rocm")
     _build(monkeypatch, None, "12.4", 0)
-    with pytest.raises(InputError, match=r"device cuda:1 requested but no CUDA GPU is available to torch .*use --device"):
+    with pytest.raises(
+        InputError, match=r"device cuda:1 requested but no CUDA GPU is available to torch .*use --device"
+    ):
         devices.resolve_device("cuda:1")
 
 

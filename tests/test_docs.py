@@ -8,13 +8,47 @@ from pathlib import Path
 from ram_desktop.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-MERGE_ONLY = {"--method", "--r", "--alpha", "--scale", "--density", "--drop", "--seed", "--ties-scope",
-              "--fisher", "--fisher-suite", "--examples", "--out-dtype", "--shard-size", "--overwrite", "--eps",
-              "--names", "--device", "--vocab", "--out",
-              "--steps", "--lr",
-              "--weight", "--lambda", "--t", "--normalize", "--rescale", "--int8-mask", "--gamma", "--epsilon",
-              "--filter-wise", "--dtype", "--use-base", "--nuslerp-flatten", "--nuslerp-row-wise", "--normalize-weights",
-              "--norm-eps", "--max-iter", "--tol", "--select-topk"}  # what "[merge flags]" stands for in compare's line
+MERGE_ONLY = {
+    "--method",
+    "--r",
+    "--alpha",
+    "--scale",
+    "--density",
+    "--drop",
+    "--seed",
+    "--ties-scope",
+    "--fisher",
+    "--fisher-suite",
+    "--examples",
+    "--out-dtype",
+    "--shard-size",
+    "--overwrite",
+    "--eps",
+    "--names",
+    "--device",
+    "--vocab",
+    "--out",
+    "--steps",
+    "--lr",
+    "--weight",
+    "--lambda",
+    "--t",
+    "--normalize",
+    "--rescale",
+    "--int8-mask",
+    "--gamma",
+    "--epsilon",
+    "--filter-wise",
+    "--dtype",
+    "--use-base",
+    "--nuslerp-flatten",
+    "--nuslerp-row-wise",
+    "--normalize-weights",
+    "--norm-eps",
+    "--max-iter",
+    "--tol",
+    "--select-topk",
+}  # what "[merge flags]" stands for in compare's line
 
 
 def _synopsis() -> dict[str, set[str]]:
@@ -35,8 +69,10 @@ def _synopsis() -> dict[str, set[str]]:
 
 def _parser_flags() -> dict[str, set[str]]:
     sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
-    return {name: {o for a in p._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
-            for name, p in sub.choices.items()}
+    return {
+        name: {o for a in p._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+        for name, p in sub.choices.items()
+    }
 
 
 def test_readme_flags_match_the_parser():
@@ -58,20 +94,98 @@ def test_the_package_cites_documents_that_exist():
 
 
 # Where a dotted name in the docs is looked up: written from the package, from a room, or fully qualified.
-PREFIXES = ("", "ram_desktop.", "ram_desktop.core.", "ram_desktop.core.engine.", "ram_desktop.core.methods.",
-            "ram_desktop.core.storage.", "ram_desktop.core.storage.formats.", "ram_desktop.core.ecosystem.",
-            "ram_desktop.core.ecosystem.hub.", "ram_desktop.core.ecosystem.cards.", "ram_desktop.core.compute.",
-            "ram_desktop.evaluate.", "ram_desktop.gui.", "ram_desktop.gui.analysis.", "ram_desktop.gui.method.",
-            "ram_desktop.gui.evaluate.", "ram_desktop.gui.sources.", "ram_desktop.gui.run.",
-            "ram_desktop.gui.compute.", "ram_desktop.gui.widgets.", "ram_desktop.gui.harness.")
+PREFIXES = (
+    "",
+    "ram_desktop.",
+    "ram_desktop.core.",
+    "ram_desktop.core.engine.",
+    "ram_desktop.core.methods.",
+    "ram_desktop.core.storage.",
+    "ram_desktop.core.storage.formats.",
+    "ram_desktop.core.ecosystem.",
+    "ram_desktop.core.ecosystem.hub.",
+    "ram_desktop.core.ecosystem.cards.",
+    "ram_desktop.core.compute.",
+    "ram_desktop.evaluate.",
+    "ram_desktop.gui.",
+    "ram_desktop.gui.analysis.",
+    "ram_desktop.gui.method.",
+    "ram_desktop.gui.evaluate.",
+    "ram_desktop.gui.sources.",
+    "ram_desktop.gui.run.",
+    "ram_desktop.gui.compute.",
+    "ram_desktop.gui.widgets.",
+    "ram_desktop.gui.harness.",
+)
 # file names and other dotted words that are not code: a last part that is an extension
-EXTENSIONS = {"json", "yaml", "yml", "md", "py", "safetensors", "bin", "png", "csv", "txt", "db", "jsonl", "toml",
-              "spec", "sh", "gguf", "html", "desktop", "deb", "pt", "gz", "partial", "lock", "index", "pth", "svg",
-              "log", "ini", "cfg", "exe", "app", "dmg", "so", "whl", "zip", "jinja", "model"}
+EXTENSIONS = {
+    "json",
+    "yaml",
+    "yml",
+    "md",
+    "py",
+    "safetensors",
+    "bin",
+    "png",
+    "csv",
+    "txt",
+    "db",
+    "jsonl",
+    "toml",
+    "spec",
+    "sh",
+    "gguf",
+    "html",
+    "desktop",
+    "deb",
+    "pt",
+    "gz",
+    "partial",
+    "lock",
+    "index",
+    "pth",
+    "svg",
+    "log",
+    "ini",
+    "cfg",
+    "exe",
+    "app",
+    "dmg",
+    "so",
+    "whl",
+    "zip",
+    "jinja",
+    "model",
+}
 # third-party modules a doc may name; resolved by importing them when installed
-THIRD_PARTY = {"torch", "transformers", "huggingface_hub", "safetensors", "numpy", "numba", "pyqtgraph", "PySide6",
-               "yaml", "optuna", "ray", "lm_eval", "peft", "trl", "multiprocessing", "concurrent", "os", "sys",
-               "subprocess", "json", "hashlib", "signal", "importlib", "pathlib", "tokenizers", "datasets"}
+THIRD_PARTY = {
+    "torch",
+    "transformers",
+    "huggingface_hub",
+    "safetensors",
+    "numpy",
+    "numba",
+    "pyqtgraph",
+    "PySide6",
+    "yaml",
+    "optuna",
+    "ray",
+    "lm_eval",
+    "peft",
+    "trl",
+    "multiprocessing",
+    "concurrent",
+    "os",
+    "sys",
+    "subprocess",
+    "json",
+    "hashlib",
+    "signal",
+    "importlib",
+    "pathlib",
+    "tokenizers",
+    "datasets",
+}
 
 
 def _symbols() -> dict[str, list[object]]:
@@ -101,7 +215,11 @@ def _walk(obj: object, attrs: list[str]) -> bool:
             obj = typing.get_type_hints(obj.fget).get("return", object)
         if hasattr(obj, attr):
             obj = getattr(obj, attr)
-        elif isinstance(obj, type) and dataclasses.is_dataclass(obj) and attr in {f.name for f in dataclasses.fields(obj)}:
+        elif (
+            isinstance(obj, type)
+            and dataclasses.is_dataclass(obj)
+            and attr in {f.name for f in dataclasses.fields(obj)}
+        ):
             hint = typing.get_type_hints(obj).get(attr)
             obj = hint if isinstance(hint, type) else typing.get_args(hint)[0] if typing.get_args(hint) else object
         else:
@@ -134,8 +252,11 @@ def _resolves(name: str, symbols: dict[str, list[object]]) -> bool:
             break
     if any(_walk(obj, parts[1:]) for obj in symbols.get(parts[0], [])):
         return True
-    return any(_walk(getattr(importlib.import_module(m), parts[0], None), parts[1:])
-               for m in LIBRARY_NAMESPACES if hasattr(importlib.import_module(m), parts[0]))
+    return any(
+        _walk(getattr(importlib.import_module(m), parts[0], None), parts[1:])
+        for m in LIBRARY_NAMESPACES
+        if hasattr(importlib.import_module(m), parts[0])
+    )
 
 
 def _dotted_names(text: str) -> set[str]:

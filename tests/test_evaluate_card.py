@@ -15,10 +15,18 @@ REWARDS = [[[1.0, 0.0, 0.0, 0.0], [1.0, 0.0]], [[1.0, 1.0, 1.0, 0.0], [1.0, 1.0]
 
 def result(merged, plain) -> EvalResult:
     floors = [Floor("", 0.0, (0.0,) * 4), Floor("yes", 0.5, (1.0, 0.0))]
-    return EvalResult([ModelRef("base", str(plain)), ModelRef("merged", str(merged))],
-                      [SuiteSummary("code", "/s/code", 4, "exact", floors[0]),
-                       SuiteSummary("tool", "/s/tool", 2, "contains", floors[1])],
-                      [[0.25, 0.5], [0.75, 1.0]], 2.0, "cpu", {"torch": "x"}, rewards=REWARDS)
+    return EvalResult(
+        [ModelRef("base", str(plain)), ModelRef("merged", str(merged))],
+        [
+            SuiteSummary("code", "/s/code", 4, "exact", floors[0]),
+            SuiteSummary("tool", "/s/tool", 2, "contains", floors[1]),
+        ],
+        [[0.25, 0.5], [0.75, 1.0]],
+        2.0,
+        "cpu",
+        {"torch": "x"},
+        rewards=REWARDS,
+    )
 
 
 def interval(values) -> str:
@@ -41,13 +49,17 @@ def test_only_merged_folders_get_the_section_and_eval_json(tmp_path):
     assert data["per_example"] == REWARDS
     assert [s["floor"] for s in data["suites"]] == [{"answer": "", "score": 0.0}, {"answer": "yes", "score": 0.5}]
     card = (merged / "README.md").read_text()
-    assert card.startswith("# Merged with RAM Desktop\n\n## Agents\n\na, b\n\n## Reproduce\n\nrun it\n\n## Evaluation\n")
+    assert card.startswith(
+        "# Merged with RAM Desktop\n\n## Agents\n\na, b\n\n## Reproduce\n\nrun it\n\n## Evaluation\n"
+    )
     assert "| model | code (4) | tool (2) | mean |" in card
     # ≈ where a model is not ahead of the floor by more than 2 SE: base on code (+0.25, SE 0.25) and on tool
     # (the floor's own rewards), merged on tool (+0.5, SE 0.5); merged on code is (+0.75, SE 0.25)
     assert f"| base | 0.250 {interval(REWARDS[0][0])} ≈ | 0.500 {interval(REWARDS[0][1])} ≈ | 0.375 |" in card
-    assert (f"| **merged** | **0.750 {interval(REWARDS[1][0])}** | **1.000 {interval(REWARDS[1][1])} ≈** | **0.875** |"
-            in card)
+    assert (
+        f"| **merged** | **0.750 {interval(REWARDS[1][0])}** | **1.000 {interval(REWARDS[1][1])} ≈** | **0.875** |"
+        in card
+    )
     assert '| floor: best constant answer | 0.000 (`""`) | 0.500 (`"yes"`) | |' in card
     assert "code: `exact`, tool: `contains`" in card
     assert "- code: tied: merged, base (merged − base = +0.500, SE 0.289)" in card  # SD(0,1,1,0) / 2

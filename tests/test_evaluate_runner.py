@@ -23,8 +23,15 @@ from ram_desktop.evaluate import evaluate, load_suite, model_refs, runner
 from .hubcache import populate, sha_of
 from .tinylm import build_tokenizer, write_tiny_lm
 
-PROMPTS = ["What is 2 + 3?", "Say hello to the world", "Remember the number 42 and repeat it. Now what was it?",
-           "x", "def add(a, b):", "tool call: search(query='weather')", "Question: how many legs does a cat have?"]
+PROMPTS = [
+    "What is 2 + 3?",
+    "Say hello to the world",
+    "Remember the number 42 and repeat it. Now what was it?",
+    "x",
+    "def add(a, b):",
+    "tool call: search(query='weather')",
+    "Question: how many legs does a cat have?",
+]
 SYSTEM = "You are terse."
 
 
@@ -32,8 +39,9 @@ SYSTEM = "You are terse."
 def lms(tmp_path_factory) -> tuple[Path, Path]:
     """(a tiny Qwen2 with a chat template, another without one)."""
     root = tmp_path_factory.mktemp("lms")
-    return write_tiny_lm(root / "chat", chat_template=True, seed=0), write_tiny_lm(root / "plain", chat_template=False,
-                                                                                    seed=1)
+    return write_tiny_lm(root / "chat", chat_template=True, seed=0), write_tiny_lm(
+        root / "plain", chat_template=False, seed=1
+    )
 
 
 @functools.cache
@@ -88,8 +96,16 @@ def test_saved_tokenizer_encodes_like_the_built_one(lms):
     for folder in lms:
         loaded = transformers.AutoTokenizer.from_pretrained(folder)
         assert loaded.get_vocab() == built.get_vocab()
-        for text in [*PROMPTS, "The answer is 5.", "12345 abc", "a   b\n\n c\r\n", "é ü 中 🙂", "  lead",
-                     chat_text("hi there", SYSTEM), "it's 3.14!"]:
+        for text in [
+            *PROMPTS,
+            "The answer is 5.",
+            "12345 abc",
+            "a   b\n\n c\r\n",
+            "é ü 中 🙂",
+            "  lead",
+            chat_text("hi there", SYSTEM),
+            "it's 3.14!",
+        ]:
             ids = built.encode(text).ids
             assert loaded(text)["input_ids"] == ids, text
             assert loaded.decode(ids) == built.decode(ids, skip_special_tokens=False)
@@ -105,15 +121,34 @@ def test_eval_scores_equal_plain_greedy_generation(lms, tmp_path, capsys):
     (tmp_path / "lengths").mkdir()
     (tmp_path / "lengths" / "len_reward.py").write_text(
         "def reward(prompts, completions, id, **columns):\n"
-        "    return [len(c) * 1000 + i for c, i in zip(completions, id)]\n")
-    lengths = write_suite(tmp_path / "lengths", [{"prompt": p, "id": i} for i, p in enumerate(PROMPTS)],
-                          "scorer: python:len_reward.py:reward\nmax_new_tokens: 10\nchat_template: false\n")
+        "    return [len(c) * 1000 + i for c, i in zip(completions, id)]\n"
+    )
+    lengths = write_suite(
+        tmp_path / "lengths",
+        [{"prompt": p, "id": i} for i, p in enumerate(PROMPTS)],
+        "scorer: python:len_reward.py:reward\nmax_new_tokens: 10\nchat_template: false\n",
+    )
     answers = [t if i % 2 == 0 else "no" for i, t in enumerate(texts)]
-    exact = write_suite(tmp_path / "exact", [{"prompt": p, "answer": a} for p, a in zip(PROMPTS, answers)],
-                        "name: exact-half\nmax_new_tokens: 10\nchat_template: false\n")
+    exact = write_suite(
+        tmp_path / "exact",
+        [{"prompt": p, "answer": a} for p, a in zip(PROMPTS, answers)],
+        "name: exact-half\nmax_new_tokens: 10\nchat_template: false\n",
+    )
     out = tmp_path / "eval.json"
-    code, stdout, err = run_cli(capsys, "eval", str(chat), "--suite", str(lengths), str(exact), "--json", str(out),
-                                "--batch-size", "3", "--device", "cpu")
+    code, stdout, err = run_cli(
+        capsys,
+        "eval",
+        str(chat),
+        "--suite",
+        str(lengths),
+        str(exact),
+        "--json",
+        str(out),
+        "--batch-size",
+        "3",
+        "--device",
+        "cpu",
+    )
     assert code == 0, err
     expected_lengths = sum(len(t) * 1000 + i for i, t in enumerate(texts)) / len(texts)
     expected_exact = sum(t.strip() == a.strip() for t, a in zip(texts, answers)) / len(texts)
@@ -125,14 +160,40 @@ def test_eval_scores_equal_plain_greedy_generation(lms, tmp_path, capsys):
     # the floors: the python scorer gives the empty answer i (no answer column: the only candidate); exact
     # gives the most frequent answer ("no", 3 of 7) a reward wherever it is the answer
     assert data["suites"] == [
-        {"name": "lengths", "source": str(lengths.resolve()), "examples": 7, "scorer": "python:len_reward.py:reward",
-         "floor": {"answer": "", "score": 3.0}},
-        {"name": "exact-half", "source": str(exact.resolve()), "examples": 7, "scorer": "exact",
-         "floor": {"answer": "no", "score": 3 / 7}}]
-    assert set(data) == {"format", "models", "suites", "scores", "seconds", "device", "versions", "per_example",
-                         "intervals", "differences", "at_floor"}
-    assert data["per_example"] == [[[len(t) * 1000 + i for i, t in enumerate(texts)],
-                                    [float(t.strip() == a.strip()) for t, a in zip(texts, answers)]]]
+        {
+            "name": "lengths",
+            "source": str(lengths.resolve()),
+            "examples": 7,
+            "scorer": "python:len_reward.py:reward",
+            "floor": {"answer": "", "score": 3.0},
+        },
+        {
+            "name": "exact-half",
+            "source": str(exact.resolve()),
+            "examples": 7,
+            "scorer": "exact",
+            "floor": {"answer": "no", "score": 3 / 7},
+        },
+    ]
+    assert set(data) == {
+        "format",
+        "models",
+        "suites",
+        "scores",
+        "seconds",
+        "device",
+        "versions",
+        "per_example",
+        "intervals",
+        "differences",
+        "at_floor",
+    }
+    assert data["per_example"] == [
+        [
+            [len(t) * 1000 + i for i, t in enumerate(texts)],
+            [float(t.strip() == a.strip()) for t, a in zip(texts, answers)],
+        ]
+    ]
     assert data["seconds"] > 0 and data["versions"]["transformers"] == transformers.__version__
     assert "chat" in stdout and "lengths (7)" in stdout and "exact-half (7)" in stdout
     assert f"{expected_exact:.3f}" in stdout
@@ -147,9 +208,14 @@ def test_eval_scores_equal_plain_greedy_generation(lms, tmp_path, capsys):
 def test_chat_template_on_and_off(lms, tmp_path):
     chat, plain = lms
     rows = [{"prompt": p, "answer": "-"} for p in PROMPTS[:4]]
-    suites = {mode: load_suite(write_suite(tmp_path / mode, rows, f"name: {mode}\nchat_template: {mode}\n"
-                                           f"max_new_tokens: 6\nsystem: {SYSTEM}\n"))
-              for mode in ("true", "false", "auto")}
+    suites = {
+        mode: load_suite(
+            write_suite(
+                tmp_path / mode, rows, f"name: {mode}\nchat_template: {mode}\nmax_new_tokens: 6\nsystem: {SYSTEM}\n"
+            )
+        )
+        for mode in ("true", "false", "auto")
+    }
     result = evaluate(model_refs([chat]), [suites["true"], suites["false"], suites["auto"]], batch_size=3)
     on = [reference(chat, chat_text(p, SYSTEM), 6)[0] for p in PROMPTS[:4]]
     off = [reference(chat, f"{SYSTEM}\n\n{p}", 6)[0] for p in PROMPTS[:4]]
@@ -170,11 +236,14 @@ def test_tokenizer_json_as_written_when_transformers_substitutes_one(tmp_path, c
     file as written and says so."""
     folder = write_tiny_lm(tmp_path / "gpt2-style", chat_template=False, seed=2, qwen2_pipeline=False)
     built = _tokenizer(False)
-    assert transformers.AutoTokenizer.from_pretrained(folder)("the number 42")["input_ids"] != \
-        built.encode("the number 42").ids  # the substitution this guards against
+    assert (
+        transformers.AutoTokenizer.from_pretrained(folder)("the number 42")["input_ids"]
+        != built.encode("the number 42").ids
+    )  # the substitution this guards against
     prompts = ["Remember the number 42", "What is 2 + 3? The answer is", "the number 42 and 42"]
-    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in prompts],
-                                   "max_new_tokens: 6\n"))
+    suite = load_suite(
+        write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in prompts], "max_new_tokens: 6\n")
+    )
     with caplog.at_level("WARNING", logger="ram_desktop"):
         result = evaluate(model_refs([folder]), [suite], batch_size=2)
     assert result.completions == [[[reference(folder, p, 6, qwen2_pipeline=False)[0] for p in prompts]]]
@@ -194,8 +263,9 @@ def test_chat_template_true_without_one_is_refused(lms, tmp_path, capsys):
 def test_cancel_stops_within_one_batch(lms, tmp_path, monkeypatch):
     """A cancel that arrives while a batch generates lets that batch finish and starts no other."""
     chat, _ = lms
-    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS],
-                                   "max_new_tokens: 4\n"))
+    suite = load_suite(
+        write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS], "max_new_tokens: 4\n")
+    )
     reporter = Reporter()
     calls = []
     original = transformers.GenerationMixin.generate
@@ -256,8 +326,9 @@ def test_hub_model_from_the_cache(lms, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     sha = sha_of("tiny-chat")
     populate(cache, "org/tiny-chat", chat, sha)
-    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]],
-                                   "max_new_tokens: 5\n"))
+    suite = load_suite(
+        write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]], "max_new_tokens: 5\n")
+    )
     result = evaluate(model_refs(["org/tiny-chat"]), [suite], batch_size=2)
     local = evaluate(model_refs([chat]), [suite], batch_size=2)
     assert result.models[0].name == "tiny-chat" and result.models[0].source == f"org/tiny-chat@{sha}"
@@ -293,20 +364,26 @@ def test_bad_suites_through_the_cli(lms, tmp_path, capsys):
     folder = write_suite(tmp_path / "yaml", [{"prompt": "a", "answer": "b"}], "max_new_tokens: -3\n")
     assert_refused(capsys, tmp_path, [str(chat), "--suite", str(folder)], "suite.yaml, line 1", "max_new_tokens")
     folder = write_suite(tmp_path / "noanswer", [{"prompt": "a", "answer": "b"}, {"prompt": "c"}], "scorer: contains\n")
-    assert_refused(capsys, tmp_path, [str(chat), "--suite", str(folder)], "data.jsonl, line 2", "no \"answer\"")
+    assert_refused(capsys, tmp_path, [str(chat), "--suite", str(folder)], "data.jsonl, line 2", 'no "answer"')
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ("    raise ValueError('no solution column')\n", "raised ValueError: no solution column"),
-    ("    return [1.0] * (len(completions) + 1)\n", "returned 4 scores for 3 completions"),
-    ("    return ['good'] * len(completions)\n", "returned 'good' as the score of example 1"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("    raise ValueError('no solution column')\n", "raised ValueError: no solution column"),
+        ("    return [1.0] * (len(completions) + 1)\n", "returned 4 scores for 3 completions"),
+        ("    return ['good'] * len(completions)\n", "returned 'good' as the score of example 1"),
+    ],
+)
 def test_bad_scorer_through_the_cli(lms, tmp_path, capsys, body, fragment):
     """A scorer that fails mid-run is bad input (exit 2, one error line naming suite, function and examples),
     and --json keeps what was finished: here nothing was scored, so the score is null and the failure recorded."""
     chat, _ = lms
-    folder = write_suite(tmp_path / "suite", [{"prompt": p} for p in PROMPTS[:3]],
-                         "name: rewarded\nscorer: python:reward.py:my_reward\nmax_new_tokens: 2\n")
+    folder = write_suite(
+        tmp_path / "suite",
+        [{"prompt": p} for p in PROMPTS[:3]],
+        "name: rewarded\nscorer: python:reward.py:my_reward\nmax_new_tokens: 2\n",
+    )
     (folder / "reward.py").write_text("def my_reward(prompts, completions, **kw):\n" + body)
     out = tmp_path / "partial.json"
     code, stdout, err = run_cli(capsys, "eval", str(chat), "--suite", str(folder), "--json", str(out))
@@ -351,8 +428,11 @@ def test_bad_models_through_the_cli(lms, tmp_path, capsys):
     refused(no_config, "no-config", "no config.json")
 
     remote = _copy(chat, models / "remote")
-    _edit_json(remote / "config.json", model_type="my_secret_arch",
-               auto_map={"AutoModelForCausalLM": "modeling_secret.SecretForCausalLM"})
+    _edit_json(
+        remote / "config.json",
+        model_type="my_secret_arch",
+        auto_map={"AutoModelForCausalLM": "modeling_secret.SecretForCausalLM"},
+    )
     refused(remote, "model remote", "its own repository", "trust_remote_code")
 
     unknown = _copy(chat, models / "unknown")
@@ -360,8 +440,11 @@ def test_bad_models_through_the_cli(lms, tmp_path, capsys):
     refused(unknown, "model unknown", "does not know the model type 'my_secret_arch'")
 
     remote_tok = _copy(chat, models / "remote-tok")
-    _edit_json(remote_tok / "tokenizer_config.json", tokenizer_class="SecretTokenizer",
-               auto_map={"AutoTokenizer": ["tokenization_secret.SecretTokenizer", None]})
+    _edit_json(
+        remote_tok / "tokenizer_config.json",
+        tokenizer_class="SecretTokenizer",
+        auto_map={"AutoTokenizer": ["tokenization_secret.SecretTokenizer", None]},
+    )
     refused(remote_tok, "model remote-tok", "tokenizer needs the code in its own repository", "trust_remote_code")
 
     no_tok = _copy(chat, models / "no-tok")
@@ -371,8 +454,12 @@ def test_bad_models_through_the_cli(lms, tmp_path, capsys):
 
     shapes = _copy(chat, models / "shapes")
     _edit_json(shapes / "config.json", intermediate_size=96)
-    refused(shapes, "model shapes", "tensor model.layers.0.mlp.down_proj.weight has shape [64, 128] in the "
-            "checkpoint but config.json implies [64, 96] (6 tensor(s) differ)")
+    refused(
+        shapes,
+        "model shapes",
+        "tensor model.layers.0.mlp.down_proj.weight has shape [64, 128] in the "
+        "checkpoint but config.json implies [64, 96] (6 tensor(s) differ)",
+    )
 
     missing = _copy(chat, models / "missing")
     tensors = load_file(missing / "model.safetensors")
@@ -396,8 +483,12 @@ def test_bad_usage_through_the_cli(lms, tmp_path, capsys):
     suite = write_suite(tmp_path / "suite", [{"prompt": "hi", "answer": "x"}])
     assert_refused(capsys, tmp_path, [str(chat), "--suite", str(suite), "--batch-size", "0"], "batch size")
     assert_refused(capsys, tmp_path, [str(chat), "--suite", str(suite), "--limit", "0"], "limit")
-    assert_refused(capsys, tmp_path, [str(chat), str(chat), "--suite", str(suite), "--names", "a"], "1 names for 2 models")
-    assert_refused(capsys, tmp_path, [str(chat), str(chat), "--suite", str(suite), "--names", "a,a"], "'a' is given twice")
+    assert_refused(
+        capsys, tmp_path, [str(chat), str(chat), "--suite", str(suite), "--names", "a"], "1 names for 2 models"
+    )
+    assert_refused(
+        capsys, tmp_path, [str(chat), str(chat), "--suite", str(suite), "--names", "a,a"], "'a' is given twice"
+    )
     assert_refused(capsys, tmp_path, [str(chat), "--suite", str(suite), "--device", "tpu"], "device")
     code, _, err = run_cli(capsys, "eval", str(chat), "--suite", str(suite), "--json", str(tmp_path / "no" / "e.json"))
     assert code == 2 and "does not exist" in err and not (tmp_path / "no").exists()
@@ -418,8 +509,9 @@ def test_evaluate_api_checks(lms, tmp_path):
 
 def test_thread_setting_gives_the_same_completions_and_is_restored(lms, tmp_path, monkeypatch):
     chat, _ = lms
-    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]],
-                                   "max_new_tokens: 5\n"))
+    suite = load_suite(
+        write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]], "max_new_tokens: 5\n")
+    )
     before = torch.get_num_threads()
     seen = []
     original = transformers.GenerationMixin.generate
@@ -442,10 +534,13 @@ def test_thread_setting_gives_the_same_completions_and_is_restored(lms, tmp_path
         evaluate(model_refs([chat]), [suite], threads=0)
 
 
-@pytest.mark.parametrize("error, fragment", [
-    (torch.OutOfMemoryError("CUDA out of memory"), "out of memory generating a batch of 2 prompts"),
-    (RuntimeError("index out of range in self"), "generation failed (RuntimeError: index out of range in self)"),
-])
+@pytest.mark.parametrize(
+    "error, fragment",
+    [
+        (torch.OutOfMemoryError("CUDA out of memory"), "out of memory generating a batch of 2 prompts"),
+        (RuntimeError("index out of range in self"), "generation failed (RuntimeError: index out of range in self)"),
+    ],
+)
 def test_generation_failure_names_model_and_suite(lms, tmp_path, monkeypatch, capsys, error, fragment):
     chat, _ = lms
     suite = write_suite(tmp_path / "s", [{"prompt": p, "answer": "x"} for p in PROMPTS[:3]], "name: gen\n")
@@ -454,5 +549,6 @@ def test_generation_failure_names_model_and_suite(lms, tmp_path, monkeypatch, ca
         raise error
 
     monkeypatch.setattr(transformers.GenerationMixin, "generate", generate)
-    assert_refused(capsys, tmp_path, [str(chat), "--suite", str(suite), "--batch-size", "2"],
-                   "model chat, suite 'gen'", fragment)
+    assert_refused(
+        capsys, tmp_path, [str(chat), "--suite", str(suite), "--batch-size", "2"], "model chat, suite 'gen'", fragment
+    )

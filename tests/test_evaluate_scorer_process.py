@@ -98,13 +98,33 @@ def test_failing_scorer_is_reported_and_the_finished_scores_are_written(lm, tmp_
     fine, broken = write_suites(tmp_path, function)
     out = tmp_path / "eval.json"
     done = cli(
-        tmp_path, "eval", str(lm), str(lm), "--names", "first,second", "--suite", str(fine), str(broken),
-        "--batch-size", "2", "--json", str(out), timeout=90,
+        tmp_path,
+        "eval",
+        str(lm),
+        str(lm),
+        "--names",
+        "first,second",
+        "--suite",
+        str(fine),
+        str(broken),
+        "--batch-size",
+        "2",
+        "--json",
+        str(out),
+        timeout=90,
     )
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     line = error_line(done.stderr)
-    for fragment in ("model first", "suite 'broken'", f"function {function} in", "rewards.py", words,
-                     "examples ", "lines ", f"the finished scores are in {out}"):
+    for fragment in (
+        "model first",
+        "suite 'broken'",
+        f"function {function} in",
+        "rewards.py",
+        words,
+        "examples ",
+        "lines ",
+        f"the finished scores are in {out}",
+    ):
         assert fragment in line, (fragment, line)
     data = json.loads(out.read_text())
     # the suite before the failure is scored for both models; the broken one for neither
@@ -122,9 +142,24 @@ def test_a_hanging_scorer_stops_compare_and_keeps_its_merges(tmp_path):
     fine, broken = write_suites(tmp_path / "suites", "hang")
     out = tmp_path / "cmp"
     done = cli(
-        tmp_path, "compare", str(demo / "base"), str(demo / "coder"), str(demo / "tool"), "--out", str(out),
-        "--variant", "average", "--suite", str(fine), "--suite", str(broken), "--batch-size", "2",
-        "--scorer-timeout", "1.5", timeout=120,
+        tmp_path,
+        "compare",
+        str(demo / "base"),
+        str(demo / "coder"),
+        str(demo / "tool"),
+        "--out",
+        str(out),
+        "--variant",
+        "average",
+        "--suite",
+        str(fine),
+        "--suite",
+        str(broken),
+        "--batch-size",
+        "2",
+        "--scorer-timeout",
+        "1.5",
+        timeout=120,
     )
     assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)
     line = error_line(done.stderr)

@@ -25,8 +25,9 @@ def rewards(spec: str, completions: list[str], answers: list) -> list[float]:
 
 
 def test_exact_strips_whitespace_and_compares_text():
-    assert rewards("exact", ["  5\n", "5.0", "five", "5", "Paris", "paris"],
-                   ["5", "5", "5", 5, " Paris ", "Paris"]) == [1, 0, 0, 1, 1, 0]
+    assert rewards(
+        "exact", ["  5\n", "5.0", "five", "5", "Paris", "paris"], ["5", "5", "5", 5, " Paris ", "Paris"]
+    ) == [1, 0, 0, 1, 1, 0]
 
 
 def test_exact_list_answer_accepts_any_item():
@@ -34,8 +35,9 @@ def test_exact_list_answer_accepts_any_item():
 
 
 def test_contains_finds_the_stripped_answer_anywhere():
-    assert rewards("contains", ["the answer is 42.", "4 2", "answer: Paris!", "no"],
-                   ["42", "42", "  Paris ", "yes"]) == [1, 0, 1, 0]
+    assert rewards(
+        "contains", ["the answer is 42.", "4 2", "answer: Paris!", "no"], ["42", "42", "  Paris ", "yes"]
+    ) == [1, 0, 1, 0]
 
 
 def test_regex_is_a_full_match_of_the_stripped_completion():
@@ -44,18 +46,21 @@ def test_regex_is_a_full_match_of_the_stripped_completion():
     assert make_scorer("regex:yes|no")(["a"] * 3, ["yes", "no", "yes no"]) == [1, 1, 0]
 
 
-@pytest.mark.parametrize("completion, answer, expected", [
-    ("The answer is 1,000 apples", 1000, 1),
-    ("x = -2.50 then 7", "-2.5", 1),
-    ("3 then 4", 4, 0),  # the first number counts
-    ("no numbers here", 0, 0),
-    ("1e3", "1000", 1),
-    ("0.1", 0.1, 1),
-    ("it costs 12,5 euros", 12.5, 0),  # "12,5" is 12 then 5
-    (".5 of it", "0.5", 1),
-    ("answer: 72", "72.0", 1),
-    ("answer: 72", 73, 0),
-])
+@pytest.mark.parametrize(
+    "completion, answer, expected",
+    [
+        ("The answer is 1,000 apples", 1000, 1),
+        ("x = -2.50 then 7", "-2.5", 1),
+        ("3 then 4", 4, 0),  # the first number counts
+        ("no numbers here", 0, 0),
+        ("1e3", "1000", 1),
+        ("0.1", 0.1, 1),
+        ("it costs 12,5 euros", 12.5, 0),  # "12,5" is 12 then 5
+        (".5 of it", "0.5", 1),
+        ("answer: 72", "72.0", 1),
+        ("answer: 72", 73, 0),
+    ],
+)
 def test_number_compares_the_first_number(completion, answer, expected):
     assert rewards("number", [completion], [answer]) == [expected]
 
@@ -67,12 +72,17 @@ def test_trl_reward_function_receives_every_extra_column(tmp_path):
         "def accuracy(prompts, completions, **kwargs):\n"
         "    with open(pathlib.Path(__file__).with_name('calls.jsonl'), 'a') as f:\n"
         "        f.write(json.dumps({'prompts': prompts, 'completions': completions, 'kwargs': kwargs}) + '\\n')\n"
-        "    return [float(len(c)) + (10.0 if c == str(a) else 0.0) for c, a in zip(completions, kwargs['answer'])]\n")
-    folder = write_suite(tmp_path / "s", [
-        {"prompt": "2+3=", "answer": "5", "domain": "math", "level": 1},
-        {"prompt": "capital of France?", "answer": "Paris", "domain": "geo", "tags": ["x", "y"]},
-        {"prompt": "say hi", "answer": "hi", "level": 3},
-    ], "scorer: python:rewards.py:accuracy\n")
+        "    return [float(len(c)) + (10.0 if c == str(a) else 0.0) for c, a in zip(completions, kwargs['answer'])]\n"
+    )
+    folder = write_suite(
+        tmp_path / "s",
+        [
+            {"prompt": "2+3=", "answer": "5", "domain": "math", "level": 1},
+            {"prompt": "capital of France?", "answer": "Paris", "domain": "geo", "tags": ["x", "y"]},
+            {"prompt": "say hi", "answer": "hi", "level": 3},
+        ],
+        "scorer: python:rewards.py:accuracy\n",
+    )
     suite = load_suite(folder)
     scorer = make_scorer(suite.scorer_spec)
     completions = ["5", "Lyon", "hi there"]
@@ -82,8 +92,12 @@ def test_trl_reward_function_receives_every_extra_column(tmp_path):
     call = calls[0]
     assert call["prompts"] == ["2+3=", "capital of France?", "say hi"]
     assert call["completions"] == completions
-    assert call["kwargs"] == {"answer": ["5", "Paris", "hi"], "domain": ["math", "geo", None],
-                              "level": [1, None, 3], "tags": [None, ["x", "y"], None]}
+    assert call["kwargs"] == {
+        "answer": ["5", "Paris", "hi"],
+        "domain": ["math", "geo", None],
+        "level": [1, None, 3],
+        "tags": [None, ["x", "y"], None],
+    }
 
 
 def test_python_scorer_runs_only_when_made(tmp_path):
@@ -92,7 +106,8 @@ def test_python_scorer_runs_only_when_made(tmp_path):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "side.py").write_text(
         f"open({str(marker)!r}, 'w').write('x')\n"
-        "def f(prompts, completions, **kw):\n    return [0.0] * len(completions)\n")
+        "def f(prompts, completions, **kw):\n    return [0.0] * len(completions)\n"
+    )
     folder = write_suite(tmp_path / "s", [{"prompt": "a"}], "scorer: python:side.py:f\n")
     suite = load_suite(folder)
     spec = suite.scorer_spec
@@ -107,25 +122,30 @@ def test_python_scorer_may_return_numpy_or_tensor(tmp_path):
     (tmp_path / "r.py").write_text(
         "import numpy, torch\n"
         "def np_scores(prompts, completions, **kw):\n    return numpy.array([0.5] * len(completions))\n"
-        "def torch_scores(prompts, completions, **kw):\n    return [torch.tensor(1.5) for _ in completions]\n")
+        "def torch_scores(prompts, completions, **kw):\n    return [torch.tensor(1.5) for _ in completions]\n"
+    )
     suite = load_suite(write_suite(tmp_path / "s", [{"prompt": "a"}, {"prompt": "b"}]))
     assert make_scorer(f"python:{tmp_path / 'r.py'}:np_scores").score(suite, ["x", "y"]) == [0.5, 0.5]
     assert make_scorer(f"python:{tmp_path / 'r.py'}:torch_scores").score(suite, ["x", "y"]) == [1.5, 1.5]
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ("    raise KeyError('solution')\n", "raised KeyError: 'solution'"),
-    ("    return [1.0]\n", "returned 1 scores for 3 completions"),
-    ("    return [1.0, 'high', 0.0]\n", "returned 'high' as the score of example 2"),
-    ("    return [1.0, None, 0.0]\n", "returned None as the score of example 2"),
-    ("    return [1.0, float('nan'), 0.0]\n", "returned nan as the score of example 2"),
-    ("    return 1.0\n", "returned float"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("    raise KeyError('solution')\n", "raised KeyError: 'solution'"),
+        ("    return [1.0]\n", "returned 1 scores for 3 completions"),
+        ("    return [1.0, 'high', 0.0]\n", "returned 'high' as the score of example 2"),
+        ("    return [1.0, None, 0.0]\n", "returned None as the score of example 2"),
+        ("    return [1.0, float('nan'), 0.0]\n", "returned nan as the score of example 2"),
+        ("    return 1.0\n", "returned float"),
+    ],
+)
 def test_misbehaving_reward_function_names_suite_and_function(tmp_path, body, fragment):
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "bad.py").write_text("def reward(prompts, completions, **kw):\n" + body)
-    suite = load_suite(write_suite(tmp_path / "s", [{"prompt": p} for p in "abc"],
-                                   "name: mysuite\nscorer: python:bad.py:reward\n"))
+    suite = load_suite(
+        write_suite(tmp_path / "s", [{"prompt": p} for p in "abc"], "name: mysuite\nscorer: python:bad.py:reward\n")
+    )
     with pytest.raises(InputError) as e:
         make_scorer(suite.scorer_spec).score(suite, ["x", "y", "z"])
     message = str(e.value)
@@ -133,12 +153,15 @@ def test_misbehaving_reward_function_names_suite_and_function(tmp_path, body, fr
     assert fragment in message
 
 
-@pytest.mark.parametrize("source, fragment", [
-    ("def other(prompts, completions, **kw):\n    return []\n", "has no function 'reward'"),
-    ("reward = 3\n", "'reward' is not a function"),
-    ("import not_a_module_anywhere\n", "loading the scorer module raised ModuleNotFoundError"),
-    ("def reward(:\n", "loading the scorer module raised SyntaxError"),
-])
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("def other(prompts, completions, **kw):\n    return []\n", "has no function 'reward'"),
+        ("reward = 3\n", "'reward' is not a function"),
+        ("import not_a_module_anywhere\n", "loading the scorer module raised ModuleNotFoundError"),
+        ("def reward(:\n", "loading the scorer module raised SyntaxError"),
+    ],
+)
 def test_reward_module_that_cannot_load(tmp_path, source, fragment):
     (tmp_path / "r.py").write_text(source)
     with pytest.raises(InputError) as e:
@@ -146,15 +169,18 @@ def test_reward_module_that_cannot_load(tmp_path, source, fragment):
     assert fragment in str(e.value) and "r.py" in str(e.value)
 
 
-@pytest.mark.parametrize("spec, fragment", [
-    ("", "empty scorer"),
-    ("fuzzy", "unknown scorer 'fuzzy'"),
-    ("regex:(unclosed", "not a valid regular expression"),
-    ("python:rewards.py", "write a python scorer as python:FILE.py:FUNCTION"),
-    ("python:rewards.txt:f", "write a python scorer as python:FILE.py:FUNCTION"),
-    ("python:rewards.py:not-a-name", "write a python scorer as python:FILE.py:FUNCTION"),
-    ("python:missing.py:f", "no such file"),
-])
+@pytest.mark.parametrize(
+    "spec, fragment",
+    [
+        ("", "empty scorer"),
+        ("fuzzy", "unknown scorer 'fuzzy'"),
+        ("regex:(unclosed", "not a valid regular expression"),
+        ("python:rewards.py", "write a python scorer as python:FILE.py:FUNCTION"),
+        ("python:rewards.txt:f", "write a python scorer as python:FILE.py:FUNCTION"),
+        ("python:rewards.py:not-a-name", "write a python scorer as python:FILE.py:FUNCTION"),
+        ("python:missing.py:f", "no such file"),
+    ],
+)
 def test_bad_scorer_specs(tmp_path, spec, fragment):
     with pytest.raises(InputError) as e:
         parse_scorer(spec, tmp_path)
@@ -182,7 +208,8 @@ def test_the_scorer_process_imports_neither_torch_nor_qt(tmp_path):
         "import sys\n"
         "def heavy(prompts, completions, **kw):\n"
         "    return [float(sum(m in sys.modules for m in ('torch', 'transformers', 'PySide6', 'numpy')))]"
-        " * len(completions)\n")
+        " * len(completions)\n"
+    )
     suite = load_suite(write_suite(tmp_path / "s", [{"prompt": "a"}]))
     assert make_scorer(f"python:{tmp_path / 'r.py'}:heavy").score(suite, ["x"]) == [0.0]
 

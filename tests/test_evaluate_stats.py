@@ -24,9 +24,18 @@ from ram_desktop.evaluate.stats import clearly_better, mean_interval, paired_dif
 from .test_compare import _tiny_agents
 from .test_evaluate_runner import write_suite
 
-PROMPTS = ["What is 2 + 3?", "Say hello to the world", "Remember the number 42", "def add(a, b):",
-           "tool call: search(query='weather')", "Question: how many legs does a cat have?", "x", "The answer is",
-           "Name a colour", "Count to three"]
+PROMPTS = [
+    "What is 2 + 3?",
+    "Say hello to the world",
+    "Remember the number 42",
+    "def add(a, b):",
+    "tool call: search(query='weather')",
+    "Question: how many legs does a cat have?",
+    "x",
+    "The answer is",
+    "Name a colour",
+    "Count to three",
+]
 
 
 def np_interval(values) -> tuple[float, float]:
@@ -48,7 +57,7 @@ def test_stats_equal_numpy():
         assert mean_interval(a) == pytest.approx(np_interval(a), abs=1e-12)
         assert mean_interval(b) == pytest.approx(np_interval(b), abs=1e-12)
         assert paired_difference(a, b) == pytest.approx(np_paired(a, b), abs=1e-12)
-    assert mean_interval([0.0] * 5 + [1.0]) [0] == 0.0  # clipped to the range of the scores
+    assert mean_interval([0.0] * 5 + [1.0])[0] == 0.0  # clipped to the range of the scores
     assert mean_interval([1.0] * 9 + [0.0])[1] == 1.0
     assert mean_interval([0.5]) == (0.5, 0.5)
     # 0.465 vs 0.466 on 300 examples is noise; a steady lead of one example in ten is not
@@ -72,22 +81,41 @@ def tiny(tmp_path_factory) -> tuple[Path, list[Path], Path, Path]:
     root = tmp_path_factory.mktemp("stats")
     base, agents = _tiny_agents(root / "models")
     answers = ["yes", "no", "yes", "maybe", "yes", "no", "yes", "yes", "no", "maybe"]
-    words = write_suite(root / "words", [{"prompt": p, "answer": a} for p, a in zip(PROMPTS, answers)],
-                        "name: words\nscorer: exact\nmax_new_tokens: 4\nchat_template: false\n")
+    words = write_suite(
+        root / "words",
+        [{"prompt": p, "answer": a} for p, a in zip(PROMPTS, answers)],
+        "name: words\nscorer: exact\nmax_new_tokens: 4\nchat_template: false\n",
+    )
     (root / "lengths").mkdir()
     (root / "lengths" / "short.py").write_text(
-        "def reward(prompts, completions, **columns):\n"
-        "    return [1.0 / (1 + len(c)) for c in completions]\n")
-    lengths = write_suite(root / "lengths", [{"prompt": p} for p in PROMPTS],
-                          "name: lengths\nscorer: python:short.py:reward\nmax_new_tokens: 4\nchat_template: false\n")
+        "def reward(prompts, completions, **columns):\n    return [1.0 / (1 + len(c)) for c in completions]\n"
+    )
+    lengths = write_suite(
+        root / "lengths",
+        [{"prompt": p} for p in PROMPTS],
+        "name: lengths\nscorer: python:short.py:reward\nmax_new_tokens: 4\nchat_template: false\n",
+    )
     return base, agents, words, lengths
 
 
 def test_eval_json_equals_an_independent_computation(tiny, tmp_path, capsys):
     base, agents, words, lengths = tiny
     out = tmp_path / "eval.json"
-    code = main(["-q", "eval", str(base), *map(str, agents), "--suite", str(words), str(lengths), "--json", str(out),
-                 "--device", "cpu"])
+    code = main(
+        [
+            "-q",
+            "eval",
+            str(base),
+            *map(str, agents),
+            "--suite",
+            str(words),
+            str(lengths),
+            "--json",
+            str(out),
+            "--device",
+            "cpu",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     data = json.loads(out.read_text())

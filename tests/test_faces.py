@@ -29,16 +29,22 @@ DEMO_MODELS = ("base", "coder", "tool", "memory")
 
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "RAM_DESKTOP_", "PYTEST"))}
-    env.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(root / "hub"), HF_HOME=str(root / "hf-home"),
-               RAM_DESKTOP_CACHE=str(root / "ram-cache"), XDG_CONFIG_HOME=str(root / "config"),
-               QT_QPA_PLATFORM="offscreen")
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=str(root / "hub"),
+        HF_HOME=str(root / "hf-home"),
+        RAM_DESKTOP_CACHE=str(root / "ram-cache"),
+        XDG_CONFIG_HOME=str(root / "config"),
+        QT_QPA_PLATFORM="offscreen",
+    )
     return env
 
 
 def run(root: Path, command: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``command args`` in a fresh process, in ``root``, with the Hub offline and its cache under ``root``."""
-    return subprocess.run([str(command), *args], capture_output=True, text=True, env=_env(root), cwd=root,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [str(command), *args], capture_output=True, text=True, env=_env(root), cwd=root, timeout=timeout, check=False
+    )
 
 
 def ok(done: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -68,18 +74,31 @@ def root(tmp_path_factory) -> Path:
 
 def test_the_hub_code_loads_in_a_fresh_process(root):
     """The code the CLI and the window call first for a Hub id, with nothing else imported before it."""
-    code = ("from ram_desktop.core.ecosystem.hub import source; print(source.cache_dir()); "
-            "print(source.storage_folder('acme/base')); print(source.is_offline())")
-    done = ok(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(root),
-                             cwd=root, timeout=120, check=False))
+    code = (
+        "from ram_desktop.core.ecosystem.hub import source; print(source.cache_dir()); "
+        "print(source.storage_folder('acme/base')); print(source.is_offline())"
+    )
+    done = ok(
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=_env(root),
+            cwd=root,
+            timeout=120,
+            check=False,
+        )
+    )
     assert done.stdout.split() == [str(root / "hub"), str(root / "hub" / "models--acme--base"), "True"]
 
 
 SOURCES = {
     "folder": ("demo/base", ["demo/coder", "demo/tool", "demo/memory"]),
     "sharded": ("small/base", ["small/alpha", "small/beta", "small/gamma"]),
-    "single-file": ("single/base/model.safetensors",
-                    ["single/alpha/model.safetensors", "single/beta/model.safetensors"]),
+    "single-file": (
+        "single/base/model.safetensors",
+        ["single/alpha/model.safetensors", "single/beta/model.safetensors"],
+    ),
     "bin": ("single/base", ["bin-agent", "single/beta"]),
     "hub": ("acme/base", ["acme/coder", "acme/tool@main", "acme/memory"]),
 }
@@ -107,12 +126,30 @@ def test_lora_adapter_agent(root):
     from .test_lora import _adapter, _base_model
 
     _base_model(root / "lora" / "base")
-    _adapter(root / "lora" / "base", root / "lora" / "adapter", seed=3, r=4, lora_alpha=8,
-             target_modules=["q_proj", "v_proj"])
+    _adapter(
+        root / "lora" / "base",
+        root / "lora" / "adapter",
+        seed=3,
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "v_proj"],
+    )
     ok(run(root, RAM_MERGE, "probe", "lora/base", "lora/adapter"))
     out = root / "out" / "merge-lora"
-    ok(run(root, RAM_MERGE, "-q", "merge", "lora/base", "lora/adapter", "--method", "task-arithmetic",
-           "--out", str(out)))
+    ok(
+        run(
+            root,
+            RAM_MERGE,
+            "-q",
+            "merge",
+            "lora/base",
+            "lora/adapter",
+            "--method",
+            "task-arithmetic",
+            "--out",
+            str(out),
+        )
+    )
     assert (out / "model.safetensors").exists()
 
 
@@ -121,19 +158,59 @@ def test_every_subcommand_on_hub_ids(root):
     agents = ["acme/coder", "acme/tool", "acme/memory"]
     suite = str(root / "demo" / "suites" / "code")
     compared = root / "out" / "compare-hub"
-    ok(run(root, RAM_MERGE, "-q", "compare", "acme/base", *agents, "--variant", "ram", "--variant", "ties",
-           "--suite", suite, "--limit", "2", "--out", str(compared)))
+    ok(
+        run(
+            root,
+            RAM_MERGE,
+            "-q",
+            "compare",
+            "acme/base",
+            *agents,
+            "--variant",
+            "ram",
+            "--variant",
+            "ties",
+            "--suite",
+            suite,
+            "--limit",
+            "2",
+            "--out",
+            str(compared),
+        )
+    )
     assert {v["name"] for v in json.loads((compared / "compare.json").read_text())["variants"]} >= {"ram", "ties"}
     fisher = root / "out" / "fisher-hub"
     ok(run(root, RAM_MERGE, "-q", "fisher", "acme/coder", "--suite", suite, "--examples", "2", "--out", str(fisher)))
     assert (fisher / "fisher.json").exists() and (fisher / "fisher.safetensors").exists()
     scores = root / "out" / "eval-hub.json"
-    ok(run(root, RAM_MERGE, "-q", "eval", "acme/base", "acme/coder", "--suite", suite, "--limit", "2",
-           "--json", str(scores)))
+    ok(
+        run(
+            root,
+            RAM_MERGE,
+            "-q",
+            "eval",
+            "acme/base",
+            "acme/coder",
+            "--suite",
+            suite,
+            "--limit",
+            "2",
+            "--json",
+            str(scores),
+        )
+    )
     assert scores.exists()
     recipe = root / "out" / "hub-recipe.yaml"
-    recipe.write_text(yaml.safe_dump({"format": "ram-recipe/1", "method": "ties", "base": "acme/base",
-                                      "agents": [{"name": a.split("/")[1], "source": a} for a in agents]}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "format": "ram-recipe/1",
+                "method": "ties",
+                "base": "acme/base",
+                "agents": [{"name": a.split("/")[1], "source": a} for a in agents],
+            }
+        )
+    )
     done = ok(run(root, RAM_MERGE, "export-mergekit", str(recipe)))
     assert "acme/coder" in done.stdout and "ties" in done.stdout
     ok(run(root, RAM_MERGE, "-q", "merge", "acme/base", *agents, "--out", str(root / "out" / "to-publish")))
@@ -156,8 +233,11 @@ def test_refused_pickle_prints_only_the_error_line(root):
 
     with open(evil / "pytorch_model.bin", "wb") as f:
         pickle.dump({"w": RunsCode()}, f, protocol=4)
-    refused(run(root, RAM_MERGE, "-q", "merge", "single/base", "evil", "--out", str(root / "out" / "evil")),
-            "refused", "pytorch_model.bin")
+    refused(
+        run(root, RAM_MERGE, "-q", "merge", "single/base", "evil", "--out", str(root / "out" / "evil")),
+        "refused",
+        "pytorch_model.bin",
+    )
     assert not (root / "PWNED").exists() and not (root / "out" / "evil").exists()
 
 
@@ -172,8 +252,16 @@ def test_window_opens_a_recipe_of_hub_ids_in_a_fresh_process(root):
     """The window's own Hub path (sources resolved, analysis run) in a process that imported nothing first."""
     pytest.importorskip("PySide6")
     recipe = root / "out" / "window-hub.yaml"
-    recipe.write_text(yaml.safe_dump({"format": "ram-recipe/1", "method": "ram-plus", "base": "acme/base",
-                                      "agents": [{"name": n, "source": f"acme/{n}"} for n in DEMO_MODELS[1:]]}))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "format": "ram-recipe/1",
+                "method": "ram-plus",
+                "base": "acme/base",
+                "agents": [{"name": n, "source": f"acme/{n}"} for n in DEMO_MODELS[1:]],
+            }
+        )
+    )
     shot = root / "out" / "hub.png"
     done = ok(run(root, RAM_DESKTOP, str(recipe), "--screenshot", str(shot), timeout=600))
     assert shot.stat().st_size > 10_000, done.stderr
@@ -189,8 +277,9 @@ def test_window_closes_cleanly_on_termination_signals(root, sig):
     env = _env(root)
     cache = root / f"ram-cache-{sig}"  # its own cache: the demo's probe result appears there once analysed
     env["RAM_DESKTOP_CACHE"] = str(cache)
-    proc = subprocess.Popen([str(RAM_DESKTOP), "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=root)
+    proc = subprocess.Popen(
+        [str(RAM_DESKTOP), "--demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=root
+    )
     try:
         # wait until the window is up and has analysed the demo (its handlers are in place by then); a fixed
         # sleep sent the signal during start-up on a loaded machine, before any handler existed

@@ -124,8 +124,20 @@ def _agents(tmp_path: Path, lm: Path) -> tuple[Path, list[Path]]:
 def test_merge_with_suites_computes_then_reuses_the_cache(tmp_path, lm, monkeypatch, capsys):
     base, agents = _agents(tmp_path, lm)
     suites = [write_suite(tmp_path / "s0", PROMPTS[:2]), write_suite(tmp_path / "s1", PROMPTS[2:])]
-    argv = ["-q", "merge", str(base), *map(str, agents), "--method", "fisher", "--device", "cpu",
-            "--suite", ",".join(map(str, suites)), "--examples", "2"]
+    argv = [
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--method",
+        "fisher",
+        "--device",
+        "cpu",
+        "--suite",
+        ",".join(map(str, suites)),
+        "--examples",
+        "2",
+    ]
     calls = []
     real = fisher_module.estimate_fisher
     monkeypatch.setattr(fisher_module, "estimate_fisher", lambda *a, **k: calls.append(a) or real(*a, **k))
@@ -188,15 +200,20 @@ def _refused(capsys, argv, *fragments, untouched=()):
 def test_bad_inputs(tmp_path, lm, capsys):
     suite = write_suite(tmp_path / "suite")
     out = tmp_path / "F"
-    _refused(capsys, ["fisher", str(lm), "--suite", str(tmp_path / "none.jsonl"), "--out", str(out)], "none.jsonl",
-             untouched=[lm])
+    _refused(
+        capsys,
+        ["fisher", str(lm), "--suite", str(tmp_path / "none.jsonl"), "--out", str(out)],
+        "none.jsonl",
+        untouched=[lm],
+    )
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{not json\n')
     _refused(capsys, ["fisher", str(lm), "--suite", str(bad), "--out", str(out)], "bad.jsonl", "line 2")
     _refused(capsys, ["fisher", str(tmp_path / "noagent"), "--suite", str(suite), "--out", str(out)], "noagent")
     _refused(capsys, ["fisher", str(lm), "--suite", str(suite), "--out", str(out), "--examples", "0"], "--examples")
-    _refused(capsys, ["fisher", str(lm), "--suite", str(suite), "--out", str(lm / "F")], "inside the input",
-             untouched=[lm])
+    _refused(
+        capsys, ["fisher", str(lm), "--suite", str(suite), "--out", str(lm / "F")], "inside the input", untouched=[lm]
+    )
     remote = tmp_path / "remote"
     shutil.copytree(lm, remote)
     config = json.loads((remote / "config.json").read_text())

@@ -40,8 +40,9 @@ def random_fishers(agents: list[Path], root: Path, shards: int = 1) -> tuple[lis
     one whole tensor zero for every agent."""
     agent_tensors = [load_model(a) for a in agents]
     names = sorted(n for n, t in agent_tensors[0].items() if t.is_floating_point())
-    zero_everywhere = {n: torch.rand(agent_tensors[0][n].shape, generator=torch.Generator().manual_seed(99)) < 0.3
-                       for n in names}
+    zero_everywhere = {
+        n: torch.rand(agent_tensors[0][n].shape, generator=torch.Generator().manual_seed(99)) < 0.3 for n in names
+    }
     fishers = []
     for t in range(len(agents)):
         g = torch.Generator().manual_seed(t)
@@ -87,7 +88,14 @@ def test_merge_equals_reference(tmp_path, shards, out_dtype, chunk):
     base_dir, agent_dirs = make_models(tmp_path / "in", shards=shards)
     folders, fishers = random_fishers(agent_dirs, tmp_path, shards)
     scale = 0.7
-    request = MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": scale}, out_dtype=out_dtype)
+    request = MergeSpec.build(
+        str(base_dir),
+        [str(a) for a in agent_dirs],
+        tmp_path / "out",
+        "fisher",
+        {"fisher": [str(f) for f in folders], "scale": scale},
+        out_dtype=out_dtype,
+    )
     merge(request, options=RunOptions(chunk_elements=chunk))
     base = load_model(base_dir)
     expected = reference_fisher(base, [load_model(a) for a in agent_dirs], fishers, scale)
@@ -113,13 +121,23 @@ def test_fisher_weighting_is_not_the_mean(tmp_path):
     names = [n for n, t in agents[0].items() if t.is_floating_point()]
     fishers = [{n: torch.full(agents[t][n].shape, 1.0 if t == 1 else 0.0) for n in names} for t in range(3)]
     folders = [write_fisher(tmp_path / f"f{t}", f) for t, f in enumerate(fishers)]
-    merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "fisher", {"fisher": [str(f) for f in folders], "scale": 1.0}, out_dtype="float32"))
+    merge(
+        MergeSpec.build(
+            str(base_dir),
+            [str(a) for a in agent_dirs],
+            tmp_path / "out",
+            "fisher",
+            {"fisher": [str(f) for f in folders], "scale": 1.0},
+            out_dtype="float32",
+        )
+    )
     got = load_model(tmp_path / "out")
     for n in names:
         assert torch.equal(got[n], agents[1][n].to(torch.float32)), n
 
 
 # --- bad inputs ----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def fisher_inputs(tmp_path):
@@ -139,31 +157,51 @@ def test_neither_fisher_nor_suite(capsys, tmp_path, fisher_inputs):
 
 def test_fisher_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, folders = fisher_inputs
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders[:2]))),
-                   "--fisher: 2 values for 3 agents")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, folders[:2]))),
+        "--fisher: 2 values for 3 agents",
+    )
 
 
 def test_suite_count_differs_from_agents(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     suite = tmp_path / "in" / "s.jsonl"
     suite.write_text('{"prompt": "hi", "answer": "x"}\n')
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", f"{suite},{suite}"),
-                   "--fisher-suite: 2 values for 3 agents")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher-suite", f"{suite},{suite}"),
+        "--fisher-suite: 2 values for 3 agents",
+    )
 
 
 def test_missing_suite(capsys, tmp_path, fisher_inputs):
     base, agents, _ = fisher_inputs
     missing = tmp_path / "nowhere" / "suite.jsonl"
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher-suite", ",".join([str(missing)] * 3)),
-                   str(missing))
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher-suite", ",".join([str(missing)] * 3)),
+        str(missing),
+    )
 
 
 def test_missing_fisher_folder(capsys, tmp_path, fisher_inputs):
     base, agents, folders = fisher_inputs
     missing = tmp_path / "nofisher"
-    assert_refused(capsys, tmp_path, [tmp_path / "in"],
-                   _argv(base, agents, "--fisher", ",".join(map(str, [folders[0], missing, folders[2]]))),
-                   str(missing), "ram-merge fisher")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, [folders[0], missing, folders[2]]))),
+        str(missing),
+        "ram-merge fisher",
+    )
 
 
 def test_fisher_lacks_a_tensor(capsys, tmp_path, fisher_inputs):
@@ -173,8 +211,16 @@ def test_fisher_lacks_a_tensor(capsys, tmp_path, fisher_inputs):
     dropped = sorted(tensors)[3]
     del tensors[dropped]
     save_file(tensors, str(file))
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders))),
-                   str(folders[1]), "lacks", dropped, "'beta'")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, folders))),
+        str(folders[1]),
+        "lacks",
+        dropped,
+        "'beta'",
+    )
 
 
 def test_fisher_has_a_foreign_tensor(capsys, tmp_path, fisher_inputs):
@@ -183,8 +229,14 @@ def test_fisher_has_a_foreign_tensor(capsys, tmp_path, fisher_inputs):
     tensors = load_file(str(file))
     tensors["model.extra.weight"] = torch.zeros(3)
     save_file(tensors, str(file))
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders))),
-                   "model.extra.weight", "does not")
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, folders))),
+        "model.extra.weight",
+        "does not",
+    )
 
 
 def test_fisher_shape_differs(capsys, tmp_path, fisher_inputs):
@@ -195,8 +247,15 @@ def test_fisher_shape_differs(capsys, tmp_path, fisher_inputs):
     shape = list(tensors[name].shape)
     tensors[name] = torch.zeros(shape[0], shape[1] + 1)
     save_file(tensors, str(file))
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders))),
-                   name, str([shape[0], shape[1] + 1]), str(shape))
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, folders))),
+        name,
+        str([shape[0], shape[1] + 1]),
+        str(shape),
+    )
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
@@ -207,8 +266,14 @@ def test_fisher_value_not_a_fisher(capsys, tmp_path, fisher_inputs, value):
     name = "model.layers.1.self_attn.q_proj.weight"
     tensors[name].view(-1)[5] = value
     save_file(tensors, str(file))
-    assert_refused(capsys, tmp_path, [tmp_path / "in"], _argv(base, agents, "--fisher", ",".join(map(str, folders))),
-                   str(folders[1]), name)
+    assert_refused(
+        capsys,
+        tmp_path,
+        [tmp_path / "in"],
+        _argv(base, agents, "--fisher", ",".join(map(str, folders))),
+        str(folders[1]),
+        name,
+    )
 
 
 def test_compare_fisher_variants_equal_separate_merges(tmp_path, capsys):
@@ -220,10 +285,28 @@ def test_compare_fisher_variants_equal_separate_merges(tmp_path, capsys):
     folders, _ = random_fishers(agent_dirs, tmp_path)
     fisher_flag = ",".join(map(str, folders))
     argv = [str(base_dir), *map(str, agent_dirs), "--fisher", fisher_flag, "--out-dtype", "float32"]
-    assert main(["-q", "compare", *argv, "--out", str(tmp_path / "cmp"), "--scale", "0.6",
-                 "--variant", "fisher", "--variant", "fisher:scale=0.25,name=quarter", "--variant", "ram"]) == 0, \
-        capsys.readouterr().err
+    assert (
+        main(
+            [
+                "-q",
+                "compare",
+                *argv,
+                "--out",
+                str(tmp_path / "cmp"),
+                "--scale",
+                "0.6",
+                "--variant",
+                "fisher",
+                "--variant",
+                "fisher:scale=0.25,name=quarter",
+                "--variant",
+                "ram",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
     for name, scale in (("fisher", "0.6"), ("quarter", "0.25")):
         assert main(["-q", "merge", *argv, "--method", "fisher", "--scale", scale, "--out", str(tmp_path / name)]) == 0
-        assert (tmp_path / "cmp" / name / "model.safetensors").read_bytes() == \
-            (tmp_path / name / "model.safetensors").read_bytes()
+        assert (tmp_path / "cmp" / name / "model.safetensors").read_bytes() == (
+            tmp_path / name / "model.safetensors"
+        ).read_bytes()

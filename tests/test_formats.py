@@ -37,8 +37,8 @@ def to_bin(folder: Path, dest: Path, shards: int = 1, legacy: bool = False) -> P
     weight_map = {}
     for s in range(shards):
         file = f"pytorch_model-{s + 1:05d}-of-{shards:05d}.bin"
-        torch.save({n: tensors[n] for n in names[s * per:(s + 1) * per]}, dest / file, **kwargs)
-        weight_map.update({n: file for n in names[s * per:(s + 1) * per]})
+        torch.save({n: tensors[n] for n in names[s * per : (s + 1) * per]}, dest / file, **kwargs)
+        weight_map.update({n: file for n in names[s * per : (s + 1) * per]})
     (dest / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return dest
 
@@ -119,6 +119,7 @@ def test_corrupt_bin_is_a_clear_error(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- helpers
 
+
 def rewrite(folder: Path, dest: Path, change=None, **config) -> Path:
     """Copy an HF folder, transforming its tensors with ``change(dict) -> dict`` and updating its config."""
     shutil.copytree(folder, dest, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json"))
@@ -158,6 +159,7 @@ def _head_is_embed(t):
 
 
 # ---------------------------------------------------------------------------------------------- tied embeddings
+
 
 def test_tied_embeddings_everywhere(tmp_path):
     base, agents = make_models(tmp_path / "st")
@@ -212,6 +214,7 @@ def test_tied_bin_agents_merge_like_safetensors(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- non-float tensors
 
+
 def test_non_float_tensors_are_copied_from_the_base(tmp_path):
     base, agents = make_models(tmp_path / "st")
 
@@ -220,6 +223,7 @@ def test_non_float_tensors_are_copied_from_the_base(tmp_path):
             t["model.position_ids"] = torch.arange(16, dtype=torch.int64)[None] + offset
             t["model.causal_mask"] = torch.rand(4, 4, generator=torch.Generator().manual_seed(offset)) < 0.5
             return t
+
         return change
 
     nb = rewrite(base, tmp_path / "n" / "base", buffers(0))
@@ -235,6 +239,7 @@ def test_non_float_tensors_are_copied_from_the_base(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- vocabulary sizes
 
+
 def _resize_vocab(rows: int, seed: int = 5):
     def change(t):
         gen = torch.Generator().manual_seed(seed)
@@ -246,17 +251,22 @@ def _resize_vocab(rows: int, seed: int = 5):
                 extra = (0.02 * torch.randn(rows - w.shape[0], w.shape[1], generator=gen)).to(w.dtype)
                 t[name] = torch.cat([w, extra])
         return t
+
     return change
 
 
 def test_vocab_mismatch_is_an_error_naming_the_rows(tmp_path, capsys):
     base, agents = make_models(tmp_path / "st")
     big = rewrite(agents[0], tmp_path / "v" / "alpha", _resize_vocab(72), vocab_size=72)
-    with pytest.raises(InputError, match=r"vocabulary sizes differ: .*tensor 'model.embed_tokens.weight' has 72 "
-                                         r"vocabulary rows in .*alpha but 64 in the base .*\(rows 64..71 exist only "
-                                         r"in the agent\).*--vocab common"):
+    with pytest.raises(
+        InputError,
+        match=r"vocabulary sizes differ: .*tensor 'model.embed_tokens.weight' has 72 "
+        r"vocabulary rows in .*alpha but 64 in the base .*\(rows 64..71 exist only "
+        r"in the agent\).*--vocab common",
+    ):
         _merge(tmp_path, base, [big, *agents[1:]], "x")
     from ram_desktop.cli import main
+
     assert main(["merge", str(base), str(big), str(agents[1]), "--out", str(tmp_path / "y")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "rows 64..71 exist only in the agent" in err[0]
@@ -273,7 +283,7 @@ def test_vocab_common_merges_shared_rows_and_keeps_the_base_for_the_rest(tmp_pat
     # rows it lacks taken from the base (so its task vector there is 0)
     fitted = ref.load_model(odd)
     for name in ("model.embed_tokens.weight", "lm_head.weight"):
-        fitted[name] = torch.cat([fitted[name][:64], base_t[name][min(rows, 64):]])
+        fitted[name] = torch.cat([fitted[name][:64], base_t[name][min(rows, 64) :]])
     agent_ts = [fitted, *[ref.load_model(a) for a in agents[1:]]]
     _assert_equal(got, _want(base_t, agent_ts, result))
     expected = ref.probe_counts(ref.task_vectors(base_t, agent_ts), EPS)
@@ -324,7 +334,9 @@ def test_mapped_reader_equals_safetensors_views(tmp_path):
     with open_slices(path) as mine, safe_open(str(path), framework="pt") as theirs:
         assert sorted(mine.keys()) == sorted(tensors)
         for name, t in tensors.items():
-            assert torch.equal(mine.get_tensor(name), theirs.get_tensor(name)) and mine.get_tensor(name).dtype == t.dtype
+            assert (
+                torch.equal(mine.get_tensor(name), theirs.get_tensor(name)) and mine.get_tensor(name).dtype == t.dtype
+            )
             if t.dim() == 0:
                 continue
             n = t.shape[0]
@@ -380,7 +392,9 @@ def test_a_new_weight_format_is_one_entry_in_the_registry(tmp_path, monkeypatch)
     assert needed_files(["model.npz", "config.json"]) == (["model.npz", "config.json"], "npz")
     assert needed_files(["model.safetensors", "model.npz"])[1] == "safetensors"  # the registry's order decides
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match=r"expected model\.safetensors, .*pytorch_model\.bin\.index\.json or model\.npz\)"):
+    with pytest.raises(
+        InputError, match=r"expected model\.safetensors, .*pytorch_model\.bin\.index\.json or model\.npz\)"
+    ):
         open_local(tmp_path / "empty")
 
 

@@ -60,7 +60,11 @@ CASES = [
 @pytest.mark.parametrize("method,params", CASES)
 def test_merge_matches_reference(tmp_path, layout, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", shards=1 if layout == "single" else 3)
-    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"))
+    result = merge(
+        MergeSpec.build(
+            str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"
+        )
+    )
     base, agents, expected = _check_probe(result.probe, base_dir, agent_dirs)
     if method == "ram":
         lambdas = [1.0] * 3
@@ -77,13 +81,17 @@ def test_merge_matches_reference(tmp_path, layout, method, params):
         assert torch.equal(got[name], want[name]), name
 
 
-@pytest.mark.parametrize("out_dtype,torch_dtype", [("base", torch.bfloat16), ("bfloat16", torch.bfloat16),
-                                                   ("float16", torch.float16)])
+@pytest.mark.parametrize(
+    "out_dtype,torch_dtype", [("base", torch.bfloat16), ("bfloat16", torch.bfloat16), ("float16", torch.float16)]
+)
 def test_rounds_once_to_output_dtype(models, tmp_path, out_dtype, torch_dtype):
     base_dir, agent_dirs = models
-    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus", out_dtype=out_dtype))
-    want = ref.merged_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], EPS,
-                            result.lambdas, torch_dtype)
+    result = merge(
+        MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", "ram-plus", out_dtype=out_dtype)
+    )
+    want = ref.merged_model(
+        ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], EPS, result.lambdas, torch_dtype
+    )
     got = ref.load_model(tmp_path / "out")
     for name in want:
         assert torch.equal(got[name], want[name]), name
@@ -107,10 +115,16 @@ def test_infinite_rho_clips_to_alpha(tmp_path):
     gen = torch.Generator().manual_seed(3)
     shapes = demo_shapes(SMALL_CONFIG)
     base = {k: (0.02 * torch.randn(s, generator=gen)).to(torch.bfloat16) for k, s in shapes.items()}
-    wide = {k: (v.float() + 0.01 * (torch.rand(v.shape, generator=gen) < 0.5)).to(torch.bfloat16) for k, v in base.items()}
+    wide = {
+        k: (v.float() + 0.01 * (torch.rand(v.shape, generator=gen) < 0.5)).to(torch.bfloat16) for k, v in base.items()
+    }
     narrow = {k: torch.where(torch.rand(v.shape, generator=gen) < 0.3, wide[k], v) for k, v in base.items()}
     dirs = [write_model(tmp_path / n, t, SMALL_CONFIG) for n, t in [("base", base), ("wide", wide), ("narrow", narrow)]]
-    result = merge(MergeSpec.build(str(dirs[0]), [str(dirs[1]), str(dirs[2])], tmp_path / "out", "ram-plus", {"r": 0.1, "alpha": 2.0}))
+    result = merge(
+        MergeSpec.build(
+            str(dirs[0]), [str(dirs[1]), str(dirs[2])], tmp_path / "out", "ram-plus", {"r": 0.1, "alpha": 2.0}
+        )
+    )
     assert result.probe.agents[1].unique == 0 and math.isinf(result.probe.agents[1].rho)
     assert result.lambdas[1] == 1 + 0.1 * 2.0
     assert result.report["agents"][1]["rho"] is None
@@ -121,7 +135,10 @@ def test_results_do_not_depend_on_chunk_size(models, tmp_path):
     outputs = []
     for i, chunk in enumerate([7, 1000, 1 << 22]):
         out = tmp_path / f"out{i}"
-        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, "ram-plus"), options=RunOptions(chunk_elements=chunk, use_cache=False))
+        merge(
+            MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, "ram-plus"),
+            options=RunOptions(chunk_elements=chunk, use_cache=False),
+        )
         outputs.append((out / "model.safetensors").read_bytes())
     assert outputs[0] == outputs[1] == outputs[2]
 
@@ -147,7 +164,7 @@ def test_survival_share_matches_direct_rounding(models):
     for lam in (1.1, 1.25, 1.6):
         for dtype_name, dtype in [("bfloat16", torch.bfloat16), ("float16", torch.float16)]:
             changed = total = 0
-            for (b, taus) in tv.values():
+            for b, taus in tv.values():
                 masks = [abs(t) > EPS for t in taus]
                 c = sum(m.astype(int) for m in masks)
                 bt, tt = torch.from_numpy(b), torch.from_numpy(taus[0])
@@ -177,13 +194,16 @@ def test_report_survival_is_an_exact_count(models, tmp_path, method, out_dtype):
     dtype: it equals a direct whole-tensor count of unique elements whose rescaled value differs after
     rounding from the RAM value."""
     base_dir, agent_dirs = models
-    result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, out_dtype=out_dtype), options=RunOptions(use_cache=False))
+    result = merge(
+        MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], tmp_path / "out", method, out_dtype=out_dtype),
+        options=RunOptions(use_cache=False),
+    )
     dtype = getattr(torch, out_dtype)
     tv = ref.task_vectors(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs])
     expected = []
     for t, lam in enumerate(result.lambdas):
         changed = total = 0
-        for (b, taus) in tv.values():
+        for b, taus in tv.values():
             masks = [abs(x) > EPS for x in taus]
             c = sum(m.astype(int) for m in masks)
             bt, tt = torch.from_numpy(b), torch.from_numpy(taus[t])

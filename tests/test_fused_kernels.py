@@ -30,6 +30,7 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 
 # --- rounding and widening on the bits -----------------------------------------------------------
 
+
 def _njit_map(helper_name: str, out_dtype):
     import numba
 
@@ -57,8 +58,22 @@ def _edge_floats() -> np.ndarray:
     mids = ((half[1:] + half[:-1]) / 2).float()  # exact in float32: float16 has 11 significant bits
     m = mids.numpy().view(np.uint32)
     u += [m, m + 1, m - 1]
-    for edge in (0x477FEFFF, 0x477FF000, 0x477FF001, 0x38800000, 0x387FFFFF, 0x33000000, 0x33000001, 0x32FFFFFF,
-                 0x7F7FFFFF, 0x7F800000, 0x00000001, 0x007FFFFF, 0x00800000, 0x3F800000):
+    for edge in (
+        0x477FEFFF,
+        0x477FF000,
+        0x477FF001,
+        0x38800000,
+        0x387FFFFF,
+        0x33000000,
+        0x33000001,
+        0x32FFFFFF,
+        0x7F7FFFFF,
+        0x7F800000,
+        0x00000001,
+        0x007FFFFF,
+        0x00800000,
+        0x3F800000,
+    ):
         u.append(np.array([edge, edge | 0x80000000], np.uint32))
     return np.concatenate(u).view(np.float32)
 
@@ -97,6 +112,7 @@ def test_half_and_bfloat16_widening_matches_torch():
 
 # --- the chunk kernels against the numpy reference -----------------------------------------------
 
+
 def _inputs(n: int, n_agents: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Base and agents with ±0, subnormals (of the input dtype), ties, cancelling and identical updates."""
     g = torch.Generator().manual_seed(seed)
@@ -109,8 +125,9 @@ def _inputs(n: int, n_agents: int, dtype: torch.dtype, seed: int) -> tuple[torch
     agents = []
     for t in range(n_agents):
         kind = torch.randint(0, 6, (n,), generator=g)
-        step = base.double() * torch.randint(-3, 4, (n,), generator=g) * 2.0 ** -7 + 1e-4 * torch.randn(n, generator=g,
-                                                                                                       dtype=torch.float64)
+        step = base.double() * torch.randint(-3, 4, (n,), generator=g) * 2.0**-7 + 1e-4 * torch.randn(
+            n, generator=g, dtype=torch.float64
+        )
         agent = torch.where(kind == 0, base.double(), base.double() + step)
         agent = torch.where(kind == 1, -base.double(), agent)  # sign flips, −0 where the base is +0
         agent = torch.where(kind == 2, base.double() + tiny * 0.5, agent)  # a subnormal update
@@ -122,8 +139,14 @@ def _inputs(n: int, n_agents: int, dtype: torch.dtype, seed: int) -> tuple[torch
     return base, agents
 
 
-def _reference(base: torch.Tensor, agents: list[torch.Tensor], eps: float, compute: torch.dtype,
-               out_dtype: torch.dtype, lambdas: list[float] | None):
+def _reference(
+    base: torch.Tensor,
+    agents: list[torch.Tensor],
+    eps: float,
+    compute: torch.dtype,
+    out_dtype: torch.dtype,
+    lambdas: list[float] | None,
+):
     """Equation 7 on whole slices in numpy; returns θ in out_dtype, the pattern histogram and the
     per-agent (moved, unique) rescale survival counts."""
     cdt = np.float64 if compute == torch.float64 else np.float32
@@ -145,30 +168,42 @@ def _reference(base: torch.Tensor, agents: list[torch.Tensor], eps: float, compu
     hist = np.bincount(pattern, minlength=1 << len(agents))
     ram = torch.from_numpy(x + np.where(c == 1, total, tau_m)).to(out_dtype)
     moved = (ram != theta).numpy()
-    survival = np.array([[int((moved & m & (c == 1)).sum()) for m in masks],
-                         [int((m & (c == 1)).sum()) for m in masks]])
+    survival = np.array(
+        [[int((moved & m & (c == 1)).sum()) for m in masks], [int((m & (c == 1)).sum()) for m in masks]]
+    )
     return theta, hist, survival
 
 
 def _chunked(fn, base, agents, chunk):
     parts = []
     for s in range(0, base.numel(), chunk):
-        parts.append(fn(base[s:s + chunk], [a[s:s + chunk] for a in agents]))
+        parts.append(fn(base[s : s + chunk], [a[s : s + chunk] for a in agents]))
     return parts
 
 
 CASES = [  # (input dtype, output dtype)
-    (torch.bfloat16, torch.bfloat16), (torch.bfloat16, torch.float16), (torch.bfloat16, torch.float32),
-    (torch.float16, torch.float16), (torch.float16, torch.bfloat16), (torch.float32, torch.float32),
-    (torch.float32, torch.bfloat16), (torch.float32, torch.float16), (torch.float64, torch.float64),
-    (torch.float64, torch.bfloat16), (torch.float64, torch.float16), (torch.float64, torch.float32),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.bfloat16, torch.float16),
+    (torch.bfloat16, torch.float32),
+    (torch.float16, torch.float16),
+    (torch.float16, torch.bfloat16),
+    (torch.float32, torch.float32),
+    (torch.float32, torch.bfloat16),
+    (torch.float32, torch.float16),
+    (torch.float64, torch.float64),
+    (torch.float64, torch.bfloat16),
+    (torch.float64, torch.float16),
+    (torch.float64, torch.float32),
 ]
 
 
 # every input/output dtype pair with three agents; 1, 2, 4 and 5 agents on the common bf16 case (each
 # agent count and dtype combination is a separate numba compilation, a few seconds each on first use)
-MATRIX = ([(d, o, 3) for d, o in CASES] + [(torch.bfloat16, torch.bfloat16, n) for n in (1, 2, 4, 5)]
-          + [(torch.float32, torch.float16, 2), (torch.float64, torch.float64, 1)])
+MATRIX = (
+    [(d, o, 3) for d, o in CASES]
+    + [(torch.bfloat16, torch.bfloat16, n) for n in (1, 2, 4, 5)]
+    + [(torch.float32, torch.float16, 2), (torch.float64, torch.float64, 1)]
+)
 
 
 @pytest.mark.parametrize("dtype,out_dtype,n_agents", MATRIX)
@@ -183,8 +218,14 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
         for chunk in (n, 1000, 7, 1):
             if chunk == 1 and (n_agents != 3 or dtype != out_dtype):
                 continue  # one element per call is slow through the Python wrapper; a few cases suffice
-            parts = _chunked(lambda b, a, lams=lams: ram_family.selective_merge_into(b, a, eps, compute, out_dtype, lams, True, True),
-                             base, agents, chunk)
+            parts = _chunked(
+                lambda b, a, lams=lams: ram_family.selective_merge_into(
+                    b, a, eps, compute, out_dtype, lams, True, True
+                ),
+                base,
+                agents,
+                chunk,
+            )
             got = torch.cat([p.merged for p in parts])
             assert got.dtype == out_dtype
             assert np.array_equal(_bits(got), _bits(theta)), (chunk, lams)
@@ -226,7 +267,10 @@ def test_non_finite_task_vectors_are_flagged(bad):
     agent = base.clone()
     agent[4321] = bad
     assert kernels.count_patterns(base, [base.clone(), agent], 1e-5, torch.float32).finite is False
-    assert ram_family.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite is False
+    assert (
+        ram_family.selective_merge_into(base, [agent], 1e-5, torch.float32, torch.float32, None, True, False).finite
+        is False
+    )
     assert kernels.count_patterns(base, [base.clone(), base.clone()], 1e-5, torch.float32).finite is True
 
 
@@ -245,8 +289,16 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
     # block), every pattern at random, runs of exactly 255 and 256 of the two highest ones, odd lengths
     top = (1 << n_agents) - 1
     g = np.random.default_rng(n_agents)
-    patterns = np.concatenate([np.full(2048 + 300, top), g.integers(0, top + 1, 3000), np.full(255, top),
-                               np.full(256, max(top - 1, 0)), np.full(511, 1 << (n_agents - 1)), [top]])
+    patterns = np.concatenate(
+        [
+            np.full(2048 + 300, top),
+            g.integers(0, top + 1, 3000),
+            np.full(255, top),
+            np.full(256, max(top - 1, 0)),
+            np.full(511, 1 << (n_agents - 1)),
+            [top],
+        ]
+    )
     patterns = patterns.astype(np.int64)
     base, agents = _with_patterns(patterns, n_agents)
     hist = np.bincount(patterns, minlength=top + 1)
@@ -257,20 +309,36 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         assert all(p.finite for p in parts)
         # λ = 2 doubles every unique update: each one's rounded value changes, so moved = unique
-        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16,
-                                                                   [2.0] * n_agents, True, True), base, agents, chunk)
+        parts = _chunked(
+            lambda b, a: ram_family.selective_merge_into(
+                b, a, 1e-5, torch.float32, torch.bfloat16, [2.0] * n_agents, True, True
+            ),
+            base,
+            agents,
+            chunk,
+        )
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
         survival = np.asarray(sum(p.survival for p in parts))
         assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
-        parts = _chunked(lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None,
-                                                                   True, False), base, agents, chunk)
+        parts = _chunked(
+            lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None, True, False),
+            base,
+            agents,
+            chunk,
+        )
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
 
 
 # ±65504 in float16: their difference is finite in float32, so no "overflow" case there
-@pytest.mark.parametrize("dtype,bad", [(d, b) for d in (torch.bfloat16, torch.float16, torch.float32)
-                                       for b in (float("nan"), float("inf"), float("-inf"), "overflow")
-                                       if not (d == torch.float16 and b == "overflow")])
+@pytest.mark.parametrize(
+    "dtype,bad",
+    [
+        (d, b)
+        for d in (torch.bfloat16, torch.float16, torch.float32)
+        for b in (float("nan"), float("inf"), float("-inf"), "overflow")
+        if not (d == torch.float16 and b == "overflow")
+    ],
+)
 def test_every_block_with_a_non_finite_task_vector_is_flagged(dtype, bad):
     n = 2 * 2048 + 3
     g = torch.Generator().manual_seed(5)
@@ -324,6 +392,7 @@ def test_slices_the_kernels_do_not_cover_fall_back():
 
 # --- TIES: the radix-select digit counts and the trim + sign election + disjoint mean -------------
 
+
 def _magnitude_keys(taus: list[np.ndarray], key64: bool) -> list[np.ndarray]:
     """|τ| as int64 keys: the IEEE bits of |τ| as float64 (key64) or as float32."""
     if key64:
@@ -347,9 +416,11 @@ def _ties_reference(base, agents, compute, out_dtype, key64, cuts, quotas, scale
     return torch.from_numpy(x + merged).to(out_dtype), keys
 
 
-TIES_MATRIX = [(d, o, False) for d, o in CASES if d != torch.float64] + [
-    (torch.float64, o, True) for o in (torch.float64, torch.bfloat16)] + [(torch.bfloat16, torch.bfloat16, True),
-                                                                          (torch.float32, torch.float32, True)]
+TIES_MATRIX = (
+    [(d, o, False) for d, o in CASES if d != torch.float64]
+    + [(torch.float64, o, True) for o in (torch.float64, torch.bfloat16)]
+    + [(torch.bfloat16, torch.bfloat16, True), (torch.float32, torch.float32, True)]
+)
 
 
 @pytest.mark.parametrize("dtype,out_dtype,key64", TIES_MATRIX)
@@ -378,8 +449,9 @@ def test_ties_kernel_matches_reference(dtype, out_dtype, key64):
         parts = []
         for s in range(0, n, chunk):
             left = [q - int((k[:s] == c).sum()) for k, c, q in zip(keys, cuts, quotas)]
-            done = baselines.ties_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, out_dtype,
-                                           key64, cuts, left, scale)
+            done = baselines.ties_merge_into(
+                base[s : s + chunk], [a[s : s + chunk] for a in agents], compute, out_dtype, key64, cuts, left, scale
+            )
             assert done is not None and done.finite
             parts.append(done.merged)
         got = torch.cat(parts)
@@ -387,8 +459,16 @@ def test_ties_kernel_matches_reference(dtype, out_dtype, key64):
         assert np.array_equal(_bits(got), _bits(theta)), chunk
 
 
-@pytest.mark.parametrize("dtype,key64", [(torch.bfloat16, False), (torch.float16, False), (torch.float32, False),
-                                         (torch.float32, True), (torch.float64, True)])
+@pytest.mark.parametrize(
+    "dtype,key64",
+    [
+        (torch.bfloat16, False),
+        (torch.float16, False),
+        (torch.float32, False),
+        (torch.float32, True),
+        (torch.float64, True),
+    ],
+)
 def test_ties_digit_counts_match_reference(dtype, key64):
     """Every radix level's digit histogram (the top 16 bits, then the next 16 of the keys matching a
     prefix) equals numpy's, summed over chunks down to one element."""
@@ -411,8 +491,9 @@ def test_ties_digit_counts_match_reference(dtype, key64):
                 continue
             got = np.zeros_like(want)
             for s in range(0, n, chunk):
-                done = baselines.ties_digit_counts(base[s:s + chunk], [a[s:s + chunk] for a in agents], compute, key64,
-                                                 level, prefixes)
+                done = baselines.ties_digit_counts(
+                    base[s : s + chunk], [a[s : s + chunk] for a in agents], compute, key64, level, prefixes
+                )
                 assert done is not None and done.finite
                 got += done.hist
             assert np.array_equal(got, want), (level, chunk)
@@ -425,11 +506,21 @@ def test_ties_kernels_flag_non_finite_task_vectors(bad):
     agent[4321] = bad
     assert baselines.ties_digit_counts(base, [base.clone(), agent], torch.float32, False, 0, [0, 0]).finite is False
     assert baselines.ties_merge_into(base, [agent], torch.float32, torch.float32, False, [0], [1], 1.0).finite is False
-    assert baselines.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0).finite is True
+    assert (
+        baselines.ties_merge_into(base, [base.clone()], torch.float32, torch.float32, False, [0], [1], 1.0).finite
+        is True
+    )
 
 
-@pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.bfloat16),
-                                             (torch.float32, torch.float16), (torch.float64, torch.float64)])
+@pytest.mark.parametrize(
+    "dtype,out_dtype",
+    [
+        (torch.bfloat16, torch.bfloat16),
+        (torch.float16, torch.bfloat16),
+        (torch.float32, torch.float16),
+        (torch.float64, torch.float64),
+    ],
+)
 @pytest.mark.parametrize("ties", [False, True])
 @pytest.mark.parametrize("first", [0, (1 << 32) - 1500, 5 * (1 << 32) + 17])
 def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
@@ -441,8 +532,10 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
     compute = torch.float64 if dtype == torch.float64 else torch.float32
     cdt = np.float64 if compute == torch.float64 else np.float32
     x = base.to(compute).numpy()
-    kept = [np.where(ref.dare_keep(seed, t, name, n, drop, first), (a.to(compute).numpy() - x) / cdt(1.0 - drop),
-                     cdt(0)) for t, a in enumerate(agents)]
+    kept = [
+        np.where(ref.dare_keep(seed, t, name, n, drop, first), (a.to(compute).numpy() - x) / cdt(1.0 - drop), cdt(0))
+        for t, a in enumerate(agents)
+    ]
     assert all(0.3 < k.mean() < 0.5 for k in (ref.dare_keep(seed, t, name, n, drop, first) for t in range(3)))
     if ties:
         merged = ref.elect_disjoint_mean(kept)
@@ -455,8 +548,18 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
     for chunk in (n, 1000, 7):
         parts = []
         for s in range(0, n, chunk):
-            done = baselines.dare_merge_into(base[s:s + chunk], [a[s:s + chunk] for a in agents], first + s, keys,
-                                           int(drop * 2**32), drop, scale, ties, compute, out_dtype)
+            done = baselines.dare_merge_into(
+                base[s : s + chunk],
+                [a[s : s + chunk] for a in agents],
+                first + s,
+                keys,
+                int(drop * 2**32),
+                drop,
+                scale,
+                ties,
+                compute,
+                out_dtype,
+            )
             assert done is not None and done.finite
             parts.append(done.merged)
         assert np.array_equal(_bits(torch.cat(parts)), _bits(theta)), chunk
@@ -464,13 +567,23 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
 
 # --- whole merges: the kernel path writes the same files as the torch path -----------------------
 
-@pytest.mark.parametrize("dtype,out_dtype", [(torch.bfloat16, "base"), (torch.float16, "bfloat16"),
-                                             (torch.float32, "float16"), (torch.float64, "base")])
-@pytest.mark.parametrize("method,params", [("ram", {}), ("ram-plus", {}), ("ram-plus-soft", {}),
-                                           ("dare-ta", {"drop": 0.3, "seed": 5, "scale": 0.7}),
-                                           ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3}),
-                                           ("ties", {"density": 0.3, "scale": 0.8}),
-                                           ("ties", {"density": 0.2, "ties_scope": "model"})])
+
+@pytest.mark.parametrize(
+    "dtype,out_dtype",
+    [(torch.bfloat16, "base"), (torch.float16, "bfloat16"), (torch.float32, "float16"), (torch.float64, "base")],
+)
+@pytest.mark.parametrize(
+    "method,params",
+    [
+        ("ram", {}),
+        ("ram-plus", {}),
+        ("ram-plus-soft", {}),
+        ("dare-ta", {"drop": 0.3, "seed": 5, "scale": 0.7}),
+        ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3}),
+        ("ties", {"density": 0.3, "scale": 0.8}),
+        ("ties", {"density": 0.2, "ties_scope": "model"}),
+    ],
+)
 def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
     outputs = {}
@@ -478,10 +591,24 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
         out = tmp_path / f"out-{use}"
-        result = merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method=method, params=params, out_dtype=out_dtype, shard_size="4KB"), options=RunOptions(chunk_elements=999))
+        result = merge(
+            MergeSpec.build(
+                str(base_dir),
+                [str(a) for a in agent_dirs],
+                out,
+                method=method,
+                params=params,
+                out_dtype=out_dtype,
+                shard_size="4KB",
+            ),
+            options=RunOptions(chunk_elements=999),
+        )
         files = sorted(p.name for p in out.glob("*.safetensors"))
-        outputs[use] = ({f: (out / f).read_bytes() for f in files}, result.report["rescale_survival_share"],
-                        [a.overlap for a in result.probe.agents])
+        outputs[use] = (
+            {f: (out / f).read_bytes() for f in files},
+            result.report["rescale_survival_share"],
+            [a.overlap for a in result.probe.agents],
+        )
     assert len(outputs[True][0]) >= 2
     assert outputs[True] == outputs[False]
 
@@ -578,8 +705,9 @@ def test_finite_task_vectors_whose_sum_overflows_are_refused_by_both_paths(tmp_p
         dirs.append(str(tmp_path / name))
     counted = kernels.count_patterns(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32)
     assert counted.finite is True and counted.hist.tolist() == [base.numel() - 1, 0, 0, 1]
-    merged = ram_family.selective_merge_into(base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32,
-                                          [1.5, 1.5], True, True)
+    merged = ram_family.selective_merge_into(
+        base.reshape(-1), [big.reshape(-1)] * 2, 1e-5, torch.float32, torch.float32, [1.5, 1.5], True, True
+    )
     assert merged.finite is True and torch.isinf(merged.merged[2 * 1000 + 17])
     for use in (True, False):
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
@@ -607,8 +735,10 @@ def test_output_slices_are_reused_only_after_release(monkeypatch):
     monkeypatch.setattr(kernels, "_OUTPUTS", kernels._OutputPool())  # the merge below starts from an empty pool
     base, agents = _inputs(3001, 3, torch.bfloat16, seed=5)
     bits = [kernels.as_bits(t) for t in (base, *agents)]
-    merged = [ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
-              for _ in range(2)]
+    merged = [
+        ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
+        for _ in range(2)
+    ]
     assert merged[0].base is not merged[1].base and np.array_equal(merged[0], merged[1])
     expected = merged[0].copy()
     kernels.release_output(merged[0])

@@ -26,8 +26,24 @@ PIECE = 1 << 20
 
 def _merge(base: Path, agents: list[Path], out: Path, method: str, kernels: bool, *extra: str) -> Path:
     env = dict(os.environ, RAM_DESKTOP_KERNELS="1" if kernels else "0")
-    cmd = [sys.executable, "-m", "ram_desktop", "-q", "merge", str(base), *map(str, agents), "--method", method,
-           "--dtype", "float32", "--out", str(out), "--device", "cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ram_desktop",
+        "-q",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--method",
+        method,
+        "--dtype",
+        "float32",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -46,13 +62,20 @@ def _slerp_reference(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor
     2²⁰-element pieces' norms, the dot product as the sum of the pieces' sums."""
     a, b = a.float().reshape(1, -1), b.float().reshape(1, -1)
     starts = range(0, a.shape[1], PIECE)
-    na = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(a[:, s:s + PIECE], dim=1, keepdim=True)
-                                                for s in starts]), dim=0)
-    nb = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(b[:, s:s + PIECE], dim=1, keepdim=True)
-                                                for s in starts]), dim=0)
+    na = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(a[:, s : s + PIECE], dim=1, keepdim=True) for s in starts]), dim=0
+    )
+    nb = torch.linalg.vector_norm(
+        torch.stack([torch.linalg.vector_norm(b[:, s : s + PIECE], dim=1, keepdim=True) for s in starts]), dim=0
+    )
     na, nb = torch.where(na > 1e-8, na, 1), torch.where(nb > 1e-8, nb, 1)
-    dot = torch.stack([((a[:, s:s + PIECE] / na) * (b[:, s:s + PIECE] / nb)).sum(dim=1, keepdim=True)
-                       for s in starts]).sum(dim=0).clamp(-1, 1)
+    dot = (
+        torch.stack(
+            [((a[:, s : s + PIECE] / na) * (b[:, s : s + PIECE] / nb)).sum(dim=1, keepdim=True) for s in starts]
+        )
+        .sum(dim=0)
+        .clamp(-1, 1)
+    )
     tt = torch.tensor([[t]])
     if bool(dot.abs() > 0.9995):
         ca, cb = 1 - tt, tt
@@ -64,12 +87,16 @@ def _slerp_reference(a: torch.Tensor, b: torch.Tensor, t: float) -> torch.Tensor
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_fused_paths_equal_the_torch_path(tmp_path, dtype):
-    base, agents = make_models(tmp_path / "in", dtype=dtype, config=WIDE,
-                               agents={"alpha": 0.5, "beta": 0.55, "gamma": 0.04})
+    base, agents = make_models(
+        tmp_path / "in", dtype=dtype, config=WIDE, agents={"alpha": 0.5, "beta": 0.55, "gamma": 0.04}
+    )
     assert load_file(str(next(base.glob("*.safetensors"))))["model.embed_tokens.weight"].numel() > PIECE
     out_dtype = "bfloat16" if dtype == torch.float32 else "float32"
-    for method, inputs, params in (("slerp", agents[:1], ["--t", "0.3"]), ("model-stock", agents, []),
-                                   ("della", agents, ["--density", "0.4", "--epsilon", "0.15", "--seed", "3"])):
+    for method, inputs, params in (
+        ("slerp", agents[:1], ["--t", "0.3"]),
+        ("model-stock", agents, []),
+        ("della", agents, ["--density", "0.4", "--epsilon", "0.15", "--seed", "3"]),
+    ):
         extra = ["--out-dtype", out_dtype, *params]
         fused = _merge(base, inputs, tmp_path / f"{method}-fused", method, True, *extra)
         plain = _merge(base, inputs, tmp_path / f"{method}-torch", method, False, *extra)
@@ -88,10 +115,25 @@ def test_a_nan_in_an_agent_is_refused_on_the_fused_path(tmp_path):
     tensors = load_file(str(shard))
     tensors["model.embed_tokens.weight"][5, 3] = float("nan")
     save_file(tensors, str(shard), metadata={"format": "pt"})
-    cmd = [sys.executable, "-m", "ram_desktop", "merge", str(base), *map(str, agents), "--method", "model-stock",
-           "--dtype", "float32", "--out", str(tmp_path / "out"), "--device", "cpu"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, RAM_DESKTOP_KERNELS="1"),
-                          timeout=600, check=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ram_desktop",
+        "merge",
+        str(base),
+        *map(str, agents),
+        "--method",
+        "model-stock",
+        "--dtype",
+        "float32",
+        "--out",
+        str(tmp_path / "out"),
+        "--device",
+        "cpu",
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=dict(os.environ, RAM_DESKTOP_KERNELS="1"), timeout=600, check=False
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "model.embed_tokens.weight" in proc.stderr and "NaN" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -105,21 +147,38 @@ def _mergekit() -> str | None:
 @pytest.mark.skipif(_mergekit() is None, reason="mergekit not installed (set RAM_MERGEKIT=/path/to/mergekit-yaml)")
 @pytest.mark.parametrize("method,n,parameters", [("slerp", 1, {"t": [0.2, 0.7]}), ("model_stock", 3, {})])
 def test_fused_whole_tensor_methods_give_mergekit_bytes(tmp_path, method, n, parameters):
-    base, agents = make_models(tmp_path / "in", config=WIDE, agents=dict(list({"alpha": 0.5, "beta": 0.55,
-                                                                              "gamma": 0.04}.items())[:n]))
-    config = {"merge_method": method, "base_model": str(base), "models": [{"model": str(a)} for a in agents],
-              "dtype": "float32", "out_dtype": "bfloat16"}
+    base, agents = make_models(
+        tmp_path / "in", config=WIDE, agents=dict(list({"alpha": 0.5, "beta": 0.55, "gamma": 0.04}.items())[:n])
+    )
+    config = {
+        "merge_method": method,
+        "base_model": str(base),
+        "models": [{"model": str(a)} for a in agents],
+        "dtype": "float32",
+        "out_dtype": "bfloat16",
+    }
     if parameters:
         config["parameters"] = parameters
     path = tmp_path / "mk.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([_mergekit(), str(path), str(tmp_path / "mk")], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
+    proc = subprocess.run(
+        [_mergekit(), str(path), str(tmp_path / "mk")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "run", str(path), "--out", str(tmp_path / "ours")],
-                          capture_output=True, text=True, env=dict(os.environ, RAM_DESKTOP_KERNELS="1"), timeout=600,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "-q", "run", str(path), "--out", str(tmp_path / "ours")],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, RAM_DESKTOP_KERNELS="1"),
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     _same(tmp_path / "ours", tmp_path / "mk")
 
@@ -143,14 +202,17 @@ def test_della_mask_kernel_equals_the_torch_loop():
                 assert 0.38 < float((fused != 0).float().mean()) < 0.42
 
 
-@pytest.mark.parametrize("name,params", [
-    ("weighted-ties", {"weight": [0.5, 1.0, 0.8], "density": [0.3, 0.5, 0.7]}),
-    ("weighted-task-arithmetic", {"weight": [0.3, 0.5, 1.2], "lambda": 0.8}),
-    ("della", {"density": 0.5, "epsilon": 0.1, "seed": 3}),
-    ("della-linear", {"density": 0.4, "seed": 5, "normalize": True}),
-    ("breadcrumbs-ties", {"density": 0.6, "gamma": 0.02, "int8_mask": True}),
-    ("weighted-ties", {"weight": [0.0, 0.0, 0.0], "density": [1, 1, 1]}),  # every divisor 0 → 1
-])
+@pytest.mark.parametrize(
+    "name,params",
+    [
+        ("weighted-ties", {"weight": [0.5, 1.0, 0.8], "density": [0.3, 0.5, 0.7]}),
+        ("weighted-task-arithmetic", {"weight": [0.3, 0.5, 1.2], "lambda": 0.8}),
+        ("della", {"density": 0.5, "epsilon": 0.1, "seed": 3}),
+        ("della-linear", {"density": 0.4, "seed": 5, "normalize": True}),
+        ("breadcrumbs-ties", {"density": 0.6, "gamma": 0.02, "int8_mask": True}),
+        ("weighted-ties", {"weight": [0.0, 0.0, 0.0], "density": [1, 1, 1]}),  # every divisor 0 → 1
+    ],
+)
 def test_gta_combination_kernel_equals_the_torch_steps(name, params):
     """The weighted task arithmetic family's combination (weights, sign consensus, divisor, λ, base + Σ) by the
     fused kernel, split over the cores, against the torch steps on a 3M-element tensor with signed zeros in the
@@ -169,8 +231,15 @@ def test_gta_combination_kernel_equals_the_torch_steps(name, params):
     ctx = weights.prepare(method.resolve(params), method.params)
 
     def merged() -> torch.Tensor:
-        chunk = Chunk(0, "model.layers.0.mlp.up_proj.weight", 0, base.clone(), torch.stack([a - base for a in agents]),
-                      1e-5, raw=[base.clone(), *(a.clone() for a in agents)])
+        chunk = Chunk(
+            0,
+            "model.layers.0.mlp.up_proj.weight",
+            0,
+            base.clone(),
+            torch.stack([a - base for a in agents]),
+            1e-5,
+            raw=[base.clone(), *(a.clone() for a in agents)],
+        )
         return method.merge(chunk, ctx).clone()
 
     fused = merged()

@@ -32,8 +32,17 @@ GPU_METHODS = [name for name, m in METHODS.items() if name != "fisher" and not m
 
 # "demo": the small synthetic model (one chunk per tensor); "wide": MLP tensors of 2.8 M elements, cut into
 # several chunks, so that the GPU path's chunking, prefetch and ordered writes are exercised too
-SIZES = {"demo": CONFIG, "wide": {**CONFIG, "hidden_size": 1024, "intermediate_size": 2752, "head_dim": 256,
-                                  "num_hidden_layers": 2, "vocab_size": 4096}}
+SIZES = {
+    "demo": CONFIG,
+    "wide": {
+        **CONFIG,
+        "hidden_size": 1024,
+        "intermediate_size": 2752,
+        "head_dim": 256,
+        "num_hidden_layers": 2,
+        "vocab_size": 4096,
+    },
+}
 
 
 @pytest.fixture(scope="module", params=list(SIZES))
@@ -42,8 +51,10 @@ def models(request, tmp_path_factory) -> tuple[Path, list[Path]]:
     folder = tmp_path_factory.mktemp(f"gpu-{request.param}")
     base, agents = generate_tensors(demo_shapes(config))
     base_dir = write_model(folder / "base", base, config)
-    agent_dirs = [write_model(folder / name, tensors, config, shards=2 if i == 1 else 1)
-                  for i, (name, tensors) in enumerate(agents.items())]
+    agent_dirs = [
+        write_model(folder / name, tensors, config, shards=2 if i == 1 else 1)
+        for i, (name, tensors) in enumerate(agents.items())
+    ]
     return base_dir, agent_dirs
 
 
@@ -63,8 +74,19 @@ def test_cuda_merge_equals_cpu_merge(tmp_path, models, method):
     outputs = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
-        done = cli(tmp_path, "merge", str(base), *map(str, agents), "--method", method, "--device", device,
-                   "--out", str(out), timeout=600)
+        done = cli(
+            tmp_path,
+            "merge",
+            str(base),
+            *map(str, agents),
+            "--method",
+            method,
+            "--device",
+            device,
+            "--out",
+            str(out),
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr
         outputs[device] = out
     cpu, gpu = _tensors(outputs["cpu"]), _tensors(outputs["cuda"])

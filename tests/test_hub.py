@@ -45,8 +45,12 @@ def hub_models(tmp_path, cache):
 
 
 def _safetensors(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix == ".safetensors"
-            or p.name in ("model.safetensors.index.json", "config.json", "tokenizer.json", "generation_config.json")}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(out.iterdir())
+        if p.suffix == ".safetensors"
+        or p.name in ("model.safetensors.index.json", "config.json", "tokenizer.json", "generation_config.json")
+    }
 
 
 def test_parse_spec():
@@ -60,10 +64,19 @@ def test_parse_spec():
 @pytest.mark.parametrize("form", ["plain", "sha", "hf"])
 def test_merge_from_hub_cache_equals_local_merge(hub_models, tmp_path, form):
     base, agents = hub_models
-    spell = {"plain": lambda n: f"org/{n}", "sha": lambda n: f"org/{n}@{SHAS[n]}",
-             "hf": lambda n: f"hf://org/{n}@main"}[form]
-    local = merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "local-out"), options=RunOptions(use_cache=False))
-    hub = merge(MergeSpec.build(spell("base"), [spell(a.name) for a in agents], tmp_path / "hub-out"), options=RunOptions(use_cache=False))
+    spell = {
+        "plain": lambda n: f"org/{n}",
+        "sha": lambda n: f"org/{n}@{SHAS[n]}",
+        "hf": lambda n: f"hf://org/{n}@main",
+    }[form]
+    local = merge(
+        MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "local-out"),
+        options=RunOptions(use_cache=False),
+    )
+    hub = merge(
+        MergeSpec.build(spell("base"), [spell(a.name) for a in agents], tmp_path / "hub-out"),
+        options=RunOptions(use_cache=False),
+    )
     assert _safetensors(tmp_path / "hub-out") == _safetensors(tmp_path / "local-out")
     assert hub.lambdas == local.lambdas
     recipe = yaml.safe_load((tmp_path / "hub-out" / "ram-recipe.yaml").read_text())
@@ -94,6 +107,7 @@ def test_local_path_wins_over_hub_id(hub_models, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "org").mkdir()
     import shutil
+
     shutil.copytree(base, tmp_path / "org" / "alpha")
     ckpt = open_checkpoint("org/alpha")
     assert ckpt.repo_id is None and ckpt.path == (tmp_path / "org" / "alpha").resolve()
@@ -122,8 +136,13 @@ def test_offline_unknown_revision_and_incomplete_snapshot(hub_models, cache):
     with pytest.raises(InputError, match="org/partial: offline"):
         open_checkpoint("org/partial")
     # an index whose shard is missing from the cache is incomplete too
-    populate(cache, "org/half", hub_models[0], sha_of("half"), only=["model.safetensors.index.json",
-                                                                     "model-00001-of-00002.safetensors"])
+    populate(
+        cache,
+        "org/half",
+        hub_models[0],
+        sha_of("half"),
+        only=["model.safetensors.index.json", "model-00001-of-00002.safetensors"],
+    )
     with pytest.raises(InputError, match="org/half: offline"):
         open_checkpoint("org/half")
 
@@ -138,23 +157,46 @@ def _hub_failure(monkeypatch, error):
     monkeypatch.setattr(hf, "hf_hub_download", fail)
 
 
-@pytest.mark.parametrize("make_error,message,kind", [
-    (lambda: not_found(hf.errors.RepositoryNotFoundError, "org/nope", 401),
-     r"org/nope: repository not found on the Hugging Face Hub \(or it is private", errors.RepoNotFound),
-    (lambda: not_found(hf.errors.GatedRepoError, "org/nope", 403),
-     r"org/nope: gated repository — you need access\. Accept its conditions at https://huggingface.co/org/nope",
-     errors.GatedRepo),
-    (lambda: not_found(hf.errors.RevisionNotFoundError, "org/nope"),
-     r"org/nope: revision 'v9' not found; check the branch, tag or commit sha", errors.RevisionNotFound),
-    (lambda: hf.errors.LocalEntryNotFoundError("connection error"),
-     r"org/nope: cannot reach the Hugging Face Hub \(LocalEntryNotFoundError\) and no complete copy",
-     errors.HubUnreachable),
-    (lambda: __import__("httpx2").ConnectError("[Errno -3] Temporary failure in name resolution"),
-     r"org/nope: cannot reach the Hugging Face Hub \(ConnectError\)", errors.HubUnreachable),
-    (lambda: hf.errors.OfflineModeIsEnabled("offline"), r"org/nope: offline \(HF_HUB_OFFLINE=1\)", errors.HubOffline),
-    (lambda: not_found(hf.errors.HfHubHTTPError, "org/nope", 401), r"org/nope: the Hub refused the token \(401",
-     errors.HubAuthError),
-])
+@pytest.mark.parametrize(
+    "make_error,message,kind",
+    [
+        (
+            lambda: not_found(hf.errors.RepositoryNotFoundError, "org/nope", 401),
+            r"org/nope: repository not found on the Hugging Face Hub \(or it is private",
+            errors.RepoNotFound,
+        ),
+        (
+            lambda: not_found(hf.errors.GatedRepoError, "org/nope", 403),
+            r"org/nope: gated repository — you need access\. Accept its conditions at https://huggingface.co/org/nope",
+            errors.GatedRepo,
+        ),
+        (
+            lambda: not_found(hf.errors.RevisionNotFoundError, "org/nope"),
+            r"org/nope: revision 'v9' not found; check the branch, tag or commit sha",
+            errors.RevisionNotFound,
+        ),
+        (
+            lambda: hf.errors.LocalEntryNotFoundError("connection error"),
+            r"org/nope: cannot reach the Hugging Face Hub \(LocalEntryNotFoundError\) and no complete copy",
+            errors.HubUnreachable,
+        ),
+        (
+            lambda: __import__("httpx2").ConnectError("[Errno -3] Temporary failure in name resolution"),
+            r"org/nope: cannot reach the Hugging Face Hub \(ConnectError\)",
+            errors.HubUnreachable,
+        ),
+        (
+            lambda: hf.errors.OfflineModeIsEnabled("offline"),
+            r"org/nope: offline \(HF_HUB_OFFLINE=1\)",
+            errors.HubOffline,
+        ),
+        (
+            lambda: not_found(hf.errors.HfHubHTTPError, "org/nope", 401),
+            r"org/nope: the Hub refused the token \(401",
+            errors.HubAuthError,
+        ),
+    ],
+)
 def test_hub_errors_give_clear_messages(cache, tmp_path, monkeypatch, capsys, make_error, message, kind):
     _hub_failure(monkeypatch, make_error())
     spec = "org/nope@v9" if "revision" in message else "org/nope"
@@ -217,16 +259,27 @@ def test_cached_commit_needs_no_network(hub_models, monkeypatch):
 def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cache, monkeypatch):
     base, agents = make_models(tmp_path / "local", shards=2)
     repos = {f"org/{f.name}": (f, sha_of("remote-" + f.name)) for f in [base, *agents]}
-    extra = {"README.md": b"# card", "original/consolidated.pth": b"x" * 5000, "pytorch_model.bin": b"y" * 7000,
-             "onnx/model.onnx": b"z"}
+    extra = {
+        "README.md": b"# card",
+        "original/consolidated.pth": b"x" * 5000,
+        "pytorch_model.bin": b"y" * 7000,
+        "onnx/model.onnx": b"z",
+    }
     hub = FakeHub(monkeypatch, repos, extra)
     events = []
     reporter = Reporter(events.append)
     result = merge(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"], tmp_path / "out"), reporter)
-    needed = {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-              "special_tokens_map.json"}
-    base_files = sorted(needed | {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
-                                  "model-00002-of-00002.safetensors"})
+    needed = {
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    }
+    base_files = sorted(
+        needed
+        | {"model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"}
+    )
     assert sorted(hub.downloads) == sorted(base_files * 4)  # the four repositories download concurrently
     assert not {"README.md", "original/consolidated.pth", "pytorch_model.bin", "onnx/model.onnx"} & set(hub.downloads)
     downloads = [e for e in events if e.stage == "download"]
@@ -235,8 +288,12 @@ def test_download_only_needed_files_with_progress_then_reuse_cache(tmp_path, cac
     assert len({e.detail.split(":")[0] for e in ends}) == 4  # each repository finished
     # one combined progress: bytes of all repositories (config.json came with the header check, the index
     # is read before the shard list is known)
-    served = sum(len(d) for repo in repos for n, d in hub._files(repo).items()
-                 if n in set(base_files) - {"config.json", "model.safetensors.index.json"})
+    served = sum(
+        len(d)
+        for repo in repos
+        for n, d in hub._files(repo).items()
+        if n in set(base_files) - {"config.json", "model.safetensors.index.json"}
+    )
     assert downloads[-1].done == downloads[-1].total == served
     assert all(a.done <= b.done for a, b in itertools.pairwise(downloads))
     assert any("model-00001-of-00002.safetensors" in e.detail and "MB of" in e.detail for e in downloads)
@@ -283,8 +340,12 @@ def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch
     # without an explicit token, huggingface_hub is left to find HF_TOKEN / the stored login
     assert main(["merge", "org/base", "org/alpha", "org/gamma", "--out", str(tmp_path / "out2")]) == 0
     assert hub.tokens[-1] is None
-    written = "".join(p.read_text(errors="replace") for out in ("out", "out2")
-                      for p in (tmp_path / out).iterdir() if p.suffix != ".safetensors")
+    written = "".join(
+        p.read_text(errors="replace")
+        for out in ("out", "out2")
+        for p in (tmp_path / out).iterdir()
+        if p.suffix != ".safetensors"
+    )
     captured = capsys.readouterr()
     for text in (written, caplog.text, captured.out, captured.err):
         assert secret not in text and env_secret not in text
@@ -311,18 +372,32 @@ def test_progress_class_fits_huggingface_hub_progress_machinery(cache):
     events = []
     reporter = Reporter(events.append)
     progress = _Download(reporter, "org/x", 3000)
-    with _get_progress_bar_context(desc="f", log_level=logging.INFO, total=1000, initial=100,
-                                   tqdm_class=progress.bar_class("a.safetensors")) as bar:
+    with _get_progress_bar_context(
+        desc="f", log_level=logging.INFO, total=1000, initial=100, tqdm_class=progress.bar_class("a.safetensors")
+    ) as bar:
         bar.update(900)
-    with XetDownloadProgressReporter(reconstruction_desc="r", total=2000, log_level=logging.INFO,
-                                     tqdm_class=progress.bar_class("b.safetensors")) as xet:
-        xet.update_progress(SimpleNamespace(total_bytes_completed=1500, total_transfer_bytes_completed=1200,
-                                            total_bytes_completion_rate=None, total_transfer_bytes_completion_rate=None,
-                                            total_bytes=2000))
+    with XetDownloadProgressReporter(
+        reconstruction_desc="r", total=2000, log_level=logging.INFO, tqdm_class=progress.bar_class("b.safetensors")
+    ) as xet:
+        xet.update_progress(
+            SimpleNamespace(
+                total_bytes_completed=1500,
+                total_transfer_bytes_completed=1200,
+                total_bytes_completion_rate=None,
+                total_transfer_bytes_completion_rate=None,
+                total_bytes=2000,
+            )
+        )
         reporter.cancel.cancel()
         with pytest.raises(Cancelled):
-            xet.update_progress(SimpleNamespace(total_bytes_completed=2000, total_transfer_bytes_completed=1900,
-                                                total_bytes_completion_rate=None,
-                                                total_transfer_bytes_completion_rate=None, total_bytes=2000))
+            xet.update_progress(
+                SimpleNamespace(
+                    total_bytes_completed=2000,
+                    total_transfer_bytes_completed=1900,
+                    total_bytes_completion_rate=None,
+                    total_transfer_bytes_completion_rate=None,
+                    total_bytes=2000,
+                )
+            )
     assert [e.done for e in events][:2] == [100, 1000] and events[-1].done == 3000
     assert events[-1].total == 3000 and "b.safetensors" in events[-1].detail

@@ -38,12 +38,16 @@ def _serve(monkeypatch, folders: dict[str, Path]) -> FakeHub:
     return FakeHub(monkeypatch, {repo: (folder, sha_of(repo)) for repo, folder in folders.items()})
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"intermediate_size": 40}, "has shape [32, 40]"),
-    ({"vocab_size": 80}, "vocabulary rows"),
-])
-def test_mismatch_between_remote_repositories_before_any_weight_file(tmp_path, cache, monkeypatch, capsys,
-                                                                      change, needle):
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"intermediate_size": 40}, "has shape [32, 40]"),
+        ({"vocab_size": 80}, "vocabulary rows"),
+    ],
+)
+def test_mismatch_between_remote_repositories_before_any_weight_file(
+    tmp_path, cache, monkeypatch, capsys, change, needle
+):
     base, agents = make_models(tmp_path / "a")
     _, other = make_models(tmp_path / "b", config=dict(SMALL_CONFIG, **change), agents={"odd": 0.5})
     hub = _serve(monkeypatch, {"org/base": base, "org/alpha": agents[0], "org/odd": other[0]})

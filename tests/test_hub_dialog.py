@@ -22,9 +22,17 @@ from ram_desktop.gui.sources.hub_dialog import HubDialog
 from .hubcache import not_found
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
-FILES = {"config.json": 700, "generation_config.json": 200, "tokenizer.json": 7_000_000, "tokenizer_config.json": 7000,
-         "model.safetensors.index.json": 30_000, "model-00001-of-00002.safetensors": 3_900_000_000,
-         "model-00002-of-00002.safetensors": 3_100_000_000, "README.md": 5000, "original/consolidated.pth": 8_000}
+FILES = {
+    "config.json": 700,
+    "generation_config.json": 200,
+    "tokenizer.json": 7_000_000,
+    "tokenizer_config.json": 7000,
+    "model.safetensors.index.json": 30_000,
+    "model-00001-of-00002.safetensors": 3_900_000_000,
+    "model-00002-of-00002.safetensors": 3_100_000_000,
+    "README.md": 5000,
+    "original/consolidated.pth": 8_000,
+}
 
 
 @pytest.fixture
@@ -35,8 +43,13 @@ def online(monkeypatch):
         calls.append((repo_id, revision, files_metadata, token))
         if repo_id == "org/gated":
             raise not_found(hf.errors.GatedRepoError, repo_id, 403)
-        return SimpleNamespace(id=repo_id, sha=SHA, siblings=[RepoSibling(rfilename=n, size=s) for n, s in FILES.items()],
-                               gated=False, private=False)
+        return SimpleNamespace(
+            id=repo_id,
+            sha=SHA,
+            siblings=[RepoSibling(rfilename=n, size=s) for n, s in FILES.items()],
+            gated=False,
+            private=False,
+        )
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setattr(hf, "model_info", model_info)
@@ -58,8 +71,10 @@ def test_lists_files_and_sizes_before_downloading(qtbot, online):
     dialog.list_button.click()
     qtbot.waitUntil(lambda: dialog.listing() is not None, timeout=5000)
     assert online == [("org/model", "v1.0", True, "hf_dialogSECRET")]
-    rows = {dialog.table.item(r, 1).text(): (dialog.table.item(r, 0).text(), dialog.table.item(r, 2).text())
-            for r in range(dialog.table.rowCount())}
+    rows = {
+        dialog.table.item(r, 1).text(): (dialog.table.item(r, 0).text(), dialog.table.item(r, 2).text())
+        for r in range(dialog.table.rowCount())
+    }
     assert set(rows) == set(FILES)
     assert rows["model-00001-of-00002.safetensors"] == ("✓", "3.90 GB")
     assert rows["config.json"][0] == "✓" and rows["README.md"][0] == "" and rows["original/consolidated.pth"][0] == ""

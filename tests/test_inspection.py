@@ -74,8 +74,9 @@ NINE = {f"x{i}": 0.05 + 0.07 * i for i in range(9)}  # above JOINT_MAX_AGENTS: s
 def test_intersections_pairs_and_ulps_equal_a_whole_tensor_computation(tmp_path, shards, chunk, agents):
     spec = agents or {"a": 0.5, "b": 0.55, "c": 0.04, "d": 0.3}
     base, agents = make_models(tmp_path / "in", shards=shards, agents=spec)
-    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False,
-                          chunk_elements=chunk)
+    report = pipeline.probe(
+        str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False, chunk_elements=chunk
+    )
     ref = _reference(base, agents)
     names = report.names
     data = report.to_json()
@@ -139,7 +140,9 @@ def test_module_grid_sums_to_layers_and_whole_model(tmp_path):
         assert sum(map(sum, grid.updated[t])) == a.updated
         assert sum(map(sum, grid.unique[t])) == a.unique
     # every tensor sits in exactly one cell
-    assert sorted(n for row in grid.tensors for cell in row for n in cell) == sorted(s.name for s in report.tensor_stats)
+    assert sorted(n for row in grid.tensors for cell in row for n in cell) == sorted(
+        s.name for s in report.tensor_stats
+    )
 
 
 def _float32_models(folder: Path) -> tuple[Path, list[Path]]:
@@ -178,15 +181,28 @@ def _measured_share(base: Path, agents: list[Path], merged: Path, active_only: b
     return list(kept / total)
 
 
-@pytest.mark.parametrize("method,params,active_only", [
-    ("ram", {}, True), ("ram-plus", {"r": 0.5, "alpha": 2.0}, True), ("ram-plus-soft", {"r": 0.3}, True),
-    ("average", {}, False), ("task-arithmetic", {"scale": 0.3}, False), ("task-arithmetic", {"scale": 0.7}, False)])
+@pytest.mark.parametrize(
+    "method,params,active_only",
+    [
+        ("ram", {}, True),
+        ("ram-plus", {"r": 0.5, "alpha": 2.0}, True),
+        ("ram-plus-soft", {"r": 0.3}, True),
+        ("average", {}, False),
+        ("task-arithmetic", {"scale": 0.3}, False),
+        ("task-arithmetic", {"scale": 0.7}, False),
+    ],
+)
 def test_would_keep_equals_what_the_merge_keeps(tmp_path, method, params, active_only):
     base, agents = _float32_models(tmp_path / "in")
     report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
     predicted = would_keep(report, method, params)
     out = tmp_path / "out"
-    pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, method, params, eps=EPS, device="cpu", out_dtype="float32"), options=pipeline.RunOptions(use_cache=False))
+    pipeline.merge(
+        pipeline.MergeSpec.build(
+            str(base), [str(a) for a in agents], out, method, params, eps=EPS, device="cpu", out_dtype="float32"
+        ),
+        options=pipeline.RunOptions(use_cache=False),
+    )
     measured = _measured_share(base, agents, out, active_only)
     assert predicted == pytest.approx(measured, rel=1e-5)
     if method == "ram":  # a sparse agent whose updates mostly overlap keeps much less than a dense one
@@ -230,15 +246,34 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert back.renamed(["x", "y", "z"], ["1", "2", "3"]).to_json()["pairs"][0]["agents"] == ["x", "y"]
     # a merge's pass 1 (counts only) may reuse the old report
     path.write_text(cache_text(data))
-    result = pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus", eps=EPS, device="cpu"))
+    result = pipeline.merge(
+        pipeline.MergeSpec.build(
+            str(base), [str(a) for a in agents], tmp_path / "out", "ram-plus", eps=EPS, device="cpu"
+        )
+    )
     assert result.report["agents"][0]["updated"] == first.agents[0].updated
 
 
 def test_cli_probe_json_has_intersections_and_pairs(tmp_path, models):
     base, agents = models
     out = tmp_path / "probe.json"
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "probe", str(base), *map(str, agents),
-                           "--json", str(out), "--device", "cpu"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ram_desktop",
+            "probe",
+            str(base),
+            *map(str, agents),
+            "--json",
+            str(out),
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
     assert {"intersections", "pairs", "ulp_histogram"} <= set(data)

@@ -17,8 +17,11 @@ def _tricky(n_agents: int, n: int = 4096, seed: int = 0) -> tuple[torch.Tensor, 
     taus = torch.empty(n_agents, n)
     for t in range(n_agents):
         kind = torch.randint(0, 5, (n,), generator=g)
-        taus[t] = torch.where(kind == 0, 0.0, torch.where(kind == 1, -3e-6, torch.where(kind == 2, 2e-6,
-                              0.001 * torch.randn(n, generator=g))))
+        taus[t] = torch.where(
+            kind == 0,
+            0.0,
+            torch.where(kind == 1, -3e-6, torch.where(kind == 2, 2e-6, 0.001 * torch.randn(n, generator=g))),
+        )
         taus[t, 3::11] = -taus[0, 3::11] if t else taus[t, 3::11]  # cancelling pairs
     return base, taus
 
@@ -39,5 +42,7 @@ def test_selective_merge_matches_plain_formulation(n_agents, lambdas):
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         out = torch.empty(base.shape, dtype=dtype)
         torch.add(base, fast, out=out)
-        assert torch.equal(out.view(torch.int16 if dtype != torch.float32 else torch.int32),
-                           theta_plain.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32))
+        assert torch.equal(
+            out.view(torch.int16 if dtype != torch.float32 else torch.int32),
+            theta_plain.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32),
+        )

@@ -50,10 +50,32 @@ def test_scores_equal_lm_evals_own_command_line(tasks_dir, coder, tmp_path):
     ours = score_model(coder, tasks, device="cpu", batch_size=8)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "lm_eval", "run", "--model", "hf", "--model_args", f"pretrained={coder},dtype=auto",
-         "--tasks", ",".join(TASKS), "--include_path", str(tasks_dir), "--device", "cpu", "--batch_size", "8",
-         "--output_path", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "run",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={coder},dtype=auto",
+            "--tasks",
+            ",".join(TASKS),
+            "--include_path",
+            str(tasks_dir),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "8",
+            "--output_path",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     (written,) = (tmp_path / "out").rglob("results_*.json")
     theirs = json.loads(written.read_text())["results"]
@@ -69,8 +91,23 @@ def test_an_lm_eval_suite_through_ram_merge_eval(tasks_dir, coder, tmp_path):
     metric, its per-example values make the ram-eval/2 interval, and the JSONL suite is scored as ever."""
     out = tmp_path / "eval.json"
     suite = coder.parent / "suites" / "code"
-    done = cli(tmp_path, "eval", str(coder), "--suite", "lm-eval:toy_code_mc", str(suite), "--include-path",
-               str(tasks_dir), "--limit", "8", "--json", str(out), "--device", "cpu", timeout=600)
+    done = cli(
+        tmp_path,
+        "eval",
+        str(coder),
+        "--suite",
+        "lm-eval:toy_code_mc",
+        str(suite),
+        "--include-path",
+        str(tasks_dir),
+        "--limit",
+        "8",
+        "--json",
+        str(out),
+        "--device",
+        "cpu",
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(out.read_text())
     assert [s["name"] for s in data["suites"]] == ["toy_code_mc", "code-test"]

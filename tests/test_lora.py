@@ -53,7 +53,7 @@ def _adapter(base_dir: Path, out: Path, seed: int, **config) -> dict[str, torch.
     deltas = {}
     for name, module in peft_model.named_modules():
         if isinstance(module, peft.tuners.lora.LoraLayer):
-            target = name[len("base_model.model."):] + ".weight"
+            target = name[len("base_model.model.") :] + ".weight"
             deltas[target] = module.get_delta_weight("default").detach().to(torch.float32).clone()
     assert deltas
     return deltas
@@ -64,7 +64,9 @@ def lora_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("lora")
     base_dir = root / "base"
     base_model = _base_model(base_dir)
-    deltas = {name: _adapter(base_dir, root / name, seed=i + 1, **cfg) for i, (name, cfg) in enumerate(ADAPTERS.items())}
+    deltas = {
+        name: _adapter(base_dir, root / name, seed=i + 1, **cfg) for i, (name, cfg) in enumerate(ADAPTERS.items())
+    }
     # a dense agent too: sparse updates of the base, saved by transformers
     dense = {k: v.detach().clone() for k, v in base_model.state_dict().items()}
     g = torch.Generator().manual_seed(5)
@@ -154,7 +156,12 @@ def test_adapters_merge_like_their_dense_task_vectors(lora_models, tmp_path, mon
     monkeypatch.setattr(lora.DeltaHandle, "rows", recording)
     chunk = 200
     params = {"scale": 0.3} if method == "task-arithmetic" else {}
-    merge(MergeSpec.build(str(base_dir), [str(d) for d in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"), options=RunOptions(chunk_elements=chunk))
+    merge(
+        MergeSpec.build(
+            str(base_dir), [str(d) for d in agent_dirs], tmp_path / "out", method, params, out_dtype="float32"
+        ),
+        options=RunOptions(chunk_elements=chunk),
+    )
     ours = ref.load_model(tmp_path / "out")
     base = ref.load_model(base_dir)
     expected = _reference(base, _dense_taus(base, agent_dirs), method)
@@ -176,8 +183,9 @@ def test_adapter_factors_and_scale_follow_peft(lora_models):
             for target, delta in deltas[d.name].items():
                 ours = handle.get_tensor(target)
                 assert ours.shape == delta.shape and ours.dtype == torch.float32, (d.name, target)
-                assert torch.allclose(ours, delta, rtol=0, atol=4 * float(torch.finfo(torch.float32).eps)
-                                      * float(delta.abs().max())), (d.name, target)
+                assert torch.allclose(
+                    ours, delta, rtol=0, atol=4 * float(torch.finfo(torch.float32).eps) * float(delta.abs().max())
+                ), (d.name, target)
                 assert not torch.equal(ours, torch.zeros_like(ours))
     config = json.loads((agent_dirs[1] / "adapter_config.json").read_text())
     assert config["use_rslora"] and "model.embed_tokens.weight" in deltas["rslora"]
@@ -188,7 +196,10 @@ def test_lora_merge_is_the_same_bytes_for_any_chunk_size(lora_models, tmp_path):
     outputs = []
     for chunk in (64, 200, 1531, 1 << 24):
         out = tmp_path / f"out-{chunk}"
-        merge(MergeSpec.build(str(base_dir), [str(d) for d in agent_dirs], out, "ram", {}, out_dtype="float32"), options=RunOptions(chunk_elements=chunk))
+        merge(
+            MergeSpec.build(str(base_dir), [str(d) for d in agent_dirs], out, "ram", {}, out_dtype="float32"),
+            options=RunOptions(chunk_elements=chunk),
+        )
         outputs.append((out / "model.safetensors").read_bytes())
     assert all(o == outputs[0] for o in outputs[1:])
 
@@ -225,10 +236,13 @@ def test_adapter_of_another_base_is_refused(lora_models, tmp_path, capsys):
     assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
 
 
-@pytest.mark.parametrize("change,needle", [
-    ({"use_dora": True}, "use_dora"),
-    ({"peft_type": "IA3"}, "not LoRA"),
-])
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"use_dora": True}, "use_dora"),
+        ({"peft_type": "IA3"}, "not LoRA"),
+    ],
+)
 def test_unsupported_adapters_are_refused(lora_models, tmp_path, capsys, change, needle):
     base_dir, agent_dirs, _ = lora_models
     bad = tmp_path / "bad"

@@ -23,8 +23,9 @@ def _mergekit() -> str | None:
     return exe if Path(exe).is_file() and os.access(exe, os.X_OK) else None
 
 
-needs_mergekit = pytest.mark.skipif(_mergekit() is None,
-                                    reason="mergekit not installed (set RAM_MERGEKIT=/path/to/mergekit-yaml)")
+needs_mergekit = pytest.mark.skipif(
+    _mergekit() is None, reason="mergekit not installed (set RAM_MERGEKIT=/path/to/mergekit-yaml)"
+)
 
 AGENTS = {"alpha": 0.5, "beta": 0.55, "gamma": 0.04, "delta": 0.3}
 GRADIENT = [0.2, 0.9, 0.4]
@@ -32,14 +33,21 @@ FILTERS = [{"filter": "self_attn", "value": 0.7}, {"filter": "mlp", "value": [0.
 
 
 def _run_ours(config: Path, out: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "run", str(config), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "-q", "run", str(config), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def _run_mergekit(config: Path, out: Path) -> None:
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([_mergekit(), str(config), str(out)], capture_output=True, text=True, env=env, timeout=600, check=False)
+    proc = subprocess.run(
+        [_mergekit(), str(config), str(out)], capture_output=True, text=True, env=env, timeout=600, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -53,8 +61,12 @@ def _assert_same_tensors(ours: Path, theirs: Path) -> None:
 
 def _models(tmp_path: Path, n: int, shards: int = 1) -> tuple[Path, list[Path]]:
     # five decoder layers: a gradient's positions 0, 1/4, 1/2, 3/4, 1 all occur
-    return make_models(tmp_path / "in", agents=dict(list(AGENTS.items())[:n]), shards=shards,
-                       config=dict(SMALL_CONFIG, num_hidden_layers=5))
+    return make_models(
+        tmp_path / "in",
+        agents=dict(list(AGENTS.items())[:n]),
+        shards=shards,
+        config=dict(SMALL_CONFIG, num_hidden_layers=5),
+    )
 
 
 def _config(method: str, base: Path | None, models: list[Path], per_model: list[dict | None], **top) -> dict:
@@ -72,28 +84,75 @@ CASES = [
     ("ta-base-listed", "task_arithmetic", 2, [{"weight": 0.3}, {"weight": 0.7}], {"normalize": True}, True),
     ("ta-gradient", "task_arithmetic", 2, [{"weight": GRADIENT}, {"weight": 0.5}], {}, False),
     ("ta-filters", "task_arithmetic", 2, [{"weight": FILTERS}, None], {"weight": 0.25}, False),
-    ("ties", "ties", 3, [{"weight": 0.4, "density": 0.3}, {"weight": 0.8, "density": 0.6},
-                         {"weight": 1.0, "density": [0.2, 0.9]}], {}, False),
-    ("ties-int8", "ties", 2, [{"weight": 1.0, "density": 0.5}, {"weight": 0.5, "density": 0.5}],
-     {"int8_mask": True, "lambda": 0.9}, True),
-    ("breadcrumbs", "breadcrumbs", 2, [{"weight": 0.5, "density": 0.6, "gamma": 0.02}, {"weight": 0.5, "density": 0.7}],
-     {}, False),
-    ("breadcrumbs-ties", "breadcrumbs_ties", 3, [{"weight": 0.5, "density": 0.6}, {"weight": 0.7, "density": 0.8},
-                                                  {"weight": 0.2, "density": 0.5}], {"gamma": 0.05}, False),
+    (
+        "ties",
+        "ties",
+        3,
+        [{"weight": 0.4, "density": 0.3}, {"weight": 0.8, "density": 0.6}, {"weight": 1.0, "density": [0.2, 0.9]}],
+        {},
+        False,
+    ),
+    (
+        "ties-int8",
+        "ties",
+        2,
+        [{"weight": 1.0, "density": 0.5}, {"weight": 0.5, "density": 0.5}],
+        {"int8_mask": True, "lambda": 0.9},
+        True,
+    ),
+    (
+        "breadcrumbs",
+        "breadcrumbs",
+        2,
+        [{"weight": 0.5, "density": 0.6, "gamma": 0.02}, {"weight": 0.5, "density": 0.7}],
+        {},
+        False,
+    ),
+    (
+        "breadcrumbs-ties",
+        "breadcrumbs_ties",
+        3,
+        [{"weight": 0.5, "density": 0.6}, {"weight": 0.7, "density": 0.8}, {"weight": 0.2, "density": 0.5}],
+        {"gamma": 0.05},
+        False,
+    ),
     ("linear", "linear", 3, [{"weight": 0.2}, {"weight": 0.3}, {"weight": 0.5}], {}, None),
     ("linear-base", "linear", 2, [{"weight": 0.2}, {"weight": [0.3, 0.6]}], {"weight": 0.5}, False),
     ("slerp", "slerp", 1, [None], {"t": 0.3}, True),
-    ("slerp-filters", "slerp", 1, [None], {"t": [{"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]},
-                                                 {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
-                                                 {"value": 0.5}]}, False),
+    (
+        "slerp-filters",
+        "slerp",
+        1,
+        [None],
+        {
+            "t": [
+                {"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]},
+                {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
+                {"value": 0.5},
+            ]
+        },
+        False,
+    ),
     ("model-stock", "model_stock", 3, [None, None, None], {}, False),
     ("model-stock-filter-wise", "model_stock", 2, [None, None], {"filter_wise": True}, True),
     ("nuslerp", "nuslerp", 2, [{"weight": 0.3}, {"weight": [0.2, 0.9]}], {}, False),
-    ("nuslerp-no-base-rows", "nuslerp", 2, [{"weight": 0.6}, {"weight": 0.4}],
-     {"nuslerp_flatten": False, "nuslerp_row_wise": True}, None),
+    (
+        "nuslerp-no-base-rows",
+        "nuslerp",
+        2,
+        [{"weight": 0.6}, {"weight": 0.4}],
+        {"nuslerp_flatten": False, "nuslerp_row_wise": True},
+        None,
+    ),
     ("multislerp", "multislerp", 3, [{"weight": 0.2}, {"weight": 0.5}, {"weight": 0.3}], {}, False),
-    ("multislerp-no-base", "multislerp", 3, [{"weight": 1.0}, {"weight": 2.0}, {"weight": 0.5}],
-     {"normalize_weights": True}, None),
+    (
+        "multislerp-no-base",
+        "multislerp",
+        3,
+        [{"weight": 1.0}, {"weight": 2.0}, {"weight": 0.5}],
+        {"normalize_weights": True},
+        None,
+    ),
     ("karcher", "karcher", 2, [None, None], {"max_iter": 5}, False),
     ("sce", "sce", 3, [None, None, None], {"select_topk": 0.5}, False),
     ("sce-all-int8", "sce", 2, [None, None], {"int8_mask": True}, True),
@@ -110,8 +169,11 @@ def _write_case(folder: Path, case: tuple, out_dtype: str) -> Path:
     _, method, n, per_model, shared, base_listed = case
     base, agents = _models(folder, n, shards=2 if out_dtype == "bfloat16" else 1)
     models = [base, *agents] if base_listed else agents
-    params = [{"weight": 0.5}] + per_model if base_listed and method == "linear" else (
-        [None] + per_model if base_listed else per_model)
+    params = (
+        [{"weight": 0.5}] + per_model
+        if base_listed and method == "linear"
+        else ([None] + per_model if base_listed else per_model)
+    )
     top: dict = {"dtype": "float32", "out_dtype": out_dtype}
     if shared:
         top["parameters"] = shared
@@ -136,8 +198,14 @@ def mergekit_outputs(tmp_path_factory) -> dict[tuple[str, str], Path]:
     (root / "jobs.json").write_text(json.dumps(jobs))
     python = Path(_mergekit()).parent / "python"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
-                          capture_output=True, text=True, env=env, timeout=1200, check=False)
+    proc = subprocess.run(
+        [str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folders
 
@@ -169,8 +237,22 @@ def test_exported_recipe_runs_in_mergekit_with_our_bytes(tmp_path, method, n, pa
 
     base, agents = _models(tmp_path, n)
     MergeSpec.build(str(base), [str(a) for a in agents], method=method, params=params).save(tmp_path / "r.yaml")
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(tmp_path / "r.yaml"),
-                           "--out", str(tmp_path / "mk.yaml")], capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ram_desktop",
+            "-q",
+            "export-mergekit",
+            str(tmp_path / "r.yaml"),
+            "--out",
+            str(tmp_path / "mk.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load((tmp_path / "mk.yaml").read_text())["out_dtype"] == "bfloat16"
     _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")
@@ -180,8 +262,11 @@ def test_exported_recipe_runs_in_mergekit_with_our_bytes(tmp_path, method, n, pa
 
 # --- slices: sliced merges and layer stacking (passthrough) ---------------------------------------------------------
 
-SLERP_T = [{"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]}, {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
-           {"value": 0.5}]
+SLERP_T = [
+    {"filter": "self_attn", "value": [0, 0.5, 0.3, 0.7, 1]},
+    {"filter": "mlp", "value": [1, 0.5, 0.7, 0.3, 0]},
+    {"value": 0.5},
+]
 
 
 def _llama(folder: Path, n: int, shards: int) -> list[Path]:
@@ -191,8 +276,12 @@ def _llama(folder: Path, n: int, shards: int) -> list[Path]:
 
     base, agents = _models(folder / "qwen", n, shards)
     cfg = dict(SMALL_CONFIG, num_hidden_layers=5, architectures=["LlamaForCausalLM"], model_type="llama")
-    return [write_model(folder / p.name, {k: v for k, v in ref.load_model(p).items() if not k.endswith(".bias")},
-                        cfg, shards) for p in [base, *agents]]
+    return [
+        write_model(
+            folder / p.name, {k: v for k, v in ref.load_model(p).items() if not k.endswith(".bias")}, cfg, shards
+        )
+        for p in [base, *agents]
+    ]
 
 
 def _src(model: Path, start: int, stop: int, **params) -> dict:
@@ -216,8 +305,12 @@ def _slices_case(folder: Path, case: str, out_dtype: str) -> dict:
     elif case == "slerp-two-slices":
         ranges, method, shared, own = halves, "slerp", {"t": SLERP_T}, [{}, {}]
     elif case == "ties-two-slices":
-        ranges, method, shared, own = halves, "ties", {"normalize": True}, [
-            {"weight": 0.6, "density": [0.2, 0.8]}, {"weight": GRADIENT, "density": 0.5}]
+        ranges, method, shared, own = (
+            halves,
+            "ties",
+            {"normalize": True},
+            [{"weight": 0.6, "density": [0.2, 0.8]}, {"weight": GRADIENT, "density": 0.5}],
+        )
     elif case == "task-arithmetic-slices":
         ranges, method, shared, own = halves, "task_arithmetic", {"weight": FILTERS}, [{"weight": 0.3}, {}]
     else:  # linear over two slices, the second with parameters of its own
@@ -238,8 +331,15 @@ def _slices_case(folder: Path, case: str, out_dtype: str) -> dict:
     return data
 
 
-SLICE_CASES = ["slerp-one-slice", "slerp-two-slices", "ties-two-slices", "task-arithmetic-slices", "linear-slices",
-               "passthrough", "passthrough-scale"]
+SLICE_CASES = [
+    "slerp-one-slice",
+    "slerp-two-slices",
+    "ties-two-slices",
+    "task-arithmetic-slices",
+    "linear-slices",
+    "passthrough",
+    "passthrough-scale",
+]
 
 
 @pytest.fixture(scope="module")
@@ -258,8 +358,14 @@ def mergekit_slices(tmp_path_factory) -> dict[tuple[str, str], Path]:
     (root / "jobs.json").write_text(json.dumps(jobs))
     python = Path(_mergekit()).parent / "python"
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.run([str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
-                          capture_output=True, text=True, env=env, timeout=1200, check=False)
+    proc = subprocess.run(
+        [str(python), str(Path(__file__).with_name("mergekit_batch.py")), str(root / "jobs.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folders
 
@@ -287,8 +393,13 @@ def test_exported_slices_run_in_mergekit_with_our_bytes(tmp_path, case):
     config.write_text(yaml.safe_dump(_slices_case(tmp_path, case, "bfloat16"), sort_keys=False))
     _run_ours(config, tmp_path / "first")
     recipe = tmp_path / "first" / "ram-recipe.yaml"
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(recipe),
-                           "--out", str(tmp_path / "mk.yaml")], capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "-q", "export-mergekit", str(recipe), "--out", str(tmp_path / "mk.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "slices" in yaml.safe_load((tmp_path / "mk.yaml").read_text())
     _run_mergekit(tmp_path / "mk.yaml", tmp_path / "mk")

@@ -31,8 +31,12 @@ def _shares(report, params: dict) -> list[float]:
 
 
 def _export(params: dict, eps: float) -> MergekitExport:
-    return MergekitExport("task_arithmetic", {"lambda": params["weight"]}, {"weight": 1.0},
-                          ["half-sum is task arithmetic with lambda = w"])
+    return MergekitExport(
+        "task_arithmetic",
+        {"lambda": params["weight"]},
+        {"weight": 1.0},
+        ["half-sum is task arithmetic with lambda = w"],
+    )
 
 
 def _import(given) -> tuple[str, dict]:
@@ -40,10 +44,18 @@ def _import(given) -> tuple[str, dict]:
 
 
 THROWAWAY = MergeMethod(
-    NAME, "Half sum", "θ_pre + w·Σ task vectors (a test method).", (WEIGHT,), _merge, short="Half",
-    streaming=Streaming(thread_safe=True), analysis=Analysis(would_keep=WouldKeep(_shares)),
-    interop=Interop(sweep=Sweep("weight", "0.25, 0.75"), mergekit=MergekitMapping(
-        _export, (MergekitImport("half_sum", {"lambda": 1.0}, {"weight": None}, _import),))),
+    NAME,
+    "Half sum",
+    "θ_pre + w·Σ task vectors (a test method).",
+    (WEIGHT,),
+    _merge,
+    short="Half",
+    streaming=Streaming(thread_safe=True),
+    analysis=Analysis(would_keep=WouldKeep(_shares)),
+    interop=Interop(
+        sweep=Sweep("weight", "0.25, 0.75"),
+        mergekit=MergekitMapping(_export, (MergekitImport("half_sum", {"lambda": 1.0}, {"weight": None}, _import),)),
+    ),
 )
 NOT_IN_MERGEKIT = MergeMethod(REFUSED, "Half sum (local)", "The same, unknown to mergekit.", (WEIGHT,), _merge)
 
@@ -71,7 +83,12 @@ def test_merge_and_recipe_round_trip(registered, models, tmp_path):
 
     base, agents = models
     out = tmp_path / "out"
-    result = pipeline.merge(pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25}, device="cpu", out_dtype="float32"), options=pipeline.RunOptions(use_cache=False))
+    result = pipeline.merge(
+        pipeline.MergeSpec.build(
+            str(base), [str(a) for a in agents], out, NAME, {"weight": 0.25}, device="cpu", out_dtype="float32"
+        ),
+        options=pipeline.RunOptions(use_cache=False),
+    )
     assert result.report["method"] == NAME and result.report["method_params"] == {"weight": 0.25}
     recipe = MergeSpec.load(out / "ram-recipe.yaml")
     assert (recipe.method, recipe.params) == (NAME, {"weight": 0.25})
@@ -133,22 +150,38 @@ def test_mergekit_export_maps_it_or_refuses_it(registered):
     data = yaml.safe_load(text)
     assert data["merge_method"] == "task_arithmetic" and data["parameters"] == {"lambda": 0.3}
     assert "# - half-sum is task arithmetic" in text
-    back = from_mergekit({"merge_method": "half_sum", "base_model": "base", "parameters": {"lambda": 0.3},
-                          "models": [{"model": "a1", "parameters": {"weight": 1.0}},
-                                     {"model": "a2", "parameters": {"weight": 1.0}}]})
+    back = from_mergekit(
+        {
+            "merge_method": "half_sum",
+            "base_model": "base",
+            "parameters": {"lambda": 0.3},
+            "models": [{"model": "a1", "parameters": {"weight": 1.0}}, {"model": "a2", "parameters": {"weight": 1.0}}],
+        }
+    )
     assert (back.spec.method, back.spec.params) == (NAME, {"weight": 0.3})
     with pytest.raises(InputError, match=f"method {REFUSED} has no mergekit equivalent"):
         to_mergekit(MergeSpec.build("base", ["a1", "a2"], method=REFUSED, params={}))
 
 
-READERS = ["core/engine/passes.py", "core/methods/would_keep.py", "core/ecosystem/mergekit.py", "core/engine/kernels.py",
-           "gui/evaluate/compare_panel.py", "gui/analysis/inspect_charts.py"]
+READERS = [
+    "core/engine/passes.py",
+    "core/methods/would_keep.py",
+    "core/ecosystem/mergekit.py",
+    "core/engine/kernels.py",
+    "gui/evaluate/compare_panel.py",
+    "gui/analysis/inspect_charts.py",
+]
 
 
 @pytest.mark.parametrize("module", READERS)
 def test_modules_that_read_method_fields_name_no_method(module):
     """No registered method's name as a string literal: they read the method's fields instead."""
     tree = ast.parse((PACKAGE / module).read_text(encoding="utf-8"))
-    named = sorted({f"{node.value!r} (line {node.lineno})" for node in ast.walk(tree)
-                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in METHODS})
+    named = sorted(
+        {
+            f"{node.value!r} (line {node.lineno})"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in METHODS
+        }
+    )
     assert not named, f"{module} names methods: {', '.join(named)}"

@@ -84,8 +84,9 @@ def test_fifo_config_json(tmp_path, models):
 
 def test_character_device_as_the_weights_file(tmp_path, models):
     base, agents = models
-    line = refused(cli(tmp_path, "merge", str(base), "/dev/null", str(agents[1]), "--out", str(tmp_path / "out"),
-                       timeout=TIMEOUT))
+    line = refused(
+        cli(tmp_path, "merge", str(base), "/dev/null", str(agents[1]), "--out", str(tmp_path / "out"), timeout=TIMEOUT)
+    )
     assert "/dev/null" in line and "character device" in line
 
 
@@ -154,12 +155,24 @@ def test_fifo_pickle_index(tmp_path):
 
 def _adapter_folder(folder: Path, base: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / "adapter_config.json").write_text(json.dumps(
-        {"peft_type": "LORA", "r": 1, "lora_alpha": 1, "base_model_name_or_path": str(base),
-         "target_modules": ["q_proj"]}))
-    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(1, 32),
-               "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(32, 1)},
-              str(folder / "adapter_model.safetensors"))
+    (folder / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "r": 1,
+                "lora_alpha": 1,
+                "base_model_name_or_path": str(base),
+                "target_modules": ["q_proj"],
+            }
+        )
+    )
+    save_file(
+        {
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": torch.zeros(1, 32),
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight": torch.zeros(32, 1),
+        },
+        str(folder / "adapter_model.safetensors"),
+    )
     return folder
 
 
@@ -223,10 +236,14 @@ def test_fifo_in_the_probe_cache_is_ignored_not_waited_for(tmp_path, models):
     assert cached[0].is_file()  # the recomputed probe replaced it
 
 
-@pytest.mark.parametrize("content", [
-    "[" * 100_000 + "]" * 100_000,
-    '{"format": "x", "format": "y"}',
-], ids=["nested_100k_deep", "repeated_key"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"format": "x", "format": "y"}',
+    ],
+    ids=["nested_100k_deep", "repeated_key"],
+)
 def test_bad_json_in_the_probe_cache_is_recomputed(tmp_path, models, content):
     base, agents = models
     args = ("probe", str(base), str(agents[0]), str(agents[1]))
@@ -239,6 +256,7 @@ def test_bad_json_in_the_probe_cache_is_recomputed(tmp_path, models, content):
 
 
 # ---- JSON nested too deeply, repeated keys, not UTF-8: one line naming the file (and line) ----
+
 
 def test_index_nested_100k_deep(tmp_path, sharded_models):
     """ba1bdff: RecursionError traceback."""
@@ -282,11 +300,15 @@ def _suite(tmp_path: Path, second_line: bytes) -> Path:
     return suite
 
 
-@pytest.mark.parametrize("second,message", [
-    (b'{"prompt": "x", "answer": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
-    (b'{"prompt": "x", "prompt": "y"}', "'prompt' appears twice"),
-    (b'{"prompt": "caf\xe9"}', "not UTF-8"),
-], ids=["nested_100k_deep", "repeated_key", "not_utf8"])
+@pytest.mark.parametrize(
+    "second,message",
+    [
+        (b'{"prompt": "x", "answer": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"prompt": "x", "prompt": "y"}', "'prompt' appears twice"),
+        (b'{"prompt": "caf\xe9"}', "not UTF-8"),
+    ],
+    ids=["nested_100k_deep", "repeated_key", "not_utf8"],
+)
 def test_bad_suite_line(tmp_path, models, second, message):
     """The 100k-deep line was a RecursionError traceback on ba1bdff; the repeated key was silently resolved."""
     base, _ = models
@@ -343,17 +365,29 @@ os.open, builtins.open, io.open, os.fdopen = os_open, open_, open_, fdopen
 """
 
 
-@pytest.mark.parametrize("target,code,at", [
-    ("alpha/model.safetensors", "EACCES", "open"),
-    ("alpha/model.safetensors", "EIO", "read"),
-    ("alpha/config.json", "EACCES", "open"),
-    ("alpha/config.json", "EIO", "read"),
-])
+@pytest.mark.parametrize(
+    "target,code,at",
+    [
+        ("alpha/model.safetensors", "EACCES", "open"),
+        ("alpha/model.safetensors", "EIO", "read"),
+        ("alpha/config.json", "EACCES", "open"),
+        ("alpha/config.json", "EIO", "read"),
+    ],
+)
 def test_os_error_reading_safetensors_inputs(tmp_path, models, target, code, at):
     base, agents = models
     assert agents[0].name == "alpha"
-    done = cli(tmp_path, "merge", str(base), str(agents[0]), str(agents[1]), "--out", str(tmp_path / "out"),
-               timeout=TIMEOUT, prelude=PATCH.format(target=target, code=code, at=at))
+    done = cli(
+        tmp_path,
+        "merge",
+        str(base),
+        str(agents[0]),
+        str(agents[1]),
+        "--out",
+        str(tmp_path / "out"),
+        timeout=TIMEOUT,
+        prelude=PATCH.format(target=target, code=code, at=at),
+    )
     line = refused(done, str(tmp_path / "in" / target), "cannot read", os.strerror(getattr(__import__("errno"), code)))
     assert not (tmp_path / "out").exists()
     assert line
@@ -362,8 +396,17 @@ def test_os_error_reading_safetensors_inputs(tmp_path, models, target, code, at)
 @pytest.mark.parametrize("code,at", [("EACCES", "open"), ("EIO", "read")])
 def test_os_error_reading_a_pickle_checkpoint(tmp_path, code, at):
     base, agents = _pickle_models(tmp_path / "in")
-    done = cli(tmp_path, "merge", str(base), str(agents[0]), str(agents[1]), "--out", str(tmp_path / "out"),
-               timeout=TIMEOUT, prelude=PATCH.format(target="alpha/pytorch_model.bin", code=code, at=at))
+    done = cli(
+        tmp_path,
+        "merge",
+        str(base),
+        str(agents[0]),
+        str(agents[1]),
+        "--out",
+        str(tmp_path / "out"),
+        timeout=TIMEOUT,
+        prelude=PATCH.format(target="alpha/pytorch_model.bin", code=code, at=at),
+    )
     refused(done, str(agents[0] / "pytorch_model.bin"), os.strerror(getattr(__import__("errno"), code)))
 
 
@@ -371,8 +414,15 @@ def test_os_error_reading_a_pickle_checkpoint(tmp_path, code, at):
 def test_os_error_reading_a_suite(tmp_path, models, code, at):
     base, _ = models
     suite = _suite(tmp_path, b'{"prompt": "x"}')
-    done = cli(tmp_path, "eval", str(base), "--suite", str(suite), timeout=TIMEOUT,
-               prelude=PATCH.format(target="suite/data.jsonl", code=code, at=at))
+    done = cli(
+        tmp_path,
+        "eval",
+        str(base),
+        "--suite",
+        str(suite),
+        timeout=TIMEOUT,
+        prelude=PATCH.format(target="suite/data.jsonl", code=code, at=at),
+    )
     refused(done, "data.jsonl", "cannot read", os.strerror(getattr(__import__("errno"), code)))
 
 
@@ -387,9 +437,13 @@ def test_hub_check_cached_config(tmp_path, monkeypatch, kind):
     if kind == "fifo":
         os.mkfifo(cached)
     else:
-        cached.write_bytes({"nested_100k_deep": b"[" * 100_000 + b"]" * 100_000,
-                            "repeated_key": b'{"vocab_size": 8, "vocab_size": 9}',
-                            "not_utf8": b'{"model_type": "qw\xe9n"}'}[kind])
+        cached.write_bytes(
+            {
+                "nested_100k_deep": b"[" * 100_000 + b"]" * 100_000,
+                "repeated_key": b'{"vocab_size": 8, "vocab_size": 9}',
+                "not_utf8": b'{"model_type": "qw\xe9n"}',
+            }[kind]
+        )
     monkeypatch.setattr(hub_check.hf, "try_to_load_from_cache", lambda *a, **k: str(cached))
     listing = hub.RepoFiles("org/model", "0" * 40, {"config.json": 10})
     result: list[str] = []

@@ -34,8 +34,15 @@ entry()
 def run(tmp_path: Path, patch: str, *args: str):
     env = dict(os.environ, RAM_DESKTOP_CACHE=str(tmp_path / "cache"), HF_HUB_OFFLINE="1")
     code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n" + WRAPPER.format(patch=patch)
-    return subprocess.run([sys.executable, "-c", code, "-q", *args], cwd=REPO, capture_output=True, text=True,
-                          env=env, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code, "-q", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def error_line(done, code: int = 2) -> str:
@@ -60,8 +67,7 @@ sf.SafetensorsStreamWriter.write = full
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
-def test_cancel_while_the_replaced_output_is_removed_keeps_the_new_output_and_says_so(tmp_path, inputs, sig,
-                                                                                      exchange):
+def test_cancel_while_the_replaced_output_is_removed_keeps_the_new_output_and_says_so(tmp_path, inputs, sig, exchange):
     out = tmp_path / "out"
     done = run(tmp_path, "", "merge", *inputs, "--out", str(out), "--method", "ram")
     assert done.returncode == 0, done.stderr
@@ -123,7 +129,8 @@ def test_compare_overwrite_over_an_earlier_compare(tmp_path, inputs):
     out = tmp_path / "cmp"
     done = run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram")
     assert done.returncode == 0, done.stderr
-    done = run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--variant", "ties",
-               "--overwrite")
+    done = run(
+        tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--variant", "ties", "--overwrite"
+    )
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["compare.json", "ram", "ram-manifest.json", "ties"]

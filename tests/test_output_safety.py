@@ -45,8 +45,11 @@ def one_error_line(done, *fragments: str, code: int = 2) -> str:
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if ".partial-" in p.name or ".old-" in p.name
-                  or p.name.endswith(".ram-desktop-lock"))
+    return sorted(
+        p.name
+        for p in folder.iterdir()
+        if ".partial-" in p.name or ".old-" in p.name or p.name.endswith(".ram-desktop-lock")
+    )
 
 
 @pytest.fixture
@@ -161,8 +164,9 @@ output._exchange = killing
     done = run(tmp_path, patch, *merge_args(inputs, out, "--overwrite"))
     assert done.returncode == -signal.SIGKILL
     assert json.loads((out / "merge-report.json").read_text())["method"] == "ram-plus"  # the new output is in place
-    assert [n for n in leftovers(tmp_path) if "lock" not in n] == [f"out.partial-{n}" for n in
-                                                                     [leftovers(tmp_path)[-1].split(".partial-")[1]]]
+    assert [n for n in leftovers(tmp_path) if "lock" not in n] == [
+        f"out.partial-{n}" for n in [leftovers(tmp_path)[-1].split(".partial-")[1]]
+    ]
     done = run(tmp_path, "", *merge_args(inputs, tmp_path / "other"))
     assert done.returncode == 0 and leftovers(tmp_path) == []
 
@@ -198,8 +202,9 @@ def test_termination_signals_cancel_like_ctrl_c(tmp_path, inputs, sig):
 
 def test_compare_cancelled_leaves_no_empty_output_folder(tmp_path, inputs):
     out = tmp_path / "cmp"
-    proc = run(tmp_path, SLOW_MERGE, "compare", *inputs, "--variant", "ram", "--variant", "ties", "--out", str(out),
-               wait=False)
+    proc = run(
+        tmp_path, SLOW_MERGE, "compare", *inputs, "--variant", "ram", "--variant", "ties", "--out", str(out), wait=False
+    )
     _started(proc)
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)

@@ -47,8 +47,12 @@ def test_overwrite_never_deletes_what_the_user_added_to_an_earlier_output(tmp_pa
     (out / "eval-results").mkdir()
     (out / "eval-results" / "scores.json").write_text('{"acc": 0.71}\n')
     before = tree_snapshot(out)
-    line = refused(_merge(tmp_path, inputs, out, "--overwrite", "--method", "ram"),
-                   "my-notes.md", "eval-results/scores.json", "merged-2")
+    line = refused(
+        _merge(tmp_path, inputs, out, "--overwrite", "--method", "ram"),
+        "my-notes.md",
+        "eval-results/scores.json",
+        "merged-2",
+    )
     assert "RAM Desktop did not write" in line
     assert tree_snapshot(out) == before
     assert (out / "my-notes.md").read_text() == "what I learned\n"

@@ -84,8 +84,9 @@ def test_guard_stdio_without_console(tmp_path):
     """)
     env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state"), "PATH": "/usr/bin:/bin"}
     marker = tmp_path / "log-path.txt"
-    subprocess.run([sys.executable, "-c", code, str(marker)], env=env, check=True,
-                   cwd=Path(__file__).resolve().parents[1])
+    subprocess.run(
+        [sys.executable, "-c", code, str(marker)], env=env, check=True, cwd=Path(__file__).resolve().parents[1]
+    )
     log = Path(marker.read_text())
     assert log == tmp_path / "state" / "ram-desktop" / "log" / "ram-desktop.log"
     text = log.read_text()

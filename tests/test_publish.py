@@ -26,8 +26,9 @@ class FakeHfApi:
 
     instances: ClassVar[list[FakeHfApi]] = []
 
-    def __init__(self, remote: Path, existing: set[str], status: int | None = None, token: str | None = None,
-                 **kwargs) -> None:
+    def __init__(
+        self, remote: Path, existing: set[str], status: int | None = None, token: str | None = None, **kwargs
+    ) -> None:
         self.remote, self.existing, self.status = remote, existing, status
         self.token = token
         self.calls: list[tuple] = []
@@ -46,8 +47,9 @@ class FakeHfApi:
         (self.remote / repo_id).mkdir(parents=True)
         return hf.RepoUrl(f"https://huggingface.co/{repo_id}")
 
-    def upload_folder(self, *, folder_path, repo_id, repo_type=None, commit_message=None, ignore_patterns=None,
-                      **kwargs):
+    def upload_folder(
+        self, *, folder_path, repo_id, repo_type=None, commit_message=None, ignore_patterns=None, **kwargs
+    ):
         self.calls.append(("upload_folder", repo_id, repo_type, self._effective_token()))
         assert repo_id in self.existing
         src = Path(folder_path)
@@ -75,8 +77,9 @@ def fake_api(tmp_path, monkeypatch):
     remote.mkdir()
     state = {"existing": set(), "status": None}
     FakeHfApi.instances = []
-    monkeypatch.setattr(hf, "HfApi", lambda token=None, **kw: FakeHfApi(remote, state["existing"], state["status"],
-                                                                          token=token))
+    monkeypatch.setattr(
+        hf, "HfApi", lambda token=None, **kw: FakeHfApi(remote, state["existing"], state["status"], token=token)
+    )
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setattr(hf.constants, "HF_TOKEN_PATH", str(tmp_path / "hf-home" / "token"))  # no stored login
     monkeypatch.setattr(hf.constants, "HF_STORED_TOKENS_PATH", str(tmp_path / "hf-home" / "stored_tokens"))
@@ -120,15 +123,18 @@ def test_public_by_default_and_typed_token_goes_only_to_the_api(merged, fake_api
     assert SECRET not in caplog.text + capsys.readouterr().err
 
 
-@pytest.mark.parametrize("problem,needle", [
-    ("no card", "README.md"),
-    ("no weights", ".safetensors"),
-    ("no folder", "no such folder"),
-    ("bad id", "not a Hugging Face repository id"),
-    ("exists", "already exists"),
-    ("refused", "refused the token"),
-    ("no token", "no Hugging Face token"),
-])
+@pytest.mark.parametrize(
+    "problem,needle",
+    [
+        ("no card", "README.md"),
+        ("no weights", ".safetensors"),
+        ("no folder", "no such folder"),
+        ("bad id", "not a Hugging Face repository id"),
+        ("exists", "already exists"),
+        ("refused", "refused the token"),
+        ("no token", "no Hugging Face token"),
+    ],
+)
 def test_publish_errors_are_one_line_exit_2(merged, fake_api, tmp_path, capsys, monkeypatch, problem, needle):
     _, state = fake_api
     folder, repo = merged, "me/model"

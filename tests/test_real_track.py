@@ -49,15 +49,29 @@ def test_examples_are_what_they_say():
 
 
 def test_code_reward():
-    got = reward.code_reward(None, ["The output is 14.", "12", "9 or 14", "no idea",
-                                    [{"role": "assistant", "content": "14"}], "-4"], answer=["14"] * 5 + ["4"])
+    got = reward.code_reward(
+        None,
+        ["The output is 14.", "12", "9 or 14", "no idea", [{"role": "assistant", "content": "14"}], "-4"],
+        answer=["14"] * 5 + ["4"],
+    )
     assert got == [1.0, 0.5 * (1 - 2 / 10), 0.5 * (1 - 5 / 10), 0.0, 1.0, 0.5 * (1 - 8 / 10)]
 
 
 def test_tool_reward():
     want = ["weather(Oslo)"] * 7
-    got = reward.tool_reward(None, ["weather(Oslo)", 'Sure: weather(city="oslo")', "I'll check the weather in Oslo.",
-                                    "weather(Lima)", "search(Oslo)", "Oslo", "Hello"], answer=want)
+    got = reward.tool_reward(
+        None,
+        [
+            "weather(Oslo)",
+            'Sure: weather(city="oslo")',
+            "I'll check the weather in Oslo.",
+            "weather(Lima)",
+            "search(Oslo)",
+            "Oslo",
+            "Hello",
+        ],
+        answer=want,
+    )
     assert got == [1.0, 1.0, 0.4 + 0.2, 0.4 + 0.2, 0.2 + 0.2, 0.2, 0.0]
 
 
@@ -69,17 +83,20 @@ def test_memory_reward():
     assert reward.memory_reward(conversational, ["It holds 42"], answer=["17"]) == [0.25]
 
 
-@pytest.mark.parametrize("name, arg, good, bad", [
-    ("max_words", 5, "one two three four", "one two three four five"),
-    ("keyword", "green", "Green hills.", "Greenland is far."),
-    ("lowercase", None, "all small here.", "Not all small."),
-    ("uppercase", None, "ALL BIG, 2 TIMES.", "ALL BIG but one."),
-    ("json", None, '```json\n{"a": 1}\n```', "[1, 2]"),
-    ("no_commas", None, "No commas here.", "One, two."),
-    ("starts_with", "Yes", "Yes! Indeed.", "Yesterday was fine."),
-    ("ends_with", "That is all.", "Done. That is all.", "That is all. Really."),
-    ("bullets", 3, "- a\n- b\n- c", "- a\n- b\n* c"),
-])
+@pytest.mark.parametrize(
+    "name, arg, good, bad",
+    [
+        ("max_words", 5, "one two three four", "one two three four five"),
+        ("keyword", "green", "Green hills.", "Greenland is far."),
+        ("lowercase", None, "all small here.", "Not all small."),
+        ("uppercase", None, "ALL BIG, 2 TIMES.", "ALL BIG but one."),
+        ("json", None, '```json\n{"a": 1}\n```', "[1, 2]"),
+        ("no_commas", None, "No commas here.", "One, two."),
+        ("starts_with", "Yes", "Yes! Indeed.", "Yesterday was fine."),
+        ("ends_with", "That is all.", "Done. That is all.", "That is all. Really."),
+        ("bullets", 3, "- a\n- b\n- c", "- a\n- b\n* c"),
+    ],
+)
 def test_ifeval_checks(name, arg, good, bad):
     assert ifeval.check(name, arg, good)
     assert not ifeval.check(name, arg, bad)
@@ -97,8 +114,17 @@ def test_ifeval_prompts_and_scores():
 
 def _fake_run(seed: int, with_wudi: bool) -> dict:
     """A results-seed JSON with every key the report reads (values made up)."""
-    methods = ["ram", "ram-plus", "ram-plus-soft", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties",
-               "fisher"] + (["wudi"] if with_wudi else [])
+    methods = [
+        "ram",
+        "ram-plus",
+        "ram-plus-soft",
+        "average",
+        "task-arithmetic",
+        "ties",
+        "dare-ta",
+        "dare-ties",
+        "fisher",
+    ] + (["wudi"] if with_wudi else [])
     task_names = list(tasks.TASKS)
 
     def scores(k: float) -> dict:
@@ -110,24 +136,43 @@ def _fake_run(seed: int, with_wudi: bool) -> dict:
 
     layers = [[0.1 * (i % 3) + 0.01 * j for j in range(9)] for i in range(4)]
     return {
-        "seed": seed, "params": 1000, "model": "SmolLM2 (test)", "device": "cpu", "smoke": False,
-        "sizes": {"train": 8, "validation": 4, "test": 6}, "grids": {"ta_scales": [0.5], "ties_densities": [0.2],
-                                                                     "dare_drops": [0.5], "r_sweep": [0.0, 0.2]},
+        "seed": seed,
+        "params": 1000,
+        "model": "SmolLM2 (test)",
+        "device": "cpu",
+        "smoke": False,
+        "sizes": {"train": 8, "validation": 4, "test": 6},
+        "grids": {"ta_scales": [0.5], "ties_densities": [0.2], "dare_drops": [0.5], "r_sweep": [0.0, 0.2]},
         "recipe": {"learning_rate": 1e-5, "steps": 2, "prompts_per_step": 2, "generations": 4, "temperature": 1.0},
-        "table1": {"base": scores(0), **{t: scores(0.05) for t in task_names},
-                   **{m: scores(0.01 * seed) for m in methods}},
-        "table2": {"0.0": scores(0.0), "0.2": scores(0.02)}, "base_validation": scores(0.1),
+        "table1": {
+            "base": scores(0),
+            **{t: scores(0.05) for t in task_names},
+            **{m: scores(0.01 * seed) for m in methods},
+        },
+        "table2": {"0.0": scores(0.0), "0.2": scores(0.02)},
+        "base_validation": scores(0.1),
         "figure3": {**{t: scores(0.03) for t in task_names}, **{f"{t}-diluted": scores(0.01) for t in task_names}},
         "recipes": {t: {"steps": 2} for t in task_names},
-        "chosen": {m: {"method": m, "params": {"scale": 0.5} if m in ("task-arithmetic", "fisher") else {}}
-                   for m in methods},
-        "agents": {t: {"density": 0.1, "gain": 0.05, "gain_se": 0.02, "n": 6, "unique": 60, "shared": 40, "rho": 0.67}
-                   for t in task_names},
-        "heatmap": {t: {"density": 0.1, "modules": list(MODULES),
-                        "layers": layers, "other": {"model.embed_tokens.weight": 0.05, "model.norm.weight": 0.0}}
-                    for t in task_names},
-        "ifeval": {name: {"instruction": 0.5, "prompt": 0.25, "gain": 0.0, "gain_se": 0.01, "n": 3}
-                   for name in ["base", *task_names, *methods]},
+        "chosen": {
+            m: {"method": m, "params": {"scale": 0.5} if m in ("task-arithmetic", "fisher") else {}} for m in methods
+        },
+        "agents": {
+            t: {"density": 0.1, "gain": 0.05, "gain_se": 0.02, "n": 6, "unique": 60, "shared": 40, "rho": 0.67}
+            for t in task_names
+        },
+        "heatmap": {
+            t: {
+                "density": 0.1,
+                "modules": list(MODULES),
+                "layers": layers,
+                "other": {"model.embed_tokens.weight": 0.05, "model.norm.weight": 0.0},
+            }
+            for t in task_names
+        },
+        "ifeval": {
+            name: {"instruction": 0.5, "prompt": 0.25, "gain": 0.0, "gain_se": 0.01, "n": 3}
+            for name in ["base", *task_names, *methods]
+        },
         "timings": {"probe": 1.0, "total": 9.0},
     }
 
@@ -139,8 +184,14 @@ def test_report_from_results_json_alone(tmp_path, with_wudi):
         (tmp_path / f"results-seed{seed}.json").write_text(json.dumps(_fake_run(seed, with_wudi)))
     (tmp_path / "timings.json").write_text(json.dumps({"base": {"seconds": 3.0}, "total": 3.0}))
     (tmp_path / "run.log").write_text("[00:00:00] [run] start\n")
-    done = subprocess.run([sys.executable, "-m", "reproduction.real.report", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "reproduction.real.report", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     text = (tmp_path / "results.md").read_text()
     for heading in ("Agents against the base", "Figure 2", "Table 1", "Table 2", "Figure 3", "IFEval-style", "Timings"):
@@ -169,9 +220,15 @@ def test_one_grpo_step_of_a_real_agent(tmp_path):
     (work / "base").symlink_to(base, target_is_directory=True)
     common = ["--work", str(work), "--results", str(results), "--seeds", "5", "--device", "cpu", "--smoke"]
     for extra in (["--stage", "suites"], ["--stage", "agent", "--task", "memory", "--grpo-steps", "1"]):
-        done = subprocess.run([sys.executable, "-m", "reproduction.real.run", *common, *extra], cwd=REPO,
-                              capture_output=True, text=True, timeout=600,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "reproduction.real.run", *common, *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+            check=False,
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     suite = (work / "seed5" / "suites" / "memory-test" / "suite.yaml").read_text()
     assert "chat_template: true" in suite and "scorer: python:reward.py:memory_reward" in suite

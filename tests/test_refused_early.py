@@ -30,12 +30,22 @@ def _adapter(folder: Path, base: Path, **config) -> Path:
         rows, cols = f.get_slice(TARGET + ".weight").get_shape()
     g = torch.Generator().manual_seed(3)
     folder.mkdir(parents=True)
-    save_file({
-        f"base_model.model.{TARGET}.lora_A.weight": torch.randn(2, cols, generator=g) * 0.01,
-        f"base_model.model.{TARGET}.lora_B.weight": torch.randn(rows, 2, generator=g) * 0.01,
-    }, str(folder / "adapter_model.safetensors"))
-    settings = {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "base_model_name_or_path": str(base),
-                "target_modules": ["q_proj"], "use_rslora": False, "fan_in_fan_out": False}
+    save_file(
+        {
+            f"base_model.model.{TARGET}.lora_A.weight": torch.randn(2, cols, generator=g) * 0.01,
+            f"base_model.model.{TARGET}.lora_B.weight": torch.randn(rows, 2, generator=g) * 0.01,
+        },
+        str(folder / "adapter_model.safetensors"),
+    )
+    settings = {
+        "peft_type": "LORA",
+        "r": 2,
+        "lora_alpha": 4,
+        "base_model_name_or_path": str(base),
+        "target_modules": ["q_proj"],
+        "use_rslora": False,
+        "fan_in_fan_out": False,
+    }
     settings.update(config)
     (folder / "adapter_config.json").write_text(json.dumps(settings))
     return folder
@@ -48,25 +58,32 @@ def test_a_valid_adapter_merges(tmp_path, models):
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("change,key", [
-    ({"r": 0}, "r"),
-    ({"r": "four"}, "r"),
-    ({"r": 2.5}, "r"),
-    ({"lora_alpha": "sixteen"}, "lora_alpha"),
-    ({"lora_alpha": None}, "lora_alpha"),
-    ({"use_rslora": "yes"}, "use_rslora"),
-    ({"rank_pattern": {"q_proj(": 2}}, "rank_pattern"),
-    ({"rank_pattern": {"q_proj": 0}}, "rank_pattern"),
-    ({"rank_pattern": ["q_proj"]}, "rank_pattern"),
-    ({"alpha_pattern": {"q_proj": "eight"}}, "alpha_pattern"),
-    ({"alpha_pattern": {"[q": 8}}, "alpha_pattern"),
-])
+@pytest.mark.parametrize(
+    "change,key",
+    [
+        ({"r": 0}, "r"),
+        ({"r": "four"}, "r"),
+        ({"r": 2.5}, "r"),
+        ({"lora_alpha": "sixteen"}, "lora_alpha"),
+        ({"lora_alpha": None}, "lora_alpha"),
+        ({"use_rslora": "yes"}, "use_rslora"),
+        ({"rank_pattern": {"q_proj(": 2}}, "rank_pattern"),
+        ({"rank_pattern": {"q_proj": 0}}, "rank_pattern"),
+        ({"rank_pattern": ["q_proj"]}, "rank_pattern"),
+        ({"alpha_pattern": {"q_proj": "eight"}}, "alpha_pattern"),
+        ({"alpha_pattern": {"[q": 8}}, "alpha_pattern"),
+    ],
+)
 def test_bad_adapter_configs_are_one_line_naming_the_adapter_and_the_key(tmp_path, models, change, key):
     base, agents = models
     adapter = _adapter(tmp_path / "bad-adapter", base, **change)
     out = tmp_path / "out"
-    line = refused(cli(tmp_path, "merge", str(base), str(agents[0]), str(adapter), "--out", str(out)),
-                   "bad-adapter", "adapter_config.json", key)
+    line = refused(
+        cli(tmp_path, "merge", str(base), str(agents[0]), str(adapter), "--out", str(out)),
+        "bad-adapter",
+        "adapter_config.json",
+        key,
+    )
     assert not out.exists()
     assert line
 
@@ -82,33 +99,60 @@ NOWHERE = [{"filter": "no_tensor_is_named_this", "value": 0.5}]
 
 def test_slerp_t_that_filters_give_no_tensor_is_refused_as_mergekit_does(tmp_path, models):
     base, agents = models
-    config = _mergekit(tmp_path, {"merge_method": "slerp", "base_model": str(base),
-                                  "models": [{"model": str(base)}, {"model": str(agents[0])}],
-                                  "parameters": {"t": NOWHERE}})
+    config = _mergekit(
+        tmp_path,
+        {
+            "merge_method": "slerp",
+            "base_model": str(base),
+            "models": [{"model": str(base)}, {"model": str(agents[0])}],
+            "parameters": {"t": NOWHERE},
+        },
+    )
     out = tmp_path / "out"
     refused(cli(tmp_path, "run", str(config), "--out", str(out)), "parameter t", "no value")
     assert not out.exists()
     # with an entry without a filter every tensor has a value: merged
-    config = _mergekit(tmp_path, {"merge_method": "slerp", "base_model": str(base),
-                                  "models": [{"model": str(base)}, {"model": str(agents[0])}],
-                                  "parameters": {"t": [*NOWHERE, {"value": 0.3}]}})
+    config = _mergekit(
+        tmp_path,
+        {
+            "merge_method": "slerp",
+            "base_model": str(base),
+            "models": [{"model": str(base)}, {"model": str(agents[0])}],
+            "parameters": {"t": [*NOWHERE, {"value": 0.3}]},
+        },
+    )
     done = cli(tmp_path, "run", str(config), "--out", str(out))
     assert done.returncode == 0, done.stderr
 
 
 def test_linear_weight_that_filters_give_no_tensor_is_refused_as_mergekit_does(tmp_path, models):
     base, agents = models
-    config = _mergekit(tmp_path, {"merge_method": "linear", "base_model": str(base),
-                                  "models": [{"model": str(agents[0]), "parameters": {"weight": NOWHERE}},
-                                             {"model": str(agents[1]), "parameters": {"weight": 1.0}}],
-                                  "parameters": {"weight": 1.0}})
+    config = _mergekit(
+        tmp_path,
+        {
+            "merge_method": "linear",
+            "base_model": str(base),
+            "models": [
+                {"model": str(agents[0]), "parameters": {"weight": NOWHERE}},
+                {"model": str(agents[1]), "parameters": {"weight": 1.0}},
+            ],
+            "parameters": {"weight": 1.0},
+        },
+    )
     out = tmp_path / "out"
     # the shared weight is each model's fallback, as in mergekit: no refusal
     done = cli(tmp_path, "run", str(config), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    config = _mergekit(tmp_path, {"merge_method": "linear",
-                                  "models": [{"model": str(agents[0]), "parameters": {"weight": NOWHERE}},
-                                             {"model": str(agents[1]), "parameters": {"weight": 1.0}}]})
+    config = _mergekit(
+        tmp_path,
+        {
+            "merge_method": "linear",
+            "models": [
+                {"model": str(agents[0]), "parameters": {"weight": NOWHERE}},
+                {"model": str(agents[1]), "parameters": {"weight": 1.0}},
+            ],
+        },
+    )
     out = tmp_path / "out2"
     refused(cli(tmp_path, "run", str(config), "--out", str(out)), "parameter weight", "no value")
     assert not out.exists()
@@ -126,8 +170,24 @@ def test_compare_checks_every_option_before_the_first_merge(tmp_path, models, su
     base, agents = models
     out = tmp_path / "cmp"
     before = tree_snapshot(tmp_path)
-    refused(cli(tmp_path, "compare", str(base), *map(str, agents), "--out", str(out), "--variant", "ram",
-                "--suite", str(suite), "--device", "cpu", *option), option[0])
+    refused(
+        cli(
+            tmp_path,
+            "compare",
+            str(base),
+            *map(str, agents),
+            "--out",
+            str(out),
+            "--variant",
+            "ram",
+            "--suite",
+            str(suite),
+            "--device",
+            "cpu",
+            *option,
+        ),
+        option[0],
+    )
     assert not out.exists()
     assert tree_snapshot(tmp_path) == before
 

@@ -34,11 +34,15 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def output_bytes(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
-            if p.name.endswith(".safetensors") or p.name == "model.safetensors.index.json"}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.name.endswith(".safetensors") or p.name == "model.safetensors.index.json"
+    }
 
 
 # --- TIES model scope must not depend on how the files are split -----------------------------------
+
 
 def _same_weights_two_layouts(folder: Path) -> tuple[list[Path], list[Path]]:
     """The same base and agents saved as one file each, and as two shards holding the tensors in
@@ -54,9 +58,14 @@ def _same_weights_two_layouts(folder: Path) -> tuple[list[Path], list[Path]]:
     return one, shards
 
 
-@pytest.mark.parametrize("flags", [["--method", "ties", "--ties-scope", "model", "--density", "0.2"],
-                                   ["--method", "ties", "--ties-scope", "tensor", "--density", "0.3"],
-                                   ["--method", "ram-plus", "--out-dtype", "float32"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--method", "ties", "--ties-scope", "model", "--density", "0.2"],
+        ["--method", "ties", "--ties-scope", "tensor", "--density", "0.3"],
+        ["--method", "ram-plus", "--out-dtype", "float32"],
+    ],
+)
 def test_file_split_never_changes_the_output(capsys, tmp_path, flags):
     one, shards = _same_weights_two_layouts(tmp_path / "in")
     outs = []
@@ -70,22 +79,34 @@ def test_file_split_never_changes_the_output(capsys, tmp_path, flags):
 
 # --- ε = 0 with subnormal float32 differences ---------------------------------------------------------
 
+
 def test_eps_zero_with_subnormal_task_vectors(capsys, tmp_path):
     tiny = torch.finfo(torch.float32).tiny  # smallest normal; below it differences are subnormal
     base = {"w": torch.zeros(4, 8, dtype=torch.float32), "v": torch.linspace(-1, 1, 32).reshape(4, 8)}
     agent = {k: v.clone() for k, v in base.items()}
-    agent["w"][0, :5] = torch.tensor([tiny / 2, tiny / 8, -tiny / 4, 2.0 ** -149, -(2.0 ** -149)])
+    agent["w"][0, :5] = torch.tensor([tiny / 2, tiny / 8, -tiny / 4, 2.0**-149, -(2.0**-149)])
     agent["v"][1, 2] = torch.nextafter(agent["v"][1, 2], torch.tensor(2.0))
     for name, tensors in (("base", base), ("agent", agent)):
         (tmp_path / name).mkdir()
         save_file(tensors, str(tmp_path / name / "model.safetensors"), metadata={"format": "pt"})
     report = tmp_path / "probe.json"
-    code, _, err = run_cli(capsys, "probe", str(tmp_path / "base"), str(tmp_path / "agent"), "--eps", "0",
-                           "--json", str(report))
+    code, _, err = run_cli(
+        capsys, "probe", str(tmp_path / "base"), str(tmp_path / "agent"), "--eps", "0", "--json", str(report)
+    )
     assert code == 0, err
     assert json.loads(report.read_text())["agents"][0]["updated"] == 6  # every nonzero difference counts at ε = 0
-    code, _, err = run_cli(capsys, "merge", str(tmp_path / "base"), str(tmp_path / "agent"), "--eps", "0",
-                           "--out", str(tmp_path / "out"), "--method", "ram-plus")
+    code, _, err = run_cli(
+        capsys,
+        "merge",
+        str(tmp_path / "base"),
+        str(tmp_path / "agent"),
+        "--eps",
+        "0",
+        "--out",
+        str(tmp_path / "out"),
+        "--method",
+        "ram-plus",
+    )
     assert code == 0, err
     with safe_open(str(tmp_path / "out" / "model.safetensors"), framework="pt") as f:
         # one agent: every update is unique, λ = 1 + 0.1·clip(0) = 1, so θ = θ_agent exactly
@@ -94,15 +115,20 @@ def test_eps_zero_with_subnormal_task_vectors(capsys, tmp_path):
 
 # --- FP8 checkpoints ------------------------------------------------------------------------------------
 
+
 def test_fp8_checkpoints_are_refused_not_copied(capsys, tmp_path):
     for name, shift in (("base", 0.0), ("agent", 0.25)):
         (tmp_path / name).mkdir()
         w = (torch.linspace(-2, 2, 64).reshape(8, 8) + shift).to(torch.float8_e4m3fn)
-        save_file({"layer.weight": w, "layer.weight_scale": torch.tensor([0.5 + shift])},
-                  str(tmp_path / name / "model.safetensors"), metadata={"format": "pt"})
+        save_file(
+            {"layer.weight": w, "layer.weight_scale": torch.tensor([0.5 + shift])},
+            str(tmp_path / name / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
     before = tree_snapshot(tmp_path)
-    code, _, err = run_cli(capsys, "merge", str(tmp_path / "base"), str(tmp_path / "agent"),
-                           "--out", str(tmp_path / "out"))
+    code, _, err = run_cli(
+        capsys, "merge", str(tmp_path / "base"), str(tmp_path / "agent"), "--out", str(tmp_path / "out")
+    )
     assert code == 2, err
     assert err.startswith("error: ") and err.count("\n") == 1
     assert "F8_E4M3" in err and "layer.weight" in err and "dequantise" in err
@@ -112,12 +138,18 @@ def test_fp8_checkpoints_are_refused_not_copied(capsys, tmp_path):
 
 # --- indexes ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mutate, fragments", [
-    (lambda m: m.__setitem__("model.ghost.weight", "model-00001-of-00002.safetensors"),
-     ["model.ghost.weight", "no shard holds it"]),
-    (lambda m: m.__setitem__(next(iter(m)), 7), ["7", "not a file name"]),
-    (lambda m: m.__setitem__(next(iter(m)), None), ["None", "not a file name"]),
-])
+
+@pytest.mark.parametrize(
+    "mutate, fragments",
+    [
+        (
+            lambda m: m.__setitem__("model.ghost.weight", "model-00001-of-00002.safetensors"),
+            ["model.ghost.weight", "no shard holds it"],
+        ),
+        (lambda m: m.__setitem__(next(iter(m)), 7), ["7", "not a file name"]),
+        (lambda m: m.__setitem__(next(iter(m)), None), ["None", "not a file name"]),
+    ],
+)
 def test_index_errors_are_clear(capsys, tmp_path, mutate, fragments):
     base, agents = make_models(tmp_path / "in", shards=2)
     index = agents[0] / "model.safetensors.index.json"
@@ -166,8 +198,9 @@ def test_killed_runs_staging_is_removed_by_the_next_run_and_a_live_ones_kept(cap
         code = main(["merge", str(base), *map(str, agents), "--out", str(tmp_path / "merged")])  # not quiet: logs
         assert code == 0, capsys.readouterr().err
         assert not killed_folder.exists()
-        assert any(f"removed {killed_folder}, left behind by a run that was killed" in r.getMessage()
-                   for r in caplog.records)
+        assert any(
+            f"removed {killed_folder}, left behind by a run that was killed" in r.getMessage() for r in caplog.records
+        )
         assert live_folder.is_dir() and (live_folder / "model.safetensors").is_file()  # a live run's folder stays
         assert (tmp_path / "merged" / "model.safetensors").is_file()
         assert not list((tmp_path / "merged").glob(".ram-desktop-owner"))
@@ -177,6 +210,7 @@ def test_killed_runs_staging_is_removed_by_the_next_run_and_a_live_ones_kept(cap
 
 
 # --- NaN / Inf when the probe comes from the cache -----------------------------------------------------------
+
 
 def test_nan_is_refused_when_the_merge_reuses_a_cached_probe(capsys, tmp_path):
     base, agents = make_models(tmp_path / "in", dtype=torch.float32)
@@ -198,6 +232,7 @@ def test_nan_is_refused_when_the_merge_reuses_a_cached_probe(capsys, tmp_path):
 
 
 # --- messages ------------------------------------------------------------------------------------------------
+
 
 def test_free_disk_message_uses_units_that_fit(capsys, tmp_path, models, monkeypatch):
     base, agents = models

@@ -72,7 +72,9 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
     laughs = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
     for i in range(1, 10):
         prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
-        laughs.append(f"{cur}: &{cur} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]")
+        laughs.append(
+            f"{cur}: &{cur} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]"
+        )
     f = tmp_path / "bomb.yaml"
     f.write_text("\n".join(laughs) + "\n")
     start = time.perf_counter()
@@ -84,5 +86,7 @@ def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
 
 def test_a_few_aliases_are_fine():
     text = "base: &b /models/base\nagents:\n- *b\n- {name: x, source: *b}\n"
-    assert safe_read.parse_yaml(text, "x") == {"base": "/models/base",
-                                               "agents": ["/models/base", {"name": "x", "source": "/models/base"}]}
+    assert safe_read.parse_yaml(text, "x") == {
+        "base": "/models/base",
+        "agents": ["/models/base", {"name": "x", "source": "/models/base"}],
+    }

@@ -39,8 +39,21 @@ def sources(demo: Path) -> list[str]:
 
 def args(demo: Path, out: Path, trials: int, *more: str) -> list[str]:
     validation = [str(demo / "suites" / "validation" / t) for t in ("code", "tool", "memory")]
-    return ["search", *sources(demo), "--suite", *validation, "--trials", str(trials), "--out", str(out),
-            "--limit", LIMIT, "--batch-size", "16", *more]
+    return [
+        "search",
+        *sources(demo),
+        "--suite",
+        *validation,
+        "--trials",
+        str(trials),
+        "--out",
+        str(out),
+        "--limit",
+        LIMIT,
+        "--batch-size",
+        "16",
+        *more,
+    ]
 
 
 def completed(db: Path) -> list[tuple[int, str, str]]:
@@ -50,8 +63,9 @@ def completed(db: Path) -> list[tuple[int, str, str]]:
         rows = con.execute("SELECT t.number, t.state, t.trial_id FROM trials t ORDER BY t.number").fetchall()
         out = []
         for number, state, trial_id in rows:
-            params = con.execute("SELECT param_name, param_value FROM trial_params WHERE trial_id = ? "
-                                 "ORDER BY param_name", (trial_id,)).fetchall()
+            params = con.execute(
+                "SELECT param_name, param_value FROM trial_params WHERE trial_id = ? ORDER BY param_name", (trial_id,)
+            ).fetchall()
             out.append((number, state, json.dumps(params)))
         return out
     finally:
@@ -61,8 +75,9 @@ def completed(db: Path) -> list[tuple[int, str, str]]:
 def test_search_finds_a_merge_at_least_as_good_as_ram_plus_and_continues_without_repeating(demo, tmp_path):
     out = tmp_path / "search"
     tests = [str(demo / "suites" / t) for t in ("code", "tool", "memory")]
-    done = cli(tmp_path, *args(demo, out, 4, "--methods", "ram-plus,task-arithmetic,ties", "--test-suite", *tests),
-               timeout=600)
+    done = cli(
+        tmp_path, *args(demo, out, 4, "--methods", "ram-plus,task-arithmetic,ties", "--test-suite", *tests), timeout=600
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((out / "search.json").read_text())
     trials = data["trials"]
@@ -147,8 +162,20 @@ def test_a_suite_that_scores_every_merge_the_same_is_refused(demo, tmp_path):
     (suite / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (suite / "suite.yaml").write_text("name: flat\nscorer: exact\nmax_new_tokens: 3\nchat_template: false\n")
     out = tmp_path / "search"
-    done = cli(tmp_path, "search", *sources(demo), "--suite", str(suite), "--trials", "6", "--out", str(out),
-               "--methods", "task-arithmetic,ties", timeout=600)
+    done = cli(
+        tmp_path,
+        "search",
+        *sources(demo),
+        "--suite",
+        str(suite),
+        "--trials",
+        "6",
+        "--out",
+        str(out),
+        "--methods",
+        "task-arithmetic,ties",
+        timeout=600,
+    )
     refused(done, "cannot tell these merges apart")
     assert len([t for t in completed(out / "study.db") if t[1] == "COMPLETE"]) == 5  # the trials are kept
 
@@ -169,18 +196,24 @@ def test_a_study_of_other_sources_is_refused_naming_the_difference(demo, tmp_pat
 def test_trials_run_as_ray_tasks_on_a_local_ray(demo, tmp_path):
     pytest.importorskip("ray")
     out = tmp_path / "search"
-    done = cli(tmp_path, *args(demo, out, 3, "--methods", "task-arithmetic,ties", "--ray", "local", "--workers", "2"),
-               timeout=600)
+    done = cli(
+        tmp_path,
+        *args(demo, out, 3, "--methods", "task-arithmetic,ties", "--ray", "local", "--workers", "2"),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     data = json.loads((out / "search.json").read_text())
     assert [t["number"] for t in data["trials"]] == [0, 1, 2]
     assert all(t["seconds"] > 0 for t in data["trials"])
     # the same merges scored here give the same validation scores as in the Ray workers
-    here = cli(tmp_path, *args(demo, tmp_path / "here", 3, "--methods", "task-arithmetic,ties", "--workers", "2"),
-               timeout=600)
+    here = cli(
+        tmp_path, *args(demo, tmp_path / "here", 3, "--methods", "task-arithmetic,ties", "--workers", "2"), timeout=600
+    )
     assert here.returncode == 0, here.stderr
-    local = {json.dumps([t["method"], t["params"]]): t["validation"]
-             for t in json.loads((tmp_path / "here" / "search.json").read_text())["trials"]}
+    local = {
+        json.dumps([t["method"], t["params"]]): t["validation"]
+        for t in json.loads((tmp_path / "here" / "search.json").read_text())["trials"]
+    }
     for t in data["trials"]:
         key = json.dumps([t["method"], t["params"]])
         if key in local:
@@ -191,8 +224,9 @@ def test_ctrl_c_keeps_the_finished_trials(demo, tmp_path):
     out = tmp_path / "search"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAM_DESKTOP_", "PYTEST"))}
     command = [sys.executable, "-m", "ram_desktop", "-q", *args(demo, out, 8, "--methods", "task-arithmetic,ties")]
-    proc = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        command, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and proc.poll() is None:

@@ -12,14 +12,17 @@ from ram_desktop.evaluate.search import paper_interval, search_space
 from ram_desktop.evaluate.stats import clearly_better, mean_interval, paired_difference
 
 
-@pytest.mark.parametrize(("text", "span"), [
-    ("0.1-0.9 in steps of 0.1 (Table 11)", (0.1, 0.9)),
-    ("0.1, 0.3, 0.5, 0.7, 0.9, 1.0 (Table 11)", (0.1, 1.0)),
-    ("0.1; ablation 0.0-0.2 (Table 2)", (0.0, 0.2)),
-    ("256-2048", (256.0, 2048.0)),
-    ("2.0 (paper setting)", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("text", "span"),
+    [
+        ("0.1-0.9 in steps of 0.1 (Table 11)", (0.1, 0.9)),
+        ("0.1, 0.3, 0.5, 0.7, 0.9, 1.0 (Table 11)", (0.1, 1.0)),
+        ("0.1; ablation 0.0-0.2 (Table 2)", (0.0, 0.2)),
+        ("256-2048", (256.0, 2048.0)),
+        ("2.0 (paper setting)", None),
+        (None, None),
+    ],
+)
 def test_paper_interval_reads_the_span_a_range_text_gives(text, span):
     assert paper_interval(text) == span
 
@@ -27,7 +30,11 @@ def test_paper_interval_reads_the_span_a_range_text_gives(text, span):
 def test_the_default_methods_search_the_papers_ranges():
     spaces = {m: {d.param: d for d in search_space(m)} for m in defaults.SEARCH_METHODS}
     assert set(spaces["ram"]) == set(spaces["average"]) == set()
-    assert (spaces["ram-plus"]["r"].low, spaces["ram-plus"]["r"].high, spaces["ram-plus"]["r"].source) == (0.0, 0.2, "paper")
+    assert (spaces["ram-plus"]["r"].low, spaces["ram-plus"]["r"].high, spaces["ram-plus"]["r"].source) == (
+        0.0,
+        0.2,
+        "paper",
+    )
     alpha = spaces["ram-plus"]["alpha"]  # no paper range (one setting): its declared range
     assert (alpha.low, alpha.high, alpha.source) == (0.0, 1000.0, "declared")
     assert (spaces["task-arithmetic"]["scale"].low, spaces["task-arithmetic"]["scale"].high) == (0.1, 1.0)

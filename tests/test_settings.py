@@ -31,15 +31,19 @@ def test_layer_position_follows_mergekit():
     assert layer_position("model.norm.weight", 5) == 0.0
 
 
-@pytest.mark.parametrize("t,expected", [(0.0, 0.2), (0.25, 0.2 + 0.5 * (0.9 - 0.2)), (0.5, 0.9),
-                                        (0.75, 0.9 + 0.5 * (0.4 - 0.9)), (1.0, 0.4)])
+@pytest.mark.parametrize(
+    "t,expected", [(0.0, 0.2), (0.25, 0.2 + 0.5 * (0.9 - 0.2)), (0.5, 0.9), (0.75, 0.9 + 0.5 * (0.4 - 0.9)), (1.0, 0.4)]
+)
 def test_gradient_interpolates_linearly_between_neighbours(t, expected):
     assert evaluate([0.2, 0.9, 0.4], "x", t, _num) == pytest.approx(expected, abs=1e-15)
 
 
 def test_filters_first_match_wins_then_fallback_then_next_source():
-    filters = [{"filter": "self_attn", "value": 0.7}, {"filter": "attn", "value": 0.1}, {"filter": "mlp",
-                                                                                       "value": [0.0, 1.0]}]
+    filters = [
+        {"filter": "self_attn", "value": 0.7},
+        {"filter": "attn", "value": 0.1},
+        {"filter": "mlp", "value": [0.0, 1.0]},
+    ]
     assert evaluate(filters, "model.layers.0.self_attn.q_proj.weight", 0.0, _num) == 0.7
     assert evaluate(filters, "model.layers.3.mlp.up_proj.weight", 0.75, _num) == 0.75
     missing = evaluate(filters, "model.norm.weight", 0.0, _num)
@@ -50,8 +54,9 @@ def test_filters_first_match_wins_then_fallback_then_next_source():
     assert evaluate([{"filter": "*", "value": 0.9}], "anything", 0.0, _num) == 0.9
 
 
-@pytest.mark.parametrize("bad", [[], [{"filter": "mlp"}], [{"value": 1, "when": 2}], [{"filter": 3, "value": 1}],
-                                 {"value": {"nested": 1}}])
+@pytest.mark.parametrize(
+    "bad", [[], [{"filter": "mlp"}], [{"value": 1, "when": 2}], [{"filter": 3, "value": 1}], {"value": {"nested": 1}}]
+)
 def test_malformed_settings_are_refused(bad):
     with pytest.raises(InputError):
         check_setting("weight", bad, _num)
@@ -76,9 +81,19 @@ def test_gradient_recipe_equals_whole_tensor_reference(tmp_path):
     base, agents = make_models(tmp_path / "in", agents={"a": 0.5, "b": 0.55}, config=FIVE_LAYERS)
     grad = [0.0, 1.0, 0.5]
     filters = [{"filter": "mlp", "value": 2.0}, {"value": 0.25}]
-    MergeSpec.build(str(base), [str(a) for a in agents], method="weighted-task-arithmetic", params={"weight": [grad, filters], "lambda": 0.5}).save(tmp_path / "r.yaml")
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "-q", "run", str(tmp_path / "r.yaml"), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, timeout=600, check=False)
+    MergeSpec.build(
+        str(base),
+        [str(a) for a in agents],
+        method="weighted-task-arithmetic",
+        params={"weight": [grad, filters], "lambda": 0.5},
+    ).save(tmp_path / "r.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     b, a0, a1, out = (ref.load_model(p) for p in (base, *agents, tmp_path / "out"))
     for name, x in b.items():
@@ -93,8 +108,9 @@ def test_gradient_recipe_equals_whole_tensor_reference(tmp_path):
         assert torch.equal(out[name].view(torch.int16), expected.view(torch.int16)), name
 
 
-@pytest.mark.parametrize("method,extra", [("della", {"epsilon": 0.1}), ("weighted-dare-ties", {}),
-                                          ("weighted-dare-linear", {})])
+@pytest.mark.parametrize(
+    "method,extra", [("della", {"epsilon": 0.1}), ("weighted-dare-ties", {}), ("weighted-dare-linear", {})]
+)
 def test_random_methods_deterministic_for_a_seed_and_keep_the_share(tmp_path, method, extra):
     """Two runs with one seed give the same bytes, another seed other bytes; without rescale and with weight 1
     the kept share of each task vector's updated elements is the density in expectation."""
@@ -105,13 +121,27 @@ def test_random_methods_deterministic_for_a_seed_and_keep_the_share(tmp_path, me
     params = {"density": density, "rescale": False, "seed": 7, **extra}
     outs = []
     for i, seed in enumerate((7, 7, 8)):
-        request = pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / f"o{i}", method, get_method(method).resolve(dict(params, seed=seed)), out_dtype="float32")
+        request = pipeline.MergeSpec.build(
+            str(base),
+            [str(a) for a in agents],
+            tmp_path / f"o{i}",
+            method,
+            get_method(method).resolve(dict(params, seed=seed)),
+            out_dtype="float32",
+        )
         pipeline.merge(request)
         outs.append(ref.load_model(tmp_path / f"o{i}"))
     assert all(torch.equal(outs[0][k], outs[1][k]) for k in outs[0])
     assert any(not torch.equal(outs[0][k], outs[2][k]) for k in outs[0])
     if method == "weighted-dare-linear":  # θ = base + Σ kept τ_t: count the kept elements of agent a alone
-        request = pipeline.MergeSpec.build(str(base), [str(agents[0])], tmp_path / "single", method, get_method(method).resolve(params), out_dtype="float32")
+        request = pipeline.MergeSpec.build(
+            str(base),
+            [str(agents[0])],
+            tmp_path / "single",
+            method,
+            get_method(method).resolve(params),
+            out_dtype="float32",
+        )
         pipeline.merge(request)
         single, b, a = ref.load_model(tmp_path / "single"), ref.load_model(base), ref.load_model(agents[0])
         updated = sum(int((a[k] != b[k]).sum()) for k in b)

@@ -27,8 +27,13 @@ def _two(tmp_path: Path) -> tuple[Path, Path]:
 
 def _stack_recipe(a: Path, b: Path, params: dict | None = None) -> MergeSpec:
     # A's layers 0..2, then B's layers 1..4 (overlapping 1..2): seven layers
-    return MergeSpec.build(str(a), [str(a), str(b)], method="passthrough", params=params or {}, slices=[{"sources": [{"model": 1, "layer_range": [0, 3]}]},
-                          {"sources": [{"model": 2, "layer_range": [1, 5]}]}])
+    return MergeSpec.build(
+        str(a),
+        [str(a), str(b)],
+        method="passthrough",
+        params=params or {},
+        slices=[{"sources": [{"model": 1, "layer_range": [0, 3]}]}, {"sources": [{"model": 2, "layer_range": [1, 5]}]}],
+    )
 
 
 def _expected_source(name: str, a: dict, b: dict) -> torch.Tensor:
@@ -93,15 +98,23 @@ def test_recipe_slices_round_trip():
     assert again.slices == recipe.slices and again.layout() == recipe.layout() and again.layout().stacking
 
 
-@pytest.mark.parametrize("slices,key", [
-    ([{"sources": [{"model": 3, "layer_range": [0, 2]}]}], "slices[0].sources[0].model"),
-    ([{"sources": [{"model": 1, "layer_range": [2, 2]}]}], "slices[0].sources[0].layer_range"),
-    ([{"sources": [{"model": 1, "layer_range": [0, 2], "scale": 2}]}], "slices[0].sources[0].scale"),
-    ([{"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 3]}]}], "unequal length"),
-    ([{"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}]},
-      {"sources": [{"model": 1, "layer_range": [0, 2]}]}], "one kind"),
-    ([{"sources": [{"model": 1, "layer_range": [0, 2]}], "parameters": {"density": 0.5}}], "slices[0]: parameters"),
-])
+@pytest.mark.parametrize(
+    "slices,key",
+    [
+        ([{"sources": [{"model": 3, "layer_range": [0, 2]}]}], "slices[0].sources[0].model"),
+        ([{"sources": [{"model": 1, "layer_range": [2, 2]}]}], "slices[0].sources[0].layer_range"),
+        ([{"sources": [{"model": 1, "layer_range": [0, 2], "scale": 2}]}], "slices[0].sources[0].scale"),
+        ([{"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 3]}]}], "unequal length"),
+        (
+            [
+                {"sources": [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}]},
+                {"sources": [{"model": 1, "layer_range": [0, 2]}]},
+            ],
+            "one kind",
+        ),
+        ([{"sources": [{"model": 1, "layer_range": [0, 2]}], "parameters": {"density": 0.5}}], "slices[0]: parameters"),
+    ],
+)
 def test_recipe_slices_refused_naming_the_key(slices, key):
     data = {"format": "ram-recipe/1", "method": "passthrough", "base": "b", "agents": ["x", "y"], "slices": slices}
     with pytest.raises(InputError, match=re.escape(key)):

@@ -33,26 +33,60 @@ def _cli(args: list[str], env_cache: Path) -> subprocess.CompletedProcess:
     import os
 
     env = dict(os.environ, RAM_DESKTOP_CACHE=str(env_cache))
-    return subprocess.run([sys.executable, "-c", RUN_CLI, *args], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=Path(__file__).resolve().parents[1], check=False)
+    return subprocess.run(
+        [sys.executable, "-c", RUN_CLI, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("method,params", [("ram-plus", []), ("ties", ["--density", "0.3"]),
-                                           ("dare-ties", ["--drop", "0.5"])])
+@pytest.mark.parametrize(
+    "method,params", [("ram-plus", []), ("ties", ["--density", "0.3"]), ("dare-ties", ["--drop", "0.5"])]
+)
 def test_cpu_merge_on_the_fused_kernels_never_imports_torch(tmp_path, method, params):
     if not kernels.available():
         pytest.skip("numba not installed")
     base, agents = make_models(tmp_path / "in", shards=2)
     out = tmp_path / "out"
-    done = _cli(["-q", "merge", str(base), *map(str, agents), "--out", str(out), "--method", method, *params,
-                 "--device", "cpu", "--shard-size", "4KB"], tmp_path / "cache-cli")
+    done = _cli(
+        [
+            "-q",
+            "merge",
+            str(base),
+            *map(str, agents),
+            "--out",
+            str(out),
+            "--method",
+            method,
+            *params,
+            "--device",
+            "cpu",
+            "--shard-size",
+            "4KB",
+        ],
+        tmp_path / "cache-cli",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "TORCH-NOT-LOADED"
 
     # the same folder as an in-process merge on the torch path (the reference formulation)
     with kernels.disabled():
-        reference = merge(MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "ref", method=method, params=dict(zip([p.lstrip("-") for p in params[::2]],
-                                                       [float(v) for v in params[1::2]])), device="cpu", shard_size="4KB"), options=RunOptions(use_cache=False))
+        reference = merge(
+            MergeSpec.build(
+                str(base),
+                [str(a) for a in agents],
+                tmp_path / "ref",
+                method=method,
+                params=dict(zip([p.lstrip("-") for p in params[::2]], [float(v) for v in params[1::2]])),
+                device="cpu",
+                shard_size="4KB",
+            ),
+            options=RunOptions(use_cache=False),
+        )
     files = sorted(p.name for p in reference.out.iterdir())
     assert sorted(p.name for p in out.iterdir()) == files
     assert len([f for f in files if f.endswith(".safetensors")]) >= 2
@@ -68,15 +102,18 @@ def test_cpu_merge_on_the_fused_kernels_never_imports_torch(tmp_path, method, pa
 def test_a_command_that_needs_torch_still_gets_it(tmp_path):
     """The torch path (here: a LoRA-free probe with the complete statistics) imports torch at first use."""
     base, agents = make_models(tmp_path / "in")
-    done = _cli(["-q", "probe", str(base), *map(str, agents), "--device", "cpu", "--json", str(tmp_path / "p.json")],
-                tmp_path / "cache")
+    done = _cli(
+        ["-q", "probe", str(base), *map(str, agents), "--device", "cpu", "--json", str(tmp_path / "p.json")],
+        tmp_path / "cache",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "TORCH-LOADED"
     assert json.loads((tmp_path / "p.json").read_text())["agents"]
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int64,
-                                   torch.uint8])
+@pytest.mark.parametrize(
+    "dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int64, torch.uint8]
+)
 def test_bit_views_hold_the_stored_bytes(tmp_path, dtype):
     """``SliceReader(bits=True)`` slices are the stored bytes, row-sliced like the tensor reader's, and
     ``as_tensor`` makes a float one the same tensor again."""
@@ -141,6 +178,12 @@ wave.marker = 5
 assert real.marker == 5 and wave.marker == 5
 print("ok")
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1], check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        check=False,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

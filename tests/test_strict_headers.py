@@ -49,8 +49,14 @@ REFUSED = {
     "trailing_bytes_no_tensor": ({}, 4, "belong to no tensor"),
     "empty_tensor_past_the_end": ({"a": f32(0, 4), "z": f32(8, 8, [0])}, 4, "outside the file"),
     "offsets_reversed": ({"a": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}}, 4, "data_offsets"),
-    "repeated_tensor_name": ((b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
-                             b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'), 8, "'a' appears twice"),
+    "repeated_tensor_name": (
+        (
+            b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+            b'"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'
+        ),
+        8,
+        "'a' appears twice",
+    ),
     "data_offsets_as_strings": ({"a": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}}, 4, "data_offsets"),
     "data_offsets_bools": ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [False, 4]}}, 4, "data_offsets"),
     "data_offsets_floats": (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4.0]}}', 4, "data_offsets"),
@@ -71,8 +77,11 @@ REFUSED = {
     "metadata_a_string": ({"__metadata__": "pt", "a": f32(0, 4)}, 4, "__metadata__ is a string"),
     "metadata_value_not_a_string": ({"__metadata__": {"k": 1}, "a": f32(0, 4)}, 4, "__metadata__ 'k' is a number"),
     "metadata_value_an_object": ({"__metadata__": {"k": {"x": "y"}}, "a": f32(0, 4)}, 4, "'k' is an object"),
-    "nested_128_levels": (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":' + b"[" * 126 + b"]" * 126
-                          + b"}}", 4, "nested too deeply"),
+    "nested_128_levels": (
+        b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":' + b"[" * 126 + b"]" * 126 + b"}}",
+        4,
+        "nested too deeply",
+    ),
     "nested_100k_levels": (b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}", 0, "nested too deeply"),
     "header_not_starting_with_brace": (b'["a"]', 0, "does not start with '{'"),
     "header_with_byte_order_mark": (b"\xef\xbb\xbf{" + ENTRY[1:], 4, "does not start with '{'"),
@@ -98,10 +107,12 @@ def test_refused_like_the_library(tmp_path, case):
 
 
 def test_messages_name_the_tensor(tmp_path):
-    cases = {"a_bad": ({"a_bad": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}}, 4),
-             "b_late": ({"a_first": f32(0, 4), "b_late": f32(8, 12)}, 12),
-             "b_over": ({"a_first": f32(0, 8), "b_over": f32(4, 12)}, 12),
-             "z_last": ({"a_first": f32(0, 4), "z_last": f32(4, 8)}, 12)}
+    cases = {
+        "a_bad": ({"a_bad": {"dtype": "F32", "shape": [1], "data_offsets": ["0", "4"]}}, 4),
+        "b_late": ({"a_first": f32(0, 4), "b_late": f32(8, 12)}, 12),
+        "b_over": ({"a_first": f32(0, 8), "b_over": f32(4, 12)}, 12),
+        "z_last": ({"a_first": f32(0, 4), "z_last": f32(4, 8)}, 12),
+    }
     for name, (header, size) in cases.items():
         path = write(tmp_path / f"{name}.safetensors", header, b"\0" * size)
         with pytest.raises(InputError, match=repr(name)):
@@ -116,8 +127,10 @@ ACCEPTED = {
     "metadata_null": ({"__metadata__": None, "a": f32(0, 4)}, 4),
     "metadata_strings": ({"__metadata__": {"format": "pt", "x": ""}, "a": f32(0, 4)}, 4),
     "extra_key_in_entry": ({"a": dict(f32(0, 4), extra={"any": [1, 2]})}, 4),
-    "nested_127_levels": (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":' + b"[" * 125 + b"]" * 125
-                          + b"}}", 4),
+    "nested_127_levels": (
+        b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":' + b"[" * 125 + b"]" * 125 + b"}}",
+        4,
+    ),
     "whitespace_around_header": (b'  \n{"a":' + ENTRY + b"}    ", 4),
     "scalar_tensor": ({"s": {"dtype": "BF16", "shape": [], "data_offsets": [0, 2]}}, 2),
 }
@@ -136,15 +149,21 @@ def test_accepted_like_the_library(tmp_path, case):
             assert list(tensors[name].shape) == list(expected.shape)
             got = mine.get_tensor(name)
             assert got.dtype == expected.dtype and got.shape == expected.shape
-            assert got.view(-1).view(dtype=__import__("torch").uint8).tolist() == \
-                expected.view(-1).view(dtype=__import__("torch").uint8).tolist()
+            assert (
+                got.view(-1).view(dtype=__import__("torch").uint8).tolist()
+                == expected.view(-1).view(dtype=__import__("torch").uint8).tolist()
+            )
 
 
-@pytest.mark.parametrize("header", [
-    b'{"a":' + ENTRY + b',"a":' + ENTRY + b"}",  # the same name twice with the same entry
-    b'{"a":["F32",[1],[0,4]]}',  # an entry as a list (serde reads a struct from a sequence)
-    b'{"__metadata__":{"k":"1","k":"2"},"a":' + ENTRY + b"}",  # a metadata key twice
-], ids=["repeated_identical_name", "entry_as_list", "repeated_metadata_key"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'{"a":' + ENTRY + b',"a":' + ENTRY + b"}",  # the same name twice with the same entry
+        b'{"a":["F32",[1],[0,4]]}',  # an entry as a list (serde reads a struct from a sequence)
+        b'{"__metadata__":{"k":"1","k":"2"},"a":' + ENTRY + b"}",  # a metadata key twice
+    ],
+    ids=["repeated_identical_name", "entry_as_list", "repeated_metadata_key"],
+)
 def test_ambiguous_headers_refused_although_the_library_reads_them(tmp_path, header):
     """Stricter than the library on purpose: which of two entries it keeps is an accident of its parser."""
     path = write(tmp_path / "model.safetensors", header, b"\0" * 4)
@@ -164,28 +183,29 @@ def test_parse_json_finite_refuses_what_strict_parsers_refuse():
     from ram_desktop.core.storage.safe_read import parse_json
 
     assert parse_json('{"x": NaN}', "f")["x"] != 0  # Python's json reads NaN: kept for other files
-    for text in ('{"x": NaN}', '{"x": -Infinity}', '[1e400]'):
+    for text in ('{"x": NaN}', '{"x": -Infinity}', "[1e400]"):
         with pytest.raises(InputError, match="not a finite number"):
             parse_json(text, "f", finite=True)
-    assert parse_json('[1.5, 2]', "f", finite=True) == [1.5, 2]
+    assert parse_json("[1.5, 2]", "f", finite=True) == [1.5, 2]
 
 
 # ---- through the CLI, in a fresh process: exit 2, one line, nothing written, inputs untouched ----
 
+
 def _rewrite_header(file: Path, edit) -> None:
     raw = file.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    text = edit(raw[8:8 + n].decode().rstrip())
-    file.write_bytes(struct.pack("<Q", len(text.encode())) + text.encode() + raw[8 + n:])
+    text = edit(raw[8 : 8 + n].decode().rstrip())
+    file.write_bytes(struct.pack("<Q", len(text.encode())) + text.encode() + raw[8 + n :])
 
 
 def _same_shape_pair(file: Path) -> tuple[str, str, dict]:
     raw = file.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
+    header = json.loads(raw[8 : 8 + n])
     entries = sorted(((k, v) for k, v in header.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"])
     for i, (first, e1) in enumerate(entries):
-        for second, e2 in entries[i + 1:]:
+        for second, e2 in entries[i + 1 :]:
             if (e1["dtype"], e1["shape"]) == (e2["dtype"], e2["shape"]):
                 return first, second, header
     raise AssertionError("no two tensors of the same shape")

@@ -39,8 +39,9 @@ class _Stages(Reporter):
             self.stages.append(stage)
 
 
-def _merge(base_dir, agent_dirs, out, params, threads, chunk, monkeypatch, path="torch", out_dtype="float32",
-           reporter=None):
+def _merge(
+    base_dir, agent_dirs, out, params, threads, chunk, monkeypatch, path="torch", out_dtype="float32", reporter=None
+):
     monkeypatch.setenv("RAM_DESKTOP_THREADS", str(threads))
     if path == "torch":
         monkeypatch.setenv("RAM_DESKTOP_KERNELS", "0")
@@ -48,7 +49,13 @@ def _merge(base_dir, agent_dirs, out, params, threads, chunk, monkeypatch, path=
         monkeypatch.delenv("RAM_DESKTOP_KERNELS", raising=False)
     kernels.available.cache_clear()
     try:
-        merge(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, "ties", params, out_dtype=out_dtype, device="cpu"), reporter, options=RunOptions(chunk_elements=chunk, use_cache=False))
+        merge(
+            MergeSpec.build(
+                str(base_dir), [str(a) for a in agent_dirs], out, "ties", params, out_dtype=out_dtype, device="cpu"
+            ),
+            reporter,
+            options=RunOptions(chunk_elements=chunk, use_cache=False),
+        )
     finally:
         kernels.available.cache_clear()
     return out
@@ -58,8 +65,9 @@ def _expected(base_dir, agent_dirs, params, torch_dtype):
     base, agents = open_sources(str(base_dir), [str(a) for a in agent_dirs], Reporter())
     order = [j.name for j in make_plan(base, agents).jobs]
     full = get_method("ties").resolve(params)
-    return ref.baseline_model(ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], order, "ties", full,
-                              torch_dtype)
+    return ref.baseline_model(
+        ref.load_model(base_dir), [ref.load_model(a) for a in agent_dirs], order, "ties", full, torch_dtype
+    )
 
 
 def _assert_equal_models(got_dir, want):
@@ -98,8 +106,9 @@ def test_ties_float64_keys_any_threads(tmp_path, monkeypatch, scope, path):
     params = {"density": 0.3, "scale": 0.7, "ties_scope": scope}
     want = _expected(base_dir, agent_dirs, params, torch.float64)
     for i, (threads, chunk) in enumerate([(1, 1 << 22), (3, 7)]):
-        out = _merge(base_dir, agent_dirs, tmp_path / f"out{i}", params, threads, chunk, monkeypatch, path,
-                     out_dtype="base")
+        out = _merge(
+            base_dir, agent_dirs, tmp_path / f"out{i}", params, threads, chunk, monkeypatch, path, out_dtype="base"
+        )
         _assert_equal_models(out, want)
 
 
@@ -116,7 +125,7 @@ def _equal_magnitude_models(folder, n_agents):
         tensors = {}
         for name, shape in shapes.items():
             sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)
-            step = torch.where(torch.rand(shape, generator=gen) < 0.3, 2.0 ** -6, 2.0 ** -7)
+            step = torch.where(torch.rand(shape, generator=gen) < 0.3, 2.0**-6, 2.0**-7)
             tensors[name] = (1.0 + sign * step).to(torch.bfloat16)  # exact: both are bf16 values
         agent_dirs.append(write_model(folder / f"agent{t}", tensors, SMALL_CONFIG))
     return base_dir, agent_dirs
@@ -131,7 +140,7 @@ def test_ties_cut_ties_span_chunks_and_tensors(tmp_path, monkeypatch, path):
     base, agent = ref.load_model(base_dir), ref.load_model(agent_dir)
     order = ["a.weight", "b.bias", "c.weight"]
     tau = np.concatenate([(agent[n].float() - base[n].float()).numpy().reshape(-1) for n in order])
-    big = np.abs(tau) == 2.0 ** -6
+    big = np.abs(tau) == 2.0**-6
     k = 37  # ⌊0.8 · 47⌋
     assert big.sum() < k < tau.size
     # kept: every large magnitude, then the first (k − #large) small ones in scope order
@@ -140,8 +149,17 @@ def test_ties_cut_ties_span_chunks_and_tensors(tmp_path, monkeypatch, path):
     cut_at = int(np.flatnonzero(~big & (small_rank == k - big.sum()))[0])
     assert cut_at >= 23  # past the first two tensors (20 + 3 elements): the tied run spans tensors
     for i, (threads, chunk) in enumerate([(1, 1 << 22), (2, 1), (4, 4), (3, 3)]):
-        out = _merge(base_dir, [agent_dir], tmp_path / f"out{i}", {"density": 0.8, "ties_scope": "model"}, threads,
-                     chunk, monkeypatch, path, out_dtype="base")
+        out = _merge(
+            base_dir,
+            [agent_dir],
+            tmp_path / f"out{i}",
+            {"density": 0.8, "ties_scope": "model"},
+            threads,
+            chunk,
+            monkeypatch,
+            path,
+            out_dtype="base",
+        )
         merged = ref.load_model(out)
         got = np.concatenate([(merged[n].float() - base[n].float()).numpy().reshape(-1) for n in order])
         assert np.array_equal(got != 0, want_kept), (threads, chunk)
@@ -155,15 +173,18 @@ def test_ties_equal_magnitudes_three_agents_match_reference(tmp_path, monkeypatc
     params = {"density": 0.4, "ties_scope": scope}
     want = _expected(base_dir, agent_dirs, params, torch.float32)
     for i, (threads, chunk) in enumerate([(1, 1 << 22), (4, 1), (2, 5)]):
-        _assert_equal_models(_merge(base_dir, agent_dirs, tmp_path / f"out{i}", params, threads, chunk, monkeypatch,
-                                    path), want)
+        _assert_equal_models(
+            _merge(base_dir, agent_dirs, tmp_path / f"out{i}", params, threads, chunk, monkeypatch, path), want
+        )
 
 
 def _chunks(plan, chunk_elements):
     cpu = Transfer(torch.device("cpu"))
     jobs = [i for i, j in enumerate(plan.jobs) if j.mergeable]
-    return [make_chunk(index, plan.jobs[index], span, b, a, EPS)
-            for index, span, b, a in prefetch_chunks(plan, jobs, chunk_elements, cpu)]
+    return [
+        make_chunk(index, plan.jobs[index], span, b, a, EPS)
+        for index, span, b, a in prefetch_chunks(plan, jobs, chunk_elements, cpu)
+    ]
 
 
 def _collect(plan, chunks, scope, shuffle_seed=None):

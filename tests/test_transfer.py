@@ -84,7 +84,10 @@ class FakeDeviceModule:
 def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeypatch):
     base, agents = models
     monkeypatch.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
-    reference = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
+    reference = merge(
+        MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"),
+        options=RunOptions(chunk_elements=300, use_cache=False),
+    )
 
     rec = Recorder()
     fake = FakeDeviceModule(rec)
@@ -121,7 +124,7 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
         job, span = self.job, self.span
         path = str(job.base.file)
         handle = files.get(path) or files.setdefault(path, safe_open(path, framework="pt"))
-        stored = handle.get_slice(job.base.name)[span.start:span.stop].reshape(-1)
+        stored = handle.get_slice(job.base.name)[span.start : span.stop].reshape(-1)
         assert torch.equal(self.base, stored)  # the chunk's tensors still hold what was read for it
         rec.add("compute", self.index, span.offset)
         return real_load(self, workspace)
@@ -135,7 +138,10 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
 
     monkeypatch.setattr(ShardSet, "write", write)
 
-    result = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fake", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
+    result = merge(
+        MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fake", "ram-plus", out_dtype="float32"),
+        options=RunOptions(chunk_elements=300, use_cache=False),
+    )
 
     for name in ("model.safetensors",):
         assert (result.out / name).read_bytes() == (reference.out / name).read_bytes()
@@ -158,8 +164,8 @@ def test_transfer_orders_copy_event_wait_compute_write(tmp_path, models, monkeyp
         assert ("wait", ev, "compute") in log
     # the merge pass (the last reads): chunk k is received, then computed, then written, in order
     writes = [i for i, e in enumerate(log) if e[0] == "write"]
-    computes = [i for i, e in enumerate(log) if e[0] == "compute"][-len(writes):]
-    received = [i for i, e in enumerate(log) if e[0] == "received"][-len(writes):]
+    computes = [i for i, e in enumerate(log) if e[0] == "compute"][-len(writes) :]
+    received = [i for i, e in enumerate(log) if e[0] == "received"][-len(writes) :]
     assert len(writes) == len(computes) == len(received) > 1  # every tensor is float here: one write per chunk
     for r, c, w in zip(received, computes, writes):
         assert r < c < w
@@ -177,7 +183,10 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
     base, agents = models
     with monkeypatch.context() as torch_path:
         torch_path.setattr(passes_module, "use_kernels", lambda device_type, elements: False)
-        reference = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
+        reference = merge(
+            MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "plain", "ram-plus", out_dtype="float32"),
+            options=RunOptions(chunk_elements=300, use_cache=False),
+        )
 
     def no_device_module(device):
         raise AssertionError("a fused CPU pass asked for a device module")
@@ -197,7 +206,7 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
         job, span = slices.job, slices.span
         path = str(job.base.file)
         handle = files.get(path) or files.setdefault(path, safe_open(path, framework="pt"))
-        stored = handle.get_slice(job.base.name)[span.start:span.stop].reshape(-1)
+        stored = handle.get_slice(job.base.name)[span.start : span.stop].reshape(-1)
         assert slices.base.tobytes() == stored.contiguous().view(torch.uint8).numpy().tobytes()  # the stored bits
         log.append(("compute", slices.index, span.offset))
         return real_fused(slices, variants, accumulator)
@@ -209,7 +218,10 @@ def test_fused_cpu_passes_hand_the_stored_bits_through_untouched(tmp_path, model
     monkeypatch.setattr(transfer_module.Transfer, "send", send)
     monkeypatch.setattr(passes_module, "_fused_merges", fused_merges)
     monkeypatch.setattr(ShardSet, "write", write)
-    result = merge(MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fused", "ram-plus", out_dtype="float32"), options=RunOptions(chunk_elements=300, use_cache=False))
+    result = merge(
+        MergeSpec.build(str(base), list(map(str, agents)), tmp_path / "fused", "ram-plus", out_dtype="float32"),
+        options=RunOptions(chunk_elements=300, use_cache=False),
+    )
 
     assert (result.out / "model.safetensors").read_bytes() == (reference.out / "model.safetensors").read_bytes()
     computes = [i for i, e in enumerate(log) if e[0] == "compute"]

@@ -93,9 +93,18 @@ def test_zero_steps_keep_the_task_arithmetic_sum():
 
 def _merge(base: Path, agents: list[Path], out: Path, chunk_elements: int = 1 << 19, **params) -> pipeline.MergeResult:
     return pipeline.merge(
-        pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": STEPS, "lr": LR, **params}, device="cpu", out_dtype="float32"),
+        pipeline.MergeSpec.build(
+            str(base),
+            [str(a) for a in agents],
+            out,
+            "wudi",
+            {"steps": STEPS, "lr": LR, **params},
+            device="cpu",
+            out_dtype="float32",
+        ),
         Reporter(),
-    options=pipeline.RunOptions(use_cache=False, chunk_elements=chunk_elements))
+        options=pipeline.RunOptions(use_cache=False, chunk_elements=chunk_elements),
+    )
 
 
 def test_merge_equals_the_whole_layer_reference(models, tmp_path):
@@ -146,7 +155,8 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     pipeline.merge(
         pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu"),
         reporter,
-    options=pipeline.RunOptions(use_cache=False))
+        options=pipeline.RunOptions(use_cache=False),
+    )
     layers = [i for i, e in enumerate(events) if e == "layer"]
     assert len(layers) == 15
     assert all("progress" in events[i + 1 : j] for i, j in itertools.pairwise(layers))
@@ -164,7 +174,8 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
         pipeline.merge(
             pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": 2}, device="cpu"),
             cancelling,
-        options=pipeline.RunOptions(use_cache=False))
+            options=pipeline.RunOptions(use_cache=False),
+        )
     assert events.count("layer") == 1
     assert not out.exists() and not list(tmp_path.glob("cancelled.partial-*"))
 
@@ -311,9 +322,18 @@ def test_gpu_path_matches_the_cpu_path(models, tmp_path):
     base, agents = models
     _merge(base, agents, tmp_path / "cpu")
     pipeline.merge(
-        pipeline.MergeSpec.build(str(base), [str(a) for a in agents], tmp_path / "gpu", "wudi", {"steps": STEPS, "lr": LR}, device="cuda", out_dtype="float32"),
+        pipeline.MergeSpec.build(
+            str(base),
+            [str(a) for a in agents],
+            tmp_path / "gpu",
+            "wudi",
+            {"steps": STEPS, "lr": LR},
+            device="cuda",
+            out_dtype="float32",
+        ),
         Reporter(),
-    options=pipeline.RunOptions(use_cache=False))
+        options=pipeline.RunOptions(use_cache=False),
+    )
     cpu, gpu = reference.load_model(tmp_path / "cpu"), reference.load_model(tmp_path / "gpu")
     b = reference.load_model(base)
     for name, t in b.items():

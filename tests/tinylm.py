@@ -14,14 +14,23 @@ import torch
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 # Qwen2's pre-tokenizer pattern: contractions, letters, single digits, punctuation runs, newlines, spaces.
-SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-         r"|\s+(?!\S)|\s+")
+SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-CORPUS = ["What is 2 + 3? The answer is 5.", "Say hello to the world, then stop.", "def add(a, b): return a + b",
-          "tool call: search(query='weather in Paris')", "Remember the number 42 and repeat it.",
-          "Question: how many legs does a cat have? Answer: 4"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "What is 2 + 3? The answer is 5.",
+    "Say hello to the world, then stop.",
+    "def add(a, b): return a + b",
+    "tool call: search(query='weather in Paris')",
+    "Remember the number 42 and repeat it.",
+    "Question: how many legs does a cat have? Answer: 4",
+]
 
 
 def build_tokenizer(vocab_size: int = 320, qwen2_pipeline: bool = True) -> Tokenizer:
@@ -30,21 +39,35 @@ def build_tokenizer(vocab_size: int = 320, qwen2_pipeline: bool = True) -> Token
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     if qwen2_pipeline:
         tok.normalizer = normalizers.NFC()
-        tok.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(SPLIT), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS * 5, trainer)
     return tok
 
 
-def write_tiny_lm(folder: Path, chat_template: bool = True, seed: int = 0, layers: int = 2,
-                  hidden: int = 64, init_std: float = 0.5, eos_scale: float = 2.0,
-                  qwen2_pipeline: bool = True) -> Path:
+def write_tiny_lm(
+    folder: Path,
+    chat_template: bool = True,
+    seed: int = 0,
+    layers: int = 2,
+    hidden: int = 64,
+    init_std: float = 0.5,
+    eos_scale: float = 2.0,
+    qwen2_pipeline: bool = True,
+) -> Path:
     """A random-weight Qwen2 model + the tokenizer above (optionally with a chat template), saved with
     ``save_pretrained``. ``init_std`` above transformers' 0.02 spreads the logits so greedy choices are
     far from ties; ``eos_scale`` enlarges the end-of-sequence row of the output layer so that some
@@ -57,10 +80,20 @@ def write_tiny_lm(folder: Path, chat_template: bool = True, seed: int = 0, layer
     if chat_template:
         fast.chat_template = CHAT_TEMPLATE
     eos = tok.token_to_id("<|im_end|>")
-    config = Qwen2Config(vocab_size=tok.get_vocab_size(), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=512, tie_word_embeddings=False, initializer_range=init_std,
-                         eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None)
+    config = Qwen2Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        initializer_range=init_std,
+        eos_token_id=eos,
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        bos_token_id=None,
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():

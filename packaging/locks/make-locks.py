@@ -31,11 +31,16 @@ sys.path.insert(0, str(ROOT))
 from ram_desktop.core.compute.builds import BUILDS, TORCH_VERSION, TorchBuild, lock_name
 
 HERE = Path(__file__).resolve().parent
-UV_PLATFORM = {("linux", "x86_64"): "x86_64-manylinux_2_28", ("windows", "x86_64"): "x86_64-pc-windows-msvc",
-               ("macos", "arm64"): "aarch64-apple-darwin"}
-WHEEL_PLATFORM = {("linux", "x86_64"): re.compile(r"^(manylinux\w*_x86_64|linux_x86_64|any)$"),
-                  ("windows", "x86_64"): re.compile(r"^(win_amd64|any)$"),
-                  ("macos", "arm64"): re.compile(r"^(macosx_\d+_\d+_(arm64|universal2)|any)$")}
+UV_PLATFORM = {
+    ("linux", "x86_64"): "x86_64-manylinux_2_28",
+    ("windows", "x86_64"): "x86_64-pc-windows-msvc",
+    ("macos", "arm64"): "aarch64-apple-darwin",
+}
+WHEEL_PLATFORM = {
+    ("linux", "x86_64"): re.compile(r"^(manylinux\w*_x86_64|linux_x86_64|any)$"),
+    ("windows", "x86_64"): re.compile(r"^(win_amd64|any)$"),
+    ("macos", "arm64"): re.compile(r"^(macosx_\d+_\d+_(arm64|universal2)|any)$"),
+}
 
 
 def uv() -> str:
@@ -63,8 +68,10 @@ def wheel_fits(filename: str, platform: tuple[str, str], python: str) -> bool:
     parts = filename[:-4].split("-")
     py_tags, abi_tags, plat_tags = parts[-3].split("."), parts[-2].split("."), parts[-1].split(".")
     cp = "cp" + python.replace(".", "")
-    if not any(t in (cp, "py3", "py2") or (t.startswith("cp3") and "abi3" in abi_tags and int(t[3:]) <= int(cp[3:]))
-               for t in py_tags):
+    if not any(
+        t in (cp, "py3", "py2") or (t.startswith("cp3") and "abi3" in abi_tags and int(t[3:]) <= int(cp[3:]))
+        for t in py_tags
+    ):
         return False
     return any(WHEEL_PLATFORM[platform].match(t) for t in plat_tags)
 
@@ -94,10 +101,31 @@ def compile_lock(build: TorchBuild, platform: tuple[str, str], python: str) -> s
         req = Path(tmp) / "runtime.in"
         req.write_text(f"torch=={TORCH_VERSION}\n")
         out = Path(tmp) / "lock.txt"
-        subprocess.run([uv(), "pip", "compile", str(req), "-c", str(ROOT / "constraints.txt"),
-                        "--python-platform", UV_PLATFORM[platform], "--python-version", python, "--generate-hashes",
-                        "--index-url", build.index, "--no-header", "--no-annotate", "--quiet", "-o", str(out)],
-                       check=True, cwd=ROOT, env={**os.environ, "MACOSX_DEPLOYMENT_TARGET": "14.0"})
+        subprocess.run(
+            [
+                uv(),
+                "pip",
+                "compile",
+                str(req),
+                "-c",
+                str(ROOT / "constraints.txt"),
+                "--python-platform",
+                UV_PLATFORM[platform],
+                "--python-version",
+                python,
+                "--generate-hashes",
+                "--index-url",
+                build.index,
+                "--no-header",
+                "--no-annotate",
+                "--quiet",
+                "-o",
+                str(out),
+            ],
+            check=True,
+            cwd=ROOT,
+            env={**os.environ, "MACOSX_DEPLOYMENT_TARGET": "14.0"},
+        )
         return out.read_text()
 
 
@@ -126,10 +154,23 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             lock.write_text(text)
             listed = sizes(build.index, text, platform, args.python)
-            sidecar.write_text(json.dumps({"lock": lock.name, "torch": TORCH_VERSION, "build": build.key,
-                                           "index": build.index, "system": platform[0], "machine": platform[1],
-                                           "python": args.python, "packages": listed,
-                                           "download_bytes": sum(p["bytes"] for p in listed)}, indent=1) + "\n")
+            sidecar.write_text(
+                json.dumps(
+                    {
+                        "lock": lock.name,
+                        "torch": TORCH_VERSION,
+                        "build": build.key,
+                        "index": build.index,
+                        "system": platform[0],
+                        "machine": platform[1],
+                        "python": args.python,
+                        "packages": listed,
+                        "download_bytes": sum(p["bytes"] for p in listed),
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
             total = sum(p["bytes"] for p in listed)
             print(f"wrote {lock.name}: {len(listed)} packages, {total / 1e9:.2f} GB to download")
     return 1 if stale else 0

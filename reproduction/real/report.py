@@ -31,19 +31,26 @@ def pct(values: list[float]) -> str:
 
 
 def agents_table(runs: list[dict]) -> str:
-    rows = [("| seed | agent | base on its task | agent on its task | gain ± paired SE (n) | clear (gain > 2 SE) | "
-             "density (bf16) | unique | shared | ρ | right answers base → agent | GRPO steps |"), "|---" * 12 + "|"]
+    rows = [
+        (
+            "| seed | agent | base on its task | agent on its task | gain ± paired SE (n) | clear (gain > 2 SE) | "
+            "density (bf16) | unique | shared | ρ | right answers base → agent | GRPO steps |"
+        ),
+        "|---" * 12 + "|",
+    ]
     for r in runs:
         t1 = r["table1"]
         for t in TASKS:
             a = r["agents"][t]
             rho = "∞" if a["rho"] is None else f"{a['rho']:.2f}"
-            rows.append(f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
-                        f"{100 * a['gain']:+.1f} ± {100 * a['gain_se']:.1f} ({a['n']}) | "
-                        f"{'yes' if a['gain'] > 2 * a['gain_se'] else 'no'} | {100 * a['density']:.2f} % | "
-                        f"{a['unique']:,} | {a['shared']:,} | {rho} | "
-                        f"{100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} | "
-                        f"{r['recipes'][t]['steps']} |")
+            rows.append(
+                f"| {r['seed']} | {t} | {100 * t1['base'][t]:.1f} | {100 * t1[t][t]:.1f} | "
+                f"{100 * a['gain']:+.1f} ± {100 * a['gain_se']:.1f} ({a['n']}) | "
+                f"{'yes' if a['gain'] > 2 * a['gain_se'] else 'no'} | {100 * a['density']:.2f} % | "
+                f"{a['unique']:,} | {a['shared']:,} | {rho} | "
+                f"{100 * t1['base'][t + '_exact']:.1f} → {100 * t1[t][t + '_exact']:.1f} | "
+                f"{r['recipes'][t]['steps']} |"
+            )
     return "\n".join(rows)
 
 
@@ -69,14 +76,17 @@ def module_table(runs: list[dict]) -> str:
 def ifeval_table(runs: list[dict]) -> str:
     names = list(runs[0]["ifeval"])
     n = runs[0]["ifeval"][names[0]]["n"]
-    rows = [f"| model | instruction-level | prompt-level | gain over base ± paired SE (per seed, n = {n}) |",
-            "|---|---|---|---|"]
+    rows = [
+        f"| model | instruction-level | prompt-level | gain over base ± paired SE (per seed, n = {n}) |",
+        "|---|---|---|---|",
+    ]
     for name in names:
         label = {"base": "Base", **{t: f"{t} agent" for t in TASKS}}.get(name, toy.LABELS.get(name, name))
         vals = [r["ifeval"][name] for r in runs if name in r["ifeval"]]
         gains = "; ".join(f"{100 * v['gain']:+.1f} ± {100 * v['gain_se']:.1f}" for v in vals) if name != "base" else "–"
-        rows.append(f"| {label} | {pct([v['instruction'] for v in vals])} | {pct([v['prompt'] for v in vals])} | "
-                    f"{gains} |")
+        rows.append(
+            f"| {label} | {pct([v['instruction'] for v in vals])} | {pct([v['prompt'] for v in vals])} | {gains} |"
+        )
     return "\n".join(rows)
 
 
@@ -86,16 +96,21 @@ def timings_text(runs: list[dict], results: Path) -> str:
     if tfile.exists():
         timings = json.loads(tfile.read_text())
         stages = [f"{k} {v['seconds']:.0f} s" for k, v in timings.items() if isinstance(v, dict)]
-        lines.append(f"Wall time by stage (the last run of each): {', '.join(stages)}; total "
-                     f"{timings.get('total', 0):.0f} s.")
+        lines.append(
+            f"Wall time by stage (the last run of each): {', '.join(stages)}; total {timings.get('total', 0):.0f} s."
+        )
     for r in runs:
-        lines.append(f"Seed {r['seed']} merges stage ({r['device']}): " +
-                     ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items()) + ".")
+        lines.append(
+            f"Seed {r['seed']} merges stage ({r['device']}): "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in r["timings"].items())
+            + "."
+        )
     return "\n\n".join(lines)
 
 
 def plots(runs: list[dict], out: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -116,9 +131,16 @@ def plots(runs: list[dict], out: Path) -> None:
     for ax, t in zip(axes[1:], names):
         grid = np.array([[np.nan if v is None else 100 * v for v in row] for row in r0["heatmap"][t]["layers"]])
         im = ax.imshow(grid, aspect="auto", cmap="viridis", vmin=0, vmax=vmax, origin="lower")
-        ax.set_xticks(range(len(r0["heatmap"][t]["modules"])),
-                      [m.replace("_proj", "").replace("_layernorm", " norm").replace("post_attention", "post")
-                       for m in r0["heatmap"][t]["modules"]], rotation=60, ha="right", fontsize=7)
+        ax.set_xticks(
+            range(len(r0["heatmap"][t]["modules"])),
+            [
+                m.replace("_proj", "").replace("_layernorm", " norm").replace("post_attention", "post")
+                for m in r0["heatmap"][t]["modules"]
+            ],
+            rotation=60,
+            ha="right",
+            fontsize=7,
+        )
         if t == names[0]:
             ax.set_ylabel("layer")
         ax.set_title(f"{t} agent", fontsize=9)
@@ -138,25 +160,29 @@ def plots(runs: list[dict], out: Path) -> None:
 
     for i, k in enumerate((*TASKS, "mean")):
         stats = [mean_sd([r["table1"][m][k] for r in runs]) for m in models]
-        ax[0, 0].bar(x + (i - 1.5) * width, [s[0] for s in stats], width, yerr=[s[1] for s in stats], label=k,
-                     capsize=2)
-    ax[0, 0].set_xticks(x, ["Base", *(f"{t} agent" for t in TASKS), *(toy.LABELS[m] for m in methods)], rotation=30,
-                        ha="right")
+        ax[0, 0].bar(
+            x + (i - 1.5) * width, [s[0] for s in stats], width, yerr=[s[1] for s in stats], label=k, capsize=2
+        )
+    ax[0, 0].set_xticks(
+        x, ["Base", *(f"{t} agent" for t in TASKS), *(toy.LABELS[m] for m in methods)], rotation=30, ha="right"
+    )
     ax[0, 0].set_ylabel("test reward (%)")
     ax[0, 0].set_title(f"Table 1 ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
     ax[0, 0].set_ylim(0, 112)
     ax[0, 0].legend(ncol=4, fontsize=8, loc="upper left")
     rs = list(r0["table2"])
     for k in (*TASKS, "mean"):
-        ax[0, 1].plot([float(r) for r in rs], [mean_sd([x_["table2"][r][k] for x_ in runs])[0] for r in rs],
-                      marker="o", label=k)
+        ax[0, 1].plot(
+            [float(r) for r in rs], [mean_sd([x_["table2"][r][k] for x_ in runs])[0] for r in rs], marker="o", label=k
+        )
     ax[0, 1].set_xlabel("r (RAM+ rescaling strength, α = 2)")
     ax[0, 1].set_ylabel("test reward (%)")
     ax[0, 1].set_title("Table 2: r sweep")
     ax[0, 1].legend(fontsize=8)
     xt = np.arange(len(TASKS))
-    for i, (key, label) in enumerate([("full", "full agent"), ("", "unique region"), ("-diluted", "unique / N"),
-                                      ("base", "base")]):
+    for i, (key, label) in enumerate(
+        [("full", "full agent"), ("", "unique region"), ("-diluted", "unique / N"), ("base", "base")]
+    ):
         vals = []
         for t in TASKS:
             if key == "full":
@@ -173,8 +199,14 @@ def plots(runs: list[dict], out: Path) -> None:
     names = list(r0["ifeval"])
     for i, k in enumerate(("instruction", "prompt")):
         stats = [mean_sd([r["ifeval"][m][k] for r in runs if m in r["ifeval"]]) for m in names]
-        ax[1, 1].bar(np.arange(len(names)) + (i - 0.5) * 0.4, [s[0] for s in stats], 0.4, yerr=[s[1] for s in stats],
-                     label=f"{k}-level", capsize=2)
+        ax[1, 1].bar(
+            np.arange(len(names)) + (i - 0.5) * 0.4,
+            [s[0] for s in stats],
+            0.4,
+            yerr=[s[1] for s in stats],
+            label=f"{k}-level",
+            capsize=2,
+        )
     ax[1, 1].set_xticks(np.arange(len(names)), [toy.LABELS.get(m, m) for m in names], rotation=30, ha="right")
     ax[1, 1].set_ylabel("constraints met (%)")
     ax[1, 1].set_title("IFEval-style check (held-out instruction prompts)")
@@ -187,15 +219,24 @@ def plots(runs: list[dict], out: Path) -> None:
 def render(runs: list[dict], results: Path) -> str:
     r0 = runs[0]
     seeds = ", ".join(str(r["seed"]) for r in runs)
-    smoke = (" **SMOKE RUN (tiny splits, 2 GRPO steps): the numbers mean nothing.**"
-             if any(r["smoke"] for r in runs) else "")
+    smoke = (
+        " **SMOKE RUN (tiny splits, 2 GRPO steps): the numbers mean nothing.**" if any(r["smoke"] for r in runs) else ""
+    )
     rec = r0["recipe"]
-    wudi = "" if "wudi" in r0["chosen"] else (
-        "\n\nWUDI is not in this build's methods (`ram_desktop.core.methods.METHODS`), so its row is left out.")
+    wudi = (
+        ""
+        if "wudi" in r0["chosen"]
+        else ("\n\nWUDI is not in this build's methods (`ram_desktop.core.methods.METHODS`), so its row is left out.")
+    )
     base_val = "; ".join(
-        f"seed {r['seed']}: " + ", ".join(f"{t} {100 * r['base_validation'][t]:.1f} % "
-                                          f"({100 * r['base_validation'][t + '_exact']:.1f} % right)" for t in TASKS)
-        for r in runs if "base_validation" in r)
+        f"seed {r['seed']}: "
+        + ", ".join(
+            f"{t} {100 * r['base_validation'][t]:.1f} % ({100 * r['base_validation'][t + '_exact']:.1f} % right)"
+            for t in TASKS
+        )
+        for r in runs
+        if "base_validation" in r
+    )
     return (
         f"Model: {r0['model']}. Seeds: {seeds}. Device: {r0['device']}.{smoke}\n\n"
         f"The base on the validation splits (mean reward): {base_val or 'not recorded'}.\n\n"
@@ -207,7 +248,7 @@ def render(runs: list[dict], results: Path) -> str:
         f"Task Arithmetic / TIES / Fisher scale {r0['grids']['ta_scales']}, TIES density "
         f"{r0['grids']['ties_densities']}, DARE drop {r0['grids']['dare_drops']} at the scale chosen for its "
         f"partner. Scores are mean rewards in percent on the test splits (mean ± sample standard deviation "
-        f"over seeds); \"right answers\" are rewards of 1.0.{wudi}\n\n"
+        f'over seeds); "right answers" are rewards of 1.0.{wudi}\n\n'
         f"### Agents against the base (each on its own task's test split)\n\n{agents_table(runs)}\n\n"
         f"Density: the fraction of elements whose bf16 value changed (τ ≠ 0); unique, shared and ρ: the probe's "
         f"counts of |τ| > ε = 1e-5, as RAM uses them.\n\n"
@@ -218,7 +259,8 @@ def render(runs: list[dict], results: Path) -> str:
         f"### Figure 3: each agent's unique region merged alone into the base, and diluted by 1/N\n\n"
         f"{toy.figure3(runs)}\n\n"
         f"### IFEval-style check: instruction following, merged against base\n\n{ifeval_table(runs)}\n\n"
-        f"![tables](tables.png)\n\n### Timings\n\n{timings_text(runs, results)}\n")
+        f"![tables](tables.png)\n\n### Timings\n\n{timings_text(runs, results)}\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

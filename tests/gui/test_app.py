@@ -11,10 +11,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(args, tmp_path, timeout=120):
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", RAM_DESKTOP_CACHE=str(tmp_path / "cache"),
-               XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "ram_desktop", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        RAM_DESKTOP_CACHE=str(tmp_path / "cache"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "ram_desktop", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_demo_screenshot_headless(tmp_path):
@@ -38,21 +50,37 @@ def test_screenshot_of_a_bad_recipe_exits_2_with_one_error_line(tmp_path):
 
 def test_core_imports_without_qt(tmp_path):
     """The engine never imports Qt (ARCHITECTURE.md): import it with PySide6 blocked."""
-    code = ("import sys; sys.modules['PySide6'] = None; sys.modules['pyqtgraph'] = None\n"
-            "import ram_desktop.core.pipeline, ram_desktop.core.methods, ram_desktop.core.recipe, ram_desktop.cli\n"
-            "assert not [m for m in sys.modules if m.startswith(('PySide6.', 'pyqtgraph.'))]\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    code = (
+        "import sys; sys.modules['PySide6'] = None; sys.modules['pyqtgraph'] = None\n"
+        "import ram_desktop.core.pipeline, ram_desktop.core.methods, ram_desktop.core.recipe, ram_desktop.cli\n"
+        "assert not [m for m in sys.modules if m.startswith(('PySide6.', 'pyqtgraph.'))]\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_self_test_from_source(tmp_path):
     """``python -m ram_desktop --self-test``: one ok line, exit 0, no Qt noise, its temp folders removed."""
-    env = dict(os.environ, RAM_DESKTOP_CACHE=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-               PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path / "tmp"))
+    env = dict(
+        os.environ,
+        RAM_DESKTOP_CACHE=str(tmp_path / "cache"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        TMPDIR=str(tmp_path / "tmp"),
+    )
     env.pop("QT_QPA_PLATFORM", None)  # the self-test forces offscreen itself
     (tmp_path / "tmp").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "ram_desktop", "--self-test"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ram_desktop", "--self-test"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("self-test ok: analysed 3 agents, merged "), proc.stdout
@@ -78,7 +106,8 @@ def test_self_test_failure_is_one_line_exit_1(tmp_path, monkeypatch, capsys):
     code = selftest.run(timeout=120)
     assert code == 1
     assert capsys.readouterr().out.strip().splitlines() == [
-        "self-test failed: simulated: the output folder lacks config.json"]
+        "self-test failed: simulated: the output folder lacks config.json"
+    ]
     assert list(tmp_path.iterdir()) == []
     assert os.environ.get("RAM_DESKTOP_CACHE") == cache_before  # environment restored
 
@@ -131,7 +160,14 @@ def test_qt_objects_in_cycles_are_freed_on_the_gui_thread_only(tmp_path):
     """The cyclic collector would free a widget in whichever thread crosses its threshold (a merge thread,
     where Qt forbids it); the app collects on the GUI thread instead."""
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-c", GC_ON_GUI_THREAD], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", GC_ON_GUI_THREAD],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["after the merge thread: []", "automatic: False freed in: ['MainThread']"]

@@ -147,13 +147,26 @@ def test_palette_distinct_readable_colours():
 
 
 def _many_models() -> tuple[EvalResult, dict[str, str]]:
-    names = ["base", "coder", "tool", "memory", "ram-plus-merged", "average", "task-arithmetic_scale=0.3",
-             "task-arithmetic_scale=0.5", "task-arithmetic_scale=1.0", "ties_scale=1.0", "ram-plus_r=0.05",
-             "ram-plus_r=0.2"]
+    names = [
+        "base",
+        "coder",
+        "tool",
+        "memory",
+        "ram-plus-merged",
+        "average",
+        "task-arithmetic_scale=0.3",
+        "task-arithmetic_scale=0.5",
+        "task-arithmetic_scale=1.0",
+        "ties_scale=1.0",
+        "ram-plus_r=0.05",
+        "ram-plus_r=0.2",
+    ]
     kinds = {"base": "base", "coder": "agent", "tool": "agent", "memory": "agent"}
     models = [ModelRef(n, f"/m/{n}") for n in names]
-    suites = [SuiteSummary(n, f"/s/{n}", 300, "exact") for n in ("code-validation", "tool-validation",
-                                                                  "memory-validation", "reasoning-test")]
+    suites = [
+        SuiteSummary(n, f"/s/{n}", 300, "exact")
+        for n in ("code-validation", "tool-validation", "memory-validation", "reasoning-test")
+    ]
     scores = [[0.1 + 0.05 * i + 0.01 * s for s in range(len(suites))] for i in range(len(models))]
     return EvalResult(models, suites, scores, 1.0, "cpu", {}), {f"/m/{n}": kinds.get(n, "variant") for n in names}
 
@@ -173,16 +186,19 @@ def test_twelve_models_twelve_colours_whole_names_every_column(qtbot, window, si
     assert_distinct_and_readable(bar_colors)
     assert [label.text for _, label in panel.chart.legend.items] == [m.name for m in result.models]
     table = panel.table
-    assert [QColor(table.item(r, 0).foreground().color()).name() for r in range(12)] == \
-        [c.darker(110).name() for c in bar_colors]  # the table names in the chart's colours
+    assert [QColor(table.item(r, 0).foreground().color()).name() for r in range(12)] == [
+        c.darker(110).name() for c in bar_colors
+    ]  # the table names in the chart's colours
     # every suite column and the mean in view, none cut
     assert table.horizontalScrollBar().maximum() == 0
     header = table.horizontalHeader()
     for c in range(table.columnCount()):
         text = table.horizontalHeaderItem(c).text()
         assert header.sectionSize(c) >= max(header.fontMetrics().horizontalAdvance(line) for line in text.split("\n"))
-    assert table.columnViewportPosition(table.columnCount() - 1) + table.columnWidth(table.columnCount() - 1) \
+    assert (
+        table.columnViewportPosition(table.columnCount() - 1) + table.columnWidth(table.columnCount() - 1)
         <= table.viewport().width()
+    )
     panel.scores.views.setCurrentWidget(panel.chart)
     qtbot.wait(50)
     ticks = drawn_ticks(panel.chart.plot.getAxis("bottom"))

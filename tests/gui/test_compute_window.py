@@ -45,9 +45,11 @@ def test_status_bar_and_about_say_what_computes(qtbot, settings, machine, monkey
 
     w = make_window(qtbot, settings)
     assert w.compute.label.text() == "Compute: CPU"  # the bundled CPU torch, whatever GPU is there
-    assert w.compute.label.toolTip() == (f"torch {torch.__version__}, the one RAM Desktop comes with\n"
-                                         "Merges and evaluations run on the CPU: this torch is the CPU version.\n"
-                                         "Settings → Compute… sets up a GPU.")
+    assert w.compute.label.toolTip() == (
+        f"torch {torch.__version__}, the one RAM Desktop comes with\n"
+        "Merges and evaluations run on the CPU: this torch is the CPU version.\n"
+        "Settings → Compute… sets up a GPU."
+    )
     shown = []
     monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append(text))
     w.menus._about()
@@ -60,9 +62,11 @@ def test_first_start_offer_is_shown_once_and_remembered(qtbot, settings, machine
     w = make_window(qtbot, settings)
     qtbot.waitUntil(lambda: w.compute.banner is not None and w.compute.banner.isVisible(), timeout=30000)
     text = w.compute.banner.text.text()
-    assert text == ("Found NVIDIA H100 80GB HBM3. RAM Desktop computes on the CPU now; with the GPU, evaluations run "
-                    "many times faster (about 40× on an NVIDIA H100 than on 2 CPU cores, as measured). Set up… "
-                    "downloads 2.7 GB, and RAM Desktop uses the GPU after a restart.")
+    assert text == (
+        "Found NVIDIA H100 80GB HBM3. RAM Desktop computes on the CPU now; with the GPU, evaluations run "
+        "many times faster (about 40× on an NVIDIA H100 than on 2 CPU cores, as measured). Set up… "
+        "downloads 2.7 GB, and RAM Desktop uses the GPU after a restart."
+    )
     qtbot.mouseClick(w.compute.banner.never_button, pytest.importorskip("PySide6.QtCore").Qt.LeftButton)
     assert not w.compute.banner.isVisible()
     assert compute_dialog._truthy(settings.value(compute_dialog.OFFER_KEY))
@@ -130,8 +134,9 @@ def test_an_install_that_fails_says_so_in_the_page(qtbot, settings, machine, tmp
     page.offline.setChecked(True)  # the committed lock, nothing cached: no download possible
     qtbot.mouseClick(page.install_button, Qt.LeftButton)
     qtbot.waitUntil(lambda: page.job is None, timeout=120000)
-    assert page.status.text().startswith("Not installed: uv could not install torch: the packages could not be "
-                                         "downloaded (")
+    assert page.status.text().startswith(
+        "Not installed: uv could not install torch: the packages could not be downloaded ("
+    )
     assert page.status.text().endswith("The bundled CPU torch stays in use.")
     assert runtime.active_folder() is None
 
@@ -148,7 +153,8 @@ def test_a_runtime_folder_not_used_is_said_in_the_status_bar(qtbot, settings, ma
     assert w.compute.label.text() == "Compute: CPU (runtime not used)"
     assert w.compute.label.toolTip().splitlines()[0] == (
         f"compute runtime not used ({root / 'cuda-torch2.13.0'} has no runtime.json (a half-written install?)); "
-        "using the bundled CPU torch")
+        "using the bundled CPU torch"
+    )
     assert w.compute.label.toolTip().splitlines()[-1] == "Settings → Compute… sets up a GPU."
 
 
@@ -185,7 +191,8 @@ def test_the_compute_page_speaks_plain_words(qtbot, settings, machine):
     assert "evaluations run many times faster (about 40× on an NVIDIA H100 than on 2 CPU cores" in words
     assert page.summary.text() == (
         "Install downloads torch 2.13.0 for NVIDIA GPUs (CUDA 13.0), 2.7 GB, into your user folder and checks it; "
-        "RAM Desktop uses it after a restart. If anything goes wrong, the CPU version it comes with stays in use.")
+        "RAM Desktop uses it after a restart. If anything goes wrong, the CPU version it comes with stays in use."
+    )
     assert page.install_button.isEnabled()
     # the packages are one click away
     assert not page.plan_view.isVisible()
@@ -214,8 +221,10 @@ def test_cuda_without_an_nvidia_gpu_says_so_first_and_install_is_off(qtbot, sett
     while page.variant.currentData() != "cuda":  # down the list, as with the keyboard
         qtbot.keyClick(page.variant, Qt.Key_Down)
     assert page.variant.currentText() == "an NVIDIA GPU (CUDA)"
-    assert page.summary.text().startswith("No NVIDIA GPU was found on this machine: the NVIDIA version of torch "
-                                          "would compute on the CPU, so Install is off.")
+    assert page.summary.text().startswith(
+        "No NVIDIA GPU was found on this machine: the NVIDIA version of torch "
+        "would compute on the CPU, so Install is off."
+    )
     assert not page.install_button.isEnabled()
     qtbot.mouseClick(page.install_button, Qt.LeftButton)
     assert page.job is None and page.status.text() == ""

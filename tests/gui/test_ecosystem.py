@@ -20,9 +20,13 @@ SECRET = "hf_guiTypedSECRET345"
 
 
 def _mergekit_yaml(path: Path, base: Path, agents: list[Path], **extra) -> Path:
-    data = {"merge_method": "ties", "base_model": str(base),
-            "models": [{"model": str(a), "parameters": {"weight": 1.0, "density": 0.3}} for a in agents],
-            "parameters": {"lambda": 0.8}, "dtype": "float32"}
+    data = {
+        "merge_method": "ties",
+        "base_model": str(base),
+        "models": [{"model": str(a), "parameters": {"weight": 1.0, "density": 0.3}} for a in agents],
+        "parameters": {"lambda": 0.8},
+        "dtype": "float32",
+    }
     data.update(extra)
     path.write_text(yaml.safe_dump(data))
     return path
@@ -69,8 +73,9 @@ def test_export_mergekit_writes_the_windows_recipe(qtbot, window, demo_models, t
     assert text.startswith("# mergekit configuration exported by RAM Desktop")
 
 
-def test_publish_button_uploads_the_result_and_keeps_no_token(qtbot, window, demo_models, tmp_path, settings,
-                                                               monkeypatch):
+def test_publish_button_uploads_the_result_and_keeps_no_token(
+    qtbot, window, demo_models, tmp_path, settings, monkeypatch
+):
     remote = tmp_path / "remote"
     remote.mkdir()
     existing: set[str] = set()
@@ -139,9 +144,17 @@ def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tm
     adapter = tmp_path / "q-lora"
     adapter.mkdir()
     save_file(factors, str(adapter / "adapter_model.safetensors"))
-    (adapter / "adapter_config.json").write_text(json.dumps(
-        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "base_model_name_or_path": str(base),
-         "target_modules": ["q_proj"]}))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps(
+            {
+                "peft_type": "LORA",
+                "r": 2,
+                "lora_alpha": 4,
+                "base_model_name_or_path": str(base),
+                "target_modules": ["q_proj"],
+            }
+        )
+    )
     drop_paths(window.sources, [base, agents[0], adapter])
     qtbot.waitUntil(lambda: window.sources.all_ready() and window.analyse_button.isEnabled(), timeout=10000)
     analyse(qtbot, window)
@@ -152,10 +165,10 @@ def test_a_lora_adapter_is_an_agent_in_the_window(qtbot, window, demo_models, tm
     assert (tmp_path / "merged" / "model.safetensors").is_file()
 
 
-
-
-@pytest.mark.parametrize("error, message", [(RuntimeError("boom"), "RuntimeError: boom"),
-                                            (InputError("me/demo: refused"), "me/demo: refused")])
+@pytest.mark.parametrize(
+    "error, message",
+    [(RuntimeError("boom"), "RuntimeError: boom"), (InputError("me/demo: refused"), "me/demo: refused")],
+)
 def test_a_publish_that_fails_or_crashes_is_reported_in_the_gui_thread(qtbot, tmp_path, monkeypatch, error, message):
     """The dialog hears the upload's end from the job (re-emitted in the GUI thread), never from the worker's own
     signals: a plain function connected there runs in the worker thread and touches widgets from it."""
@@ -187,11 +200,24 @@ def test_sliced_configs_are_refused_by_the_window_not_flattened(qtbot, window, d
     the window refuses it, pointing to ram-merge run, and changes nothing; passthrough (stacking) is not offered."""
     base, agents = demo_models
     sliced = tmp_path / "sliced.yaml"
-    sliced.write_text(yaml.safe_dump({
-        "merge_method": "slerp", "base_model": str(base), "dtype": "float32",
-        "slices": [{"sources": [{"model": str(base), "layer_range": [0, 3]},
-                                {"model": str(agents[0]), "layer_range": [0, 3]}]}],
-        "parameters": {"t": 0.3}}))
+    sliced.write_text(
+        yaml.safe_dump(
+            {
+                "merge_method": "slerp",
+                "base_model": str(base),
+                "dtype": "float32",
+                "slices": [
+                    {
+                        "sources": [
+                            {"model": str(base), "layer_range": [0, 3]},
+                            {"model": str(agents[0]), "layer_range": [0, 3]},
+                        ]
+                    }
+                ],
+                "parameters": {"t": 0.3},
+            }
+        )
+    )
     assert not ecosystem.import_mergekit(window, sliced)
     assert "slices" in window.message.text.text() and "ram-merge run" in window.message.text.text()
     assert window.sources.base is None and window.method.current.name == "ram-plus"

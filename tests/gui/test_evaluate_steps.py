@@ -29,8 +29,14 @@ from ..test_compare import _tiny_agents
 from ..test_evaluate_runner import reference
 from .conftest import load_sources, merge
 
-PROMPTS = ["What is 2 + 3?", "Say hello to the world", "Remember the number 42", "def add(a, b):",
-           "tool call: search(query='weather')", "Question: how many legs does a cat have?"]
+PROMPTS = [
+    "What is 2 + 3?",
+    "Say hello to the world",
+    "Remember the number 42",
+    "def add(a, b):",
+    "tool call: search(query='weather')",
+    "Question: how many legs does a cat have?",
+]
 MAX_NEW = 5
 
 
@@ -68,20 +74,25 @@ def add_suite_by_dialog(qtbot, window, monkeypatch, path: Path) -> None:
 def table_values(panel) -> dict[str, list[str]]:
     """The scores shown, without their intervals and floor marks."""
     t = panel.table
-    return {t.item(r, 0).text(): [t.item(r, c).text().split()[0] for c in range(1, t.columnCount())]
-            for r in range(t.rowCount())}
+    return {
+        t.item(r, 0).text(): [t.item(r, c).text().split()[0] for c in range(1, t.columnCount())]
+        for r in range(t.rowCount())
+    }
 
 
 def table_texts(panel) -> dict[str, list[str]]:
     t = panel.table
-    return {t.item(r, 0).text(): [t.item(r, c).text() for c in range(1, t.columnCount())]
-            for r in range(t.rowCount())}
+    return {t.item(r, 0).text(): [t.item(r, c).text() for c in range(1, t.columnCount())] for r in range(t.rowCount())}
 
 
 def tied_cells(panel) -> set[tuple[str, int]]:
     t = panel.table
-    return {(t.item(r, 0).text(), c) for r in range(t.rowCount()) for c in range(1, t.columnCount())
-            if t.item(r, c).background().color().name() == "#fff4d6"}
+    return {
+        (t.item(r, 0).text(), c)
+        for r in range(t.rowCount())
+        for c in range(1, t.columnCount())
+        if t.item(r, c).background().color().name() == "#fff4d6"
+    }
 
 
 def np_interval(values) -> str:
@@ -93,8 +104,12 @@ def np_interval(values) -> str:
 
 def bold_cells(panel) -> set[tuple[str, int]]:
     t = panel.table
-    return {(t.item(r, 0).text(), c) for r in range(t.rowCount()) for c in range(1, t.columnCount())
-            if t.item(r, c).font().bold()}
+    return {
+        (t.item(r, 0).text(), c)
+        for r in range(t.rowCount())
+        for c in range(1, t.columnCount())
+        if t.item(r, c).font().bold()
+    }
 
 
 def fake_merged(folder: Path, source: Path) -> Path:
@@ -105,8 +120,7 @@ def fake_merged(folder: Path, source: Path) -> Path:
     return folder
 
 
-def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbot, window, tiny, tmp_path,
-                                                                            monkeypatch):
+def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbot, window, tiny, tmp_path, monkeypatch):
     base, agents, suite = tiny
     load_sources(qtbot, window, base, agents)
     window.method.set_method("task-arithmetic", {"scale": 1.0})
@@ -121,7 +135,11 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
     assert panel.suite_table.item(0, 0).text() == "toy" and panel.suite_table.item(0, 1).text() == "6"
     assert panel.suite_table.cellWidget(0, 2).currentText() == "contains"
     assert [(m.name, m.kind) for m in panel.checked_models()] == [
-        ("base", "base"), ("left", "agent"), ("right", "agent"), ("merged", "merged")]
+        ("base", "base"),
+        ("left", "agent"),
+        ("right", "agent"),
+        ("merged", "merged"),
+    ]
     panel.batch_size.setValue(4)
 
     beats: list[float] = []
@@ -137,8 +155,10 @@ def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbo
     print(f"heartbeat during the evaluation: {len(beats)} beats, longest stall {1000 * worst:.1f} ms")
     assert worst <= 0.1
 
-    expected = {name: expected_score(folder, suite) for name, folder in
-                [("base", base), ("left", agents[0]), ("right", agents[1]), ("merged", tmp_path / "merged")]}
+    expected = {
+        name: expected_score(folder, suite)
+        for name, folder in [("base", base), ("left", agents[0]), ("right", agents[1]), ("merged", tmp_path / "merged")]
+    }
     assert len(set(expected.values())) > 1  # the suite tells the models apart
     assert table_values(panel) == {name: [f"{v:.3f}", f"{v:.3f}"] for name, v in expected.items()}
     assert bold_cells(panel) == {("merged", 1), ("merged", 2)}  # the only merged model is the best merged
@@ -210,8 +230,9 @@ def generations_by_model(monkeypatch) -> list[str]:
     return seen
 
 
-def test_compare_is_one_compare_in_its_own_tab_and_reuses_the_scores_evaluate_made(qtbot, window, tiny, tmp_path,
-                                                                                 monkeypatch):
+def test_compare_is_one_compare_in_its_own_tab_and_reuses_the_scores_evaluate_made(
+    qtbot, window, tiny, tmp_path, monkeypatch
+):
     base, agents, suite = tiny
     load_sources(qtbot, window, base, agents)
     window.method.set_out_dtype("float32")
@@ -258,15 +279,19 @@ def test_compare_is_one_compare_in_its_own_tab_and_reuses_the_scores_evaluate_ma
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert [v["name"] for v in data["variants"]] == names
     assert [v["params"]["r"] for v in data["variants"]] == [0.0, 0.2]
-    expected = {"base": expected_score(base, suite), "left": expected_score(agents[0], suite),
-                "right": expected_score(agents[1], suite)}
+    expected = {
+        "base": expected_score(base, suite),
+        "left": expected_score(agents[0], suite),
+        "right": expected_score(agents[1], suite),
+    }
     expected.update({n: expected_score(tmp_path / "cmp" / n, suite) for n in names})
     assert table_values(panel) == {n: [f"{v:.3f}", f"{v:.3f}"] for n, v in expected.items()}
     panel.scores.views.setCurrentWidget(panel.chart)  # the chart's tab beside the table's
     assert len(panel.chart.bars) == 5 and len(panel.chart.labels) == 5  # a value label on every bar (one suite)
     # best only when clearly better than the other variant on the same examples, else both tied
-    a, b = (data["per_example"][data["models"].index({"name": n, "source": str(tmp_path / "cmp" / n)})][0]
-            for n in names)
+    a, b = (
+        data["per_example"][data["models"].index({"name": n, "source": str(tmp_path / "cmp" / n)})][0] for n in names
+    )
     d = np.asarray(a) - np.asarray(b)
     se = d.std(ddof=1) / np.sqrt(len(d))
     if abs(d.mean()) > 2 * se:
@@ -296,8 +321,13 @@ def test_bad_compare_values_are_refused_before_anything_runs(qtbot, window, tiny
 def synthetic_result() -> tuple[EvalResult, dict[str, str]]:
     """Five models on two suites; model m's rewards on a suite of n examples are k ones then zeros (score k/n),
     so two models differ on exactly the examples between their k's."""
-    models = [ModelRef("base", "/m/base"), ModelRef("coder", "/m/coder"), ModelRef("tool", "/m/tool"),
-              ModelRef("ram", "/c/ram"), ModelRef("ta", "/c/ta")]
+    models = [
+        ModelRef("base", "/m/base"),
+        ModelRef("coder", "/m/coder"),
+        ModelRef("tool", "/m/tool"),
+        ModelRef("ram", "/c/ram"),
+        ModelRef("ta", "/c/ta"),
+    ]
     suites = [SuiteSummary("code", "/s/code", 10, "exact"), SuiteSummary("tool", "/s/tool", 20, "contains")]
     scores = [[0.2, 0.1], [0.9, 0.15], [0.1, 0.8], [0.6, 0.55], [0.7, 0.3]]
     rewards = [[[1.0] * round(v * n) + [0.0] * (n - round(v * n)) for v, n in zip(row, (10, 20))] for row in scores]
@@ -316,8 +346,10 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     assert bold_cells(panel) == {("ram", 2)}
     assert tied_cells(panel) == {("ta", 1), ("ram", 1), ("ta", 3), ("ram", 3)}
     assert table_values(panel)["ram"] == ["0.600", "0.550", "0.575"]
-    assert table_texts(panel)["ram"][:2] == [f"0.600 {np_interval([1] * 6 + [0] * 4)}",
-                                             f"0.550 {np_interval([1] * 11 + [0] * 9)}"]
+    assert table_texts(panel)["ram"][:2] == [
+        f"0.600 {np_interval([1] * 6 + [0] * 4)}",
+        f"0.550 {np_interval([1] * 11 + [0] * 9)}",
+    ]
     assert panel.table.horizontalHeaderItem(1).text() == "code\n(10)"
     assert "Best merged model" in panel.note.text() and "Tied" in panel.note.text()
 
@@ -325,8 +357,18 @@ def test_best_merged_score_marked_and_table_exported(qtbot, window, tmp_path, mo
     qtbot.mouseClick(panel.export_csv_button, Qt.LeftButton)
     with open(tmp_path / "s.csv", newline="") as f:
         rows = list(csv.reader(f))
-    assert rows[0] == ["model", "kind", "source", "code", "code low", "code high", "tool", "tool low", "tool high",
-                       "mean"]
+    assert rows[0] == [
+        "model",
+        "kind",
+        "source",
+        "code",
+        "code low",
+        "code high",
+        "tool",
+        "tool low",
+        "tool high",
+        "mean",
+    ]
     assert rows[4][:4] == ["ram", "variant", "/c/ram", "0.6"] and rows[4][6] == "0.55" and rows[4][-1] == "0.575"
     assert rows[-1] == ["best merged", "", "", "tied: ta ram", "", "", "ram", "", "", "tied: ram ta"]
     assert len(rows) == 7
@@ -356,7 +398,8 @@ def test_chart_has_error_bars_value_labels_floors_and_twelve_distinct_colours(qt
     panel.scores.views.setCurrentWidget(panel.chart)
     chart = panel.chart
     assert [label.toPlainText() for label in chart.labels] == [
-        f"{(i + 4) / n:.2f}" + ("≈" if i + 4 <= 13 else "") for i in range(12)]  # 10 + 2·SE(…) at n = 20
+        f"{(i + 4) / n:.2f}" + ("≈" if i + 4 <= 13 else "") for i in range(12)
+    ]  # 10 + 2·SE(…) at n = 20
     import pyqtgraph as pg
 
     errors = [item for item in chart.items if isinstance(item, pg.ErrorBarItem)]
@@ -374,7 +417,7 @@ def test_chart_has_error_bars_value_labels_floors_and_twelve_distinct_colours(qt
         f = np.cbrt(xyz / np.array([0.9505, 1.0, 1.089]))
         return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 
-    closest = min(np.linalg.norm(lab(a) - lab(b)) for i, a in enumerate(colors) for b in colors[i + 1:])
+    closest = min(np.linalg.norm(lab(a) - lab(b)) for i, a in enumerate(colors) for b in colors[i + 1 :])
     assert closest > 20, closest
     # a model no better than answering "42" every time is flagged in the table too
     texts = table_texts(panel)
@@ -409,8 +452,9 @@ def test_rows_merge_on_the_same_suites_and_reset_on_others(qtbot, window):
     result, kinds = synthetic_result()
     panel = window.evaluate
     panel.show_result(result, kinds)
-    again = EvalResult([ModelRef("ta", "/c/ta"), ModelRef("new", "/c/new")], result.suites, [[0.0, 0.0], [1.0, 1.0]],
-                       1.0, "cpu", {})
+    again = EvalResult(
+        [ModelRef("ta", "/c/ta"), ModelRef("new", "/c/new")], result.suites, [[0.0, 0.0], [1.0, 1.0]], 1.0, "cpu", {}
+    )
     panel.show_result(again, {"/c/new": "variant"})
     values = table_values(panel)
     assert list(values) == ["base", "coder", "tool", "ram", "ta", "new"]
@@ -425,9 +469,11 @@ def test_python_scorer_shows_its_file_and_runs_only_in_the_evaluation(qtbot, win
     folder = tmp_path / "py"
     folder.mkdir()
     marker = tmp_path / "ran"
-    (folder / "reward.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n"
-                                      "def reward(prompts, completions, **columns):\n"
-                                      "    return [float(len(c) > 0) for c in completions]\n")
+    (folder / "reward.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\n"
+        "def reward(prompts, completions, **columns):\n"
+        "    return [float(len(c) > 0) for c in completions]\n"
+    )
     (folder / "data.jsonl").write_text(json.dumps({"prompt": "Say hello"}) + "\n")
     (folder / "suite.yaml").write_text("name: py\nscorer: python:reward.py:reward\nmax_new_tokens: 3\n")
     panel = window.evaluate
@@ -492,10 +538,18 @@ def test_demo_preloads_the_suites_its_manifest_names(qtbot, window, demo_models,
         shutil.copytree(a, demo / a.name)
     shutil.copytree(suite, demo / "suites" / "toy")
     (demo / "suites" / "more.jsonl").write_text(json.dumps({"prompt": "p", "answer": "a"}) + "\n")
-    (demo / "demo.json").write_text(json.dumps({"base": "base", "agents": [
-        {"name": agents[0].name, "path": agents[0].name, "suite": "suites/toy"},
-        {"name": agents[1].name, "path": agents[1].name, "suite": "suites/more.jsonl"},
-        {"name": agents[2].name, "path": agents[2].name, "suite": "suites/toy"}]}))
+    (demo / "demo.json").write_text(
+        json.dumps(
+            {
+                "base": "base",
+                "agents": [
+                    {"name": agents[0].name, "path": agents[0].name, "suite": "suites/toy"},
+                    {"name": agents[1].name, "path": agents[1].name, "suite": "suites/more.jsonl"},
+                    {"name": agents[2].name, "path": agents[2].name, "suite": "suites/toy"},
+                ],
+            }
+        )
+    )
     monkeypatch.setattr(main_window, "ensure_demo", lambda: (demo / "base", [demo / a.name for a in agents]))
     with qtbot.waitSignal(window.analysis_finished, timeout=60000):
         window.load_demo()
@@ -528,11 +582,19 @@ def _drawn_labels(axis) -> list[str]:
 def test_every_suite_keeps_its_label_on_a_narrow_chart(qtbot, window):
     """pyqtgraph hides a tick label that reaches past the axis: on a narrow window the first and last
     suites' names used to vanish. Each is now cut to its group's width, with … at the end."""
-    suites = [SuiteSummary(name, f"/s/{name}", 10, "exact") for name in ("code-validation", "tool-validation",
-                                                                           "memory-validation")]
+    suites = [
+        SuiteSummary(name, f"/s/{name}", 10, "exact")
+        for name in ("code-validation", "tool-validation", "memory-validation")
+    ]
     long_name = "task-arithmetic_scale=0.3_density=0.2_drop=0.5"
-    result = EvalResult([ModelRef("base", "/m/base"), ModelRef("ram", "/c/ram"), ModelRef(long_name, "/c/ta")], suites,
-                        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.2, 0.2, 0.2]], 1.0, "cpu", {})
+    result = EvalResult(
+        [ModelRef("base", "/m/base"), ModelRef("ram", "/c/ram"), ModelRef(long_name, "/c/ta")],
+        suites,
+        [[0.1, 0.2, 0.3], [0.3, 0.2, 0.1], [0.2, 0.2, 0.2]],
+        1.0,
+        "cpu",
+        {},
+    )
     panel = window.evaluate
     window.steps.setCurrentWidget(panel)
     panel.show_result(result, {"/m/base": "base", "/c/ram": "variant", "/c/ta": "variant"})

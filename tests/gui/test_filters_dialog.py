@@ -225,7 +225,9 @@ def test_per_agent_rows_have_their_own_editor(qtbot, window):
     click(qtbot, dialog.ok_button)
     assert weight.edits[1].text() == "[{filter: self_attn, value: [0.5, 2]}, {value: 0.7}]"
     assert window.method.params()["weight"] == {
-        "coder": None, "tool": [{"filter": "self_attn", "value": [0.5, 2]}, {"value": 0.7}]}
+        "coder": None,
+        "tool": [{"filter": "self_attn", "value": [0.5, 2]}, {"value": 0.7}],
+    }
     dialog = open_editor(qtbot, weight.filter_buttons[0])  # the other agent's row is untouched
     assert dialog.rows() == [("", "")]
 

@@ -61,9 +61,12 @@ def test_fisher_merge_from_suites_in_the_window(qtbot, window, fisher_inputs, tm
     merge(qtbot, window, timeout=120000)
     assert any(stage == "fisher" and text.startswith("Estimating Fisher: ") for stage, text in stages), stages
     # the last event always arrives (its rate, "· x examples/s", follows when the step took long enough to show one)
-    assert any(stage == "fisher" and text.startswith("Estimating Fisher: 2 examples of 2 examples")
-               for stage, text in stages), stages
-    assert stages.index(next(s for s in stages if s[0] == "merge")) > stages.index(next(s for s in stages if s[0] == "fisher"))
+    assert any(
+        stage == "fisher" and text.startswith("Estimating Fisher: 2 examples of 2 examples") for stage, text in stages
+    ), stages
+    assert stages.index(next(s for s in stages if s[0] == "merge")) > stages.index(
+        next(s for s in stages if s[0] == "fisher")
+    )
     report = json.loads((out / "merge-report.json").read_text())
     assert report["method"] == "fisher" and report["method_params"]["suite"] == [str(s) for s in suites]
     assert all(Path(f).parent == fisher_module.cache_root() for f in report["method_params"]["fisher"])
@@ -90,8 +93,10 @@ def test_demo_suites_are_the_default_calibration_data(qtbot, window, fisher_inpu
     from ram_desktop.gui import main_window
 
     base, agents, suites = fisher_inputs
-    manifest = {"base": "base", "agents": [{"name": a.name, "path": a.name, "suite": s.name}
-                                            for a, s in zip(agents, suites)]}
+    manifest = {
+        "base": "base",
+        "agents": [{"name": a.name, "path": a.name, "suite": s.name} for a, s in zip(agents, suites)],
+    }
     (tmp_path / "demo.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(main_window, "ensure_demo", lambda: (base, agents))
     window.load_demo()

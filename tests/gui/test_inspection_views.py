@@ -28,8 +28,9 @@ def analysed(qtbot, window, demo_models):
 def _move_mouse(view, scene_point) -> None:
     """A real mouse-move event on the view's viewport at a scene point (what a pointer does)."""
     pos = QPointF(view.mapFromScene(scene_point))
-    event = QMouseEvent(QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton,
-                        Qt.NoModifier)
+    event = QMouseEvent(
+        QEvent.MouseMove, pos, view.viewport().mapToGlobal(pos), Qt.NoButton, Qt.NoButton, Qt.NoModifier
+    )
     QApplication.sendEvent(view.viewport(), event)
 
 
@@ -90,7 +91,9 @@ def test_sets_and_signs_show_the_report(analysed):
     for view in (window.analysis.intersections, window.analysis.pairs, window.analysis.ulps):
         window.analysis.tabs.setCurrentWidget(view)  # views are drawn when their tab is first shown
     chart = window.analysis.intersections
-    assert sorted(e["count"] for e in chart.sets) == sorted(e["count"] for e in data["intersections"])[-len(chart.sets):]
+    assert (
+        sorted(e["count"] for e in chart.sets) == sorted(e["count"] for e in data["intersections"])[-len(chart.sets) :]
+    )
     assert chart.sets[0]["count"] == max(e["count"] for e in data["intersections"])
     assert window.analysis.pairs.pairs == data["pairs"]
     shares = window.analysis.ulps.shares
@@ -123,8 +126,17 @@ def test_would_keep_follows_the_method_form_live(qtbot, analysed):
 
 def test_export_writes_every_view_as_png(qtbot, analysed, tmp_path):
     names = analysed.export_charts(tmp_path)
-    expected = ["density.png", "overlap.png", "layers.png", "heatmap.png", "tensors.png", "intersections.png",
-                "pairs.png", "ulps.png", "would-keep.png"]
+    expected = [
+        "density.png",
+        "overlap.png",
+        "layers.png",
+        "heatmap.png",
+        "tensors.png",
+        "intersections.png",
+        "pairs.png",
+        "ulps.png",
+        "would-keep.png",
+    ]
     assert sorted(names) == sorted(expected)  # in tab order (the chart registry)
     for name in expected:
         image = QImage(str(tmp_path / name))
@@ -142,8 +154,7 @@ def test_a_report_without_the_new_statistics_shows_a_hint(qtbot, analysed):
     old = ProbeReport.from_json(json.loads(json.dumps(data)))
     window.analysis.show_report(old)
     qtbot.waitUntil(window.analysis.charts_ready, timeout=5000)
-    for view in (window.analysis.intersections, window.analysis.pairs, window.analysis.ulps,
-                 window.analysis.heatmap):
+    for view in (window.analysis.intersections, window.analysis.pairs, window.analysis.ulps, window.analysis.heatmap):
         window.analysis.tabs.setCurrentWidget(view)
     assert window.analysis.intersections.sets == [] and window.analysis.pairs.pairs == []
     assert window.analysis.ulps.shares == []

@@ -15,9 +15,11 @@ def _action(menu_bar, menu_title: str, text: str):
 
 def test_file_actions_have_their_standard_shortcuts(window):
     bar = window.menuBar()
-    for text, key in (("&Open recipe…", QKeySequence.StandardKey.Open),
-                      ("&Save recipe…", QKeySequence.StandardKey.Save),
-                      ("&Quit", QKeySequence.StandardKey.Quit)):
+    for text, key in (
+        ("&Open recipe…", QKeySequence.StandardKey.Open),
+        ("&Save recipe…", QKeySequence.StandardKey.Save),
+        ("&Quit", QKeySequence.StandardKey.Quit),
+    ):
         assert _action(bar, "&File", text).shortcut() == QKeySequence(key), text
     assert _action(bar, "&File", "&Export charts as PNG…").shortcut().isEmpty()
 

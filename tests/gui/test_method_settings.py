@@ -41,7 +41,9 @@ def test_per_agent_values_and_check_boxes(qtbot, window):
     qtbot.mouseClick(normalize, Qt.LeftButton, pos=QPoint(8, normalize.height() // 2))  # on the box itself
     params = window.method.params()
     assert params["weight"] == {"coder": 0.3, "tool": [0.2, 0.9]} and params["normalize"] is False
-    resolved = get_method("weighted-ties").resolve(dict(params, weight=[params["weight"][n] for n in ("coder", "tool")]))
+    resolved = get_method("weighted-ties").resolve(
+        dict(params, weight=[params["weight"][n] for n in ("coder", "tool")])
+    )
     assert resolved["weight"] == [0.3, [0.2, 0.9]] and resolved["normalize"] is False
 
 

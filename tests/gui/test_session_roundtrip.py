@@ -17,22 +17,42 @@ from ..conftest import make_models
 from .conftest import load_sources, merge
 
 # non-default values a user would type, per parameter name (the widget types come from the schemas)
-TYPED = {"r": "0.1234", "alpha": "1.75", "scale": "0.4321", "density": "0.2345", "drop": "0.375",
-         "seed": str(2**63 + 12345), "ties_scope": "model", "examples": "300",
-         "steps": "7", "lr": "0.0002",
-         # mergekit's methods: a gradient, numbers, the compute dtype
-         "t": "[0.1, 0.9, 0.3]", "lambda": "0.75", "eps": "0.0001", "max_iter": "7", "tol": "0.0001",
-         "select_topk": "0.6", "dtype": "float64"}
+TYPED = {
+    "r": "0.1234",
+    "alpha": "1.75",
+    "scale": "0.4321",
+    "density": "0.2345",
+    "drop": "0.375",
+    "seed": str(2**63 + 12345),
+    "ties_scope": "model",
+    "examples": "300",
+    "steps": "7",
+    "lr": "0.0002",
+    # mergekit's methods: a gradient, numbers, the compute dtype
+    "t": "[0.1, 0.9, 0.3]",
+    "lambda": "0.75",
+    "eps": "0.0001",
+    "max_iter": "7",
+    "tol": "0.0001",
+    "select_topk": "0.6",
+    "dtype": "float64",
+}
 # per-agent values typed into each agent's row: a number, a gradient, filters
-PER_AGENT_TYPED = {"weight": ["0.7", "[0.2, 0.9]", "[{filter: mlp, value: 0.5}, {value: 1.5}]"],
-                   "density": ["0.6", "[0.5, 0.8]", "0.7"], "gamma": ["0.02", "0.05", "0.01"],
-                   "epsilon": ["0.1", "0.05", "0.2"]}
+PER_AGENT_TYPED = {
+    "weight": ["0.7", "[0.2, 0.9]", "[{filter: mlp, value: 0.5}, {value: 1.5}]"],
+    "density": ["0.6", "[0.5, 0.8]", "0.7"],
+    "gamma": ["0.02", "0.05", "0.01"],
+    "epsilon": ["0.1", "0.05", "0.2"],
+}
 AGENTS_OF = {"slerp": 1, "nearswap": 1, "arcee-fusion": 1, "nuslerp": 2}  # methods of a fixed agent count
 
 
 def weights(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())
-            if p.name.endswith(".safetensors") or p.name.endswith(".index.json")}
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(folder.iterdir())
+        if p.name.endswith(".safetensors") or p.name.endswith(".index.json")
+    }
 
 
 def type_into(qtbot, widget, text: str) -> None:
@@ -57,7 +77,7 @@ def inputs(tmp_path_factory):
 @pytest.mark.parametrize("method", [name for name, m in METHODS.items() if not m.streaming.stacks])
 def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, method):
     base, agents = inputs
-    agents = agents[:AGENTS_OF.get(method, len(agents))]
+    agents = agents[: AGENTS_OF.get(method, len(agents))]
     load_sources(qtbot, window, base, agents)
     window.method.set_method(method)
     per_agent = {}
@@ -73,7 +93,7 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
 
     for name, field in window.method.fields.items():
         if field.param.setting and field.param.per_agent:
-            texts = PER_AGENT_TYPED[name][:len(agents)]
+            texts = PER_AGENT_TYPED[name][: len(agents)]
             for edit, text in zip(field.widget.edits, texts):
                 type_into(qtbot, edit, text)
             per_agent[name] = [yaml.safe_load(t) for t in texts]
@@ -126,37 +146,61 @@ def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, 
 def test_open_recipe_shows_every_field(qtbot, window, inputs, tmp_path):
     base, agents = inputs
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "format": "ram-recipe/1", "method": "dare-ties", "parameters": {"drop": 0.3125, "seed": 2**64 - 1,
-                                                                         "scale": 0.8765},
-        "eps": 3e-05, "base": str(base), "agents": [{"name": f"a{i}", "source": str(a)} for i, a in enumerate(agents)],
-        "out_dtype": "float16", "shard_size": "2GB", "device": "cpu", "vocab": "common", "output": str(tmp_path / "o"),
-    }))
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "format": "ram-recipe/1",
+                "method": "dare-ties",
+                "parameters": {"drop": 0.3125, "seed": 2**64 - 1, "scale": 0.8765},
+                "eps": 3e-05,
+                "base": str(base),
+                "agents": [{"name": f"a{i}", "source": str(a)} for i, a in enumerate(agents)],
+                "out_dtype": "float16",
+                "shard_size": "2GB",
+                "device": "cpu",
+                "vocab": "common",
+                "output": str(tmp_path / "o"),
+            }
+        )
+    )
     assert window.open_recipe(recipe)
     qtbot.waitUntil(lambda: window.sources.all_ready(), timeout=10000)
     session = window.spec()
     assert session.method == "dare-ties"
     assert session.params == {"drop": 0.3125, "seed": 2**64 - 1, "scale": 0.8765}
-    assert (session.eps, session.out_dtype, session.shard_size, session.device, session.vocab) == \
-        (3e-05, "float16", "2GB", "cpu", "common")
+    assert (session.eps, session.out_dtype, session.shard_size, session.device, session.vocab) == (
+        3e-05,
+        "float16",
+        "2GB",
+        "cpu",
+        "common",
+    )
     assert session.names == ["a0", "a1", "a2"]
     assert isinstance(window.method.fields["seed"].widget, QLineEdit)  # a 64-bit seed does not fit a QSpinBox
     assert window.method.fields["drop"].widget.text() == "0.3125"  # shown as given, not rounded to 3 decimals
 
 
-@pytest.mark.parametrize("change, fragment", [
-    ({"parameters": {"r": 99.0}}, "--r must be at most"),
-    ({"method": "nope"}, "unknown method"),
-    ({"vocab": "sometimes"}, "unknown vocab"),
-    ({"out_dtype": "int8"}, "unknown out_dtype"),
-])
+@pytest.mark.parametrize(
+    "change, fragment",
+    [
+        ({"parameters": {"r": 99.0}}, "--r must be at most"),
+        ({"method": "nope"}, "unknown method"),
+        ({"vocab": "sometimes"}, "unknown vocab"),
+        ({"out_dtype": "int8"}, "unknown out_dtype"),
+    ],
+)
 def test_a_bad_recipe_changes_nothing_in_the_window(qtbot, window, inputs, tmp_path, change, fragment):
     base, agents = inputs
     load_sources(qtbot, window, base, agents)
     window.method.set_method("ties")
     before = window.spec()
-    data = {"format": "ram-recipe/1", "method": "ram-plus", "parameters": {}, "base": str(base),
-            "agents": [str(a) for a in agents]}
+    data = {
+        "format": "ram-recipe/1",
+        "method": "ram-plus",
+        "parameters": {},
+        "base": str(base),
+        "agents": [str(a) for a in agents],
+    }
     data.update(change)
     recipe = tmp_path / "bad.yaml"
     recipe.write_text(yaml.safe_dump(data))

@@ -81,7 +81,9 @@ def test_rounding_warning_for_ram_plus_in_bf16_and_the_float32_fix(qtbot, window
 
 def test_method_form_is_generated_from_the_registry(window):
     combo = window.method.method
-    offered = {name: m for name, m in METHODS.items() if not m.streaming.stacks}  # stacking needs slices (ram-merge run)
+    offered = {
+        name: m for name, m in METHODS.items() if not m.streaming.stacks
+    }  # stacking needs slices (ram-merge run)
     assert [combo.itemData(i) for i in range(combo.count())] == list(offered)
     assert len(offered) == len(METHODS) - 1
     for i, (_name, method) in enumerate(offered.items()):
@@ -101,8 +103,16 @@ def test_merge_the_demo_and_find_the_output_folder(qtbot, window, demo_models, t
     window.method.out_dir.setText(str(out))
     window.method.set_out_dtype("float32")
     merge(qtbot, window)
-    for name in ("model.safetensors", "config.json", "README.md", "ram-recipe.yaml", "merge-report.json",
-                 "density.png", "overlap.png", "layers.png"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "README.md",
+        "ram-recipe.yaml",
+        "merge-report.json",
+        "density.png",
+        "overlap.png",
+        "layers.png",
+    ):
         assert (out / name).is_file(), name
     assert str(out) in window.result_text.text()
     assert window.open_folder_button.isEnabled()
@@ -125,8 +135,9 @@ def test_cancel_mid_merge_leaves_nothing_behind(qtbot, window, synthetic_models,
     with qtbot.waitSignal(window.merge_finished, timeout=60000) as blocker:
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
         # as a user would: wait until the bar shows the merge under way, then press Cancel
-        qtbot.waitUntil(lambda: window.progress.format().startswith("Merging")
-                        and 50 < window.progress.value() < 900, timeout=30000)
+        qtbot.waitUntil(
+            lambda: window.progress.format().startswith("Merging") and 50 < window.progress.value() < 900, timeout=30000
+        )
         qtbot.mouseClick(window.cancel_button, Qt.LeftButton)
     assert blocker.args == ["cancelled"]
     assert not out.exists()
@@ -353,4 +364,6 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
     (cache / demo_module.SHIPPED_STAMP).unlink()
     marker.write_text("x")
     demo_module.ensure_demo(cache)
-    assert not marker.exists() and (cache / demo_module.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(shipped)
+    assert not marker.exists() and (cache / demo_module.SHIPPED_STAMP).read_text() == demo_module.demo_fingerprint(
+        shipped
+    )

@@ -24,8 +24,9 @@ def _unrelated_folder(parent: Path) -> Path:
 
 
 def _intact(folder: Path) -> bool:
-    return ((folder / "thesis.txt").read_text() == "four years of work"
-            and (folder / "sub" / "data.csv").read_text() == "a,b\n1,2\n")
+    return (folder / "thesis.txt").read_text() == "four years of work" and (
+        folder / "sub" / "data.csv"
+    ).read_text() == "a,b\n1,2\n"
 
 
 def _record_prompts(monkeypatch) -> list[str]:
@@ -40,8 +41,9 @@ def _record_prompts(monkeypatch) -> list[str]:
     return asked
 
 
-def test_merge_refuses_an_unrelated_folder_without_asking_and_offers_a_new_one(qtbot, window, demo_models,
-                                                                               tmp_path, monkeypatch):
+def test_merge_refuses_an_unrelated_folder_without_asking_and_offers_a_new_one(
+    qtbot, window, demo_models, tmp_path, monkeypatch
+):
     base, agents = demo_models
     asked = _record_prompts(monkeypatch)
     folder = _unrelated_folder(tmp_path)
@@ -119,14 +121,27 @@ def test_result_line_shows_lambda_only_for_a_rescaling_method(qtbot, window, dem
 
 def test_screenshot_needs_no_display(tmp_path):
     """``ram-desktop --demo --screenshot`` with no DISPLAY and no QT_QPA_PLATFORM writes the PNG."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM") and not k.startswith(("RAM_DESKTOP_", "PYTEST"))}
-    env.update(RAM_DESKTOP_CACHE=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-               HOME=str(tmp_path), HF_HUB_OFFLINE="1")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM") and not k.startswith(("RAM_DESKTOP_", "PYTEST"))
+    }
+    env.update(
+        RAM_DESKTOP_CACHE=str(tmp_path / "cache"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        HOME=str(tmp_path),
+        HF_HUB_OFFLINE="1",
+    )
     shot = tmp_path / "shot.png"
-    done = subprocess.run([sys.executable, "-c", "from ram_desktop.gui.app import entry; entry()", "--demo",
-                           "--screenshot", str(shot)], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", "from ram_desktop.gui.app import entry; entry()", "--demo", "--screenshot", str(shot)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

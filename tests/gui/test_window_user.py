@@ -105,7 +105,8 @@ def test_progress_lines_stay_inside_their_panel(qtbot, window):
     window.resize(1360, 860)
     qtbot.wait(50)
     long = "Scored 8 models on 3 suites in 18 s · scores written to " + ", ".join(
-        f"/tmp/a-long-folder-name/variant_{i}" for i in range(12))
+        f"/tmp/a-long-folder-name/variant_{i}" for i in range(12)
+    )
     labels = [window.progress_label, window.evaluate.run.label]
     window.run_box.show_state(500, "x", long)
     window.evaluate.run.label.setText(long)
