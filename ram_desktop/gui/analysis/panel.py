@@ -27,6 +27,7 @@ from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps
 from .tensor_table import TensorTable
+from .which_method import WhichMethodView
 
 TABLE_COLUMNS = ["Agent", "Density", "Unique", "Shared", "ρ = shared/unique", "λ", "Rescale kept"]
 SAFETENSORS_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -138,6 +139,16 @@ CHARTS: tuple[Chart, ...] = (
         "chosen in section 3 is highlighted, with its values as you type them (per-agent values too); a method "
         "whose share cannot be worked out before merging says why under the chart. Light bars marked ≈ are "
         "estimates.",
+    ),
+    Chart(
+        "which-method",
+        "which_method",
+        "Which method?",
+        "What the numbers imply for the choice of method, and the methods worth searching first",
+        WhichMethodView,
+        explain="Each agent's unique share, the sign agreement on shared elements, ρ against α and how much of "
+        "RAM+'s rescale a bfloat16 output keeps, each with what it implies (docs/methods.md, Which method?). "
+        "Rules of thumb, not a verdict: score the merges.",
     ),
     Chart(
         "layers",
