@@ -123,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sources(p)
     suite_option(p, "validation suites")
+    include_path_option(p)
     p.add_argument(
         "--test-suite", nargs="+", action="extend", default=[], metavar="SUITE", help="test suites for the best merge"
     )
@@ -531,6 +532,7 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
         args.ray,
         args.batch_size,
         args.limit,
+        args.include_path,
     )
     try:
         result = search(options, reporter)

@@ -119,3 +119,26 @@ def test_an_lm_eval_suite_through_ram_merge_eval(tasks_dir, coder, tmp_path):
     assert low <= expected.score <= high
     refused = cli(tmp_path, "eval", str(coder), "--suite", "lm-eval:no_such_task", "--include-path", str(tasks_dir))
     assert refused.returncode == 2 and "unknown lm-eval task 'no_such_task'" in refused.stderr
+
+
+def test_search_opens_lm_eval_tasks_before_any_merge(tasks_dir, coder, tmp_path):
+    """``ram-merge search`` reads ``lm-eval:TASK`` with ``--include-path`` as eval does: an unknown task is refused
+    before the study or any merge exists."""
+    demo = coder.parent
+    done = cli(
+        tmp_path,
+        "search",
+        str(demo / "base"),
+        str(coder),
+        "--suite",
+        "lm-eval:toy_code_mcq",
+        "--include-path",
+        str(tasks_dir),
+        "--trials",
+        "2",
+        "--out",
+        str(tmp_path / "study"),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "unknown lm-eval task 'toy_code_mcq'; did you mean toy_code_mc" in done.stderr
+    assert not (tmp_path / "study").exists()

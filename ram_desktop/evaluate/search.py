@@ -211,6 +211,7 @@ class Inputs:
     suites: tuple[str, ...]
     batch_size: int
     limit: int | None
+    include_path: tuple[str, ...] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
 
     def spec(self) -> MergeSpec:
         """The merge every trial shares (sources, names, precision), with no method of its own."""
@@ -234,9 +235,9 @@ def score_merges(
 ) -> list[list[float]]:
     """Merge each (method, params) from one read of the inputs into a temporary folder, score every merge on the
     suites, remove the folders; per merge, its score on each suite. Runs in this process or in a Ray worker."""
-    from . import evaluate, load_suite
+    from . import evaluate, load_suites
 
-    loaded = list(suites) if suites is not None else [load_suite(s) for s in inputs.suites]
+    loaded = list(suites) if suites is not None else load_suites(inputs.suites, inputs.include_path)
     shared = inputs.spec()
     with tempfile.TemporaryDirectory(prefix="ram-search-") as tmp:
         specs = variant_specs(shared, [Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
@@ -304,6 +305,7 @@ class SearchOptions:
     ray: str | None = None  # a Ray cluster address, "local", or None (trials run here)
     batch_size: int = 32
     limit: int | None = None
+    include_path: Sequence[Path] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
 
 
 def search(
@@ -313,7 +315,7 @@ def search(
     merge the best into ``folder/best``, score it on the test suites beside the references and write
     ``search.json``. ``on_trial`` sees every finished trial, earlier runs' first. Bad input raises
     ``InputError`` before anything is written; a cancel (``Cancelled``) keeps the finished trials."""
-    from . import Suite, load_suite
+    from . import LmEvalTask, Suite, load_suites
 
     started = time.perf_counter()
     reporter = reporter or Reporter()
@@ -329,10 +331,17 @@ def search(
         raise InputError("no base model chosen; name the base the agents were fine-tuned from")
     if not spec.agents:
         raise InputError("no agents to merge; name at least one agent checkpoint")
-    suites = [s if isinstance(s, Suite) else load_suite(s) for s in options.suites]
-    tests = [s if isinstance(s, Suite) else load_suite(s) for s in options.test_suites]
+    include = tuple(str(p) for p in options.include_path)
+
+    def opened(given: Sequence[Any]) -> list[Suite | LmEvalTask]:
+        paths = [s for s in given if not isinstance(s, (Suite, LmEvalTask))]
+        loaded = iter(load_suites(paths, include))
+        return [s if isinstance(s, (Suite, LmEvalTask)) else next(loaded) for s in given]
+
+    suites, tests = opened(options.suites), opened(options.test_suites)
     for suite in (*suites, *tests):
-        suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before any merge, without running it
+        if isinstance(suite, Suite):
+            suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before any merge, without running it
     inputs = Inputs(
         _source(spec.base),
         tuple(_source(a) for a in spec.sources),
@@ -344,6 +353,7 @@ def search(
         tuple(str(s.source) for s in suites),
         options.batch_size,
         options.limit,
+        include,
     )
     identity = {
         "base": inputs.base,
