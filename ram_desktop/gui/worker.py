@@ -1,6 +1,6 @@
-"""Background work: a QObject moved to a QThread runs one core call, turning the core's progress
-events into (throttled) Qt signals; the core's logging reaches the window through a thread-safe
-handler. Cancellation is the core's cooperative ``CancelToken``.
+"""Background work: a QThread runs one core call for a worker object that stays in the GUI thread, turning
+the core's progress events into (throttled) Qt signals, queued to the GUI thread; the core's logging reaches
+the window through a thread-safe handler. Cancellation is the core's cooperative ``CancelToken``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from PySide6.QtCore import QCoreApplication, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from ..core import Cancelled, CancelToken, ProgressEvent, RamError, Reporter
 
@@ -25,8 +25,9 @@ def _released(reporter: Reporter) -> None:
 
 
 class Worker(QObject):
-    """Runs ``fn(reporter)`` once in its thread. Exactly one of ``succeeded``, ``failed`` (a message meant
-    for the user), ``crashed`` (a bug: message and traceback) or ``cancelled`` is emitted, then ``done``."""
+    """Runs ``fn(reporter)`` once, called from its job's thread. Exactly one of ``succeeded``, ``failed`` (a
+    message meant for the user), ``crashed`` (a bug: message and traceback) or ``cancelled`` is emitted, then
+    ``done``. The worker itself lives in the GUI thread and is never moved: no Qt object changes thread."""
 
     progress = Signal(object)  # ProgressEvent
     succeeded = Signal(object)
@@ -71,9 +72,6 @@ class Worker(QObject):
                 self.succeeded.emit(result)
         finally:
             self._fn = _released  # what the function captured is freed now, not when the worker is deleted
-            app = QCoreApplication.instance()
-            if app is not None:  # back to the GUI thread, to be deleted there (see Job)
-                self.moveToThread(app.thread())
             self.done.emit()
 
     def cancel(self) -> None:
@@ -84,12 +82,13 @@ class Job(QObject):
     """Owns a worker and its thread, and releases both when the work ends (``finished``).
 
     The GUI's one way to run work in the background (analysis, merge, chart export, opening sources,
-    listing Hub files). Lifecycle (the QThread + moveToThread recipe): when its function returns, the
-    worker moves itself back to the GUI thread; once the thread has finished, the job deletes the worker
-    and the thread there and then itself, so a finished job holds nothing — not its function nor what that
-    captured. (A PySide object must not be destroyed in the worker thread: its destructor takes Qt's
-    connection lock and then asks for the GIL, while the GUI thread, holding the GIL, may be waiting for
-    that lock in a ``connect`` — a deadlock seen in the GUI tests.) A job without a parent keeps itself alive until it
+    listing Hub files). Lifecycle: the worker and the thread object both live in the GUI thread; the
+    thread's ``run`` calls the worker, whose signals are queued to the GUI thread; once the thread has
+    finished, the job deletes the worker and the thread there and then itself, so a finished job holds
+    nothing — not its function nor what that captured. No Qt object is created, moved or destroyed in the
+    worker thread: each of those takes Qt's internal locks while holding the GIL, and the GUI thread,
+    destroying a widget, takes such a lock and then asks for the GIL — two deadlocks seen in the GUI tests,
+    the first with a destructor in the worker, the second with ``moveToThread`` back to the GUI thread.) A job without a parent keeps itself alive until it
     finishes, so a dialog that is closed while its job runs never destroys a running thread. After
     ``finished``, ``is_running`` is False, ``wait`` returns True and ``cancel`` does nothing."""
 
@@ -108,14 +107,11 @@ class Job(QObject):
         if parent is None:
             Job._detached.add(self)
         self.worker: Worker | None = Worker(fn)
-        self.qthread: QThread | None = QThread()  # not "thread": that is QObject.thread()
+        self.qthread: QThread | None = _WorkerThread(self.worker)  # not "thread": that is QObject.thread()
         self.qthread.setObjectName("ram-desktop-worker")
-        self.worker.moveToThread(self.qthread)
         for name in ("progress", "succeeded", "failed", "crashed", "cancelled"):
-            getattr(self.worker, name).connect(getattr(self, name))  # queued: the job lives in the GUI thread
-        self.qthread.started.connect(self.worker.run)
-        # direct: quit() is thread-safe, and a GUI thread blocked in wait() (closing) must not deadlock
-        self.worker.done.connect(self.qthread.quit, Qt.ConnectionType.DirectConnection)
+            # queued: emitted in the worker thread, received by the job in the GUI thread
+            getattr(self.worker, name).connect(getattr(self, name), Qt.ConnectionType.QueuedConnection)
         self.qthread.finished.connect(self._cleanup)  # queued: after the worker's results were delivered
         self.started_at = 0.0
 
@@ -137,7 +133,7 @@ class Job(QObject):
     @Slot()
     def _cleanup(self) -> None:
         if self.qthread is not None:
-            self.qthread.wait()  # its run() has returned and the worker is back in this thread
+            self.qthread.wait()  # its run() has returned
             self.qthread.deleteLater()
         if self.worker is not None:
             self.worker.deleteLater()
@@ -145,6 +141,19 @@ class Job(QObject):
         self.finished.emit()
         Job._detached.discard(self)
         self.deleteLater()
+
+
+class _WorkerThread(QThread):
+    """The thread of one job: its ``run`` calls the worker (which stays in the GUI thread) and returns."""
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__()
+        self._worker: Worker | None = worker
+
+    def run(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.run()
 
 
 class LogBridge(QObject):
