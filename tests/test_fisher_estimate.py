@@ -133,7 +133,7 @@ def test_merge_with_suites_computes_then_reuses_the_cache(tmp_path, lm, monkeypa
         "fisher",
         "--device",
         "cpu",
-        "--suite",
+        "--fisher-suite",
         ",".join(map(str, suites)),
         "--examples",
         "2",

@@ -57,8 +57,8 @@ def test_wide_positive_ranges_are_searched_on_a_log_scale():
 
 
 def test_mean_interval_and_paired_difference_as_written_out():
-    low, high = mean_interval([1.0, 0.0, 1.0, 1.0])  # mean 0.75, sd 0.5, se 0.25
-    assert math.isclose(low, 0.75 - 1.96 * 0.25) and math.isclose(high, 0.75 + 1.96 * 0.25)
+    low, high = mean_interval([1.0, 0.0, 1.0, 1.0])  # mean 0.75, sd 0.5, se 0.25; clipped to the values' range
+    assert math.isclose(low, 0.75 - 1.96 * 0.25) and high == min(0.75 + 1.96 * 0.25, 1.0) == 1.0
     mean, se = paired_difference([1, 1, 0, 1], [0, 1, 0, 0])  # d = 1, 0, 0, 1: mean 0.5, sd √(1/3)
     assert math.isclose(mean, 0.5) and math.isclose(se, math.sqrt(1 / 3) / 2)
     assert not clearly_better([1, 1, 0, 1], [0, 1, 0, 0])  # 0.5 − 1.96 · 0.289 < 0

@@ -48,10 +48,10 @@ def test_search_tab_runs_trials_shows_them_live_and_uses_the_best(qtbot, window,
     window.method.set_method("ram")
     qtbot.mouseClick(panel.use_button, Qt.LeftButton)
     assert window.method.method.currentData() == best["method"]
-    session = window.session()
-    assert session.method == best["method"]
+    spec = window.spec()
+    assert spec.method == best["method"]
     for key, value in best["params"].items():
-        assert session.resolved_params()[key] == pytest.approx(value)
+        assert spec.resolved_params()[key] == pytest.approx(value)
 
     shot = Path(os.environ.get("RAM_DESKTOP_SCREENSHOTS", tmp_path)) / "search-tab.png"
     assert panel.grab().save(str(shot)) and shot.stat().st_size > 0

@@ -349,9 +349,12 @@ def test_cached_demo_is_replaced_when_the_shipped_demo_changes(tmp_path, monkeyp
 
     base, agents = demo_module.ensure_demo(cache)
     assert weights_digest(cache) == weights_digest(shipped)
-    marker = cache / "base" / "marker"
-    marker.write_text("kept while the shipped demo is unchanged")
-    assert demo_module.ensure_demo(cache) == (base, agents) and marker.exists()
+    weights = cache / "base" / "model.safetensors"
+    copied = weights.stat().st_ino
+    assert demo_module.ensure_demo(cache) == (base, agents) and weights.stat().st_ino == copied  # reused
+    marker = cache / "base" / "marker"  # a file the shipped demo does not have: the copy is not the demo's
+    marker.write_text("not part of the demo")
+    assert demo_module.ensure_demo(cache) == (base, agents) and not marker.exists()
 
     # an update: the tool agent's weights and recipe change
     other = bytearray((shipped / "tool" / "model.safetensors").read_bytes())
