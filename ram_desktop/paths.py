@@ -101,7 +101,11 @@ def user_data_dir(create: bool = False) -> Path:
 
 
 def user_config_dir(create: bool = False) -> Path:
-    """Folder for settings."""
+    """Folder for settings: ``$RAM_DESKTOP_CONFIG`` when set (the self-test keeps out of the user's), else the
+    platform's."""
+    override = os.environ.get("RAM_DESKTOP_CONFIG")
+    if override:
+        return _ready(Path(override), create)
     return _user_dir(
         _windows_dir("APPDATA") / APP_NAME,
         _library("Application Support"),

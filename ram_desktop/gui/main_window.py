@@ -224,7 +224,6 @@ class MainWindow(QMainWindow):
     def show_info(self, text: str) -> None:
         self.notify("info", text)
 
-    # --- state --------------------------------------------------------------------------------
     def busy(self) -> bool:
         return self.jobs.busy()
 
@@ -327,8 +326,8 @@ class MainWindow(QMainWindow):
 
     # --- the flow -----------------------------------------------------------------------------
     def spec(self) -> MergeSpec:
-        """The spec the widgets describe (the window's one way to a merge or a recipe). Raises ``InputError``
-        when ε is not a number."""
+        """The spec the widgets describe (the window's one way to a merge or a recipe; ``.resolved()`` states
+        every parameter, as a saved recipe does). Raises ``InputError`` when ε is not a number."""
         return read_spec(self.sources, self.method)
 
     def _checked_spec(self) -> MergeSpec | None:
@@ -472,8 +471,3 @@ class MainWindow(QMainWindow):
     def save_recipe(self, path: Path) -> bool:
         """Save what the window shows as a recipe (File ▸ Save recipe); False after showing why not."""
         return self.menus.save_recipe(path)
-
-    def current_recipe(self) -> MergeSpec:
-        """The spec of what the window shows, every parameter stated (its recipe is ``to_yaml``); raises
-        ``InputError`` when a value is bad."""
-        return self.spec().resolved()

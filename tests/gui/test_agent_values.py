@@ -63,5 +63,5 @@ def test_remove_move_and_rename_keep_every_agents_values(qtbot, window, tmp_path
 
     # what the window merges: the values keyed by the agents they belong to
     window.method.out_dir.setText(str(tmp_path / "out"))
-    recipe = window.current_recipe().to_yaml()
+    recipe = window.spec().resolved().to_yaml()
     assert "weight:\n    memory: 0.3\n    tools: 0.2\n" in recipe

@@ -141,9 +141,12 @@ widget.cycle = widget  # a closed dialog left in a reference cycle: only the cyc
 weakref.finalize(widget, lambda: freed_in.append(threading.current_thread().name))
 del widget
 
-def allocate():  # what a merge thread allocates: many times the collector's threshold
+kept = []
+
+
+def allocate():  # what a merge thread allocates and keeps: many times the collector's threshold
     for _ in range(200):
-        junk = [[i] for i in range(5000)]
+        kept.append([[i] for i in range(5000)])
 
 worker = threading.Thread(target=allocate, name="merge-thread")
 worker.start()

@@ -191,9 +191,10 @@ def _drive(tmp: Path, deadline: float) -> str:
 def run(timeout: float = DEFAULT_TIMEOUT_S) -> int:
     """The self-test. Returns the exit code (0 ok, 1 failed) after printing one line."""
     tmp = Path(tempfile.mkdtemp(prefix="ram-desktop-selftest-"))
-    saved_env = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "RAM_DESKTOP_CACHE")}
+    saved_env = {k: os.environ.get(k) for k in ("QT_QPA_PLATFORM", "RAM_DESKTOP_CACHE", "RAM_DESKTOP_CONFIG")}
     os.environ["QT_QPA_PLATFORM"] = "offscreen"  # before any QApplication exists
     os.environ["RAM_DESKTOP_CACHE"] = str(tmp / "cache")  # the probe cache too stays out of the user's folders
+    os.environ["RAM_DESKTOP_CONFIG"] = str(tmp / "config")  # so does the record of the demo's scorer folder
     finished = threading.Event()
 
     def watchdog() -> None:

@@ -120,7 +120,7 @@ def write_from_recipe(window: Any, path: Path, write: Callable[[MergeSpec, Path]
         window.show_error(f"add a base and at least one agent before {doing}")
         return False
     try:
-        write(window.current_recipe(), Path(path))
+        write(window.spec().resolved(), Path(path))
     except InputError as e:
         window.show_error(str(e))
         return False
