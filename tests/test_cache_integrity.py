@@ -105,7 +105,7 @@ def test_an_altered_fisher_cache_is_estimated_again(tmp_path):
         "fisher",
         "--device",
         "cpu",
-        "--suite",
+        "--fisher-suite",
         ",".join(suites),
         "--examples",
         "2",
