@@ -136,6 +136,7 @@ def test_export_writes_every_view_as_png(qtbot, analysed, tmp_path):
         "pairs.png",
         "ulps.png",
         "would-keep.png",
+        "which-method.png",
     ]
     assert sorted(names) == sorted(expected)  # in tab order (the chart registry)
     for name in expected:
