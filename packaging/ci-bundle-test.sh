@@ -165,16 +165,18 @@ fi
 check "ram-merge eval (demo base + coder on the code suite)" 0 ram-merge -q eval "$D/base" "$D/coder" \
     --suite "$D/suites/code" --limit 4 --json "$TMP/eval.json"
 if [[ "$CHECK_OK" == 1 ]]; then
-    if grep -q '^model ' "$TMP/out" && grep -q '^coder  *[0-9.]*$' "$TMP/out" && grep -q '"ram-eval/1"' "$TMP/eval.json"; then
+    # a score row: the score and its 95 % interval (then "≈" when no better than the suite's floor)
+    if grep -q '^model ' "$TMP/out" && grep -q '^coder  *[0-9.]* \[[0-9.]*, [0-9.]*\]' "$TMP/out" \
+        && grep -q '"ram-eval/2"' "$TMP/eval.json"; then
         say "    $(tr '\n' ' ' < "$TMP/out")"
     else
-        echo "FAIL: frozen eval printed no score table or wrote no ram-eval/1 JSON" >&2
+        echo "FAIL: frozen eval printed no score table or wrote no ram-eval/2 JSON" >&2
         sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
     fi
 fi
 check "ram-merge compare (demo, RAM+ variant, evaluated)" 0 ram-merge -q compare "$D/base" "${AGENTS[@]}" \
     --variant ram-plus --suite "$D/suites/code" --limit 2 --out "$TMP/cmp"
-if [[ "$CHECK_OK" == 1 ]] && { ! grep -q '^ram-plus  *[0-9.]*$' "$TMP/out" || [[ ! -s "$TMP/cmp/compare.json" ]]; }; then
+if [[ "$CHECK_OK" == 1 ]] && { ! grep -q '^ram-plus  *[0-9.]* \[' "$TMP/out" || [[ ! -s "$TMP/cmp/compare.json" ]]; }; then
     echo "FAIL: frozen compare printed no ram-plus score or wrote no compare.json" >&2
     sed 's/^/    | /' "$TMP/out" >&2; FAILS=$((FAILS + 1))
 fi
