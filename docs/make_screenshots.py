@@ -3,17 +3,17 @@
     QT_QPA_PLATFORM=offscreen python docs/make_screenshots.py
 
 Drives the real window through the main states with the built-in demo agents: sources loaded, every
-Analysis tab, a merge under way, and the result; then Compare (RAM+ against averaging, Task Arithmetic
-and TIES) and Evaluate on the same demo with its test suites: seven models in Compare's table and chart, eight
-in Evaluate's.
-Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
-1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
-(``filters-dialog.png``) and Settings ▸ Compute on an H100 machine (``compute-dialog.png``). ``--eval-only``
-takes just Compare and Evaluate; ``--filters-only`` just the filters editor; ``--compute-only`` just the Compute
-page; ``--window-only`` all but the scored Compare and Evaluate; ``--size 1360x860`` just one
-size (1366×768, a laptop, goes to ``docs/screenshots/1366x768/``). ``--real DIR`` instead opens the real model's base and three agents
-(``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
-merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
+Analysis tab, a merge under way, and the result; the model card, Publish and Add from Hub dialogs; a mergekit
+TIES configuration imported; the filters editor and Settings ▸ Compute on an H100 machine; then Compare (RAM+
+against averaging, Task Arithmetic and TIES), Evaluate on the same demo with its test suites (seven models in
+Compare's table and chart, eight in Evaluate's) and an eight-trial Search.
+Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), at a laptop's 1366×768
+(``docs/screenshots/1366x768/``: the window must fit it) and at full HD, 1920×1080
+(``docs/screenshots/1920x1080/``). ``--size 1366x768`` takes one size; ``--eval-only`` just Compare, Evaluate and
+Search; ``--window-only`` all but those; ``--filters-only`` and ``--compute-only`` one dialog at 1360×860.
+``--real DIR`` instead opens the real model's base and three agents (``DIR/base``, ``DIR/{code,tool,memory}`` as
+``benchmarks/make_real_agents.py`` writes them), analyses and merges them, and takes ``real-heatmap.png`` and
+``real-result.png`` at 1360×860.
 """
 
 from __future__ import annotations
@@ -86,9 +86,10 @@ def main() -> int:
             window_shots(app, (width, height), out, run)
         if "--window-only" not in sys.argv:
             evaluation_shots(app, (width, height), out, run)
-        if (width, height) == (1360, 860) and "--eval-only" not in sys.argv:
+        if "--eval-only" not in sys.argv:  # the dialogs at every size: each must fit the smallest screen
             filters_shot(app, out, run)
             compute_shot(app, out, run)
+            import_shot(app, (width, height), out, run)
     return 0
 
 
@@ -159,9 +160,12 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     from ram_desktop.gui.ecosystem import PublishDialog
 
     window.result_box.open_card_button.click()  # the card, rendered inside the app
+    from ram_desktop.gui.sources.hub_dialog import HubDialog
+
     for name, dialog in (
         ("4b-model-card", window.result_box.dialog),
         ("publish-dialog", PublishDialog(window, window.result.out)),
+        ("hub-dialog", HubDialog(window, repo_id="HuggingFaceTB/SmolLM2-135M-Instruct")),
     ):
         dialog.show()
         wait_until(lambda: False, 0.3, app)
@@ -215,6 +219,32 @@ def compute_shot(app, out: Path, tmp: Path) -> None:
     window.close()
 
 
+def import_shot(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
+    """import-mergekit.png: File ▸ Import mergekit YAML… with a TIES configuration of the demo's agents (per-model
+    weight and density): the window takes its method, per-agent values and sources, and says what differs."""
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.ecosystem import import_mergekit
+    from ram_desktop.gui.main_window import MainWindow
+
+    base, agents = ensure_demo()
+    models = "".join(
+        f"  - model: {agent}\n    parameters: {{weight: {w}, density: {d}}}\n"
+        for agent, w, d in zip(agents, (1.0, 0.8, 0.6), (0.5, 0.4, 0.3))
+    )
+    config = tmp / "ties-demo.yaml"
+    config.write_text(f"merge_method: ties\nbase_model: {base}\nmodels:\n{models}dtype: float32\n")
+    window = MainWindow(QSettings(str(tmp / "settings-import.ini"), QSettings.IniFormat))
+    window.resize(*size)
+    window.show()
+    assert import_mergekit(window, config)
+    wait_until(lambda: window.sources.all_ready() and window.report is not None and not window.jobs.busy(), 60, app)
+    wait_until(lambda: window.analysis.charts_ready(), 10, app)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "import-mergekit.png")
+    window.close()
+
+
 def real_shots(app, folder: Path, out: Path, tmp: Path) -> None:
     """The window on the real model: SmolLM2-135M-Instruct and three fine-tunes of it, analysed and merged."""
     from ram_desktop.gui.application import wait_until
@@ -247,7 +277,8 @@ def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     """6-compare.png (its table), 6b-compare-chart.png, 5-evaluate.png (the table) and 5b-evaluate-chart.png
     on the built-in demo: the RAM+ merge, a compare against averaging, Task Arithmetic and TIES, and all
     eight models (base, three agents, the merge, three variants) scored on the agents' own test suites
-    (preloaded by --demo); Evaluate reuses the scores Compare made, so only the merge is generated there."""
+    (preloaded by --demo); Evaluate reuses the scores Compare made, so only the merge is generated there. Then
+    8-search.png: an eight-trial search on the demo's validation suites (the Search step)."""
     from ram_desktop.gui.application import wait_until
     from ram_desktop.gui.main_window import MainWindow
 
@@ -283,6 +314,13 @@ def evaluation_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
     window.evaluate.scores.views.setCurrentWidget(window.evaluate.chart)
     wait_until(lambda: False, 0.3, app)
     save(window, out / "5b-evaluate-chart.png")
+    window.steps.setCurrentWidget(window.search)  # a short search on the demo's validation suites
+    window.search.trial_count.setValue(8)
+    window.search.run.start_button.click()
+    wait_until(lambda: not window.busy(), 600, app)
+    window.steps.setCurrentWidget(window.search)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "8-search.png")
     window.close()
 
 

@@ -87,7 +87,6 @@ class MainWindow(QMainWindow):
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
-
         self.message = MessageBar()
         self.sources = SourcesPanel()
         self.analysis = AnalysisPanel()
@@ -140,6 +139,7 @@ class MainWindow(QMainWindow):
             (group("4 · Merge", self.run_box), 1),
             (group("5 · Result", self.result_box), 0),
         )
+        self.steps.shown_only_with(self.analysis, self.right_splitter.widget(2))  # scoring steps need the height
         self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)

@@ -83,3 +83,21 @@ def test_a_long_banner_is_capped_with_details(qtbot, window):
     qtbot.mouseClick(bar.details_button, Qt.LeftButton)
     assert names in bar.details.toPlainText()
     assert window.height() <= 700
+
+
+def test_scoring_steps_take_the_result_box_height_on_a_laptop(qtbot, window):
+    """Evaluate, Compare and Search get the Result box's height (their tables and plots need it at 1366×768);
+    the Analysis step shows the Result box again. Clicks the tabs as a user does."""
+    window.resize(*LAPTOP)
+    window.show()
+    qtbot.waitExposed(window)
+    tab_bar = window.steps.tabBar()
+    result = window.result_box.parentWidget()
+    assert result.isVisible()
+    analysis_height = window.steps.height()
+    for page in (window.evaluate, window.compare, window.search):
+        qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(window.steps.indexOf(page)).center())
+        qtbot.waitUntil(lambda: not result.isVisible())
+        qtbot.waitUntil(lambda: window.steps.height() > analysis_height + 60)
+    qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(0).center())
+    qtbot.waitUntil(result.isVisible)

@@ -202,6 +202,11 @@ class StepTabs(QTabWidget):
     def add_page(self, page: QWidget, title: str) -> int:
         return self.addTab(scrolled(page), title)
 
+    def shown_only_with(self, page: QWidget, widget: QWidget) -> None:
+        """Show ``widget`` only while ``page`` is the current step (the window's Result box: Evaluate, Compare
+        and Search need the height on a 1366×768 screen, and list the merged model themselves)."""
+        self.currentChanged.connect(lambda _: widget.setVisible(self.currentWidget() is page))
+
     def indexOf(self, page: QWidget) -> int:
         for i in range(self.count()):
             area = super().widget(i)
