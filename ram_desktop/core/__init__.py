@@ -7,8 +7,9 @@ core stays cheap: ``ram-merge --help`` never imports torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .lazy import lazy_exports
 
 # name → the module (relative to this package) that defines it
 _EXPORTS: dict[str, str] = {
@@ -132,17 +133,7 @@ __all__ = [  # the names of _EXPORTS
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # loaded once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keeps _EXPORTS and this in step

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import importlib
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -60,3 +61,22 @@ if TYPE_CHECKING:
     import torch
 else:
     torch = DeferredModule("torch")
+
+
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's ``__getattr__`` and ``__dir__`` (PEP 562) that import each name in ``exports`` (name → the
+    package's submodule holding it) at its first use and keep it: ``import ram_desktop.core`` stays cheap."""
+    namespace = sys.modules[package].__dict__
+
+    def get(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f".{module}", package), name)
+        namespace[name] = value  # loaded once
+        return value
+
+    def names() -> list[str]:
+        return sorted(set(namespace) | set(exports))
+
+    return get, names

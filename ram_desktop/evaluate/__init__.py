@@ -48,8 +48,9 @@ Errors the user can act on are ``ram_desktop.core.errors.InputError``; cancellin
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..core import lazy_exports
 
 # name -> the module (relative to this package) that defines it. Loaded on first use, so that a scorer's
 # child process (scorer_process) imports neither torch nor transformers through this package.
@@ -100,17 +101,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # loaded once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # what the type checker sees

@@ -137,9 +137,9 @@ class MainWindow(QMainWindow):
             Qt.Orientation.Vertical,
             (self.steps, 3),
             (group("4 · Merge", self.run_box), 1),
-            (group("5 · Result", self.result_box), 0),
+            (result_group := group("5 · Result", self.result_box), 0),
         )
-        self.steps.shown_only_with(self.analysis, self.right_splitter.widget(2))  # scoring steps need the height
+        self.steps.shown_only_with(self.analysis, result_group)  # scoring steps need the height
         self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
         central = QWidget()
         layout = QVBoxLayout(central)
