@@ -99,5 +99,8 @@ def test_scoring_steps_take_the_result_box_height_on_a_laptop(qtbot, window):
         qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(window.steps.indexOf(page)).center())
         qtbot.waitUntil(lambda: not result.isVisible())
         qtbot.waitUntil(lambda: window.steps.height() > analysis_height + 60)
+    viewport = window.search.parentWidget()  # the step's scroll area: the trials table and Run in view, unscrolled
+    for widget in (window.search.table, window.search.run.start_button):
+        assert widget.mapTo(viewport, widget.rect().bottomLeft()).y() <= viewport.height(), widget
     qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(0).center())
     qtbot.waitUntil(result.isVisible)

@@ -45,6 +45,19 @@ def params_text(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "—"
 
 
+class TwoLines(QLabel):
+    """A wrapping label two lines tall. A plain wrapping QLabel has a height-for-width, and the step's scroll
+    area then grows the whole page to its preferred height: the trials table fell below a laptop screen."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.setWordWrap(True)
+        self.setMinimumHeight(2 * self.fontMetrics().lineSpacing())
+
+    def hasHeightForWidth(self) -> bool:
+        return False
+
+
 class SearchPanel(QWidget):
     """``spec()`` gives the window's checked MergeSpec (None after it said why not) when Run is clicked.
     Signals: ``run_requested`` (Run clicked), ``use_merge(method,
@@ -142,8 +155,7 @@ class SearchPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.best_label = QLabel("No trials yet.")
-        self.best_label.setWordWrap(True)
+        self.best_label = TwoLines("No trials yet.")
         self.use_button = QPushButton("Use this merge")
         self.use_button.setToolTip("Load the best trial's method and parameters into the Method step")
         self.use_button.clicked.connect(self._use_best)
