@@ -99,6 +99,10 @@ def test_scoring_steps_take_the_result_box_height_on_a_laptop(qtbot, window):
         qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(window.steps.indexOf(page)).center())
         qtbot.waitUntil(lambda: not result.isVisible())
         qtbot.waitUntil(lambda: window.steps.height() > analysis_height + 60)
+    rows = list(window.compare.rows.values())[:3]  # Compare's method choices: three rows whole, not scrolled
+    for row in rows:
+        area = row.values.parentWidget().parentWidget()  # the methods' own scroll area
+        assert row.values.mapTo(area, row.values.rect().bottomLeft()).y() <= area.height(), row.values
     viewport = window.search.parentWidget()  # the step's scroll area: the trials table and Run in view, unscrolled
     for widget in (window.search.table, window.search.run.start_button):
         assert widget.mapTo(viewport, widget.rect().bottomLeft()).y() <= viewport.height(), widget

@@ -127,6 +127,8 @@ class ComparePanel(QWidget):
         scroll.setWidget(methods)
         scroll.setWidgetResizable(True)
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        row_height = max(w.sizeHint().height() for w in (row.check, row.param, row.values)) + 6
+        scroll.setMinimumHeight(4 * row_height)  # the heading and three methods, also on a laptop screen
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("folder for the variants (must not exist, or be empty)")
