@@ -6,7 +6,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractButton, QAbstractSpinBox, QComboBox, QLineEdit
 
-from .conftest import load_sources
+from .conftest import analyse, load_sources
 
 # 1366×768 less a taskbar (40 px) and a title bar (30 px)
 LAPTOP = (1366, 768 - 40 - 30)
@@ -108,3 +108,21 @@ def test_scoring_steps_take_the_result_box_height_on_a_laptop(qtbot, window):
         assert widget.mapTo(viewport, widget.rect().bottomLeft()).y() <= viewport.height(), widget
     qtbot.mouseClick(tab_bar, Qt.MouseButton.LeftButton, pos=tab_bar.tabRect(0).center())
     qtbot.waitUntil(result.isVisible)
+
+
+def test_every_analysis_chart_fits_a_laptop_without_scrolling(qtbot, window, demo_models):
+    """The charts' pages fill the step and no more than their minimum beyond it (a wrapping note once grew the heat map's page to twice the
+    step's height, the map's lower rows and its legend out of view); Which method? is text and may scroll."""
+    base, agents = demo_models
+    window.resize(*LAPTOP)
+    window.show()
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    viewport = window.analysis.parentWidget()
+    tabs = window.analysis.tabs
+    for i in range(tabs.count()):
+        tabs.setCurrentIndex(i)
+        qtbot.wait(100)  # the step's scroll area sizes the page on a later turn of the event loop
+        if tabs.currentWidget() is not window.analysis.which_method:
+            needed = max(viewport.height(), window.analysis.minimumSizeHint().height())
+            qtbot.waitUntil(lambda: window.analysis.height() <= needed, timeout=2000)  # noqa: B023

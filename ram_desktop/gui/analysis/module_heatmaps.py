@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 
 from ...core import ProbeReport
 from ...core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
+from ..widgets.common import WrappedLines
 from .charts import _empty, _html, _label, _plot, agent_color, percent, tick_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
@@ -44,18 +45,17 @@ class ModuleHeatmaps(QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setMinimumHeight(120)  # the Analysis page fits a 1366×768 window
         layout.addWidget(self.graphics, 1)
-        self.readout = QLabel("Hover a cell to read its numbers.")
+        self.readout = WrappedLines("Hover a cell to read its numbers.")
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # a fixed height: hover text changes must not re-lay out (and re-render) the charts
         self.readout.setFixedHeight(self.readout.fontMetrics().lineSpacing() * 2 + 6)
-        self.readout.setWordWrap(True)
         layout.addWidget(self.readout)
-        self.legend_text = QLabel(
+        self.legend_text = WrappedLines(
             "Columns: q, k, v, o — the attention's query, key, value and output projections; gate, up, down — "
             "the feed-forward block; norms — the layer norms. Row “other”: what is outside the layers "
-            "(embeddings, output head). A blank (white) cell: that layer has no module of that kind."
+            "(embeddings, output head). A blank (white) cell: that layer has no module of that kind.",
+            lines=3,
         )
-        self.legend_text.setWordWrap(True)
         self.legend_text.setStyleSheet("color: #555;")
         layout.addWidget(self.legend_text)
         self.plot: pg.PlotItem | None = None  # built with the first report (see _lazy in inspect_charts)

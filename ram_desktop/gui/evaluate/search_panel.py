@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from ...core import METHODS, InputError, MergeSpec, defaults
 from ...evaluate.search import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
+from ..widgets.common import WrappedLines
 from .panel import EvaluatePanel
 from .run_bar import PanelJob, RunBar
 from .warm_up import import_transformers
@@ -43,19 +44,6 @@ COLUMNS = ("Trial", "Method", "Parameters", "Validation", "Seconds")
 
 def params_text(params: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "—"
-
-
-class TwoLines(QLabel):
-    """A wrapping label two lines tall. A plain wrapping QLabel has a height-for-width, and the step's scroll
-    area then grows the whole page to its preferred height: the trials table fell below a laptop screen."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.setWordWrap(True)
-        self.setMinimumHeight(2 * self.fontMetrics().lineSpacing())
-
-    def hasHeightForWidth(self) -> bool:
-        return False
 
 
 class SearchPanel(QWidget):
@@ -155,7 +143,7 @@ class SearchPanel(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
-        self.best_label = TwoLines("No trials yet.")
+        self.best_label = WrappedLines("No trials yet.")
         self.use_button = QPushButton("Use this merge")
         self.use_button.setToolTip("Load the best trial's method and parameters into the Method step")
         self.use_button.clicked.connect(self._use_best)

@@ -181,6 +181,20 @@ def splitter(orientation: Qt.Orientation, *parts: tuple[QWidget, int]) -> QSplit
     return split
 
 
+class WrappedLines(QLabel):
+    """A wrapping label ``lines`` lines tall. A plain wrapping QLabel has a height-for-width, and a step's scroll
+    area then grows the whole page to its preferred height: on a laptop screen the charts and tables below it
+    were pushed out of view."""
+
+    def __init__(self, text: str = "", lines: int = 2) -> None:
+        super().__init__(text)
+        self.setWordWrap(True)
+        self.setMinimumHeight(lines * self.fontMetrics().lineSpacing() + 4)
+
+    def hasHeightForWidth(self) -> bool:
+        return False
+
+
 def scrolled(widget: QWidget, keep_height: bool = False) -> QScrollArea:
     """``widget`` in a frameless scroll area that gives it all the room there is and scrolls when there is less
     than it needs, so its fields keep their heights instead of being crushed; ``keep_height``: never shorter
