@@ -456,6 +456,7 @@ class MainWindow(QMainWindow):
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
         self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
+        self.method.set_layer_map(None, self.method.current.name)  # nor an earlier file's layer map
         self.setWindowTitle(TITLE)
         self.sources.clear()
         self.analysis.show_report(None)
