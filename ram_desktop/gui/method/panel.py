@@ -305,6 +305,11 @@ class MethodPanel(QWidget):
         """``set_agents`` with each agent keyed by its name (agents given by name only, as a recipe gives them)."""
         self.set_agents([(name, name) for name in names])
 
+    def forget_agents(self) -> None:
+        """Another set of agents follows: the demo's per-agent defaults and an earlier file's layer map go."""
+        self.set_agent_defaults("suite", None)
+        self.set_layer_map(None, self.current.name)
+
     def set_agent_defaults(self, name: str, values: dict[str, str] | None) -> None:
         """Default values of a per-agent parameter by agent name (e.g. the demo agents' suites as Fisher
         calibration data), shown whenever a method with that parameter is picked; None forgets them."""
