@@ -8,9 +8,10 @@ and TIES) and Evaluate on the same demo with its test suites: seven models in Co
 in Evaluate's.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), and at full HD,
 1920×1080 (``docs/screenshots/1920x1080/*.png``), and the method form's filters editor once
-(``filters-dialog.png``) and Settings ▸ Compute on an H100 machine (``compute-dialog.png``). ``--eval-only``
+(``filters-dialog.png``) and Settings ▸ Compute on an H100 machine (``compute-dialog.png``). A recipe with a
+layer map (layer stacking of the demo agents) opened in the window is ``3c-layer-map.png``. ``--eval-only``
 takes just Compare and Evaluate; ``--filters-only`` just the filters editor; ``--compute-only`` just the Compute
-page; ``--window-only`` all but the scored Compare and Evaluate; ``--size 1360x860`` just one
+page; ``--layer-map-only`` just the layer map; ``--window-only`` all but the scored Compare and Evaluate; ``--size 1360x860`` just one
 size (1366×768, a laptop, goes to ``docs/screenshots/1366x768/``). ``--real DIR`` instead opens the real model's base and three agents
 (``DIR/base``, ``DIR/{code,tool,memory}`` as ``benchmarks/make_real_agents.py`` writes them), analyses and
 merges them, and takes ``real-heatmap.png`` and ``real-result.png`` at 1360×860.
@@ -82,6 +83,9 @@ def main() -> int:
         run = tmp / f"{width}x{height}"
         run.mkdir()
         os.environ["RAM_DESKTOP_OUTPUTS"] = str(run / "RAM Desktop")  # the demo's merges, not in the home folder
+        if "--layer-map-only" in sys.argv:
+            layer_map_shot(app, (width, height), out, run)
+            continue
         if "--eval-only" not in sys.argv:
             window_shots(app, (width, height), out, run)
         if "--window-only" not in sys.argv:
@@ -167,6 +171,38 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
         wait_until(lambda: False, 0.3, app)
         save(dialog, out / f"{name}.png")
         dialog.close()
+    window.close()
+    layer_map_shot(app, size, out, tmp)
+
+
+def layer_map_shot(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
+    """3c-layer-map.png: a recipe that stacks the demo agents' layers (passthrough, one slice scaled) opened with
+    File ▸ Open recipe: the layer map read-only in the method form, the method set by it."""
+    import yaml
+
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
+
+    base, (coder, tool, memory) = ensure_demo()
+    recipe = tmp / "stacked.yaml"
+    slices = [
+        {"sources": [{"model": 1, "layer_range": [0, 3]}]},
+        {"sources": [{"model": 2, "layer_range": [1, 3]}]},
+        {"sources": [{"model": 3, "layer_range": [0, 3]}], "parameters": {"scale": {"memory": 0.5}}},
+    ]
+    agents = [{"name": p.name, "source": str(p)} for p in (coder, tool, memory)]
+    data = {"format": "ram-recipe/2", "method": "passthrough", "base": str(base), "agents": agents}
+    recipe.write_text(yaml.safe_dump({**data, "out_dtype": "float32", "slices": slices}, sort_keys=False))
+    window = MainWindow(QSettings(str(tmp / "settings-layer-map.ini"), QSettings.IniFormat))
+    window.resize(*size)
+    window.show()
+    window.open_recipe(recipe)
+    wait_until(lambda: window.sources.all_ready() and window.report is not None and not window.busy(), 60, app)
+    window.method.out_dir.setText(str(tmp / "stacked"))
+    wait_until(lambda: window.analysis.charts_ready(), 10, app)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "3c-layer-map.png")
     window.close()
 
 

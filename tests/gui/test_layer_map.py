@@ -90,8 +90,8 @@ def test_a_sliced_recipe_shows_its_layer_map_and_merges_as_ram_merge_run(
     view = window.method.layer_map_view
     assert view.isVisible() and view.table.isVisible()
     assert _cells(window) == [
-        ["0–1", "base, coder · layers 0–1", "t 0.2"],
-        ["2–3", "base, coder · layers 1–2", "t [0.3, 0.9]"],
+        ["0–1", "base, coder: 0–1", "t: 0.2"],
+        ["2–3", "base, coder: 1–2", "t: [0.3, 0.9]"],
     ]
     # the method is the map's, and t, set in every slice, is not the form's to give
     assert window.method.current.name == "slerp" and not window.method.method.isEnabled()
@@ -124,11 +124,11 @@ def test_a_sliced_mergekit_config_imports_with_its_layer_map_and_merges_as_ram_m
     _wait_loaded(qtbot, window)
     assert window.method.layer_map_view.isVisible()
     assert _cells(window) == [
-        ["0–1", "coder · layers 0–1", "—"],
-        ["2–3", "tool · layers 1–2", "dtype float32, scale tool 0.5"],  # mergekit's: the source's, the config's
+        ["0–1", "coder: 0–1", "—"],
+        ["2–3", "tool: 1–2", "dtype: float32; scale: tool 0.5"],  # mergekit's: the source's, the config's
     ]
     assert window.method.current.name == "passthrough" and not window.method.method.isEnabled()
-    assert "stacks layers" in window.method.layer_map_view.caption.text()
+    assert "4 output layers, stacked" in window.method.layer_map_view.caption.text()
     out = tmp_path / "window-out"
     window.method.out_dir.setText(str(out))
     merge(qtbot, window)
@@ -149,15 +149,22 @@ def test_removing_an_agent_the_layer_map_reads_is_said_with_the_fix(qtbot, windo
     window.sources.table.selectRow(2)
     qtbot.mouseClick(window.sources.up_button, Qt.LeftButton)
     assert window.sources.names == ["tool", "coder"]
-    assert [row[1] for row in _cells(window)] == ["coder · layers 0–1", "tool · layers 1–2"]
+    assert [row[1] for row in _cells(window)] == ["coder: 0–1", "tool: 1–2"]
     assert [[x["model"] for x in s["sources"]] for s in window.spec().slices] == [[2], [1]]
+    # rename: the slice's per-agent value follows its agent
+    window.sources.table.item(1, 1).setText("helper")  # tool's name cell (as a double-click edit does)
+    assert window.sources.names == ["helper", "coder"]
+    scale = window.spec().slices[1]["parameters"]["scale"]
+    assert scale["helper"] == 0.5 and "tool" not in scale
+    assert [row[1] for row in _cells(window)] == ["coder: 0–1", "helper: 1–2"]
     # remove coder, which the map reads: said in the form, in the window's words, with the fix
     window.sources.table.selectRow(2)
     qtbot.mouseClick(window.sources.remove_button, Qt.LeftButton)
     problem = window.method.problem
-    assert problem.isVisible() and "layer map reads an agent that is no longer among the agents" in problem.text()
+    assert problem.isVisible() and "The layer map reads coder, no longer among the agents" in problem.text()
     assert "slices[" not in problem.text() and "--" not in problem.text()
-    assert window.method.layer_map_view.property("invalid") is True
+    assert window.method.layer_map_view.table.property("invalid") is True
+    assert [row[1] for row in _cells(window)] == ["coder (removed): 0–1", "helper: 1–2"]
     assert window.method.fix_button.isVisible() and window.method.fix_button.text() == "Clear the layer map"
     window.method.out_dir.setText(str(tmp_path / "out"))
     qtbot.mouseClick(window.merge_button, Qt.LeftButton)  # refused before anything runs, the fix offered

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSizePolicy,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -36,6 +37,7 @@ class BoundSlices:
     slices: tuple[Mapping[str, Any], ...]
     stacking: bool
     method: str
+    names: dict[Any, str]  # each agent's name as last seen (a removed agent is still named)
 
     @classmethod
     def bind(cls, slices: Sequence[Mapping[str, Any]], method: str, agents: Sequence[tuple[Any, str]]) -> BoundSlices:
@@ -53,7 +55,7 @@ class BoundSlices:
             if s.get("parameters") is not None:
                 entry["parameters"] = _rekeyed(method, s["parameters"], by_name)
             bound.append(entry)
-        return cls(tuple(bound), all(len(s["sources"]) == 1 for s in bound), method)
+        return cls(tuple(bound), all(len(s["sources"]) == 1 for s in bound), method, dict(agents))
 
     def models(self) -> list[Any]:
         """The keys of the models the map reads, each once, in the order first read."""
@@ -64,10 +66,14 @@ class BoundSlices:
                     seen.append(x["model"])
         return seen
 
-    def missing(self, agents: Sequence[tuple[Any, str]]) -> list[Any]:
-        """The agents the map reads that are not among ``agents`` any more (their keys)."""
+    def missing(self, agents: Sequence[tuple[Any, str]]) -> list[str]:
+        """The names of the agents the map reads that are not among ``agents`` any more."""
         present = {key for key, _ in agents}
-        return [key for key in self.models() if key != BASE and key not in present]
+        return [self.names.get(key, "?") for key in self.models() if key != BASE and key not in present]
+
+    def follow(self, agents: Sequence[tuple[Any, str]]) -> None:
+        """Remember the agents' names now (renamed agents are named as they are called now)."""
+        self.names.update(dict(agents))
 
     def left_out(self, agents: Sequence[tuple[Any, str]]) -> list[str]:
         """Names of the agents a merge's map does not read (every slice of a merge reads every model once)."""
@@ -129,12 +135,14 @@ class LayerMapView(QWidget):
     what the map decides in place of the form, and "Clear the layer map" (``clear_requested``)."""
 
     clear_requested = Signal()
-    COLUMNS = ("Output layers", "Reads", "Slice parameters")
+    COLUMNS = ("Output layers", "Reads", "Parameters")
+    TIPS = ("The output's decoder layers, from 0", "Model: its layers read, in order", "The slice's own parameters")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("layer_map")
         self.setAccessibleName("Layer map")
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)  # no room left over inside
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.caption = QLabel()
@@ -150,9 +158,11 @@ class LayerMapView(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = self.table.horizontalHeader()
+        for col, tip in enumerate(self.TIPS):
+            header.model().setHeaderData(col, Qt.Orientation.Horizontal, tip, Qt.ItemDataRole.ToolTipRole)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)  # which model: never cut
+        header.setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)  # long parameters elide (whole on hover)
         self.clear_button = QPushButton("Clear the layer map")
         self.clear_button.setObjectName("layer_map_clear")
         self.clear_button.setToolTip("Merge whole models instead: every layer of the base and the agents")
@@ -164,6 +174,7 @@ class LayerMapView(QWidget):
     def show_map(self, bound: BoundSlices, agents: Sequence[tuple[Any, str]], label: str) -> None:
         """Fill the table for ``bound`` read with ``agents`` (key, name); ``label``: the method's name."""
         name_of: dict[Any, str] = {BASE: "base", **{key: name for key, name in agents}}
+        removed = {key: f"{name} (removed)" for key, name in bound.names.items() if key not in name_of}
         self.table.setRowCount(len(bound.slices))
         start = 0
         for row, s in enumerate(bound.slices):
@@ -171,22 +182,22 @@ class LayerMapView(QWidget):
             length = sources[0]["layer_range"][1] - sources[0]["layer_range"][0]
             out = _layers([start, start + length])
             start += length
-            names = [name_of.get(x["model"], "(removed agent)") for x in sources]
+            names = [name_of.get(x["model"]) or removed.get(x["model"], "?") for x in sources]
             ranges = {tuple(x["layer_range"]) for x in sources}
             if len(ranges) == 1:
-                reads = f"{', '.join(names)} · layers {_layers(sources[0]['layer_range'])}"
+                reads = f"{', '.join(names)}: {_layers(sources[0]['layer_range'])}"
             else:
-                reads = " · ".join(f"{n} {_layers(x['layer_range'])}" for n, x in zip(names, sources))
+                reads = "; ".join(f"{n}: {_layers(x['layer_range'])}" for n, x in zip(names, sources))
             params = s.get("parameters") or {}
-            said = ", ".join(f"{k} {_value(v, name_of)}" for k, v in params.items()) or "—"
+            said = "; ".join(f"{k}: {_value(v, name_of)}" for k, v in params.items()) or "—"
             for col, text in enumerate((out, reads, said)):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
                 self.table.setItem(row, col, item)
-        kind = "stacks layers" if bound.stacking else "merges layer by layer"
+        kind = "stacked" if bound.stacking else f"merged slice by slice ({label})"
         self.caption.setText(
-            f"From the file, read-only: {start} output layers; {label} {kind}. "
-            "The method is set by the layer map; a slice's parameters replace the form's for its layers."
+            f"{start} output layers, {kind}; from the file, read-only. The layer map sets the method, "
+            "and a slice's parameters replace the form's for its layers."
         )
         t = self.table
         rows = min(max(len(bound.slices), 1), VISIBLE_ROWS)
@@ -194,4 +205,5 @@ class LayerMapView(QWidget):
             t.horizontalHeader().sizeHint().height()
             + rows * t.verticalHeader().defaultSectionSize()
             + 2 * t.frameWidth()
+            + 4  # the red outline of a problem takes 2 px a side
         )

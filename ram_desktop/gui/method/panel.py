@@ -214,9 +214,10 @@ class MethodPanel(QWidget):
         missing = bound.missing(self._agents)
         left_out = bound.left_out(self._agents)
         if missing:
+            names = " and ".join(missing)
             text = (
-                "The layer map reads an agent that is no longer among the agents (removed in section 1): "
-                "add it back, or clear the layer map to merge whole models"
+                f"The layer map reads {names}, no longer among the agents (removed in section 1): clear the "
+                "layer map to merge whole models, or open the file again"
             )
         elif left_out:
             names = " and ".join(left_out)
@@ -298,6 +299,7 @@ class MethodPanel(QWidget):
             if isinstance(field, PerAgentField):
                 field.widget.set_agents(self._agents)
         if self.layer_map is not None:
+            self.layer_map.follow(self._agents)
             self.layer_map_view.show_map(self.layer_map, self._agents, self.current.label)
         self.check()
 
@@ -329,7 +331,7 @@ class MethodPanel(QWidget):
         found: list[tuple[QWidget, str]] = []
         map_problem = self._layer_map_problem()
         if map_problem is not None:
-            found.append((self.layer_map_view, map_problem))
+            found.append((self.layer_map_view.table, map_problem))
         low, high = self.current.agents
         n = len(self._agents)
         if n and (n < low or (high is not None and n > high)):
@@ -360,7 +362,10 @@ class MethodPanel(QWidget):
                 widget.setStyleSheet("")
         for widget, _ in found:
             widget.setProperty("invalid", True)
-            widget.setStyleSheet(self.INVALID)
+            # a table's outline only, not its header's and cells' too
+            widget.setStyleSheet(
+                f"QTableWidget {{ {self.INVALID} }}" if widget is self.layer_map_view.table else self.INVALID
+            )
         first = found[0][1] if found else None
         self.problem.setText(first or "")
         self.problem.setVisible(first is not None)
