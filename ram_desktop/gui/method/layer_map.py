@@ -154,7 +154,7 @@ class LayerMapView(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        self.table.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # read-only: no Tab stop
+        self.table.setTabKeyNavigation(False)  # one Tab stop; the arrow keys scroll a long map
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideRight)
         header = self.table.horizontalHeader()
