@@ -112,6 +112,14 @@ def test_a_sliced_recipe_shows_its_layer_map_and_merges_as_ram_merge_run(
         [{"model": 0, "layer_range": [0, 2]}, {"model": 1, "layer_range": [0, 2]}],
         [{"model": 0, "layer_range": [1, 3]}, {"model": 1, "layer_range": [1, 3]}],
     ]
+    # an agent added to a merge's map (which reads every model in every slice) is said, with the fix
+    from .conftest import drop_paths
+
+    drop_paths(window.sources, [agents[1]])
+    qtbot.waitUntil(lambda: not window.sources.busy, timeout=10000)
+    problem = window.method.problem.text()
+    assert "layer map merges the same models in every slice, without tool" in problem
+    assert window.method.fix_button.text() == "Clear the layer map"
 
 
 def test_a_sliced_mergekit_config_imports_with_its_layer_map_and_merges_as_ram_merge_run(
