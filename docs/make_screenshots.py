@@ -4,13 +4,15 @@
 
 Drives the real window through the main states with the built-in demo agents: sources loaded, every
 Analysis tab, a merge under way, and the result; the model card, Publish and Add from Hub dialogs; a mergekit
-TIES configuration imported; the filters editor and Settings ▸ Compute on an H100 machine; then Compare (RAM+
-against averaging, Task Arithmetic and TIES), Evaluate on the same demo with its test suites (seven models in
+TIES configuration imported; a recipe with a layer map (layer stacking of the demo agents,
+``3c-layer-map.png``); the filters editor and Settings ▸ Compute on an H100 machine; then Compare (RAM+ against
+averaging, Task Arithmetic and TIES), Evaluate on the same demo with its test suites (seven models in
 Compare's table and chart, eight in Evaluate's) and an eight-trial Search.
 Every shot is taken at the default window size, 1360×860 (``docs/screenshots/*.png``), at a laptop's 1366×768
 (``docs/screenshots/1366x768/``: the window must fit it) and at full HD, 1920×1080
 (``docs/screenshots/1920x1080/``). ``--size 1366x768`` takes one size; ``--eval-only`` just Compare, Evaluate and
-Search; ``--window-only`` all but those; ``--filters-only`` and ``--compute-only`` one dialog at 1360×860.
+Search; ``--window-only`` all but those; ``--filters-only`` and ``--compute-only`` one dialog at 1360×860;
+``--layer-map-only`` just the layer map.
 ``--real DIR`` instead opens the real model's base and three agents (``DIR/base``, ``DIR/{code,tool,memory}`` as
 ``benchmarks/make_real_agents.py`` writes them), analyses and merges them, and takes ``real-heatmap.png`` and
 ``real-result.png`` at 1360×860.
@@ -82,6 +84,9 @@ def main() -> int:
         run = tmp / f"{width}x{height}"
         run.mkdir()
         os.environ["RAM_DESKTOP_OUTPUTS"] = str(run / "RAM Desktop")  # the demo's merges, not in the home folder
+        if "--layer-map-only" in sys.argv:
+            layer_map_shot(app, (width, height), out, run)
+            continue
         if "--eval-only" not in sys.argv:
             window_shots(app, (width, height), out, run)
         if "--window-only" not in sys.argv:
@@ -171,6 +176,38 @@ def window_shots(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
         wait_until(lambda: False, 0.3, app)
         save(dialog, out / f"{name}.png")
         dialog.close()
+    window.close()
+    layer_map_shot(app, size, out, tmp)
+
+
+def layer_map_shot(app, size: tuple[int, int], out: Path, tmp: Path) -> None:
+    """3c-layer-map.png: a recipe that stacks the demo agents' layers (passthrough, one slice scaled) opened with
+    File ▸ Open recipe: the layer map read-only in the method form, the method set by it."""
+    import yaml
+
+    from ram_desktop.core.demo import ensure_demo
+    from ram_desktop.gui.application import wait_until
+    from ram_desktop.gui.main_window import MainWindow
+
+    base, (coder, tool, memory) = ensure_demo()
+    recipe = tmp / "stacked.yaml"
+    slices = [
+        {"sources": [{"model": 1, "layer_range": [0, 3]}]},
+        {"sources": [{"model": 2, "layer_range": [1, 3]}]},
+        {"sources": [{"model": 3, "layer_range": [0, 3]}], "parameters": {"scale": {"memory": 0.5}}},
+    ]
+    agents = [{"name": p.name, "source": str(p)} for p in (coder, tool, memory)]
+    data = {"format": "ram-recipe/2", "method": "passthrough", "base": str(base), "agents": agents}
+    recipe.write_text(yaml.safe_dump({**data, "out_dtype": "float32", "slices": slices}, sort_keys=False))
+    window = MainWindow(QSettings(str(tmp / "settings-layer-map.ini"), QSettings.IniFormat))
+    window.resize(*size)
+    window.show()
+    window.open_recipe(recipe)
+    wait_until(lambda: window.sources.all_ready() and window.report is not None and not window.busy(), 60, app)
+    window.method.out_dir.setText(str(tmp / "stacked"))
+    wait_until(lambda: window.analysis.charts_ready(), 10, app)
+    wait_until(lambda: False, 0.3, app)
+    save(window, out / "3c-layer-map.png")
     window.close()
 
 

@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "SURVIVAL_DTYPES": "engine.probe",
     "OUT_DTYPES": "engine.plan",
     "VOCAB_MODES": "engine.plan",
+    "check_fits": "engine.plan",
     "DEFAULT_CHUNK_ELEMENTS": "engine.chunks",
     # errors and events
     "RamError": "errors",
@@ -104,6 +105,7 @@ __all__ = [  # the names of _EXPORTS
     "Variant",
     "advise",
     "check_eps",
+    "check_fits",
     "check_repo_id",
     "demo_suites",
     "ensure_demo",
@@ -144,7 +146,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish
     from .ecosystem.mergekit import load_mergekit, load_recipe_or_mergekit, to_mergekit
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
-    from .engine.plan import OUT_DTYPES, VOCAB_MODES
+    from .engine.plan import OUT_DTYPES, VOCAB_MODES, check_fits
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport
     from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes

@@ -35,7 +35,7 @@ from ..core import (
     publish,
     to_mergekit,
 )
-from .method.spec_form import refuse_slices, write_from_recipe
+from .method.spec_form import write_from_recipe
 from .worker import Job
 
 MainWindow = Any  # the main window (not imported: main_window imports this module)
@@ -57,7 +57,6 @@ def import_mergekit(window: MainWindow, path: Path) -> bool:
     try:
         imported = load_mergekit(Path(path))
         spec = imported.spec
-        refuse_slices(spec, path)
         spec.resolved_params()  # validated whole before any widget changes
     except InputError as e:
         window.show_error(str(e))  # and into the log, once

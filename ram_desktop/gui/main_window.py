@@ -231,8 +231,7 @@ class MainWindow(QMainWindow):
     def _update_actions(self) -> None:
         busy = self.busy()
         ready = self.sources.all_ready()
-        self.analyse_button.setEnabled(not busy and ready)
-        self.merge_button.setEnabled(not busy and ready)
+        self.run_box.offer(busy, ready, self.sources.merge_blocker() if ready else None)  # Analyze, Merge
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
@@ -455,7 +454,7 @@ class MainWindow(QMainWindow):
         self.jobs.start(JobState.DEMO, lambda reporter: ensure_demo(), loaded)
 
     def set_sources(self, base: str, agents: list[str], names: list[str] | None, analyse: bool = True) -> None:
-        self.method.set_agent_defaults("suite", None)  # another set of agents: the demo's suites no longer apply
+        self.method.forget_agents()  # another set of agents: the demo's suites and a file's layer map go
         self.setWindowTitle(TITLE)
         self.sources.clear()
         self.analysis.show_report(None)

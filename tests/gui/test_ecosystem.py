@@ -193,33 +193,3 @@ def test_a_publish_that_fails_or_crashes_is_reported_in_the_gui_thread(qtbot, tm
     qtbot.waitUntil(lambda: dialog._job is None, timeout=20000)
     assert heard == [(message, True)]
     assert message in dialog.status.text() and not dialog.bar.isVisible()
-
-
-def test_sliced_configs_are_refused_by_the_window_not_flattened(qtbot, window, demo_models, tmp_path):
-    """A mergekit YAML or recipe with slices would lose its layer map in the form (and merge something else):
-    the window refuses it, pointing to ram-merge run, and changes nothing; passthrough (stacking) is not offered."""
-    base, agents = demo_models
-    sliced = tmp_path / "sliced.yaml"
-    sliced.write_text(
-        yaml.safe_dump(
-            {
-                "merge_method": "slerp",
-                "base_model": str(base),
-                "dtype": "float32",
-                "slices": [
-                    {
-                        "sources": [
-                            {"model": str(base), "layer_range": [0, 3]},
-                            {"model": str(agents[0]), "layer_range": [0, 3]},
-                        ]
-                    }
-                ],
-                "parameters": {"t": 0.3},
-            }
-        )
-    )
-    assert not ecosystem.import_mergekit(window, sliced)
-    assert "slices" in window.message.text.text() and "ram-merge run" in window.message.text.text()
-    assert window.sources.base is None and window.method.current.name == "ram-plus"
-    names = [window.method.method.itemData(i) for i in range(window.method.method.count())]
-    assert "passthrough" not in names and "slerp" in names

@@ -72,8 +72,8 @@ def inputs(tmp_path_factory):
     return make_models(tmp_path_factory.mktemp("roundtrip"), shards=2)
 
 
-# a stacking method (passthrough) needs a layer map (slices), which the window cannot write yet: it runs from
-# recipes and mergekit configurations (tests/test_slices.py)
+# a stacking method (passthrough) needs a layer map (slices), which only a recipe or mergekit file gives: the
+# window shows and merges it (tests/gui/test_layer_map.py), the CLI runs it (tests/test_slices.py)
 @pytest.mark.parametrize("method", [name for name, m in METHODS.items() if not m.streaming.stacks])
 def test_window_recipe_cli_give_the_same_bytes(qtbot, window, inputs, tmp_path, method):
     base, agents = inputs

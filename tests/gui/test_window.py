@@ -83,7 +83,7 @@ def test_method_form_is_generated_from_the_registry(window):
     combo = window.method.method
     offered = {
         name: m for name, m in METHODS.items() if not m.streaming.stacks
-    }  # stacking needs slices (ram-merge run)
+    }  # stacking needs a layer map: offered only while a file's map is shown (test_layer_map.py)
     assert [combo.itemData(i) for i in range(combo.count())] == list(offered)
     assert len(offered) == len(METHODS) - 1
     for i, (_name, method) in enumerate(offered.items()):

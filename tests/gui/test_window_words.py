@@ -106,5 +106,6 @@ def test_a_shape_mismatch_marks_the_agent_rejected(qtbot, window, demo_models, t
         qtbot.mouseClick(window.analyse_button, Qt.LeftButton)
     table = window.sources.table
     assert table.item(2, 6).text() == "✗ rejected" and table.item(1, 6).text() == "✓ ready"
-    qtbot.mouseClick(window.merge_button, Qt.LeftButton)
-    assert not window.busy() and "agent 2 (other) blocks the merge" in window.message.text.text()
+    assert not window.merge_button.isEnabled()  # not offered; the button says which row blocks it
+    assert "agent 2 (other)" in window.merge_button.toolTip()
+    assert "agent 2 (other) does not fit the base" in window.sources.not_ready("Merge")

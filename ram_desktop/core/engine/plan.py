@@ -359,12 +359,9 @@ def make_plan(
                 else:
                     vocab_problems.append(f"{text} ({extra})")
             elif info.shape != b.shape:
-                raise InputError(
-                    f"tensor {name!r} has shape {list(info.shape)} in {ckpt.display} but {list(b.shape)} in "
-                    f"the base {base.display}; these models do not share an architecture"
-                )
+                raise _shape_error(name, b, info, base, ckpt)
             if info.is_float != b.is_float:
-                raise InputError(f"tensor {name!r} is {info.dtype} in {ckpt.display} but {b.dtype} in the base")
+                raise _kind_error(name, b, info, ckpt)
             if info.dtype != b.dtype:
                 mixed.add(ckpt.display)
         compute = "float64" if "F64" in (b.dtype, *(i.dtype for i in infos)) else "float32"
@@ -397,6 +394,33 @@ def make_plan(
     for w in warnings:
         log.warning(w)
     return MergePlan(base, agents, names, jobs, out_dtype, warnings, layout, layer_sources)
+
+
+def check_fits(base: Checkpoint, agent: Checkpoint) -> None:
+    """Whether ``agent`` lines up with ``base`` tensor by tensor as a whole-model merge needs (names, shapes,
+    float or not), from the headers alone: what ``make_plan`` refuses, said before any weights are read.
+    A vocabulary-size difference is left to the merge's vocabulary choice. ``InputError`` otherwise."""
+    agent = lora.bind_all(base, [agent])[0]
+    aligned = _aligned_tensors(base, agent, [])
+    _refuse_scaled_floats([base, agent], [base.tensors, aligned])
+    _check_tensor_sets(base, [agent], [aligned])
+    for name in sorted(base.tensors):
+        b, info = base.tensors[name], aligned[name]
+        if info.shape != b.shape and not _vocab_rows_differ(name, b, info, base, agent):
+            raise _shape_error(name, b, info, base, agent)
+        if info.is_float != b.is_float:
+            raise _kind_error(name, b, info, agent)
+
+
+def _shape_error(name: str, b: TensorInfo, info: TensorInfo, base: Checkpoint, agent: Checkpoint) -> InputError:
+    return InputError(
+        f"tensor {name!r} has shape {list(info.shape)} in {agent.display} but {list(b.shape)} in "
+        f"the base {base.display}; these models do not share an architecture"
+    )
+
+
+def _kind_error(name: str, b: TensorInfo, info: TensorInfo, agent: Checkpoint) -> InputError:
+    return InputError(f"tensor {name!r} is {info.dtype} in {agent.display} but {b.dtype} in the base")
 
 
 LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")

@@ -3,7 +3,7 @@ registry appears here with its parameters, defaults, ranges and help without GUI
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, MergeMethod, defaults, list_devices
+from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, InputError, MergeMethod, defaults, list_devices
 from ...core.storage.output import free_folder
 from .fields import ParamField, PerAgentField
+from .layer_map import BoundSlices, LayerMapView
 
 DTYPE_LABELS = {
     "base": "same as the base",
@@ -32,7 +33,11 @@ DTYPE_LABELS = {
 }
 # a parameter whose name alone would be mistaken for another field of the form
 PARAM_LABELS = {"dtype": "Compute dtype"}  # the method's arithmetic, not the saved weights (Output dtype)
-PARAMS_ROW = 3  # the form's rows: method, summary, the problem line, then the method's parameters
+# the form's rows: method, summary, the problem line, the layer map (shown with one), then the method's parameters
+LAYER_MAP_ROW = 3
+PARAMS_ROW = 4
+METHOD_TIP = "Merge method; hover an entry for what it does"
+LAYER_MAP_TIP = "Set by the layer map (its slices were written for this method); Clear the layer map to choose another"
 VOCAB_LABELS = {
     "exact": "exact (refuse different vocabulary sizes)",
     "common": "common rows (merge the shared rows, keep the base's for the rest)",
@@ -59,13 +64,9 @@ class MethodPanel(QWidget):
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.method = QComboBox()
         for name, m in METHODS.items():
-            if (
-                m.streaming.stacks
-            ):  # layer stacking needs slices, which only a recipe or mergekit YAML gives (ram-merge run)
-                continue
-            self.method.addItem(m.label, name)
-            self.method.setItemData(self.method.count() - 1, m.summary, 3)  # Qt.ToolTipRole
-        self.method.setToolTip("Merge method; hover an entry for what it does")
+            if not m.streaming.stacks:  # layer stacking needs a layer map: offered while a recipe gives one
+                self._add_method(name)
+        self.method.setToolTip(METHOD_TIP)
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setStyleSheet("color: #555;")
@@ -81,6 +82,7 @@ class MethodPanel(QWidget):
         self.fix_button.hide()
         self.fix_button.clicked.connect(self._fix)
         self._keep: list[str] = []
+        self._fixes: dict[str, tuple[str, Callable[[], None]]] = {}  # problem -> (button text, what it does)
         self.problem_box = QWidget()
         problem_rows = QVBoxLayout(self.problem_box)
         problem_rows.setContentsMargins(0, 0, 0, 0)
@@ -88,6 +90,11 @@ class MethodPanel(QWidget):
         problem_rows.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.problem_box.hide()
         self.form.addRow("", self.problem_box)
+        self.layer_map: BoundSlices | None = None  # a recipe's slices, bound to the agents' rows
+        self.layer_map_view = LayerMapView()
+        self.layer_map_view.clear_requested.connect(self.clear_layer_map)
+        self.form.addRow("Layer map", self.layer_map_view)
+        self.form.setRowVisible(LAYER_MAP_ROW, False)
         self.fields: dict[str, ParamField | PerAgentField] = {}
         self._param_rows: list[QWidget] = []
         self._agents: list[tuple[Any, str]] = []  # (key, name) per agent: the sources panel's rows
@@ -162,6 +169,89 @@ class MethodPanel(QWidget):
     def current(self) -> MergeMethod:
         return METHODS[self.method.currentData()]
 
+    def _add_method(self, name: str) -> None:
+        m = METHODS[name]
+        self.method.addItem(m.label, name)
+        self.method.setItemData(self.method.count() - 1, m.summary, Qt.ItemDataRole.ToolTipRole)
+
+    # --- the layer map (a recipe's slices) ----------------------------------------------------
+    def set_layer_map(self, slices: Sequence[Mapping[str, Any]] | None, method: str) -> None:
+        """Show a spec's layer map (None: whole models), bound to the agents shown now (the spec's, in its
+        order); a stacking map's method (passthrough) is offered while the map is shown."""
+        self.layer_map = BoundSlices.bind(slices, method, self._agents) if slices else None
+        stacking = self.layer_map is not None and self.layer_map.stacking
+        for name, m in METHODS.items():
+            index = self.method.findData(name)
+            if m.streaming.stacks and stacking and index < 0:
+                self._add_method(name)
+            elif m.streaming.stacks and not stacking and index >= 0:
+                if self.method.currentIndex() == index:
+                    self.method.setCurrentIndex(self.method.findData(defaults.METHOD))
+                self.method.removeItem(index)
+        self._follow_layer_map()
+        self.check()
+
+    def clear_layer_map(self) -> None:
+        """Merge whole models again (the form's method and values as they are; passthrough gives way to the
+        default method, since it only stacks layers)."""
+        self.set_layer_map(None, self.current.name)
+        self.changed.emit()
+
+    def slices(self) -> list[dict[str, Any]] | None:
+        """The layer map for the agents shown now (models by position, per-agent values by name); None without
+        one. Raises ``InputError`` with the form's problem when the agents no longer fit the map."""
+        if self.layer_map is None:
+            return None
+        problem = self._layer_map_problem()
+        if problem is not None:
+            raise InputError(problem)
+        return self.layer_map.spec_slices(self._agents)
+
+    def _layer_map_problem(self) -> str | None:
+        bound = self.layer_map
+        if bound is None:
+            return None
+        missing = bound.missing(self._agents)
+        left_out = bound.left_out(self._agents)
+        if missing:
+            names = " and ".join(missing)
+            text = (
+                f"The layer map reads {names}, no longer among the agents (removed in section 1): clear the "
+                "layer map to merge whole models, or open the file again"
+            )
+        elif left_out:
+            names = " and ".join(left_out)
+            text = (
+                f"The layer map merges the same models in every slice, without {names}: remove {names} in "
+                "section 1, or clear the layer map to merge whole models"
+            )
+        else:
+            return None
+        self._fixes[text] = ("Clear the layer map", self.clear_layer_map)
+        return text
+
+    def _follow_layer_map(self) -> None:
+        """The view shows the map; the method and every parameter set in each slice are disabled, saying why."""
+        bound = self.layer_map
+        self.form.setRowVisible(LAYER_MAP_ROW, bound is not None)
+        self.method.setEnabled(bound is None)
+        self.method.setToolTip(METHOD_TIP if bound is None else LAYER_MAP_TIP)
+        if bound is not None:
+            self.layer_map_view.show_map(bound, self._agents, self.current.label)
+        for name, field in self.fields.items():
+            everywhere = bound is not None and bound.set_in(name) == len(bound.slices)
+            widget, label = field.widget, self.findChild(QLabel, f"label_{name}")
+            if widget.property("form_tip") is None:
+                widget.setProperty("form_tip", widget.toolTip())
+            widget.setEnabled(not everywhere)
+            widget.setToolTip(
+                f"Not used: every slice of the layer map sets its own {name}"
+                if everywhere
+                else widget.property("form_tip")
+            )
+            if label is not None:
+                label.setText(PARAM_LABELS.get(name, name) + (" (per slice)" if everywhere else ""))
+
     def default_out(self, parent: Path, replace: bool) -> None:
         """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
         ``replace``); until edited it follows the method, so one method never targets another's output."""
@@ -196,6 +286,7 @@ class MethodPanel(QWidget):
             self.form.insertRow(PARAMS_ROW + i, label, field.widget)
             self.fields[p.name] = field
             self._param_rows.append(field.widget)
+        self._follow_layer_map()
         self.changed.emit()
 
     def set_agents(self, agents: list[tuple[Any, str]]) -> None:
@@ -207,11 +298,19 @@ class MethodPanel(QWidget):
         for field in self.fields.values():
             if isinstance(field, PerAgentField):
                 field.widget.set_agents(self._agents)
+        if self.layer_map is not None:
+            self.layer_map.follow(self._agents)
+            self.layer_map_view.show_map(self.layer_map, self._agents, self.current.label)
         self.check()
 
     def set_agent_names(self, names: list[str]) -> None:
         """``set_agents`` with each agent keyed by its name (agents given by name only, as a recipe gives them)."""
         self.set_agents([(name, name) for name in names])
+
+    def forget_agents(self) -> None:
+        """Another set of agents follows: the demo's per-agent defaults and an earlier file's layer map go."""
+        self.set_agent_defaults("suite", None)
+        self.set_layer_map(None, self.current.name)
 
     def set_agent_defaults(self, name: str, values: dict[str, str] | None) -> None:
         """Default values of a per-agent parameter by agent name (e.g. the demo agents' suites as Fisher
@@ -226,8 +325,13 @@ class MethodPanel(QWidget):
 
     def problems(self) -> list[tuple[QWidget, str]]:
         """What the merge would refuse in this form, each with the widget to correct, in the window's words:
-        the number of agents the method merges, then each bad value (naming the agent for a per-agent one)."""
+        agents the layer map no longer fits, the number of agents the method merges, then each bad value (naming
+        the agent for a per-agent one)."""
+        self._fixes = {}
         found: list[tuple[QWidget, str]] = []
+        map_problem = self._layer_map_problem()
+        if map_problem is not None:
+            found.append((self.layer_map_view.table, map_problem))
         low, high = self.current.agents
         n = len(self._agents)
         if n and (n < low or (high is not None and n > high)):
@@ -242,7 +346,9 @@ class MethodPanel(QWidget):
             self._keep = [name for _, name in self._agents[:high]]
             kept = " and ".join(self._keep)
             with_base = " with the base" if high == 1 else ""
-            return f"{label} merges {_agents(high, 'exactly')}{with_base}, not {n}: keep {kept} only?"
+            text = f"{label} merges {_agents(high, 'exactly')}{with_base}, not {n}: keep {kept} only?"
+            self._fixes[text] = (f"Keep {kept} only", self._keep_only)
+            return text
         self._keep = []
         return f"{label} merges {_agents(low, 'at least')}, not {n}: add agents in section 1, or choose another method"
 
@@ -256,14 +362,17 @@ class MethodPanel(QWidget):
                 widget.setStyleSheet("")
         for widget, _ in found:
             widget.setProperty("invalid", True)
-            widget.setStyleSheet(self.INVALID)
+            # a table's outline only, not its header's and cells' too
+            widget.setStyleSheet(
+                f"QTableWidget {{ {self.INVALID} }}" if widget is self.layer_map_view.table else self.INVALID
+            )
         first = found[0][1] if found else None
         self.problem.setText(first or "")
         self.problem.setVisible(first is not None)
         self.problem_box.setVisible(first is not None)
-        fixable = bool(found) and found[0][0] is self.method and bool(self._keep)
-        self.fix_button.setText(f"Keep {' and '.join(self._keep)} only" if fixable else "")
-        self.fix_button.setVisible(fixable)
+        fix = self._fixes.get(first) if first is not None else None
+        self.fix_button.setText(fix[0] if fix else "")
+        self.fix_button.setVisible(fix is not None)
         return first
 
     def refused(self, show: Callable[[str], None], offer: Callable[[str, Callable[[], None]], None]) -> bool:
@@ -274,12 +383,18 @@ class MethodPanel(QWidget):
             return False
         widget, text = found[0]
         show(text)
-        if self.fix_button.isVisible():
-            offer(self.fix_button.text(), self.fix_button.click)
+        fix = self._fixes.get(text)
+        if fix is not None:
+            offer(*fix)
         widget.setFocus()
         return True
 
     def _fix(self) -> None:
+        fix = self._fixes.get(self.problem.text())
+        if fix is not None:
+            fix[1]()
+
+    def _keep_only(self) -> None:
         if self._keep:
             self.keep_agents.emit(list(self._keep))
 

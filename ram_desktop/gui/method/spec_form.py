@@ -34,7 +34,8 @@ KERNEL_MIN_ELEMENTS = 50_000_000
 
 
 def read_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
-    """The spec the panels show. Raises ``InputError`` when ε is not a number."""
+    """The spec the panels show, its layer map included. Raises ``InputError`` when ε is not a number or the
+    agents no longer fit the layer map."""
     try:
         eps = method.eps_value()
     except ValueError:
@@ -50,7 +51,12 @@ def read_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
         shard_size=method.shard_size.text().strip() or defaults.SHARD_SIZE,
         output=method.out_dir.text().strip() or None,
         vocab=method.vocab.currentData(),
+        slices=_tuple_or_none(method.slices()),
     )
+
+
+def _tuple_or_none(slices: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...] | None:
+    return tuple(slices) if slices is not None else None
 
 
 def engine_params(sources: SourcesPanel, method: MethodPanel) -> dict[str, Any]:
@@ -78,8 +84,10 @@ def _bad_eps(method: MethodPanel) -> InputError:
 
 
 def show_spec(method: MethodPanel, spec: MergeSpec) -> None:
-    """Show a validated spec's method and output settings in the method panel (cannot fail halfway); its
-    agents are in the sources panel already, so each per-agent value lands on its agent's row."""
+    """Show a validated spec's method, layer map and output settings in the method panel (cannot fail halfway);
+    its agents are in the sources panel already, so each per-agent value lands on its agent's row and the layer
+    map binds to the agents' rows."""
+    method.set_layer_map(spec.slices, spec.method)
     method.set_method(spec.method, dict(spec.params))
     method.eps.setText(repr(float(spec.eps)))
     method.set_out_dtype(spec.out_dtype)
@@ -93,7 +101,6 @@ def load_spec(path: Path) -> MergeSpec:
     """The spec of a recipe file, every value checked first, so a bad recipe changes nothing.
     Raises ``InputError`` naming the file."""
     spec = MergeSpec.load(Path(path))
-    refuse_slices(spec, path)
     spec.resolved_params()  # unknown method or parameter, out-of-range value
     if spec.out_dtype not in OUT_DTYPES:
         raise InputError(f"{path}: unknown out_dtype {spec.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
@@ -101,16 +108,6 @@ def load_spec(path: Path) -> MergeSpec:
         raise InputError(f"{path}: unknown vocab {spec.vocab!r}; choose exact or common")
     check_eps(spec.eps, f"{path}: eps")
     return spec
-
-
-def refuse_slices(spec: MergeSpec, path: Path) -> None:
-    """The window shows whole-model merges only: a layer map (``slices``) would be lost from the form, and the
-    merge would silently become a different one. ``InputError`` pointing to ``ram-merge run``."""
-    if spec.slices:
-        raise InputError(
-            f"{path}: slices (layer ranges or layer stacking) cannot be shown in the window yet; "
-            f"run it with: ram-merge run {path} --out DIR"
-        )
 
 
 def write_from_recipe(window: Any, path: Path, write: Callable[[MergeSpec, Path], None], doing: str, what: str) -> bool:

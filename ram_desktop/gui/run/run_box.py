@@ -37,6 +37,9 @@ START_TEXT = {
 }
 
 
+MERGE_TIP = "Merge the agents into one model in the output folder"  # when nothing blocks it
+
+
 class RunBox(QWidget):
     """The buttons that start and stop the window's jobs, their progress and the log. It follows the job
     controller (progress, how a job ended) and Cancel stops its job; the window connects Analyze and
@@ -55,7 +58,7 @@ class RunBox(QWidget):
         self.analyse_button = QPushButton("Analyze")
         self.analyse_button.setToolTip("Probe pass: measure density and overlap of the agents' task vectors")
         self.merge_button = QPushButton("Merge")
-        self.merge_button.setToolTip("Merge the agents into one model in the output folder")
+        self.merge_button.setToolTip(MERGE_TIP)
         self.merge_button.setStyleSheet("QPushButton:enabled { font-weight: bold; }")
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop; a cancelled merge leaves nothing behind")
@@ -85,6 +88,13 @@ class RunBox(QWidget):
         jobs.failed.connect(self._failed)
         jobs.crashed.connect(self._crashed)
         jobs.cancelled.connect(self._cancelled)
+
+    def offer(self, busy: bool, ready: bool, merge_blocker: str | None) -> None:
+        """Analyze and Merge enabled when no job runs and the sources are ready; Merge not while a row blocks it
+        (``merge_blocker``: why, shown as Merge's tooltip)."""
+        self.analyse_button.setEnabled(not busy and ready)
+        self.merge_button.setEnabled(not busy and ready and merge_blocker is None)
+        self.merge_button.setToolTip(merge_blocker or MERGE_TIP)
 
     def show_state(self, value: int, bar: str, text: str) -> None:
         """Set the bar (``value`` of 1000, its text) and the progress line."""

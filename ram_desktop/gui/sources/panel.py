@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -27,40 +26,13 @@ from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint, wei
 from ..analysis.charts import model_color
 from ..worker import Job
 from .hub_dialog import HubDialog
+from .rows import Row, check_agents, default_name, merge_blocker, status_text, unchecked_reason
 
 log = logging.getLogger("ram_desktop")
 
 COLUMNS = ["Role", "Name", "Source", "Size", "Tensors", "Dtype", "Status"]
 ROLE, NAME, SOURCE, SIZE, TENSORS, DTYPE, STATUS = range(len(COLUMNS))
 OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor("#666666")
-
-
-def default_name(spec: str) -> str:
-    text = spec.rstrip("/\\")
-    text = text.removeprefix("hf://")
-    text = text.split("@")[0]
-    name = Path(text).name
-    return name.removesuffix(".safetensors") or "agent"
-
-
-_ROW_KEYS = itertools.count(1)
-
-
-@dataclass
-class Row:
-    spec: str
-    name: str
-    slot: int = 0  # the agent's colour (``model_color``), kept through reorder, rename and others' removal
-    key: int = field(default_factory=lambda: next(_ROW_KEYS))  # identity: per-agent values follow it
-    checkpoint: Checkpoint | None = None
-    error: str | None = None
-    rejected: str | None = None  # why the last analysis or merge refused this opened source
-    generation: int = 0
-    status: str = "opening…"
-
-    @property
-    def ready(self) -> bool:
-        return self.checkpoint is not None
 
 
 class SourcesPanel(QWidget):
@@ -170,6 +142,7 @@ class SourcesPanel(QWidget):
         for row in self.agents:
             row.rejected = None
         self.base = self._open(Row(str(spec), "base"))
+        self._check_agents()  # none is ready for a base not yet read: each shows "checking…"
         self._refresh()
         self.changed.emit()
 
@@ -209,6 +182,7 @@ class SourcesPanel(QWidget):
             job.cancel()
         if row == 0:
             self.base = None
+            self._check_agents()
         else:
             del self.agents[row - 1]
         for other in [self.base, *self.agents]:
@@ -262,24 +236,32 @@ class SourcesPanel(QWidget):
 
     def not_ready(self, action: str) -> str | None:
         """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
-        the analysis refused blocks a merge until it is removed (Analyze may try it again)."""
+        that does not fit the base, or that the analysis refused, blocks a merge until it is removed (Analyze
+        may try it again)."""
         if not self.all_ready():
             return f"add a base and at least one agent that open without errors, then {action}"
-        rows = [("the base", self.base), *((f"agent {i + 1} ({r.name})", r) for i, r in enumerate(self.agents))]
-        refused = next(((label, r) for label, r in rows if r is not None and r.rejected), None)
-        if action == "Merge" and refused is not None:
-            return (
-                f"{refused[0]} blocks the merge: the analysis refused it ({refused[1].rejected}). "
-                f"Remove it (select its row, then Remove) to merge the others"
-            )
-        return None
+        return self.merge_blocker() if action == "Merge" else None
+
+    def merge_blocker(self) -> str | None:
+        """Why a merge cannot run with these opened rows, naming the row and the fix; None when nothing blocks it."""
+        return merge_blocker(self.base, self.agents)
 
     def errors(self) -> list[str]:
         return [r.error for r in ([self.base] if self.base else []) + self.agents if r.error]
 
     def error_gone(self, text: str) -> bool:
-        """``text`` (a message shown) tells of a source that could not be opened and no row holds any more."""
-        return any(text.endswith(e) for e in self._reported - set(self.errors()))
+        """``text`` (a message shown) tells of a source that could not be opened, or of an agent that did not
+        fit the base, and no row holds that any more."""
+        held = set(self.errors()) | {r.mismatch for r in self.agents if r.mismatch}
+        return any(text.endswith(e) for e in self._reported - held)
+
+    def _check_agents(self) -> None:
+        """Check the opened agents against the base; the first newly found not to fit is said through ``error``."""
+        found = check_agents(self.base, self.agents)
+        if found is not None:
+            i, row = found
+            self._reported.add(str(row.mismatch))
+            self.error.emit(f"agent {i + 1} ({row.name}) does not fit the base: {row.mismatch}")
 
     # --- background opening -------------------------------------------------------------------
     def _open(self, row: Row) -> Row:
@@ -309,6 +291,7 @@ class SourcesPanel(QWidget):
         if row is None:
             return
         row.checkpoint, row.error = ckpt, None
+        self._check_agents()
         self._refresh()
         self.changed.emit()
 
@@ -319,6 +302,8 @@ class SourcesPanel(QWidget):
         row.checkpoint, row.error = None, message
         self._reported.add(message)
         log.error(message)
+        if row is self.base:
+            self._check_agents()
         self._refresh()
         self.changed.emit()
         self.error.emit(message)
@@ -351,7 +336,7 @@ class SourcesPanel(QWidget):
                     values[SIZE] = human_bytes(ck.size_bytes)
                     values[TENSORS] = f"{len(ck.tensors):,}"
                     values[DTYPE] = ck.dtype
-                    values[STATUS] = "✗ rejected" if row.rejected else "✓ ready"
+                    values[STATUS] = status_text(role, row, self.base)
                 elif row.error:
                     values[STATUS] = "✗ error"
                 else:
@@ -370,11 +355,14 @@ class SourcesPanel(QWidget):
                 if col == SOURCE and row is not None:
                     item.setToolTip(row.checkpoint.display if row.checkpoint else row.spec)
                 if col == STATUS and row is not None:
-                    if row.error or row.rejected:
+                    if row.error or row.rejected or row.mismatch:
                         item.setForeground(QBrush(ERROR_COLOR))
-                        item.setToolTip(row.error or row.rejected or "")  # one of them is set here
-                    elif row.checkpoint:
+                        item.setToolTip(row.error or row.rejected or row.mismatch or "")  # one of them is set here
+                    elif row.checkpoint and (role == "base" or row.checked):
                         item.setForeground(QBrush(OK_COLOR))
+                    elif row.checkpoint:
+                        item.setForeground(QBrush(BUSY_COLOR))
+                        item.setToolTip(unchecked_reason(self.base))
                     else:
                         item.setForeground(QBrush(BUSY_COLOR))
                 if row is None:
