@@ -280,10 +280,12 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         fixed.append(("ram-plus-soft", {"r": 0.1}))
     # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
     # wudi_params; Table 10 searches none)
+    searched = {*GRID_METHODS, *(["ram-plus"] if track.ram_plus_grid is not None else [])}
+    searched |= {"ram-plus-soft"} if track.ram_plus_soft_grid is not None else set()
     fixed += [
         (m, dict(track.wudi_params) if m == "wudi" else {})
         for m in track.methods
-        if m not in GRID_METHODS and m not in dict(fixed)
+        if m not in searched and m not in dict(fixed)
     ]
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],

@@ -342,3 +342,63 @@ def test_a_local_gguf_or_wheel_with_another_hash_is_refused(tmp_path, content):
     assert "refusing it" in str(raised.value) and "\n" not in str(raised.value)
     with pytest.raises(real_base.BuildError, match="no such file"):
         real_base.local_gguf(tmp_path / "missing.whl", tmp_path / "out")
+
+
+NEW_KEYS = ("tasks", "grids", "fixed", "merges", "regime", "samples", "table1_bfloat16", "advice")
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_writes_every_new_key(tmp_path):
+    """The whole pipeline on a tiny random model (``--smoke --tiny-base``): agents of two training settings, the
+    float32 merges and their bf16 rows, floors, IFEval through lm-eval's checkers, the regime loop, the report —
+    and every key issue 38 adds to ``results-seed{N}.json``."""
+    pytest.importorskip("trl")
+    pytest.importorskip("langdetect")
+    work, results = tmp_path / "work", tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "reproduction.real.run", "--work", str(work), "--results", str(results)]
+        + ["--seeds", "0", "--device", "cpu", "--smoke", "--tiny-base", "--jobs", "2"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "RAM_DESKTOP_NLTK_DATA": str(tmp_path / "nltk")},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    r = json.loads((results / "results-seed0.json").read_text())
+    for key in (*NEW_KEYS, "table1", "table2", "figure3", "chosen", "agents", "ifeval", "heatmap", "probe"):
+        assert key in r, key
+    assert r["merges"]["out_dtype"] == "float32"
+    compared = json.loads((work / "seed0" / "merges" / "search" / "compare.json").read_text())
+    assert compared["variants"] and (work / "seed0" / "merges" / "bfloat16" / "compare.json").exists()
+    assert set(r["table1_bfloat16"]) == set(r["chosen"])
+    assert max(p["scale"] for p in r["grids"]["task-arithmetic"]) == 2.0
+    assert {p["r"] for p in r["grids"]["ram-plus"]} == {0.1, 0.3} and {p["alpha"] for p in r["grids"]["ram-plus"]} == {
+        2.0,
+        8.0,
+    }
+    assert "ram" in r["fixed"] and "ram-plus" not in r["fixed"]  # RAM+ is searched now, RAM is not
+    for task in tasks.TASKS:
+        floor = r["tasks"][task]["floor"]
+        assert set(floor) == {"answer", "score"} and 0.0 <= floor["score"] <= 1.0
+        a = r["agents"][task]
+        for k in ("score", "over_floor", "over_floor_se", "unique_share", "density", "gain", "gain_se"):
+            assert k in a, (task, k)
+        assert a["over_floor"] == pytest.approx(a["score"] - floor["score"], abs=1e-9)
+        assert len(r["samples"][task][task]) == 6  # the smoke test split
+    assert r["tasks"]["tool"]["constants"] == {"weather()": 0.0}
+    assert "tool_partial" in r["table1"]["base"]
+    assert r["ifeval"]["implementation"].startswith("lm-eval 0.4.13")
+    constant = r["ifeval"]["constant 'YES'"]
+    assert {"prompt_strict", "instruction_strict", "prompt_loose", "instruction_loose"} <= set(constant)
+    assert [e["setting"] for e in r["regime"]] == ["lr1e-5", "lr5e-5"]
+    for e in r["regime"]:
+        for k in ("sign_agreement", "ta_lambda", "ram_minus_ta", "ram_minus_ta_se", "pairs", "mean_unique_share"):
+            assert k in e, k
+        assert len(e["pairs"]) == 10 and set(e["agents"]) == set(tasks.TASKS)
+    assert r["regime"][1]["steps"] == {"code": 1, "tool": 2, "memory": 1, "arith": 2, "retrieval": 1}
+    text = (results / "results.md").read_text()
+    for heading in ("Floors", "exact call and partial credit", "Rounding", "Grids and fixed settings", "The regime"):
+        assert heading in text
+    assert len(list(results.iterdir())) <= 8

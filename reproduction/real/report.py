@@ -135,10 +135,8 @@ def partial_table(runs: list[dict]) -> str:
     for name in names:
         vals = [r["table1"][name] for r in runs]
         if all("tool_partial" in v for v in vals):
-            rows.append(
-                f"| {toy.LABELS.get(name, name)} | {pct([v['tool'] for v in vals])} | "
-                f"{pct([v['tool_partial'] for v in vals])} |"
-            )
+            label = {"base": "Base", **{t: f"{t} agent" for t in tasks_of(runs)}}.get(name, toy.LABELS.get(name, name))
+            rows.append(f"| {label} | {pct([v['tool'] for v in vals])} | {pct([v['tool_partial'] for v in vals])} |")
     return "\n".join(rows)
 
 

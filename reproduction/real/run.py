@@ -77,6 +77,15 @@ SMOKE_GRIDS = {
     "ram_plus_rs": [0.1, 0.3],
     "ram_plus_alphas": [2.0, 8.0],
 }
+# the plan a short GPU lease affords (``--grids lean``): still λ up to 2.0, 3 values of RAM+'s r and of α
+LEAN_GRIDS = {
+    "ta_scales": [0.5, 1.0, 1.5, 2.0],
+    "ties_densities": [0.2],
+    "dare_drops": [0.3, 0.7],
+    "r_sweep": [0.0, 0.05, 0.2, 0.5],
+    "ram_plus_rs": [0.05, 0.2, 0.5],
+    "ram_plus_alphas": [1.0, 2.0, 8.0],
+}
 FISHER_EXAMPLES, FISHER_EXAMPLES_SMOKE = 256, 1
 OUT_DTYPE, ROUNDED_DTYPE = "float32", "bfloat16"  # every table's merges; one row per method again in bf16
 EPS = 1e-5  # the probe's and RAM's threshold for "updated"
@@ -243,6 +252,9 @@ def child(args, stage: str, seed: int, task: str | None = None, setting: str | N
         cmd += ["--lr", str(args.lr)]
     if args.regime_seeds is not None:
         cmd += ["--regime-seeds", *map(str, args.regime_seeds)]
+    cmd += ["--grids", args.grids]
+    if args.fisher_examples is not None:
+        cmd += ["--fisher-examples", str(args.fisher_examples)]
     if args.regime_settings is not None:
         cmd += ["--regime-settings", *args.regime_settings]
     return cmd
@@ -284,6 +296,15 @@ def run_children(args, jobs: list[tuple[str, list[str], Path]], log) -> dict[str
     if failed:
         raise SystemExit(f"error: {', '.join(failed)} failed; see run.log")
     return seconds
+
+
+def grids_of(args) -> dict:
+    """The merge grids of this run: ``--grids full`` (``GRIDS``) or ``lean`` (``LEAN_GRIDS``); tiny in --smoke."""
+    return SMOKE_GRIDS if args.smoke else LEAN_GRIDS if args.grids == "lean" else GRIDS
+
+
+def fisher_examples(args) -> int:
+    return args.fisher_examples if args.fisher_examples is not None else FISHER_EXAMPLES
 
 
 def regime_settings(args) -> list[dict]:
@@ -501,20 +522,20 @@ def ifeval_check(out: Path, models: dict[str, Path], device: str, log) -> dict:
         loose = ifeval.follow(prompts, texts, loose=True, **columns)
         return {"strict": strict, "loose": loose}
 
-    for name, folder in models.items():
-        key = str(folder.relative_to(out))
-        if key in cache:
-            continue
+    missing = {name: folder for name, folder in models.items() if str(folder.relative_to(out)) not in cache}
+    if missing:  # one evaluation for all: one scorer process, lm-eval imported once
         started = time.time()
-        result = evaluate([str(folder)], [suite], device=device, batch_size=EVAL_BATCH[device.split(":")[0]])
-        texts = list(result.completions[0][0])
-        cache[key] = {**flags(texts), "samples": texts[:SAMPLES]}
-        cache_file.write_text(json.dumps(cache))
-        s = ifeval.summary(cache[key]["strict"], cache[key]["loose"])
-        log(
-            f"ifeval {name}: instruction-level strict {s['instruction_strict']:.3f} ({len(texts)} prompts, "
-            f"{time.time() - started:.1f} s)"
+        result = evaluate(
+            [str(f) for f in missing.values()], [suite], device=device, batch_size=EVAL_BATCH[device.split(":")[0]]
         )
+        for (name, folder), per_suite in zip(missing.items(), result.completions):
+            texts = list(per_suite[0])
+            key = str(folder.relative_to(out))
+            cache[key] = {**flags(texts), "samples": texts[:SAMPLES]}
+            s = ifeval.summary(cache[key]["strict"], cache[key]["loose"])
+            log(f"ifeval {name}: instruction-level strict {s['instruction_strict']:.3f} ({len(texts)} prompts)")
+        cache_file.write_text(json.dumps(cache))
+        log(f"ifeval: {len(missing)} models in {time.time() - started:.1f} s")
     constant = flags([IFEVAL_CONSTANT] * len(prompts))
     with contextlib.closing(ScorerProcess()) as process:
         floor = floor_of(suite, make_scorer(suite.scorer_spec, process=process))
@@ -584,7 +605,7 @@ def regime_entry(args, seed: int, setting: dict, log) -> dict:
 
     out = setting_dir(args, seed, setting)
     tasks = TASKS
-    grid = (SMOKE_GRIDS if args.smoke else GRIDS)["ta_scales"]
+    grid = grids_of(args)["ta_scales"]
     track = experiments.Track(tasks=tasks, scores=eval_scores(out, args.device))
     flags = ["--device", args.device, "--out-dtype", OUT_DTYPE]
     probe_json = out / "regime-probe.json"
@@ -659,14 +680,13 @@ def regime_entry(args, seed: int, setting: dict, log) -> dict:
     return entry
 
 
-def fixed_settings(results: dict, smoke: bool) -> dict:
+def fixed_settings(results: dict, args) -> dict:
     """Every setting that no grid searched: the methods merged at one setting, and the choices inside methods."""
     return {
         **{m: p for m, p in results["fixed_settings"].items()},
         "probe epsilon (what counts as updated, RAM and the probe)": EPS,
         "DARE+TA / DARE+TIES scaling term": "the λ chosen for Task Arithmetic / TIES",
-        "TIES density": f"searched only over {(SMOKE_GRIDS if smoke else GRIDS)['ties_densities']}",
-        "Fisher examples per agent": FISHER_EXAMPLES_SMOKE if smoke else FISHER_EXAMPLES,
+        "Fisher examples per agent": FISHER_EXAMPLES_SMOKE if args.smoke else fisher_examples(args),
         "output dtype": OUT_DTYPE,
         "GRPO recipe (main table)": {k: results["recipes"][TASKS[0]][k] for k in Recipe.__dataclass_fields__},
     }
@@ -685,12 +705,12 @@ def one_seed(args, seed: int, log) -> None:
     methods = tuple(m for m in experiments.METHOD_ORDER if m in METHODS)
     if "wudi" not in METHODS:
         log("WUDI is not in this build's methods (ram_desktop.core.methods.METHODS): its row is left out")
-    grids = SMOKE_GRIDS if args.smoke else GRIDS
+    grids = grids_of(args)
     track = experiments.Track(
         tasks=TASKS,
         methods=methods,
         scores=eval_scores(out, args.device),
-        fisher_examples=FISHER_EXAMPLES,
+        fisher_examples=fisher_examples(args),
         fisher_examples_smoke=FISHER_EXAMPLES_SMOKE,
         fisher_device=args.device,
         merge_flags=["--device", args.device],
@@ -767,7 +787,7 @@ def one_seed(args, seed: int, log) -> None:
             "sizes": SMOKE_SIZES if args.smoke else SIZES,
             "grid_axes": grids,
             "grids": results["searched"],
-            "fixed": fixed_settings(results, args.smoke),
+            "fixed": fixed_settings(results, args),
             "merges": {
                 "out_dtype": OUT_DTYPE,
                 "rows_again_in": ROUNDED_DTYPE,
@@ -820,62 +840,74 @@ STEP_SECONDS_SHARED, SHARED_PROCESSES = 4.2, 9
 MERGE_SECONDS, SCORE_SECONDS_PER_TASK, FISHER_SECONDS_PER_EXAMPLE = 3.0, 1.0, 0.7
 
 
-def estimate_minutes(seeds: int, steps: int, regime_settings: int, regime_seeds: int, smoke: bool = False) -> dict:
-    """A rough plan of GPU minutes per stage from the first H100 run's rates (``STEP_SECONDS_SHARED`` ...)."""
-    g = SMOKE_GRIDS if smoke else GRIDS
+def estimate_minutes(
+    seeds: int, steps: int, regime_settings: int, regime_seeds: int, grids: dict | None = None, fisher: int = 256
+) -> dict:
+    """A rough plan of GPU minutes per stage from the first H100 run's rates (``STEP_SECONDS_SHARED`` ...): not a
+    measurement. Seeds merge side by side (their work shares the GPU: counted as √seeds of one seed's time)."""
+    g = grids or GRIDS
     tasks = len(TASKS)
     agents = seeds * tasks + regime_seeds * (regime_settings - 1) * tasks
-    waves = -(-agents // SHARED_PROCESSES)
-    train = waves * steps * STEP_SECONDS_SHARED
+    train = -(-agents // SHARED_PROCESSES) * steps * STEP_SECONDS_SHARED
     ta = len(g["ta_scales"])
     merges = (
-        (4 + 3 * ta + len(g["ties_densities"]) * ta + len(g["ram_plus_rs"]) * (len(g["ram_plus_alphas"]) + 1))
+        3
+        + 3 * ta
+        + (len(g["ties_densities"]) - 1) * ta
+        + len(g["ram_plus_rs"]) * (len(g["ram_plus_alphas"]) + 1)
         + 2 * len(g["dare_drops"])
-        + 10
-    )  # search, DARE, the bf16 rows
+        + 10  # the bf16 rows
+    )
     per_seed = (
-        merges * MERGE_SECONDS
-        + merges * SCORE_SECONDS_PER_TASK * tasks  # validation
+        merges * (MERGE_SECONDS + SCORE_SECONDS_PER_TASK * tasks)  # merged, scored on validation
         + 30 * SCORE_SECONDS_PER_TASK * tasks  # test: chosen, r sweep, Figure 3, bf16 rows, agents
-        + tasks * FISHER_EXAMPLES * FISHER_SECONDS_PER_EXAMPLE / 4  # Fisher, batched 4x better than the first run
-        + 14 * 8  # IFEval: 14 models x 240 prompts x 128 tokens
+        + tasks * fisher * FISHER_SECONDS_PER_EXAMPLE  # one agent after another
+        + 60  # IFEval: 14 models x 240 prompts x 128 tokens in one evaluation
     )
     pairs = tasks * (tasks - 1) // 2
-    regime = (1 + ta + 2 * pairs) * (MERGE_SECONDS + SCORE_SECONDS_PER_TASK * tasks)
-    merge_stage = per_seed * seeds / min(seeds, 3) ** 0.5  # seeds side by side share the GPU
-    regime_stage = regime * regime_settings * regime_seeds / 2
+    regime = (1 + ta + 2 * pairs) * (MERGE_SECONDS + SCORE_SECONDS_PER_TASK * 2) + ta * SCORE_SECONDS_PER_TASK * tasks
+    merge_stage = per_seed * min(seeds, 3) ** 0.5 + regime * (regime_settings if regime_seeds else 0)
     return {
         "agents": round(train / 60, 1),
-        "merges": round(merge_stage / 60, 1),
-        "regime": round(regime_stage / 60, 1),
-        "total": round((train + merge_stage + regime_stage) / 60 + 1.0, 1),  # + base and start-up
+        "merges and regime": round(merge_stage / 60, 1),
+        "total": round((train + merge_stage) / 60 + 1.0, 1),  # + base and start-up
     }
 
 
-def apply_budget(args, minutes: float) -> None:
-    """Size the run for ``minutes`` of GPU time: the largest plan among a fixed ladder whose estimate fits
-    (``estimate_minutes``); the plan is printed. Every stage resumes, so a later session finishes what is left."""
-    ladder = [  # (seeds, GRPO steps, regime settings, regime seeds)
-        ([0, 1, 2], 48, len(REGIME), 3),
-        ([0, 1, 2], 48, len(REGIME), 1),
-        ([0, 1, 2], 32, 3, 1),
-        ([0, 1, 2], 32, 1, 1),
-        ([0], 32, 3, 1),
-        ([0], 16, 2, 1),
-    ]
-    for seeds, steps, settings, regime_seeds in ladder:
-        plan = estimate_minutes(len(seeds), steps, settings, regime_seeds)
+# (seeds, GRPO steps, regime settings, regime seeds, grids, Fisher examples), largest first
+BUDGET_LADDER = [
+    ([0, 1, 2], 48, len(REGIME), 3, "full", FISHER_EXAMPLES),
+    ([0, 1, 2], 32, len(REGIME), 1, "full", FISHER_EXAMPLES),
+    ([0, 1, 2], 32, 3, 1, "lean", 64),
+    ([0, 1, 2], 24, 3, 1, "lean", 32),
+    ([0, 1, 2], 16, 3, 1, "lean", 16),
+]
+
+
+def apply_budget(args, minutes: float) -> dict:
+    """Size the run for ``minutes`` of GPU time: the first plan of ``BUDGET_LADDER`` whose estimate fits
+    (``estimate_minutes``; the smallest when none does), printed. Work left on the device machine is lost when
+    its lease ends, so a plan must fit one lease."""
+    for seeds, steps, settings, regime_seeds, grids, fisher in BUDGET_LADDER:
+        plan = estimate_minutes(
+            len(seeds), steps, settings, regime_seeds, LEAN_GRIDS if grids == "lean" else GRIDS, fisher
+        )
         if plan["total"] <= minutes:
             break
     args.seeds = seeds
     args.grpo_steps = steps if args.grpo_steps is None else args.grpo_steps
     args.regime_seeds = seeds[:regime_seeds]
     args.regime_settings = [s["name"] for s in REGIME[:settings]]
+    args.grids = grids
+    args.fisher_examples = fisher if args.fisher_examples is None else args.fisher_examples
     print(
-        f"plan for {minutes:g} GPU minutes: seeds {seeds}, {args.grpo_steps} GRPO steps, regime settings "
-        f"{args.regime_settings} on seeds {args.regime_seeds}; estimated minutes {plan}",
+        f"plan for {minutes:g} GPU minutes: seeds {seeds}, {args.grpo_steps} GRPO steps, {grids} grids, Fisher on "
+        f"{args.fisher_examples} examples, regime settings {args.regime_settings} on seeds {args.regime_seeds}; "
+        f"estimated minutes {plan}"
+        + ("" if plan["total"] <= minutes else f" — OVER the {minutes:g} minutes: even the smallest plan does not fit"),
         flush=True,
     )
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -897,6 +929,10 @@ def main(argv: list[str] | None = None) -> int:
         "--lr", type=float, default=None, help=f"override the learning rate (default {RECIPE.learning_rate})"
     )
     ap.add_argument("--tiny-base", action="store_true", help="a tiny random model instead of SmolLM2 (smoke test)")
+    ap.add_argument("--grids", choices=["full", "lean"], default="full", help="merge grids: GRIDS or LEAN_GRIDS")
+    ap.add_argument(
+        "--fisher-examples", type=int, default=None, help=f"Fisher examples per agent (default {FISHER_EXAMPLES})"
+    )
     ap.add_argument("--no-regime", dest="regime", action="store_false", help="skip the regime loop's settings")
     ap.add_argument("--regime-seeds", type=int, nargs="+", default=None, help="seeds that run the regime loop (all)")
     ap.add_argument(
