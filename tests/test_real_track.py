@@ -288,7 +288,7 @@ def test_report_from_results_json_alone(tmp_path, with_wudi):
         assert heading in text
     assert ("| WUDI |" in text) is with_wudi and ("WUDI is not in this build" in text) is not with_wudi
     assert "| 1 | memory | 40.0 | 45.0 | +5.0 ± 2.0 (6) | yes | 10.00 % |" in text
-    assert text.count("| 2 |\n") == 6  # each agent's own GRPO steps
+    assert text.count("| 2 |\n") == 2 * len(tasks.TASKS)  # each agent's own GRPO steps, two seeds
     assert "seed 0: code 30.0 % (15.0 % right), tool 40.0 % (20.0 % right), memory 50.0 % (25.0 % right)" in text
     for png in ("figure2.png", "tables.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
