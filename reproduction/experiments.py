@@ -273,11 +273,17 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     densities = track.ties_densities[:1] if few else track.ties_densities
     drops = track.dare_drops[::4] if few else track.dare_drops
     r_sweep = track.r_sweep[::2] if few else track.r_sweep
-    fixed = [("ram", {}), ("average", {})]
-    if track.ram_plus_grid is None:
-        fixed.append(("ram-plus", {"r": 0.1, "alpha": 2.0}))
-    if track.ram_plus_soft_grid is None:
-        fixed.append(("ram-plus-soft", {"r": 0.1}))
+    fixed = [
+        (m, p)
+        for m, p in [
+            ("ram", {}),
+            ("ram-plus", {"r": 0.1, "alpha": 2.0}),
+            ("ram-plus-soft", {"r": 0.1}),
+            ("average", {}),
+        ]
+        if not (m == "ram-plus" and track.ram_plus_grid is not None)
+        and not (m == "ram-plus-soft" and track.ram_plus_soft_grid is not None)
+    ]
     # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
     # wudi_params; Table 10 searches none)
     searched = {*GRID_METHODS, *(["ram-plus"] if track.ram_plus_grid is not None else [])}
