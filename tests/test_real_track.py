@@ -402,3 +402,42 @@ def test_tiny_pipeline_writes_every_new_key(tmp_path):
     for heading in ("Floors", "exact call and partial credit", "Rounding", "Grids and fixed settings", "The regime"):
         assert heading in text
     assert len(list(results.iterdir())) <= 8
+
+
+def test_gap_over_tasks_and_probe_facts():
+    from reproduction.real.run import gap_over_tasks, probe_facts
+
+    a = {"x": [1.0, 0.0, 1.0, 1.0], "y": [0.5, 0.5]}
+    b = {"x": [0.0, 0.0, 1.0, 0.0], "y": [0.0, 0.5]}
+    gap, se = gap_over_tasks(a, b, ("x", "y"))
+    # x: differences 1, 0, 0, 1 (mean 0.5, sd 0.5774, se 0.2887); y: 0.5, 0 (mean 0.25, sd 0.3536, se 0.25)
+    assert gap == pytest.approx((0.5 + 0.25) / 2)
+    assert se == pytest.approx((0.2886751**2 + 0.25**2) ** 0.5 / 2, rel=1e-6)
+    facts = probe_facts(
+        {
+            "agents": [
+                {"name": "a", "density": 0.1, "unique": 30, "shared": 90, "rho": 3.0},
+                {"name": "b", "density": 0.0, "unique": 0, "shared": 0, "rho": None},
+            ],
+            "advice": {"agents": [{"name": "a", "rescale_survival": 0.16}]},
+        }
+    )
+    assert facts["a"]["unique_share"] == 0.25 and facts["a"]["rescale_survival_bf16"] == 0.16
+    assert facts["b"]["unique_share"] is None and facts["b"]["rescale_survival_bf16"] is None
+
+
+def test_the_gpu_budget_plan_is_printed_and_says_when_it_does_not_fit(capsys):
+    import argparse
+
+    from reproduction.real.run import BUDGET_LADDER, apply_budget
+
+    args = argparse.Namespace(grpo_steps=None, fisher_examples=None)
+    plan = apply_budget(args, 1000)
+    assert args.seeds == [0, 1, 2] and args.grids == "full" and args.fisher_examples == 256
+    assert len(args.regime_settings) >= 3 and plan["total"] <= 1000
+    small = argparse.Namespace(grpo_steps=None, fisher_examples=None)
+    apply_budget(small, 1)
+    seeds, steps, settings, _, grids, fisher = BUDGET_LADDER[-1]
+    assert (small.seeds, small.grpo_steps, small.grids, small.fisher_examples) == (seeds, steps, grids, fisher)
+    assert len(small.regime_settings) == settings >= 3  # the regime loop's 3 settings survive every plan
+    assert "OVER the 1 minutes" in capsys.readouterr().out
