@@ -602,7 +602,7 @@ def regime_entry(args, seed: int, setting: dict, log) -> dict:
     """One training setting of the regime loop: its agents' density and unique share, the sign agreement on
     shared elements, Task Arithmetic's λ chosen on validation (over the same grid as the main table), and the
     RAM − Task Arithmetic gap on test with its paired SE — over all agents and over every pair of agents
-    (N = 2: less 1/N dilution), all merges in float32."""
+    (N = 2: less 1/N dilution; Task Arithmetic at the λ chosen for all agents), all merges in float32."""
     import itertools
 
     sys.path.insert(0, str(REPRO))
@@ -613,7 +613,8 @@ def regime_entry(args, seed: int, setting: dict, log) -> dict:
     grid = grids_of(args)["ta_scales"]
     track = experiments.Track(tasks=tasks, scores=eval_scores(out, args.device))
     flags = ["--device", args.device, "--out-dtype", OUT_DTYPE]
-    probe_json = out / "regime-probe.json"
+    main = is_main(args, setting)  # the main table's probe, merges and cached scores serve it: nothing merged twice
+    probe_json = out / ("probe.json" if main else "regime-probe.json")
     if not probe_json.exists():
         experiments.cli(
             "probe", str(out / "base"), *(str(out / t) for t in tasks), "--names", ",".join(tasks),
@@ -624,7 +625,7 @@ def regime_entry(args, seed: int, setting: dict, log) -> dict:
     val = experiments.Scorer(out, "validation", args.smoke, track, log)
     test = experiments.Scorer(out, "test", args.smoke, track, log)
     variants = [("ram", {}), *(("task-arithmetic", {"scale": s}) for s in grid)]
-    merged = experiments.compare(out, "regime", variants, *flags, tasks=tasks, log=log)
+    merged = experiments.compare(out, "search" if main else "regime", variants, *flags, tasks=tasks, log=log)
     ta = experiments.search(val, "task-arithmetic", merged, [{"scale": s} for s in grid], log)
     lam = ta["params"]["scale"]
 
