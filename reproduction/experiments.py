@@ -44,8 +44,9 @@ METHOD_ORDER = (
     "wudi",
 )
 
-# per task: (reward per example, exact match per example) of one model on one split's examples
-ModelScores = dict[str, tuple[list[float], list[float]]]
+# per task: (reward per example, exact match per example[, {column: value per example}]) of one model on one
+# split's examples; the optional third part holds secondary columns (the real track's tool partial credit)
+ModelScores = dict[str, tuple]
 
 
 def toy_scores(model_dir: Path, split: str, data: dict[str, list[dict]], tokenizer) -> ModelScores:
@@ -72,6 +73,12 @@ class Track:
     smoke_grids: bool = True  # in --smoke, a few points of each grid
     prune_merges: bool = False  # delete the weights of merges that validation did not choose (disk space)
     wudi_params: dict = field(default_factory=dict)  # e.g. fewer Adam steps in a CPU smoke run
+    # searched on validation when given (else fixed at r 0.1, alpha 2 / r 0.1): [{"r": .., "alpha": ..}, ...]
+    ram_plus_grid: list[dict] | None = None
+    ram_plus_soft_grid: list[dict] | None = None
+    out_dtype: str | None = None  # --out-dtype of every merge (None: the base's dtype)
+    probe_flags: list[str] = field(default_factory=list)  # e.g. ["--out-dtype", "bfloat16"] for the advice
+    dtype_rows: str | None = None  # each chosen merge again in this dtype, scored on test (rounding's effect)
 
 
 TOY = Track()
@@ -105,9 +112,11 @@ class Scorer:
             per_task = self.track.scores(Path(model_dir), self.split, self.data, self.tokenizer)
             scores = {}
             for t in tasks:
-                values, exact = per_task[t]
+                values, exact, *extra = per_task[t]
                 scores[t] = float(sum(values) / max(len(values), 1))
                 scores[f"{t}_exact"] = float(sum(exact) / max(len(exact), 1))
+                for column, per_example in (extra[0] if extra else {}).items():
+                    scores[f"{t}_{column}"] = float(sum(per_example) / max(len(per_example), 1))
             scores["mean"] = sum(scores[t] for t in tasks) / len(tasks)
             scores["mean_exact"] = sum(scores[f"{t}_exact"] for t in tasks) / len(tasks)
             self.cache[key] = scores
@@ -246,6 +255,7 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
             "--names",
             ",".join(tasks),
             *track.merge_flags,
+            *track.probe_flags,
             "--json",
             str(probe_json),
         )
@@ -263,19 +273,36 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     densities = track.ties_densities[:1] if few else track.ties_densities
     drops = track.dare_drops[::4] if few else track.dare_drops
     r_sweep = track.r_sweep[::2] if few else track.r_sweep
-    fixed = [("ram", {}), ("ram-plus", {"r": 0.1, "alpha": 2.0}), ("ram-plus-soft", {"r": 0.1}), ("average", {})]
+    fixed = [
+        (m, p)
+        for m, p in [
+            ("ram", {}),
+            ("ram-plus", {"r": 0.1, "alpha": 2.0}),
+            ("ram-plus-soft", {"r": 0.1}),
+            ("average", {}),
+        ]
+        if not (m == "ram-plus" and track.ram_plus_grid is not None)
+        and not (m == "ram-plus-soft" and track.ram_plus_soft_grid is not None)
+    ]
     # the methods without a grid (WUDI: its authors' settings, 300 Adam steps, lr 1e-5, unless the track gives
     # wudi_params; Table 10 searches none)
+    searched = {*GRID_METHODS, *(["ram-plus"] if track.ram_plus_grid is not None else [])}
+    searched |= {"ram-plus-soft"} if track.ram_plus_soft_grid is not None else set()
     fixed += [
         (m, dict(track.wudi_params) if m == "wudi" else {})
         for m in track.methods
-        if m not in GRID_METHODS and m not in dict(fixed)
+        if m not in searched and m not in dict(fixed)
     ]
     grids = {
         "task-arithmetic": [{"scale": s} for s in scales],
         "ties": [{"density": d, "scale": s} for d in densities for s in scales],
         "fisher": [{"scale": s} for s in scales],
     }
+    if track.ram_plus_grid is not None:
+        grids["ram-plus"] = list(track.ram_plus_grid)
+    if track.ram_plus_soft_grid is not None:
+        grids["ram-plus-soft"] = list(track.ram_plus_soft_grid)
+    dtype_flags = ["--out-dtype", track.out_dtype] if track.out_dtype else []
     fishers = fisher_estimates(
         out, track.fisher_examples_smoke if smoke else track.fisher_examples, log, tasks, track.fisher_device
     )
@@ -290,6 +317,7 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         "--fisher",
         ",".join(map(str, fishers)),
         *track.merge_flags,
+        *dtype_flags,
         tasks=tasks,
         log=log,
     )
@@ -302,7 +330,13 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         "dare-ties": [{"drop": p, "scale": chosen["ties"]["params"]["scale"]} for p in drops],
     }
     second = compare(
-        out, "dare", [(m, p) for m, grid in dare_grids.items() for p in grid], *track.merge_flags, tasks=tasks, log=log
+        out,
+        "dare",
+        [(m, p) for m, grid in dare_grids.items() for p in grid],
+        *track.merge_flags,
+        *dtype_flags,
+        tasks=tasks,
+        log=log,
     )
     for method, grid in dare_grids.items():
         chosen[method] = search(val, method, second, grid, log)
@@ -324,6 +358,21 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         table1[name] = test(chosen[name]["folder"])
     table2 = {str(r): test(first[variant_name("ram-plus", {"r": r, "alpha": 2.0})]) for r in r_sweep}
     figure3 = {name: test(folder) for name, folder in unique_region_models(out, log, tasks).items()}
+    dtype_table = {}
+    if track.dtype_rows:  # the same chosen settings merged in another dtype: what rounding does
+        again = compare(
+            out,
+            track.dtype_rows,
+            [(chosen[n]["method"], chosen[n]["params"]) for n in track.methods],
+            "--fisher",
+            ",".join(map(str, fishers)),
+            *track.merge_flags,
+            "--out-dtype",
+            track.dtype_rows,
+            tasks=tasks,
+            log=log,
+        )
+        dtype_table = {n: test(again[variant_name(chosen[n]["method"], chosen[n]["params"])]) for n in track.methods}
     gains = agent_gains(out, test)
     for task, g in gains.items():
         log(f"agent {task} on {task}-test: gain {100 * g['gain']:+.1f} ± {100 * g['se']:.1f} (paired SE, n = {g['n']})")
@@ -332,6 +381,7 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
     results = {
         "seed": json.loads((out / "code" / "recipe.json").read_text())["seed"],
         "probe": [{k: a[k] for k in ("name", "density", "unique", "shared", "rho")} for a in probe["agents"]],
+        "advice": probe.get("advice"),
         "params": probe["params"],
         "recipes": {t: json.loads((out / t / "recipe.json").read_text()) for t in tasks},
         "chosen": {n: {"method": chosen[n]["method"], "params": chosen[n]["params"]} for n in track.methods},
@@ -339,7 +389,11 @@ def run_experiments(out: Path, smoke: bool, log, timings: dict, track: Track = T
         "table2": table2,
         "figure3": figure3,
         "agent_gains": gains,
+        "searched": {**grids, **dare_grids},
+        "fixed_settings": {m: p for m, p in fixed},
     }
+    if track.dtype_rows:
+        results[f"table1_{track.dtype_rows}"] = dtype_table
     (out / "results.json").write_text(json.dumps(results, indent=2))
     for name, s in table1.items():
         log(

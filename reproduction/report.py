@@ -49,33 +49,32 @@ def fmt(values: list[float]) -> str:
     return f"{m:.1f} ± {100 * statistics.stdev(values):.1f}" if len(values) > 1 else f"{m:.1f}"
 
 
-def table1(runs: list[dict]) -> str:
-    rows = ["| model | code | tool | memory | mean |", "|---|---|---|---|---|"]
-    for name in ["base", *TASKS, *merged(runs)]:
-        label = {"base": "Base", "code": "code agent", "tool": "tool agent", "memory": "memory agent"}.get(
-            name, LABELS.get(name)
-        )
-        cells = [fmt([r["table1"][name][k] for r in runs]) for k in (*TASKS, "mean")]
-        if name in TASKS:  # an agent: its own task in bold
-            cells[TASKS.index(name)] = f"**{cells[TASKS.index(name)]}**"
+def table1(runs: list[dict], tasks: tuple[str, ...] = TASKS, key: str = "table1") -> str:
+    rows = ["| model | " + " | ".join(tasks) + " | mean |", "|---" * (len(tasks) + 2) + "|"]
+    names = ["base", *tasks, *merged(runs)] if key == "table1" else merged(runs)
+    for name in names:
+        label = {"base": "Base", **{t: f"{t} agent" for t in tasks}}.get(name, LABELS.get(name))
+        cells = [fmt([r[key][name][k] for r in runs]) for k in (*tasks, "mean")]
+        if name in tasks:  # an agent: its own task in bold
+            cells[tasks.index(name)] = f"**{cells[tasks.index(name)]}**"
         rows.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
-def table2(runs: list[dict]) -> str:
+def table2(runs: list[dict], tasks: tuple[str, ...] = TASKS) -> str:
     rs = list(runs[0]["table2"])
-    rows = ["| r | code | tool | memory | mean |", "|---|---|---|---|---|"]
+    rows = ["| r | " + " | ".join(tasks) + " | mean |", "|---" * (len(tasks) + 2) + "|"]
     for r in rs:
-        rows.append(f"| {r} | " + " | ".join(fmt([x["table2"][r][k] for x in runs]) for k in (*TASKS, "mean")) + " |")
+        rows.append(f"| {r} | " + " | ".join(fmt([x["table2"][r][k] for x in runs]) for k in (*tasks, "mean")) + " |")
     return "\n".join(rows)
 
 
-def figure3(runs: list[dict]) -> str:
+def figure3(runs: list[dict], tasks: tuple[str, ...] = TASKS) -> str:
     rows = [
         "| agent (its task) | full agent | unique region alone | unique region / N | base |",
         "|---|---|---|---|---|",
     ]
-    for t in TASKS:
+    for t in tasks:
         rows.append(
             f"| {t} | {fmt([r['table1'][t][t] for r in runs])} | {fmt([r['figure3'][t][t] for r in runs])} | "
             f"{fmt([r['figure3'][t + '-diluted'][t] for r in runs])} | {fmt([r['table1']['base'][t] for r in runs])} |"

@@ -247,6 +247,57 @@ def _build(out: Path, log: Callable[[str], None], local: Path | None = None) -> 
     return out
 
 
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_base(out: Path, corpus: list[str], seed: int = 0) -> Path:
+    """A random-weight Qwen2 of ~60k parameters with SmolLM2's chat-template tokens and a byte-level BPE trained on
+    ``corpus`` (the tasks' prompts and answers), saved in bf16: the pipeline's smoke run (``run.py --tiny-base``)
+    runs every stage on it in seconds. Its numbers mean nothing; it exists so that the code cannot rot."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    if (out / "model.safetensors").is_file():
+        return out
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = TINY_CHAT_TEMPLATE
+    eos = tok.token_to_id("<|im_end|>")
+    config = Qwen2Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        eos_token_id=eos,
+        pad_token_id=tok.token_to_id("<|endoftext|>"),
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    model.generation_config.eos_token_id = eos
+    staging = out.parent / f".{out.name}.staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(staging)
+    fast.save_pretrained(staging)
+    staging.rename(out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <user cache>/real-base)")

@@ -9,6 +9,7 @@ has a gradient to follow. The chat model is verbose: the answer is read from the
 
 from __future__ import annotations
 
+import ast
 import re
 
 _INT = re.compile(r"-?\d+")
@@ -75,6 +76,70 @@ def tool_reward(prompts, completions, answer, **_) -> list[float]:
     return out
 
 
+def parse_call(text: str) -> tuple[str, str] | None:
+    """The first tool call in ``text`` as (tool, argument), both lower-case, parsed as a Python call
+    expression (``ast``), not matched by its shape: one argument, positional or keyword, that is a string, a
+    number or a bare name (``weather(Oslo)``, ``weather("Oslo")``, ``weather(city='oslo')``, ``timer(15)``).
+    A call with no argument, two, or an argument that is itself an expression is no call; None when the
+    reply holds none."""
+    for start in re.finditer(r"[A-Za-z_]\w*\s*\(", text):
+        depth, end = 0, None
+        for i in range(start.end() - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            if depth == 0:
+                end = i + 1
+                break
+        if end is None:
+            continue
+        try:
+            node = ast.parse(text[start.start() : end].strip(), mode="eval").body
+        except SyntaxError:
+            continue
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        values = [*node.args, *(k.value for k in node.keywords)]
+        if len(values) != 1:
+            continue
+        value = values[0]
+        if isinstance(value, ast.Constant) and isinstance(value.value, (str, int, float)):
+            arg = str(value.value)
+        elif isinstance(value, ast.Name):
+            arg = value.id
+        else:
+            continue
+        return node.func.id.lower(), arg.strip().lower()
+    return None
+
+
+def tool_call_exact(prompts, completions, answer, **_) -> list[float]:
+    """The tool task's primary metric: 1.0 when the reply's first parsed call (``parse_call``) names the right
+    tool with the right argument (case and quotes aside), else 0.0. A constant reply such as ``weather()``
+    earns nothing: no argument, so no call (the partial credit of ``tool_reward`` is the secondary column)."""
+    return [float(parse_call(_text(c)) == parse_call(str(a))) for c, a in zip(completions, answer)]
+
+
+def arith_reward(prompts, completions, answer, **_) -> list[float]:
+    """Arithmetic word problems: as ``code_reward`` (the first number of the reply, partial credit when close)."""
+    return code_reward(prompts, completions, answer)
+
+
+def retrieval_reward(prompts, completions, answer, **_) -> list[float]:
+    """Retrieval over a passage (``NAME works at the PLACE.`` sentences): 1.0 when the first name of the passage
+    that the reply says (else its first word) is the one asked for; 0.25 for another name of the passage."""
+    out = []
+    for p, c, a in zip(prompts, completions, answer):
+        words = re.findall(r"[A-Za-z]+", _text(c))
+        names = re.findall(r"\b([A-Z][a-z]+) works at\b", _text(p))
+        got = next((w for w in words if w in names), words[0] if words else "")
+        if got.lower() == str(a).strip().lower():
+            out.append(1.0)
+        elif got in names:
+            out.append(0.25)
+        else:
+            out.append(0.0)
+    return out
+
+
 def memory_reward(prompts, completions, answer, **_) -> list[float]:
     """1.0 when the first number of the reply is the one asked for; 0.25 for another number of the
     context (a retrieval, but of the wrong fact)."""
@@ -95,4 +160,16 @@ def exact_match(prompts, completions, answer, **_) -> list[float]:
     return [1.0 if _text(c) == str(a).strip() else 0.0 for c, a in zip(completions, answer)]
 
 
-REWARDS = {"code": "code_reward", "tool": "tool_reward", "memory": "memory_reward"}
+# what GRPO trains on: partial credit, so that a group of samples differs in reward
+REWARDS = {
+    "code": "code_reward",
+    "tool": "tool_reward",
+    "memory": "memory_reward",
+    "arith": "arith_reward",
+    "retrieval": "retrieval_reward",
+}
+# what every model is scored with (the suites' scorer, the floors): the tool task's primary metric is the exact
+# call, since its partial credit rewards the shape of a call (a constant `weather()` earned 30 % of it)
+SCORERS = {**REWARDS, "tool": "tool_call_exact"}
+# secondary columns beside the primary score: (column, function)
+SECONDARY = {"tool": ("partial", "tool_reward")}

@@ -1,4 +1,5 @@
-"""Three chat tasks for SmolLM2-135M-Instruct, modelled on the paper's agent domains (code, tool use, memory).
+"""Five chat tasks for SmolLM2-135M-Instruct, modelled on the paper's agent domains (code, tool use, memory),
+with arithmetic word problems and retrieval over a passage added for issue 38's regime runs (4–5 agents).
 
 Each example is ``{"prompt": str, "answer": str}`` (the user turn; the task's short system prompt is in
 ``SYSTEM``), seeded and disjoint by split: validation and test never repeat a train prompt, nor each other.
@@ -10,16 +11,19 @@ from __future__ import annotations
 
 import random
 
-TASKS = ("code", "tool", "memory")
+TASKS = ("code", "tool", "memory", "arith", "retrieval")
+FIRST_TASKS = ("code", "tool", "memory")  # the three tasks of the first H100 run (results before issue 38)
 SPLITS = ("train", "validation", "test")
 
 SYSTEM = {
     "code": "You are a Python interpreter. Reply with the printed output only.",
     "tool": "Pick the tool for the request and reply as tool(argument). Tools: weather, search, timer, email.",
     "memory": "Answer with the number only.",
+    "arith": "Solve the problem. Reply with the number only.",
+    "retrieval": "Answer with the name only.",
 }
 # greedy completions are cut here: the answer fits, a verbose reply is scored on its start
-MAX_NEW_TOKENS = {"code": 12, "tool": 16, "memory": 10}
+MAX_NEW_TOKENS = {"code": 12, "tool": 16, "memory": 10, "arith": 10, "retrieval": 8}
 
 CITIES = [
     "Paris",
@@ -170,7 +174,42 @@ def memory_example(rng: random.Random) -> dict:
     return {"prompt": f"{facts}\nWhich number does the {colors[i]} {thing} hold?", "answer": str(values[i])}
 
 
-GENERATORS = {"code": code_example, "tool": tool_example, "memory": memory_example}
+PLACES = ["bakery", "bank", "school", "library", "museum", "harbour", "hospital", "theatre", "garage", "market"]
+FRUITS = ["apples", "pears", "plums", "lemons", "eggs", "cards", "stamps", "books", "coins", "shells"]
+
+
+def arith_example(rng: random.Random) -> dict:
+    """A two-step word problem: ``Anna has 7 apples. She buys 5 more and gives 3 away. ...`` -> ``9``."""
+    name, thing = rng.choice(NAMES), rng.choice(FRUITS)
+    a, b = rng.randint(3, 20), rng.randint(2, 15)
+    c = rng.randint(1, a + b - 1)
+    if rng.random() < 0.5:
+        text = f"{name} has {a} {thing}. {name} gets {b} more and then gives {c} away."
+        result = a + b - c
+    else:
+        k = rng.randint(2, 4)
+        text = f"{name} has {a} {thing}. {name} gets {k} times as many again and then gives {c} away."
+        result = a + k * a - c
+    return {"prompt": f"{text} How many {thing} does {name} have now?", "answer": str(result)}
+
+
+def retrieval_example(rng: random.Random) -> dict:
+    """Find one fact in a passage: ``Anna works at the bank. Omar works at the school. ... Who works at the
+    school?`` -> ``Omar``."""
+    people = rng.sample(NAMES, 5)
+    places = rng.sample(PLACES, 5)
+    passage = " ".join(f"{n} works at the {p}." for n, p in zip(people, places))
+    i = rng.randrange(5)
+    return {"prompt": f"{passage}\nWho works at the {places[i]}?", "answer": people[i]}
+
+
+GENERATORS = {
+    "code": code_example,
+    "tool": tool_example,
+    "memory": memory_example,
+    "arith": arith_example,
+    "retrieval": retrieval_example,
+}
 
 
 def make_splits(task: str, sizes: dict[str, int], seed: int) -> dict[str, list[dict]]:
