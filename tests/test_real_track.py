@@ -348,6 +348,7 @@ NEW_KEYS = ("tasks", "grids", "fixed", "merges", "regime", "samples", "table1_bf
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # ten GRPO processes each import TRL: 12 minutes on a loaded 2-core machine
 def test_tiny_pipeline_writes_every_new_key(tmp_path):
     """The whole pipeline on a tiny random model (``--smoke --tiny-base``): agents of two training settings, the
     float32 merges and their bf16 rows, floors, IFEval through lm-eval's checkers, the regime loop, the report —
