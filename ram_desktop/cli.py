@@ -493,6 +493,7 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     variants = [Variant.parse(text) for text in args.variant]
     suites = load_suites(check_suites(args.suite), args.include_path)
     check_scorer_timeout(args)
+    check_backend(args.backend, args.device)
     name_new_code(suites)
     try:
         result = compare(
@@ -602,6 +603,7 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.json:
         check_json_path(args.json)
     check_scorer_timeout(args)
+    check_backend(args.backend, args.device)
     name_new_code(suites)
     try:
         result = evaluate(
@@ -623,6 +625,13 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
         result.write_json(args.json)
     print(result.table())
     return EXIT_OK
+
+
+def check_backend(backend: str, device: str) -> None:
+    """Refuse ``--backend vllm`` without vLLM or a CUDA GPU before any work (and before the notes on new code)."""
+    from .evaluate.vllm_backend import check_backend as check
+
+    check(backend, device)
 
 
 def check_scorer_timeout(args: argparse.Namespace) -> None:

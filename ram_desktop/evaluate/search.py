@@ -62,6 +62,7 @@ STUDY_DB = "study.db"
 SEARCH_JSON = "search.json"
 BEST = "best"
 STUDY_NAME = "ram-merge-search"
+IDENTITY_DEFAULTS = {"backend": "transformers"}  # what a study made before the key existed used
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite may keep beside study.db while it is open
 FORMAT = "ram-search/1"
 DEFAULT_METHODS = defaults.SEARCH_METHODS
@@ -383,9 +384,8 @@ def search(
         "out_dtype": inputs.out_dtype,
         "vocab": inputs.vocab,
         "limit": inputs.limit,
+        "backend": inputs.backend,
     }
-    if inputs.backend != "transformers":  # studies made before backends existed generated with transformers
-        identity["backend"] = inputs.backend
     folder = Path(options.folder).expanduser()
     _check_folder(folder)
     runner = _RayRunner(options.ray, options.workers) if options.ray else None
@@ -575,12 +575,12 @@ def _check_identity(db: Path, identity: dict[str, Any]) -> None:
     if row is None:
         return  # created, then stopped before it was described: continue it
     stored = json.loads(row[0])
-    differs = [k for k in identity if stored.get(k) != identity[k]]
+    differs = [k for k in identity if stored.get(k, IDENTITY_DEFAULTS.get(k)) != identity[k]]
     if differs:
         k = differs[0]
         more = f" (and {', '.join(differs[1:])})" if differs[1:] else ""
         raise InputError(
-            f"{db} belongs to another search: its {k} {stored.get(k)!r}, now {identity[k]!r}{more}; "
+            f"{db} belongs to another search: its {k} {stored.get(k, IDENTITY_DEFAULTS.get(k))!r}, now {identity[k]!r}{more}; "
             "use a new --out folder or the same inputs"
         )
 
