@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     include_path_option(p)
     p.add_argument("--limit", type=int, help="with --suite: only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="with --suite: prompts generated together (default 8)")
+    backend_option(p)
     scorer_timeout_option(p)
     merge_options(p, "shared defaults for every variant whose method takes them; ")
 
@@ -140,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES), help="output dtype")
     p.add_argument("--limit", type=int, help="only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated together (default 32)")
+    backend_option(p)
 
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
@@ -169,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("repo_id", metavar="org/name")
     p.add_argument("--private", action="store_true", help="create the repository private")
 
-    p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers)")
+    p = sub.add_parser("eval", help="score models on evaluation suites (greedy generation with transformers or vLLM)")
     p.add_argument("models", nargs="+", help="model folders (Hugging Face layout) or Hub ids org/name[@rev]")
     suite_option(p, "JSONL file (optionally beside a suite.yaml), folder with data.jsonl + suite.yaml, or lm-eval:TASK")
     p.add_argument("--names", help="comma-separated model names (default: folder names)")
@@ -181,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
     p.add_argument("--limit", type=int, help="evaluate only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=8, help="prompts generated together (default 8)")
+    backend_option(p)
     scorer_timeout_option(p)
     include_path_option(p)
     return parser
@@ -193,6 +196,16 @@ def scorer_timeout_option(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="time a python scorer may take per batch, for every suite (default: the suite.yaml's scorer_timeout, "
         "else 60); a scorer that runs longer is stopped and reported",
+    )
+
+
+def backend_option(p: argparse.ArgumentParser) -> None:
+    """``--backend``: what generates the completions (docs/evaluate.md, Backends)."""
+    p.add_argument(
+        "--backend",
+        default="transformers",
+        choices=("transformers", "vllm"),
+        help="generate with transformers (default) or with vLLM 0.33 on a CUDA GPU (the [vllm] extra)",
     )
 
 
@@ -480,6 +493,7 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     variants = [Variant.parse(text) for text in args.variant]
     suites = load_suites(check_suites(args.suite), args.include_path)
     check_scorer_timeout(args)
+    check_backend(args.backend, args.device)
     name_new_code(suites)
     try:
         result = compare(
@@ -492,6 +506,7 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
             batch_size=args.batch_size,
             limit=args.limit,
             scorer_timeout=args.scorer_timeout,
+            backend=args.backend,
         )
     except ScoringFailed as e:
         print(e.result.table())
@@ -533,6 +548,7 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
         args.batch_size,
         args.limit,
         args.include_path,
+        args.backend,
     )
     try:
         result = search(options, reporter)
@@ -587,10 +603,18 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
     if args.json:
         check_json_path(args.json)
     check_scorer_timeout(args)
+    check_backend(args.backend, args.device)
     name_new_code(suites)
     try:
         result = evaluate(
-            models, suites, args.device, args.batch_size, args.limit, reporter, scorer_timeout=args.scorer_timeout
+            models,
+            suites,
+            args.device,
+            args.batch_size,
+            args.limit,
+            reporter,
+            scorer_timeout=args.scorer_timeout,
+            backend=args.backend,
         )
     except ScoringFailed as e:  # bad input found mid-run: the finished scores are kept (docs/contracts.md)
         if args.json:
@@ -601,6 +625,13 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
         result.write_json(args.json)
     print(result.table())
     return EXIT_OK
+
+
+def check_backend(backend: str, device: str) -> None:
+    """Refuse ``--backend vllm`` without vLLM or a CUDA GPU before any work (and before the notes on new code)."""
+    from .evaluate.vllm_backend import check_backend as check
+
+    check(backend, device)
 
 
 def check_scorer_timeout(args: argparse.Namespace) -> None:

@@ -82,12 +82,21 @@ def evaluate(
     reporter: Reporter | None = None,
     scorer_timeout: float | None = None,
     cache: ScoreCache | None = None,
+    backend: str = "transformers",
 ) -> EvalResult:
-    """Score ``models`` on ``suites`` (greedy generation; lm-eval tasks through lm-eval)."""
+    """Score ``models`` on ``suites`` (greedy generation with ``backend``; lm-eval tasks through lm-eval)."""
     from .evaluate import evaluate as run_evaluation
 
     return run_evaluation(
-        list(models), list(suites), device, batch_size, limit, reporter, scorer_timeout=scorer_timeout, cache=cache
+        list(models),
+        list(suites),
+        device,
+        batch_size,
+        limit,
+        reporter,
+        scorer_timeout=scorer_timeout,
+        cache=cache,
+        backend=backend,
     )
 
 
@@ -103,6 +112,7 @@ def compare(
     limit: int | None = None,
     cache: ScoreCache | None = None,
     scorer_timeout: float | None = None,
+    backend: str = "transformers",
 ) -> CompareResult:
     """Merge every variant of ``spec`` into ``folder/<name>`` from one read of the inputs (each calibrated
     first when its method needs it), then evaluate the base, the agents and the variants on ``suites`` (when
@@ -114,6 +124,7 @@ def compare(
     from .evaluate.compare import CompareResult, check_compare_folder, write_result
     from .evaluate.results import ModelRef, ScoringFailed
     from .evaluate.runner import check_eval_options, require_transformers
+    from .evaluate.vllm_backend import check_backend
 
     reporter = reporter or Reporter()
     options = options or RunOptions()
@@ -127,6 +138,7 @@ def compare(
             suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
     if loaded:  # what the evaluation needs, before the first merge
         require_transformers()
+        check_backend(backend, device or spec.device)
         resolve_device(device or spec.device)
     check_compare_folder(folder, options.overwrite)
     specs = variant_specs(spec, list(variants), folder)
@@ -149,6 +161,7 @@ def compare(
                 reporter,
                 scorer_timeout=scorer_timeout,
                 cache=cache,
+                backend=backend,
             )
         except ScoringFailed as e:  # the merges and the finished scores are kept; the failure is recorded
             write_result(CompareResult(folder, list(variants), merges, e.result), len(spec.agents))

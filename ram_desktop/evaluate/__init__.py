@@ -21,7 +21,9 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   notice, ``ram_desktop.core.new_code_folders``); ``check_timeout(value, what)``.
 - ``model_refs(sources, names=None) -> list[ModelRef]``: names for model folders / Hub ids.
 - ``evaluate(models, suites, device="auto", batch_size=8, limit=None, reporter=None, threads=None,
-  cache=None, scorer_timeout=None) -> EvalResult``: raises ``ScoringFailed`` (an InputError whose ``.result`` keeps
+  cache=None, scorer_timeout=None, scorer_process=None, backend="transformers") -> EvalResult``
+  (``backend="vllm"``: generation through vLLM on a CUDA GPU, ``vllm_backend``; ``scorer_process``: a caller's
+  child for python scorers, kept across calls): raises ``ScoringFailed`` (an InputError whose ``.result`` keeps
   the finished scores) when a scorer fails mid-run; ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
   ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",

@@ -10,7 +10,8 @@ The key of (model, suite) is a SHA-256 over
 - the suite's content: its examples as loaded (the first N with ``--limit``), its
   ``max_new_tokens``, ``chat_template`` and ``system`` prompt;
 - the scorer: its spec text and, for a python scorer, its file's bytes;
-- the settings that can change a completion: the device and the batch size.
+- the settings that can change a completion: the device, the batch size and the backend (vLLM's kernels are
+  not transformers').
 
 The window keeps one cache for its Evaluate and Compare steps, so a compare does not score the base
 and the agents again; nothing is written to disk.
@@ -98,6 +99,10 @@ def suite_fingerprint(suite: Suite) -> str:
     return digest.hexdigest()
 
 
-def score_key(model_fingerprint: str, suite_key: str, device: str, batch_size: int) -> str:
-    """The cache key of one model on one suite with these settings."""
-    return hashlib.sha256(f"{model_fingerprint}\0{suite_key}\0{device}\0{batch_size}".encode()).hexdigest()
+def score_key(
+    model_fingerprint: str, suite_key: str, device: str, batch_size: int, backend: str = "transformers"
+) -> str:
+    """The cache key of one model on one suite with these settings (the backend only where it is not the
+    default, so that transformers' keys stay as they were)."""
+    engine = "" if backend == "transformers" else f"\0{backend}"
+    return hashlib.sha256(f"{model_fingerprint}\0{suite_key}\0{device}\0{batch_size}{engine}".encode()).hexdigest()

@@ -7,7 +7,8 @@ per-example values come from lm-eval's logged samples, in document order; where 
 (most tasks) their mean is the score and the intervals of ``ram-eval/2`` apply to them. ``include_path``:
 folders of task YAMLs of one's own (lm-eval's own flag name). lm-eval is an optional extra (``[lm-eval]``);
 without it an ``lm-eval:`` suite is refused in one line. Tasks whose data lives on the Hugging Face Hub need it
-(or its cache); a task YAML over a local JSONL (``dataset_path: json``) needs nothing else.
+(or its cache); a task YAML over a local JSONL (``dataset_path: json``) needs nothing else. With ``--backend vllm``
+the task runs on lm-eval's own ``vllm`` model instead (``lm_eval --model vllm``).
 """
 
 from __future__ import annotations
@@ -119,8 +120,11 @@ def score_model(
     batch_size: int = 8,
     limit: int | None = None,
     dtype: str = "auto",
+    backend: str = "transformers",
 ) -> list[LmEvalScore]:
-    """Score one model folder on lm-eval tasks with lm-eval's ``hf`` model (greedy, as lm-eval runs it)."""
+    """Score one model folder on lm-eval tasks with lm-eval's ``hf`` model (greedy, as lm-eval runs it), or with
+    its ``vllm`` model for ``backend="vllm"`` (as ``lm_eval --model vllm`` runs it; the caller checked vLLM and the
+    GPU first)."""
     require_lm_eval()
     if not tasks:
         return []
@@ -130,7 +134,7 @@ def score_model(
     os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ.get("HF_HUB_OFFLINE", "0"))
     try:
         out = simple_evaluate(
-            model="hf",
+            model="vllm" if backend == "vllm" else "hf",
             model_args={"pretrained": str(model_folder), "dtype": dtype},
             tasks=[t.task for t in tasks],
             task_manager=_task_manager(include),

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import itertools
 import logging
@@ -28,6 +29,7 @@ import math
 import os
 import platform
 import time
+import types
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ import torch
 from .. import __version__
 from ..core import InputError, Reporter, first_line, open_checkpoint, resolve_device
 from ..core.storage.safe_read import check_regular, read_json
+from . import vllm_backend
 from .cache import ScoreCache, folder_fingerprint, score_key, suite_fingerprint
 from .floors import Floor, floor_of
 from .lm_eval_tasks import LmEvalTask, score_model
@@ -110,6 +113,8 @@ def evaluate(
     threads: int | None = None,
     scorer_timeout: float | None = None,
     cache: ScoreCache | None = None,
+    scorer_process: ScorerProcess | None = None,
+    backend: str = vllm_backend.TRANSFORMERS,
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
     examples of each suite. Python scorers are loaded (their files run, in their child process) here,
@@ -119,6 +124,10 @@ def evaluate(
     seconds a python scorer may take per batch, for every suite (default: each suite's
     ``scorer_timeout``). ``cache``: scores found there (same model files, suite, scorer, device and batch
     size) are reused, a model with all of them is not even loaded; new scores are added to it.
+    ``scorer_process``: the child process python scorers run in, kept open by the caller across calls (a
+    search's trials: its scorer files are loaded once); default a new one, ended on return. ``backend``:
+    ``"transformers"`` (the model in this process) or ``"vllm"`` (``vllm_backend``: a CUDA GPU and vLLM, refused
+    before any work without them; lm-eval tasks then run on lm-eval's own ``vllm`` model).
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
     a scorer file that cannot load), ``ScoringFailed`` (an ``InputError`` carrying the finished
@@ -138,18 +147,24 @@ def evaluate(
         raise InputError("no suites to evaluate on; give at least one --suite")
     check_eval_options(batch_size, limit, scorer_timeout)
     require_transformers()
+    vllm_backend.check_backend(backend, device)
     torch_device = resolve_device(device)
     tasks = [(k, s) for k, s in enumerate(suites) if isinstance(s, LmEvalTask)]
     own_suites = [s.head(limit) for s in suites if isinstance(s, Suite)]
-    with contextlib.closing(ScorerProcess(reporter.check)) as process:
+    with contextlib.ExitStack() as stack:
+        process = scorer_process or stack.enter_context(contextlib.closing(ScorerProcess(reporter.check)))
         scorers = [
             make_scorer(s.scorer_spec, process=process, timeout=scorer_timeout or s.scorer_timeout) for s in own_suites
         ]
         for scorer, suite in zip(scorers, own_suites):
             scorer.check(suite)
         resolved = [_resolve(ref, reporter) for ref in refs]
-        result = _evaluate(resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache)
-    return _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter) if tasks else result
+        result = _evaluate(
+            resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache, backend
+        )
+    return (
+        _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter, backend) if tasks else result
+    )
 
 
 def _floor(suite: Suite, scorer: Scorer) -> Floor | None:
@@ -171,13 +186,14 @@ def _with_lm_eval(
     batch_size: int,
     limit: int | None,
     reporter: Reporter,
+    backend: str = vllm_backend.TRANSFORMERS,
 ) -> EvalResult:
     """``result`` with the lm-eval tasks' columns put in their places (``tasks``: (position, task)), each
     model scored by lm-eval itself (``lm_eval_tasks.score_model``)."""
     for m, (ref, folder, _) in enumerate(resolved):
         reporter.check()
         reporter.progress(STAGE, m, len(resolved), "models", f"lm-eval: {ref.name}")
-        scores = score_model(folder, [t for _, t in tasks], str(device), batch_size, limit)
+        scores = score_model(folder, [t for _, t in tasks], str(device), batch_size, limit, backend=backend)
         for (k, task), score in zip(tasks, scores):
             if m == 0:
                 result.suites.insert(k, SuiteSummary(task.name, task.source, len(score.per_example), score.metric))
@@ -199,6 +215,7 @@ def _evaluate(
     threads: int | None,
     start: float,
     cache: ScoreCache | None,
+    backend: str = vllm_backend.TRANSFORMERS,
 ) -> EvalResult:
     refs = [ref for ref, _, _ in resolved]
 
@@ -218,7 +235,7 @@ def _evaluate(
     with _torch_threads(threads):
         for ref, folder, _ in resolved:
             model_key = folder_fingerprint(folder) if cache is not None else ""
-            keys = [score_key(model_key, k, str(torch_device), batch_size) for k in suite_keys]
+            keys = [score_key(model_key, k, str(torch_device), batch_size, backend) for k in suite_keys]
             found = [cache.get(k) for k in keys] if cache is not None else [None] * len(suites)
             todo = [k for k, hit in enumerate(found) if hit is None]
             progress.skip(sum(len(suites[k]) for k, hit in enumerate(found) if hit is not None), "reused")
@@ -233,6 +250,7 @@ def _evaluate(
                     batch_size,
                     progress,
                     threads is None,
+                    backend,
                 )
                 if todo
                 else ([], [])
@@ -260,7 +278,7 @@ def _evaluate(
         scores=scores,
         seconds=time.perf_counter() - start,
         device=str(torch_device),
-        versions=versions(),
+        versions=versions(backend),
         completions=completions,
         rewards=[[r if r is not None else [] for r in per_model] for per_model in rewards],
         generated_tokens=progress.tokens,
@@ -353,6 +371,7 @@ def _complete(
     batch_size: int,
     progress: _Progress,
     pick_threads: bool = False,
+    backend: str = vllm_backend.TRANSFORMERS,
 ) -> tuple[list[list[str]], list[list[float] | None]]:
     """Load one model, generate the completions of every suite (in suite order) and score each batch as it
     comes, free the model. A scorer that fails adds to ``failures``: the rest of that suite is neither
@@ -361,10 +380,7 @@ def _complete(
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
     per_suite_rewards: list[list[float] | None] = []
-    with (
-        _loaded(folder, ref.name, device) as (model, tokenizer),
-        _torch_threads(model_threads(model, device) if pick_threads else None),
-    ):
+    with _generator(folder, ref.name, device, backend, pick_threads) as (tokenizer, generate):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
         for suite, scorer in zip(suites, scorers):
@@ -379,9 +395,7 @@ def _complete(
             generated = 0
             # a batch is scored while the next one is generated: its rewards are collected after that
             pending: tuple[list[int], Callable[[], list[float]]] | None = None
-            batches = _generate(
-                model, tokenizer, prompts, suite.max_new_tokens, batch_size, device, progress.reporter, where
-            )
+            batches = generate(prompts, suite.max_new_tokens, batch_size, progress.reporter, where)
             for batch in itertools.chain(batches, [None]):
                 try:
                     if pending is not None:
@@ -403,8 +417,57 @@ def _complete(
                     break
             per_suite.append(texts)
             per_suite_rewards.append(None if failed else rewards)
-        del model, tokenizer
+        del tokenizer, generate
     return per_suite, per_suite_rewards
+
+
+Generate = Callable[[list[list[int]], int, int, Reporter, str], Iterator[tuple[list[int], list[str], int]]]
+
+
+@contextlib.contextmanager
+def _generator(
+    folder: Path, name: str, device: torch.device, backend: str, pick_threads: bool
+) -> Iterator[tuple[Any, Generate]]:
+    """The model's tokenizer and its greedy generation ``generate(prompts, max_new_tokens, batch_size, reporter,
+    where)`` through ``backend``: transformers (the model loaded here, ``_generate``; ``pick_threads``: with
+    ``model_threads``' choice) or vLLM (``vllm_backend``, the same prompts, stop tokens and decoding)."""
+    if backend == vllm_backend.VLLM:
+        tokenizer = load_tokenizer(folder, name)
+        stops = stop_token_ids(_configs(folder, name), tokenizer)
+        with vllm_backend.engine(folder, name) as llm:
+            yield tokenizer, functools.partial(vllm_backend.generate, llm, tokenizer, stops)
+        return
+    with (
+        _loaded(folder, name, device) as (model, tokenizer),
+        _torch_threads(model_threads(model, device) if pick_threads else None),
+    ):
+
+        def generate(
+            prompts: list[list[int]], max_new_tokens: int, batch_size: int, reporter: Reporter, where: str
+        ) -> Iterator[tuple[list[int], list[str], int]]:
+            return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, reporter, where)
+
+        yield tokenizer, generate
+
+
+def _configs(folder: Path, name: str) -> Any:
+    """The model's config and generation config as transformers reads them (for ``stop_token_ids``), without
+    loading its weights: the generation config from the model config where the folder has none, as
+    transformers does."""
+    from transformers import AutoConfig, GenerationConfig
+
+    with _quiet_transformers():
+        try:
+            config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+        except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named
+            raise InputError(
+                f"model {name} ({folder}): transformers cannot read its config ({first_line(e)})"
+            ) from None
+        try:
+            generation = GenerationConfig.from_pretrained(folder)
+        except OSError:
+            generation = GenerationConfig.from_model_config(config)
+    return types.SimpleNamespace(config=config, generation_config=generation)
 
 
 def require_transformers() -> None:
@@ -418,11 +481,13 @@ def require_transformers() -> None:
         ) from None
 
 
-def versions() -> dict[str, str]:
+def versions(backend: str = vllm_backend.TRANSFORMERS) -> dict[str, str]:
     import tokenizers
     import transformers
 
+    engine = {"vllm": vllm_backend.version()} if backend == vllm_backend.VLLM else {}
     return {
+        **engine,
         "ram_desktop": __version__,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -535,18 +600,11 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
     """The causal LM of ``folder`` (in ``dtype``, eval mode, on ``device``) and its tokenizer, through
     transformers, never with the repository's own code; every failure is an ``InputError`` naming the
     model. Evaluation and the Fisher estimate both load models this way."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     where = f"model {name} ({folder})"
+    tokenizer = load_tokenizer(folder, name)
     with _quiet_transformers():
-        try:
-            tokenizer = _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
-        except InputError:
-            raise
-        except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
-            raise InputError(
-                f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: {first_line(e)})"
-            ) from None
         try:
             # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
             # transformers annotates the return as the model alone; output_loading_info=True gives (model, info)
@@ -562,6 +620,23 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def load_tokenizer(folder: Path, name: str) -> Any:
+    """The tokenizer of ``folder`` through transformers (the one the folder declares, ``_as_declared``), never
+    with the repository's own code; a failure is an ``InputError`` naming the model."""
+    from transformers import AutoTokenizer
+
+    where = f"model {name} ({folder})"
+    with _quiet_transformers():
+        try:
+            return _as_declared(folder, AutoTokenizer.from_pretrained(folder, trust_remote_code=False), where)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
+            raise InputError(
+                f"{where}: transformers cannot load its tokenizer ({type(e).__name__}: {first_line(e)})"
+            ) from None
 
 
 @contextlib.contextmanager

@@ -47,7 +47,9 @@ from ..core import (
     merge_variants,
     variant_specs,
 )
+from .scorer_process import ScorerProcess
 from .stats import clearly_better, mean_interval, paired_difference
+from .vllm_backend import check_backend
 
 try:
     import fcntl
@@ -60,6 +62,8 @@ STUDY_DB = "study.db"
 SEARCH_JSON = "search.json"
 BEST = "best"
 STUDY_NAME = "ram-merge-search"
+IDENTITY_DEFAULTS = {"backend": "transformers"}  # what a study made before the key existed used
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite may keep beside study.db while it is open
 FORMAT = "ram-search/1"
 DEFAULT_METHODS = defaults.SEARCH_METHODS
 REFERENCES = (("ram-plus", "RAM+"), ("task-arithmetic", "Task Arithmetic"))  # scored at their defaults
@@ -212,6 +216,7 @@ class Inputs:
     batch_size: int
     limit: int | None
     include_path: tuple[str, ...] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
+    backend: str = "transformers"  # what generates the completions: transformers or vllm
 
     def spec(self) -> MergeSpec:
         """The merge every trial shares (sources, names, precision), with no method of its own."""
@@ -232,9 +237,11 @@ def score_merges(
     reporter: Reporter | None = None,
     threads: int | None = None,
     suites: Sequence[Any] | None = None,
+    scorer_process: ScorerProcess | None = None,
 ) -> list[list[float]]:
     """Merge each (method, params) from one read of the inputs into a temporary folder, score every merge on the
-    suites, remove the folders; per merge, its score on each suite. Runs in this process or in a Ray worker."""
+    suites, remove the folders; per merge, its score on each suite. Runs in this process or in a Ray worker.
+    ``scorer_process``: the search's one child for python scorers (``evaluate``'s), reused across trials."""
     from . import evaluate, load_suites
 
     loaded = list(suites) if suites is not None else load_suites(inputs.suites, inputs.include_path)
@@ -243,7 +250,15 @@ def score_merges(
         specs = variant_specs(shared, [Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
         merged = merge_variants(specs, reporter)
         result = evaluate(
-            [str(m.out) for m in merged], loaded, inputs.device, inputs.batch_size, inputs.limit, reporter, threads
+            [str(m.out) for m in merged],
+            loaded,
+            inputs.device,
+            inputs.batch_size,
+            inputs.limit,
+            reporter,
+            threads,
+            scorer_process=scorer_process,
+            backend=inputs.backend,
         )
     return [list(row) for row in result.scores]
 
@@ -306,6 +321,7 @@ class SearchOptions:
     batch_size: int = 32
     limit: int | None = None
     include_path: Sequence[Path] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
+    backend: str = "transformers"  # what generates the completions (evaluate's backend)
 
 
 def search(
@@ -332,6 +348,7 @@ def search(
     if not spec.agents:
         raise InputError("no agents to merge; name at least one agent checkpoint")
     include = tuple(str(p) for p in options.include_path)
+    check_backend(options.backend, spec.device)
 
     def opened(given: Sequence[Any]) -> list[Suite | LmEvalTask]:
         paths = [s for s in given if not isinstance(s, (Suite, LmEvalTask))]
@@ -354,6 +371,7 @@ def search(
         options.batch_size,
         options.limit,
         include,
+        options.backend,
     )
     identity = {
         "base": inputs.base,
@@ -366,6 +384,7 @@ def search(
         "out_dtype": inputs.out_dtype,
         "vocab": inputs.vocab,
         "limit": inputs.limit,
+        "backend": inputs.backend,
     }
     folder = Path(options.folder).expanduser()
     _check_folder(folder)
@@ -379,24 +398,29 @@ def search(
         if runner is not None:
             runner.close()
         raise
+    # one child process runs the python scorers of every trial here and of the final test (started once, each
+    # scorer file loaded once): a child per trial cost ~0.15 s of a ~1 s trial on the demo (benchmarks/README.md)
+    scorer_process = ScorerProcess(reporter.check)
     try:
         try:
-            trials = _run_trials(study, inputs, suites, methods, options, reporter, on_trial, runner)
+            trials = _run_trials(study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process)
         except InputError:
             if fresh and not _finished(study):  # a bad input found by the first merge: nothing left behind
-                del study
+                _close(study)
                 _remove_new(folder, created)
             raise
         finally:
             if runner is not None:
                 runner.close()
         best = max(trials, key=lambda t: (t.validation, -t.number))
-        test = _merge_best(inputs, best, tests, folder, reporter)
+        test = _merge_best(inputs, best, tests, folder, reporter, scorer_process)
     except (Cancelled, KeyboardInterrupt):
         raise Cancelled(
             f"{len(_finished(study))} finished trials kept in {db}; run the same command to continue"
         ) from None
     finally:
+        scorer_process.close()
+        _close(study)
         os.close(lock)
     result = SearchResult(folder, trials, best, test, time.perf_counter() - started)
     result.extra = {
@@ -434,7 +458,7 @@ def _remove_new(folder: Path, created: bool) -> None:
     if created:
         shutil.rmtree(folder, ignore_errors=True)
     else:
-        for name in (STUDY_DB, f"{STUDY_DB}-journal"):
+        for name in (STUDY_DB, *(STUDY_DB + end for end in SQLITE_SIDE_FILES)):
             try:
                 (folder / name).unlink()
             except OSError:
@@ -464,6 +488,7 @@ def _open_study(folder: Path, identity: dict[str, Any], seed: int):
     try:
         folder.mkdir(parents=True, exist_ok=True)
         storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
+        _write_ahead(storage)
         study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", load_if_exists=True)
     except OSError as e:
         raise InputError(f"{e.filename or folder}: cannot write the study ({e.strerror})") from None
@@ -486,6 +511,32 @@ def _open_study(folder: Path, identity: dict[str, Any], seed: int):
     return optuna.load_study(study_name=STUDY_NAME, storage=storage, sampler=sampler), lock
 
 
+def _write_ahead(storage) -> None:
+    """The study's SQLite in write-ahead-log mode, synced at checkpoints: Optuna commits several times per trial
+    (each suggested value, each attribute, the result), and a rollback journal synced on every commit cost ~0.3 s
+    of a ~1 s trial on the demo (benchmarks/README.md). A killed process loses nothing committed (the log is
+    replayed when the study is opened next); a power cut may lose the last commits, never the file. The log is
+    folded back into study.db when the search closes the study (``_close``)."""
+    from sqlalchemy import event
+
+    @event.listens_for(storage.engine, "connect")
+    def _pragmas(connection, _record) -> None:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")
+
+    storage.engine.dispose()  # the connection Optuna opened to create its tables: reopened with the pragmas
+
+
+def _close(study) -> None:
+    """Close the study's database connections: the last one folds the write-ahead log into study.db and removes
+    study.db-wal and study.db-shm (the CLI ends with ``os._exit``, which would leave them)."""
+    storage = getattr(study, "_storage", None)
+    backend = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a cache
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
 def _lock(db: Path, folder: Path) -> int:
     """One search per study at a time: an exclusive ``flock`` on study.db (SQLite's own locks are separate
     ``fcntl`` locks), released when the process ends, however it ends. Returns the descriptor to close."""
@@ -502,11 +553,15 @@ def _lock(db: Path, folder: Path) -> int:
 
 
 def _check_identity(db: Path, identity: dict[str, Any]) -> None:
-    """Refuse a study.db made for another search, naming what differs."""
+    """Refuse a study.db made for another search, naming what differs. Read through a writable connection where
+    the file allows: a read-only one leaves the write-ahead log's side files behind (``_write_ahead``)."""
     import sqlite3
 
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=rw", uri=True)
+        except sqlite3.OperationalError:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
         try:
             row = con.execute(
                 "SELECT a.value_json FROM study_user_attributes a JOIN studies s ON a.study_id = s.study_id "
@@ -520,12 +575,12 @@ def _check_identity(db: Path, identity: dict[str, Any]) -> None:
     if row is None:
         return  # created, then stopped before it was described: continue it
     stored = json.loads(row[0])
-    differs = [k for k in identity if stored.get(k) != identity[k]]
+    differs = [k for k in identity if stored.get(k, IDENTITY_DEFAULTS.get(k)) != identity[k]]
     if differs:
         k = differs[0]
         more = f" (and {', '.join(differs[1:])})" if differs[1:] else ""
         raise InputError(
-            f"{db} belongs to another search: its {k} {stored.get(k)!r}, now {identity[k]!r}{more}; "
+            f"{db} belongs to another search: its {k} {stored.get(k, IDENTITY_DEFAULTS.get(k))!r}, now {identity[k]!r}{more}; "
             "use a new --out folder or the same inputs"
         )
 
@@ -561,7 +616,9 @@ def _merge_key(method: str, params: dict[str, Any]) -> str:
     return json.dumps([method, params], sort_keys=True, default=str)
 
 
-def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, runner) -> list[Trial]:
+def _run_trials(
+    study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process: ScorerProcess | None = None
+) -> list[Trial]:
     """Ask, merge and score, tell: until ``options.trials`` trials have completed."""
     done = [_trial_of(t) for t in _finished(study)]
     for t in done:
@@ -609,7 +666,7 @@ def _run_trials(study, inputs, suites, methods, options, reporter, on_trial, run
             if runner is None:
                 t0 = time.perf_counter()
                 pending = [(a, m, p, None) for a, m, p in batch]
-                rows = score_merges(inputs, [(m, p) for _, m, p in batch], quiet, None, suites)
+                rows = score_merges(inputs, [(m, p) for _, m, p in batch], quiet, None, suites, scorer_process)
                 seconds = (time.perf_counter() - t0) / len(batch)
                 for item, scores in zip(list(pending), rows):
                     finish(item[0], item[1], item[2], scores, seconds)
@@ -660,7 +717,14 @@ def _check_distinguishable(done: list[Trial], budget: int) -> None:
 # ---- the end: the best merge, tested beside the references --------------------------------------------
 
 
-def _merge_best(inputs: Inputs, best: Trial, tests: list, folder: Path, reporter: Reporter) -> dict[str, Any] | None:
+def _merge_best(
+    inputs: Inputs,
+    best: Trial,
+    tests: list,
+    folder: Path,
+    reporter: Reporter,
+    scorer_process: ScorerProcess | None = None,
+) -> dict[str, Any] | None:
     """Merge the best trial into ``folder/best`` (recipe and card as any merge) and, with test suites, score it
     beside RAM+ and Task Arithmetic at their defaults (merged into a temporary folder, removed after)."""
     from . import evaluate
@@ -674,7 +738,16 @@ def _merge_best(inputs: Inputs, best: Trial, tests: list, folder: Path, reporter
         merged = merge_variants(specs, reporter, RunOptions(overwrite=True))
         if not tests:
             return None
-        result = evaluate([str(m.out) for m in merged], tests, inputs.device, inputs.batch_size, inputs.limit, reporter)
+        result = evaluate(
+            [str(m.out) for m in merged],
+            tests,
+            inputs.device,
+            inputs.batch_size,
+            inputs.limit,
+            reporter,
+            scorer_process=scorer_process,
+            backend=inputs.backend,
+        )
     names = [f"best ({best.method})", *(label for label, _, _ in refs)]
     models = []
     for i, name in enumerate(names):
