@@ -39,7 +39,7 @@ MERGEKIT_VENV ?= $(HOME)/.cache/ram-desktop/mergekit-venv
 test-mergekit: $(STAMP)
 	test -x $(MERGEKIT_VENV)/bin/mergekit-yaml || bash benchmarks/setup_mergekit.sh $(MERGEKIT_VENV)
 	RAM_MERGEKIT=$(MERGEKIT_VENV)/bin/mergekit-yaml QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
-		tests/test_mergekit_methods.py
+		tests/test_mergekit_methods.py tests/test_mergekit_tokenizer.py
 	RAM_MERGEKIT=$(MERGEKIT_VENV)/bin/mergekit-yaml QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
 		tests/test_mergekit_config.py tests/test_baselines.py -k mergekit
 

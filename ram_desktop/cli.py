@@ -279,6 +279,35 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         "--shard-size", default=defaults.SHARD_SIZE, help=f"largest output shard (default {defaults.SHARD_SIZE})"
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    p.add_argument(
+        "--tokenizer-source",
+        metavar="base|union|model:NAME",
+        help="build the output's vocabulary as mergekit does (default: copy the base's tokenizer files); "
+        "union adds every agent's tokens, model:NAME takes that agent's (or base's) tokenizer",
+    )
+    p.add_argument(
+        "--chat-template",
+        metavar="NAME|FILE",
+        help="the output tokenizer's chat template: auto, chatml, llama3, alpaca, mistral, exaone, or a Jinja file",
+    )
+
+
+def _tokenizer_args(args: argparse.Namespace) -> dict[str, Any]:
+    """``--tokenizer-source`` and ``--chat-template`` as the spec's ``tokenizer`` and ``chat_template``."""
+    from .core import read_chat_template, read_tokenizer_source
+
+    out: dict[str, Any] = {}
+    if getattr(args, "tokenizer_source", None) is not None:
+        out["tokenizer"] = {"source": read_tokenizer_source("--tokenizer-source", args.tokenizer_source)}
+    template = getattr(args, "chat_template", None)
+    if template is not None:
+        path = Path(template).expanduser()
+        if path.is_file():
+            from .core.storage.safe_read import read_text
+
+            template = read_text(path)
+        out["chat_template"] = read_chat_template("--chat-template", template)
+    return out
 
 
 def _loose(kind: type) -> Callable[[str], Any]:
@@ -481,6 +510,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         out_dtype=getattr(args, "out_dtype", defaults.OUT_DTYPE),
         shard_size=getattr(args, "shard_size", defaults.SHARD_SIZE),
         vocab=args.vocab,
+        **_tokenizer_args(args),
     )
 
 

@@ -27,6 +27,8 @@ MERGE_ONLY = {
     "--names",
     "--device",
     "--vocab",
+    "--tokenizer-source",
+    "--chat-template",
     "--out",
     "--steps",
     "--lr",

@@ -131,9 +131,9 @@ def test_dtype_and_out_dtype(tmp_path):
 REFUSED = [
     ("slices beside models", {"slices": [{"sources": [{"model": "x", "layer_range": [0, 2]}]}]}, None, "models"),
     ("modules", {"modules": {"text": {"models": [{"model": "x"}]}}}, None, "modules"),
-    ("tokenizer_source", {"tokenizer_source": "union"}, None, "tokenizer_source"),
-    ("tokenizer", {"tokenizer": {"source": "base"}}, None, "tokenizer"),
-    ("chat_template", {"chat_template": "chatml"}, None, "chat_template"),
+    ("tokenizer_source of another model", {"tokenizer_source": "org/other"}, {"weight": 1.0}, "tokenizer_source"),
+    ("tokenizer block key", {"tokenizer": {"source": "base", "merge": True}}, None, "tokenizer.merge"),
+    ("unknown chat_template", {"chat_template": "chatml2"}, None, "chat_template"),
     ("unknown top key", {"merge_options": {}}, None, "merge_options"),
     ("gradient of text", {"parameters": {"lambda": ["a", "b"]}}, {"weight": 1.0}, "parameters.lambda"),
     ("filter without value", {"parameters": {"lambda": [{"filter": "mlp"}]}}, {"weight": 1.0}, "parameters.lambda"),

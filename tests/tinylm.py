@@ -102,3 +102,36 @@ def write_tiny_lm(
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
     return folder
+
+
+def write_tokens_lm(
+    folder: Path, special: list[str], plain: list[str], template: str, seed: int, dtype: str = "float32"
+) -> Path:
+    """A tiny random Qwen2 model (one layer, hidden 16) whose tokenizer is ``build_tokenizer``'s with these added
+    special and plain tokens and chat template, its vocabulary sized to the tokenizer: an agent fine-tuned
+    with tokens of its own."""
+    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=build_tokenizer(), eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    if special:
+        fast.add_special_tokens({"additional_special_tokens": special})
+    if plain:
+        fast.add_tokens(plain)
+    fast.chat_template = template
+    config = Qwen2Config(
+        vocab_size=len(fast),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        initializer_range=0.5,
+    )
+    torch.manual_seed(seed)
+    Qwen2ForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder

@@ -44,6 +44,8 @@ _EXPORTS: dict[str, str] = {
     "VOCAB_MODES": "engine.plan",
     "check_fits": "engine.plan",
     "DEFAULT_CHUNK_ELEMENTS": "engine.chunks",
+    "read_tokenizer_source": "tokenizer",
+    "read_chat_template": "tokenizer",
     # errors and events
     "RamError": "errors",
     "InputError": "errors",
@@ -123,7 +125,9 @@ __all__ = [  # the names of _EXPORTS
     "parse_size",
     "probe",
     "publish",
+    "read_chat_template",
     "read_manifest",
+    "read_tokenizer_source",
     "record_evaluation",
     "remember_code_folders",
     "resolve_device",
@@ -165,4 +169,5 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .spec import Agent, MergeSpec, RunOptions
     from .storage.formats import Checkpoint
     from .storage.formats.registry import weights_file_filter
+    from .tokenizer import read_chat_template, read_tokenizer_source
     from .variant import Variant, variant_specs

@@ -10,6 +10,8 @@ import json
 import logging
 import os
 import platform
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from . import defaults
+from . import defaults, tokenizer
 from .devices import device_spec
 from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
@@ -159,7 +161,8 @@ def merge(spec: MergeSpec, reporter: Reporter | None = None, options: RunOptions
     return merge_variants([spec], reporter, options)[0]
 
 
-SHARED = ("base", "agents", "eps", "out_dtype", "vocab", "slices", "device", "shard_size")
+COMPUTE_DTYPES = ("float64", "float32", "bfloat16", "float16")  # a method's ``dtype`` that casts its inputs
+SHARED = ("base", "agents", "eps", "out_dtype", "vocab", "tokenizer", "chat_template", "slices", "device", "shard_size")
 
 
 def merge_variants(
@@ -172,11 +175,13 @@ def merge_variants(
     writer. The specs differ only in method, parameters and output (``SHARED`` is the same in all). Every
     output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
     options = options or RunOptions()
-    with kernels.disabled(below=options.kernel_min_elements):
-        return _merge_variants(list(specs), reporter or Reporter(), options)
+    with kernels.disabled(below=options.kernel_min_elements), ExitStack() as scratch:
+        return _merge_variants(list(specs), reporter or Reporter(), options, scratch)
 
 
-def _merge_variants(specs: list[MergeSpec], reporter: Reporter, options: RunOptions) -> list[MergeResult]:
+def _merge_variants(
+    specs: list[MergeSpec], reporter: Reporter, options: RunOptions, scratch: ExitStack
+) -> list[MergeResult]:
     start = time.perf_counter()
     if not specs:
         raise InputError("no variants to merge; give at least one method")
@@ -198,8 +203,18 @@ def _merge_variants(specs: list[MergeSpec], reporter: Reporter, options: RunOpti
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
     check_agent_count(len(first.agents))
-    _check_hub_sources(
-        first.base, first.sources, reporter, options.token, first.names, first.out_dtype, first.vocab, outs[0]
+    tokenizer.check_references(
+        None if first.tokenizer is None else dict(first.tokenizer), first.names, [first.base, *first.sources]
+    )
+    _check_hub_sources(  # a rebuilt vocabulary makes every model's vocabulary rows the same: checked later
+        first.base,
+        first.sources,
+        reporter,
+        options.token,
+        first.names,
+        first.out_dtype,
+        "common" if first.tokenizer is not None else first.vocab,
+        outs[0],
     )
     layout = first.layout()
     for m in methods:
@@ -213,6 +228,18 @@ def _merge_variants(specs: list[MergeSpec], reporter: Reporter, options: RunOpti
                 "every model in each slice to merge them"
             )
     base, agents = open_sources(first.base, first.sources, reporter, options.token)
+    vocabulary = tokenizer.prepare(
+        [base, *agents],
+        first.names,
+        [first.base, *first.sources],
+        None if first.tokenizer is None else dict(first.tokenizer),
+        first.chat_template,
+        prefer_base=params[0].get("use_base") is not False,
+    )
+    if vocabulary is not None and vocabulary.rebuilt:
+        cast = params[0].get("dtype")
+        folder = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="ram-vocabulary-")))
+        base, agents = vocabulary.aligned(folder, cast if cast in COMPUTE_DTYPES else None)
     plan = make_plan(base, agents, first.names, first.out_dtype, first.vocab, layout)
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
@@ -295,7 +322,7 @@ def _merge_variants(specs: list[MergeSpec], reporter: Reporter, options: RunOpti
                 v.shards.bytes_written,
                 survival,
             )
-            _write_extras(folder, plan, written, v.params, probe_report, lambdas, report)
+            _write_extras(folder, plan, written, v.params, probe_report, lambdas, report, vocabulary)
             results.append(
                 MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, probe_report.warnings)
             )
@@ -407,9 +434,15 @@ def _write_extras(
     probe_report: ProbeReport,
     lambdas: list[float],
     report: dict,
+    vocabulary: tokenizer.Vocabulary | None = None,
 ) -> None:
     write_config(plan.base, folder, plan, plan.layer_sources)
-    copy_tokenizer_files(plan.base, folder)
+    if vocabulary is None:
+        copy_tokenizer_files(plan.base, folder)
+    else:
+        vocabulary.save(folder, spec.chat_template)
+        if (plan.base.folder / "generation_config.json").is_file():  # a generation setting, not the vocabulary
+            shutil.copyfile(plan.base.folder / "generation_config.json", folder / "generation_config.json")
     save_card(model_card(plan, spec.method, params, lambdas, probe_report, spec.out_dtype), folder / "README.md")
     spec.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")

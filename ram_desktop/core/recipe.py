@@ -51,6 +51,8 @@ RECIPE_KEYS = (
     "device",
     "output",
     "vocab",
+    "tokenizer",
+    "chat_template",
     "slices",
 )
 AGENT_KEYS = ("name", "source")

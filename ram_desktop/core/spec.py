@@ -33,6 +33,7 @@ from .recipe import (
     type_name,
 )
 from .storage.safe_read import read_yaml
+from .tokenizer import read_chat_template, read_tokenizer
 
 FORMAT = "ram-recipe/2"
 FORMAT_V1 = "ram-recipe/1"  # per-agent values as lists in agent order; read and upgraded, never written
@@ -190,6 +191,9 @@ class MergeSpec:
     eps: float = defaults.EPS
     out_dtype: str = defaults.OUT_DTYPE
     vocab: str = defaults.VOCAB
+    # the output's tokenizer (``core.tokenizer``): None copies the base's files unchanged
+    tokenizer: Mapping[str, Any] | None = None
+    chat_template: str | None = None
     slices: tuple[Mapping[str, Any], ...] | None = None
     device: str = defaults.DEVICE
     shard_size: str = defaults.SHARD_SIZE
@@ -211,6 +215,8 @@ class MergeSpec:
         shard_size: str = defaults.SHARD_SIZE,
         vocab: str = defaults.VOCAB,
         slices: Sequence[Mapping[str, Any]] | None = None,
+        tokenizer: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
     ) -> MergeSpec:
         """A spec from sources in agent order (``names`` None: derived from them) and parameters whose per-agent
         values are lists or comma-separated text in that order (a command line's, a mergekit file's)."""
@@ -224,6 +230,8 @@ class MergeSpec:
             eps=eps,
             out_dtype=out_dtype,
             vocab=vocab,
+            tokenizer=tokenizer,
+            chat_template=chat_template,
             slices=_keyed_slices(method, slices, keyed_names),
             device=device,
             shard_size=str(shard_size),
@@ -305,6 +313,10 @@ class MergeSpec:
         }
         if self.vocab != defaults.VOCAB:
             data["vocab"] = self.vocab
+        if self.tokenizer is not None:
+            data["tokenizer"] = _plain(self.tokenizer)
+        if self.chat_template is not None:
+            data["chat_template"] = self.chat_template
         if self.slices is not None:
             data["slices"] = _plain(list(self.slices))
         if self.output:
@@ -403,6 +415,8 @@ class MergeSpec:
             eps=float(eps),
             out_dtype=text_value(where, "out_dtype", data.get("out_dtype", defaults.OUT_DTYPE)),
             vocab=text_value(where, "vocab", data.get("vocab", defaults.VOCAB)),
+            tokenizer=read_tokenizer(where, data.get("tokenizer")),
+            chat_template=read_chat_template(f"{where}: chat_template", data.get("chat_template")),
             slices=slices,
             device=text_value(where, "device", data.get("device", defaults.DEVICE)),
             shard_size=str(shard_size),

@@ -3,7 +3,7 @@
 ``from_mergekit`` turns a mergekit YAML (``merge_method``, ``base_model``, ``models``, ``parameters``,
 ``dtype``, ``out_dtype``) into a ``MergeSpec`` when RAM Desktop has the method, and refuses, naming the
 key, whatever it cannot express: slices, modules, per-layer value lists (gradients), filtered
-parameters, tokenizer settings, LoRA references, unequal per-model weights or densities, and
+parameters, LoRA references, unequal per-model weights or densities, and
 switches that change the arithmetic (``normalize``, ``rescale``) where ours has no equivalent.
 Differences that remain (TIES's cut, DARE's mask and rescale, RAM+'s per-tensor ρ, compute dtype)
 come back as warnings.
@@ -15,6 +15,7 @@ difference. Semantics follow mergekit 0.1.5 (``merge_methods/generalized_task_ar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
 from ..spec import FORMAT, MergeSpec
 from ..storage.safe_read import read_yaml
+from ..tokenizer import read_chat_template, read_tokenizer, read_tokenizer_source
 
 
 def _imports() -> dict[str, MergekitImport]:
@@ -45,11 +47,20 @@ def _exact() -> dict[str, tuple[str, MergekitExact]]:
     }
 
 
-TOP_LEVEL = {"merge_method", "base_model", "models", "slices", "parameters", "dtype", "out_dtype", "tokenizer_source"}
+TOP_LEVEL = {
+    "merge_method",
+    "base_model",
+    "models",
+    "slices",
+    "parameters",
+    "dtype",
+    "out_dtype",
+    "tokenizer_source",
+    "tokenizer",
+    "chat_template",
+}
 REFUSED_TOP_LEVEL = {
     "modules": "per-module definitions (RAM Desktop merges whole models with one base)",
-    "tokenizer": "tokenizer merging (RAM Desktop copies the base's tokenizer)",
-    "chat_template": "a chat template override (RAM Desktop copies the base's tokenizer files)",
 }
 DTYPES = {
     "float64": "float64",
@@ -174,13 +185,59 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     unknown = sorted(set(data) - TOP_LEVEL - set(REFUSED_TOP_LEVEL))
     if unknown:
         raise InputError(f"{where}: {unknown[0]}: unknown mergekit key, RAM Desktop cannot express it")
-    tokenizer = data.get("tokenizer_source")
-    if tokenizer is not None and str(tokenizer).strip() != "base":
+    settings, template = _tokenizer_settings(data, where)  # checked before the models, like every key
+    imported = _convert(data, where)
+    if data.get("tokenizer") is not None and data.get("tokenizer_source") is not None:
+        imported.warnings.append("tokenizer_source is ignored where a tokenizer block is given (as in mergekit)")
+    return _with_tokenizer(imported, settings, template, where, data.get("tokenizer") is not None)
+
+
+def _tokenizer_settings(data: dict, where: str) -> tuple[dict[str, Any] | None, str | None]:
+    """mergekit's ``tokenizer`` block (which overrides ``tokenizer_source``; its source defaults to union) or
+    ``tokenizer_source``, and ``chat_template``, checked."""
+    block, source = data.get("tokenizer"), data.get("tokenizer_source")
+    if block is not None:
+        settings = read_tokenizer(where, block)
+    elif source is not None:
+        settings = {"source": read_tokenizer_source(f"{where}: tokenizer_source", source)}
+    else:
+        settings = None
+    return settings, read_chat_template(f"{where}: chat_template", data.get("chat_template"))
+
+
+def _with_tokenizer(
+    imported: Imported, settings: dict[str, Any] | None, template: str | None, where: str, block: bool
+) -> Imported:
+    """The tokenizer settings on the spec, each model path named as the spec names it (base, an agent's name);
+    ``InputError`` naming the key for a model that is not in the merge."""
+    spec = imported.spec
+    key = "tokenizer.source" if block else "tokenizer_source"
+
+    def named(at: str, ref: str) -> str:
+        ref = _model_ref(where, at, ref)
+        if ref == spec.base:
+            return "base"
+        if ref in spec.sources:
+            return spec.names[spec.sources.index(ref)]
         raise InputError(
-            f"{where}: tokenizer_source: {tokenizer!r}: tokenizer merging cannot be expressed; "
-            "RAM Desktop "
-            "copies the base's tokenizer (tokenizer_source: base)"
+            f"{where}: {at}: {ref!r} is not a model of this merge (the base or one of models); "
+            "name one of them, or use base or union"
         )
+
+    if settings is not None:
+        if settings["source"].startswith("model:"):
+            settings["source"] = "model:" + named(key, settings["source"].removeprefix("model:"))
+        for token, rule in settings.get("tokens", {}).items():
+            at = f"tokenizer.tokens.{token}.source"
+            if isinstance(rule.get("source"), str):
+                rule["source"] = named(at, rule["source"])
+            elif isinstance(rule.get("source"), dict) and "model" in rule["source"]:
+                rule["source"]["model"] = named(at + ".model", rule["source"]["model"])
+    imported.spec = spec.replace(tokenizer=settings, chat_template=template)
+    return imported
+
+
+def _convert(data: dict, where: str) -> Imported:
     method = str(data.get("merge_method"))
     imports = _imports()
     exact = _exact()
@@ -198,6 +255,8 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
         )
     if method not in imports:
         return _from_exact(data, where, *exact[method])
+    if method in exact and (data.get("tokenizer") is not None or data.get("tokenizer_source") is not None):
+        return _from_exact(data, where, *exact[method])  # re-indexed rows are averaged in mergekit's dtype
     try:
         classic = _from_classic(data, where, method, imports[method])
     except InputError:
@@ -654,6 +713,10 @@ def to_mergekit(recipe: MergeSpec) -> str:
             "out_dtype: base (the base's dtype) — mergekit writes dtype (float32) unless out_dtype is set; "
             "set out_dtype to the base's dtype"
         )
+    if recipe.tokenizer is not None:
+        data["tokenizer"] = _export_tokenizer(recipe)
+    if recipe.chat_template is not None:
+        data["chat_template"] = recipe.chat_template
     head = [
         (f"# mergekit configuration exported by RAM Desktop from a ram-recipe ({FORMAT}, method {m}); differences:")
     ]
@@ -661,6 +724,32 @@ def to_mergekit(recipe: MergeSpec) -> str:
     if exported.dtype == "float32" and not method.streaming.theta:
         head.append("# dtype float32: RAM Desktop computes task vectors in float32 and rounds once to the output dtype")
     return "\n".join(head) + "\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def _export_tokenizer(recipe: MergeSpec) -> dict[str, Any]:
+    """The recipe's ``tokenizer`` as mergekit's block: each model named by its path (``base``: the base's)."""
+
+    def path(ref: str) -> str:
+        if ref == "base":
+            return recipe.base
+        return recipe.sources[recipe.names.index(ref)] if ref in recipe.names else ref
+
+    settings = dict(recipe.tokenizer or {})
+    source = str(settings["source"])
+    out: dict[str, Any] = {"source": path(source.removeprefix("model:")) if source.startswith("model:") else source}
+    if settings.get("tokens"):
+        tokens = {}
+        for token, rule in settings["tokens"].items():
+            rule = dict(rule)
+            if isinstance(rule.get("source"), str):
+                rule["source"] = path(rule["source"])
+            elif isinstance(rule.get("source"), Mapping) and "model" in rule["source"]:
+                rule["source"] = {**rule["source"], "model": path(rule["source"]["model"])}
+            tokens[token] = rule
+        out["tokens"] = tokens
+    if settings.get("pad_to_multiple_of"):
+        out["pad_to_multiple_of"] = settings["pad_to_multiple_of"]
+    return out
 
 
 def _export_slices(recipe: MergeSpec, method: Any, exported: Any) -> list[dict[str, Any]]:

@@ -42,6 +42,11 @@ VOCAB_LABELS = {
     "exact": "exact (refuse different vocabulary sizes)",
     "common": "common rows (merge the shared rows, keep the base's for the rest)",
 }
+TOKENIZER_CHOICES = {  # the output's tokenizer (``core.tokenizer``): None copies the base's files
+    None: "the base's files (copied)",
+    "union": "union (every agent's tokens, as mergekit)",
+    "base": "base (the base's tokens, as mergekit)",
+}
 
 
 def _agents(n: int, how: str) -> str:
@@ -131,6 +136,18 @@ class MethodPanel(QWidget):
             "base's: exact refuses the merge; common merges the rows they share (only right when "
             "the agent's tokenizer extends the base's)"
         )
+        self.tokenizer = QComboBox()
+        self.tokenizer.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.tokenizer.setMinimumContentsLength(16)
+        for source, label in TOKENIZER_CHOICES.items():
+            self.tokenizer.addItem(label, source)
+        self.tokenizer.setToolTip(
+            "The merged model's tokenizer: the base's files as they are, or a vocabulary built as mergekit's "
+            "tokenizer_source builds it (union adds the tokens agents added, e.g. tool-call tokens; each "
+            "model's embedding and output rows follow); a recipe may name model:NAME, tokens and a chat template"
+        )
+        self._tokenizer_loaded: dict | None = None  # a recipe's whole tokenizer block, kept while its source is
+        self.chat_template: str | None = None  # a recipe's chat template (no widget: kept as loaded)
         self.shard_size = QLineEdit(defaults.SHARD_SIZE)
         self.shard_size.setToolTip("Largest output shard, like 5GB, 500MB or 2GiB")
         self.out_dir = QLineEdit()
@@ -150,6 +167,7 @@ class MethodPanel(QWidget):
             "The dtype the merged weights are saved in (a method's Compute dtype is what it calculates in)"
         )
         self.form.addRow("Vocabulary", self.vocab)
+        self.form.addRow("Tokenizer", self.tokenizer)
         self.form.addRow("Shard size", self.shard_size)
         self.form.addRow("Output folder", out_row)
         self._fixed_rows = self.form.rowCount()
@@ -429,6 +447,25 @@ class MethodPanel(QWidget):
         index = self.vocab.findData(mode)
         if index >= 0:
             self.vocab.setCurrentIndex(index)
+
+    def set_tokenizer(self, settings: Mapping[str, Any] | None, chat_template: str | None) -> None:
+        """Show a recipe's tokenizer source (a ``model:NAME`` source gets its own entry) and keep the rest."""
+        self._tokenizer_loaded = dict(settings) if settings else None
+        self.chat_template = chat_template
+        source = settings["source"] if settings else None
+        index = self.tokenizer.findData(source)
+        if index < 0:
+            self.tokenizer.addItem(str(source), source)
+            index = self.tokenizer.count() - 1
+        self.tokenizer.setCurrentIndex(index)
+
+    def tokenizer_settings(self) -> dict | None:
+        """The chosen tokenizer block: a loaded recipe's whole block while its source is chosen."""
+        source = self.tokenizer.currentData()
+        if source is None:
+            return None
+        loaded = self._tokenizer_loaded
+        return dict(loaded) if loaded and loaded["source"] == source else {"source": source}
 
     def _browse_out(self) -> None:
         start = self.out_dir.text() or ""

@@ -52,6 +52,8 @@ def read_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
         output=method.out_dir.text().strip() or None,
         vocab=method.vocab.currentData(),
         slices=_tuple_or_none(method.slices()),
+        tokenizer=method.tokenizer_settings(),
+        chat_template=method.chat_template,
     )
 
 
@@ -92,6 +94,7 @@ def show_spec(method: MethodPanel, spec: MergeSpec) -> None:
     method.eps.setText(repr(float(spec.eps)))
     method.set_out_dtype(spec.out_dtype)
     method.set_vocab(spec.vocab)
+    method.set_tokenizer(spec.tokenizer, spec.chat_template)
     method.shard_size.setText(str(spec.shard_size))
     method.set_device(spec.device)
     method.out_dir.setText(spec.output or "")
