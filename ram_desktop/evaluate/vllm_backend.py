@@ -7,7 +7,7 @@ suite's max_new_tokens, stop_token_ids=every end-of-sequence id the runner knows
 completion per prompt, the model's own sampling settings ignored (explicit sampling parameters are used as
 given). The completion text is decoded by the runner's tokenizer from vLLM's generated token ids, cut at the
 first stop token, exactly as the transformers backend decodes its own: what can differ is only the tokens,
-where vLLM's kernels (bfloat16, other reduction orders) flip a near-tie (tests/test_gpu.py states the
+where vLLM's kernels (bfloat16, other reduction orders) flip a near-tie (tests/test_vllm_gpu.py states the
 tolerance). vLLM is an optional extra (``[vllm]``, vLLM 0.33, CUDA only); without it or without a CUDA GPU
 ``--backend vllm`` is refused before any work. vLLM is imported here only, and only when asked for.
 """
