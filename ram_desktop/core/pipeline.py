@@ -13,7 +13,7 @@ import platform
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -416,7 +416,10 @@ def _write_extras(
 
 
 def _pinned(ckpt: Checkpoint) -> str:
-    """The source as a recipe names it: a Hub id pinned to its commit, or the absolute local path."""
+    """The source as a recipe names it: a Hub id pinned to its commit, or the absolute local path (``MODEL+ADAPTER``
+    for an adapter named with the model it is applied to)."""
+    if ckpt.applied_to is not None:
+        return f"{_pinned(ckpt.applied_to)}+{_pinned(replace(ckpt, applied_to=None))}"
     if ckpt.repo_id:
         return f"{ckpt.repo_id}@{ckpt.revision}" if ckpt.revision else ckpt.repo_id
     return str(ckpt.path)

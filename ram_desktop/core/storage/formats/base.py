@@ -128,6 +128,8 @@ class Checkpoint:
     revision: str | None = None  # resolved Hub commit, when the source came from the Hub
     repo_id: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    # a LoRA adapter named as ``MODEL+ADAPTER``: the model it is applied to (it must be the merge's base)
+    applied_to: Checkpoint | None = None
 
     @property
     def folder(self) -> Path:

@@ -235,16 +235,31 @@ def _names_base(recorded: str, base: Checkpoint) -> bool:
     return recorded_id in candidates or recorded_id.split("/")[-1] in {c.split("/")[-1] for c in candidates}
 
 
+def _same_model(model: Checkpoint, base: Checkpoint) -> bool:
+    """Whether two opened checkpoints are the same model: the same folder or file (a Hub snapshot included)."""
+    try:
+        return model.path.resolve() == base.path.resolve()
+    except OSError:
+        return False
+
+
 def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
     """The adapter as an agent of ``base``: adapted tensors from the virtual delta file, the rest the base's."""
     folder = adapter.path
     if is_lora(base):
         raise InputError(f"{base.display}: a LoRA adapter cannot be the base; the base must be a full model")
+    where = adapter.spec if adapter.applied_to is not None else str(folder)  # MODEL+ADAPTER: named as written
+    if adapter.applied_to is not None and not _same_model(adapter.applied_to, base):
+        raise InputError(
+            f"{where}: applies the adapter to {adapter.applied_to.display}, but the merge's base is "
+            f"{base.display}; an adapter is applied to the base only (write BASE+ADAPTER, or name the adapter "
+            "as an agent)"
+        )
     config = read_config(folder)
     recorded = str(config.get("base_model_name_or_path") or "")
     if not _names_base(recorded, base):
         raise InputError(
-            f"{folder}: the adapter was trained on {recorded!r} (adapter_config.json "
+            f"{where}: the adapter was trained on {recorded!r} (adapter_config.json "
             f"base_model_name_or_path) but the base is {base.display}; use that base, or fix the config "
             "if it is the same model under another name"
         )
@@ -255,12 +270,12 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
         info = base.tensors.get(target)
         if info is None:
             raise InputError(
-                f"{folder}: the adapter changes {target!r}, which the base {base.display} does not have; "
+                f"{where}: the adapter changes {target!r}, which the base {base.display} does not have; "
                 "it was trained on another architecture"
             )
         if tuple(info.shape) != f.shape:
             raise InputError(
-                f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
+                f"{where}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
                 f"{list(info.shape)}; it was trained on another base"
             )
         tensors[target] = TensorInfo(target, info.dtype, info.shape, delta)
@@ -275,6 +290,7 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
         revision=adapter.revision,
         repo_id=adapter.repo_id,
         metadata=dict(adapter.metadata),
+        applied_to=adapter.applied_to,
     )
 
 
