@@ -32,7 +32,7 @@ from .methods import Collector, get_method
 from .recipe import parse_size
 from .sources import open_checkpoint
 from .spec import Agent, MergeSpec, RunOptions
-from .storage.formats import Checkpoint
+from .storage.formats import Checkpoint, lora
 from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .storage.transfer import Transfer
 
@@ -172,7 +172,7 @@ def merge_variants(
     writer. The specs differ only in method, parameters and output (``SHARED`` is the same in all). Every
     output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
     options = options or RunOptions()
-    with kernels.disabled(below=options.kernel_min_elements):
+    with kernels.disabled(below=options.kernel_min_elements), lora.reuse_deltas():  # a LoRA's τ computed once
         return _merge_variants(list(specs), reporter or Reporter(), options)
 
 

@@ -45,6 +45,7 @@ from ..core import (
     defaults,
     get_method,
     merge_variants,
+    reuse_deltas,
     variant_specs,
 )
 from .stats import clearly_better, mean_interval, paired_difference
@@ -308,6 +309,7 @@ class SearchOptions:
     include_path: Sequence[Path] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
 
 
+@reuse_deltas()  # a LoRA agent's τ computed once for all the trials of this run (in this process)
 def search(
     options: SearchOptions, reporter: Reporter | None = None, on_trial: Callable[[Trial], None] | None = None
 ) -> SearchResult:

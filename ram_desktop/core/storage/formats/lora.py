@@ -22,11 +22,18 @@ and any tensor that is not a LoRA factor.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from safetensors import safe_open
 
 from ...errors import InputError
@@ -321,6 +328,11 @@ class DeltaHandle:
         self._file = safe_open(str(self.folder / ADAPTER_WEIGHTS), framework="pt")
         self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
         self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)
+        # what the rows depend on: a store keeps them only while the adapter's files are unchanged
+        self._identity = (
+            str(self.folder.resolve()),
+            *(_file_identity(self.folder / name) for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)),
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -339,9 +351,23 @@ class DeltaHandle:
 
     def rows(self, target: str, start: int, stop: int | None) -> torch.Tensor:
         """Rows ``start:stop`` of the weight's task vector, float32, the same bytes on any CPU and for any
-        slicing (see ``fixed_order_product``)."""
+        slicing (see ``fixed_order_product``); inside ``reuse_deltas``, rows computed earlier in the scope are
+        read back instead of computed again."""
         f = self.pairs[target]
         stop = f.shape[0] if stop is None else min(stop, f.shape[0])
+        store = _active_store()
+        if store is None:
+            return self._compute(f, start, stop)
+        key = (self._identity, target)
+        kept = store.get(key, start, stop)
+        if kept is not None:
+            return kept
+        out = self._compute(f, start, stop)
+        store.put(key, f.shape, start, stop, out)
+        return out
+
+    def _compute(self, f: LoraFactors, start: int, stop: int) -> torch.Tensor:
+        global computed_elements
         if not f.transposed:  # τ[start:stop] = scale · (B[start:stop] · A)
             left = self._file.get_slice(f.b_name)[start:stop]
             right = self._factor(f.a_name)
@@ -350,6 +376,8 @@ class DeltaHandle:
             right = self._factor(f.b_name).t()
         out = fixed_order_product(left, right, f.scale)
         self.largest = max(self.largest, out.numel())
+        with _STORE_LOCK:
+            computed_elements += out.numel()
         return out
 
     def _factor(self, name: str) -> torch.Tensor:
@@ -377,3 +405,80 @@ def fixed_order_product(left: torch.Tensor, right: torch.Tensor, scale: float) -
 
 def open_delta(file: Path) -> DeltaHandle:
     return DeltaHandle(Path(file).parent)
+
+
+# ---- one computation of an adapter's τ per run ----------------------------------------------------------------
+
+computed_elements = 0  # τ elements computed from the factors in this process (tests count the applications)
+_STORE_LOCK = threading.Lock()
+_STORE: list[DeltaStore] = []  # the active scope (reentrant: nested scopes share the outermost store)
+
+
+def _file_identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _active_store() -> DeltaStore | None:
+    with _STORE_LOCK:
+        return _STORE[0] if _STORE else None
+
+
+class DeltaStore:
+    """Task-vector rows of LoRA adapters computed in one run, kept in a temporary file per adapted weight (a
+    float32 array of the weight's shape, filled as rows are computed; on disk and in the page cache, not in
+    the process's own memory), so that the probe pass, the merge pass, every compare variant and every search
+    trial read τ = scale·B·A back instead of computing it again: the same bytes, computed once."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="ram-lora-delta-"))
+        self._arrays: dict[tuple, tuple[np.memmap, list[tuple[int, int]]]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, start: int, stop: int) -> torch.Tensor | None:
+        with self._lock:
+            held = self._arrays.get(key)
+            if held is None or not any(a <= start and stop <= b for a, b in held[1]):
+                return None
+            return torch.from_numpy(np.array(held[0][start:stop]))
+
+    def put(self, key: tuple, shape: tuple[int, ...], start: int, stop: int, rows: torch.Tensor) -> None:
+        try:
+            with self._lock:
+                held = self._arrays.get(key)
+                if held is None:
+                    path = self.folder / f"{len(self._arrays)}.f32"
+                    held = self._arrays[key] = (np.memmap(path, np.float32, "w+", shape=shape), [])
+                held[0][start:stop] = rows.numpy()
+                held[1].append((start, stop))
+        except OSError:  # no room for the copy: the rows are computed again when asked for again
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._arrays.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def reuse_deltas() -> Iterator[None]:
+    """Within this scope every adapter's τ rows are computed once and read back after (``DeltaStore``); a
+    nested scope shares the outer one. The temporary files are removed when the outermost scope ends."""
+    with _STORE_LOCK:
+        outer = bool(_STORE)
+    if outer:
+        yield
+        return
+    try:
+        store = DeltaStore()
+    except OSError:  # no temporary folder: compute as before
+        yield
+        return
+    with _STORE_LOCK:
+        _STORE.append(store)
+    try:
+        yield
+    finally:
+        with _STORE_LOCK:
+            _STORE.remove(store)
+        store.close()
