@@ -14,6 +14,10 @@ read from a virtual weights file ``<adapter>/adapter_model.lora-delta`` (``open_
 are already task vectors (the chunk builder copies them instead of subtracting the base), the others
 read the base's own values (τ = 0 exactly). The adapter's base must be the plan's base: the shapes
 must match, and ``base_model_name_or_path`` must name it (same path, Hub id, or folder name).
+An adapter named ``MODEL+ADAPTER`` (``Checkpoint.applied_to``) is bound only when MODEL is the base.
+
+Inside ``reuse_deltas`` (a merge, a compare, a search) the rows computed once are kept in a temporary file
+per adapted weight and read back by later passes, variants and trials (``DeltaStore``).
 
 Refused, naming the key: DoRA (``lora_magnitude_vector``), ``modules_to_save`` copies, trained biases,
 and any tensor that is not a LoRA factor.
