@@ -258,3 +258,18 @@ def test_mergekit_applies_the_lora_within_a_rounding_of_theta(models, tmp_path, 
         assert ulps <= 8, (name, ulps)
         differing += int((a != b).sum())
     assert differing > 0  # not bit-identical (θ is rounded in mergekit): if this ever fails, say so in the docs
+
+
+def test_an_adapter_agent_exports_to_mergekit_as_base_plus_adapter(models, tmp_path):
+    base, plain, dense = (str(models / n) for n in ("base", "plain", "dense"))
+    recipe = {
+        "format": "ram-recipe/2",
+        "base": base,
+        "agents": [{"name": "plain", "source": plain}, {"name": "dense", "source": dense}],
+        "method": "task-arithmetic",
+        "parameters": {"scale": 0.5},
+    }
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    _ok(cli(tmp_path, "export-mergekit", str(tmp_path / "recipe.yaml"), "--out", str(tmp_path / "mk.yaml")))
+    exported = yaml.safe_load((tmp_path / "mk.yaml").read_text())
+    assert [m["model"] for m in exported["models"]] == [f"{base}+{plain}", dense]

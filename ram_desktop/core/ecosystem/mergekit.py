@@ -27,7 +27,7 @@ from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
 from ..sources import HUB_ID, open_checkpoint, split_applied
 from ..spec import FORMAT, MergeSpec
-from ..storage.formats.lora import bind_all
+from ..storage.formats.lora import bind_all, is_adapter_folder
 from ..storage.safe_read import read_yaml
 
 
@@ -759,6 +759,8 @@ def _export_slices(recipe: MergeSpec, method: Any, exported: Any) -> list[dict[s
 def _export_models(recipe: MergeSpec, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
     models = []
     for i, agent in enumerate(recipe.sources):
+        if split_applied(agent) is None and is_adapter_folder(Path(agent).expanduser()):
+            agent = f"{recipe.base}+{agent}"  # mergekit loads an adapter only applied to its model
         entry: dict[str, Any] = {"model": agent}
         own = dict(per_model)
         for key, values in exported.per_agent.items():
