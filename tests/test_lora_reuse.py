@@ -4,6 +4,7 @@ are those of a merge that computes it on its own."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -68,6 +69,10 @@ def test_a_compare_computes_the_adapters_task_vector_once(demo, tmp_path):
     assert lora.computed_elements - before == once
     single = (tmp_path / "single" / "model.safetensors").read_bytes()
     assert (tmp_path / "cmp" / "ties" / "model.safetensors").read_bytes() == single
+    # the weights were hashed as they were written: the manifest holds the file's own SHA-256
+    for folder in (tmp_path / "single", *(tmp_path / "cmp" / v.name for v in variants)):
+        listed = json.loads((folder / "ram-manifest.json").read_text())["files"]["model.safetensors"]
+        assert listed["sha256"] == hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
     # outside a run's scope each read computes the rows again (what the scope saves)
     before = lora.computed_elements
