@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,16 +36,26 @@ VARIANTS = [
 ]
 
 
-def timed(args: list[str], env: dict, report: Path) -> tuple[float, dict]:
-    """Wall seconds of one CLI run, and the timings its merge report recorded (probe_s, merge_s, total_s)."""
+def run_cli(args: list[str], env: dict) -> tuple[float, float]:
+    """Wall seconds of one CLI run in its own process, and the CPU seconds (user + system) it used: on a shared
+    machine the wall time follows the load, the CPU time much less."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "ram_desktop", "-q", *args], env=env, capture_output=True, text=True, check=False
     )
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(args)}\n{proc.stderr}")
-    return seconds, json.loads(report.read_text()).get("timings", {})
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def timed(args: list[str], env: dict, report: Path) -> tuple[float, dict]:
+    """Wall seconds of one CLI run, and the timings its merge report recorded (probe_s, merge_s, total_s) with
+    the process's CPU seconds (cpu_s)."""
+    seconds, cpu = run_cli(args, env)
+    return seconds, {**json.loads(report.read_text()).get("timings", {}), "cpu_s": cpu}
 
 
 def one_round(base: Path, agents: list[str], scratch: Path, env: dict, cache: Path) -> dict[str, tuple[float, dict]]:
@@ -66,15 +77,9 @@ def one_round(base: Path, agents: list[str], scratch: Path, env: dict, cache: Pa
 
 def timed_compare(argv: list[str], env: dict, folder: Path) -> tuple[float, dict]:
     """Wall seconds of the compare, and the timings of its variants' reports (one pass: the same for all)."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "ram_desktop", "-q", *argv], env=env, capture_output=True, text=True, check=False
-    )
-    seconds = time.perf_counter() - start
-    if proc.returncode != 0:
-        sys.exit(f"failed: {' '.join(argv)}\n{proc.stderr}")
+    seconds, cpu = run_cli(argv, env)
     reports = sorted(folder.glob("*/merge-report.json"))
-    return seconds, json.loads(reports[0].read_text()).get("timings", {}) if reports else {}
+    return seconds, {**json.loads(reports[0].read_text()).get("timings", {}), "cpu_s": cpu}
 
 
 def main() -> None:
@@ -106,7 +111,10 @@ def main() -> None:
     names = list(rounds[0])
     median = {k: statistics.median(r[k][0] for r in rounds) for k in names}
     parts = {
-        k: {t: statistics.median(r[k][1].get(t, 0.0) for r in rounds) for t in ("probe_s", "merge_s", "total_s")}
+        k: {
+            t: statistics.median(r[k][1].get(t, 0.0) for r in rounds)
+            for t in ("probe_s", "merge_s", "total_s", "cpu_s")
+        }
         for k in names
     }
     ratios = []
@@ -126,16 +134,26 @@ def main() -> None:
         "load_average_before_after": [load_before[0], load_after[0]],
         "cores": os.cpu_count(),
     }
-    print(f"{'run':32s} {'wall':>8s} {'probe':>7s} {'merge':>7s} {'other':>7s}   (medians of {args.repeat})")
+    print(
+        f"{'run':32s} {'wall':>8s} {'probe':>7s} {'merge':>7s} {'other':>7s} {'CPU':>7s}   (medians of {args.repeat})"
+    )
     for key in names:
         t = parts[key]
         other = median[key] - t["probe_s"] - t["merge_s"]
-        print(f"{key:32s} {median[key]:7.2f}s {t['probe_s']:6.2f}s {t['merge_s']:6.2f}s {other:6.2f}s")
+        print(
+            f"{key:32s} {median[key]:7.2f}s {t['probe_s']:6.2f}s {t['merge_s']:6.2f}s {other:6.2f}s {t['cpu_s']:6.2f}s"
+        )
+    cpu_ratios = []
+    for r in rounds:
+        singles_cpu = [r[k][1]["cpu_s"] for k in names if k.startswith("merge ")]
+        cpu_ratios.append(r["compare (4 variants)"][1]["cpu_s"] / (sum(singles_cpu) / len(singles_cpu)))
+    summary["compare_cpu_over_mean_single_merge_cpu"] = statistics.median(cpu_ratios)
     print(
         f"compare / one merge (mean of the four): {summary['compare_over_mean_single_merge']:.2f}x "
         f"(median of the rounds {', '.join(f'{x:.2f}' for x in ratios)}; target <= 1.6x)"
     )
     print(f"compare / four separate merges:         {summary['compare_over_sum_of_merges']:.2f}x")
+    print(f"compare CPU / one merge's CPU:          {summary['compare_cpu_over_mean_single_merge_cpu']:.2f}x")
     print(f"load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f} on {os.cpu_count()} cores")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
