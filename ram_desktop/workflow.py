@@ -113,7 +113,7 @@ def compare(
     from .evaluate import LmEvalTask, Suite, load_suite
     from .evaluate.compare import CompareResult, check_compare_folder, write_result
     from .evaluate.results import ModelRef, ScoringFailed
-    from .evaluate.runner import check_eval_options, require_transformers
+    from .evaluate.suites import check_eval_options  # torch-free: a compare without suites never imports torch
 
     reporter = reporter or Reporter()
     options = options or RunOptions()
@@ -126,6 +126,8 @@ def compare(
         if isinstance(suite, Suite):
             suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
     if loaded:  # what the evaluation needs, before the first merge
+        from .evaluate.runner import require_transformers
+
         require_transformers()
         resolve_device(device or spec.device)
     check_compare_folder(folder, options.overwrite)
