@@ -103,3 +103,18 @@ def test_a_search_computes_the_adapters_task_vector_once_for_all_its_trials(demo
     result = search(options)
     assert len(result.trials) == 3
     assert lora.computed_elements - before == _adapted_elements(folder)
+
+
+def test_past_its_budget_the_store_computes_again(demo, tmp_path, monkeypatch):
+    """The temporary files stay within ``DeltaStore.BUDGET``: with no budget, each pass computes τ again (TIES:
+    the probe, one refining pass, the merge), the same bytes."""
+    folder, adapter = demo
+    options = RunOptions(chunk_elements=1000, use_cache=False)
+    workflow.merge(_spec(folder, adapter, tmp_path / "kept", "ties"), options)
+    monkeypatch.setattr(lora.DeltaStore, "BUDGET", 0)
+    before = lora.computed_elements
+    workflow.merge(_spec(folder, adapter, tmp_path / "again", "ties"), options)
+    assert lora.computed_elements - before > _adapted_elements(folder)
+    assert (tmp_path / "again" / "model.safetensors").read_bytes() == (
+        tmp_path / "kept" / "model.safetensors"
+    ).read_bytes()

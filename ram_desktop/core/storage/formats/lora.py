@@ -431,13 +431,16 @@ def _active_store() -> DeltaStore | None:
 class DeltaStore:
     """Task-vector rows of LoRA adapters computed in one run, kept in a temporary file per adapted weight (a
     float32 array of the weight's shape, filled as rows are computed; on disk and in the page cache, not in
-    the process's own memory), so that the probe pass, the merge pass, every compare variant and every search
+    the process's own memory; up to ``BUDGET`` bytes in all), so that the probe pass, the merge pass, every compare variant and every search
     trial read τ = scale·B·A back instead of computing it again: the same bytes, computed once."""
+
+    BUDGET = 4 * 2**30  # bytes of temporary files at most: the weights beyond it are computed again when re-read
 
     def __init__(self) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="ram-lora-delta-"))
         self._arrays: dict[tuple, tuple[np.memmap, list[tuple[int, int]]]] = {}
         self._lock = threading.Lock()
+        self._reserved = 0
 
     def get(self, key: tuple, start: int, stop: int) -> torch.Tensor | None:
         with self._lock:
@@ -451,8 +454,12 @@ class DeltaStore:
             with self._lock:
                 held = self._arrays.get(key)
                 if held is None:
+                    size = 4 * math.prod(shape)
+                    if self._reserved + size > self.BUDGET:
+                        return
                     path = self.folder / f"{len(self._arrays)}.f32"
                     held = self._arrays[key] = (np.memmap(path, np.float32, "w+", shape=shape), [])
+                    self._reserved += size
                 held[0][start:stop] = rows.numpy()
                 held[1].append((start, stop))
         except OSError:  # no room for the copy: the rows are computed again when asked for again
