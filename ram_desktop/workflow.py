@@ -123,7 +123,7 @@ def compare(
     from .evaluate import LmEvalTask, Suite, load_suite
     from .evaluate.compare import CompareResult, check_compare_folder, write_result
     from .evaluate.results import ModelRef, ScoringFailed
-    from .evaluate.runner import check_eval_options, require_transformers
+    from .evaluate.suites import check_eval_options  # torch-free: a compare without suites never imports torch
     from .evaluate.vllm_backend import check_backend
 
     reporter = reporter or Reporter()
@@ -137,6 +137,8 @@ def compare(
         if isinstance(suite, Suite):
             suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before the merge, without running it
     if loaded:  # what the evaluation needs, before the first merge
+        from .evaluate.runner import require_transformers
+
         require_transformers()
         check_backend(backend, device or spec.device)
         resolve_device(device or spec.device)

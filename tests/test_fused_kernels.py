@@ -578,6 +578,9 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
         ("ram", {}),
         ("ram-plus", {}),
         ("ram-plus-soft", {}),
+        ("average", {}),
+        ("task-arithmetic", {"scale": 0.3}),
+        ("task-arithmetic", {"scale": 1.7}),
         ("dare-ta", {"drop": 0.3, "seed": 5, "scale": 0.7}),
         ("dare-ties", {"drop": 0.6, "seed": 2**40 + 3, "scale": 1.3}),
         ("ties", {"density": 0.3, "scale": 0.8}),
@@ -611,6 +614,67 @@ def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, 
         )
     assert len(outputs[True][0]) >= 2
     assert outputs[True] == outputs[False]
+
+
+@pytest.mark.parametrize(
+    "dtype,out_dtype",
+    [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32), (torch.float64, torch.float16)],
+)
+@pytest.mark.parametrize("average", [False, True])
+def test_sum_kernel_matches_reference(dtype, out_dtype, average):
+    """Task Arithmetic (Σ τ from +0 in agent order, ·λ) and Average (÷ N) by ``sum_merge_into``, with ±0 and
+    subnormals, in chunks down to 7 elements."""
+    n, scale = 3001, 0.3
+    base, agents = _inputs(n, 3, dtype, seed=9)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    cdt = np.float64 if compute == torch.float64 else np.float32
+    x = base.to(compute).numpy()
+    total = np.zeros(n, cdt)
+    for a in agents:
+        total = total + (a.to(compute).numpy() - x)
+    merged = total / cdt(3) if average else total * cdt(scale)
+    theta = torch.from_numpy(x + merged).to(out_dtype)
+    for chunk in (n, 1000, 7):
+        parts = []
+        for s in range(0, n, chunk):
+            done = baselines.sum_merge_into(
+                base[s : s + chunk],
+                [a[s : s + chunk] for a in agents],
+                3 if average else scale,
+                average,
+                compute,
+                out_dtype,
+            )
+            assert done is not None and done.finite
+            parts.append(done.merged)
+        assert np.array_equal(_bits(torch.cat(parts)), _bits(theta)), chunk
+
+
+def test_variants_of_fused_and_torch_methods_equal_their_own_merges(tmp_path, monkeypatch):
+    """One merge pass of variants whose methods have fused kernels (RAM+, Task Arithmetic, TIES) and others on the
+    torch path (linear: θ; the kernels widen it) writes each variant's own merge, byte for byte."""
+    from ram_desktop.core.pipeline import merge_variants
+
+    base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=2)
+    monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements: device_type == "cpu")
+    variants = [
+        ("ram-plus", {}),
+        ("linear", {"weight": [0.5, 0.3, 0.9][: len(agent_dirs)]}),
+        ("task-arithmetic", {"scale": 0.5}),
+        ("ties", {"density": 0.3}),
+    ]
+
+    def spec(method, params, out):
+        return MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], out, method, params, shard_size="4KB")
+
+    options = RunOptions(chunk_elements=999)
+    merge_variants([spec(m, p, tmp_path / f"v{i}") for i, (m, p) in enumerate(variants)], options=options)
+    for i, (m, p) in enumerate(variants):
+        merge(spec(m, p, tmp_path / f"own{i}"), options=options)
+        files = sorted(f.name for f in (tmp_path / f"own{i}").glob("*.safetensors"))
+        assert files and all(
+            (tmp_path / f"v{i}" / f).read_bytes() == (tmp_path / f"own{i}" / f).read_bytes() for f in files
+        ), m
 
 
 def test_kernels_fall_back_when_numba_cannot_be_set_up(monkeypatch):

@@ -28,6 +28,7 @@ _EXPORTS: dict[str, str] = {
     "list_devices": "devices",
     "resolve_device": "devices",
     "open_checkpoint": "sources",
+    "reuse_deltas": "storage.formats.lora",
     # the methods
     "METHODS": "methods",
     "MergeMethod": "methods",
@@ -131,6 +132,7 @@ __all__ = [  # the names of _EXPORTS
     "record_evaluation",
     "remember_code_folders",
     "resolve_device",
+    "reuse_deltas",
     "setting_value",
     "to_mergekit",
     "variant_specs",
@@ -168,6 +170,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .sources import open_checkpoint
     from .spec import Agent, MergeSpec, RunOptions
     from .storage.formats import Checkpoint
+    from .storage.formats.lora import reuse_deltas
     from .storage.formats.registry import weights_file_filter
     from .tokenizer import read_chat_template, read_tokenizer_source
     from .variant import Variant, variant_specs

@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from .methods import Collector, get_method
 from .recipe import parse_size
 from .sources import open_checkpoint
 from .spec import Agent, MergeSpec, RunOptions
-from .storage.formats import Checkpoint
+from .storage.formats import Checkpoint, lora
 from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
 from .storage.transfer import Transfer
 
@@ -175,8 +175,8 @@ def merge_variants(
     writer. The specs differ only in method, parameters and output (``SHARED`` is the same in all). Every
     output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
     options = options or RunOptions()
-    with kernels.disabled(below=options.kernel_min_elements), ExitStack() as scratch:
-        return _merge_variants(list(specs), reporter or Reporter(), options, scratch)
+    with kernels.disabled(below=options.kernel_min_elements), lora.reuse_deltas(), ExitStack() as scratch:
+        return _merge_variants(list(specs), reporter or Reporter(), options, scratch)  # a LoRA's τ computed once
 
 
 def _merge_variants(
@@ -449,7 +449,10 @@ def _write_extras(
 
 
 def _pinned(ckpt: Checkpoint) -> str:
-    """The source as a recipe names it: a Hub id pinned to its commit, or the absolute local path."""
+    """The source as a recipe names it: a Hub id pinned to its commit, or the absolute local path (``MODEL+ADAPTER``
+    for an adapter named with the model it is applied to)."""
+    if ckpt.applied_to is not None:
+        return f"{_pinned(ckpt.applied_to)}+{_pinned(replace(ckpt, applied_to=None))}"
     if ckpt.repo_id:
         return f"{ckpt.repo_id}@{ckpt.revision}" if ckpt.revision else ckpt.repo_id
     return str(ckpt.path)

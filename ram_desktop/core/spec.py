@@ -65,9 +65,15 @@ class RunOptions:
 def derive_name(source: str) -> str:
     """An agent's default name from its source: a Hub repository's name, a folder's name or a file's stem
     (the engine's ``plan.default_names`` reads the same off an opened checkpoint)."""
-    from .sources import HUB_ID
+    from .sources import HUB_ID, split_applied
 
     text = str(source).strip()
+    try:
+        applied = split_applied(text)
+    except InputError:
+        applied = None  # refused when the source is opened
+    if applied is not None:  # MODEL+ADAPTER: named after the adapter, as the opened checkpoint is
+        text = applied[1]
     local = Path(text).expanduser()
     if HUB_ID.match(text) and not local.exists():
         return text.split("@", 1)[0].rstrip("/").split("/")[-1]

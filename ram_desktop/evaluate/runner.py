@@ -46,7 +46,7 @@ from .lm_eval_tasks import LmEvalTask, score_model
 from .results import EvalResult, ModelRef, ScoreFailure, ScoringFailed, SuiteSummary
 from .scorer_process import ScorerProcess
 from .scorers import Scorer, make_scorer
-from .suites import Suite, check_timeout
+from .suites import Suite, check_eval_options
 
 log = logging.getLogger("ram_desktop")
 STAGE = "evaluate"
@@ -90,17 +90,6 @@ def _default_name(source: str) -> str:
     if path.exists():
         return path.resolve().name or source
     return source.removeprefix("hf://").split("@")[0].rstrip("/").split("/")[-1] or source
-
-
-def check_eval_options(batch_size: int, limit: int | None, scorer_timeout: float | None = None) -> None:
-    """``--batch-size``, ``--limit`` and ``--scorer-timeout``, checked before any work (``compare`` calls it
-    before its merges)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise InputError(f"--batch-size: the batch size must be a whole number of at least 1, got {batch_size!r}")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InputError(f"--limit: the limit must be a whole number of at least 1, got {limit!r}")
-    if scorer_timeout is not None:
-        check_timeout(scorer_timeout, "scorer timeout")
 
 
 def evaluate(

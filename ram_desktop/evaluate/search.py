@@ -45,6 +45,7 @@ from ..core import (
     defaults,
     get_method,
     merge_variants,
+    reuse_deltas,
     variant_specs,
 )
 from .scorer_process import ScorerProcess
@@ -324,6 +325,7 @@ class SearchOptions:
     backend: str = "transformers"  # what generates the completions (evaluate's backend)
 
 
+@reuse_deltas()  # a LoRA agent's τ computed once for all the trials of this run (in this process)
 def search(
     options: SearchOptions, reporter: Reporter | None = None, on_trial: Callable[[Trial], None] | None = None
 ) -> SearchResult:

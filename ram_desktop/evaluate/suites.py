@@ -100,6 +100,17 @@ def scorer_folders(suites: Sequence[Suite | LmEvalTask]) -> dict[Path, list[tupl
     return folders
 
 
+def check_eval_options(batch_size: int, limit: int | None, scorer_timeout: float | None = None) -> None:
+    """``--batch-size``, ``--limit`` and ``--scorer-timeout``, checked before any work (``compare`` calls it
+    before its merges)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InputError(f"--batch-size: the batch size must be a whole number of at least 1, got {batch_size!r}")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InputError(f"--limit: the limit must be a whole number of at least 1, got {limit!r}")
+    if scorer_timeout is not None:
+        check_timeout(scorer_timeout, "scorer timeout")
+
+
 def check_timeout(value: Any, what: str) -> float:
     """A time limit in seconds: a finite number above 0 (``InputError`` naming ``what`` otherwise)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):

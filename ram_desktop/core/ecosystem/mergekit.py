@@ -3,8 +3,9 @@
 ``from_mergekit`` turns a mergekit YAML (``merge_method``, ``base_model``, ``models``, ``parameters``,
 ``dtype``, ``out_dtype``) into a ``MergeSpec`` when RAM Desktop has the method, and refuses, naming the
 key, whatever it cannot express: slices, modules, per-layer value lists (gradients), filtered
-parameters, LoRA references, unequal per-model weights or densities, and
-switches that change the arithmetic (``normalize``, ``rescale``) where ours has no equivalent.
+parameters, LoRA applied to anything but the base, unequal per-model weights or densities, and
+switches that change the arithmetic (``normalize``, ``rescale``) where ours has no equivalent. A LoRA applied
+to the base (``BASE+ADAPTER``) is an agent, as the adapter named as one.
 Differences that remain (TIES's cut, DARE's mask and rescale, RAM+'s per-tensor ρ, compute dtype)
 come back as warnings.
 
@@ -25,7 +26,9 @@ import yaml
 from ..errors import InputError
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
+from ..sources import HUB_ID, open_checkpoint, split_applied
 from ..spec import FORMAT, MergeSpec
+from ..storage.formats.lora import bind_all, is_adapter_folder
 from ..storage.safe_read import read_yaml
 from ..tokenizer import read_chat_template, read_tokenizer, read_tokenizer_source
 
@@ -142,30 +145,74 @@ def _flag(where: str, key: str, value: Any) -> bool:
     raise InputError(f"{where}: {key} must be true or false, got {value!r}")
 
 
-def _model_ref(where: str, key: str, ref: Any) -> str:
-    """mergekit's ``model`` value as our source text (``path``, ``org/name`` or ``org/name@revision``)."""
+def _path_text(where: str, key: str, ref: Any) -> str:
+    """One of mergekit's ``ModelPath``s (a text, or ``path`` with an optional ``revision``) as our source text."""
     if isinstance(ref, dict):
-        if ref.get("lora"):
-            raise InputError(
-                f"{where}: {key}.lora (a LoRA applied on the fly) cannot be expressed; "
-                "merge the adapter into its model first"
-            )
-        inner = ref.get("model", ref)
-        if isinstance(inner, dict):
-            path, revision = inner.get("path"), inner.get("revision")
-        else:
-            path, revision = inner, None
-        if not path:
+        path, revision = ref.get("path"), ref.get("revision")
+        if not isinstance(path, str) or not path.strip():
             raise InputError(f"{where}: {key} names no model path")
-        return f"{path}@{revision}" if revision else str(path)
+        return f"{path.strip()}@{revision}" if revision else path.strip()
     if not isinstance(ref, str) or not ref.strip():
         raise InputError(f"{where}: {key} must name a model (a folder or org/name)")
-    if "+" in ref and not Path(ref).exists():
-        raise InputError(
-            f"{where}: {key} = {ref!r} applies a LoRA (model+lora), which cannot be expressed; "
-            "merge the adapter into its model first"
-        )
     return ref.strip()
+
+
+def _model_ref(where: str, key: str, ref: Any) -> str:
+    """mergekit's ``model`` value as our source text (``path``, ``org/name`` or ``org/name@revision``; a LoRA
+    applied to a model, ``MODEL+ADAPTER`` or ``{model: ..., lora: ...}``, as ``MODEL+ADAPTER``)."""
+    if isinstance(ref, dict):
+        inner = ref.get("model", ref)
+        text = _path_text(where, key, inner)
+        if ref.get("lora"):
+            text = f"{text}+{_path_text(where, key + '.lora', ref['lora'])}"
+    else:
+        text = _path_text(where, key, ref)
+    try:
+        split_applied(text)  # one '+' between two names
+    except InputError as e:
+        raise InputError(f"{where}: {key}: {e}") from None
+    return text
+
+
+def _check_applied(where: str, key: str, source: str, base: str) -> None:
+    """A ``MODEL+ADAPTER`` model: MODEL must be the merge's base, and the adapter must fit it (local sources
+    are opened and bound now, headers only, so a wrong adapter is refused naming the key before anything
+    runs; a Hub source is checked when it is downloaded)."""
+    applied = split_applied(source)
+    if applied is None:
+        return
+    model, adapter = applied
+    if not _same_source(model, base):
+        raise InputError(
+            f"{where}: {key}: {source} applies a LoRA to {model}, but the merge's base is {base}; RAM Desktop "
+            "applies an adapter to the base only (write BASE+ADAPTER)"
+        )
+    if any(HUB_ID.match(p) and not Path(p).expanduser().exists() for p in (model, adapter)):
+        return
+    try:
+        bind_all(open_checkpoint(base), [open_checkpoint(source)])
+    except InputError as e:
+        raise InputError(f"{where}: {key}: {e}") from None
+
+
+def _same_source(a: str, b: str) -> bool:
+    if a.strip() == b.strip():
+        return True
+    pa, pb = Path(a).expanduser(), Path(b).expanduser()
+    try:
+        return pa.exists() and pb.exists() and pa.resolve() == pb.resolve()
+    except OSError:
+        return False
+
+
+def _whole_model(where: str, key: str, source: str) -> str:
+    """A source that must be a full model (a base, a slice's layers): ``MODEL+ADAPTER`` is refused there."""
+    if split_applied(source) is not None:
+        raise InputError(
+            f"{where}: {key}: {source} applies a LoRA; RAM Desktop applies an adapter to a merged model of "
+            "models: only, never to the base or a slice's layers (merge the adapter into its model first)"
+        )
+    return source
 
 
 def _dtype(where: str, key: str, value: Any) -> str:
@@ -294,7 +341,11 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
     models = data.get("models")
     if not isinstance(models, list) or not models:
         raise InputError(f"{where}: models: needs a list of models to merge")
-    base = _model_ref(where, "base_model", data["base_model"]) if data.get("base_model") else None
+    base = (
+        _whole_model(where, "base_model", _model_ref(where, "base_model", data["base_model"]))
+        if data.get("base_model")
+        else None
+    )
     given = data.get("parameters") or {}
     if not isinstance(given, dict):
         raise InputError(f"{where}: parameters must be a mapping")
@@ -326,12 +377,14 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
         entries.append((_model_ref(where, f"{at}.model", entry["model"]), params, f"{at}.parameters"))
 
     params_out: dict[str, Any] = {}
+    # without base_model, the first model lays out the merge (its adapter, if any, stays an input)
+    first = (split_applied(entries[0][0]) or (entries[0][0],))[0]
     if exact.base == "input":  # every model is an input, the base appended last when given and not listed
         if base is not None and base not in [s for s, _, _ in entries]:
             entries.append((base, {}, "parameters"))
-        recipe_base, agents = base or entries[0][0], entries
+        recipe_base, agents = base or first, entries
     elif exact.base == "optional" and base is None:
-        recipe_base, agents = entries[0][0], entries
+        recipe_base, agents = first, entries
         params_out["use_base"] = False
     else:
         if base is None:
@@ -343,6 +396,8 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
                     f"{where}: {at}: the base's own parameters are not used by mergekit's {exact.name} "
                     "(they apply to the other models only); remove them"
                 )
+    for source, _, at in agents:
+        _check_applied(where, at.removesuffix(".parameters") + ".model", source, recipe_base)
     low, high = exact.agents
     if not low <= len(agents) <= (high if high is not None else len(agents)):
         want = f"exactly {low}" if low == high else f"at least {low}"
@@ -426,7 +481,8 @@ def _slice_list(data: dict, where: str) -> list[tuple[str, dict, list[tuple[str,
             sparams = src.get("parameters") or {}
             if not isinstance(sparams, dict):
                 raise InputError(f"{where}: {sat}.parameters must be a mapping")
-            sources.append((_model_ref(where, f"{sat}.model", src["model"]), (layers[0], layers[1]), sparams))
+            model = _whole_model(where, f"{sat}.model", _model_ref(where, f"{sat}.model", src["model"]))
+            sources.append((model, (layers[0], layers[1]), sparams))
         lengths = {b - a for _, (a, b), _ in sources}
         if len(lengths) > 1:
             raise InputError(
@@ -540,7 +596,11 @@ def _from_stacking(data: dict, where: str, slices: list, ours: str) -> Imported:
                 )
         if model not in models:
             models.append(model)
-    base = _model_ref(where, "base_model", data["base_model"]) if data.get("base_model") else slices[0][2][0][0]
+    base = (
+        _whole_model(where, "base_model", _model_ref(where, "base_model", data["base_model"]))
+        if data.get("base_model")
+        else slices[0][2][0][0]
+    )
     compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
     out_dtype = (
         _dtype(where, "out_dtype", data["out_dtype"]) if data.get("out_dtype") is not None else compute or "base"
@@ -589,7 +649,7 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
             f"{where}: base_model: RAM Desktop merges task vectors against a base; add base_model "
             "(the model the agents were fine-tuned from)"
         )
-    base = _model_ref(where, "base_model", data["base_model"])
+    base = _whole_model(where, "base_model", _model_ref(where, "base_model", data["base_model"]))
     models = data.get("models")
     if not isinstance(models, list) or not models:
         raise InputError(f"{where}: models: needs a list of models to merge")
@@ -619,6 +679,7 @@ def _from_classic(data: dict, where: str, method: str, mapping: MergekitImport) 
         if extra:
             raise InputError(f"{where}: {at}.{extra[0]}: unknown key, RAM Desktop cannot express it")
         source = _model_ref(where, f"{at}.model", entry["model"])
+        _check_applied(where, f"{at}.model", source, base)
         if source == base:
             raise InputError(
                 f"{where}: {at}.model: the base model listed as a model to merge; RAM Desktop merges "
@@ -787,6 +848,8 @@ def _export_slices(recipe: MergeSpec, method: Any, exported: Any) -> list[dict[s
 def _export_models(recipe: MergeSpec, per_model: dict[str, Any], exported: Any) -> list[dict[str, Any]]:
     models = []
     for i, agent in enumerate(recipe.sources):
+        if split_applied(agent) is None and is_adapter_folder(Path(agent).expanduser()):
+            agent = f"{recipe.base}+{agent}"  # mergekit loads an adapter only applied to its model
         entry: dict[str, Any] = {"model": agent}
         own = dict(per_model)
         for key, values in exported.per_agent.items():

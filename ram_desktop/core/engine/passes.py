@@ -203,11 +203,13 @@ def merge_pass(
     reporter.progress("merge", 0, total, "elements")
     parallel = all(v.method.streaming.thread_safe for v in variants)
     workers = compute_workers(transfer.device_type) if parallel else 1
-    fused = use_kernels(transfer.device_type, total) and all(_fusable(v) for v in variants)
-    theta_only = all(v.method.streaming.theta for v in variants)
-    observed = any(v.observer is not None for v in variants)
+    kernels_here = use_kernels(transfer.device_type, total)
+    # each variant whose method has a fused kernel runs it; the others share one chunk on the torch path
+    fused_at = [k for k, v in enumerate(variants) if kernels_here and _fusable(v)]
+    torch_at = [k for k in range(len(variants)) if k not in fused_at]
+    theta_only = all(variants[k].method.streaming.theta for k in torch_at)
     # the stored bits, for the fused kernels: a fused merge, or θ widened by them (``_widened_chunk``)
-    bits_read = fused or (theta_only and use_kernels(transfer.device_type, total))
+    bits_read = bool(fused_at) or (theta_only and kernels_here)
     depth = PREFETCH_DEPTH
     if any(v.method.streaming.whole_tensor for v in variants):  # whole-tensor statistics: one chunk per tensor
         chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
@@ -218,26 +220,34 @@ def merge_pass(
         index, span, job = slices.index, slices.span, slices.job
         if not job.mergeable:
             return index, span.numel, [slices.base] * len(variants)
-        if fused:
-            outputs = _fused_merges(slices, variants, accumulator)
-            if outputs is not None:
-                return index, span.numel, outputs
-        chunk = _widened_chunk(slices, accumulator) if bits_read and theta_only and not observed else None
-        if chunk is None:
-            chunk = slices.load(_workspace())
-            if accumulator is not None:
-                accumulator.add(chunk)
-        outputs = []
-        for variant in variants:
-            merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
-            if variant.method.streaming.theta:  # the method gives θ itself: rounded once to the output dtype
-                merged.copy_(variant.method.merge(chunk, variant.context).reshape(merged.shape))
-            else:
-                torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
-            if variant.observer is not None:
-                variant.observer.observe(chunk, variant.context, merged)
-            outputs.append(merged)
-        return index, span.numel, outputs
+        outputs: list[torch.Tensor | np.ndarray | None] = [None] * len(variants)
+        counting = accumulator
+        rest = list(range(len(variants)))
+        if fused_at:
+            done = _fused_merges(slices, [variants[k] for k in fused_at], accumulator)
+            if done is not None:
+                for k, merged in zip(fused_at, done):
+                    outputs[k] = merged
+                counting, rest = None, torch_at  # the probe's counts came with the first kernel
+        if rest:
+            theta = all(variants[k].method.streaming.theta for k in rest)
+            seen = any(variants[k].observer is not None for k in rest)
+            chunk = _widened_chunk(slices, counting) if bits_read and theta and not seen else None
+            if chunk is None:
+                chunk = slices.load(_workspace())
+                if counting is not None:
+                    counting.add(chunk)
+            for k in rest:
+                variant = variants[k]
+                merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)
+                if variant.method.streaming.theta:  # the method gives θ itself: rounded once to the output dtype
+                    merged.copy_(variant.method.merge(chunk, variant.context).reshape(merged.shape))
+                else:
+                    torch.add(chunk.base, variant.method.merge(chunk, variant.context), out=merged)
+                if variant.observer is not None:
+                    variant.observer.observe(chunk, variant.context, merged)
+                outputs[k] = merged
+        return index, span.numel, [merged for merged in outputs if merged is not None]  # every one was set
 
     writers = [BackgroundWriter(v.shards, plan, v.method.name) for v in variants]
     for writer in writers:

@@ -127,6 +127,36 @@ def task_arithmetic_merge(chunk: Chunk, ctx: dict) -> torch.Tensor:
     return total * _scalar(ctx["scale"], total)
 
 
+def sum_merge_into(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    scale: float,
+    divide: bool,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+) -> KernelResult | None:
+    """θ = base + Σ_t τ_t · scale (or ÷ scale with ``divide``) of one slice in ``out_dtype`` by the fused kernel,
+    the bytes of ``task_arithmetic_merge`` / ``average_merge``; None when the kernels do not cover the slice."""
+    from . import baselines_kernel
+
+    m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
+    if m is None:
+        return None
+    xb, total, _ = kernels.BUFFERS.get(m.cdt)
+    bad = baselines_kernel.sum_kernel(m.base, m.agents, m.cdt(scale), divide, m.out, xb, total)
+    return kernels.KernelResult(m.result, bad == 0)
+
+
+def average_fused(slices: StoredSlices, ctx: Any, counts: bool, survival: bool) -> KernelResult | None:
+    job = slices.job
+    return sum_merge_into(slices.base, slices.agents, len(slices.agents), True, job.compute_name, job.out_name)
+
+
+def task_arithmetic_fused(slices: StoredSlices, ctx: dict, counts: bool, survival: bool) -> KernelResult | None:
+    job = slices.job
+    return sum_merge_into(slices.base, slices.agents, ctx["scale"], False, job.compute_name, job.out_name)
+
+
 # --- TIES: exact trim ----------------------------------------------------------------------------
 
 
@@ -1066,7 +1096,7 @@ METHODS = (
         (),
         average_merge,
         short="Avg",
-        streaming=Streaming(thread_safe=True),  # pure per chunk: the result depends only on the chunk
+        streaming=Streaming(thread_safe=True, fused=average_fused),  # pure per chunk
         analysis=Analysis(would_keep=WouldKeep(average_shares)),
         interop=Interop(
             # mergekit's linear averages the models themselves (methods/linear.py reads it)
@@ -1082,7 +1112,7 @@ METHODS = (
         (_scale(0.3, TABLE_11_SCALE),),
         task_arithmetic_merge,
         short="TA",
-        streaming=Streaming(thread_safe=True),
+        streaming=Streaming(thread_safe=True, fused=task_arithmetic_fused),
         analysis=Analysis(would_keep=WouldKeep(scaled_shares)),
         interop=Interop(
             mergekit=MergekitMapping(

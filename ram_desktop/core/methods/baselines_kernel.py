@@ -1,4 +1,4 @@
-"""The numba code of the fused TIES, DARE-TA and DARE-TIES merges and TIES's radix-select digit histograms,
+"""The numba code of the fused Average, Task Arithmetic, TIES, DARE-TA and DARE-TIES merges and TIES's radix-select digit histograms,
 called by ``baselines.dare_merge_into``, ``ties_digit_counts`` and ``ties_merge_into``. DARE's counter-based
 hash (``dare_uniform_block``) also draws DELLA's keep decisions (``gta_kernel``).
 
@@ -54,6 +54,40 @@ def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, co
     for j in range(length):
         c = count[j]
         store(o, j, xb[j] + (acc[j] / (max(one, c))) * scale)
+
+
+@jit
+def sum_kernel(base, agents, scale, divide, out, xb, total):
+    """θ = base + (Σ_t τ_t from +0, in agent order) · λ (``divide`` False: Task Arithmetic) or ÷ N (``divide``
+    True, ``scale`` = N: Average), rounded once into ``out``, as ``baselines.task_arithmetic_merge`` and
+    ``average_merge`` compute it. Returns the number of blocks with a non-finite τ."""
+    n = base.shape[0]
+    block = xb.shape[0]
+    zero = scale - scale
+    bad_blocks = 0
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        b = base[start : start + length]
+        bad = np.int32(0)
+        for j in range(length):
+            xb[j] = widen(b[j])
+            total[j] = zero
+        for t in range(len(agents)):
+            a = agents[t][start : start + length]
+            for j in range(length):
+                tau = widen(a[j]) - xb[j]
+                bad |= np.int32(tau - tau != zero)
+                total[j] = total[j] + tau
+        if bad != 0:
+            bad_blocks += 1
+        o = out[start : start + length]
+        if divide:
+            for j in range(length):
+                store(o, j, xb[j] + total[j] / scale)
+        else:
+            for j in range(length):
+                store(o, j, xb[j] + total[j] * scale)
+    return bad_blocks
 
 
 @jit

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .formats.base import INDEX_FILE as INDEX_NAME
+from .formats.base import written_sha256
 
 MANIFEST = "ram-manifest.json"
 MANIFEST_FORMAT = "ram-manifest/1"
@@ -46,6 +47,9 @@ _SHARD = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors")
 
 
 def file_sha256(path: Path) -> str:
+    remembered = written_sha256(path)  # a weights file this process just wrote and hashed on the way
+    if remembered is not None:
+        return remembered
     file_digest = getattr(hashlib, "file_digest", None)  # Python 3.11+: hashed without the GIL, in C
     with open(path, "rb", buffering=0) as f:
         if file_digest is not None:

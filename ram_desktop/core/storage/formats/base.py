@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -128,6 +129,8 @@ class Checkpoint:
     revision: str | None = None  # resolved Hub commit, when the source came from the Hub
     repo_id: str | None = None
     metadata: dict[str, str] = field(default_factory=dict)
+    # a LoRA adapter named as ``MODEL+ADAPTER``: the model it is applied to (it must be the merge's base)
+    applied_to: Checkpoint | None = None
 
     @property
     def folder(self) -> Path:
@@ -242,3 +245,34 @@ def read_config(folder: Path) -> dict | None:
         return None
     value = read_json(config)
     return value if isinstance(value, dict) else None
+
+
+# ---- digests of files this process wrote -----------------------------------------------------------------------
+
+_WRITTEN_SHA256: dict[str, tuple[tuple[int, int, int], str]] = {}
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _stat_identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def remember_written_sha256(path: Path, digest: str) -> None:
+    """The SHA-256 of a file this process has just written, hashed as its bytes were written (the writer thread
+    hashes beside the merge), so that the output's manifest need not read the file back."""
+    with _WRITTEN_LOCK:
+        _WRITTEN_SHA256[os.path.abspath(path)] = (_stat_identity(path), digest)
+
+
+def written_sha256(path: Path) -> str | None:
+    """The remembered SHA-256 of ``path`` (taken once: a later check hashes the file again), or None when it was
+    not written by this process or changed since (inode, size or modification time)."""
+    with _WRITTEN_LOCK:
+        held = _WRITTEN_SHA256.pop(os.path.abspath(path), None)
+    if held is None:
+        return None
+    try:
+        return held[1] if _stat_identity(path) == held[0] else None
+    except OSError:
+        return None

@@ -14,6 +14,10 @@ read from a virtual weights file ``<adapter>/adapter_model.lora-delta`` (``open_
 are already task vectors (the chunk builder copies them instead of subtracting the base), the others
 read the base's own values (τ = 0 exactly). The adapter's base must be the plan's base: the shapes
 must match, and ``base_model_name_or_path`` must name it (same path, Hub id, or folder name).
+An adapter named ``MODEL+ADAPTER`` (``Checkpoint.applied_to``) is bound only when MODEL is the base.
+
+Inside ``reuse_deltas`` (a merge, a compare, a search) the rows computed once are kept in a temporary file
+per adapted weight and read back by later passes, variants and trials (``DeltaStore``).
 
 Refused, naming the key: DoRA (``lora_magnitude_vector``), ``modules_to_save`` copies, trained biases,
 and any tensor that is not a LoRA factor.
@@ -22,11 +26,18 @@ and any tensor that is not a LoRA factor.
 from __future__ import annotations
 
 import math
+import os
 import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from safetensors import safe_open
 
 from ...errors import InputError
@@ -235,16 +246,31 @@ def _names_base(recorded: str, base: Checkpoint) -> bool:
     return recorded_id in candidates or recorded_id.split("/")[-1] in {c.split("/")[-1] for c in candidates}
 
 
+def _same_model(model: Checkpoint, base: Checkpoint) -> bool:
+    """Whether two opened checkpoints are the same model: the same folder or file (a Hub snapshot included)."""
+    try:
+        return model.path.resolve() == base.path.resolve()
+    except OSError:
+        return False
+
+
 def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
     """The adapter as an agent of ``base``: adapted tensors from the virtual delta file, the rest the base's."""
     folder = adapter.path
     if is_lora(base):
         raise InputError(f"{base.display}: a LoRA adapter cannot be the base; the base must be a full model")
+    where = adapter.spec if adapter.applied_to is not None else str(folder)  # MODEL+ADAPTER: named as written
+    if adapter.applied_to is not None and not _same_model(adapter.applied_to, base):
+        raise InputError(
+            f"{where}: applies the adapter to {adapter.applied_to.display}, but the merge's base is "
+            f"{base.display}; an adapter is applied to the base only (write BASE+ADAPTER, or name the adapter "
+            "as an agent)"
+        )
     config = read_config(folder)
     recorded = str(config.get("base_model_name_or_path") or "")
     if not _names_base(recorded, base):
         raise InputError(
-            f"{folder}: the adapter was trained on {recorded!r} (adapter_config.json "
+            f"{where}: the adapter was trained on {recorded!r} (adapter_config.json "
             f"base_model_name_or_path) but the base is {base.display}; use that base, or fix the config "
             "if it is the same model under another name"
         )
@@ -255,12 +281,12 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
         info = base.tensors.get(target)
         if info is None:
             raise InputError(
-                f"{folder}: the adapter changes {target!r}, which the base {base.display} does not have; "
+                f"{where}: the adapter changes {target!r}, which the base {base.display} does not have; "
                 "it was trained on another architecture"
             )
         if tuple(info.shape) != f.shape:
             raise InputError(
-                f"{folder}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
+                f"{where}: the adapter's {target!r} is {list(f.shape)} but the base {base.display} has "
                 f"{list(info.shape)}; it was trained on another base"
             )
         tensors[target] = TensorInfo(target, info.dtype, info.shape, delta)
@@ -275,6 +301,7 @@ def bind(adapter: Checkpoint, base: Checkpoint) -> Checkpoint:
         revision=adapter.revision,
         repo_id=adapter.repo_id,
         metadata=dict(adapter.metadata),
+        applied_to=adapter.applied_to,
     )
 
 
@@ -305,6 +332,11 @@ class DeltaHandle:
         self._file = safe_open(str(self.folder / ADAPTER_WEIGHTS), framework="pt")
         self._whole: dict[str, torch.Tensor] = {}  # the small factor of each weight (A, or B when transposed)
         self.largest = 0  # elements of the largest slice computed (tests: bounded by the chunk)
+        # what the rows depend on: a store keeps them only while the adapter's files are unchanged
+        self._identity = (
+            str(self.folder.resolve()),
+            *(_file_identity(self.folder / name) for name in (ADAPTER_CONFIG, ADAPTER_WEIGHTS)),
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -323,9 +355,23 @@ class DeltaHandle:
 
     def rows(self, target: str, start: int, stop: int | None) -> torch.Tensor:
         """Rows ``start:stop`` of the weight's task vector, float32, the same bytes on any CPU and for any
-        slicing (see ``fixed_order_product``)."""
+        slicing (see ``fixed_order_product``); inside ``reuse_deltas``, rows computed earlier in the scope are
+        read back instead of computed again."""
         f = self.pairs[target]
         stop = f.shape[0] if stop is None else min(stop, f.shape[0])
+        store = _active_store()
+        if store is None:
+            return self._compute(f, start, stop)
+        key = (self._identity, target)
+        kept = store.get(key, start, stop)
+        if kept is not None:
+            return kept
+        out = self._compute(f, start, stop)
+        store.put(key, f.shape, start, stop, out)
+        return out
+
+    def _compute(self, f: LoraFactors, start: int, stop: int) -> torch.Tensor:
+        global computed_elements
         if not f.transposed:  # τ[start:stop] = scale · (B[start:stop] · A)
             left = self._file.get_slice(f.b_name)[start:stop]
             right = self._factor(f.a_name)
@@ -334,6 +380,8 @@ class DeltaHandle:
             right = self._factor(f.b_name).t()
         out = fixed_order_product(left, right, f.scale)
         self.largest = max(self.largest, out.numel())
+        with _STORE_LOCK:
+            computed_elements += out.numel()
         return out
 
     def _factor(self, name: str) -> torch.Tensor:
@@ -361,3 +409,87 @@ def fixed_order_product(left: torch.Tensor, right: torch.Tensor, scale: float) -
 
 def open_delta(file: Path) -> DeltaHandle:
     return DeltaHandle(Path(file).parent)
+
+
+# ---- one computation of an adapter's τ per run ----------------------------------------------------------------
+
+computed_elements = 0  # τ elements computed from the factors in this process (tests count the applications)
+_STORE_LOCK = threading.Lock()
+_STORE: list[DeltaStore] = []  # the active scope (reentrant: nested scopes share the outermost store)
+
+
+def _file_identity(path: Path) -> tuple[int, int, int]:
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _active_store() -> DeltaStore | None:
+    with _STORE_LOCK:
+        return _STORE[0] if _STORE else None
+
+
+class DeltaStore:
+    """Task-vector rows of LoRA adapters computed in one run, kept in a temporary file per adapted weight (a
+    float32 array of the weight's shape, filled as rows are computed; on disk and in the page cache, not in
+    the process's own memory; up to ``BUDGET`` bytes in all), so that the probe pass, the merge pass, every compare variant and every search
+    trial read τ = scale·B·A back instead of computing it again: the same bytes, computed once."""
+
+    BUDGET = 4 * 2**30  # bytes of temporary files at most: the weights beyond it are computed again when re-read
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="ram-lora-delta-"))
+        self._arrays: dict[tuple, tuple[np.memmap, list[tuple[int, int]]]] = {}
+        self._lock = threading.Lock()
+        self._reserved = 0
+
+    def get(self, key: tuple, start: int, stop: int) -> torch.Tensor | None:
+        with self._lock:
+            held = self._arrays.get(key)
+            if held is None or not any(a <= start and stop <= b for a, b in held[1]):
+                return None
+            return torch.from_numpy(np.array(held[0][start:stop]))
+
+    def put(self, key: tuple, shape: tuple[int, ...], start: int, stop: int, rows: torch.Tensor) -> None:
+        try:
+            with self._lock:
+                held = self._arrays.get(key)
+                if held is None:
+                    size = 4 * math.prod(shape)
+                    if self._reserved + size > self.BUDGET:
+                        return
+                    path = self.folder / f"{len(self._arrays)}.f32"
+                    held = self._arrays[key] = (np.memmap(path, np.float32, "w+", shape=shape), [])
+                    self._reserved += size
+                held[0][start:stop] = rows.numpy()
+                held[1].append((start, stop))
+        except OSError:  # no room for the copy: the rows are computed again when asked for again
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            self._arrays.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextmanager
+def reuse_deltas() -> Iterator[None]:
+    """Within this scope every adapter's τ rows are computed once and read back after (``DeltaStore``); a
+    nested scope shares the outer one. The temporary files are removed when the outermost scope ends."""
+    with _STORE_LOCK:
+        outer = bool(_STORE)
+    if outer:
+        yield
+        return
+    try:
+        store = DeltaStore()
+    except OSError:  # no temporary folder: compute as before
+        yield
+        return
+    with _STORE_LOCK:
+        _STORE.append(store)
+    try:
+        yield
+    finally:
+        with _STORE_LOCK:
+            _STORE.remove(store)
+        store.close()
