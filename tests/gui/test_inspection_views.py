@@ -163,3 +163,29 @@ def test_a_report_without_the_new_statistics_shows_a_hint(qtbot, analysed):
     window._method_changed()
     assert window.analysis.would_keep.values["ties"] == [None] * 3
     assert window.analysis.would_keep.values["ram"][0] is not None
+
+
+def test_a_deep_models_heat_map_keeps_readable_rows_and_scrolls(qtbot, analysed):
+    """32 layers at a laptop's size: each layer row keeps ten pixels and the step scrolls, rather than the map
+    being crushed into the step's height."""
+    import dataclasses
+    import re
+
+    window = analysed
+    window.resize(1366, 698)
+    report = window.report
+    deep = []
+    for stat in report.tensor_stats:
+        found = re.search(r"layers\.(\d+)\.", stat.name)
+        if found is None:
+            deep.append(stat)
+            continue
+        for k in range(8):  # the demo's 4 layers become 32
+            layer = int(found.group(1)) + 4 * k
+            deep.append(dataclasses.replace(stat, name=stat.name.replace(found.group(0), f"layers.{layer}.")))
+    window.analysis.tabs.setCurrentWidget(window.analysis.heatmap)
+    window.analysis.heatmap.show_report(dataclasses.replace(report, tensor_stats=deep))
+    qtbot.wait(100)
+    graphics = window.analysis.heatmap.graphics
+    assert graphics.height() >= 10 * 33  # 32 layer rows and "other"
+    assert window.analysis.height() > window.analysis.parentWidget().height()  # the step scrolls

@@ -19,6 +19,9 @@ SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down"
 COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
 
 
+MIN_HEIGHT = 120
+
+
 class ModuleHeatmaps(QWidget):
     """One heat map per agent, side by side in one plot: rows are layers, columns module kinds;
     colour = density or unique share. The plot and the colour bar are built once; a report only
@@ -43,7 +46,7 @@ class ModuleHeatmaps(QWidget):
         row.addStretch(1)
         layout.addLayout(row)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setMinimumHeight(120)  # the Analysis page fits a 1366×768 window
+        self.graphics.setMinimumHeight(MIN_HEIGHT)  # the Analysis page fits a 1366×768 window
         layout.addWidget(self.graphics, 1)
         self.readout = WrappedLines("Hover a cell to read its numbers.")
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -103,6 +106,8 @@ class ModuleHeatmaps(QWidget):
         top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
         levels = (0.0, top if by_density and top > 0 else 1.0)
         rows, cols = len(grid.rows), len(grid.columns)
+        # ten pixels a layer row at the least: a deep model's map makes the page scroll rather than crush its rows
+        self.graphics.setMinimumHeight(max(MIN_HEIGHT, 100 + 10 * rows))
         width = cols + self.GAP
         ticks = []
         for t, agent in enumerate(report.agents):

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -193,6 +193,9 @@ class WrappedLines(QLabel):
 
     def hasHeightForWidth(self) -> bool:
         return False
+
+    def sizeHint(self) -> QSize:  # its lines, not the tall hint of wrapped text at an arbitrary width
+        return QSize(super().sizeHint().width(), self.minimumHeight())
 
 
 def scrolled(widget: QWidget, keep_height: bool = False) -> QScrollArea:
