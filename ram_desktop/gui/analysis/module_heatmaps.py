@@ -106,8 +106,9 @@ class ModuleHeatmaps(QWidget):
         top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=1.0)
         levels = (0.0, top if by_density and top > 0 else 1.0)
         rows, cols = len(grid.rows), len(grid.columns)
-        # ten pixels a layer row at the least: a deep model's map makes the page scroll rather than crush its rows
-        self.graphics.setMinimumHeight(max(MIN_HEIGHT, 100 + 10 * rows))
+        # sixteen pixels a layer row at the least (its label and the agent names fit): a deep model's map makes the
+        # page scroll rather than crush its rows
+        self.graphics.setMinimumHeight(max(MIN_HEIGHT, 110 + 16 * rows))
         width = cols + self.GAP
         ticks = []
         for t, agent in enumerate(report.agents):
