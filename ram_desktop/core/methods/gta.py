@@ -26,21 +26,23 @@ the whole tensor (its ranks and L1 norm): memory is bounded by one tensor.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..engine import kernels
-from ..engine.chunks import Chunk, thread_workspace
+from ..engine.chunks import Chunk, StoredSlices, as_tensor, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import Interop, MergeMethod, Param, Streaming
+from .base import FusedKernel, Interop, MergeMethod, Param, Streaming
 from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
+    from ..engine.kernels import KernelResult
     from .mergekit_map import MergekitMapping
 
 RESCALE_EPS = 1e-7
@@ -189,9 +191,10 @@ def gta_combine(
     )
 
 
-def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
+def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray, row0: int = 0) -> None:
     """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``gta_kernel.della_mask_kernel``):
-    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
+    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand; ``rows`` are
+    the tensor's rows from ``row0`` on (the draws are per position in the tensor)."""
     from . import gta_kernel
 
     n_rows, width = rows.shape
@@ -203,7 +206,7 @@ def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], m
         idx2, key2 = np.empty(width, np.int64), np.empty(width, np.uint32)
         gta_kernel.della_mask_kernel(
             bits[first:stop],
-            first,
+            row0 + first,
             c0_32,
             eps_32,
             keys[0],
@@ -240,6 +243,95 @@ def _della_fused_in_place(
         if not (before < RESCALE_EPS or after < RESCALE_EPS):
             return torch.mul(masked, before / after, out=rows)
     return rows.copy_(masked)
+
+
+def della_streamed(family: Family, slices: StoredSlices, ctx: WeightsContext) -> KernelResult | None:
+    """DELLA (or DELLA-linear) of one whole tensor from its stored slices, block of rows by block of rows: the
+    same bits as ``gta_merge`` on the CPU in a working set of a few blocks and the output. Per agent, a first
+    sweep draws each row's mask (``della_mask``), keeps it as bits and feeds |δ| and |δ·mask| to torch's
+    whole-tensor sums (``kernels.TorchSum``, the L1 norms of the rescale); a second sweep forms each block's
+    kept δ, rescales it and combines (``gta_combine``), rounding into the output. None where this does not
+    apply (another compute dtype, a tensor of more than two dimensions or under 8 elements, a density that
+    draws nothing, a machine where ``TorchSum`` is not torch's sum): ``gta_merge`` then runs."""
+    job, index = slices.job, slices.index
+    shape = ctx.shapes.get(index, (job.numel,))
+    if len(shape) > 2 or job.numel < 8 or ctx.dtype_of([slices.base, *slices.agents]) != torch.float32:
+        return None
+    n_rows, width = (1, job.numel) if len(shape) < 2 else shape
+    m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    if width < 2 or m is None or not kernels.TorchSum.exact():
+        return None
+    params, count = ctx.params_at(index), len(m.agents)
+    spreads = []
+    for i in range(count):
+        density = float(ctx.agent_at("density", index, job.name, count, i))
+        epsilon = float(ctx.agent_at("epsilon", index, job.name, count, i))
+        if density >= 1 or density <= 0 or density + epsilon >= 1 or density - epsilon <= 0:
+            return None  # nothing drawn, or the torch path's error
+        spreads.append((density, epsilon))
+    n = job.numel
+    # rows per block, whole bytes of mask bits per block (a multiple of 8 elements)
+    step = max(1, DELLA_BLOCK // width)
+    step = min(n_rows, -(-step // (8 // math.gcd(width, 8))) * (8 // math.gcd(width, 8)))
+    block = step * width
+    workspace, cpu = thread_workspace(), torch.device("cpu")
+    deltas = workspace.get("della_deltas", (count, block), torch.float32, cpu).numpy()
+    mask = workspace.get("della_block_mask", (block,), torch.float32, cpu).numpy()
+    kept = np.empty((count, -(-n // 8)), np.uint8)
+    scales: list[np.float32 | None] = []
+    for i, agent in enumerate(m.agents):
+        density, epsilon = spreads[i]
+        keys = dare_keys(params["seed"], i, job.name)
+        before, after = kernels.TorchSum(n, absolute=True), kernels.TorchSum(n, absolute=True)
+        for start in range(0, n_rows, step):
+            lo, hi = start * width, min(n_rows, start + step) * width
+            delta, keep = deltas[0, : hi - lo], mask[: hi - lo]
+            if not kernels.offsets_into(m.base[lo:hi], (agent[lo:hi],), delta.reshape(1, -1)):
+                return kernels.KernelResult(m.result, False)
+            della_mask(delta.reshape(-1, width), density - epsilon, epsilon, keys, keep.reshape(-1, width), start)
+            before.feed(delta)
+            after.feed(np.multiply(delta, keep, out=delta))
+            kept[i, lo // 8 : -(-hi // 8)] = np.packbits(keep != 0)
+        l1_before, l1_after = np.float32(before.result()), np.float32(after.result())
+        tiny = np.float32(RESCALE_EPS)
+        rescaled = params["rescale"] and not (l1_before < tiny or l1_after < tiny)
+        scales.append(np.float32(l1_before / l1_after) if rescaled else None)
+    w = np.array(
+        [float(v) for v in (ctx.agent_at("weight", index, job.name, count, i) for i in range(count))], np.float32
+    )
+    lam = float(ctx.shared_at("lambda", index, job.name))
+    base = workspace.get("della_base", (block,), torch.float32, cpu).numpy()
+    theta = workspace.get("della_theta", (block,), torch.float32, cpu)
+    out = as_tensor(m.out)
+    for start in range(0, n_rows, step):
+        lo, hi = start * width, min(n_rows, start + step) * width
+        size = hi - lo
+        block_deltas = deltas[:, :size] if size == block else deltas.reshape(-1)[: count * size].reshape(count, size)
+        kernels.widen_into(m.base, lo, base[:size])
+        kernels.offsets_into(m.base[lo:hi], tuple(a[lo:hi] for a in m.agents), block_deltas)
+        for i in range(count):
+            keep = mask[:size]
+            keep[:] = np.unpackbits(kept[i, lo // 8 : -(-hi // 8)], count=size)
+            np.multiply(block_deltas[i], keep, out=block_deltas[i])
+            scale = scales[i]
+            if scale is not None:
+                np.multiply(block_deltas[i], scale, out=block_deltas[i])
+        gta_combine(
+            block_deltas, w, base[:size], family.consensus, bool(params["normalize"]), lam, theta[:size].numpy()
+        )
+        out[lo:hi].copy_(theta[:size])
+    return kernels.KernelResult(m.result, True)
+
+
+def fused_kernel(family: Family) -> FusedKernel | None:
+    """The family's fused CPU merge of a whole tensor (``della_streamed`` for DELLA), None for the others."""
+    if family.sparsify != "della_magprune":
+        return None
+
+    def fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+        return della_streamed(family, slices, ctx)
+
+    return fused
 
 
 def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
@@ -381,6 +473,8 @@ def method(
         short=short,
         # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
         # such tensors are merged one at a time with torch's own threads, as mergekit merges them
-        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=family.sparsify is None),
+        streaming=Streaming(
+            whole_tensor=True, theta=True, fused=fused_kernel(family), thread_safe=family.sparsify is None
+        ),
         interop=Interop(mergekit=mergekit, citation=citation),
     )
