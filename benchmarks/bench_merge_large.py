@@ -29,7 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_merge import AGENT_NAMES, drop_dir, input_files, model_dirs, read_all, run_measured  # noqa: E402
+from bench_merge import drop_dir, input_files, model_dirs, read_all, run_measured
 
 MK_DEFAULT = Path.home() / ".cache" / "ram-desktop" / "mergekit-venv" / "bin" / "mergekit-yaml"
 
@@ -66,9 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layout", default="qwen2-1.5b", help="with --generate: make_agents.py --layout")
     ap.add_argument("--methods", default=",".join(CONFIGS), help=f"comma list of {', '.join(CONFIGS)}")
     ap.add_argument("--side", choices=["both", "ours", "mergekit"], default="both")
-    ap.add_argument(
-        "--ram-merge", type=shlex.split, default=[sys.executable, "-m", "ram_desktop"], help="our command"
-    )
+    ap.add_argument("--ram-merge", type=shlex.split, default=[sys.executable, "-m", "ram_desktop"], help="our command")
     ap.add_argument("--mergekit-yaml", default=str(MK_DEFAULT))
     ap.add_argument("--mk-args", default="--lazy-unpickle --quiet")
     ap.add_argument("--dtype", default="float32", help="the configs' compute dtype (default float32)")

@@ -21,7 +21,9 @@ The deterministic ones (task_arithmetic, ties, breadcrumbs, breadcrumbs_ties) ar
 in its order, so its bits. The random ones (DARE, DELLA) draw each element's keep decision from the seeded
 counter-based hash of the ``dare`` methods (u < ⌊q·2³²⌋ with q the keep probability): deterministic for a
 seed, the asked share kept in expectation, and not mergekit's ``torch.bernoulli`` draws. Sparsification needs
-the whole tensor (its ranks and L1 norm): memory is bounded by one tensor.
+the whole tensor (its ranks and L1 norm). On the CPU ``gta_streamed`` keeps the masks as bits and combines block
+by block: DELLA's per-row ranks and its L1 sums (``kernels.TorchSum``) stream too, so its memory is a few blocks
+and the output; the magnitude trims rank one agent's whole |δ| with torch's sort at a time.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 
 RESCALE_EPS = 1e-7
 DELLA_BLOCK = 1 << 20  # elements ranked and drawn at a time (whole rows): bounds DELLA's int64 temporaries
+STREAM_BLOCK = 1 << 22  # elements per block of the streamed path (gta_streamed): several kernels.split parts
 TWO_32 = 4294967296.0
 
 
@@ -266,7 +269,7 @@ def gta_streamed(family: Family, slices: StoredSlices, ctx: WeightsContext) -> K
     n, count = job.numel, len(m.agents)
     # rows per block, whole bytes of mask bits per block (a multiple of 8 elements)
     unit = 8 // math.gcd(width, 8)
-    step = min(n_rows, -(-max(1, DELLA_BLOCK // width) // unit) * unit)
+    step = min(n_rows, -(-max(1, STREAM_BLOCK // width) // unit) * unit)
     kept = np.empty((count, -(-n // 8)), np.uint8)
     scales: list[np.float32 | None] = []
     for i in range(count):
