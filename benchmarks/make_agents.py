@@ -161,13 +161,21 @@ def _round_to(x: float, m: int) -> int:
     return max(m, round(x / m) * m)
 
 
-def dims_for(params: int, hidden=None, layers=None, vocab=None, intermediate=None) -> Dims:
+# published layouts (``--layout``): every dimension as the model's config.json gives it
+LAYOUTS = {
+    "qwen2-1.5b": {"hidden": 1536, "layers": 28, "intermediate": 8960, "vocab": 151936, "heads": 12, "kv_heads": 2},
+}
+
+
+def dims_for(params: int, hidden=None, layers=None, vocab=None, intermediate=None, heads=None, kv_heads=None) -> Dims:
     """Pick Qwen2-like dims whose parameter count lands near ``params``.
 
     hidden from a ladder (head_dim 64, kv heads = heads/4, intermediate ~2.25*hidden rounded to
     128, vocab 32000 from 100M up, else 8000); the largest hidden whose layer count is still at
     least hidden/64 wins (1024 x 24 layers for 300M).  Any dim can be forced.
     """
+    if hidden and layers and vocab and intermediate and heads and kv_heads:
+        return Dims(hidden, layers, intermediate, heads, kv_heads, vocab)
     v = vocab or (32000 if params >= 100e6 else 8000)
     ladder = (
         [hidden]
@@ -366,6 +374,9 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int)
     ap.add_argument("--vocab", type=int)
     ap.add_argument("--intermediate", type=int)
+    ap.add_argument("--heads", type=int)
+    ap.add_argument("--kv-heads", type=int)
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), help="a published layout's dims (overrides --params)")
     ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
     ap.add_argument("--force", action="store_true", help="regenerate even if present")
     ap.add_argument("--dry-run", action="store_true", help="print the dims and exit")
@@ -373,7 +384,9 @@ def main(argv=None) -> int:
     if a.threads:
         torch.set_num_threads(a.threads)
     params = parse_size(a.params)
-    over = {k: getattr(a, k) for k in ("hidden", "layers", "vocab", "intermediate")}
+    over = {k: getattr(a, k) for k in ("hidden", "layers", "vocab", "intermediate", "heads", "kv_heads")}
+    if a.layout:
+        over.update(LAYOUTS[a.layout])
     dims = dims_for(params, **over)
     print(f"dims: {dims} -> {dims.n_params() / 1e6:.1f}M params/model", file=sys.stderr)
     if a.dry_run:

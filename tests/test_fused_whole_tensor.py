@@ -1,5 +1,5 @@
-"""The fused CPU paths of mergekit's whole-tensor methods (SLERP, Model Stock at ``dtype: float32``; DELLA's ranks
-and draws) give the torch path's bytes, and mergekit's where it is installed, on tensors of several 2²⁰-element pieces, for
+"""The fused CPU paths of mergekit's whole-tensor methods (SLERP, Model Stock at ``dtype: float32``; DELLA, TIES's
+magnitude trim and breadcrumbs streamed by ``gta.gta_streamed``) give the torch path's bytes, and mergekit's where it is installed, on tensors of several 2²⁰-element pieces, for
 bfloat16, float16 and float32 inputs and outputs; a NaN in an agent is still refused naming the tensor. Every
 merge runs in a fresh ``ram-merge`` process (``RAM_DESKTOP_KERNELS=0`` turns the fused kernels off)."""
 
@@ -96,6 +96,9 @@ def test_fused_paths_equal_the_torch_path(tmp_path, dtype):
         ("slerp", agents[:1], ["--t", "0.3"]),
         ("model-stock", agents, []),
         ("della", agents, ["--density", "0.4", "--epsilon", "0.15", "--seed", "3"]),
+        # the trims: whole-|δ| ranks by torch, then the streamed combination; with and without the L1 rescale
+        ("weighted-ties", agents, ["--weight", "0.5,1.0,0.8", "--density", "0.3,0.5,0.7", "--rescale", "true"]),
+        ("breadcrumbs-ties", agents, ["--density", "0.6", "--gamma", "0.02"]),
     ):
         extra = ["--out-dtype", out_dtype, *params]
         fused = _merge(base, inputs, tmp_path / f"{method}-fused", method, True, *extra)

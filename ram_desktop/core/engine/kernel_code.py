@@ -528,3 +528,57 @@ def nonfinite_taus_kernel(base, agents):
             if d - d != 0:
                 bad += 1
     return bad
+
+
+@jit
+def cascade_sum_feed(values, state, acc, tail, absolute):
+    """Feed float32 ``values`` (the next elements of one thread's part, in order; their absolute values with
+    ``absolute``) to torch's cascade sum of that part (``kernels.TorchSum``): ``state`` = [elements fed, rows,
+    vectors, level power], ``acc`` [4 levels, 4 rows, 8 lanes] its accumulators, ``tail`` [1] the scalar tail's sum.
+    Every operation is torch's (``SumKernel.cpp``: ``multi_row_sum`` over 8-lane vectors, 4 at a time), so the
+    result is its bits however the part is cut into feeds."""
+    pos, rows, vectors, power = state[0], state[1], state[2], state[3]
+    level_mask = (np.int64(1) << power) - 1
+    rows_end = rows * 4
+    for idx in range(values.size):
+        x = np.float32(abs(values[idx])) if absolute else values[idx]
+        e = pos + idx
+        v = e >> 3
+        lane = e & 7
+        if v < rows_end:
+            k = v & 3
+            acc[0, k, lane] = acc[0, k, lane] + x
+            r = v >> 2
+            if k == 3 and ((r + 1) & level_mask) == 0:  # a full block of rows: cascade up the levels
+                for j in range(1, 4):
+                    for kk in range(4):
+                        acc[j, kk, lane] = acc[j, kk, lane] + acc[j - 1, kk, lane]
+                        acc[j - 1, kk, lane] = np.float32(0.0)
+                    if ((r + 1) & (level_mask << (j * power))) != 0:
+                        break
+        elif v < vectors:
+            if v == rows_end:  # the rows are done: fold the levels before the remaining vectors
+                for j in range(1, 4):
+                    for kk in range(4):
+                        acc[0, kk, lane] = acc[0, kk, lane] + acc[j, kk, lane]
+            acc[0, 0, lane] = acc[0, 0, lane] + x
+        else:
+            tail[0] = tail[0] + x
+    state[0] = pos + values.size
+
+
+@jit
+def cascade_sum_finish(state, acc, tail):
+    """The part's sum once every element was fed (``cascade_sum_feed``)."""
+    if state[2] == state[1] * 4:  # no vector after the rows: fold the levels now
+        for lane in range(8):
+            for j in range(1, 4):
+                for kk in range(4):
+                    acc[0, kk, lane] = acc[0, kk, lane] + acc[j, kk, lane]
+    total = tail[0]
+    for lane in range(8):
+        for kk in range(1, 4):
+            acc[0, 0, lane] = acc[0, 0, lane] + acc[0, kk, lane]
+    for lane in range(8):
+        total = total + acc[0, 0, lane]
+    return np.float32(np.float32(0.0) + total)

@@ -42,6 +42,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -121,6 +122,8 @@ def _jit() -> dict:
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
         "nonfinite_taus": k.nonfinite_taus_kernel,
+        "sum_feed": k.cascade_sum_feed,
+        "sum_finish": k.cascade_sum_finish,
     }
 
 
@@ -484,3 +487,81 @@ def finite_taus(base: np.ndarray, agents: tuple[np.ndarray, ...]) -> bool:
     """Whether every ``agents[t] − base`` (float32) is finite, without storing them."""
     bad = split(base.size, lambda s, e: _jit()["nonfinite_taus"](base[s:e], tuple(a[s:e] for a in agents)))
     return sum(bad) == 0
+
+
+SUM_GRAIN = 32768  # torch's internal::GRAIN_SIZE: below it a reduction runs on one thread
+SUM_LANES = 8  # the float lanes of torch's sum kernel (it keeps the AVX2 kernel on AVX512 machines)
+
+
+class TorchSum:
+    """``torch.sum`` of a float32 CPU tensor of ``n`` ≥ 8 elements (or of their absolute values), fed in order in
+    slices of any size, to the bit: torch parts the elements among its intra-op threads (``two_pass_reduction``,
+    ``parallel_for``), sums each part with its cascade (``kernel_code.cascade_sum_feed``) and adds the parts'
+    sums in thread order. So a whole-tensor sum needs no whole tensor. ``exact()`` says whether this
+    emulation gives torch's bits here (checked once per thread count); where it does not, callers keep torch."""
+
+    _checked: ClassVar[dict[int, bool]] = {}
+
+    def __init__(self, n: int, absolute: bool = False) -> None:
+        threads = torch.get_num_threads()
+        if n < SUM_GRAIN or threads == 1:
+            bounds = [(0, n)]
+        else:
+            used = min(threads, -(-n // SUM_GRAIN))
+            step = -(-n // used)
+            bounds = [(b, min(n, b + step)) for b in range(0, n, step)]
+        self._bounds = bounds
+        self._absolute = absolute
+        self._parts = []
+        for start, stop in bounds:
+            vectors = (stop - start) // SUM_LANES
+            rows = vectors // 4
+            power = max(4, (max(rows - 1, 1)).bit_length() // 4 if rows > 2 else 1)
+            self._parts.append(
+                (
+                    np.array([0, rows, vectors, power], np.int64),
+                    np.zeros((4, 4, SUM_LANES), np.float32),
+                    np.zeros(1, np.float32),
+                )
+            )
+        self._fed = 0
+
+    def feed(self, values: np.ndarray) -> None:
+        """The next ``values`` (float32, flat) of the tensor, in order."""
+        feed = _jit()["sum_feed"]
+        at = 0
+        while at < values.size:
+            part = next(i for i, (s, e) in enumerate(self._bounds) if s <= self._fed < e)
+            take = min(values.size - at, self._bounds[part][1] - self._fed)
+            feed(values[at : at + take], *self._parts[part], self._absolute)
+            at += take
+            self._fed += take
+
+    def result(self) -> float:
+        """The sum, as a float32 value held in a Python float."""
+        finish = _jit()["sum_finish"]
+        total = np.float32(0.0)
+        for state, acc, tail in self._parts:
+            total = np.float32(total + finish(state, acc, tail))
+        return float(total)
+
+    @classmethod
+    def exact(cls) -> bool:
+        """Whether ``TorchSum`` gives ``torch.sum``'s bits on this machine and thread count (a few sizes that
+        take every branch: a short part, scalar tails, several level blocks, two parts)."""
+        threads = torch.get_num_threads()
+        known = cls._checked.get(threads)
+        if known is None:
+            rng = np.random.default_rng(0)
+            known = True
+            for n in (8, 37, 4099, 40_001, 1_000_003):
+                values = (rng.standard_normal(n) * 3).astype(np.float32)
+                for absolute in (False, True):
+                    summed = cls(n, absolute)
+                    for start in range(0, n, 65_537):
+                        summed.feed(values[start : start + 65_537])
+                    reference = torch.from_numpy(values)
+                    expected = float((reference.abs() if absolute else reference).sum())
+                    known = known and summed.result() == expected
+            cls._checked[threads] = known
+        return known

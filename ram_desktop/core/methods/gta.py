@@ -21,30 +21,35 @@ The deterministic ones (task_arithmetic, ties, breadcrumbs, breadcrumbs_ties) ar
 in its order, so its bits. The random ones (DARE, DELLA) draw each element's keep decision from the seeded
 counter-based hash of the ``dare`` methods (u < ⌊q·2³²⌋ with q the keep probability): deterministic for a
 seed, the asked share kept in expectation, and not mergekit's ``torch.bernoulli`` draws. Sparsification needs
-the whole tensor (its ranks and L1 norm): memory is bounded by one tensor.
+the whole tensor (its ranks and L1 norm). On the CPU ``gta_streamed`` keeps the masks as bits and combines block
+by block: DELLA's per-row ranks and its L1 sums (``kernels.TorchSum``) stream too, so its memory is a few blocks
+and the output; the magnitude trims rank one agent's whole |δ| with torch's sort at a time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..engine import kernels
-from ..engine.chunks import Chunk, thread_workspace
+from ..engine.chunks import Chunk, StoredSlices, as_tensor, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import Interop, MergeMethod, Param, Streaming
+from .base import FusedKernel, Interop, MergeMethod, Param, Streaming
 from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
 if TYPE_CHECKING:
+    from ..engine.kernels import KernelResult
     from .mergekit_map import MergekitMapping
 
 RESCALE_EPS = 1e-7
 DELLA_BLOCK = 1 << 20  # elements ranked and drawn at a time (whole rows): bounds DELLA's int64 temporaries
+STREAM_BLOCK = 1 << 22  # elements per block of the streamed path (gta_streamed): several kernels.split parts
 TWO_32 = 4294967296.0
 
 
@@ -189,9 +194,10 @@ def gta_combine(
     )
 
 
-def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray) -> None:
+def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], mask: np.ndarray, row0: int = 0) -> None:
     """DELLA's keep mask (1.0 / 0.0) of float32 ``rows`` [R, W ≥ 2] into ``mask`` (``gta_kernel.della_mask_kernel``):
-    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand."""
+    ``c0`` = density − ε and ``eps`` = ε, each rounded to float32 as torch rounds a scalar operand; ``rows`` are
+    the tensor's rows from ``row0`` on (the draws are per position in the tensor)."""
     from . import gta_kernel
 
     n_rows, width = rows.shape
@@ -203,7 +209,7 @@ def della_mask(rows: np.ndarray, c0: float, eps: float, keys: tuple[int, int], m
         idx2, key2 = np.empty(width, np.int64), np.empty(width, np.uint32)
         gta_kernel.della_mask_kernel(
             bits[first:stop],
-            first,
+            row0 + first,
             c0_32,
             eps_32,
             keys[0],
@@ -240,6 +246,143 @@ def _della_fused_in_place(
         if not (before < RESCALE_EPS or after < RESCALE_EPS):
             return torch.mul(masked, before / after, out=rows)
     return rows.copy_(masked)
+
+
+def gta_streamed(family: Family, slices: StoredSlices, ctx: WeightsContext) -> KernelResult | None:
+    """A sparsifying member of the family (TIES's magnitude, breadcrumbs, DELLA) on one whole tensor from its
+    stored slices, the same bits as ``gta_merge`` on the CPU without its float32 copies of every input and task
+    vector: each agent's keep mask is found first and kept as bits with its rescale factor (``_kept``), then a
+    sweep of row blocks forms each block's δ again from the stored bits, masks and rescales it, combines
+    (``gta_combine``) and rounds into the output. DELLA's masks come block by block, so its working set is a few
+    blocks; the magnitude trims still rank the whole |δ| with torch (mergekit's unstable ``argsort`` order at
+    the cut), so theirs is |δ| and the sort's copies of one agent at a time. None where this does not apply
+    (another compute dtype, a tensor of more than two dimensions or under 8 elements, a density that keeps
+    nothing, DELLA where ``kernels.TorchSum`` is not torch's sum): ``gta_merge`` then runs."""
+    job, index = slices.job, slices.index
+    shape = ctx.shapes.get(index, (job.numel,))
+    if len(shape) > 2 or job.numel < 8 or ctx.dtype_of([slices.base, *slices.agents]) != torch.float32:
+        return None
+    n_rows, width = (1, job.numel) if len(shape) < 2 else shape
+    m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
+    if width < 2 or m is None:
+        return None
+    n, count = job.numel, len(m.agents)
+    # rows per block, whole bytes of mask bits per block (a multiple of 8 elements)
+    unit = 8 // math.gcd(width, 8)
+    step = min(n_rows, -(-max(1, STREAM_BLOCK // width) // unit) * unit)
+    kept = np.empty((count, -(-n // 8)), np.uint8)
+    scales: list[np.float32 | None] = []
+    for i in range(count):
+        found = _kept(family, slices, ctx, m, i, (n_rows, width, step), kept[i])
+        if not isinstance(found, tuple):
+            return None if found is None else kernels.KernelResult(m.result, False)
+        scales.append(found[0])
+    params = ctx.params_at(index)
+    w = np.array([float(ctx.agent_at("weight", index, job.name, count, i)) for i in range(count)], np.float32)
+    lam = float(ctx.shared_at("lambda", index, job.name))
+    workspace, cpu = thread_workspace(), torch.device("cpu")
+    block = step * width
+    deltas = workspace.get("gta_block_deltas", (count * block,), torch.float32, cpu).numpy()
+    mask = workspace.get("gta_block_mask", (block,), torch.float32, cpu).numpy()
+    base = workspace.get("gta_block_base", (block,), torch.float32, cpu).numpy()
+    theta = workspace.get("gta_block_theta", (block,), torch.float32, cpu)
+    out = as_tensor(m.out)
+    for start in range(0, n_rows, step):
+        lo, hi = start * width, min(n_rows, start + step) * width
+        size = hi - lo
+        block_deltas = deltas[: count * size].reshape(count, size)
+        kernels.widen_into(m.base, lo, base[:size])
+        if not kernels.offsets_into(m.base[lo:hi], tuple(a[lo:hi] for a in m.agents), block_deltas):
+            return kernels.KernelResult(m.result, False)
+        for i in range(count):
+            mask[:size] = np.unpackbits(kept[i, lo // 8 : -(-hi // 8)], count=size)
+            np.multiply(block_deltas[i], mask[:size], out=block_deltas[i])
+            scale = scales[i]
+            if scale is not None:
+                np.multiply(block_deltas[i], scale, out=block_deltas[i])
+        gta_combine(
+            block_deltas, w, base[:size], family.consensus, bool(params["normalize"]), lam, theta[:size].numpy()
+        )
+        out[lo:hi].copy_(theta[:size])
+    return kernels.KernelResult(m.result, True)
+
+
+def _kept(
+    family: Family,
+    slices: StoredSlices,
+    ctx: WeightsContext,
+    m: kernels.MergeOperands,
+    agent: int,
+    blocks: tuple[int, int, int],
+    kept: np.ndarray,
+) -> tuple[np.float32 | None] | bool | None:  # (rescale factor,), False, None
+    """Agent ``agent``'s keep mask as bits into ``kept`` and its rescale factor (None: none), as ``gta_merge``'s
+    sparsification gives them; False where a τ is not finite, None where ``gta_streamed`` does not apply."""
+    job, index = slices.job, slices.index
+    n, count = job.numel, len(m.agents)
+    n_rows, width, step = blocks
+    params = ctx.params_at(index)
+    density = float(ctx.agent_at("density", index, job.name, count, agent))
+    rescale = bool(params["rescale"])
+    if density >= 1:  # kept whole, not rescaled
+        kept[:] = 0xFF
+        return (None,)
+    tiny = np.float32(RESCALE_EPS)
+    cpu = torch.device("cpu")
+    if family.sparsify == "della_magprune":
+        epsilon = float(ctx.agent_at("epsilon", index, job.name, count, agent))
+        if density <= 0 or density + epsilon >= 1 or density - epsilon <= 0 or not kernels.TorchSum.exact():
+            return None  # nothing kept, or the torch path's error
+        workspace = thread_workspace()
+        delta = workspace.get("gta_block_delta", (step * width,), torch.float32, cpu).numpy()
+        keep = workspace.get("gta_block_keep", (step * width,), torch.float32, cpu).numpy()
+        keys = dare_keys(params["seed"], agent, job.name)
+        before, after = kernels.TorchSum(n, absolute=True), kernels.TorchSum(n, absolute=True)
+        for start in range(0, n_rows, step):
+            lo, hi = start * width, min(n_rows, start + step) * width
+            if not kernels.offsets_into(m.base[lo:hi], (m.agents[agent][lo:hi],), delta[: hi - lo].reshape(1, -1)):
+                return False
+            rows, block_keep = delta[: hi - lo].reshape(-1, width), keep[: hi - lo].reshape(-1, width)
+            della_mask(rows, density - epsilon, epsilon, keys, block_keep, start)
+            before.feed(delta[: hi - lo])
+            after.feed(np.multiply(delta[: hi - lo], keep[: hi - lo], out=delta[: hi - lo]))
+            kept[lo // 8 : -(-hi // 8)] = np.packbits(keep[: hi - lo] != 0)
+        l1_before, l1_after = np.float32(before.result()), np.float32(after.result())
+    else:
+        # |δ| of the whole tensor, ranked by torch as ``magnitude`` / ``magnitude_outliers`` rank it
+        if family.sparsify == "magnitude" and density <= 0:
+            return None
+        magnitudes = torch.empty(n, dtype=torch.float32)
+        if not kernels.offsets_into(m.base, (m.agents[agent],), magnitudes.numpy().reshape(1, -1)):
+            return False
+        magnitudes.abs_()
+        selected = torch.zeros(n, dtype=torch.bool)
+        if family.sparsify == "magnitude":
+            selected[torch.argsort(magnitudes, descending=True)[: max(1, int(density * n))]] = True
+        else:
+            gamma = float(ctx.agent_at("gamma", index, job.name, count, agent))
+            target, n_top = int(density * n), int(gamma * n)
+            n_bot = max(0, n - target - n_top)
+            selected[torch.sort(magnitudes, descending=False).indices[n_bot : n_bot + target]] = True
+        kept[:] = np.packbits(selected.numpy())
+        if not rescale:
+            return (None,)
+        l1_before = np.float32(float(magnitudes.sum()))  # |δ·mask| = |δ|·mask: the same values torch sums
+        l1_after = np.float32(float(magnitudes.mul_(selected).sum()))
+    if not rescale or l1_before < tiny or l1_after < tiny:
+        return (None,)
+    return (np.float32(l1_before / l1_after),)
+
+
+def fused_kernel(family: Family) -> FusedKernel | None:
+    """The family's fused CPU merge of a whole tensor (``gta_streamed``) for its sparsifying members but DARE."""
+    if family.sparsify not in ("magnitude", "magnitude_outliers", "della_magprune"):
+        return None
+
+    def fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+        return gta_streamed(family, slices, ctx)
+
+    return fused
 
 
 def _fused_combine(base: torch.Tensor, deltas: torch.Tensor) -> bool:
@@ -381,6 +524,8 @@ def method(
         short=short,
         # sparsification reads whole-tensor sums and orders whose rounding follows torch's intra-op threads:
         # such tensors are merged one at a time with torch's own threads, as mergekit merges them
-        streaming=Streaming(whole_tensor=True, theta=True, thread_safe=family.sparsify is None),
+        streaming=Streaming(
+            whole_tensor=True, theta=True, fused=fused_kernel(family), thread_safe=family.sparsify is None
+        ),
         interop=Interop(mergekit=mergekit, citation=citation),
     )

@@ -6,8 +6,9 @@ Per tensor (or per row with ``filter_wise``), with the base w₀ and N ≥ 2 age
     t     = N·cos θ / (1 + (N − 1)·cos θ)      (t = 0 where |1 + (N − 1)·cos θ| < 1e-6: the base is kept)
     θ     = t·mean_i w_i + (1 − t)·w₀
 
-with mergekit 0.1.5's operations in its order, so its bits. The cosines need the whole tensor: memory is
-bounded by one tensor.
+with mergekit 0.1.5's operations in its order, so its bits. The cosines are torch's sums over the whole tensor: the
+fused CPU path forms one float32 row at a time (an offset, or a pair's products), so memory is one float32
+copy of the largest tensor and its output.
 """
 
 from __future__ import annotations
@@ -53,13 +54,20 @@ def interpolation(
 ) -> torch.Tensor:
     """t from the agents' offsets w_i − w₀ (each [rows, n] or [n]): the mean pairwise cosine, as mergekit
     computes it; ``dot(a, b)``: Σ a·b over the last dimension."""
+    norms = [torch.norm(off, dim=-1) for off in offsets]
+    return interpolation_of(norms, lambda i, j: dot(offsets[i], offsets[j]))
+
+
+def interpolation_of(norms: Sequence[torch.Tensor], dot_of: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """t from the offsets' norms ``norms[i]`` = ‖w_i − w₀‖ and their dot products ``dot_of(i, j)`` (i < j): the
+    same operations as ``interpolation``, whose norms and products may be formed one at a time."""
     cosines = []
-    for i, off_a in enumerate(offsets):
-        for off_b in offsets[i + 1 :]:
-            norm_product = torch.norm(off_a, dim=-1) * torch.norm(off_b, dim=-1)
-            cosines.append((dot(off_a, off_b) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
+    for i in range(len(norms)):
+        for j in range(i + 1, len(norms)):
+            norm_product = norms[i] * norms[j]
+            cosines.append((dot_of(i, j) / norm_product.clamp(min=1e-6)).clamp(-1, 1))
     cos_theta = torch.stack(cosines).mean(dim=0).unsqueeze(-1)
-    n = len(offsets)
+    n = len(norms)
     denominator = 1 + (n - 1) * cos_theta
     singular = denominator.abs() < 1e-6
     safe = torch.where(singular, torch.ones_like(denominator), denominator)
@@ -83,8 +91,9 @@ def stock_combine(
 
 def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``model_stock_merge`` of one whole tensor (not ``filter_wise``) from its stored slices at compute dtype
-    float32, the same bits: the offsets and the final combination (rounded once to the output dtype) by the
-    fused kernels into reused buffers, the norms and sums by torch. None where the kernels do not cover it."""
+    float32, the same bits: each offset and each pair's products by the fused kernels into one reused float32
+    row, their norms and sums by torch, the final combination (rounded once to the output dtype) by the fused
+    kernel. None where the kernels do not cover it."""
 
     job = slices.job
     if ctx.params_at(slices.index)["filter_wise"] or job.numel == 0:
@@ -94,16 +103,29 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
     m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
     if m is None:
         return None
-    workspace = thread_workspace()
-    cpu = torch.device("cpu")
-    offsets = workspace.get("stock_offsets", (len(m.agents), job.numel), torch.float32, cpu).numpy()
-    if not kernels.offsets_into(m.base, m.agents, offsets):
-        return kernels.KernelResult(m.result, False)
-    products = workspace.get("stock_products", (job.numel,), torch.float32, cpu)
-    rows = [torch.from_numpy(row) for row in offsets]
-    t = interpolation(rows, lambda a, b: torch.mul(a, b, out=products).sum(dim=-1))
+    # one float32 row, reused: each offset in turn for its norm, then each pair's products for its sum (the
+    # torch reductions mergekit runs on the whole tensor), so memory is one float32 copy of the tensor
+    row = thread_workspace().get("stock_row", (job.numel,), torch.float32, torch.device("cpu"))
+    norms = []
+    for agent in m.agents:
+        if not kernels.offsets_into(m.base, (agent,), row.numpy().reshape(1, -1)):
+            return kernels.KernelResult(m.result, False)
+        norms.append(torch.norm(row, dim=-1))
+
+    def dot_of(i: int, j: int) -> torch.Tensor:
+        offset_products(m.base, m.agents[i], m.agents[j], row.numpy())
+        return row.sum(dim=-1)
+
+    t = interpolation_of(norms, dot_of)
     stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
     return kernels.KernelResult(m.result, True)
+
+
+def offset_products(base: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out = (a − base) · (b − base)`` in float32, each operation rounded as torch rounds it."""
+    from . import model_stock_kernel
+
+    kernels.split(base.size, lambda s, e: model_stock_kernel.offset_product_kernel(base[s:e], a[s:e], b[s:e], out[s:e]))
 
 
 def _bind(ctx: WeightsContext, plan: MergePlan) -> WeightsContext:

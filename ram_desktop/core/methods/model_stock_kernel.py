@@ -1,4 +1,5 @@
-"""The numba code of Model Stock's fused combination (``model_stock.stock_combine``).
+"""The numba code of Model Stock's fused combination and offset products (``model_stock.stock_combine``,
+``model_stock.offset_products``).
 
 Imported lazily (it imports numba); numba caches the compiled code next to this file, as it does for
 ``engine.kernel_code``, whose helpers this code calls.
@@ -20,3 +21,12 @@ def stock_combine_kernel(base, agents, t, one_minus_t, n, out):
         for k in range(len(agents)):
             total = total + np.float32(widen(agents[k][i]))
         store(out, i, t * (total / n) + one_minus_t * np.float32(widen(base[i])))
+
+
+@jit
+def offset_product_kernel(base, a, b, out):
+    """out[i] = (a[i] − base[i]) · (b[i] − base[i]) in float32, each operation rounded (two offsets' products,
+    summed by the caller with torch)."""
+    for i in range(base.size):
+        x = np.float32(widen(base[i]))
+        out[i] = (np.float32(widen(a[i])) - x) * (np.float32(widen(b[i])) - x)

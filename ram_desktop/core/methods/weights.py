@@ -98,19 +98,23 @@ class WeightsContext:
     def agent(self, key: str, chunk: Chunk, agent: int, required: bool = True) -> Any:
         """Agent ``agent``'s value of per-agent parameter ``key`` for this chunk's tensor (``required``: a value
         must result; else None where neither the setting nor the default gives one)."""
-        values = self.params_of(chunk).get(key)
+        return self.agent_at(key, chunk.job_index, chunk.name, chunk.n_agents, agent, required)
+
+    def agent_at(self, key: str, job_index: int, name: str, n_agents: int, agent: int, required: bool = True) -> Any:
+        """``agent`` for tensor ``name`` (job ``job_index`` of the plan, ``n_agents`` agents)."""
+        values = self.params_at(job_index).get(key)
         setting = values  # one value (or setting) for every agent
         if isinstance(values, list):
-            if len(values) != chunk.n_agents:
+            if len(values) != n_agents:
                 raise InputError(
-                    f"parameter {key} gives {len(values)} values for {chunk.n_agents} agents; give one "
+                    f"parameter {key} gives {len(values)} values for {n_agents} agents; give one "
                     "per agent, in agent order"
                 )
             setting = values[agent]
-        t = self.position(chunk)
-        value = settings.resolve([setting], chunk.name, t, _same, self.defaults.get(key))
+        t = self.position_at(job_index, name)
+        value = settings.resolve([setting], name, t, _same, self.defaults.get(key))
         if value is None and required:
-            raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {chunk.name!r}")
+            raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {name!r}")
         return value
 
     def agents(self, key: str, chunk: Chunk) -> list[Any]:
