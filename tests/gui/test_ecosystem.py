@@ -54,9 +54,9 @@ def test_import_mergekit_loads_like_a_recipe(qtbot, window, demo_models, tmp_pat
 
 def test_import_refused_key_shows_the_error_and_changes_nothing(qtbot, window, demo_models, tmp_path):
     base, agents = demo_models
-    bad = _mergekit_yaml(tmp_path / "mk.yaml", base, agents, tokenizer_source="union")
+    bad = _mergekit_yaml(tmp_path / "mk.yaml", base, agents, modules={"text_decoder": {"slices": []}})
     assert not ecosystem.import_mergekit(window, bad)
-    assert "tokenizer_source" in window.message.text.text()
+    assert "modules" in window.message.text.text()
     assert window.sources.base is None and window.method.current.name == "ram-plus"
 
 
