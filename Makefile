@@ -41,7 +41,8 @@ test-mergekit: $(STAMP)
 	RAM_MERGEKIT=$(MERGEKIT_VENV)/bin/mergekit-yaml QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
 		tests/test_mergekit_methods.py tests/test_mergekit_tokenizer.py
 	RAM_MERGEKIT=$(MERGEKIT_VENV)/bin/mergekit-yaml QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q \
-		tests/test_mergekit_config.py tests/test_baselines.py -k mergekit
+		tests/test_mergekit_config.py tests/test_baselines.py tests/test_lora_applied.py tests/test_fused_whole_tensor.py \
+		-k mergekit
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
