@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -203,9 +202,8 @@ def _merge_variants(
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
     check_agent_count(len(first.agents))
-    tokenizer.check_references(
-        None if first.tokenizer is None else dict(first.tokenizer), first.names, [first.base, *first.sources]
-    )
+    settings = None if first.tokenizer is None else dict(first.tokenizer)
+    tokenizer.check_references(settings, first.names, [first.base, *first.sources])
     _check_hub_sources(  # a rebuilt vocabulary makes every model's vocabulary rows the same: checked later
         first.base,
         first.sources,
@@ -232,7 +230,7 @@ def _merge_variants(
         [base, *agents],
         first.names,
         [first.base, *first.sources],
-        None if first.tokenizer is None else dict(first.tokenizer),
+        settings,
         first.chat_template,
         prefer_base=params[0].get("use_base") is not False,
     )
@@ -441,8 +439,7 @@ def _write_extras(
         copy_tokenizer_files(plan.base, folder)
     else:
         vocabulary.save(folder, spec.chat_template)
-        if (plan.base.folder / "generation_config.json").is_file():  # a generation setting, not the vocabulary
-            shutil.copyfile(plan.base.folder / "generation_config.json", folder / "generation_config.json")
+        copy_tokenizer_files(plan.base, folder, ("generation_config.json",))  # a generation setting, not vocabulary
     save_card(model_card(plan, spec.method, params, lambdas, probe_report, spec.out_dtype), folder / "README.md")
     spec.save(folder / "ram-recipe.yaml")
     (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")

@@ -532,11 +532,11 @@ def _relayered(config: dict, layers: list[int]) -> dict:
     return config
 
 
-def copy_tokenizer_files(base: Checkpoint, folder: Path) -> list[str]:
-    """Copy every tokenizer, generation and chat-template file of the base."""
+def copy_tokenizer_files(base: Checkpoint, folder: Path, patterns: Sequence[str] = TOKENIZER_FILES) -> list[str]:
+    """Copy every tokenizer, generation and chat-template file of the base (those matching ``patterns``)."""
     copied = []
     for item in sorted(base.folder.iterdir()):
-        if item.is_file() and any(fnmatch(item.name, pattern) for pattern in TOKENIZER_FILES):
+        if item.is_file() and any(fnmatch(item.name, pattern) for pattern in patterns):
             shutil.copyfile(item, folder / item.name)
             copied.append(item.name)
     return copied
