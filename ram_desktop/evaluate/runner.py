@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import itertools
 import logging
@@ -424,7 +423,16 @@ def _generator(
         tokenizer = load_tokenizer(folder, name)
         stops = stop_token_ids(_configs(folder, name), tokenizer)
         with vllm_backend.engine(folder, name) as llm:
-            yield tokenizer, functools.partial(vllm_backend.generate, llm, tokenizer, stops)
+
+            def generate_vllm(
+                prompts: list[list[int]], max_new_tokens: int, batch_size: int, reporter: Reporter, where: str
+            ) -> Iterator[tuple[list[int], list[str], int]]:
+                for indices, rows in vllm_backend.generate(
+                    llm, stops, prompts, max_new_tokens, batch_size, reporter, where
+                ):
+                    yield indices, *completions(tokenizer, rows, stops)
+
+            yield tokenizer, generate_vllm
         return
     with (
         _loaded(folder, name, device) as (model, tokenizer),
@@ -797,9 +805,15 @@ def _generate(
             ) from None
         except (RuntimeError, ValueError, IndexError) as e:
             raise InputError(f"{where}: generation failed ({type(e).__name__}: {first_line(e)})") from None
-        texts, tokens = [], 0
-        for row in output[:, width:].tolist():
-            stop = next((k for k, t in enumerate(row) if t in stops), None)
-            tokens += len(row) if stop is None else stop + 1  # the end-of-sequence token was generated too
-            texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
-        yield indices, texts, tokens
+        yield indices, *completions(tokenizer, output[:, width:].tolist(), stops)
+
+
+def completions(tokenizer: Any, rows: list[list[int]], stops: list[int]) -> tuple[list[str], int]:
+    """Each row of generated token ids decoded up to its first end-of-sequence token, and the tokens generated
+    (that token counted: it was generated too); both backends decode so."""
+    texts, tokens = [], 0
+    for row in rows:
+        stop = next((k for k, t in enumerate(row) if t in stops), None)
+        tokens += len(row) if stop is None else stop + 1
+        texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
+    return texts, tokens

@@ -114,17 +114,16 @@ def sampling_params(max_new_tokens: int, stops: list[int]) -> Any:
 
 def generate(
     llm: Any,
-    tokenizer: Any,
     stops: list[int],
     prompts: list[list[int]],
     max_new_tokens: int,
     batch_size: int,
     reporter: Reporter,
     where: str,
-) -> Iterator[tuple[list[int], list[str], int]]:
+) -> Iterator[tuple[list[int], list[list[int]]]]:
     """Greedy completions, ``batch_size`` prompts handed to vLLM at a time (it schedules them itself): yields
-    (example indices, completion texts, generated tokens) per batch, as the runner's transformers generation
-    does, so that progress, cancelling and scoring while the next batch generates work alike."""
+    (example indices, generated token ids) per batch; the runner decodes them as it decodes its own
+    (``runner.completions``), so that progress, cancelling and scoring while the next batch generates work alike."""
     params = sampling_params(max_new_tokens, stops)
     for first in range(0, len(prompts), batch_size):
         reporter.check()
@@ -133,10 +132,4 @@ def generate(
             outputs = llm.generate([{"prompt_token_ids": prompts[i]} for i in indices], params, use_tqdm=False)
         except Exception as e:  # noqa: BLE001  whatever vLLM raises mid-run, the model and suite are named
             raise InputError(f"{where}: vLLM generation failed ({type(e).__name__}: {first_line(e)})") from None
-        texts, tokens = [], 0
-        for output in outputs:
-            row = list(output.outputs[0].token_ids)
-            stop = next((k for k, t in enumerate(row) if t in stops), None)
-            tokens += len(row) if stop is None else stop + 1
-            texts.append(tokenizer.decode(row[:stop], skip_special_tokens=True))
-        yield indices, texts, tokens
+        yield indices, [list(output.outputs[0].token_ids) for output in outputs]
