@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numba
 import numpy as np
-from numba.core import types
-from numba.extending import overload
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
 if TYPE_CHECKING:
     _F = TypeVar("_F", bound=Callable[..., Any])
@@ -530,6 +531,62 @@ def nonfinite_taus_kernel(base, agents):
     return bad
 
 
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """a·b + c in float32, rounded once (LLVM's ``llvm.fma.f32``: the instruction, or exact software)."""
+    signature = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, sig, args):
+        f32 = ir.FloatType()
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+        return builder.call(fma, args)
+
+    return signature, codegen
+
+
+NORM_LANES = 8  # the float lanes of torch's norm kernel on a row (``ReduceOpsKernel.cpp``, AVX2 vectors)
+
+
+@jit
+def norm_finish(n, lanes, tail):
+    """torch's 2-norm of a float32 row of ``n`` ≥ 2 elements on the CPU (``torch.linalg.vector_norm(row, dim=-1)``,
+    ``kernels.torch_norm_exact``) from its parts: ``lanes`` [8], element e < n − n mod 8 squared and added (each
+    operation rounded) into lanes[e mod 8] in order, and ``tail`` [8], the last n mod 8 elements. The lanes added in order, then the tail's
+    squares added in order, as torch's compiled scalar loop does it: groups of four squared as a vector, each
+    added rounded, the last n mod 4 fused into the sum (multiply-add), then the square root."""
+    total = lanes[0]
+    for j in range(1, NORM_LANES):
+        total = total + lanes[j]
+    count = n % NORM_LANES
+    grouped = count - count % 4
+    for j in range(grouped):
+        total = total + tail[j] * tail[j]
+    for j in range(grouped, count):
+        total = fma32(tail[j], tail[j], total)
+    return np.float32(np.sqrt(np.float64(total)))
+
+
+@jit
+def stored_norm(values):
+    """torch's 2-norm of the row of stored values (bfloat16 / float16 bits or floats) widened to float32, from the
+    stored bits (``norm_finish``; the eight lanes are locals, so they stay in registers)."""
+    n = values.size
+    whole = n - n % NORM_LANES
+    l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = np.float32(0.0)
+    for v in range(0, whole, NORM_LANES):
+        x0, x1 = np.float32(widen(values[v])), np.float32(widen(values[v + 1]))
+        x2, x3 = np.float32(widen(values[v + 2])), np.float32(widen(values[v + 3]))
+        x4, x5 = np.float32(widen(values[v + 4])), np.float32(widen(values[v + 5]))
+        x6, x7 = np.float32(widen(values[v + 6])), np.float32(widen(values[v + 7]))
+        l0, l1, l2, l3 = l0 + x0 * x0, l1 + x1 * x1, l2 + x2 * x2, l3 + x3 * x3
+        l4, l5, l6, l7 = l4 + x4 * x4, l5 + x5 * x5, l6 + x6 * x6, l7 + x7 * x7
+    lanes = np.array([l0, l1, l2, l3, l4, l5, l6, l7], np.float32)
+    tail = np.zeros(NORM_LANES, np.float32)
+    for e in range(whole, n):
+        tail[e - whole] = np.float32(widen(values[e]))
+    return norm_finish(n, lanes, tail)
+
+
 @jit
 def cascade_sum_feed(values, state, acc, tail, absolute):
     """Feed float32 ``values`` (the next elements of one thread's part, in order; their absolute values with
@@ -540,7 +597,25 @@ def cascade_sum_feed(values, state, acc, tail, absolute):
     pos, rows, vectors, power = state[0], state[1], state[2], state[3]
     level_mask = (np.int64(1) << power) - 1
     rows_end = rows * 4
-    for idx in range(values.size):
+    first = 0
+    # whole rows of four vectors from a row's start: the level-0 accumulators take them lane by lane (the
+    # same additions in the same order as the element loop below), then the row's cascade
+    while (pos + first) % 32 == 0 and (pos + first) // 8 + 4 <= rows_end and first + 32 <= values.size:
+        for k in range(4):
+            for lane in range(8):
+                x = np.float32(abs(values[first + k * 8 + lane])) if absolute else values[first + k * 8 + lane]
+                acc[0, k, lane] = acc[0, k, lane] + x
+        r = (pos + first) // 32
+        if ((r + 1) & level_mask) == 0:
+            for j in range(1, 4):
+                for kk in range(4):
+                    for lane in range(8):
+                        acc[j, kk, lane] = acc[j, kk, lane] + acc[j - 1, kk, lane]
+                        acc[j - 1, kk, lane] = np.float32(0.0)
+                if ((r + 1) & (level_mask << (j * power))) != 0:
+                    break
+        first += 32
+    for idx in range(first, values.size):
         x = np.float32(abs(values[idx])) if absolute else values[idx]
         e = pos + idx
         v = e >> 3

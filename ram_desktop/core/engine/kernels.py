@@ -23,7 +23,9 @@ built on the helpers of ``kernel_code``: ``widen``, ``store``, ``pattern_histogr
 Model Stock, SLERP.
 
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
-as the torch path. Kernels release the GIL and run single-threaded on one chunk: the engine's
+as the torch path; the one explicit fused multiply-add (``kernel_code.fma32``) is where torch's compiled
+code has one (the tail of its row norm). Whole-tensor reductions that must be torch's bits without the whole
+tensor are emulated and checked against torch on the machine once (``TorchSum``, ``torch_norm_exact``). Kernels release the GIL and run single-threaded on one chunk: the engine's
 chunk-level compute threads provide the parallelism, so results never depend on thread count.
 
 ``available()`` is False when numba cannot be used; the passes then keep the torch path,
@@ -124,6 +126,7 @@ def _jit() -> dict:
         "nonfinite_taus": k.nonfinite_taus_kernel,
         "sum_feed": k.cascade_sum_feed,
         "sum_finish": k.cascade_sum_finish,
+        "stored_norm": k.stored_norm,
     }
 
 
@@ -457,6 +460,22 @@ def mark_compute_thread() -> None:
     _local.compute_thread = True
 
 
+def _pool() -> ThreadPoolExecutor:
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="ram-desktop-kernel"))
+    return _POOL[0]
+
+
+def split_tasks(tasks: list[Callable[[], object]]) -> list:
+    """Each of ``tasks`` (independent kernels releasing the GIL) on the kernel threads, the first on this one,
+    results in order; all on this thread on a pass's compute thread or a one-core machine."""
+    if len(tasks) <= 1 or (os.cpu_count() or 1) <= 1 or getattr(_local, "compute_thread", False):
+        return [task() for task in tasks]
+    futures = [_pool().submit(task) for task in tasks[1:]]
+    return [tasks[0](), *(f.result() for f in futures)]
+
+
 def split(n: int, run: Callable[[int, int], object]) -> list:
     """``run(start, stop)`` over parts of ``range(n)`` on every core (the kernels release the GIL), results in
     part order; on this thread alone for small ``n`` or on a pass's compute thread. Elementwise and per-row
@@ -464,11 +483,8 @@ def split(n: int, run: Callable[[int, int], object]) -> list:
     parts = min(os.cpu_count() or 1, n // PART_ELEMENTS)
     if parts <= 1 or getattr(_local, "compute_thread", False):
         return [run(0, n)]
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="ram-desktop-kernel"))
     bounds = [n * k // parts for k in range(parts + 1)]
-    futures = [_POOL[0].submit(run, bounds[k], bounds[k + 1]) for k in range(1, parts)]
+    futures = [_pool().submit(run, bounds[k], bounds[k + 1]) for k in range(1, parts)]
     return [run(bounds[0], bounds[1]), *(f.result() for f in futures)]
 
 
@@ -565,3 +581,21 @@ class TorchSum:
                     known = known and summed.result() == expected
             cls._checked[threads] = known
         return known
+
+
+@functools.cache
+def torch_norm_exact() -> bool:
+    """Whether ``kernel_code.norm_finish`` (and ``stored_norm``) give the bits of torch's 2-norm of a float32 CPU
+    row of two or more elements (``torch.linalg.vector_norm(row, dim=-1)``, one thread whatever torch's thread
+    count) on this machine: sizes taking every branch (no whole vector, every tail length, long rows), large and
+    tiny values. Where it does not, callers keep torch."""
+    norm = _jit()["stored_norm"]
+    rng = np.random.default_rng(0)
+    sizes = (*range(2, 24), 37, 4099, 40_001, 1_000_003)  # a row of one element is torch's |x|, not this kernel
+    for n in sizes:
+        for scale in (3.0, 1e-20, 1e18):
+            values = (rng.standard_normal(n) * scale).astype(np.float32)
+            got = norm(values)
+            if float(got) != float(torch.linalg.vector_norm(torch.from_numpy(values), dim=-1)):
+                return False
+    return True

@@ -27,25 +27,34 @@ def della_mask_kernel(bits, row0, c0, eps, ka, kb, mask, idx, key, idx2, key2, c
         prob = c0 + (rank_norm * np.float32(2.0)) * eps
         thresholds[k] = np.int64(np.floor(np.float64(prob) * 4294967296.0))
     hashes = np.empty(width, np.uint32)
+    digit_counts = np.empty((4, 256), np.int64)
     for r in range(n_rows):
         dare_uniform_block((row0 + r) * width, width, ka, kb, hashes)
+        # keys, and every digit's counts in one read; a digit the same for the whole row keeps the order
+        digit_counts[:] = 0
+        varying = np.uint32(0)
+        first_key = bits[r, 0] & np.uint32(0x7FFFFFFF)
         for j in range(width):
+            k32 = bits[r, j] & np.uint32(0x7FFFFFFF)
             idx[j] = j
-            key[j] = bits[r, j] & np.uint32(0x7FFFFFFF)
+            key[j] = k32
+            varying |= k32 ^ first_key
+            digit_counts[0, k32 & np.uint32(0xFF)] += 1
+            digit_counts[1, (k32 >> np.uint32(8)) & np.uint32(0xFF)] += 1
+            digit_counts[2, (k32 >> np.uint32(16)) & np.uint32(0xFF)] += 1
+            digit_counts[3, k32 >> np.uint32(24)] += 1
         src_idx, src_key, dst_idx, dst_key = idx, key, idx2, key2
-        for shift in range(0, 32, 8):
-            counts[:] = 0
-            for j in range(width):
-                counts[(src_key[j] >> np.uint32(shift)) & np.uint32(0xFF)] += 1
-            if counts.max() == width:  # one digit value for the whole row: this pass keeps the order
+        for pass_ in range(4):
+            shift = np.uint32(8 * pass_)
+            if (varying >> shift) & np.uint32(0xFF) == 0:
                 continue
             total = 0
             for d in range(256):
-                c = counts[d]
+                c = digit_counts[pass_, d]
                 counts[d] = total
                 total += c
             for j in range(width):
-                d = (src_key[j] >> np.uint32(shift)) & np.uint32(0xFF)
+                d = (src_key[j] >> shift) & np.uint32(0xFF)
                 p = counts[d]
                 dst_idx[p] = src_idx[j]
                 dst_key[p] = src_key[j]

@@ -7,8 +7,9 @@ Per tensor (or per row with ``filter_wise``), with the base w₀ and N ≥ 2 age
     θ     = t·mean_i w_i + (1 − t)·w₀
 
 with mergekit 0.1.5's operations in its order, so its bits. The cosines are torch's sums over the whole tensor: the
-fused CPU path forms one float32 row at a time (an offset, or a pair's products), so memory is one float32
-copy of the largest tensor and its output.
+fused CPU path forms the norms and sums as torch does from the stored bits, block by block (where its
+emulations of torch's reductions are exact on the machine; else from one reused float32 row of the tensor),
+so memory is the output and a few blocks.
 """
 
 from __future__ import annotations
@@ -103,22 +104,80 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
     m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
     if m is None:
         return None
-    # one float32 row, reused: each offset in turn for its norm, then each pair's products for its sum (the
-    # torch reductions mergekit runs on the whole tensor), so memory is one float32 copy of the tensor
-    row = thread_workspace().get("stock_row", (job.numel,), torch.float32, torch.device("cpu"))
-    norms = []
-    for agent in m.agents:
-        if not kernels.offsets_into(m.base, (agent,), row.numpy().reshape(1, -1)):
+    if job.numel >= STREAM_ELEMENTS and kernels.torch_norm_exact() and kernels.TorchSum.exact():
+        terms = _streamed_terms(m.base, m.agents)
+        if terms is None:
             return kernels.KernelResult(m.result, False)
+        norms, dots = terms
+        t = interpolation_of(norms, lambda i, j: dots[i, j])
+    else:
+        t = _row_terms(m.base, m.agents, job.numel)
+        if t is None:
+            return kernels.KernelResult(m.result, False)
+    stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
+    return kernels.KernelResult(m.result, True)
+
+
+STREAM_ELEMENTS = 1 << 20  # from this size on the cosines' norms and sums are formed block by block
+PRODUCT_BLOCK = 1 << 18  # elements per block of the pairs' products (1 MiB a pair: they stay in cache)
+
+
+def _streamed_terms(
+    base: np.ndarray, agents: tuple[np.ndarray, ...]
+) -> tuple[list[torch.Tensor], dict[tuple[int, int], torch.Tensor]] | None:
+    """The offsets' norms and the pairs' dot products, torch's bits without a float32 copy of the tensor: the
+    norms an agent a thread (``offset_norm_kernel`` and ``kernel_code.norm_finish``, torch's order), the
+    products of each pair (a pair a thread) block by block, fed to a ``kernels.TorchSum``. None where an offset
+    is not finite."""
+    from ..engine.kernel_code import norm_finish
+    from . import model_stock_kernel
+
+    n_agents, n = len(agents), base.size
+    lanes = np.zeros((n_agents, 8), np.float32)
+    tails = np.zeros((n_agents, 8), np.float32)
+    bad = kernels.split_tasks(
+        [
+            lambda k=k: model_stock_kernel.offset_norm_kernel(base, agents[k], lanes[k], tails[k])
+            for k in range(n_agents)
+        ]
+    )
+    if any(bad):
+        return None
+    norms = [torch.tensor(norm_finish(n, lanes[k], tails[k]), dtype=torch.float32) for k in range(n_agents)]
+    pairs = [(i, j) for i in range(n_agents) for j in range(i + 1, n_agents)]
+    sums = [kernels.TorchSum(n) for _ in pairs]
+    block = thread_workspace().get("stock_products", (len(pairs), PRODUCT_BLOCK), torch.float32, torch.device("cpu"))
+
+    def pair_sum(p: int) -> None:
+        i, j = pairs[p]
+        products = block.numpy()[p]
+        for start in range(0, n, PRODUCT_BLOCK):
+            stop = min(n, start + PRODUCT_BLOCK)
+            model_stock_kernel.offset_product_kernel(
+                base[start:stop], agents[i][start:stop], agents[j][start:stop], products[: stop - start]
+            )
+            sums[p].feed(products[: stop - start])
+
+    kernels.split_tasks([lambda p=p: pair_sum(p) for p in range(len(pairs))])
+    dots = {pair: torch.tensor(summed.result(), dtype=torch.float32) for pair, summed in zip(pairs, sums, strict=True)}
+    return norms, dots
+
+
+def _row_terms(base: np.ndarray, agents: tuple[np.ndarray, ...], numel: int) -> torch.Tensor | None:
+    """t from one float32 row of the tensor, reused: each offset in turn for its norm, then each pair's products
+    for its sum (the torch reductions mergekit runs on the whole tensor). None where an offset is not finite."""
+    row = thread_workspace().get("stock_row", (numel,), torch.float32, torch.device("cpu"))
+    norms = []
+    for agent in agents:
+        if not kernels.offsets_into(base, (agent,), row.numpy().reshape(1, -1)):
+            return None
         norms.append(torch.norm(row, dim=-1))
 
     def dot_of(i: int, j: int) -> torch.Tensor:
-        offset_products(m.base, m.agents[i], m.agents[j], row.numpy())
+        offset_products(base, agents[i], agents[j], row.numpy())
         return row.sum(dim=-1)
 
-    t = interpolation_of(norms, dot_of)
-    stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
-    return kernels.KernelResult(m.result, True)
+    return interpolation_of(norms, dot_of)
 
 
 def offset_products(base: np.ndarray, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:

@@ -55,10 +55,10 @@ def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
         x, y = a[:, s : s + PIECE].to(dtype), b[:, s : s + PIECE].to(dtype)
         return ((x / norm_a) * (y / norm_b)).sum(dim=1, keepdim=True)
 
-    def widened(row: torch.Tensor) -> Callable[[int], torch.Tensor]:
-        return lambda s: row[:, s : s + PIECE].to(dtype)
+    def piece_norm(row: torch.Tensor) -> Callable[[int], torch.Tensor]:
+        return lambda s: torch.linalg.vector_norm(row[:, s : s + PIECE].to(dtype), dim=1, keepdim=True)
 
-    coef_a, coef_b = coefficients(t, a.shape[1], dtype, widened(a), widened(b), dot_piece)
+    coef_a, coef_b = coefficients(t, a.shape[1], dtype, piece_norm(a), piece_norm(b), dot_piece)
     result = torch.empty_like(a)
     for s in range(0, a.shape[1], PIECE):
         result[:, s : s + PIECE] = coef_a * a[:, s : s + PIECE].to(dtype) + coef_b * b[:, s : s + PIECE].to(dtype)
@@ -69,21 +69,18 @@ def coefficients(
     t: float,
     n: int,
     dtype: torch.dtype,
-    piece_a: Callable[[int], torch.Tensor],
-    piece_b: Callable[[int], torch.Tensor],
+    norm_a_of: Callable[[int], torch.Tensor],
+    norm_b_of: Callable[[int], torch.Tensor],
     dot_piece: Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SLERP's two [1, 1] coefficients for two rows of ``n`` elements: the norms as the norm of the
-    ``PIECE``-element pieces' norms (``piece_a(start)``, ``piece_b(start)``: [1, ≤ PIECE] in ``dtype``), the
-    dot product as the sum of ``dot_piece(start, norm_a, norm_b)`` (each piece's Σ (a/‖a‖)·(b/‖b‖), [1, 1])."""
+    ``PIECE``-element pieces' norms (``norm_a_of(start)``, ``norm_b_of(start)``: each piece's 2-norm in ``dtype``,
+    [1, 1]), the dot product as the sum of ``dot_piece(start, norm_a, norm_b)`` (each piece's
+    Σ (a/‖a‖)·(b/‖b‖), [1, 1])."""
     tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
     pieces = range(0, n, PIECE)
-    norm_a = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(piece_a(s), dim=1, keepdim=True) for s in pieces]), dim=0
-    )
-    norm_b = torch.linalg.vector_norm(
-        torch.stack([torch.linalg.vector_norm(piece_b(s), dim=1, keepdim=True) for s in pieces]), dim=0
-    )
+    norm_a = torch.linalg.vector_norm(torch.stack([norm_a_of(s) for s in pieces]), dim=0)
+    norm_b = torch.linalg.vector_norm(torch.stack([norm_b_of(s) for s in pieces]), dim=0)
     norm_a = torch.where(norm_a > NORM_EPS, norm_a, 1)
     norm_b = torch.where(norm_b > NORM_EPS, norm_b, 1)
     dot = torch.stack([dot_piece(s, norm_a, norm_b) for s in pieces]).sum(dim=0).clamp(-1, 1)
@@ -119,9 +116,10 @@ def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out
 
 def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``slerp_merge`` of one whole tensor from its stored slices at compute dtype float32, the same bits: the
-    norms and sums by torch as above, the normalised products and the final combination (rounded once to the
-    output dtype) by the fused kernels, so no float32 copy of either tensor is made. None where the kernels
-    do not cover the slices (other compute dtypes, mixed stored dtypes)."""
+    pieces' norms read from the stored bits in torch's order (``kernel_code.stored_norm``; widened and normed by
+    torch where that emulation is not exact here), the sums by torch, the normalised products and the final
+    combination (rounded once to the output dtype) by the fused kernels, so no float32 copy of either tensor is
+    made. None where the kernels do not cover the slices (other compute dtypes, mixed stored dtypes)."""
 
     job = slices.job
     if ctx.dtype_of([slices.base, *slices.agents]) != torch.float32 or job.numel == 0:
@@ -130,15 +128,24 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
     if m is None:
         return None
     n = job.numel
-    # a's and b's widened piece, the products: this thread's buffers, reused from tensor to tensor
+    # a's and b's widened piece (where torch forms the norms), the products: this thread's buffers, reused
     buffers = thread_workspace().get("slerp_pieces", (3, min(PIECE, n)), torch.float32, torch.device("cpu")).numpy()
 
-    def widened(bits: np.ndarray, out: np.ndarray) -> Callable[[int], torch.Tensor]:
-        def piece(s: int) -> torch.Tensor:
+    def widened_norm(bits: np.ndarray, out: np.ndarray) -> Callable[[int], torch.Tensor]:
+        def norm(s: int) -> torch.Tensor:
             kernels.widen_into(bits, s, out[: min(PIECE, n - s)])
-            return torch.from_numpy(out[: min(PIECE, n - s)]).reshape(1, -1)
+            return torch.linalg.vector_norm(
+                torch.from_numpy(out[: min(PIECE, n - s)]).reshape(1, -1), dim=1, keepdim=True
+            )
 
-        return piece
+        return norm
+
+    if n % PIECE != 1 and kernels.torch_norm_exact():  # torch's norm of a one-element piece is not its kernel's
+        # both rows' piece norms from the stored bits, a row a thread, no widened copy
+        norms = kernels.split_tasks([lambda bits=bits: _piece_norms(bits) for bits in (m.base, m.agents[0])])
+        norm_a_of, norm_b_of = norms[0].__getitem__, norms[1].__getitem__
+    else:
+        norm_a_of, norm_b_of = widened_norm(m.base, buffers[0]), widened_norm(m.agents[0], buffers[1])
 
     def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
         products = buffers[2, : min(PIECE, n - s)]
@@ -146,11 +153,19 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
         return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
 
     t = float(ctx.shared_at("t", slices.index, job.name))
-    coef_a, coef_b = coefficients(
-        t, n, torch.float32, widened(m.base, buffers[0]), widened(m.agents[0], buffers[1]), dot_piece
-    )
+    coef_a, coef_b = coefficients(t, n, torch.float32, norm_a_of, norm_b_of, dot_piece)
     finite = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
     return kernels.KernelResult(m.result, finite)
+
+
+def _piece_norms(bits: np.ndarray) -> dict[int, torch.Tensor]:
+    """Each ``PIECE``-element piece's float32 2-norm as torch forms it ([1, 1]), by piece start, from the stored
+    bits (``kernel_code.stored_norm``)."""
+    from ..engine.kernel_code import stored_norm
+
+    return {
+        s: torch.tensor([[stored_norm(bits[s : s + PIECE])]], dtype=torch.float32) for s in range(0, bits.size, PIECE)
+    }
 
 
 def _check(params: dict) -> WeightsContext:

@@ -1,0 +1,50 @@
+"""``kernel_code.norm_finish`` gives the float32 bits of torch's 2-norm of a row on the CPU
+(``torch.linalg.vector_norm(row, dim=-1)``, as SLERP's and Model Stock's whole-tensor norms take it), so those
+norms can be formed from the stored bits block by block: every tail length (the last n mod 8 elements, added
+four as a vector and the rest fused), short rows without a whole vector, long rows, tiny and huge values, zeros,
+with torch's threads at 1 and at 2. The reference is torch itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ram_desktop.core.engine import kernels
+from ram_desktop.core.engine.kernel_code import NORM_LANES, norm_finish
+
+
+@pytest.fixture(params=[1, 2])
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lanes and tail ``norm_finish`` takes, formed element by element in index order."""
+    n = values.size
+    lanes, tail = np.zeros(NORM_LANES, np.float32), np.zeros(NORM_LANES, np.float32)
+    whole = n - n % NORM_LANES
+    for e in range(whole):
+        lanes[e % NORM_LANES] = np.float32(lanes[e % NORM_LANES] + np.float32(values[e] * values[e]))
+    tail[: n - whole] = values[whole:]
+    return lanes, tail
+
+
+@pytest.mark.parametrize("n", [*range(2, 41), 1000, 4099, 65_543])
+def test_norm_parts_give_torch_norm(threads, n):
+    rng = np.random.default_rng(n)
+    for scale in (3.0, 1e-21, 1e19, 0.02):
+        values = (rng.standard_normal(n) * scale).astype(np.float32)
+        if n > 8:
+            values[rng.random(n) < 0.3] = 0
+        lanes, tail = _parts(values)
+        want = float(torch.linalg.vector_norm(torch.from_numpy(values), dim=-1))
+        assert float(norm_finish(n, lanes, tail)) == want, (n, scale)
+        assert float(torch.norm(torch.from_numpy(values).reshape(1, -1), dim=-1)[0]) == want
+
+
+def test_exactness_is_checked_here():
+    assert kernels.torch_norm_exact()
