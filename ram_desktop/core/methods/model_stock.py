@@ -92,8 +92,9 @@ def stock_combine(
 
 def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``model_stock_merge`` of one whole tensor (not ``filter_wise``) from its stored slices at compute dtype
-    float32, the same bits: each offset and each pair's products by the fused kernels into one reused float32
-    row, their norms and sums by torch, the final combination (rounded once to the output dtype) by the fused
+    float32, the same bits: the offsets' norms and the pairs' sums torch's way from the stored bits, block by
+    block (``_streamed_terms``; on small tensors, or where the emulations are not exact here, by torch on one
+    reused float32 row: ``_row_terms``), the final combination (rounded once to the output dtype) by the fused
     kernel. None where the kernels do not cover it."""
 
     job = slices.job
