@@ -531,17 +531,25 @@ def nonfinite_taus_kernel(base, agents):
     return bad
 
 
-@intrinsic
-def fma32(typingctx, a, b, c):
-    """a·b + c in float32, rounded once (LLVM's ``llvm.fma.f32``: the instruction, or exact software)."""
-    signature = types.float32(types.float32, types.float32, types.float32)
+if TYPE_CHECKING:
 
-    def codegen(context, builder, sig, args):
-        f32 = ir.FloatType()
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
-        return builder.call(fma, args)
+    def fma32(a: float, b: float, c: float) -> float:
+        """For the type checker: the intrinsic below, as compiled code calls it."""
+        return a * b + c
 
-    return signature, codegen
+else:
+
+    @intrinsic
+    def fma32(typingctx, a, b, c):
+        """a·b + c in float32, rounded once (LLVM's ``llvm.fma.f32``: the instruction, or exact software)."""
+        signature = types.float32(types.float32, types.float32, types.float32)
+
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+            return builder.call(fma, args)
+
+        return signature, codegen
 
 
 NORM_LANES = 8  # the float lanes of torch's norm kernel on a row (``ReduceOpsKernel.cpp``, AVX2 vectors)

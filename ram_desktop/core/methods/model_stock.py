@@ -15,6 +15,7 @@ so memory is the output and a few blocks.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -105,16 +106,16 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
     m = kernels.float32_operands(slices.base, slices.agents, job.out_name)
     if m is None:
         return None
+    t: torch.Tensor | None = None
     if job.numel >= STREAM_ELEMENTS and kernels.torch_norm_exact() and kernels.TorchSum.exact():
         terms = _streamed_terms(m.base, m.agents)
-        if terms is None:
-            return kernels.KernelResult(m.result, False)
-        norms, dots = terms
-        t = interpolation_of(norms, lambda i, j: dots[i, j])
+        if terms is not None:
+            norms, dots = terms
+            t = interpolation_of(norms, lambda i, j: dots[i, j])
     else:
         t = _row_terms(m.base, m.agents, job.numel)
-        if t is None:
-            return kernels.KernelResult(m.result, False)
+    if t is None:  # an offset is not finite
+        return kernels.KernelResult(m.result, False)
     stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
     return kernels.KernelResult(m.result, True)
 
@@ -137,10 +138,7 @@ def _streamed_terms(
     lanes = np.zeros((n_agents, 8), np.float32)
     tails = np.zeros((n_agents, 8), np.float32)
     bad = kernels.split_tasks(
-        [
-            lambda k=k: model_stock_kernel.offset_norm_kernel(base, agents[k], lanes[k], tails[k])
-            for k in range(n_agents)
-        ]
+        [partial(model_stock_kernel.offset_norm_kernel, base, agents[k], lanes[k], tails[k]) for k in range(n_agents)]
     )
     if any(bad):
         return None
@@ -159,7 +157,7 @@ def _streamed_terms(
             )
             sums[p].feed(products[: stop - start])
 
-    kernels.split_tasks([lambda p=p: pair_sum(p) for p in range(len(pairs))])
+    kernels.split_tasks([partial(pair_sum, p) for p in range(len(pairs))])
     dots = {pair: torch.tensor(summed.result(), dtype=torch.float32) for pair, summed in zip(pairs, sums, strict=True)}
     return norms, dots
 

@@ -16,6 +16,7 @@ one tensor.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -142,7 +143,7 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
 
     if n % PIECE != 1 and kernels.torch_norm_exact():  # torch's norm of a one-element piece is not its kernel's
         # both rows' piece norms from the stored bits, a row a thread, no widened copy
-        norms = kernels.split_tasks([lambda bits=bits: _piece_norms(bits) for bits in (m.base, m.agents[0])])
+        norms = kernels.split_tasks([partial(_piece_norms, bits) for bits in (m.base, m.agents[0])])
         norm_a_of, norm_b_of = norms[0].__getitem__, norms[1].__getitem__
     else:
         norm_a_of, norm_b_of = widened_norm(m.base, buffers[0]), widened_norm(m.agents[0], buffers[1])
