@@ -135,3 +135,12 @@ def tree_snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
                 st = os.stat(os.path.join(dirpath, f))
                 snap[os.path.join(dirpath, f)] = (st.st_size, st.st_mtime_ns)
     return snap
+
+
+@pytest.fixture(params=[1, 2])
+def torch_threads(request):
+    """torch's intra-op threads at 1 and at 2 for one test (the whole-tensor reduction emulations follow them)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

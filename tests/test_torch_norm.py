@@ -14,14 +14,6 @@ from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.kernel_code import NORM_LANES, norm_finish
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The lanes and tail ``norm_finish`` takes, formed element by element in index order."""
     n = values.size
@@ -34,7 +26,7 @@ def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("n", [*range(2, 41), 1000, 4099, 65_543])
-def test_norm_parts_give_torch_norm(threads, n):
+def test_norm_parts_give_torch_norm(torch_threads, n):
     rng = np.random.default_rng(n)
     for scale in (3.0, 1e-21, 1e19, 0.02):
         values = (rng.standard_normal(n) * scale).astype(np.float32)

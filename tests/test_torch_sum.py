@@ -14,16 +14,8 @@ from ram_desktop.core.engine.kernels import TorchSum
 SIZES = [8, 9, 31, 33, 100, 4097, 32767, 32768, 32769, 65537, (1 << 20) + 5, 3_000_001]
 
 
-@pytest.fixture(params=[1, 2])
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("n", SIZES)
-def test_streamed_sum_is_torch_sum(threads, n):
+def test_streamed_sum_is_torch_sum(torch_threads, n):
     rng = np.random.default_rng(n)
     values = (rng.standard_normal(n) * rng.uniform(0.01, 100)).astype(np.float32)
     for absolute in (False, True):
@@ -36,5 +28,5 @@ def test_streamed_sum_is_torch_sum(threads, n):
             assert summed.result() == want, (n, absolute, feed)
 
 
-def test_exactness_is_checked_here(threads):
+def test_exactness_is_checked_here(torch_threads):
     assert TorchSum.exact()
