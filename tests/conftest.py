@@ -137,10 +137,19 @@ def tree_snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
     return snap
 
 
-@pytest.fixture(params=[1, 2])
-def torch_threads(request):
-    """torch's intra-op threads at 1 and at 2 for one test (the whole-tensor reduction emulations follow them)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
+@pytest.fixture
+def torch_threads():
+    """torch's intra-op thread count this process runs with. Tests never change it in the process: a
+    ``torch.set_num_threads`` flip (1, then back to 2) left a later test's evaluation in a QThread hanging;
+    thread counts other than this one are checked in a fresh process (``run_with_torch_threads``)."""
+    return torch.get_num_threads()
+
+
+def run_with_torch_threads(threads: int, code: str) -> None:
+    """Run ``code`` in a fresh Python whose torch has ``threads`` intra-op threads from the start; it must exit 0."""
+    import subprocess
+    import sys
+
+    script = f"import torch\ntorch.set_num_threads({threads})\n{code}"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]

@@ -2,7 +2,7 @@
 (``torch.linalg.vector_norm(row, dim=-1)``, as SLERP's and Model Stock's whole-tensor norms take it), so those
 norms can be formed from the stored bits block by block: every tail length (the last n mod 8 elements, added
 four as a vector and the rest fused), short rows without a whole vector, long rows, tiny and huge values, zeros,
-with torch's threads at 1 and at 2. The reference is torch itself."""
+with torch's threads as this process has them and at 1 in a fresh process. The reference is torch itself."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from ram_desktop.core.engine import kernels
 from ram_desktop.core.engine.kernel_code import NORM_LANES, norm_finish
+from tests.conftest import run_with_torch_threads
 
 
 def _parts(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -40,3 +41,17 @@ def test_norm_parts_give_torch_norm(torch_threads, n):
 
 def test_exactness_is_checked_here():
     assert kernels.torch_norm_exact()
+
+
+def test_one_thread_in_a_fresh_process():
+    """With torch on one thread the emulation still gives torch's norm (its row kernel runs on one thread)."""
+    run_with_torch_threads(
+        1,
+        "import numpy as np\n"
+        "from ram_desktop.core.engine import kernels\n"
+        "from ram_desktop.core.engine.kernel_code import stored_norm\n"
+        "assert kernels.torch_norm_exact()\n"
+        "for n in (5, 13, 4099):\n"
+        "    v = (np.random.default_rng(n).standard_normal(n) * 3).astype(np.float32)\n"
+        "    assert float(stored_norm(v)) == float(torch.linalg.vector_norm(torch.from_numpy(v), dim=-1)), n\n",
+    )
