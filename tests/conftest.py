@@ -139,9 +139,9 @@ def tree_snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture
 def torch_threads():
-    """torch's intra-op thread count this process runs with. Tests never change it in the process: a
-    ``torch.set_num_threads`` flip (1, then back to 2) left a later test's evaluation in a QThread hanging;
-    thread counts other than this one are checked in a fresh process (``run_with_torch_threads``)."""
+    """torch's intra-op thread count this process runs with. Tests never change it in the process (it is
+    process-wide state every later test would inherit); other thread counts are checked in a fresh process
+    (``run_with_torch_threads``)."""
     return torch.get_num_threads()
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 import itertools
 
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
-from ram_desktop.gui import main_window
+from ram_desktop.gui import main_window, worker
 from ram_desktop.gui.analysis import charts
 from ram_desktop.gui.evaluate import compare_panel
 from ram_desktop.gui.evaluate import panel as evaluate_panel
@@ -118,6 +118,31 @@ def fake_merged(folder: Path, source: Path) -> Path:
     (folder / "merge-report.json").write_text("{}\n")
     (folder / "README.md").write_text("# Merged\n\n## Agents\n\ntwo\n")
     return folder
+
+
+def test_evaluate_starts_when_suites_loaded_is_said_though_the_suites_thread_ends_late(
+    qtbot, window, tiny, monkeypatch
+):
+    """``suites_loaded`` means the step is ready: a job's result reaches the window before its thread has ended
+    (on a loaded machine, noticeably), and Evaluate stays disabled until it has; a click in between was lost
+    (a GUI test timed out in CI waiting for an evaluation that never started)."""
+    base, agents, suite = tiny
+    load_sources(qtbot, window, base, agents)
+    original = worker.Worker.run
+
+    def ends_late(self) -> None:
+        original(self)
+        time.sleep(0.5)  # after the result was emitted, before the thread ends
+
+    monkeypatch.setattr(worker.Worker, "run", ends_late)
+    add_suite_by_dialog(qtbot, window, monkeypatch, suite)
+    panel = window.evaluate
+    assert panel.suite_job is None
+    assert panel.run.start_button.isEnabled()
+    monkeypatch.setattr(worker.Worker, "run", original)
+    with qtbot.waitSignal(panel.evaluation_finished, timeout=120000) as done:
+        qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
+    assert done.args == ["done"], window.message.text.text()
 
 
 def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbot, window, tiny, tmp_path, monkeypatch):

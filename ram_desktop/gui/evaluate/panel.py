@@ -78,7 +78,8 @@ def scored_text(result: EvalResult, reused: int, rows: int) -> str:
 
 
 class EvaluatePanel(QWidget):
-    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``error(str)`` and
+    """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``suites_loaded`` once added
+    suites are in the table and Evaluate may start; ``error(str)`` and
     ``info(str)`` for the window's message bar. The evaluation runs through the window's job controller
     ``jobs`` (state ``EVALUATING``), so nothing else runs meanwhile."""
 
@@ -196,22 +197,31 @@ class EvaluatePanel(QWidget):
         if not paths:
             return
 
+        added: list[Suite] = []
+
         def opened(loaded: list[Suite]) -> None:
             for suite in loaded:
                 self.suite_table.add(suite)
+            added.extend(loaded)
+
+        job = Job(lambda reporter: [load_suite(p) for p in paths], self)
+        job.succeeded.connect(opened)
+        job.failed.connect(self.error.emit)
+        job.crashed.connect(lambda m, d: self.error.emit(f"could not open the suite: {m}"))
+        job.finished.connect(lambda: self._suite_job_done(job, bool(added)))
+        self.suite_job = job
+        self._update_actions()
+        job.start()
+
+    def _suite_job_done(self, job: Job, added: bool) -> None:
+        """A suites' job has ended: Evaluate may start again (unless a later one still runs), and only now is
+        ``suites_loaded`` said: a job's result arrives before its thread has ended, and a click on Evaluate in
+        between would find the button still disabled."""
+        if self.suite_job is job:
+            self.suite_job = None
+        self._update_actions()
+        if added:
             self.suites_loaded.emit()
-
-        self.suite_job = Job(lambda reporter: [load_suite(p) for p in paths], self)
-        self.suite_job.succeeded.connect(opened)
-        self.suite_job.failed.connect(self.error.emit)
-        self.suite_job.crashed.connect(lambda m, d: self.error.emit(f"could not open the suite: {m}"))
-        self.suite_job.finished.connect(self._suite_job_done)
-        self._update_actions()
-        self.suite_job.start()
-
-    def _suite_job_done(self) -> None:
-        self.suite_job = None
-        self._update_actions()
 
     def preload_demo(self, folder: Path) -> list[Path]:
         """Add the suites a demo folder's ``demo.json`` names (none when it has no manifest)."""
