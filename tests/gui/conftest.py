@@ -17,6 +17,38 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used a window reports what the window was doing (its job, which start buttons were
+    enabled, its message, the threads alive): a wait that timed out then says whether the work never started,
+    still ran, or ended unseen."""
+    outcome = yield
+    report = outcome.get_result()
+    window = getattr(item, "funcargs", {}).get("window")
+    if report.when != "call" or not report.failed or window is None:
+        return
+    import threading
+
+    try:
+        buttons = {
+            "analyse": window.analyse_button,
+            "merge": window.merge_button,
+            "evaluate": window.evaluate.run.start_button,
+            "compare": window.compare.run.start_button,
+        }
+        lines = [
+            f"job: {window.jobs.state.value} (busy: {window.jobs.busy()})",
+            f"suites job running: {window.evaluate.suite_job is not None}; sources opening: {window.sources.busy}",
+            "enabled: " + ", ".join(f"{name} {button.isEnabled()}" for name, button in buttons.items()),
+            f"message: {window.message.text.text()!r}",
+            f"evaluate bar: {window.evaluate.run.label.text()!r}",
+            "threads: " + ", ".join(sorted(t.name for t in threading.enumerate())),
+        ]
+    except RuntimeError as e:  # the window is already deleted
+        lines = [f"(window state unavailable: {e})"]
+    report.sections.append(("window state", "\n".join(lines)))
+
+
 @pytest.fixture(scope="session")
 def demo_models(tmp_path_factory) -> tuple[Path, list[Path]]:
     from ram_desktop.core.demo import write_demo
