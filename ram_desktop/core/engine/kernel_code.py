@@ -575,24 +575,50 @@ def norm_finish(n, lanes, tail):
 
 
 @jit
-def stored_norm(values):
-    """torch's 2-norm of the row of stored values (bfloat16 / float16 bits or floats) widened to float32, from the
-    stored bits (``norm_finish``; the eight lanes are locals, so they stay in registers)."""
+def norm_element(values, base, i):
+    """values[i] widened to float32, less base[i] (rounded) unless ``base`` is None: one element of a norm's row."""
+    if base is None:
+        return np.float32(widen(values[i]))
+    return np.float32(widen(values[i])) - np.float32(widen(base[i]))
+
+
+@jit
+def norm_parts(values, base, lanes, tail):
+    """The parts ``norm_finish`` takes of torch's 2-norm of the float32 row ``values − base`` (each operation rounded;
+    ``base`` None: the values themselves), from stored bits (bfloat16 / float16 bits or floats): the squares
+    added in order into ``lanes`` [8], the last n mod 8 elements into ``tail`` [8]. Returns how many elements
+    are not finite (with a base; 0 without). The eight lanes are locals, so they stay in registers."""
     n = values.size
     whole = n - n % NORM_LANES
-    l0 = l1 = l2 = l3 = l4 = l5 = l6 = l7 = np.float32(0.0)
+    bad = 0
+    l0, l1, l2, l3, l4, l5, l6, l7 = lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6], lanes[7]
     for v in range(0, whole, NORM_LANES):
-        x0, x1 = np.float32(widen(values[v])), np.float32(widen(values[v + 1]))
-        x2, x3 = np.float32(widen(values[v + 2])), np.float32(widen(values[v + 3]))
-        x4, x5 = np.float32(widen(values[v + 4])), np.float32(widen(values[v + 5]))
-        x6, x7 = np.float32(widen(values[v + 6])), np.float32(widen(values[v + 7]))
-        l0, l1, l2, l3 = l0 + x0 * x0, l1 + x1 * x1, l2 + x2 * x2, l3 + x3 * x3
-        l4, l5, l6, l7 = l4 + x4 * x4, l5 + x5 * x5, l6 + x6 * x6, l7 + x7 * x7
-    lanes = np.array([l0, l1, l2, l3, l4, l5, l6, l7], np.float32)
-    tail = np.zeros(NORM_LANES, np.float32)
+        d0, d1 = norm_element(values, base, v), norm_element(values, base, v + 1)
+        d2, d3 = norm_element(values, base, v + 2), norm_element(values, base, v + 3)
+        d4, d5 = norm_element(values, base, v + 4), norm_element(values, base, v + 5)
+        d6, d7 = norm_element(values, base, v + 6), norm_element(values, base, v + 7)
+        l0, l1, l2, l3 = l0 + d0 * d0, l1 + d1 * d1, l2 + d2 * d2, l3 + d3 * d3
+        l4, l5, l6, l7 = l4 + d4 * d4, l5 + d5 * d5, l6 + d6 * d6, l7 + d7 * d7
+        if base is not None:  # an offset of finite stored values may still overflow: counted
+            finite = (d0 - d0) + (d1 - d1) + (d2 - d2) + (d3 - d3) + (d4 - d4) + (d5 - d5) + (d6 - d6) + (d7 - d7)
+            bad += np.int64(finite != 0)  # 0, or NaN where any element is inf or NaN
+    lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6], lanes[7] = l0, l1, l2, l3, l4, l5, l6, l7
     for e in range(whole, n):
-        tail[e - whole] = np.float32(widen(values[e]))
-    return norm_finish(n, lanes, tail)
+        d = norm_element(values, base, e)
+        tail[e - whole] = d
+        if base is not None:
+            bad += np.int64(d - d != 0)
+    return bad
+
+
+@jit
+def stored_norm(values):
+    """torch's 2-norm of the row of stored values (bfloat16 / float16 bits or floats) widened to float32, from the
+    stored bits (``norm_parts``, ``norm_finish``)."""
+    lanes = np.zeros(NORM_LANES, np.float32)
+    tail = np.zeros(NORM_LANES, np.float32)
+    norm_parts(values, None, lanes, tail)
+    return norm_finish(values.size, lanes, tail)
 
 
 @jit

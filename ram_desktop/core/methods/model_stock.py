@@ -128,18 +128,16 @@ def _streamed_terms(
     base: np.ndarray, agents: tuple[np.ndarray, ...]
 ) -> tuple[list[torch.Tensor], dict[tuple[int, int], torch.Tensor]] | None:
     """The offsets' norms and the pairs' dot products, torch's bits without a float32 copy of the tensor: the
-    norms an agent a thread (``offset_norm_kernel`` and ``kernel_code.norm_finish``, torch's order), the
+    norms an agent a thread (``kernel_code.norm_parts`` and ``norm_finish``, torch's order), the
     products of each pair (a pair a thread) block by block, fed to a ``kernels.TorchSum``. None where an offset
     is not finite."""
-    from ..engine.kernel_code import norm_finish
+    from ..engine.kernel_code import norm_finish, norm_parts
     from . import model_stock_kernel
 
     n_agents, n = len(agents), base.size
     lanes = np.zeros((n_agents, 8), np.float32)
     tails = np.zeros((n_agents, 8), np.float32)
-    bad = kernels.split_tasks(
-        [partial(model_stock_kernel.offset_norm_kernel, base, agents[k], lanes[k], tails[k]) for k in range(n_agents)]
-    )
+    bad = kernels.split_tasks([partial(norm_parts, agents[k], base, lanes[k], tails[k]) for k in range(n_agents)])
     if any(bad):
         return None
     norms = [torch.tensor(norm_finish(n, lanes[k], tails[k]), dtype=torch.float32) for k in range(n_agents)]
