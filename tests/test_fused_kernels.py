@@ -808,3 +808,60 @@ def test_output_slices_are_reused_only_after_release(monkeypatch):
     kernels.release_output(merged[0])
     again = ram_family.selective_merge_into(bits[0], bits[1:], 1e-5, "float32", "bfloat16", None, False, False).merged
     assert again.base is merged[0].base and np.array_equal(again, expected) and np.array_equal(merged[1], expected)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_merge_kernels_say_whether_every_written_value_is_within_the_output_dtype(out_dtype):
+    """RAM / RAM+ and Task Arithmetic / Average check each merged value as they write it (``in_range``), so the
+    writer need not read the slice again: the flag is exactly whether every written value is finite."""
+    base, agents = _inputs(5000, 3, torch.bfloat16, seed=11)
+    big = [a.clone() for a in agents]
+    big[1][4321] = 1e5  # a bfloat16 update beyond float16 (65504), within bfloat16 and float32
+    runs = {
+        "ram": lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, out_dtype, None, False, False),
+        "ram-plus": lambda b, a: ram_family.selective_merge_into(
+            b, a, 1e-5, torch.float32, out_dtype, [1.5, 1.25, 2.0], False, False
+        ),
+        "task-arithmetic": lambda b, a: baselines.sum_merge_into(b, a, 1.0, False, torch.float32, out_dtype),
+        "average": lambda b, a: baselines.sum_merge_into(b, a, 3, True, torch.float32, out_dtype),
+        "task-arithmetic 1e35": lambda b, a: baselines.sum_merge_into(b, a, 1e35, False, torch.float32, out_dtype),
+    }
+    seen = {}
+    for name, run in runs.items():
+        for label, inputs in (("plain", agents), ("big", big)):
+            done = run(base, inputs)
+            assert done is not None and done.finite
+            written = torch.as_tensor(done.merged)
+            assert written.dtype == out_dtype
+            seen[name, label] = done.in_range
+            assert done.in_range == bool(torch.isfinite(written).all()), (name, label)
+    # the flag follows the data: float16 cannot hold the big update merged whole; a scale of 1e35 overflows float32
+    overflows_whole = out_dtype == torch.float16
+    assert seen["ram", "plain"] and seen["ram", "big"] != overflows_whole
+    assert seen["ram-plus", "big"] != overflows_whole and seen["task-arithmetic", "big"] != overflows_whole
+    assert not seen["task-arithmetic 1e35", "big"]
+
+
+def test_the_writer_reads_back_no_slice_a_kernel_checked(tmp_path, monkeypatch):
+    """A fused RAM+ or Task Arithmetic merge checks its values where it writes them: the writer's second pass over
+    the output (``out_of_range``) runs for no merged tensor; with the torch path it runs for every slice."""
+    base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16)
+    checked: list[str] = []
+    original = passes.out_of_range
+
+    def counted(data, out_name):
+        checked.append(out_name)
+        return original(data, out_name)
+
+    monkeypatch.setattr(passes, "out_of_range", counted)
+    for use, method in ((True, "ram-plus"), (True, "task-arithmetic"), (False, "ram-plus")):
+        monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
+        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}-{method}"))
+        checked.clear()
+        merge(
+            MergeSpec.build(
+                str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{use}-{method}", method=method
+            ),
+            options=RunOptions(chunk_elements=999),
+        )
+        assert (len(checked) == 0) == use, (use, method, len(checked))

@@ -129,6 +129,21 @@ def _encoded(out, x):
     return lambda out, x: x
 
 
+def beyond_range(out, v):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(beyond_range)
+def _beyond_range(out, v):
+    """Whether ``v``, a value ``encoded`` for out's dtype, is ±Inf or NaN (all exponent bits set): a merged value
+    beyond the output dtype's range."""
+    if out.dtype == types.uint16:
+        return lambda out, v: np.uint32(np.uint32(v) & np.uint32(0x7F80)) == np.uint32(0x7F80)
+    if out.dtype == types.int16:
+        return lambda out, v: np.uint32(np.uint32(np.uint16(v)) & np.uint32(0x7C00)) == np.uint32(0x7C00)
+    return lambda out, v: v - v != v - v  # NaN for ±Inf and NaN, 0 otherwise
+
+
 def same_value(out, a, b):  # pragma: no cover
     raise NotImplementedError
 
@@ -152,6 +167,17 @@ def _same_value(out, a, b):
 
         return impl
     return lambda out, a, b: a == b
+
+
+@jit
+def written_beyond_range(o, length):
+    """Whether any of the first ``length`` values just written to ``o`` (a block, still in cache) is beyond its
+    dtype's range (``beyond_range``): the merge kernels check each block as they write it, so the writer need not
+    read the output again. Its own loop, so that it vectorises whatever the merge loop does."""
+    found = np.int32(0)
+    for j in range(length):
+        found = np.int32(found | (np.int32(1) if beyond_range(o, o[j]) else np.int32(0)))
+    return found != 0
 
 
 @jit

@@ -215,19 +215,20 @@ def merge_pass(
         chunk_elements = max([chunk_elements, *(j.numel for j in plan.jobs)])
         depth = 1  # one whole tensor read ahead, not three: memory stays near one tensor's inputs and outputs
 
-    def work(item: tuple) -> tuple[int, int, list[torch.Tensor | np.ndarray]]:
+    def work(item: tuple) -> tuple[int, int, list[torch.Tensor | np.ndarray], list[bool]]:
         slices = StoredSlices.read(plan, item, eps, aux)
         index, span, job = slices.index, slices.span, slices.job
         if not job.mergeable:
-            return index, span.numel, [slices.base] * len(variants)
+            return index, span.numel, [slices.base] * len(variants), [False] * len(variants)
         outputs: list[torch.Tensor | np.ndarray | None] = [None] * len(variants)
+        in_range = [False] * len(variants)  # the kernel checked the merged values as it wrote them
         counting = accumulator
         rest = list(range(len(variants)))
         if fused_at:
             done = _fused_merges(slices, [variants[k] for k in fused_at], accumulator)
             if done is not None:
-                for k, merged in zip(fused_at, done):
-                    outputs[k] = merged
+                for k, (merged, checked) in zip(fused_at, done):
+                    outputs[k], in_range[k] = merged, checked
                 counting, rest = None, torch_at  # the probe's counts came with the first kernel
         if rest:
             theta = all(variants[k].method.streaming.theta for k in rest)
@@ -247,7 +248,7 @@ def merge_pass(
                 if variant.observer is not None:
                     variant.observer.observe(chunk, variant.context, merged)
                 outputs[k] = merged
-        return index, span.numel, [merged for merged in outputs if merged is not None]  # every one was set
+        return index, span.numel, [merged for merged in outputs if merged is not None], in_range  # every one was set
 
     writers = [BackgroundWriter(v.shards, plan, v.method.name) for v in variants]
     for writer in writers:
@@ -263,9 +264,9 @@ def merge_pass(
             files=files,
             aux=aux,
         )
-        for index, numel, outputs in ordered_map(work, items, workers):
-            for writer, merged in zip(writers, outputs):
-                writer.write(index, merged)
+        for index, numel, outputs, in_range in ordered_map(work, items, workers):
+            for writer, merged, checked in zip(writers, outputs, in_range):
+                writer.write(index, merged, checked)
             done += numel
             reporter.progress("merge", done, total, "elements")
     except BaseException:
@@ -335,14 +336,15 @@ def _fusable(variant: Variant) -> bool:
 
 def _fused_merges(
     slices: StoredSlices, variants: list[Variant], accumulator: ProbeAccumulator | None
-) -> list[torch.Tensor | np.ndarray] | None:
-    """Every variant of one chunk through its method's fused kernel (one pass over memory each), the probe's
-    counts on the way when no probe ran first (from the first variant's kernel where it counts them, else
+) -> list[tuple[torch.Tensor | np.ndarray, bool]] | None:
+    """Every variant of one chunk through its method's fused kernel (one pass over memory each): the merged slice
+    and whether the kernel found every merged value within the output dtype (``KernelResult.in_range``); the
+    probe's counts on the way when no probe ran first (from the first variant's kernel where it counts them, else
     ``kernels.count_patterns``); None when the kernels do not cover this chunk (the torch path then runs it)."""
     job = slices.job
     if not _stored_agents(job):
         return None
-    outputs: list[torch.Tensor | np.ndarray] = []
+    outputs: list[tuple[torch.Tensor | np.ndarray, bool]] = []
     for k, variant in enumerate(variants):
         assert variant.method.streaming.fused is not None
         counting = accumulator is not None and k == 0
@@ -364,7 +366,7 @@ def _fused_merges(
             assert isinstance(variant.observer, _CountsObserver) and done.survival is not None  # _fusable; asked for
             variant.observer.add_counts(job.out_name, done.survival)
         assert done.merged is not None  # a merge kernel gives the merged slice
-        outputs.append(done.merged)
+        outputs.append((done.merged, done.in_range))
     return outputs
 
 
@@ -416,10 +418,10 @@ class BackgroundWriter:
             if self._error is not None:
                 continue  # keep draining so the producer never blocks
             try:
-                index, data = item
+                index, data, in_range = item
                 on_device = not isinstance(data, np.ndarray) and data.device.type != "cpu"
                 data_host = data.cpu() if on_device else data
-                if self._plan is not None:
+                if self._plan is not None and not in_range:
                     self._check_range(index, data_host)
                 self._shards.write(index, data_host)
                 kernels.release_output(data)
@@ -437,10 +439,12 @@ class BackgroundWriter:
             f"{job.out_name} (±Inf); lower the method's scale or choose a wider --out-dtype"
         )
 
-    def write(self, index: int, data: torch.Tensor | np.ndarray) -> None:
+    def write(self, index: int, data: torch.Tensor | np.ndarray, in_range: bool = False) -> None:
+        """Queue a merged slice; ``in_range``: its values were already checked within the output dtype (by the
+        kernel that wrote them), so the writer does not read it again to check."""
         if self._error is not None:
             raise self._error
-        self._queue.put((index, data))
+        self._queue.put((index, data, in_range))
 
     def stop(self, error: bool = False) -> None:
         """Drain and join; raises the writer's own error unless stopping because of another one."""

@@ -143,8 +143,8 @@ def sum_merge_into(
     if m is None:
         return None
     xb, total, _ = kernels.BUFFERS.get(m.cdt)
-    bad = baselines_kernel.sum_kernel(m.base, m.agents, m.cdt(scale), divide, m.out, xb, total)
-    return kernels.KernelResult(m.result, bad == 0)
+    bad, over = baselines_kernel.sum_kernel(m.base, m.agents, m.cdt(scale), divide, m.out, xb, total)
+    return kernels.KernelResult(m.result, bad == 0, in_range=over == 0)
 
 
 def average_fused(slices: StoredSlices, ctx: Any, counts: bool, survival: bool) -> KernelResult | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.kernel_code import histogram_block, jit, store, widen
+from ..engine.kernel_code import histogram_block, jit, store, widen, written_beyond_range
 
 
 @jit
@@ -60,11 +60,13 @@ def elect_store(o, values, total, xb, length, nagents, zero, one, scale, acc, co
 def sum_kernel(base, agents, scale, divide, out, xb, total):
     """θ = base + (Σ_t τ_t from +0, in agent order) · λ (``divide`` False: Task Arithmetic) or ÷ N (``divide``
     True, ``scale`` = N: Average), rounded once into ``out``, as ``baselines.task_arithmetic_merge`` and
-    ``average_merge`` compute it. Returns the number of blocks with a non-finite τ."""
+    ``average_merge`` compute it. Returns the number of blocks with a non-finite τ and the number of blocks with a
+    merged value beyond out's dtype (``written_beyond_range``)."""
     n = base.shape[0]
     block = xb.shape[0]
     zero = scale - scale
     bad_blocks = 0
+    over_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
         b = base[start : start + length]
@@ -87,7 +89,9 @@ def sum_kernel(base, agents, scale, divide, out, xb, total):
         else:
             for j in range(length):
                 store(o, j, xb[j] + total[j] * scale)
-    return bad_blocks
+        if written_beyond_range(o, length):
+            over_blocks += 1
+    return bad_blocks, over_blocks
 
 
 @jit

@@ -170,11 +170,11 @@ def selective_merge_into(
     count_survival = want_survival and lambdas is not None
     surv = np.zeros((2, n_agents), np.int64)
     _, _, pattern = kernels.BUFFERS.get(cdt)
-    bad = ram_kernel.merge_kernel(
+    bad, over = ram_kernel.merge_kernel(
         base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist, want_hist, surv, count_survival, pattern
     )
     return kernels.KernelResult(
-        m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None
+        m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None, in_range=over == 0
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.kernel_code import encoded, jit, like, pattern_histogram, same_value, widen
+from ..engine.kernel_code import encoded, jit, like, pattern_histogram, same_value, widen, written_beyond_range
 
 
 @jit
@@ -58,7 +58,8 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     As ``methods.selective_merge``: s = Σ_t τ_t·[m_t] (agent order, from +0), then s·λ_t where
     only agent t updates (RAM+, ``lams`` rounded to the compute dtype; RAM: no factor, as ×1 is exact)
     and ÷ max(1, c); dividing by 1 is exact, so this is λ_t·τ_t, s / c and +0 bit for bit. Returns
-    the number of blocks with a NaN or ±inf τ. Optionally the pattern histogram (a merge that needed no
+    the number of blocks with a NaN or ±inf τ and the number of blocks with a merged value beyond out's dtype
+    (±Inf or NaN written; ``written_beyond_range``). Optionally the pattern histogram (a merge that needed no
     probe first) and the exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique
     elements whose rounded value the rescale changed / all its unique elements
     (``probe.rescale_changes``). Works a block of ``pattern`` at a time."""
@@ -67,6 +68,7 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     nagents = len(agents)
     moved_bit = np.int32(1 << nagents)
     bad = 0
+    over = 0
     for start in range(0, n, block):
         length = min(block, n - start)
         o = out[start : start + length]
@@ -80,11 +82,13 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
             ok = merge_run(base, agents, start, length, eps, one, None, None, o, pattern)
         if not ok:
             bad += 1
+        if written_beyond_range(o, length):
+            over += 1
         if want_hist:
             pattern_histogram(pattern, length, nagents, hist)
         if want_surv:
             count_moved(pattern, length, nagents, surv)
-    return bad
+    return bad, over
 
 
 @jit
