@@ -171,9 +171,10 @@ def _same_value(out, a, b):
 
 @jit
 def written_beyond_range(o, length):
-    """Whether any of the first ``length`` values just written to ``o`` (a block, still in cache) is beyond its
-    dtype's range (``beyond_range``): the merge kernels check each block as they write it, so the writer need not
-    read the output again. Its own loop, so that it vectorises whatever the merge loop does."""
+    """Whether any of the first ``length`` values of ``o`` (output bits, ``encoded``) is beyond its dtype's range
+    (``beyond_range``): the merge kernels check each block just written (still in cache), so the writer need not
+    read the output again; the writer checks the other kernels' slices whole. Its own loop, so that it vectorises
+    whatever the merge loop does; no early exit."""
     found = np.int32(0)
     for j in range(length):
         found = np.int32(found | (np.int32(1) if beyond_range(o, o[j]) else np.int32(0)))
@@ -510,16 +511,6 @@ def analyze_kernel(
                     k = (float_bits(abs(v) * inv_ulp) >> shift) & field
                     ulps[t, 0 if k == 0 else min(max(k - bias + 1, 1), ulps.shape[1] - 1)] += 1
     return bad_blocks
-
-
-@jit
-def exponent_all_ones(bits, mask):
-    """Whether any stored float in ``bits`` (its unsigned-integer view) has every exponent bit of ``mask`` set:
-    ±Inf or NaN. No early exit, so the loop vectorises (one pass over a slice just written, in cache)."""
-    found = 0
-    for i in range(bits.shape[0]):
-        found |= (bits[i] & mask) == mask
-    return found != 0
 
 
 @jit

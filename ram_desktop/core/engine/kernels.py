@@ -11,7 +11,7 @@ every fused kernel needs, and the kernels the engine itself runs:
   ``float32_operands``), per-thread block buffers (``BUFFERS``), a range split over every core
   (``split``) and the ``KernelResult`` a merging kernel returns;
 * widening (``widen_into``), τ's finiteness (``finite_taus``), τ rows (``offsets_into``), the out-of-range
-  check of a merged slice (``exponent_all_ones``);
+  check of a merged slice (``output_beyond_range``);
 * counting: the update pattern p = Σ_t [|τ_t| > ε]·2^t and its histogram (``count_patterns``,
   ``ProbeAccumulator``'s counts; τ_t = agent − base in the compute dtype, ε rounded to it as torch
   compares a tensor with a scalar);
@@ -120,7 +120,7 @@ def _jit() -> dict:
         "from_bf16": k.bf16_to_float,
         "from_half": k.half_to_float,
         "analyze": k.analyze_kernel,
-        "exponent_all_ones": k.exponent_all_ones,
+        "written_beyond_range": k.written_beyond_range,
         "widen": k.widen_kernel,
         "offsets": k.offsets_kernel,
         "nonfinite_taus": k.nonfinite_taus_kernel,
@@ -201,9 +201,10 @@ class _OutputPool:
 _OUTPUTS = _OutputPool()
 
 
-def exponent_all_ones(bits: np.ndarray, mask: int) -> bool:
-    """Whether a flat array of stored float bits holds a value with all exponent bits ``mask`` set (±Inf, NaN)."""
-    return bool(_jit()["exponent_all_ones"](bits.reshape(-1), bits.dtype.type(mask)))
+def output_beyond_range(bits: np.ndarray) -> bool:
+    """Whether a kernel's output slice (its ``output_slice`` bits) holds ±Inf or NaN (``kernel_code.written_beyond_range``)."""
+    flat = bits.reshape(-1)
+    return bool(_jit()["written_beyond_range"](flat, flat.size))
 
 
 def release_output(data: object) -> None:

@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..events import Reporter
 from ..lazy import torch
 from ..storage.formats import lora
+from ..storage.formats.base import FLOAT_BITS
 from ..storage.output import ShardSet
 from ..storage.transfer import Transfer
 from . import kernels
@@ -381,9 +382,10 @@ _EXPONENT_BITS: dict[str, tuple[type, int]] = {
 def out_of_range(data: torch.Tensor | np.ndarray, out_name: str) -> bool:
     """True when a slice of ``out_name`` values (a tensor, or the kernels' stored bits) holds ±Inf or NaN:
     an exponent with all bits set. One pass over the stored bits, a fraction of a merge's cost."""
-    bits_type, mask = _EXPONENT_BITS[out_name]
     if isinstance(data, np.ndarray):  # the fused kernels' output: numba is loaded, so check with its loop
-        return kernels.exponent_all_ones(data.view(bits_type), mask)
+        assert data.dtype == FLOAT_BITS[out_name], (data.dtype, out_name)  # the kernels' encoding of out_name
+        return kernels.output_beyond_range(data)
+    bits_type, mask = _EXPONENT_BITS[out_name]
     same_size_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[data.element_size()]
     bits: np.ndarray = data.contiguous().view(same_size_int).numpy().view(bits_type)
     exponent = bits_type(mask)
