@@ -1,5 +1,5 @@
 """``--overwrite`` replaces only what RAM Desktop wrote (docs/contracts.md, "What a merge writes"): every
-output folder lists its files with size and SHA-256 in ``ram-manifest.json``; anything else in the folder
+output folder lists its files with size and content hash (xxh3-128) in ``ram-manifest.json``; anything else in the folder
 (a user's notes, a changed card, forged markers) makes it refused, named, untouched. Each case through a
 fresh ``ram-merge`` process."""
 
@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from .conftest import make_models, tree_snapshot
 from .subproc import cli, refused
@@ -26,18 +27,18 @@ def _merge(tmp_path: Path, inputs: list[str], out: Path, *extra: str):
     return cli(tmp_path, "merge", *inputs, "--out", str(out), *extra)
 
 
-def test_the_manifest_lists_every_file_the_merge_wrote_with_size_and_sha256(tmp_path, inputs):
+def test_the_manifest_lists_every_file_the_merge_wrote_with_size_and_content_hash(tmp_path, inputs):
     out = tmp_path / "out"
     done = _merge(tmp_path, inputs, out)
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "ram-manifest.json").read_text())
-    assert manifest["format"] == "ram-manifest/1"
+    assert manifest["format"] == "ram-manifest/2"
     on_disk = sorted(p.name for p in out.iterdir() if p.name != "ram-manifest.json")
     assert sorted(manifest["files"]) == on_disk
     assert {"model.safetensors", "config.json", "README.md", "ram-recipe.yaml", "merge-report.json"} <= set(on_disk)
     for name, entry in manifest["files"].items():
         data = (out / name).read_bytes()
-        assert entry == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}, name
+        assert entry == {"size": len(data), "xxh3_128": xxhash.xxh3_128(data).hexdigest()}, name
 
 
 def test_overwrite_never_deletes_what_the_user_added_to_an_earlier_output(tmp_path, inputs):
@@ -67,6 +68,40 @@ def test_overwrite_refuses_an_output_whose_files_the_user_changed(tmp_path, inpu
     before = tree_snapshot(out)
     refused(_merge(tmp_path, inputs, out, "--overwrite"), "README.md")
     assert tree_snapshot(out) == before
+
+
+def test_overwrite_refuses_a_file_changed_in_place_with_its_size_kept(tmp_path, inputs):
+    out = tmp_path / "merged"
+    assert _merge(tmp_path, inputs, out).returncode == 0
+    weights = out / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight: same size, other content
+    weights.write_bytes(bytes(data))
+    before = tree_snapshot(out)
+    refused(_merge(tmp_path, inputs, out, "--overwrite"), "model.safetensors")
+    assert tree_snapshot(out) == before
+
+
+def test_an_earlier_versions_sha256_manifest_is_still_honoured(tmp_path, inputs):
+    out = tmp_path / "merged"
+    assert _merge(tmp_path, inputs, out).returncode == 0
+    listed = json.loads((out / "ram-manifest.json").read_text())["files"]
+    earlier = {
+        name: {"size": entry["size"], "sha256": hashlib.sha256((out / name).read_bytes()).hexdigest()}
+        for name, entry in listed.items()
+    }
+    (out / "ram-manifest.json").write_text(json.dumps({"format": "ram-manifest/1", "files": earlier}))
+    card = out / "README.md"
+    text = card.read_text()
+    card.write_text(text.replace("a", "b", 1))  # same size, changed: the SHA-256 tells
+    assert card.stat().st_size == len(text.encode())
+    before = tree_snapshot(out)
+    refused(_merge(tmp_path, inputs, out, "--overwrite"), "README.md")
+    assert tree_snapshot(out) == before
+    card.write_text(text)
+    done = _merge(tmp_path, inputs, out, "--overwrite", "--method", "ram")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "ram-manifest.json").read_text())["format"] == "ram-manifest/2"
 
 
 def test_forged_or_empty_markers_never_make_a_folder_replaceable(tmp_path, inputs):

@@ -1,4 +1,4 @@
-"""What a RAM Desktop output folder holds, by size and SHA-256 (``ram-manifest.json``, written last), and the
+"""What a RAM Desktop output folder holds, by size and content hash (``ram-manifest.json``, written last), and the
 judgement ``--overwrite`` rests on: which entries of a folder RAM Desktop did not write, or that changed since
 (docs/contracts.md, "What a merge writes"). A folder is ours to replace only when nothing in it is foreign.
 
@@ -20,11 +20,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+from .formats.base import CONTENT_DIGEST, content_hasher, written_digest
 from .formats.base import INDEX_FILE as INDEX_NAME
-from .formats.base import written_sha256
 
 MANIFEST = "ram-manifest.json"
-MANIFEST_FORMAT = "ram-manifest/1"
+MANIFEST_FORMAT = "ram-manifest/2"  # entries: size and CONTENT_DIGEST
+# earlier manifests: the same with SHA-256; still read, so an earlier output stays replaceable
+DIGEST_OF_FORMAT = {"ram-manifest/1": "sha256", MANIFEST_FORMAT: CONTENT_DIGEST}
 READ_LIMIT = 64 * 2**20  # a report, recipe or manifest larger than this is not one we wrote
 
 # the names an earlier merge wrote besides its weights and tokenizer files (eval.json: added by evaluation)
@@ -46,28 +48,28 @@ TOKENIZER_FILES = (
 _SHARD = re.compile(r"model(-\d{5}-of-\d{5})?\.safetensors")
 
 
-def file_sha256(path: Path) -> str:
-    remembered = written_sha256(path)  # a weights file this process just wrote and hashed on the way
-    if remembered is not None:
-        return remembered
-    file_digest = getattr(hashlib, "file_digest", None)  # Python 3.11+: hashed without the GIL, in C
+def file_digest(path: Path, algorithm: str = CONTENT_DIGEST) -> str:
+    """The hex digest of the file's bytes: ``CONTENT_DIGEST`` (remembered where this process just wrote the file
+    and hashed it on the way) or ``sha256`` (an earlier manifest's)."""
+    if algorithm == CONTENT_DIGEST:
+        remembered = written_digest(path)
+        if remembered is not None:
+            return remembered
+    digest = content_hasher() if algorithm == CONTENT_DIGEST else hashlib.sha256()
+    buffer = bytearray(16 * 2**20)
+    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
-        if file_digest is not None:
-            return str(file_digest(f, "sha256").hexdigest())
-        digest = hashlib.sha256()
-        buffer = bytearray(2**20)
-        view = memoryview(buffer)
         while n := f.readinto(buffer):
-            digest.update(view[:n])
-    return digest.hexdigest()
+            digest.update(view[:n])  # both release the GIL
+    return str(digest.hexdigest())
 
 
-def _entry(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "sha256": file_sha256(path)}
+def _entry(path: Path, algorithm: str = CONTENT_DIGEST) -> dict[str, Any]:
+    return {"size": path.stat().st_size, algorithm: file_digest(path, algorithm)}
 
 
 def write_manifest(folder: Path, **extra: Any) -> None:
-    """List every regular file under ``folder`` (by path relative to it) with its size and SHA-256 in
+    """List every regular file under ``folder`` (by path relative to it) with its size and ``CONTENT_DIGEST`` in
     ``folder/ram-manifest.json``, written atomically. A subfolder holding its own manifest is listed by that
     manifest alone (it pins the rest). ``extra``: more keys (a cache's source fingerprint)."""
     files: dict[str, dict[str, Any]] = {}
@@ -83,9 +85,10 @@ def record_files(folder: Path, names: list[str]) -> None:
     manifest = read_manifest(folder)
     if manifest is None:
         return
+    algorithm = DIGEST_OF_FORMAT[manifest["format"]]
     for name in names:
         if (folder / name).is_file():
-            manifest["files"][name] = _entry(folder / name)
+            manifest["files"][name] = _entry(folder / name, algorithm)
     _write_json(folder / MANIFEST, manifest)
 
 
@@ -99,19 +102,24 @@ def entry_matches(folder: Path, name: str) -> bool:
     if not os.path.lexists(path):
         return True
     recorded = manifest["files"].get(name)
-    return recorded is not None and _is_regular(path) and _entry(path) == recorded
+    return recorded is not None and _is_regular(path) and _entry(path, DIGEST_OF_FORMAT[manifest["format"]]) == recorded
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
     """The folder's manifest, or None when it is missing, not a regular file, unreadable or malformed."""
     data = _read_json(folder / MANIFEST)
-    if not isinstance(data, dict) or data.get("format") != MANIFEST_FORMAT or not isinstance(data.get("files"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("format") not in DIGEST_OF_FORMAT
+        or not isinstance(data.get("files"), dict)
+    ):
         return None
+    algorithm = DIGEST_OF_FORMAT[data["format"]]
     for name, entry in data["files"].items():
         if (
             not isinstance(entry, dict)
             or not isinstance(entry.get("size"), int)
-            or not isinstance(entry.get("sha256"), str)
+            or not isinstance(entry.get(algorithm), str)
             or not _safe_relative(name)
         ):
             return None
@@ -144,18 +152,19 @@ def foreign_entries(
             prefix = rel[: -len(MANIFEST)]
             foreign += [prefix + f for f in foreign_entries(path.parent, hashes=hashes)]
             continue
-        if not _matches(path, recorded.get(rel), hashes):
+        if not _matches(path, recorded.get(rel), DIGEST_OF_FORMAT[manifest["format"]] if hashes else None):
             foreign.append(rel)
     return sorted(foreign)
 
 
-def _matches(path: Path, entry: dict[str, Any] | None, hashes: bool) -> bool:
-    """Whether the file at ``path`` is the one a manifest entry records (a file we cannot read is not)."""
+def _matches(path: Path, entry: dict[str, Any] | None, algorithm: str | None) -> bool:
+    """Whether the file at ``path`` is the one a manifest entry records, by size and by the ``algorithm`` digest
+    (None: size only); a file we cannot read is not."""
     try:
         return (
             entry is not None
             and path.stat().st_size == entry["size"]
-            and (not hashes or file_sha256(path) == entry["sha256"])
+            and (algorithm is None or file_digest(path, algorithm) == entry[algorithm])
         )
     except OSError:
         return False

@@ -249,7 +249,18 @@ def read_config(folder: Path) -> dict | None:
 
 # ---- digests of files this process wrote -----------------------------------------------------------------------
 
-_WRITTEN_SHA256: dict[str, tuple[tuple[int, int, int], str]] = {}
+CONTENT_DIGEST = "xxh3_128"  # the manifest's content hash: detects a changed file (not forgery: the manifest
+# itself is a plain file anyone can rewrite), at ~7 GB/s where SHA-256 runs at ~1.2 GB/s on one core
+
+
+def content_hasher() -> Any:
+    """A fresh ``CONTENT_DIGEST`` hasher (``update(bytes)``, releasing the GIL; ``hexdigest()``)."""
+    import xxhash
+
+    return xxhash.xxh3_128()
+
+
+_WRITTEN_DIGESTS: dict[str, tuple[tuple[int, int, int], str]] = {}
 _WRITTEN_LOCK = threading.Lock()
 
 
@@ -258,19 +269,23 @@ def _stat_identity(path: Path) -> tuple[int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def remember_written_sha256(path: Path, digest: str) -> None:
-    """The SHA-256 of a file this process has just written, hashed as its bytes were written (the writer thread
-    hashes beside the merge), so that the output's manifest need not read the file back."""
+def remember_written_digest(path: Path, digest: str) -> None:
+    """The ``CONTENT_DIGEST`` of a file this process has just written, hashed as its bytes were written (the
+    writer thread hashes beside the merge), so that the output's manifest need not read the file back."""
     with _WRITTEN_LOCK:
-        _WRITTEN_SHA256[os.path.abspath(path)] = (_stat_identity(path), digest)
+        _WRITTEN_DIGESTS[os.path.abspath(path)] = (_stat_identity(path), digest)
 
 
-def written_sha256(path: Path) -> str | None:
-    """The remembered SHA-256 of ``path`` (taken once: a later check hashes the file again), or None when it was
+def written_digest(path: Path) -> str | None:
+    """The remembered digest of ``path`` (taken once: a later check hashes the file again), or None when it was
     not written by this process or changed since (inode, size or modification time)."""
     with _WRITTEN_LOCK:
-        held = _WRITTEN_SHA256.pop(os.path.abspath(path), None)
+        held = _WRITTEN_DIGESTS.pop(os.path.abspath(path), None)
     if held is None:
+        return None
+    try:
+        return held[1] if _stat_identity(path) == held[0] else None
+    except OSError:
         return None
     try:
         return held[1] if _stat_identity(path) == held[0] else None

@@ -10,7 +10,6 @@ while a merge produces tensors slice by slice and must stay bounded by the chunk
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import mmap
@@ -35,9 +34,10 @@ from .base import (
     TensorInfo,
     WeightFormat,
     check_index_covers,
+    content_hasher,
     index_shards,
     read_config,
-    remember_written_sha256,
+    remember_written_digest,
     torch_dtype,
 )
 
@@ -417,10 +417,10 @@ class SafetensorsStreamWriter:
         self._expected = offset
         self._written = 0
         self._file: BinaryIO = open(path, "wb")  # noqa: SIM115  the writer owns it until close()
-        self._sha256 = hashlib.sha256()  # of every byte written, for the output's manifest
+        self._digest = content_hasher()  # of every byte written, for the output's manifest
         for part in (struct.pack("<Q", len(raw)), raw):
             self._file.write(part)
-            self._sha256.update(part)
+            self._digest.update(part)
 
     def write(self, data: torch.Tensor | np.ndarray) -> None:
         """Append the bytes of a CPU tensor or a numpy array of stored bits (the next slice of the current tensor)."""
@@ -429,14 +429,14 @@ class SafetensorsStreamWriter:
         else:
             buf = data.contiguous().view(-1).view(torch.uint8).numpy()
         self._file.write(buf.data)
-        self._sha256.update(buf.data)  # releases the GIL: hashed in the writer thread beside the merge
+        self._digest.update(buf.data)  # releases the GIL: hashed in the writer thread beside the merge
         self._written += buf.nbytes
 
     def close(self) -> None:
         self._file.close()
         if self._written != self._expected:
             raise RuntimeError(f"{self.path}: wrote {self._written} of {self._expected} bytes")
-        remember_written_sha256(self.path, self._sha256.hexdigest())
+        remember_written_digest(self.path, self._digest.hexdigest())
 
     def abort(self) -> None:
         self._file.close()
