@@ -55,3 +55,31 @@ def test_one_thread_in_a_fresh_process():
         "    v = (np.random.default_rng(n).standard_normal(n) * 3).astype(np.float32)\n"
         "    assert float(stored_norm(v)) == float(torch.linalg.vector_norm(torch.from_numpy(v), dim=-1)), n\n",
     )
+
+
+@pytest.mark.parametrize("stored", ["bfloat16", "float16", "float32"])
+@pytest.mark.parametrize("n", [*range(2, 41), 4099, 65_543])
+def test_the_compiled_norm_of_stored_bits_and_offsets_is_torchs(stored, n):
+    """``stored_norm`` and ``norm_parts`` (compiled with the SLP vectoriser) from the stored bits of a row, and of
+    its offset from a base, against torch's norm of the same row widened to float32 (and subtracted) by torch."""
+    from ram_desktop.core.engine.kernel_code import norm_parts, stored_norm
+
+    rng = np.random.default_rng(n)
+    dtype = getattr(torch, stored)
+    for scale in (3.0, 0.02, 1e-3):
+        values, base = (torch.from_numpy(rng.standard_normal((2, n)) * scale).to(dtype)).unbind(0)
+        # as the engine hands them over: bfloat16 bits as uint16, float16 bits as int16, float32 as floats
+        bits = [
+            t.view(torch.int16).numpy().view(np.uint16)
+            if stored == "bfloat16"
+            else t.view(torch.int16).numpy()
+            if stored == "float16"
+            else t.numpy()
+            for t in (values, base)
+        ]
+        want = float(torch.linalg.vector_norm(values.float(), dim=-1))
+        assert float(stored_norm(bits[0])) == want, (n, scale)
+        lanes, tail = np.zeros(NORM_LANES, np.float32), np.zeros(NORM_LANES, np.float32)
+        assert norm_parts(bits[0], bits[1], lanes, tail) == 0
+        want = float(torch.linalg.vector_norm(values.float() - base.float(), dim=-1))
+        assert float(norm_finish(n, lanes, tail)) == want, (n, scale)

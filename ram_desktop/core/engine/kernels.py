@@ -25,7 +25,9 @@ Model Stock, SLERP.
 No fastmath, no fused multiply-add contraction (numba's default), so every value is the same bits
 as the torch path; the one explicit fused multiply-add (``kernel_code.fma32``) is where torch's compiled
 code has one (the tail of its row norm). Whole-tensor reductions that must be torch's bits without the whole
-tensor are emulated and checked against torch on the machine once (``TorchSum``, ``torch_norm_exact``). Kernels release the GIL and run single-threaded on one chunk: the engine's
+tensor are emulated and checked against torch on the machine once (``TorchSum``, ``torch_norm_exact``); their
+few kernels whose independent lanes are kept as scalars (torch's order) are compiled with LLVM's SLP vectoriser
+(``kernel_code.slp_jit``), which reorders no float operation. Kernels release the GIL and run single-threaded on one chunk: the engine's
 chunk-level compute threads provide the parallelism, so results never depend on thread count.
 
 ``available()`` is False when numba cannot be used; the passes then keep the torch path,
@@ -127,6 +129,8 @@ def _jit() -> dict:
         "sum_feed": k.cascade_sum_feed,
         "sum_finish": k.cascade_sum_finish,
         "stored_norm": k.stored_norm,
+        "norm_parts": k.norm_parts,
+        "norm_finish": k.norm_finish,
     }
 
 
@@ -336,10 +340,15 @@ def count_patterns(
         return None
     base, agents = ops
     cdt = compute_type(compute_dtype)
-    hist = np.zeros((4, 1 << len(agents)), np.int64)
-    _, _, pattern = BUFFERS.get(cdt)
-    bad = _jit()["count"](base, agents, cdt(eps), hist, pattern)
-    return KernelResult(None, bad == 0, hist=hist.sum(0))
+
+    def count(start: int, stop: int) -> tuple[int, np.ndarray]:
+        hist = np.zeros((4, 1 << len(agents)), np.int64)
+        _, _, pattern = BUFFERS.get(cdt)  # this thread's
+        bad = _jit()["count"](base[start:stop], tuple(a[start:stop] for a in agents), cdt(eps), hist, pattern)
+        return bad, hist
+
+    parts = split(base.size, count)  # counts add up exactly however the slice is parted
+    return KernelResult(None, sum(bad for bad, _ in parts) == 0, hist=sum(hist for _, hist in parts).sum(0))
 
 
 ANALYZE_MAX_AGENTS = 8  # the joint (pattern, sign) histogram has 4^N bins
@@ -589,17 +598,39 @@ class TorchSum:
 
 @functools.cache
 def torch_norm_exact() -> bool:
-    """Whether ``kernel_code.norm_finish`` (and ``stored_norm``) give the bits of torch's 2-norm of a float32 CPU
-    row of two or more elements (``torch.linalg.vector_norm(row, dim=-1)``, one thread whatever torch's thread
-    count) on this machine: sizes taking every branch (no whole vector, every tail length, long rows), large and
-    tiny values. Where it does not, callers keep torch."""
-    norm = _jit()["stored_norm"]
+    """Whether ``kernel_code.norm_finish`` (with ``stored_norm``, and with ``norm_parts`` of an offset) gives the
+    bits of torch's 2-norm of a float32 CPU row of two or more elements (``torch.linalg.vector_norm(row, dim=-1)``,
+    one thread whatever torch's thread count) on this machine, for float32 rows and bfloat16 bits as stored, a row
+    itself and its offset from another: sizes taking every branch (no whole vector, every tail length, long rows),
+    large and tiny values. This also checks the vectorised code these kernels compile to (``slp_jit``). Where
+    it does not hold, callers keep torch."""
+    jitted = _jit()
+    norm, parts, finish = jitted["stored_norm"], jitted["norm_parts"], jitted["norm_finish"]
     rng = np.random.default_rng(0)
     sizes = (*range(2, 24), 37, 4099, 40_001, 1_000_003)  # a row of one element is torch's |x|, not this kernel
+
+    def torch_norm(row: torch.Tensor) -> float:
+        return float(torch.linalg.vector_norm(row, dim=-1))
+
+    def offset_norm(values: np.ndarray, base: np.ndarray) -> float:
+        lanes, tail = np.zeros(8, np.float32), np.zeros(8, np.float32)
+        parts(values, base, lanes, tail)
+        return float(finish(values.size, lanes, tail))
+
+    draws = rng.standard_normal((2, max(sizes)))
     for n in sizes:
         for scale in (3.0, 1e-20, 1e18):
-            values = (rng.standard_normal(n) * scale).astype(np.float32)
-            got = norm(values)
-            if float(got) != float(torch.linalg.vector_norm(torch.from_numpy(values), dim=-1)):
+            values, base = (draws[:, :n] * scale).astype(np.float32)
+            bf16 = (values.view(np.uint32) >> 16).astype(np.uint16)
+            bf16_base = (base.view(np.uint32) >> 16).astype(np.uint16)
+            widened, widened_base = (
+                torch.from_numpy(b.view(np.int16)).view(torch.bfloat16).float() for b in (bf16, bf16_base)
+            )
+            if (
+                float(norm(values)) != torch_norm(torch.from_numpy(values))
+                or float(norm(bf16)) != torch_norm(widened)
+                or offset_norm(values, base) != torch_norm(torch.from_numpy(values) - torch.from_numpy(base))
+                or offset_norm(bf16, bf16_base) != torch_norm(widened - widened_base)
+            ):
                 return False
     return True
