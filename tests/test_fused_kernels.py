@@ -12,7 +12,7 @@ import torch
 
 from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine import kernels, passes
-from ram_desktop.core.methods import baselines
+from ram_desktop.core.methods import baselines, model_stock, slerp
 from ram_desktop.core.methods import ram as ram_family
 from ram_desktop.core.pipeline import merge
 
@@ -835,16 +835,44 @@ def test_merge_kernels_say_whether_every_written_value_is_within_the_output_dtyp
             assert written.dtype == out_dtype
             seen[name, label] = done.in_range
             assert done.in_range == bool(torch.isfinite(written).all()), (name, label)
+    # SLERP's and Model Stock's combinations check theirs too
+    out_bits = {
+        torch.bfloat16: np.uint16,
+        torch.float16: np.int16,
+        torch.float32: np.float32,
+        torch.float64: np.float64,
+    }
+    combines = {
+        "slerp": lambda b, a, out: slerp.combine_pair(b, a[1], 0.25, 0.75, out)[1],
+        "model-stock": lambda b, a, out: model_stock.stock_combine(b, tuple(a), 0.9, 0.1, out),
+    }
+    every_big = [a.clone() for a in agents]
+    for a in every_big:
+        a[4321] = 1e5  # Model Stock's mean of the agents is beyond float16 only where all of them are
+    for name, combine in combines.items():
+        for label, inputs in (("plain", agents), ("big", big), ("every big", every_big)):
+            bits = [kernels.as_bits(t) for t in (base, *inputs)]
+            out = np.empty(base.numel(), out_bits[out_dtype])
+            seen[name, label] = combine(bits[0], bits[1:], out)
+            written = (
+                torch.from_numpy(out).view(out_dtype)
+                if out_dtype in (torch.bfloat16, torch.float16)
+                else torch.from_numpy(out)
+            )
+            assert seen[name, label] == bool(torch.isfinite(written).all()), (name, label)
+    assert seen["slerp", "plain"] and seen["model-stock", "plain"]
     # the flag follows the data: float16 cannot hold the big update merged whole; a scale of 1e35 overflows float32
     overflows_whole = out_dtype == torch.float16
+    assert seen["slerp", "big"] != overflows_whole and seen["model-stock", "every big"] != overflows_whole
     assert seen["ram", "plain"] and seen["ram", "big"] != overflows_whole
     assert seen["ram-plus", "big"] != overflows_whole and seen["task-arithmetic", "big"] != overflows_whole
     assert not seen["task-arithmetic 1e35", "big"]
 
 
 def test_the_writer_reads_back_no_slice_a_kernel_checked(tmp_path, monkeypatch):
-    """A fused RAM+ or Task Arithmetic merge checks its values where it writes them: the writer's second pass over
-    the output (``out_of_range``) runs for no merged tensor; with the torch path it runs for every slice."""
+    """A fused RAM+, Task Arithmetic, SLERP or Model Stock merge checks its values where it writes them: the
+    writer's second pass over the output (``out_of_range``) runs for no merged tensor; with the torch path it runs
+    for every slice."""
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16)
     checked: list[str] = []
     original = passes.out_of_range
@@ -854,14 +882,15 @@ def test_the_writer_reads_back_no_slice_a_kernel_checked(tmp_path, monkeypatch):
         return original(data, out_name)
 
     monkeypatch.setattr(passes, "out_of_range", counted)
-    for use, method in ((True, "ram-plus"), (True, "task-arithmetic"), (False, "ram-plus")):
+    runs = ((True, "ram-plus"), (True, "task-arithmetic"), (True, "slerp"), (True, "model-stock"), (False, "ram-plus"))
+    for use, method in runs:
         monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
         monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}-{method}"))
         checked.clear()
+        agents = [str(a) for a in agent_dirs][: 1 if method == "slerp" else None]
+        params = {"t": 0.5} if method == "slerp" else None
         merge(
-            MergeSpec.build(
-                str(base_dir), [str(a) for a in agent_dirs], tmp_path / f"out-{use}-{method}", method=method
-            ),
+            MergeSpec.build(str(base_dir), agents, tmp_path / f"out-{use}-{method}", method=method, params=params),
             options=RunOptions(chunk_elements=999),
         )
         assert (len(checked) == 0) == use, (use, method, len(checked))

@@ -78,17 +78,19 @@ def interpolation_of(norms: Sequence[torch.Tensor], dot_of: Callable[[int, int],
 
 def stock_combine(
     base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
-) -> None:
-    """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype."""
+) -> bool:
+    """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype; whether every
+    value written is within out's dtype (checked block by block as written)."""
     from . import model_stock_kernel
 
     tt, rest, n = np.float32(t), np.float32(one_minus_t), np.float32(len(agents))
-    kernels.split(
+    over = kernels.split(
         base.size,
         lambda s, e: model_stock_kernel.stock_combine_kernel(
-            base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, out[s:e]
+            base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, kernels.BLOCK, out[s:e]
         ),
     )
+    return sum(over) == 0
 
 
 def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
@@ -116,8 +118,8 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
         t = _row_terms(m.base, m.agents, job.numel)
     if t is None:  # an offset is not finite
         return kernels.KernelResult(m.result, False)
-    stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
-    return kernels.KernelResult(m.result, True)
+    in_range = stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
+    return kernels.KernelResult(m.result, True, in_range=in_range)
 
 
 STREAM_ELEMENTS = 1 << 20  # from this size on the cosines' norms and sums are formed block by block
@@ -128,34 +130,35 @@ def _streamed_terms(
     base: np.ndarray, agents: tuple[np.ndarray, ...]
 ) -> tuple[list[torch.Tensor], dict[tuple[int, int], torch.Tensor]] | None:
     """The offsets' norms and the pairs' dot products, torch's bits without a float32 copy of the tensor: the
-    norms an agent a thread (``kernel_code.norm_parts`` and ``norm_finish``, torch's order), the
-    products of each pair (a pair a thread) block by block, fed to a ``kernels.TorchSum``. None where an offset
-    is not finite."""
+    norms an agent a task (``kernel_code.norm_parts`` and ``norm_finish``, torch's order), the pairs' products
+    in one more task, block by block, every pair of a block while its offsets are in cache, each fed to its
+    ``kernels.TorchSum``; the tasks share the kernel threads. None where an offset is not finite."""
     from ..engine.kernel_code import norm_finish, norm_parts
     from . import model_stock_kernel
 
     n_agents, n = len(agents), base.size
     lanes = np.zeros((n_agents, 8), np.float32)
     tails = np.zeros((n_agents, 8), np.float32)
-    bad = kernels.split_tasks([partial(norm_parts, agents[k], base, lanes[k], tails[k]) for k in range(n_agents)])
-    if any(bad):
-        return None
-    norms = [torch.tensor(norm_finish(n, lanes[k], tails[k]), dtype=torch.float32) for k in range(n_agents)]
     pairs = [(i, j) for i in range(n_agents) for j in range(i + 1, n_agents)]
     sums = [kernels.TorchSum(n) for _ in pairs]
-    block = thread_workspace().get("stock_products", (len(pairs), PRODUCT_BLOCK), torch.float32, torch.device("cpu"))
+    block = thread_workspace().get("stock_products", (PRODUCT_BLOCK,), torch.float32, torch.device("cpu")).numpy()
 
-    def pair_sum(p: int) -> None:
-        i, j = pairs[p]
-        products = block.numpy()[p]
+    def pair_sums() -> int:
         for start in range(0, n, PRODUCT_BLOCK):
             stop = min(n, start + PRODUCT_BLOCK)
-            model_stock_kernel.offset_product_kernel(
-                base[start:stop], agents[i][start:stop], agents[j][start:stop], products[: stop - start]
-            )
-            sums[p].feed(products[: stop - start])
+            products = block[: stop - start]
+            for (i, j), summed in zip(pairs, sums, strict=True):
+                model_stock_kernel.offset_product_kernel(
+                    base[start:stop], agents[i][start:stop], agents[j][start:stop], products
+                )
+                summed.feed(products)
+        return 0
 
-    kernels.split_tasks([partial(pair_sum, p) for p in range(len(pairs))])
+    # the longest task first, on this thread: the norms share the kernel threads meanwhile
+    norm_tasks = [partial(norm_parts, agents[k], base, lanes[k], tails[k]) for k in range(n_agents)]
+    if any(kernels.split_tasks([pair_sums, *norm_tasks])):
+        return None
+    norms = [torch.tensor(norm_finish(n, lanes[k], tails[k]), dtype=torch.float32) for k in range(n_agents)]
     dots = {pair: torch.tensor(summed.result(), dtype=torch.float32) for pair, summed in zip(pairs, sums, strict=True)}
     return norms, dots
 

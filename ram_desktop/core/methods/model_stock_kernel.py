@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.kernel_code import jit, store, widen
+from ..engine.kernel_code import jit, store, vector_jit, widen, written_beyond_range
 
 
-@jit
-def stock_combine_kernel(base, agents, t, one_minus_t, n, out):
+@vector_jit
+def stock_combine_kernel(base, agents, t, one_minus_t, n, block, out):
     """Model Stock's θ: out[i] = t · ((0 + w_1 + … + w_N) / n) + (1 − t) · w_0 in float32, each operation rounded
-    in that order, rounded once to out's dtype."""
-    for i in range(base.size):
-        total = np.float32(0.0)
-        for k in range(len(agents)):
-            total = total + np.float32(widen(agents[k][i]))
-        store(out, i, t * (total / n) + one_minus_t * np.float32(widen(base[i])))
+    in that order, rounded once to out's dtype, ``block`` elements at a time; returns how many blocks hold a value
+    beyond out's dtype (each checked just after it is written, ``written_beyond_range``). Vector code: ``n`` (the
+    agents' count) is never 0, so the division needs no zero check."""
+    over = 0
+    size = base.size
+    for start in range(0, size, block):
+        stop = min(size, start + block)
+        for i in range(start, stop):
+            j = np.uint64(i)  # unsigned: a signed index gets a wraparound check that stops the loop vectorising
+            total = np.float32(0.0)
+            for k in range(len(agents)):
+                total = total + np.float32(widen(agents[k][j]))
+            store(out, j, t * (total / n) + one_minus_t * np.float32(widen(base[j])))
+        if written_beyond_range(out[start:stop], stop - start):
+            over += 1
+    return over
 
 
 @jit

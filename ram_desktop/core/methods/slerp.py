@@ -103,16 +103,24 @@ def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, nor
     from . import slerp_kernel
 
     na, nb = np.float32(norm_a), np.float32(norm_b)
-    kernels.split(out.size, lambda s, e: slerp_kernel.scaled_product_kernel(a, b, start + s, na, nb, out[s:e]))
+    kernels.split(
+        out.size,
+        lambda s, e: slerp_kernel.scaled_product_kernel(
+            a[start + s : start + e], b[start + s : start + e], na, nb, out[s:e]
+        ),
+    )
 
 
-def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> bool:
-    """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite."""
+def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> tuple[bool, bool]:
+    """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite,
+    and whether every value written is within out's dtype (checked block by block as written)."""
     from . import slerp_kernel
 
     ca, cb = np.float32(coef_a), np.float32(coef_b)
-    bad = kernels.split(a.size, lambda s, e: slerp_kernel.combine_pair_kernel(a[s:e], b[s:e], ca, cb, out[s:e]))
-    return sum(bad) == 0
+    counts = kernels.split(
+        a.size, lambda s, e: slerp_kernel.combine_pair_kernel(a[s:e], b[s:e], ca, cb, kernels.BLOCK, out[s:e])
+    )
+    return sum(bad for bad, _ in counts) == 0, sum(over for _, over in counts) == 0
 
 
 def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
@@ -155,8 +163,8 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
 
     t = float(ctx.shared_at("t", slices.index, job.name))
     coef_a, coef_b = coefficients(t, n, torch.float32, norm_a_of, norm_b_of, dot_piece)
-    finite = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
-    return kernels.KernelResult(m.result, finite)
+    finite, in_range = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
+    return kernels.KernelResult(m.result, finite, in_range=in_range)
 
 
 def _piece_norms(bits: np.ndarray) -> dict[int, torch.Tensor]:

@@ -9,27 +9,39 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.kernel_code import jit, store, widen
+from ..engine.kernel_code import jit, store, vector_jit, widen, written_beyond_range
 
 
-@jit
-def scaled_product_kernel(a, b, start, norm_a, norm_b, out):
-    """out[i] = (a[start + i] / norm_a) · (b[start + i] / norm_b) in float32, each operation rounded as torch
-    rounds it (SLERP's normalised dot product, summed by the caller with torch)."""
+@vector_jit
+def scaled_product_kernel(a, b, norm_a, norm_b, out):
+    """out[i] = (a[i] / norm_a) · (b[i] / norm_b) in float32, each operation rounded as torch rounds it (SLERP's
+    normalised dot product, summed by the caller with torch). Vector code: no zero-division branch (the norms are
+    never 0) and no index offset, whose wraparound check would make every load a gather."""
     for i in range(out.size):
-        out[i] = (np.float32(widen(a[start + i])) / norm_a) * (np.float32(widen(b[start + i])) / norm_b)
+        out[i] = (np.float32(widen(a[i])) / norm_a) * (np.float32(widen(b[i])) / norm_b)
 
 
 @jit
-def combine_pair_kernel(a, b, coef_a, coef_b, out):
+def combine_pair_kernel(a, b, coef_a, coef_b, block, out):
     """out[i] = coef_a · a[i] + coef_b · b[i] in float32 (two products, one sum, each rounded), rounded once to
-    out's dtype; returns how many b[i] − a[i] are not finite (a τ the merge must refuse)."""
+    out's dtype, ``block`` elements at a time; returns how many blocks hold a b[i] − a[i] that is not finite (a τ
+    the merge must refuse) and how many hold a value beyond out's dtype (each checked just after it is written,
+    ``written_beyond_range``, so the writer need not read the output again)."""
     bad = 0
-    for i in range(a.size):
-        x = np.float32(widen(a[i]))
-        y = np.float32(widen(b[i]))
-        d = y - x
-        if d - d != 0:
+    over = 0
+    n = a.size
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        nonfinite = np.int32(0)
+        for i in range(start, stop):
+            j = np.uint64(i)  # unsigned: a signed index gets a wraparound check that stops the loop vectorising
+            x = np.float32(widen(a[j]))
+            y = np.float32(widen(b[j]))
+            d = y - x
+            nonfinite = np.int32(nonfinite | np.int32(d - d != 0))  # an OR, not a branch: the loop vectorises
+            store(out, j, coef_a * x + coef_b * y)
+        if nonfinite != 0:
             bad += 1
-        store(out, i, coef_a * x + coef_b * y)
-    return bad
+        if written_beyond_range(out[start:stop], stop - start):
+            over += 1
+    return bad, over
