@@ -4,9 +4,9 @@
 For each method (default: slerp, model_stock, della, ties with per-model weight and density) it writes one
 mergekit config for a generated model of a published layout (``--layout qwen2-1.5b``: hidden 1536, 28 layers,
 intermediate 8960, vocabulary 151936, 12 heads / 2 key-value heads, untied: 1.78B parameters per model, three
-agents, bf16), runs ours and mergekit on it one after the other in the same run (page cache warmed first) and
-prints wall time, CPU, peak anonymous memory (``bench_merge.run_measured``: ``RssAnon`` of the process tree
-polled from /proc) and the speed-up (mergekit / ours). Start-up is timed apart: ``ram-merge`` on a config
+agents, bf16), runs ours and mergekit on it one after the other in the same run (the method's inputs read into
+the page cache before each run) and prints wall time, CPU, peak anonymous memory (``bench_merge.run_measured``:
+``RssAnon`` of the process tree polled from /proc) and the speed-up (mergekit / ours). Start-up is timed apart: ``ram-merge`` on a config
 whose inputs are the ``--startup-data`` tiny agents (import, plan, a few tensors).
 
     .venv/bin/python benchmarks/bench_merge_large.py --data /tmp/q15 --generate --layout qwen2-1.5b
@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             out = a.scratch / f"{method}-{side}"
             drop_dir(out)
+            # the run before may have pushed these out of the page cache (mergekit's 10+ GB): both sides start warm
+            read_all(input_files([base, *agents[: CONFIGS[method][0]]]))
             cmd = (
                 ram_merge_cmd(a, cfg, out)
                 if side == "ours"

@@ -894,3 +894,26 @@ def test_the_writer_reads_back_no_slice_a_kernel_checked(tmp_path, monkeypatch):
             options=RunOptions(chunk_elements=999),
         )
         assert (len(checked) == 0) == use, (use, method, len(checked))
+
+
+def test_model_stock_streamed_terms_refuse_only_offsets_that_are_not_finite():
+    """Model Stock's streamed norms flag a lane that is not finite; the offsets are then checked one by one: an
+    infinite offset refuses (None), finite offsets whose squares overflow give an infinite norm and go on."""
+    n = (1 << 20) + 13  # streamed (≥ STREAM_ELEMENTS), with a tail
+    rng = np.random.default_rng(3)
+
+    def bits(values: np.ndarray) -> np.ndarray:
+        return kernels.as_bits(torch.from_numpy(values.astype(np.float32)).to(torch.bfloat16))
+
+    base = bits(rng.standard_normal(n) * 0.02)
+    agents = [bits(rng.standard_normal(n) * 0.02) for _ in range(3)]
+    norms, _ = model_stock._streamed_terms(base, tuple(agents))
+    assert all(np.isfinite(float(v)) for v in norms)
+    for where in (7, n - 2):  # a lane, the tail
+        broken = agents[1].copy()
+        broken[where] = 0x7F80  # +inf in bfloat16
+        assert model_stock._streamed_terms(base, (agents[0], broken, agents[2])) is None, where
+    huge = agents[2].copy()
+    huge[12345] = bits(np.array([1e30]))[0]  # finite offset, its square beyond float32
+    norms, _ = model_stock._streamed_terms(base, (agents[0], agents[1], huge))
+    assert np.isinf(float(norms[2])) and np.isfinite(float(norms[0]))

@@ -83,3 +83,25 @@ def test_the_compiled_norm_of_stored_bits_and_offsets_is_torchs(stored, n):
         assert norm_parts(bits[0], bits[1], lanes, tail) == 0
         want = float(torch.linalg.vector_norm(values.float() - base.float(), dim=-1))
         assert float(norm_finish(n, lanes, tail)) == want, (n, scale)
+
+
+def test_norm_parts_says_when_an_offset_may_not_be_finite():
+    """0 only when every offset is surely finite; 1 for an infinite or NaN offset anywhere (a lane or the tail),
+    and for finite offsets whose squares overflow (the caller then checks the offsets themselves)."""
+    from ram_desktop.core.engine.kernel_code import norm_parts
+
+    def flag(values: np.ndarray, base: np.ndarray) -> int:
+        lanes, tail = np.zeros(NORM_LANES, np.float32), np.zeros(NORM_LANES, np.float32)
+        return int(norm_parts(values, base, lanes, tail))
+
+    base = np.zeros(101, np.float32)
+    values = np.random.default_rng(0).standard_normal(101).astype(np.float32)
+    assert flag(values, base) == 0
+    for where in (0, 37, 95, 100):  # in a lane, and in the tail (101 = 12 · 8 + 5)
+        for bad in (np.inf, -np.inf, np.nan):
+            broken = values.copy()
+            broken[where] = bad
+            assert flag(broken, base) == 1, (where, bad)
+    huge = np.full(101, 1e30, np.float32)  # finite offsets, squares beyond float32
+    assert flag(huge, base) == 1
+    assert kernels.finite_taus(base, (huge,))

@@ -634,11 +634,12 @@ def norm_element(values, base, i):
 def norm_parts(values, base, lanes, tail):
     """The parts ``norm_finish`` takes of torch's 2-norm of the float32 row ``values − base`` (each operation rounded;
     ``base`` None: the values themselves), from stored bits (bfloat16 / float16 bits or floats): the squares
-    added in order into ``lanes`` [8], the last n mod 8 elements into ``tail`` [8]. Returns how many elements
-    are not finite (with a base; 0 without). The eight lanes are locals, so they stay in registers."""
+    added in order into ``lanes`` [8], the last n mod 8 elements into ``tail`` [8]. Returns 0 when every offset
+    is surely finite (always without a base), 1 when a lane or the tail is not: an offset may then not be finite
+    (or its squares overflowed), which the caller checks (``kernels.finite_taus``). The eight lanes are locals,
+    so they stay in registers."""
     n = values.size
     whole = n - n % NORM_LANES
-    bad = 0
     l0, l1, l2, l3, l4, l5, l6, l7 = lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6], lanes[7]
     for v in range(0, whole, NORM_LANES):
         d0, d1 = norm_element(values, base, v), norm_element(values, base, v + 1)
@@ -647,16 +648,20 @@ def norm_parts(values, base, lanes, tail):
         d6, d7 = norm_element(values, base, v + 6), norm_element(values, base, v + 7)
         l0, l1, l2, l3 = l0 + d0 * d0, l1 + d1 * d1, l2 + d2 * d2, l3 + d3 * d3
         l4, l5, l6, l7 = l4 + d4 * d4, l5 + d5 * d5, l6 + d6 * d6, l7 + d7 * d7
-        if base is not None:  # an offset of finite stored values may still overflow: counted
-            finite = (d0 - d0) + (d1 - d1) + (d2 - d2) + (d3 - d3) + (d4 - d4) + (d5 - d5) + (d6 - d6) + (d7 - d7)
-            bad += np.int64(finite != 0)  # 0, or NaN where any element is inf or NaN
     lanes[0], lanes[1], lanes[2], lanes[3], lanes[4], lanes[5], lanes[6], lanes[7] = l0, l1, l2, l3, l4, l5, l6, l7
     for e in range(whole, n):
-        d = norm_element(values, base, e)
-        tail[e - whole] = d
-        if base is not None:
-            bad += np.int64(d - d != 0)
-    return bad
+        tail[e - whole] = norm_element(values, base, e)
+    if base is None:
+        return 0
+    settled = np.float32(0.0)
+    for k in range(NORM_LANES):
+        settled += lanes[k] - lanes[k]
+    for k in range(n - whole):
+        settled += tail[k] - tail[k]
+    # an offset that is not finite leaves its lane ±inf or NaN for good (squares are never negative, so nothing
+    # cancels it); a lane may also overflow from finite offsets, so 1 only says the caller must look (a test per
+    # element here, or a call to a counting kernel, costs this loop its vector code)
+    return 0 if settled == 0 else 1
 
 
 @slp_jit

@@ -555,6 +555,16 @@ class TorchSum:
             )
         self._fed = 0
 
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """The element ranges torch sums apart (one per intra-op thread it uses), in order."""
+        return list(self._bounds)
+
+    def feed_part(self, part: int, values: np.ndarray) -> None:
+        """The next ``values`` (float32, flat) of the range ``bounds[part]``, in order: each part may be fed on a
+        thread of its own (an instance is fed either this way or with ``feed``, not both)."""
+        _jit()["sum_feed"](values, *self._parts[part], self._absolute)
+
     def feed(self, values: np.ndarray) -> None:
         """The next ``values`` (float32, flat) of the tensor, in order."""
         feed = _jit()["sum_feed"]

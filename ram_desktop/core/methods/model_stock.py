@@ -130,9 +130,10 @@ def _streamed_terms(
     base: np.ndarray, agents: tuple[np.ndarray, ...]
 ) -> tuple[list[torch.Tensor], dict[tuple[int, int], torch.Tensor]] | None:
     """The offsets' norms and the pairs' dot products, torch's bits without a float32 copy of the tensor: the
-    norms an agent a task (``kernel_code.norm_parts`` and ``norm_finish``, torch's order), the pairs' products
-    in one more task, block by block, every pair of a block while its offsets are in cache, each fed to its
-    ``kernels.TorchSum``; the tasks share the kernel threads. None where an offset is not finite."""
+    norms an agent a task (``kernel_code.norm_parts`` and ``norm_finish``, torch's order), the pairs' products a
+    task per part torch sums apart (``kernels.TorchSum.bounds``), block by block, every pair of a block while its
+    offsets are in cache, each fed to its pair's sum; the tasks share the kernel threads. None where an offset is
+    not finite."""
     from ..engine.kernel_code import norm_finish, norm_parts
     from . import model_stock_kernel
 
@@ -141,22 +142,25 @@ def _streamed_terms(
     tails = np.zeros((n_agents, 8), np.float32)
     pairs = [(i, j) for i in range(n_agents) for j in range(i + 1, n_agents)]
     sums = [kernels.TorchSum(n) for _ in pairs]
-    block = thread_workspace().get("stock_products", (PRODUCT_BLOCK,), torch.float32, torch.device("cpu")).numpy()
 
-    def pair_sums() -> int:
-        for start in range(0, n, PRODUCT_BLOCK):
-            stop = min(n, start + PRODUCT_BLOCK)
-            products = block[: stop - start]
+    def pair_sums(part: int) -> int:
+        lo, hi = sums[0].bounds[part]  # the same for every pair: one n
+        block = thread_workspace().get("stock_products", (PRODUCT_BLOCK,), torch.float32, torch.device("cpu"))
+        for start in range(lo, hi, PRODUCT_BLOCK):
+            stop = min(hi, start + PRODUCT_BLOCK)
+            products = block.numpy()[: stop - start]
             for (i, j), summed in zip(pairs, sums, strict=True):
                 model_stock_kernel.offset_product_kernel(
                     base[start:stop], agents[i][start:stop], agents[j][start:stop], products
                 )
-                summed.feed(products)
+                summed.feed_part(part, products)
         return 0
 
-    # the longest task first, on this thread: the norms share the kernel threads meanwhile
+    # the pairs' tasks first: the longer ones
+    pair_tasks = [partial(pair_sums, part) for part in range(len(sums[0].bounds))]
     norm_tasks = [partial(norm_parts, agents[k], base, lanes[k], tails[k]) for k in range(n_agents)]
-    if any(kernels.split_tasks([pair_sums, *norm_tasks])):
+    unsettled = kernels.split_tasks([*pair_tasks, *norm_tasks])[len(pair_tasks) :]
+    if any(unsettled) and not kernels.finite_taus(base, tuple(a for a, u in zip(agents, unsettled, strict=True) if u)):
         return None
     norms = [torch.tensor(norm_finish(n, lanes[k], tails[k]), dtype=torch.float32) for k in range(n_agents)]
     dots = {pair: torch.tensor(summed.result(), dtype=torch.float32) for pair, summed in zip(pairs, sums, strict=True)}
