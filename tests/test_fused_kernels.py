@@ -917,3 +917,15 @@ def test_model_stock_streamed_terms_refuse_only_offsets_that_are_not_finite():
     huge[12345] = bits(np.array([1e30]))[0]  # finite offset, its square beyond float32
     norms, _ = model_stock._streamed_terms(base, (agents[0], agents[1], huge))
     assert np.isinf(float(norms[2])) and np.isfinite(float(norms[0]))
+
+
+@pytest.mark.parametrize("n", [8, 9, 100, 4099, 65_536, 777_777, 1 << 20])
+def test_slerp_sums_its_normalised_products_as_torch_does(n):
+    """SLERP's dot product of a piece is formed and summed without torch (each part torch sums apart on a kernel
+    thread): the same float32 bits as torch's sum of (a / ‖a‖) · (b / ‖b‖) over the widened piece."""
+    rng = np.random.default_rng(n)
+    a, b = (torch.from_numpy(rng.standard_normal(n) * 0.02).to(torch.bfloat16) for _ in range(2))
+    norm_a, norm_b = torch.tensor([[1.7]]), torch.tensor([[0.37]])
+    got = slerp._summed_products(kernels.as_bits(a), kernels.as_bits(b), 0, norm_a, norm_b, np.empty(n, np.float32))
+    want = ((a.float().reshape(1, -1) / norm_a) * (b.float().reshape(1, -1) / norm_b)).sum(dim=1, keepdim=True)
+    assert got == float(want)

@@ -126,7 +126,8 @@ def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out
 def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
     """``slerp_merge`` of one whole tensor from its stored slices at compute dtype float32, the same bits: the
     pieces' norms read from the stored bits in torch's order (``kernel_code.stored_norm``; widened and normed by
-    torch where that emulation is not exact here), the sums by torch, the normalised products and the final
+    torch where that emulation is not exact here), the sums torch's way (``kernels.TorchSum``; by torch where that
+    emulation is not exact here), the normalised products and the final
     combination (rounded once to the output dtype) by the fused kernels, so no float32 copy of either tensor is
     made. None where the kernels do not cover the slices (other compute dtypes, mixed stored dtypes)."""
 
@@ -156,15 +157,48 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
     else:
         norm_a_of, norm_b_of = widened_norm(m.base, buffers[0]), widened_norm(m.agents[0], buffers[1])
 
+    emulated_sum = kernels.TorchSum.exact()
+
     def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
-        products = buffers[2, : min(PIECE, n - s)]
-        scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
-        return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
+        length = min(PIECE, n - s)
+        products = buffers[2, :length]
+        if not emulated_sum or length < 8:
+            scaled_products(m.base, m.agents[0], s, float(norm_a), float(norm_b), products)
+            return torch.from_numpy(products).reshape(1, -1).sum(dim=1, keepdim=True)
+        return torch.tensor([[_summed_products(m.base, m.agents[0], s, norm_a, norm_b, products)]], dtype=torch.float32)
 
     t = float(ctx.shared_at("t", slices.index, job.name))
     coef_a, coef_b = coefficients(t, n, torch.float32, norm_a_of, norm_b_of, dot_piece)
     finite, in_range = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
     return kernels.KernelResult(m.result, finite, in_range=in_range)
+
+
+SUM_BLOCK = 1 << 16  # products formed and summed a block at a time, in cache
+
+
+def _summed_products(
+    a: np.ndarray, b: np.ndarray, start: int, norm_a: torch.Tensor, norm_b: torch.Tensor, products: np.ndarray
+) -> float:
+    """torch's float32 sum of the normalised products of the piece at ``start`` (``products.size`` elements,
+    ``products`` its buffer) without torch: each part torch's threads sum apart (``kernels.TorchSum.bounds``) formed
+    and fed on a kernel thread of its own, so no torch thread pool wakes (its idle threads spinning beside the
+    kernels' cost more than the sum)."""
+    from . import slerp_kernel
+
+    summed = kernels.TorchSum(products.size)
+    na, nb = np.float32(float(norm_a)), np.float32(float(norm_b))
+
+    def part(k: int) -> None:
+        lo, hi = summed.bounds[k]
+        for at in range(lo, hi, SUM_BLOCK):
+            stop = min(hi, at + SUM_BLOCK)
+            slerp_kernel.scaled_product_kernel(
+                a[start + at : start + stop], b[start + at : start + stop], na, nb, products[at:stop]
+            )
+            summed.feed_part(k, products[at:stop])
+
+    kernels.split_tasks([partial(part, k) for k in range(len(summed.bounds))])
+    return summed.result()
 
 
 def _piece_norms(bits: np.ndarray) -> dict[int, torch.Tensor]:
