@@ -843,7 +843,7 @@ def test_merge_kernels_say_whether_every_written_value_is_within_the_output_dtyp
         torch.float64: np.float64,
     }
     combines = {
-        "slerp": lambda b, a, out: slerp.combine_pair(b, a[1], 0.25, 0.75, out)[1],
+        "slerp": lambda b, a, out: slerp.combine_pair(b, a[1], 0.25, 0.75, 1e-5, out)[1],
         "model-stock": lambda b, a, out: model_stock.stock_combine(b, tuple(a), 0.9, 0.1, out),
     }
     every_big = [a.clone() for a in agents]
@@ -929,3 +929,23 @@ def test_slerp_sums_its_normalised_products_as_torch_does(n):
     got = slerp._summed_products(kernels.as_bits(a), kernels.as_bits(b), 0, norm_a, norm_b, np.empty(n, np.float32))
     want = ((a.float().reshape(1, -1) / norm_a) * (b.float().reshape(1, -1) / norm_b)).sum(dim=1, keepdim=True)
     assert got == float(want)
+
+
+@pytest.mark.parametrize("method,params,agents", [("slerp", {"t": 0.3}, 1), ("model-stock", {}, 3)])
+def test_whole_tensor_methods_and_their_counts_equal_the_torch_path(tmp_path, monkeypatch, method, params, agents):
+    """SLERP and Model Stock through their fused kernels give the torch path's bytes, and the report's update counts
+    (SLERP's come from its combination kernel, not a pass of their own) equal the torch path's."""
+    base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=2)
+    outputs = {}
+    for use in (True, False):
+        monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
+        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
+        out = tmp_path / f"out-{use}"
+        result = merge(
+            MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs[:agents]], out, method=method, params=params),
+            options=RunOptions(chunk_elements=999),
+        )
+        files = sorted(p.name for p in out.glob("*.safetensors"))
+        outputs[use] = ({f: (out / f).read_bytes() for f in files}, [a.overlap for a in result.probe.agents])
+    assert outputs[True] == outputs[False]
+    assert all(sum(overlap) > 0 for overlap in outputs[True][1])

@@ -111,16 +111,23 @@ def scaled_products(a: np.ndarray, b: np.ndarray, start: int, norm_a: float, nor
     )
 
 
-def combine_pair(a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, out: np.ndarray) -> tuple[bool, bool]:
+def combine_pair(
+    a: np.ndarray, b: np.ndarray, coef_a: float, coef_b: float, eps: float, out: np.ndarray
+) -> tuple[bool, bool, int]:
     """``out = coef_a · a + coef_b · b`` in float32, rounded once to out's dtype; whether every b − a is finite,
-    and whether every value written is within out's dtype (checked block by block as written)."""
+    whether every value written is within out's dtype (checked block by block as written), and how many
+    |b − a| > eps (float32)."""
     from . import slerp_kernel
 
-    ca, cb = np.float32(coef_a), np.float32(coef_b)
+    ca, cb, e = np.float32(coef_a), np.float32(coef_b), np.float32(eps)
     counts = kernels.split(
-        a.size, lambda s, e: slerp_kernel.combine_pair_kernel(a[s:e], b[s:e], ca, cb, kernels.BLOCK, out[s:e])
+        a.size, lambda s, t: slerp_kernel.combine_pair_kernel(a[s:t], b[s:t], ca, cb, e, kernels.BLOCK, out[s:t])
     )
-    return sum(bad for bad, _ in counts) == 0, sum(over for _, over in counts) == 0
+    return (
+        sum(bad for bad, _, _ in counts) == 0,
+        sum(over for _, over, _ in counts) == 0,
+        sum(updated for _, _, updated in counts),
+    )
 
 
 def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
@@ -169,8 +176,9 @@ def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, surviva
 
     t = float(ctx.shared_at("t", slices.index, job.name))
     coef_a, coef_b = coefficients(t, n, torch.float32, norm_a_of, norm_b_of, dot_piece)
-    finite, in_range = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), m.out)
-    return kernels.KernelResult(m.result, finite, in_range=in_range)
+    finite, in_range, updated = combine_pair(m.base, m.agents[0], float(coef_a), float(coef_b), slices.eps, m.out)
+    hist = np.array([n - updated, updated], np.int64) if counts else None  # the update pattern: 0 or 1
+    return kernels.KernelResult(m.result, finite, hist=hist, in_range=in_range)
 
 
 SUM_BLOCK = 1 << 16  # products formed and summed a block at a time, in cache
