@@ -844,7 +844,7 @@ def test_merge_kernels_say_whether_every_written_value_is_within_the_output_dtyp
     }
     combines = {
         "slerp": lambda b, a, out: slerp.combine_pair(b, a[1], 0.25, 0.75, 1e-5, out)[1],
-        "model-stock": lambda b, a, out: model_stock.stock_combine(b, tuple(a), 0.9, 0.1, out),
+        "model-stock": lambda b, a, out: model_stock.stock_combine(b, tuple(a), 0.9, 0.1, out)[0],
     }
     every_big = [a.clone() for a in agents]
     for a in every_big:

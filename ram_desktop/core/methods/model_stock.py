@@ -77,20 +77,42 @@ def interpolation_of(norms: Sequence[torch.Tensor], dot_of: Callable[[int, int],
 
 
 def stock_combine(
-    base: np.ndarray, agents: tuple[np.ndarray, ...], t: float, one_minus_t: float, out: np.ndarray
-) -> bool:
+    base: np.ndarray,
+    agents: tuple[np.ndarray, ...],
+    t: float,
+    one_minus_t: float,
+    out: np.ndarray,
+    eps: float | None = None,
+) -> tuple[bool, np.ndarray | None]:
     """Model Stock's ``t · mean(agents) + (1 − t) · base`` in float32, rounded once to out's dtype; whether every
-    value written is within out's dtype (checked block by block as written)."""
+    value written is within out's dtype (checked block by block as written), and with ``eps`` the update
+    patterns' histogram (2^N bins, |τ| > eps in float32) formed on the way."""
     from . import model_stock_kernel
 
     tt, rest, n = np.float32(t), np.float32(one_minus_t), np.float32(len(agents))
-    over = kernels.split(
-        base.size,
-        lambda s, e: model_stock_kernel.stock_combine_kernel(
-            base[s:e], tuple(a[s:e] for a in agents), tt, rest, n, kernels.BLOCK, out[s:e]
-        ),
-    )
-    return sum(over) == 0
+    want = eps is not None
+    e = np.float32(eps if want else 0.0)
+
+    def part(s: int, stop: int) -> tuple[int, np.ndarray]:
+        hist = np.zeros((4, 1 << len(agents)) if want else (1, 1), np.int64)
+        pattern = kernels.BUFFERS.get(np.float32)[2]  # this thread's block of patterns
+        over = model_stock_kernel.stock_combine_kernel(
+            base[s:stop],
+            tuple(a[s:stop] for a in agents),
+            tt,
+            rest,
+            n,
+            kernels.BLOCK,
+            out[s:stop],
+            e,
+            pattern,
+            hist,
+            want,
+        )
+        return over, hist
+
+    parts = kernels.split(base.size, part)
+    return sum(over for over, _ in parts) == 0, sum(h for _, h in parts).sum(0) if want else None
 
 
 def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
@@ -118,8 +140,8 @@ def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, s
         t = _row_terms(m.base, m.agents, job.numel)
     if t is None:  # an offset is not finite
         return kernels.KernelResult(m.result, False)
-    in_range = stock_combine(m.base, m.agents, float(t), float(1 - t), m.out)
-    return kernels.KernelResult(m.result, True, in_range=in_range)
+    in_range, hist = stock_combine(m.base, m.agents, float(t), float(1 - t), m.out, slices.eps if counts else None)
+    return kernels.KernelResult(m.result, True, hist=hist, in_range=in_range)
 
 
 STREAM_ELEMENTS = 1 << 20  # from this size on the cosines' norms and sums are formed block by block
