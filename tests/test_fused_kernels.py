@@ -6,6 +6,9 @@ numpy, agents summed in order from +0, rounding to the output dtype by torch's o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -568,6 +571,19 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
 # --- whole merges: the kernel path writes the same files as the torch path -----------------------
 
 
+def _with_kernels_and_without(tmp_path, monkeypatch, spec: Callable[[Path], MergeSpec]) -> dict:
+    """The merge of ``spec(out)`` with the fused kernels (True) and on the torch path (False): its weight files'
+    bytes by name, and the result."""
+    merged = {}
+    for use in (True, False):
+        monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
+        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
+        out = tmp_path / f"out-{use}"
+        result = merge(spec(out), options=RunOptions(chunk_elements=999))
+        merged[use] = ({p.name: p.read_bytes() for p in sorted(out.glob("*.safetensors"))}, result)
+    return merged
+
+
 @pytest.mark.parametrize(
     "dtype,out_dtype",
     [(torch.bfloat16, "base"), (torch.float16, "bfloat16"), (torch.float32, "float16"), (torch.float64, "base")],
@@ -589,29 +605,18 @@ def test_dare_kernel_matches_reference(dtype, out_dtype, ties, first):
 )
 def test_whole_merge_equals_torch_path(tmp_path, monkeypatch, dtype, out_dtype, method, params):
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=dtype, shards=2)
-    outputs = {}
-    for use in (True, False):
-        monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
-        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
-        out = tmp_path / f"out-{use}"
-        result = merge(
-            MergeSpec.build(
-                str(base_dir),
-                [str(a) for a in agent_dirs],
-                out,
-                method=method,
-                params=params,
-                out_dtype=out_dtype,
-                shard_size="4KB",
-            ),
-            options=RunOptions(chunk_elements=999),
-        )
-        files = sorted(p.name for p in out.glob("*.safetensors"))
-        outputs[use] = (
-            {f: (out / f).read_bytes() for f in files},
-            result.report["rescale_survival_share"],
-            [a.overlap for a in result.probe.agents],
-        )
+    agents = [str(a) for a in agent_dirs]
+    merged = _with_kernels_and_without(
+        tmp_path,
+        monkeypatch,
+        lambda out: MergeSpec.build(
+            str(base_dir), agents, out, method=method, params=params, out_dtype=out_dtype, shard_size="4KB"
+        ),
+    )
+    outputs = {
+        use: (files, result.report["rescale_survival_share"], [a.overlap for a in result.probe.agents])
+        for use, (files, result) in merged.items()
+    }
     assert len(outputs[True][0]) >= 2
     assert outputs[True] == outputs[False]
 
@@ -936,16 +941,10 @@ def test_whole_tensor_methods_and_their_counts_equal_the_torch_path(tmp_path, mo
     """SLERP and Model Stock through their fused kernels give the torch path's bytes, and the report's update counts
     (SLERP's come from its combination kernel, not a pass of their own) equal the torch path's."""
     base_dir, agent_dirs = make_models(tmp_path / "in", dtype=torch.bfloat16, shards=2)
-    outputs = {}
-    for use in (True, False):
-        monkeypatch.setattr(passes, "use_kernels", lambda device_type, elements, use=use: use and device_type == "cpu")
-        monkeypatch.setenv("RAM_DESKTOP_CACHE", str(tmp_path / f"cache-{use}"))
-        out = tmp_path / f"out-{use}"
-        result = merge(
-            MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs[:agents]], out, method=method, params=params),
-            options=RunOptions(chunk_elements=999),
-        )
-        files = sorted(p.name for p in out.glob("*.safetensors"))
-        outputs[use] = ({f: (out / f).read_bytes() for f in files}, [a.overlap for a in result.probe.agents])
+    sources = [str(a) for a in agent_dirs[:agents]]
+    merged = _with_kernels_and_without(
+        tmp_path, monkeypatch, lambda out: MergeSpec.build(str(base_dir), sources, out, method=method, params=params)
+    )
+    outputs = {use: (files, [a.overlap for a in result.probe.agents]) for use, (files, result) in merged.items()}
     assert outputs[True] == outputs[False]
     assert all(sum(overlap) > 0 for overlap in outputs[True][1])

@@ -60,14 +60,19 @@ def test_overwrite_never_deletes_what_the_user_added_to_an_earlier_output(tmp_pa
     assert not (tmp_path / "merged-2").exists()
 
 
+def _overwrite_refused_untouched(tmp_path: Path, inputs: list[str], out: Path, *named: str) -> None:
+    """``--overwrite`` into ``out`` is refused naming ``named``, and nothing in ``out`` changes."""
+    before = tree_snapshot(out)
+    refused(_merge(tmp_path, inputs, out, "--overwrite"), *named)
+    assert tree_snapshot(out) == before
+
+
 def test_overwrite_refuses_an_output_whose_files_the_user_changed(tmp_path, inputs):
     out = tmp_path / "merged"
     assert _merge(tmp_path, inputs, out).returncode == 0
     card = out / "README.md"
     card.write_text(card.read_text() + "\nMy own findings.\n")
-    before = tree_snapshot(out)
-    refused(_merge(tmp_path, inputs, out, "--overwrite"), "README.md")
-    assert tree_snapshot(out) == before
+    _overwrite_refused_untouched(tmp_path, inputs, out, "README.md")
 
 
 def test_overwrite_refuses_a_file_changed_in_place_with_its_size_kept(tmp_path, inputs):
@@ -77,9 +82,7 @@ def test_overwrite_refuses_a_file_changed_in_place_with_its_size_kept(tmp_path, 
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one bit of the last weight: same size, other content
     weights.write_bytes(bytes(data))
-    before = tree_snapshot(out)
-    refused(_merge(tmp_path, inputs, out, "--overwrite"), "model.safetensors")
-    assert tree_snapshot(out) == before
+    _overwrite_refused_untouched(tmp_path, inputs, out, "model.safetensors")
 
 
 def test_an_earlier_versions_sha256_manifest_is_still_honoured(tmp_path, inputs):
@@ -95,9 +98,7 @@ def test_an_earlier_versions_sha256_manifest_is_still_honoured(tmp_path, inputs)
     text = card.read_text()
     card.write_text(text.replace("a", "b", 1))  # same size, changed: the SHA-256 tells
     assert card.stat().st_size == len(text.encode())
-    before = tree_snapshot(out)
-    refused(_merge(tmp_path, inputs, out, "--overwrite"), "README.md")
-    assert tree_snapshot(out) == before
+    _overwrite_refused_untouched(tmp_path, inputs, out, "README.md")
     card.write_text(text)
     done = _merge(tmp_path, inputs, out, "--overwrite", "--method", "ram")
     assert done.returncode == 0, done.stderr
