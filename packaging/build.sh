@@ -45,7 +45,7 @@ fi
 # --- 1. build environment ------------------------------------------------------------------------
 # what the build venv holds (part of its stamp: adding a package here rebuilds an existing venv)
 VENV_PACKAGES=(pyinstaller pyinstaller-hooks-contrib setuptools
-    torch safetensors huggingface_hub pyyaml tqdm numpy PySide6_Essentials pyqtgraph
+    torch safetensors huggingface_hub pyyaml tqdm numpy xxhash PySide6_Essentials pyqtgraph
     numba llvmlite transformers tokenizers jinja2 uv)
 TORCH_INDEX_ARGS=()
 [[ -n "${TORCH_INDEX_URL:-}" ]] && TORCH_INDEX_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
@@ -75,8 +75,8 @@ rm -rf build/lib build/bdist.* ./*.egg-info
 VERSION=$(cd /tmp && "$ROOT/$PY" -c 'import ram_desktop; print(ram_desktop.__version__)')
 # numba (the fused CPU kernels) and transformers + tokenizers + jinja2 (`ram-merge eval`) are bundled:
 # without numba the frozen engine silently falls back to the slower torch path.
-"$PY" -c 'import numba, llvmlite, transformers, tokenizers, jinja2' \
-    || { echo "error: the build venv lacks numba / transformers / tokenizers / jinja2" >&2; exit 1; }
+"$PY" -c 'import numba, llvmlite, transformers, tokenizers, jinja2, xxhash' \
+    || { echo "error: the build venv lacks numba / transformers / tokenizers / jinja2 / xxhash" >&2; exit 1; }
 if "$PY" -c 'import torch, sys; sys.exit(0 if torch.version.cuda is None else 1)'; then :; else
     [[ "${ALLOW_CUDA:-0}" == 1 ]] || { echo "error: the build venv has a CUDA torch; set ALLOW_CUDA=1 for the CUDA variant" >&2; exit 1; }
 fi
@@ -131,7 +131,7 @@ License: Apache-2.0
 Comment: bundles CPython, PyTorch (BSD-3-Clause), Qt / PySide6 (LGPL-3.0), pyqtgraph (MIT), NumPy
  (BSD-3-Clause), numba and llvmlite (BSD-2-Clause; LLVM: Apache-2.0 WITH LLVM-exception),
  safetensors, huggingface_hub, transformers, tokenizers and regex (Apache-2.0), Jinja2 and
- MarkupSafe (BSD-3-Clause); their licence files are in /opt/ram-desktop/_internal/*.dist-info.
+ MarkupSafe (BSD-3-Clause), xxhash (BSD-2-Clause); their licence files are in /opt/ram-desktop/_internal/*.dist-info.
 EOF
 chmod -R u+rwX,go+rX,go-w "$STAGE"
 INSTALLED_KB=$(du -sk --exclude=DEBIAN "$STAGE" | cut -f1)

@@ -8,7 +8,7 @@ VENV=build/pyinstaller-venv
 
 [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -c constraints.txt -c packaging/constraints-build.txt \
-    pyinstaller pyinstaller-hooks-contrib setuptools torch safetensors huggingface_hub pyyaml tqdm numpy \
+    pyinstaller pyinstaller-hooks-contrib setuptools torch safetensors huggingface_hub pyyaml tqdm numpy xxhash \
     PySide6_Essentials pyqtgraph pillow
 "$VENV/bin/python" -m pip install --no-deps --no-build-isolation --force-reinstall .
 VERSION=$(cd /tmp && "$OLDPWD/$VENV/bin/python" -c 'import ram_desktop; print(ram_desktop.__version__)')
