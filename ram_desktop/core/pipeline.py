@@ -4,6 +4,7 @@ write. It composes the passes of ``passes``; methods only compute on chunks.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import json
@@ -407,6 +408,7 @@ def merge_report(
     return report
 
 
+@functools.cache
 def _package_version(name: str) -> str:
     """An installed package's version, from its metadata (no import), or from the module where the metadata is
     missing (a frozen bundle)."""
