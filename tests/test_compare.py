@@ -133,6 +133,38 @@ def test_a_compare_of_merge_only_variants_reads_the_data_once(tmp_path, models, 
     assert counter["bytes"] == tensor_bytes  # four variants, one read of every input byte
 
 
+def test_ram_family_variants_merge_in_one_kernel_call_with_the_bytes_of_separate_merges(
+    tmp_path, models, monkeypatch, capsys
+):
+    """RAM, RAM+ and RAM+s in one compare go through the family's group kernel together (one call per chunk for
+    the three), each folder's weights byte-identical to a separate merge of that method."""
+    from ram_desktop.core.methods import ram
+
+    base, agents = models
+    calls = {"group": 0, "one": 0}
+    group, one = ram.selective_merge_group, ram.selective_merge_into
+    monkeypatch.setattr(
+        ram, "selective_merge_group", lambda *a: calls.__setitem__("group", calls["group"] + 1) or group(*a)
+    )
+    monkeypatch.setattr(ram, "selective_merge_into", lambda *a: calls.__setitem__("one", calls["one"] + 1) or one(*a))
+    variants = {  # variant → (its folder, the separate merge's flags)
+        "ram": ("ram", ["--method", "ram"]),
+        "ram-plus:r=0.3": ("ram-plus_r=0.3", ["--method", "ram-plus", "--r", "0.3"]),
+        "ram-plus-soft": ("ram-plus-soft", ["--method", "ram-plus-soft"]),
+    }
+    argv = ["-q", "compare", str(base), *map(str, agents), "--out", str(tmp_path / "cmp")]
+    for v in variants:
+        argv += ["--variant", v]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert calls["group"] > 0 and calls["one"] == 0, calls
+    monkeypatch.undo()
+    assert {p.name for p in (tmp_path / "cmp").iterdir() if p.is_dir()} == {f for f, _ in variants.values()}
+    for folder, flags in variants.values():
+        out = tmp_path / "separate" / folder
+        assert main(["-q", "merge", str(base), *map(str, agents), "--out", str(out), *flags]) == 0
+        assert weights(out) and weights(tmp_path / "cmp" / folder) == weights(out), folder
+
+
 @pytest.mark.parametrize(
     "argv, fragment",
     [

@@ -244,6 +244,58 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
     assert counted is not None and np.array_equal(counted.hist, hist) and counted.finite
 
 
+# each case a numba compilation of the group kernel (dtypes, agent count, three outputs)
+GROUP_CASES = [
+    (torch.bfloat16, torch.bfloat16, 3),
+    (torch.float16, torch.float32, 2),
+    (torch.float32, torch.bfloat16, 1),
+    (torch.float64, torch.float16, 4),
+]
+
+
+@pytest.mark.parametrize("dtype,out_dtype,n_agents", GROUP_CASES)
+def test_group_kernel_gives_each_variant_the_reference(dtype, out_dtype, n_agents):
+    """Several RAM-family variants of one slice in one kernel call (a compare's RAM, RAM+ and another RAM+): each
+    variant's θ bits, survival counts and the histogram equal the whole-slice reference, whatever the chunking."""
+    n = 3001
+    base, agents = _inputs(n, n_agents, dtype, seed=11 + n_agents)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    variants = [
+        (None, False),
+        ([1.0 + 0.137 * (t + 1) for t in range(n_agents)], True),
+        ([2.0 - 0.25 * t for t in range(n_agents)], False),
+    ]
+    want = [_reference(base, agents, 1e-5, compute, out_dtype, lams) for lams, _ in variants]
+    for chunk in (n, 1000, 7):
+        parts = _chunked(
+            lambda b, a: ram_family.selective_merge_group(
+                b, a, 1e-5, compute, out_dtype, [lams for lams, _ in variants], True, [s for _, s in variants]
+            ),
+            base,
+            agents,
+            chunk,
+        )
+        for k, ((theta, hist, survival), (_, surv)) in enumerate(zip(want, variants)):
+            got = torch.cat([p[k].merged for p in parts])
+            assert got.dtype == out_dtype
+            assert np.array_equal(_bits(got), _bits(theta)), (chunk, k)
+            assert all(p[k].finite for p in parts)
+            if surv:
+                assert np.array_equal(sum(p[k].survival for p in parts), survival), (chunk, k)
+            else:
+                assert all(p[k].survival is None for p in parts)
+            if k == 0:
+                assert np.array_equal(sum(p[0].hist for p in parts), hist)
+            else:
+                assert all(p[k].hist is None for p in parts)
+    bad = agents[-1].clone()
+    bad[1234] = float("nan")
+    done = ram_family.selective_merge_group(
+        base, [*agents[:-1], bad], 1e-5, compute, out_dtype, [None, [1.5] * n_agents], False, [False, True]
+    )
+    assert done is not None and [d.finite for d in done] == [False, False]
+
+
 def test_count_kernel_chunks_down_to_one_element():
     base, agents = _inputs(257, 4, torch.bfloat16, seed=3)
     _, hist, _ = _reference(base, agents, 1e-5, torch.float32, torch.bfloat16, None)

@@ -65,6 +65,18 @@ class FusedKernel(Protocol):
     def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool, /) -> KernelResult | None: ...
 
 
+class FusedGroupKernel(Protocol):
+    """Several variants of one method family merged from the same stored slices in one pass over them: the work
+    they share per element done once, the same bits as each member's ``FusedKernel``. ``members``: each
+    variant's ``FusedKernel`` (one of the family's) and context; ``survival``: per member. Results in member
+    order, the first carrying the histogram when ``counts`` asks for it; None when the kernels do not cover the
+    slices."""
+
+    def __call__(
+        self, slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, survival: list[bool], /
+    ) -> list[KernelResult] | None: ...
+
+
 @dataclass(frozen=True)
 class Streaming:
     """How the merge pass feeds a method.
@@ -75,7 +87,8 @@ class Streaming:
     one tensor per compute thread, not by the chunk size). ``theta``: ``merge`` returns the merged weights θ
     (any float dtype; the engine rounds them once to the output dtype) instead of τ_merged; it reads the
     stored weights through ``chunk.thetas``. ``fused``: the method's ``FusedKernel`` for CPU passes (None:
-    torch only). ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints
+    torch only). ``fused_group``: the family's ``FusedGroupKernel``, the same object for every method of the
+    family: the variants of a compare whose methods share it run through it together. ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints
     (Fisher information), opened (headers only), whose tensors carry the agents' names and shapes; the
     engine checks them against the plan and the reader streams their slices beside the agents', so
     ``merge`` finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order). ``stacks``: the
@@ -86,6 +99,7 @@ class Streaming:
     whole_tensor: bool = False
     theta: bool = False
     fused: FusedKernel | None = None
+    fused_group: FusedGroupKernel | None = None
     aux_inputs: Callable[[dict], dict[str, list[Checkpoint]]] | None = None
     stacks: bool = False
 

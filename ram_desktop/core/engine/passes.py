@@ -338,37 +338,62 @@ def _fusable(variant: Variant) -> bool:
 def _fused_merges(
     slices: StoredSlices, variants: list[Variant], accumulator: ProbeAccumulator | None
 ) -> list[tuple[torch.Tensor | np.ndarray, bool]] | None:
-    """Every variant of one chunk through its method's fused kernel (one pass over memory each): the merged slice
-    and whether the kernel found every merged value within the output dtype (``KernelResult.in_range``); the
-    probe's counts on the way when no probe ran first (from the first variant's kernel where it counts them, else
+    """Every variant of one chunk through its method's fused kernel, the variants whose methods share a
+    ``fused_group`` through it together (one pass over memory each kernel call): the merged slice and whether the
+    kernel found every merged value within the output dtype (``KernelResult.in_range``); the probe's counts on
+    the way when no probe ran first (from the first variant's kernel where it counts them, else
     ``kernels.count_patterns``); None when the kernels do not cover this chunk (the torch path then runs it)."""
     job = slices.job
     if not _stored_agents(job):
         return None
-    outputs: list[tuple[torch.Tensor | np.ndarray, bool]] = []
-    for k, variant in enumerate(variants):
-        assert variant.method.streaming.fused is not None
-        counting = accumulator is not None and k == 0
-        done = variant.method.streaming.fused(slices, variant.context, counting, variant.observer is not None)
+    results: dict[int, kernels.KernelResult] = {}
+    for members in _kernel_groups(variants):
+        counting = accumulator is not None and members[0] == 0
+        group = [variants[k] for k in members]
+        fused = [f for v in group if (f := v.method.streaming.fused) is not None]
+        assert len(fused) == len(group)  # _fusable
+        survival = [v.observer is not None for v in group]
+        if len(group) > 1:
+            group_kernel = group[0].method.streaming.fused_group
+            assert group_kernel is not None
+            done = group_kernel(slices, [(f, v.context) for f, v in zip(fused, group)], counting, survival)
+        else:
+            one = fused[0](slices, group[0].context, counting, survival[0])
+            done = None if one is None else [one]
         if done is None:
             return None
-        hist = done.hist
+        results.update(zip(members, done))
+    outputs: list[tuple[torch.Tensor | np.ndarray, bool]] = []
+    for k, variant in enumerate(variants):
+        result = results[k]
+        hist = result.hist
+        counting = accumulator is not None and k == 0
         if counting and hist is None:
             counted = kernels.count_patterns(slices.base, slices.agents, slices.eps, job.compute_name)
             if counted is None:
                 return None
             hist = counted.hist
-        if not done.finite:
+        if not result.finite:
             slices.load()  # raises the error naming agent and tensor
         if counting:
             assert accumulator is not None and hist is not None  # counting: asked of the kernel, or counted above
             accumulator.add_pattern_counts(slices.index, hist)
         if variant.observer is not None:
-            assert isinstance(variant.observer, _CountsObserver) and done.survival is not None  # _fusable; asked for
-            variant.observer.add_counts(job.out_name, done.survival)
-        assert done.merged is not None  # a merge kernel gives the merged slice
-        outputs.append((done.merged, done.in_range))
+            assert isinstance(variant.observer, _CountsObserver) and result.survival is not None  # _fusable; asked for
+            variant.observer.add_counts(job.out_name, result.survival)
+        assert result.merged is not None  # a merge kernel gives the merged slice
+        outputs.append((result.merged, result.in_range))
     return outputs
+
+
+def _kernel_groups(variants: list[Variant]) -> list[list[int]]:
+    """The variants' indices by kernel call, in order of first appearance: those whose methods share a
+    ``fused_group`` together, every other variant alone."""
+    groups: dict[object, list[int]] = {}
+    for k, variant in enumerate(variants):
+        shared = variant.method.streaming.fused_group
+        groups.setdefault(k if shared is None else shared, []).append(k)
+    return list(groups.values())
 
 
 _EXPONENT_BITS: dict[str, tuple[type, int]] = {

@@ -10,7 +10,7 @@ observer, λ, would-keep); ``interop``, how it meets mergekit, comparisons, cali
 
 Everything specific to a method is a field, so code outside ``methods/`` never branches on a method's
 name. The contract types the passes read (``Collector``, ``SliceCollector``, ``Observer``,
-``FusedKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are re-exported here.
+``FusedKernel``, ``FusedGroupKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are re-exported here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..engine.contracts import Collector, FusedKernel, Observer, SliceCollector, Streaming
+from ..engine.contracts import Collector, FusedGroupKernel, FusedKernel, Observer, SliceCollector, Streaming
 from ..errors import InputError
 from ..lazy import torch
 from .mergekit_map import MergekitMapping
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Analysis",
     "Collector",
+    "FusedGroupKernel",
     "FusedKernel",
     "Interop",
     "MergeMethod",

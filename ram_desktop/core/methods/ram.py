@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -178,12 +179,59 @@ def selective_merge_into(
     )
 
 
-def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
-    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the
-    survival counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
+def selective_merge_group(
+    base_raw: torch.Tensor | np.ndarray,
+    agent_raws: list[torch.Tensor] | list[np.ndarray],
+    eps: float,
+    compute_dtype: torch.dtype | str,
+    out_dtype: torch.dtype | str,
+    lambdas: list[list[float] | None],
+    want_hist: bool,
+    want_survival: list[bool],
+) -> list[KernelResult] | None:
+    """``selective_merge_into`` for several variants of one slice (λ per variant, None for RAM) in one pass over
+    the stored bits: each variant's result as that function gives it, the histogram on the first. None when the
+    kernels do not cover the slice."""
+    from . import ram_kernel
 
-    def fused(slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:
+    found = [kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype) for _ in lambdas]
+    operands = [o for o in found if o is not None]  # an output slice each, the same inputs
+    if len(operands) < len(found):
+        return None
+    m = operands[0]
+    n_agents = len(m.agents)
+    lams = np.stack([_agent_lambdas(tuple(lam) if lam is not None else None, n_agents, m.cdt) for lam in lambdas])
+    use_lam = np.array([lam is not None for lam in lambdas])
+    count_survival = np.array([want and lam is not None for want, lam in zip(want_survival, lambdas)])
+    hist = np.zeros((4, 1 << n_agents) if want_hist else (1, 1), np.int64)
+    surv = np.zeros((len(lambdas), 2, n_agents), np.int64)
+    xs, sums, pattern = kernels.BUFFERS.get(m.cdt)
+    counts, moved = kernels.BUFFERS.pair(np.int32)
+    outs = tuple(o.out for o in operands)
+    bad, over = ram_kernel.merge_group_kernel(
+        m.base, m.agents, m.cdt(eps), m.cdt(1), lams, use_lam, outs, hist, want_hist, surv, count_survival,
+        xs, sums, pattern, counts, moved,
+    )  # fmt: skip
+    return [
+        kernels.KernelResult(
+            o.result,
+            bad == 0,
+            hist.sum(0) if want_hist and k == 0 else None,
+            surv[k] if count_survival[k] else None,
+            in_range=over[k] == 0,
+        )
+        for k, o in enumerate(operands)
+    ]
 
+
+@dataclass(frozen=True)
+class _Fused:
+    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the survival counts in the
+    same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
+
+    lambdas_of: Callable[[Any], list[float] | None]
+
+    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:
         job = slices.job
         return selective_merge_into(
             slices.base,
@@ -191,12 +239,24 @@ def _fused(lambdas_of: Callable[[Any], list[float] | None]) -> FusedKernel:
             slices.eps,
             job.compute_name,
             job.out_name,
-            lambdas_of(context),
+            self.lambdas_of(context),
             counts,
             survival,
         )
 
-    return fused
+
+def _fused_group(
+    slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, survival: list[bool]
+) -> list[KernelResult] | None:
+    """The RAM family's ``FusedGroupKernel``: its variants of a chunk through ``selective_merge_group``."""
+    lambdas = []
+    for kernel, context in members:
+        assert isinstance(kernel, _Fused)  # the family's methods share this group kernel
+        lambdas.append(kernel.lambdas_of(context))
+    job = slices.job
+    return selective_merge_group(
+        slices.base, slices.agents, slices.eps, job.compute_name, job.out_name, lambdas, counts, survival
+    )
 
 
 def ram_shares(report: ProbeReport) -> list[float]:
@@ -296,7 +356,7 @@ def _ram_family(
             params,
             lambda chunk, ctx: selective_merge(chunk, None),
             short=short,
-            streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: None)),
+            streaming=Streaming(thread_safe=True, fused=_Fused(lambda ctx: None), fused_group=_fused_group),
             analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report))),
             interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
         )
@@ -313,7 +373,9 @@ def _ram_family(
         merge=selective_merge,
         prepare=prepare,
         short=short,
-        streaming=Streaming(thread_safe=True, fused=_fused(lambda ctx: [float(x) for x in ctx])),
+        streaming=Streaming(
+            thread_safe=True, fused=_Fused(lambda ctx: [float(x) for x in ctx]), fused_group=_fused_group
+        ),
         analysis=Analysis(
             needs_probe=lambda params: True,
             lambdas=lambdas,

@@ -107,3 +107,91 @@ def count_moved(pattern, length, nagents, surv):
             mv = np.int32(mv + (np.int32(1) if p == flagged else np.int32(0)))
         surv[0, t] += mv
         surv[1, t] += u + mv
+
+
+@jit
+def shared_run(base, agents, start, length, eps, one, xs, sums, pattern, counts):
+    """What every RAM-family variant of a block shares, as ``merge_run`` forms it: per element start + j the base
+    x (``xs``), s = Σ_t [m_t]·τ_t (``sums``), the update pattern and c, the number of agents updating
+    (``counts``). Returns False when some τ is NaN or ±inf."""
+    zero = eps - eps
+    first = np.uint64(start)
+    bad = np.int32(0)
+    for j in range(length):
+        i = first + np.uint64(j)
+        x = like(eps, widen(base[i]))
+        s = zero
+        p = np.int32(0)
+        c = np.int32(0)
+        for t in range(len(agents)):
+            v = like(eps, widen(agents[t][i])) - x
+            m = abs(v) > eps
+            s = s + v * (one if m else zero)
+            p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
+            c = np.int32(c + (np.int32(1) if m else np.int32(0)))
+            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+        xs[j] = x
+        sums[j] = s
+        pattern[j] = p
+        counts[j] = c
+    return bad == 0
+
+
+@jit
+def variant_run(agents, xs, sums, pattern, counts, length, lams, moved_bit, o, moved):
+    """One variant's o[j] = round(x + s') from ``shared_run``'s block, as ``merge_run`` writes it (``lams``
+    None: RAM); with ``moved_bit``, moved[j] = the pattern plus that bit where the written value differs from the
+    RAM value round(x + s). ``agents`` only for their number, known when compiling: the loop over λ is
+    unrolled, as ``merge_run``'s, so the element loop vectorises."""
+    for j in range(length):
+        s = sums[j]
+        p = pattern[j]
+        scaled = s
+        if lams is not None:
+            for t in range(len(agents)):
+                product = scaled * lams[t]
+                scaled = product if p == np.int32(1 << t) else scaled
+        divisor = np.float32(max(1, counts[j]))
+        written = encoded(o, xs[j] + scaled / divisor)
+        o[j] = written
+        if moved_bit is not None:
+            differs = not same_value(o, encoded(o, xs[j] + s), written)
+            moved[j] = np.int32(p | (moved_bit if differs else np.int32(0)))
+
+
+@jit
+def merge_group_kernel(
+    base, agents, eps, one, lams, use_lam, outs, hist, want_hist, surv, want_surv, xs, sums, pattern, counts, moved
+):
+    """``merge_kernel`` for several RAM-family variants of one slice at once (``outs``: a tuple, an output per
+    variant; ``lams`` [K, N], ``use_lam`` [K]: RAM+ λ or RAM; ``surv`` [K, 2, N], ``want_surv`` [K]): each block's
+    τ, masks and counts formed once (``shared_run``), then every variant's value written from them, the same bits
+    as ``merge_kernel`` gives each. Returns the blocks with a τ that is not finite and, per variant, the blocks
+    holding a value beyond out's dtype."""
+    n = base.shape[0]
+    block = pattern.shape[0]
+    nagents = len(agents)
+    moved_bit = np.int32(1 << nagents)
+    bad = 0
+    over = np.zeros(len(outs), np.int64)
+    for start in range(0, n, block):
+        length = min(block, n - start)
+        if not shared_run(base, agents, start, length, eps, one, xs, sums, pattern, counts):
+            bad += 1
+        if want_hist:
+            pattern_histogram(pattern, length, nagents, hist)
+        for k in range(len(outs)):
+            o = outs[k][start : start + length]
+            if use_lam[k] and want_surv[k]:
+                variant_run(agents, xs, sums, pattern, counts, length, lams[k], moved_bit, o, moved)
+            elif use_lam[k]:
+                variant_run(agents, xs, sums, pattern, counts, length, lams[k], None, o, moved)
+            elif want_surv[k]:
+                variant_run(agents, xs, sums, pattern, counts, length, None, moved_bit, o, moved)
+            else:
+                variant_run(agents, xs, sums, pattern, counts, length, None, None, o, moved)
+            if written_beyond_range(o, length):
+                over[k] += 1
+            if want_surv[k]:
+                count_moved(moved, length, nagents, surv[k])
+    return bad, over
