@@ -13,6 +13,10 @@ import torch
 
 from .synthetic import demo_shapes, generate_tensors, write_model
 
+# Qt without a display wherever a test makes widgets (pytest-qt's qapp starts before a test body could set it),
+# so every module passes alone, outside `make test` too
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
 SMALL_CONFIG = {
     "architectures": ["Qwen2ForCausalLM"],
     "model_type": "qwen2",
