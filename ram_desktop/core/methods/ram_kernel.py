@@ -9,7 +9,36 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.kernel_code import encoded, jit, like, pattern_histogram, same_value, widen, written_beyond_range
+from ..engine.kernel_code import (
+    encoded,
+    inlined_jit,
+    jit,
+    like,
+    pattern_histogram,
+    same_value,
+    widen,
+    written_beyond_range,
+)
+
+
+@inlined_jit
+def agent_updates(agents, i, x, eps, one):
+    """Element i, base value x: s = Σ_t [m_t]·τ_t (agent order, from +0; × 0 or 1 is exact: τ or ±0, as the torch
+    path), the update pattern, c the number of agents updating, and 1 where some τ is NaN or ±inf (τ − τ is then
+    NaN). Inlined into the element loops of ``merge_run`` and ``shared_run``, which keep them vector code."""
+    zero = eps - eps
+    s = zero
+    p = np.int32(0)
+    c = np.int32(0)
+    bad = np.int32(0)
+    for t in range(len(agents)):
+        v = like(eps, widen(agents[t][i])) - x
+        m = abs(v) > eps
+        s = s + v * (one if m else zero)
+        p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
+        c = np.int32(c + (np.int32(1) if m else np.int32(0)))
+        bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+    return s, p, c, bad
 
 
 @jit
@@ -20,22 +49,13 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
     o's dtype (``encoded``). pattern[j] = the update pattern, plus ``moved_bit`` (None: not computed) where
     the written value differs from the RAM value round(x + s). Returns False when some τ is NaN or ±inf.
     ``lams`` and ``moved_bit`` may be None so that numba compiles one loop per case (no branch inside)."""
-    zero = eps - eps
     first = np.uint64(start)
     bad = np.int32(0)
     for j in range(length):
         i = first + np.uint64(j)
         x = like(eps, widen(base[i]))
-        s = zero
-        p = np.int32(0)
-        c = np.int32(0)
-        for t in range(len(agents)):
-            v = like(eps, widen(agents[t][i])) - x
-            m = abs(v) > eps
-            s = s + v * (one if m else zero)  # × 0 or 1 is exact: τ or ±0, as the torch path
-            p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
-            c = np.int32(c + (np.int32(1) if m else np.int32(0)))
-            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+        s, p, c, flagged = agent_updates(agents, i, x, eps, one)
+        bad = np.int32(bad | flagged)
         scaled = s
         if lams is not None:
             for t in range(len(agents)):
@@ -114,22 +134,13 @@ def shared_run(base, agents, start, length, eps, one, xs, sums, pattern, counts)
     """What every RAM-family variant of a block shares, as ``merge_run`` forms it: per element start + j the base
     x (``xs``), s = Σ_t [m_t]·τ_t (``sums``), the update pattern and c, the number of agents updating
     (``counts``). Returns False when some τ is NaN or ±inf."""
-    zero = eps - eps
     first = np.uint64(start)
     bad = np.int32(0)
     for j in range(length):
         i = first + np.uint64(j)
         x = like(eps, widen(base[i]))
-        s = zero
-        p = np.int32(0)
-        c = np.int32(0)
-        for t in range(len(agents)):
-            v = like(eps, widen(agents[t][i])) - x
-            m = abs(v) > eps
-            s = s + v * (one if m else zero)
-            p = np.int32(p | (np.int32(1 << t) if m else np.int32(0)))
-            c = np.int32(c + (np.int32(1) if m else np.int32(0)))
-            bad = np.int32(bad | (np.int32(1) if v - v != zero else np.int32(0)))
+        s, p, c, flagged = agent_updates(agents, i, x, eps, one)
+        bad = np.int32(bad | flagged)
         xs[j] = x
         sums[j] = s
         pattern[j] = p
