@@ -41,6 +41,27 @@ def agent_updates(agents, i, x, eps, one):
     return s, p, c, bad
 
 
+@inlined_jit
+def write_merged(o, j, x, s, p, c, agents, lams, moved_bit):
+    """o[j] = round(x + s') once to o's dtype (``encoded``): s' = s·λ_t where only agent t updates (``lams``;
+    None: RAM, no factor), else s / max(1, c) (÷1 is exact). Returns the pattern p, plus ``moved_bit`` (None: not
+    computed) where the written value differs from the RAM value round(x + s). ``agents`` only for their number,
+    known when compiling, so the λ loop unrolls and the caller's element loop vectorises. Inlined into
+    ``merge_run`` and ``variant_run``."""
+    scaled = s
+    if lams is not None:
+        for t in range(len(agents)):
+            product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
+            scaled = product if p == np.int32(1 << t) else scaled
+    divisor = np.float32(max(1, c))  # a constant type, not eps's: the loop vectorises
+    written = encoded(o, x + scaled / divisor)
+    o[j] = written
+    if moved_bit is not None:
+        moved = not same_value(o, encoded(o, x + s), written)
+        p = np.int32(p | (moved_bit if moved else np.int32(0)))
+    return p
+
+
 @jit
 def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern):
     """o[j] = round(x + s') for the elements start + j, j < length, all agents per element: x the base,
@@ -56,18 +77,7 @@ def merge_run(base, agents, start, length, eps, one, lams, moved_bit, o, pattern
         x = like(eps, widen(base[i]))
         s, p, c, flagged = agent_updates(agents, i, x, eps, one)
         bad = np.int32(bad | flagged)
-        scaled = s
-        if lams is not None:
-            for t in range(len(agents)):
-                product = scaled * lams[t]  # loaded outside the select: a load only where p = 2^t is a gather
-                scaled = product if p == np.int32(1 << t) else scaled
-        divisor = np.float32(max(1, c))  # a constant type, not eps's: the loop vectorises
-        written = encoded(o, x + scaled / divisor)
-        o[j] = written
-        if moved_bit is not None:
-            moved = not same_value(o, encoded(o, x + s), written)
-            p = np.int32(p | (moved_bit if moved else np.int32(0)))
-        pattern[j] = p
+        pattern[j] = write_merged(o, j, x, s, p, c, agents, lams, moved_bit)
     return bad == 0
 
 
@@ -150,24 +160,12 @@ def shared_run(base, agents, start, length, eps, one, xs, sums, pattern, counts)
 
 @jit
 def variant_run(agents, xs, sums, pattern, counts, length, lams, moved_bit, o, moved):
-    """One variant's o[j] = round(x + s') from ``shared_run``'s block, as ``merge_run`` writes it (``lams``
-    None: RAM); with ``moved_bit``, moved[j] = the pattern plus that bit where the written value differs from the
-    RAM value round(x + s). ``agents`` only for their number, known when compiling: the loop over λ is
-    unrolled, as ``merge_run``'s, so the element loop vectorises."""
+    """One variant's values from ``shared_run``'s block, as ``merge_run`` writes them (``write_merged``; ``lams``
+    None: RAM); with ``moved_bit``, ``moved`` the pattern with that bit where the value differs from RAM's."""
     for j in range(length):
-        s = sums[j]
-        p = pattern[j]
-        scaled = s
-        if lams is not None:
-            for t in range(len(agents)):
-                product = scaled * lams[t]
-                scaled = product if p == np.int32(1 << t) else scaled
-        divisor = np.float32(max(1, counts[j]))
-        written = encoded(o, xs[j] + scaled / divisor)
-        o[j] = written
+        marked = write_merged(o, j, xs[j], sums[j], pattern[j], counts[j], agents, lams, moved_bit)
         if moved_bit is not None:
-            differs = not same_value(o, encoded(o, xs[j] + s), written)
-            moved[j] = np.int32(p | (moved_bit if differs else np.int32(0)))
+            moved[j] = marked
 
 
 @jit
