@@ -88,7 +88,8 @@ class Streaming:
     (any float dtype; the engine rounds them once to the output dtype) instead of τ_merged; it reads the
     stored weights through ``chunk.thetas``. ``fused``: the method's ``FusedKernel`` for CPU passes (None:
     torch only). ``fused_group``: the family's ``FusedGroupKernel``, the same object for every method of the
-    family: the variants of a compare whose methods share it run through it together. ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints
+    family: the variants of a compare whose methods share it run through it together.
+    ``aux_inputs(params) -> {key: [Checkpoint per agent]}``: per-agent auxiliary checkpoints
     (Fisher information), opened (headers only), whose tensors carry the agents' names and shapes; the
     engine checks them against the plan and the reader streams their slices beside the agents', so
     ``merge`` finds them as ``chunk.aux[key]`` (one raw slice per agent, in agent order). ``stacks``: the

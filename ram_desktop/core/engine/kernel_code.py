@@ -39,9 +39,10 @@ else:
     def slp_jit(function):
         """``jit``, compiled with LLVM's SLP vectoriser, which numba leaves off by default (it has miscompiled
         other code): for the norm's eight lanes, kept as eight scalars in torch's order, it forms one vector add
-        (bfloat16 row norm 0.61 → 0.15 ns per element on this machine); likewise the cascade sum's lanes. Only these
-        few kernels get it, and their results are checked against torch once per process
-        (``kernels.torch_norm_exact``, ``TorchSum.exact``), falling back to torch where they differ. SLP never reorders float arithmetic, so the bits are the scalar code's. The flag
+        (bfloat16 row norm 0.61 → 0.15 ns per element on this machine); likewise the cascade sum's lanes. Only
+        these few kernels get it, and their results are checked against torch once per process
+        (``kernels.torch_norm_exact``, ``TorchSum.exact``), falling back to torch where they differ. SLP never
+        reorders float arithmetic, so the bits are the scalar code's. The flag
         is numba's process-wide setting, flipped only while this dispatcher compiles, under numba's compiler lock
         (no other compile runs meanwhile); a caller inlining this kernel must be an ``slp_jit`` kernel too."""
         from numba.core import config

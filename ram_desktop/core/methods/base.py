@@ -10,7 +10,8 @@ observer, λ, would-keep); ``interop``, how it meets mergekit, comparisons, cali
 
 Everything specific to a method is a field, so code outside ``methods/`` never branches on a method's
 name. The contract types the passes read (``Collector``, ``SliceCollector``, ``Observer``,
-``FusedKernel``, ``FusedGroupKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are re-exported here.
+``FusedKernel``, ``FusedGroupKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are
+re-exported here.
 """
 
 from __future__ import annotations

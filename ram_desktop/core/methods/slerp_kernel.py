@@ -16,8 +16,8 @@ from ..engine.kernel_code import jit, store, vector_jit, widen, written_beyond_r
 def scaled_product_kernel(a, b, norm_a, norm_b, out):
     """out[i] = (a[i] / norm_a) · (b[i] / norm_b) in float32, each operation rounded as torch rounds it (SLERP's
     normalised dot product, summed by the caller: ``kernels.TorchSum``, or torch where that emulation is not exact).
-    Vector code: no zero-division branch (the norms are
-    never 0) and no index offset, whose wraparound check would make every load a gather."""
+    Vector code: no zero-division branch (the norms are never 0) and no index offset, whose wraparound check would
+    make every load a gather."""
     for i in range(out.size):
         out[i] = (np.float32(widen(a[i])) / norm_a) * (np.float32(widen(b[i])) / norm_b)
 
