@@ -29,7 +29,8 @@ def linear_merge(chunk: Chunk, ctx: WeightsContext) -> torch.Tensor:
     inputs = chunk.thetas(ctx.dtype(chunk))[1:]
     first = inputs[0]
     acc_dtype = torch.float64 if first.dtype == torch.float64 else torch.float32
-    coef = torch.tensor([ctx.agents("weight", chunk)], dtype=acc_dtype)  # [1, N], as mergekit packs them
+    # [1, N] on the inputs' device, as mergekit packs them
+    coef = torch.tensor([ctx.agents("weight", chunk)], dtype=acc_dtype, device=first.device)
     result = torch.zeros_like(first, dtype=acc_dtype)
     for tensor, c in zip(inputs, coef.unbind(1)):
         result.addcmul_(tensor, c.reshape(1))

@@ -49,7 +49,7 @@ def slerp(t: float, v0: torch.Tensor, v1: torch.Tensor) -> torch.Tensor:
     dtype = torch.float64 if v0.dtype == torch.float64 else torch.float32
     a, b = v0.reshape(1, -1), v1.reshape(1, -1)
     if not a.shape[1]:
-        tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
+        tt = torch.tensor([t], dtype=dtype, device=a.device).reshape(-1, 1)
         return ((1 - tt) * a + tt * b).reshape(v0.shape).to(v0.dtype)
 
     def dot_piece(s: int, norm_a: torch.Tensor, norm_b: torch.Tensor) -> torch.Tensor:
@@ -78,10 +78,10 @@ def coefficients(
     ``PIECE``-element pieces' norms (``norm_a_of(start)``, ``norm_b_of(start)``: each piece's 2-norm in ``dtype``,
     [1, 1]), the dot product as the sum of ``dot_piece(start, norm_a, norm_b)`` (each piece's
     Σ (a/‖a‖)·(b/‖b‖), [1, 1])."""
-    tt = torch.tensor([t], dtype=dtype).reshape(-1, 1)
     pieces = range(0, n, PIECE)
     norm_a = torch.linalg.vector_norm(torch.stack([norm_a_of(s) for s in pieces]), dim=0)
     norm_b = torch.linalg.vector_norm(torch.stack([norm_b_of(s) for s in pieces]), dim=0)
+    tt = torch.tensor([t], dtype=dtype, device=norm_a.device).reshape(-1, 1)  # where the norms are: the tensors'
     norm_a = torch.where(norm_a > NORM_EPS, norm_a, 1)
     norm_b = torch.where(norm_b > NORM_EPS, norm_b, 1)
     dot = torch.stack([dot_piece(s, norm_a, norm_b) for s in pieces]).sum(dim=0).clamp(-1, 1)
