@@ -73,3 +73,50 @@ def test_the_cli_refuses_a_device_this_torch_cannot_use_in_one_line(tmp_path):
     done = cli(tmp_path, "merge", str(base), *map(str, agents), "--out", str(tmp_path / "out"), "--device", "mps")
     refused(done, "device mps", "cannot use it")
     assert not (tmp_path / "out").exists()
+
+
+def _gpu_present(monkeypatch, gpus: int) -> None:
+    _build(monkeypatch, None, "12.4", gpus)
+    monkeypatch.setattr(devices, "gpu_possible", lambda: gpus > 0)
+
+
+def test_auto_takes_the_cpu_where_every_step_has_a_fused_cpu_kernel(monkeypatch):
+    _gpu_present(monkeypatch, 1)
+    asked: list[bool] = []
+
+    def kernels(answer: bool):
+        def ask() -> bool:
+            asked.append(answer)
+            return answer
+
+        return ask
+
+    chosen = devices.choose_device("auto", kernels(True))
+    assert chosen.name == "cpu" and "fused kernels" in chosen.reason and "(cuda)" in chosen.reason
+    chosen = devices.choose_device("auto", kernels(False))
+    assert chosen.name == "cuda" and chosen.reason.startswith("auto: the GPU")
+    chosen = devices.choose_device("cuda", kernels(True))  # a device named is the device used
+    assert chosen == devices.DeviceChoice("cuda", "cuda as chosen")
+    assert asked == [True, False]
+
+
+def test_auto_without_a_gpu_never_asks_for_the_kernels(monkeypatch):
+    _gpu_present(monkeypatch, 0)
+
+    def never() -> bool:
+        raise AssertionError("numba need not load where no GPU is present")
+
+    assert devices.choose_device("auto", never) == devices.DeviceChoice("cpu", "auto: no CUDA or ROCm GPU here")
+    assert devices.choose_device("cpu", never).name == "cpu"
+
+
+def test_the_merge_report_and_the_log_say_which_device_ran_and_why(tmp_path, caplog):
+    from ram_desktop.core import pipeline
+    from ram_desktop.core.spec import MergeSpec
+
+    base, agents = write_synthetic(tmp_path / "in")
+    spec = MergeSpec.build(base, agents, output=tmp_path / "out", method="ram-plus", device="cpu")
+    with caplog.at_level("INFO", logger="ram_desktop"):
+        result = pipeline.merge(spec)
+    assert result.report["device"] == "cpu" and result.report["device_reason"] == "cpu as chosen"
+    assert "device: cpu (cpu as chosen)" in caplog.text

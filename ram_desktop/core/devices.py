@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from .errors import InputError
 from .lazy import torch
@@ -79,6 +81,39 @@ def device_spec(spec: str = "auto") -> str:
     if text == "cpu" or (text == "auto" and not gpu_possible()):
         return "cpu"
     return str(resolve_device(text))
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where a streamed probe or merge runs (``name``: "cpu", "cuda:0") and why, in words: the report's
+    ``device`` and ``device_reason``, and a log line in both faces."""
+
+    name: str
+    reason: str
+
+
+def choose_device(requested: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
+    """``requested`` resolved for a streamed probe or merge (an ``InputError`` as ``resolve_device`` gives).
+
+    ``auto`` takes the CPU where every step of the run has a fused CPU kernel (``cpu_kernels()``, asked only
+    where a GPU is present: it loads numba): those kernels
+    read the stored weights in place and are bound by memory bandwidth, while the GPU path copies every chunk
+    over the bus first — on an H200 host RAM+ took 21.5 s on CUDA and 3.65 s on the CPU (docs/compute.md,
+    "Which device runs a merge"). Otherwise the first CUDA or ROCm GPU, else the CPU. A named device is used
+    as named."""
+    text = (requested or "auto").strip().lower()
+    if text != "auto":
+        return DeviceChoice(device_spec(text), f"{text} as chosen")
+    gpu = device_spec("auto")
+    if gpu == "cpu":
+        return DeviceChoice("cpu", "auto: no CUDA or ROCm GPU here")
+    if cpu_kernels():
+        return DeviceChoice(
+            "cpu",
+            f"auto: the CPU's fused kernels stream this merge faster than the GPU ({gpu}) path, which copies every "
+            "chunk to the GPU first; choose the GPU by name to use it",
+        )
+    return DeviceChoice(gpu, f"auto: the GPU ({gpu}); not every step of this run has a fused CPU kernel")
 
 
 def gpu_possible() -> bool:

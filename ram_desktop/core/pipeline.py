@@ -13,7 +13,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,14 +21,14 @@ from typing import Any
 
 from .. import __version__
 from . import defaults, tokenizer
-from .devices import device_spec
+from .devices import DeviceChoice, choose_device
 from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
-from .errors import InputError
+from .errors import InputError, device_memory
 from .events import Reporter
 from .methods import Collector, get_method
 from .recipe import parse_size
@@ -90,7 +90,16 @@ def probe(
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
     with kernels.disabled(below=kernel_min_elements):
-        return _probe_plan(plan, eps, Transfer(device_spec(device)), reporter, use_cache, chunk_elements)
+        choice = _chosen(device, kernels.available)
+        with device_memory(choice.name, "analysing"):
+            return _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
+
+
+def _chosen(device: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
+    """The device a pass runs on (``devices.choose_device``), said in the log that both faces show."""
+    choice = choose_device(device, cpu_kernels)
+    log.info("device: %s (%s)", choice.name, choice.reason)
+    return choice
 
 
 def _probe_plan(
@@ -198,7 +207,9 @@ def _merge_variants(
     params = [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
     eps = check_eps(first.eps)
     shard_bytes = parse_size(first.shard_size)
-    transfer = Transfer(device_spec(first.device))
+    choice = _chosen(first.device, lambda: kernels.available() and all(m.streaming.fused for m in methods))
+    transfer = Transfer(choice.name)
+    scratch.enter_context(device_memory(choice.name, "merging"))  # exits after the staging folders are gone
     outs = [Path(str(s.output)).expanduser() for s in specs]
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
@@ -315,7 +326,7 @@ def _merge_variants(
                 v.params,
                 probe_report,
                 lambdas,
-                transfer.spec,
+                choice,
                 timings,
                 v.shards.files,
                 v.shards.bytes_written,
@@ -371,7 +382,7 @@ def merge_report(
     params: dict,
     probe_report: ProbeReport,
     lambdas: list[float],
-    device: str,
+    device: DeviceChoice,
     timings: dict[str, float],
     files: list[str],
     bytes_written: int,
@@ -391,7 +402,8 @@ def merge_report(
             "lambda": lambdas,
             "out_dtype": spec.out_dtype,
             "vocab": spec.vocab,
-            "device": str(device),
+            "device": device.name,
+            "device_reason": device.reason,
             "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
             "rescale_survival_share": survival,
             "output": {"files": files, "bytes": bytes_written},
