@@ -18,6 +18,7 @@ from .core import (
     OUT_DTYPES,
     VOCAB_MODES,
     Cancelled,
+    DeviceOutOfMemory,
     InputError,
     Param,
     ProgressEvent,
@@ -380,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporter = Reporter(bar)
     try:
         return _dispatch(args, reporter)
-    except InputError as e:
+    except (InputError, DeviceOutOfMemory) as e:  # a GPU out of memory: one line too, with what to try
         bar.close()
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INPUT

@@ -53,6 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Cancelled": "errors",
     "HubError": "errors",
     "ComputeError": "errors",
+    "DeviceOutOfMemory": "errors",
     "first_line": "errors",
     "Reporter": "events",
     "ProgressEvent": "events",
@@ -93,6 +94,7 @@ __all__ = [  # the names of _EXPORTS
     "Cancelled",
     "Checkpoint",
     "ComputeError",
+    "DeviceOutOfMemory",
     "HubError",
     "InputError",
     "MergeMethod",
@@ -154,7 +156,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES, VOCAB_MODES, check_fits
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport
-    from .errors import Cancelled, ComputeError, HubError, InputError, RamError, first_line
+    from .errors import Cancelled, ComputeError, DeviceOutOfMemory, HubError, InputError, RamError, first_line
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
     from .methods.advice import Advice, advise

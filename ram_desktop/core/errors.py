@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
+
 
 class RamError(Exception):
     """Base class for every error the user can act on."""
@@ -75,6 +79,42 @@ class HubAuthError(HubError):
 
 class HubHTTPError(HubError):
     """Any other HTTP error answer of the Hub."""
+
+
+class DeviceOutOfMemory(RamError):
+    """An accelerator ran out of memory mid-run; the run stopped and wrote nothing (its staging folder is gone).
+
+    ``device`` ("cuda:0") and ``doing`` ("merging", "probing") travel with it, so each face words its advice:
+    the CLI names ``--device cpu``, the window its Device setting."""
+
+    def __init__(self, device: str, doing: str) -> None:
+        super().__init__(
+            f"the GPU {device} ran out of memory while {doing}; nothing was written. Close other programs that use "
+            "it, or run on the CPU (--device cpu)"
+        )
+        self.device = device
+        self.doing = doing
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether ``error`` is torch's out-of-memory error of an accelerator (CUDA, ROCm, MPS), without importing
+    torch where nothing has (then no such error can have been raised)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    return isinstance(error, RuntimeError) and "MPS backend out of memory" in str(error)
+
+
+@contextlib.contextmanager
+def device_memory(device: str, doing: str) -> Iterator[None]:
+    """Turns an accelerator's out-of-memory error raised inside into ``DeviceOutOfMemory`` (once the code inside
+    has cleaned up after it: staging folders are removed as the error passes through them)."""
+    try:
+        yield
+    except Exception as e:
+        if device != "cpu" and is_out_of_memory(e):
+            raise DeviceOutOfMemory(device, doing) from e
+        raise
 
 
 class ComputeError(RamError):

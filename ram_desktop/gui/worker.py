@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from ..core import Cancelled, CancelToken, ProgressEvent, RamError, Reporter
+from ..core import Cancelled, CancelToken, DeviceOutOfMemory, ProgressEvent, RamError, Reporter
 
 log = logging.getLogger("ram_desktop")
 
@@ -57,6 +57,11 @@ class Worker(QObject):
             result = self._fn(Reporter(self._on_progress, self.token))
         except Cancelled:
             self.cancelled.emit()
+        except DeviceOutOfMemory as e:
+            self.failed.emit(
+                f"The GPU {e.device} ran out of memory while {e.doing}; nothing was written. Close other programs "
+                "that use it, or choose the CPU under Device in Method and output."
+            )
         except RamError as e:
             self.failed.emit(str(e))
         except MemoryError:
