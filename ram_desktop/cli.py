@@ -60,15 +60,30 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar or log lines")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def sources(p: argparse.ArgumentParser) -> None:
-        p.add_argument("base", help="base model: folder, .safetensors file, or Hub id org/name[@rev]")
-        p.add_argument("agents", nargs="+", help="agent checkpoints fine-tuned from the base")
+    def sources(p: argparse.ArgumentParser, or_recipe: bool = False) -> None:
+        """BASE AGENT... and the flags of the inputs; ``or_recipe``: optional, the spec may come from --recipe
+        instead (the flags then default to None, so that one given beside a recipe is seen and refused)."""
+        if or_recipe:
+            p.add_argument("base", nargs="?", help="base model: folder, .safetensors file, or Hub id org/name[@rev]")
+            p.add_argument("agents", nargs="*", help="agent checkpoints fine-tuned from the base")
+        else:
+            p.add_argument("base", help="base model: folder, .safetensors file, or Hub id org/name[@rev]")
+            p.add_argument("agents", nargs="+", help="agent checkpoints fine-tuned from the base")
         p.add_argument("--names", help="comma-separated agent names (default: folder names)")
-        p.add_argument("--eps", type=float, default=defaults.EPS, help=f"update threshold ε (default {defaults.EPS:g})")
-        p.add_argument("--device", default=defaults.DEVICE, help="auto, cpu, cuda or cuda:N (default auto)")
+        p.add_argument(
+            "--eps",
+            type=float,
+            default=None if or_recipe else defaults.EPS,
+            help=f"update threshold ε (default {defaults.EPS:g})",
+        )
+        p.add_argument(
+            "--device",
+            default=None if or_recipe else defaults.DEVICE,
+            help="auto, cpu, cuda or cuda:N (default auto" + (", or the recipe's)" if or_recipe else ")"),
+        )
         p.add_argument(
             "--vocab",
-            default=defaults.VOCAB,
+            default=None if or_recipe else defaults.VOCAB,
             choices=list(VOCAB_MODES),
             help="vocabulary-size differences between base and agents: exact (default) refuses them; "
             "common merges the shared rows and keeps the base's rows for the rest",
@@ -123,7 +138,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "search", help="search methods and parameters for the best merge on validation suites (Optuna), then test it"
     )
-    sources(p)
+    sources(p, or_recipe=True)
+    p.add_argument(
+        "--recipe",
+        type=Path,
+        metavar="FILE",
+        help="start from a ram-recipe.yaml or a mergekit YAML (read as ram-merge run reads it) instead of BASE "
+        "AGENT...: every trial keeps its tokenizer, chat template, layer map, dtype and names; its method and "
+        "parameters are the first trial",
+    )
     suite_option(p, "validation suites")
     include_path_option(p)
     p.add_argument(
@@ -134,12 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", type=Path, required=True, help="folder for study.db, search.json and best/")
     p.add_argument(
-        "--methods", help="comma-separated methods to try (default: " + ",".join(defaults.SEARCH_METHODS) + ")"
+        "--methods",
+        help="comma-separated methods to try (default: "
+        + ",".join(defaults.SEARCH_METHODS)
+        + ", with --recipe its method first)",
     )
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     p.add_argument("--workers", type=int, default=1, help="trials run at once (default 1)")
     p.add_argument("--ray", metavar="ADDRESS", help="run trials as Ray tasks: a cluster address, or local")
-    p.add_argument("--out-dtype", default=defaults.OUT_DTYPE, choices=list(OUT_DTYPES), help="output dtype")
+    p.add_argument("--out-dtype", choices=list(OUT_DTYPES), help="output dtype (default: the base's)")
     p.add_argument("--limit", type=int, help="only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated together (default 32)")
     backend_option(p)
@@ -480,16 +506,22 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         print(f"published: {publish(args.dir, args.repo_id, private=args.private, reporter=reporter).url}")
         return EXIT_OK
     else:
-        from .core import load_recipe_or_mergekit
-
-        loaded = load_recipe_or_mergekit(args.recipe)
-        for warning in loaded.warnings:
-            log.warning("%s", warning)
-        spec = loaded.spec if args.out is None else loaded.spec.replace(output=str(args.out))
+        spec = load_recipe(args.recipe)
+        spec = spec if args.out is None else spec.replace(output=str(args.out))
     result = workflow.merge(spec, RunOptions(overwrite=args.overwrite), reporter)
     print(format_probe(result.probe, result.lambdas))
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
+
+
+def load_recipe(path: Path) -> Any:
+    """The ``MergeSpec`` of a ram-recipe.yaml or a mergekit YAML, as ``run`` reads it (its warnings logged)."""
+    from .core import load_recipe_or_mergekit
+
+    loaded = load_recipe_or_mergekit(path)
+    for warning in loaded.warnings:
+        log.warning("%s", warning)
+    return loaded.spec
 
 
 def spec_from_args(args: argparse.Namespace) -> Any:
@@ -553,19 +585,14 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _search(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import MergeSpec
     from .evaluate.search import SearchOptions, search
 
-    methods = defaults.SEARCH_METHODS if args.methods is None else args.methods.split(",")
-    spec = MergeSpec.build(
-        args.base,
-        list(args.agents),
-        names=_names(args.names),
-        eps=args.eps,
-        device=args.device,
-        out_dtype=args.out_dtype,
-        vocab=args.vocab,
-    )
+    spec = _search_spec(args)
+    methods = list(defaults.SEARCH_METHODS) if args.methods is None else args.methods.split(",")
+    if args.methods is None and args.recipe is not None and spec.method not in methods:
+        method = METHODS.get(spec.method)
+        if method is not None and not method.streaming.stacks and not method.interop.calibrated:
+            methods.insert(0, spec.method)  # the recipe's method is searched too: its merge is the first trial
     options = SearchOptions(
         spec,
         check_suites(args.suite),
@@ -589,6 +616,35 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
         return EXIT_CANCELLED
     print(format_search(result))
     return EXIT_OK
+
+
+def _search_spec(args: argparse.Namespace) -> Any:
+    """The whole spec ``search`` starts from: the recipe's (``--recipe FILE``, read as ``run`` reads it), or
+    BASE AGENT... with the input flags; one of the two, never both."""
+    from .core import MergeSpec
+
+    if args.recipe is not None:
+        if args.base is not None:
+            raise InputError(
+                f"search takes BASE AGENT... or --recipe FILE, not both; the recipe {args.recipe} names its sources"
+            )
+        flags = {"--names": args.names, "--eps": args.eps, "--vocab": args.vocab, "--out-dtype": args.out_dtype}
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            raise InputError(f"{given[0]} with --recipe: set it in the recipe {args.recipe}")
+        spec = load_recipe(args.recipe)
+        return spec if args.device is None else spec.replace(device=args.device)
+    if args.base is None or not args.agents:
+        raise InputError("search needs BASE AGENT... (the base and at least one agent) or --recipe FILE")
+    return MergeSpec.build(
+        args.base,
+        list(args.agents),
+        names=_names(args.names),
+        eps=defaults.EPS if args.eps is None else args.eps,
+        device=args.device or defaults.DEVICE,
+        out_dtype=args.out_dtype or defaults.OUT_DTYPE,
+        vocab=args.vocab or defaults.VOCAB,
+    )
 
 
 def format_search(result) -> str:

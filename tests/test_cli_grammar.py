@@ -81,7 +81,13 @@ def test_no_method_flag_is_a_global_option():
 
 
 @pytest.mark.parametrize(
-    "command,head", [("eval", ["m1", "m2"]), ("compare", ["b", "a", "--out", "o", "--variant", "ram"])]
+    "command,head",
+    [
+        ("eval", ["m1", "m2"]),
+        ("compare", ["b", "a", "--out", "o", "--variant", "ram"]),
+        ("search", ["b", "a", "--trials", "2", "--out", "o"]),
+        ("search", ["--recipe", "r.yaml", "--trials", "2", "--out", "o"]),
+    ],
 )
 def test_suite_takes_both_forms(command, head):
     parser = build_parser()

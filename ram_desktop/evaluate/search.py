@@ -3,12 +3,17 @@ parameters, each trial merged and scored on validation suites, the best one then
 ``DIR/best`` and scored on test suites beside RAM+ and Task Arithmetic at their defaults
 (docs/evaluate.md, Search).
 
-A trial is a method and its parameters (a compare ``Variant``). Each parameter is searched over the
-paper's range where the paper gives one (``Param.paper_range``, or the one it gives a parameter of the
-same name, as DARE's scale takes Table 11's λ range), else over its declared range
-(``Param.minimum``..``maximum``); seeds and per-agent values keep their defaults. The first trials of a
-new study are the chosen methods at their defaults (RAM+ first), so the best trial is never worse on
-validation than RAM+'s default.
+A search starts from a whole ``MergeSpec`` (the command line's sources and flags, a recipe file, the
+window's spec). A trial is a method and its parameters (a compare ``Variant``) applied to that spec: they
+replace the spec's method and parameters, and everything else the spec says (agent names, ε, output dtype,
+vocabulary, tokenizer, chat template, layer map, shard size) reaches every trial and ``DIR/best`` as it
+reaches ``ram-merge run``. Each parameter is searched over the paper's range where the paper gives one
+(``Param.paper_range``, or the one it gives a parameter of the same name, as DARE's scale takes Table 11's
+λ range), else over its declared range (``Param.minimum``..``maximum``); the parameters it does not vary
+(seeds, per-agent values, settings) keep the spec's values in trials of the spec's own method, their defaults
+in the others'. The first trial of a new study is the spec's method with the spec's values of the searched
+parameters when that method is searched (RAM+ at its defaults otherwise), then the other chosen methods at
+their defaults, so the best trial is never worse on validation than the starting point.
 
 The study lives in ``DIR/study.db`` (Optuna's SQLite storage) and is the single source of truth: a rerun
 with the same DIR continues it (its trials are kept, the sampler is seeded past them), a trial that a
@@ -29,13 +34,14 @@ import shutil
 import socket
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core import (
     METHODS,
+    Agent,
     Cancelled,
     InputError,
     MergeSpec,
@@ -63,7 +69,9 @@ STUDY_DB = "study.db"
 SEARCH_JSON = "search.json"
 BEST = "best"
 STUDY_NAME = "ram-merge-search"
-IDENTITY_DEFAULTS = {"backend": "transformers"}  # what a study made before the key existed used
+# what a study made before the key existed used: a study without a tokenizer, chat template or layer map reads
+# as one made for a spec without them, and continues
+IDENTITY_DEFAULTS = {"backend": "transformers", "tokenizer": None, "chat_template": None, "slices": None, "kept": None}
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite may keep beside study.db while it is open
 FORMAT = "ram-search/1"
 DEFAULT_METHODS = defaults.SEARCH_METHODS
@@ -204,32 +212,24 @@ class Trial:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What every trial reads, as plain data (it travels to Ray workers): sources, merge settings, suites."""
+    """What every trial reads, as plain data (it travels to Ray workers, pickled): the whole spec (sources made
+    absolute, no output folder) and the suites with how they are scored. A trial is a delta of ``spec``: its
+    method and parameters replace the spec's, everything else (names, ε, precision, vocabulary, tokenizer, chat
+    template, layer map, shard size, device) is kept (``merge_specs``)."""
 
-    base: str
-    agents: tuple[str, ...]
-    names: tuple[str, ...] | None
-    eps: float
-    device: str
-    out_dtype: str
-    vocab: str
+    spec: MergeSpec
     suites: tuple[str, ...]
     batch_size: int
     limit: int | None
     include_path: tuple[str, ...] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
     backend: str = "transformers"  # what generates the completions: transformers or vllm
 
-    def spec(self) -> MergeSpec:
-        """The merge every trial shares (sources, names, precision), with no method of its own."""
-        return MergeSpec.build(
-            self.base,
-            list(self.agents),
-            names=list(self.names) if self.names else None,
-            eps=self.eps,
-            device=self.device,
-            out_dtype=self.out_dtype,
-            vocab=self.vocab,
-        )
+    def merge_specs(self, merges: Sequence[tuple[str, str, dict[str, Any]]], folder: str | Path) -> list[MergeSpec]:
+        """One spec per (name, method, params), each into ``folder/<name>``: the compare variants' one path
+        (``variant_specs``) applied to the whole spec with its own parameters dropped, so a trial's method and
+        parameters replace the spec's and nothing of the spec's method leaks into another method's trial."""
+        shared = self.spec.replace(params={}, output=None)
+        return variant_specs(shared, [Variant(name, m, dict(p)) for name, m, p in merges], folder)
 
 
 def score_merges(
@@ -246,14 +246,13 @@ def score_merges(
     from . import evaluate, load_suites
 
     loaded = list(suites) if suites is not None else load_suites(inputs.suites, inputs.include_path)
-    shared = inputs.spec()
     with tempfile.TemporaryDirectory(prefix="ram-search-") as tmp:
-        specs = variant_specs(shared, [Variant(f"m{i}", m, dict(p)) for i, (m, p) in enumerate(merges)], tmp)
+        specs = inputs.merge_specs([(f"m{i}", m, p) for i, (m, p) in enumerate(merges)], tmp)
         merged = merge_variants(specs, reporter)
         result = evaluate(
             [str(m.out) for m in merged],
             loaded,
-            inputs.device,
+            inputs.spec.device,
             inputs.batch_size,
             inputs.limit,
             reporter,
@@ -362,32 +361,16 @@ def search(
         if isinstance(suite, Suite):
             suite.scorer_spec  # noqa: B018 — a bad scorer spec is refused before any merge, without running it
     inputs = Inputs(
-        _source(spec.base),
-        tuple(_source(a) for a in spec.sources),
-        tuple(spec.names),
-        spec.eps,
-        spec.device,
-        spec.out_dtype,
-        spec.vocab,
+        _absolute(spec),
         tuple(str(s.source) for s in suites),
         options.batch_size,
         options.limit,
         include,
         options.backend,
     )
-    identity = {
-        "base": inputs.base,
-        "agents": list(inputs.agents),
-        "names": list(inputs.names) if inputs.names else None,
-        "suites": list(inputs.suites),
-        "methods": methods,
-        "seed": options.seed,
-        "eps": inputs.eps,
-        "out_dtype": inputs.out_dtype,
-        "vocab": inputs.vocab,
-        "limit": inputs.limit,
-        "backend": inputs.backend,
-    }
+    start = _start(spec, methods)
+    kept = _kept(start)
+    identity = _identity(inputs, methods, options.seed, kept)
     folder = Path(options.folder).expanduser()
     _check_folder(folder)
     runner = _RayRunner(options.ray, options.workers) if options.ray else None
@@ -395,7 +378,7 @@ def search(
     db = folder / STUDY_DB
     fresh = not db.exists()
     try:
-        study, lock = _open_study(folder, identity, options.seed)
+        study, lock = _open_study(folder, identity, options.seed, start)
     except BaseException:
         if runner is not None:
             runner.close()
@@ -405,7 +388,9 @@ def search(
     scorer_process = ScorerProcess(reporter.check)
     try:
         try:
-            trials = _run_trials(study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process)
+            trials = _run_trials(
+                study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process, kept
+            )
         except InputError:
             if fresh and not _finished(study):  # a bad input found by the first merge: nothing left behind
                 _close(study)
@@ -442,6 +427,63 @@ def _source(text: str) -> str:
     return str(path.resolve()) if path.exists() else text
 
 
+def _absolute(spec: MergeSpec) -> MergeSpec:
+    """The whole spec every trial is a delta of: its sources made absolute, no output folder of its own."""
+    agents = tuple(Agent(a.name, _source(a.source)) for a in spec.agents)
+    return spec.replace(base=_source(spec.base), agents=agents, output=None)
+
+
+def _identity(inputs: Inputs, methods: list[str], seed: int, kept: dict[str, Any] | None) -> dict[str, Any]:
+    """What makes a study: the sources, suites, methods, seed, and every part of the spec that changes what a
+    trial merges (precision, vocabulary, tokenizer, chat template, layer map, the values its method's trials
+    keep: ``_kept``), as the JSON stored in study.db. Shard size and device are not in it: they change how a
+    merge is written or run, not its values. The spec's values of searched parameters are not either: they
+    are only where a new study starts."""
+    spec = inputs.spec
+    identity = {
+        "base": spec.base,
+        "agents": spec.sources,
+        "names": spec.names,
+        "suites": list(inputs.suites),
+        "methods": methods,
+        "seed": seed,
+        "eps": spec.eps,
+        "out_dtype": spec.out_dtype,
+        "vocab": spec.vocab,
+        "limit": inputs.limit,
+        "backend": inputs.backend,
+        "tokenizer": spec.tokenizer,
+        "chat_template": spec.chat_template,
+        "slices": list(spec.slices) if spec.slices is not None else None,
+        "kept": kept,
+    }
+    # tuples and mappings as the JSON stored in study.db reads back
+    return json.loads(json.dumps(identity, default=lambda v: dict(v) if isinstance(v, Mapping) else _plain(v)))
+
+
+def _start(spec: MergeSpec, methods: list[str]) -> tuple[str, dict[str, Any]] | None:
+    """The study's starting point: the spec's method with its parameters (the engine's form, defaults filled
+    in), when that method is searched; None: the defaults only."""
+    if spec.method not in methods:
+        return None
+    return spec.method, spec.resolved_params()
+
+
+def _kept(start: tuple[str, dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The values of the parameters search does not vary (per-agent values, seeds, settings) that the spec
+    gives its own method other than the defaults: that method's trials keep them, as a delta of the spec keeps
+    everything it does not replace. ``{"method": M, "params": {...}}``, or None when there are none."""
+    if start is None:
+        return None
+    method, resolved = start
+    searched = {d.param for d in search_space(method)}
+    default = get_method(method).resolve({})
+    params = {k: v for k, v in resolved.items() if k not in searched and v != default.get(k)}
+    if not params:
+        return None
+    return json.loads(json.dumps({"method": method, "params": params}, default=_plain))
+
+
 def _check_folder(folder: Path) -> None:
     """``--out`` is new, empty, or an earlier search's folder (its study.db); anything else is refused."""
     try:
@@ -476,9 +518,10 @@ def _optuna():
     return optuna
 
 
-def _open_study(folder: Path, identity: dict[str, Any], seed: int):
-    """The study in ``folder/study.db``: created (defaults enqueued) or loaded, refused when it was made for
-    other inputs; trials a killed run left running are marked failed. The sampler is seeded with the seed plus
+def _open_study(folder: Path, identity: dict[str, Any], seed: int, start: tuple[str, dict[str, Any]] | None = None):
+    """The study in ``folder/study.db``: created (the starting point, then every other method's defaults,
+    enqueued) or loaded, refused when it was made for other inputs; trials a killed run left running are marked
+    failed. ``start``: the spec's method and its parameters, tried first (None: RAM+'s defaults first). The sampler is seeded with the seed plus
     the number of trials so far, so a continued study never replays the draws of the run before."""
     optuna = _optuna()
     from optuna.trial import TrialState
@@ -498,11 +541,12 @@ def _open_study(folder: Path, identity: dict[str, Any], seed: int):
         raise InputError(f"{db}: not an Optuna study of ram-merge search ({e.__class__.__name__}: {e})") from None
     if not study.user_attrs.get("search"):
         study.set_user_attr("search", identity)
-        for method in sorted(identity["methods"], key=lambda m: m != "ram-plus"):  # the defaults, RAM+ first
+        first = start[0] if start is not None else "ram-plus"
+        for method in sorted(identity["methods"], key=lambda m: m != first):  # the start (RAM+), then the defaults
             params = {"method": method}
-            defaults = get_method(method).resolve({})
+            values = start[1] if start is not None and method == start[0] else get_method(method).resolve({})
             for d in search_space(method):
-                params[d.key] = defaults[d.param]
+                params[d.key] = values[d.param]
             study.enqueue_trial(params, skip_if_exists=True)
     lock = _lock(db, folder)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):  # locked: a stopped run left these
@@ -582,9 +626,15 @@ def _check_identity(db: Path, identity: dict[str, Any]) -> None:
         k = differs[0]
         more = f" (and {', '.join(differs[1:])})" if differs[1:] else ""
         raise InputError(
-            f"{db} belongs to another search: its {k} {stored.get(k, IDENTITY_DEFAULTS.get(k))!r}, now {identity[k]!r}{more}; "
-            "use a new --out folder or the same inputs"
+            f"{db} belongs to another search: its {k} {_shown(stored.get(k, IDENTITY_DEFAULTS.get(k)))}, "
+            f"now {_shown(identity[k])}{more}; use a new --out folder or the same inputs"
         )
+
+
+def _shown(value: Any, most: int = 80) -> str:
+    """A stored or given identity value on one short line (a layer map or a chat template can be long)."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _finished(study) -> list:
@@ -600,10 +650,11 @@ def _trial_of(frozen) -> Trial:
     )
 
 
-def _suggest(trial, methods: list[str]) -> tuple[str, dict[str, Any]]:
-    """The merge an Optuna trial asks for: a method, then its searched parameters; the rest at their defaults."""
+def _suggest(trial, methods: list[str], kept: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """The merge an Optuna trial asks for: a method, then its searched parameters; the rest at the values the
+    spec keeps for its own method (``_kept``), else at their defaults."""
     method = trial.suggest_categorical("method", methods)
-    given: dict[str, Any] = {}
+    given: dict[str, Any] = dict(kept["params"]) if kept is not None and kept["method"] == method else {}
     for d in search_space(method):
         if d.kind == "choice":
             given[d.param] = trial.suggest_categorical(d.key, list(d.choices))
@@ -619,7 +670,16 @@ def _merge_key(method: str, params: dict[str, Any]) -> str:
 
 
 def _run_trials(
-    study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process: ScorerProcess | None = None
+    study,
+    inputs,
+    suites,
+    methods,
+    options,
+    reporter,
+    on_trial,
+    runner,
+    scorer_process: ScorerProcess | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> list[Trial]:
     """Ask, merge and score, tell: until ``options.trials`` trials have completed."""
     done = [_trial_of(t) for t in _finished(study)]
@@ -657,7 +717,7 @@ def _run_trials(
             batch = []
             for _ in range(min(options.workers - len(pending), room)):
                 asked = study.ask()
-                method, params = _suggest(asked, methods)
+                method, params = _suggest(asked, methods, kept)
                 earlier = seen.get(_merge_key(method, params))
                 if earlier is not None:
                     finish(asked, method, params, earlier.scores, 0.0, earlier.number)
@@ -731,19 +791,18 @@ def _merge_best(
     beside RAM+ and Task Arithmetic at their defaults (merged into a temporary folder, removed after)."""
     from . import evaluate
 
-    shared = inputs.spec()
     refs = [(label, m, get_method(m).resolve({})) for m, label in REFERENCES]
     with tempfile.TemporaryDirectory(prefix="ram-search-ref-") as tmp:
-        specs = variant_specs(shared, [Variant(BEST, best.method, dict(best.params))], folder)
+        specs = inputs.merge_specs([(BEST, best.method, best.params)], folder)
         if tests:
-            specs += variant_specs(shared, [Variant(m, m, p) for _, m, p in refs], tmp)
+            specs += inputs.merge_specs([(m, m, p) for _, m, p in refs], tmp)
         merged = merge_variants(specs, reporter, RunOptions(overwrite=True))
         if not tests:
             return None
         result = evaluate(
             [str(m.out) for m in merged],
             tests,
-            inputs.device,
+            inputs.spec.device,
             inputs.batch_size,
             inputs.limit,
             reporter,

@@ -203,7 +203,9 @@ class SearchPanel(QWidget):
             self.start(spec)
 
     def start(self, spec: MergeSpec) -> bool:
-        """Search for ``spec``'s sources (its method is not used: the ticked ones are tried)."""
+        """Search from the window's whole ``spec``: the ticked methods are tried as deltas of it (its tokenizer,
+        chat template, layer map, dtype and names kept in every trial); its own method, when ticked, is the
+        first trial at its values."""
         if self.jobs.busy():
             return False
         try:
