@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import Interop, MergeMethod, Param, Streaming
+from .base import RANK_TIES_ON_GPU, Interop, MergeMethod, Param, Streaming
 from .baselines import dare_uniform
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
@@ -67,6 +67,7 @@ METHODS = (
         bind=_bind,
         short="Fusion",
         streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        gpu_tolerance=RANK_TIES_ON_GPU,
         interop=Interop(
             mergekit=MergekitMapping(
                 exact_export(

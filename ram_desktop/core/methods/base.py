@@ -200,6 +200,13 @@ class Interop:
     citation: str = ""
 
 
+RANK_TIES_ON_GPU = 0.02
+"""``gpu_tolerance`` of a method that keeps elements by rank (top-k, sort, quantile) on whole tensors: torch's
+CUDA kernels order equal magnitudes otherwise than its CPU kernels, so another element of a tie is kept there
+(0.36–1.61 % of elements on the test layout, measured on an H200), as mergekit --cuda differs from mergekit on
+the CPU."""
+
+
 @dataclass(frozen=True)
 class MergeMethod:
     """A registered method (see the module docstring), in named parts.
@@ -227,6 +234,8 @@ class MergeMethod:
     interop: Interop = field(default_factory=Interop)
     short: str = ""
     agents: tuple[int, int | None] = (1, None)  # how many agents it merges: at least, at most (None: any)
+    # the share of elements whose bytes on a GPU may differ from the CPU's (docs/methods.md, "On a GPU"); 0: the same
+    gpu_tolerance: float = 0.0
 
     @property
     def short_label(self) -> str:

@@ -39,7 +39,7 @@ from ..engine.chunks import Chunk, StoredSlices, as_tensor, thread_workspace
 from ..errors import InputError
 from ..lazy import torch
 from . import weights
-from .base import FusedKernel, Interop, MergeMethod, Param, Streaming
+from .base import RANK_TIES_ON_GPU, FusedKernel, Interop, MergeMethod, Param, Streaming
 from .baselines import dare_keys, dare_uniform
 from .weights import WeightsContext
 
@@ -499,6 +499,9 @@ def _params(family: Family) -> tuple[Param, ...]:
     return tuple(out)
 
 
+RANKED = ("magnitude", "magnitude_outliers")  # sparsifications that keep elements by their rank in a whole tensor
+
+
 def method(
     name: str,
     label: str,
@@ -528,4 +531,5 @@ def method(
             whole_tensor=True, theta=True, fused=fused_kernel(family), thread_safe=family.sparsify is None
         ),
         interop=Interop(mergekit=mergekit, citation=citation),
+        gpu_tolerance=RANK_TIES_ON_GPU if family.sparsify in RANKED else 0.0,
     )

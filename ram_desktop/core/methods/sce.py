@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..engine.chunks import Chunk
 from ..lazy import torch
 from . import weights
-from .base import Interop, MergeMethod, Param, Streaming
+from .base import RANK_TIES_ON_GPU, Interop, MergeMethod, Param, Streaming
 from .gta import consensus_mask
 from .mergekit_map import MergekitExact, MergekitMapping, exact_export
 from .weights import WeightsContext
@@ -60,6 +60,7 @@ METHODS = (
         bind=weights.bind,
         short="SCE",
         streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
+        gpu_tolerance=RANK_TIES_ON_GPU,
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),
             citation="Wan et al., *FuseChat: Knowledge Fusion of Chat Models*, arXiv 2408.07990",
