@@ -1,0 +1,69 @@
+"""Messages that know the method (issue 47): the one-agent warning, the ρ–λ table and the "base itself" warning
+speak of RAM only for the RAM family, and layer stacking prints no task-vector table; each run in a fresh
+``ram-merge`` process, warnings shown (no ``-q``)."""
+
+from __future__ import annotations
+
+import json
+
+from ram_desktop.core import MergeSpec
+from tests.conftest import SMALL_CONFIG, make_models
+from tests.subproc import cli
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("WARNING:")]
+
+
+def _table_head(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if line.startswith("agent "))
+
+
+def test_one_agent_slerp_says_slerp_and_prints_no_rho_or_lambda(tmp_path):
+    base, agents = make_models(tmp_path / "in", agents={"coder": 0.5})
+    MergeSpec.build(str(base), [str(agents[0])], method="slerp").save(tmp_path / "r.yaml")
+    done = cli(tmp_path, "run", "r.yaml", "--out", "out", quiet=False)
+    assert done.returncode == 0, done.stderr
+    one = [w for w in _warnings(done.stderr) if "only one agent" in w]
+    assert one and all("SLERP" in w and "RAM" not in w and "rescal" not in w for w in one), one
+    head = _table_head(done.stdout)
+    assert "density" in head and "rho" not in head and "lambda" not in head, done.stdout
+    report = json.loads((tmp_path / "out" / "merge-report.json").read_text())
+    assert any("SLERP" in w for w in report["warnings"]) and not any("RAM" in w for w in report["warnings"])
+
+
+def test_one_agent_ram_plus_says_it_reproduces_the_agent_and_keeps_its_table(tmp_path):
+    base, agents = make_models(tmp_path / "in", agents={"coder": 0.5})
+    done = cli(tmp_path, "merge", str(base), str(agents[0]), "--out", "out", "--method", "ram-plus", quiet=False)
+    assert done.returncode == 0, done.stderr
+    one = [w for w in _warnings(done.stderr) if "only one agent" in w]
+    assert len(one) == 1 and "RAM+" in one[0] and "reproduces that agent" in one[0], one
+    assert "rescales" not in one[0]  # with one agent ρ = 0, so λ = 1: nothing is rescaled
+    head = _table_head(done.stdout)
+    assert "rho" in head and "lambda" in head, done.stdout
+
+
+def test_layer_stacking_lists_no_rho_and_no_base_itself_warning(tmp_path):
+    config = dict(SMALL_CONFIG, num_hidden_layers=5, layer_types=["full_attention"] * 5)
+    base, agents = make_models(tmp_path / "in", agents={"coder": 0.5}, config=config)
+    MergeSpec.build(  # mergekit's way: the base is one of the stacked models
+        str(base),
+        [str(base), str(agents[0])],
+        names=["first", "coder"],
+        method="passthrough",
+        slices=[{"sources": [{"model": 1, "layer_range": [0, 3]}]}, {"sources": [{"model": 2, "layer_range": [1, 5]}]}],
+    ).save(tmp_path / "r.yaml")
+    done = cli(tmp_path, "run", "r.yaml", "--out", "out", quiet=False)
+    assert done.returncode == 0, done.stderr
+    assert not any("base checkpoint itself" in w for w in _warnings(done.stderr)), done.stderr
+    assert "rho" not in done.stdout and " inf" not in done.stdout, done.stdout
+    assert "merged model written to" in done.stdout
+
+
+def test_the_probe_alone_warns_without_naming_a_method(tmp_path):
+    base, agents = make_models(tmp_path / "in", agents={"coder": 0.5})
+    done = cli(tmp_path, "probe", str(base), str(agents[0]), quiet=False)
+    assert done.returncode == 0, done.stderr
+    one = [w for w in _warnings(done.stderr) if "only one agent" in w]
+    assert len(one) == 1 and "RAM" not in one[0], one
+    assert "rho" in _table_head(done.stdout)  # the probe's own statistics, ρ among them
