@@ -1,0 +1,29 @@
+"""The window's words follow the method (issue 47): a one-agent SLERP merge is warned about in SLERP's terms, the
+output dtype speaks of rescaling only for a method that rescales, and the density caption has no "(x0.001)"."""
+
+from __future__ import annotations
+
+from .conftest import analyse, load_sources, merge
+
+
+def _dtype_texts(window) -> list[str]:
+    box = window.method.out_dtype
+    return [box.itemText(i) for i in range(box.count())] + [box.toolTip()]
+
+
+def test_a_one_agent_slerp_is_told_in_slerps_terms(qtbot, window, demo_models, tmp_path):
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents[:1])
+    window.method.set_method("slerp")
+    analyse(qtbot, window)
+    assert "RAM" not in window.message.text.text()
+    caption = window.analysis.density.plot.getAxis("bottom").labelString()
+    assert "unique to the agent" in caption and "(x" not in caption, caption
+    assert not any("RAM" in t or "rescal" in t for t in _dtype_texts(window)), _dtype_texts(window)
+    window.method.out_dir.setText(str(tmp_path / "out"))
+    merge(qtbot, window)
+    log = window.run_box.log_view.toPlainText()
+    one = [line for line in log.splitlines() if "only one agent" in line and "SLERP" in line]
+    assert one and not any("RAM" in line for line in log.splitlines() if "only one agent" in line), log
+    window.method.set_method("ram-plus")  # a method that rescales: its dtype note says float32 keeps that
+    assert any("float32" in t and "rescaling" in t for t in _dtype_texts(window)), _dtype_texts(window)
