@@ -27,3 +27,15 @@ def test_a_one_agent_slerp_is_told_in_slerps_terms(qtbot, window, demo_models, t
     assert one and not any("RAM" in line for line in log.splitlines() if "only one agent" in line), log
     window.method.set_method("ram-plus")  # a method that rescales: its dtype note says float32 keeps that
     assert any("float32" in t and "rescaling" in t for t in _dtype_texts(window)), _dtype_texts(window)
+
+
+def test_a_misspelt_mergekit_key_is_named_in_the_window(qtbot, window, tmp_path):
+    from ram_desktop.gui import ecosystem
+
+    config = tmp_path / "mk.yaml"
+    config.write_text("merge_methd: ties\nbase_model: base\nmodels:\n  - model: coder\n")
+    assert not ecosystem.import_mergekit(window, config)
+    shown = window.message.text.text()
+    assert "merge_methd" in shown and "did you mean merge_method?" in shown, shown
+    assert not window.open_recipe(config)  # opened as a recipe: recognised as mergekit's, the import offered
+    assert window.message.action_button.text() == "Import as mergekit YAML", window.message.text.text()
