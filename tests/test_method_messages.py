@@ -67,3 +67,17 @@ def test_the_probe_alone_warns_without_naming_a_method(tmp_path):
     one = [w for w in _warnings(done.stderr) if "only one agent" in w]
     assert len(one) == 1 and "RAM" not in one[0], one
     assert "rho" in _table_head(done.stdout)  # the probe's own statistics, ρ among them
+
+
+def test_methods_short_labels_are_names_a_reader_knows():
+    """The search tab, charts and tables show ``short_label``: a name, not a code (issue 47: TA-w, Crumbs, Stock)."""
+    import re
+
+    from ram_desktop.core import METHODS
+
+    assert METHODS["weighted-task-arithmetic"].short_label == "Weighted TA"
+    assert METHODS["breadcrumbs"].short_label == "Breadcrumbs"
+    assert METHODS["model-stock"].short_label == "Model Stock"
+    for name, m in METHODS.items():
+        for word in re.split(r"[\s\-]+", m.short_label):  # an acronym (TA, TIES, RAM+s) or a whole word
+            assert word.isupper() or len(word) >= 4 or word == "RAM+s", (name, m.short_label)

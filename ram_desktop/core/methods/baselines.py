@@ -1095,7 +1095,7 @@ METHODS = (
         "θ_pre + mean of the task vectors (plain weight averaging).",
         (),
         average_merge,
-        short="Avg",
+        short="Average",
         streaming=Streaming(thread_safe=True, fused=average_fused),  # pure per chunk
         analysis=Analysis(would_keep=WouldKeep(average_shares)),
         interop=Interop(
