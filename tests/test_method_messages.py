@@ -81,3 +81,15 @@ def test_methods_short_labels_are_names_a_reader_knows():
     for name, m in METHODS.items():
         for word in re.split(r"[\s\-]+", m.short_label):  # an acronym (TA, TIES, RAM+s) or a whole word
             assert word.isupper() or len(word) >= 4 or word == "RAM+s", (name, m.short_label)
+
+
+def test_the_search_space_and_the_form_name_parameters_in_words():
+    """No Python set ``{False, True}``, no raw ``ties_scope`` where the search tab describes what it varies."""
+    from ram_desktop.core import METHODS
+    from ram_desktop.evaluate.search import search_space
+
+    texts = [d.describe() for m in ("ties", "weighted-ties", "ram-plus") for d in search_space(m)]
+    assert "trim scope: tensor or model" in texts and "normalize: false or true" in texts, texts
+    assert "r 0 to 0.2 (paper range)" in texts, texts
+    assert not [t for t in texts if "{" in t or "True" in t or "ties_scope" in t], texts
+    assert next(p for p in METHODS["ties"].params if p.name == "ties_scope").title == "trim scope"

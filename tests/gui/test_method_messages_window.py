@@ -39,3 +39,10 @@ def test_a_misspelt_mergekit_key_is_named_in_the_window(qtbot, window, tmp_path)
     assert "merge_methd" in shown and "did you mean merge_method?" in shown, shown
     assert not window.open_recipe(config)  # opened as a recipe: recognised as mergekit's, the import offered
     assert window.message.action_button.text() == "Import as mergekit YAML", window.message.text.text()
+
+
+def test_the_form_labels_ties_scope_by_its_name(qtbot, window):
+    from PySide6.QtWidgets import QLabel
+
+    window.method.set_method("ties")
+    assert window.method.findChild(QLabel, "label_ties_scope").text() == "trim scope"

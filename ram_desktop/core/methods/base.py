@@ -67,6 +67,12 @@ class Param:
     # the command-line flag's name where the parameter's own would clash with a global option (multislerp's
     # ``eps`` is ``--norm-eps``: ``--eps`` is the probe's threshold); the recipe key stays ``name``
     flag_name: str | None = None
+    # the name shown to a reader where the recipe key is a code (``ties_scope``: "trim scope"); default ``name``
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
 
     @property
     def flag(self) -> str:

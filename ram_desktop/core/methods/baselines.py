@@ -1032,6 +1032,7 @@ TIES_SCOPE = Param(
     "TIES trim scope: tensor = per tensor per agent (like mergekit), "
     "model = one cut over each agent's whole task vector (the TIES paper's)",
     choices=("tensor", "model"),
+    label="trim scope",
 )
 DROP = Param(
     "drop",

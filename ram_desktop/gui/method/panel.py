@@ -270,7 +270,7 @@ class MethodPanel(QWidget):
                 else widget.property("form_tip")
             )
             if label is not None:
-                label.setText(PARAM_LABELS.get(name, name) + (" (per slice)" if everywhere else ""))
+                label.setText(PARAM_LABELS.get(name, field.param.title) + (" (per slice)" if everywhere else ""))
 
     def default_out(self, parent: Path, replace: bool) -> None:
         """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
@@ -304,7 +304,7 @@ class MethodPanel(QWidget):
             if p.per_agent and self._agent_defaults.get(p.name):
                 field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
-            label = QLabel(PARAM_LABELS.get(p.name, p.name))
+            label = QLabel(PARAM_LABELS.get(p.name, p.title))
             label.setObjectName(f"label_{p.name}")
             label.setToolTip(field.widget.toolTip())
             self.form.insertRow(PARAMS_ROW + i, label, field.widget)
