@@ -548,7 +548,9 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
         raise ScoringFailed(e.result, f"; the finished scores are in {args.out / COMPARE_JSON}") from None
     print(format_probe(result.merges[0].probe, methods=[get_method(v.method) for v in variants]))
     for variant, merged in zip(variants, result.merges):
-        print(f"{variant.name}: {merged.report['method']} {merged.report['method_params']} -> {merged.out}")
+        print(
+            f"{variant.name}: {merged.report['method']} {params_text(merged.report['method_params'])} -> {merged.out}"
+        )
     if result.evaluation is not None:
         print(result.evaluation.table())
     drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
@@ -694,6 +696,15 @@ def name_new_code(suites: list[Any]) -> None:
             file=sys.stderr,
         )
     remember_code_folders(folders)
+
+
+def params_text(params: dict[str, Any]) -> str:
+    """Parameters as a person writes them (``r=0.2, alpha=1.0``); a per-agent list as its values, comma-separated."""
+    return ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+        for k, v in params.items()
+        if v is not None
+    )
 
 
 def _names(text: str | None) -> list[str] | None:

@@ -93,3 +93,13 @@ def test_the_search_space_and_the_form_name_parameters_in_words():
     assert "r 0 to 0.2 (paper range)" in texts, texts
     assert not [t for t in texts if "{" in t or "True" in t or "ties_scope" in t], texts
     assert next(p for p in METHODS["ties"].params if p.name == "ties_scope").title == "trim scope"
+
+
+def test_compare_lists_each_variants_parameters_as_written(tmp_path):
+    base, agents = make_models(tmp_path / "in")
+    done = cli(
+        tmp_path, "compare", str(base), *map(str, agents), "--out", "cmp", "--variant", "ram-plus:r=0.2,alpha=1.0"
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("ram-plus"))
+    assert "r=0.2, alpha=1.0" in line and "{" not in line, line
