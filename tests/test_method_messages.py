@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ram_desktop.core import MergeSpec
 from tests.conftest import SMALL_CONFIG, make_models
 from tests.subproc import cli
@@ -103,3 +105,23 @@ def test_compare_lists_each_variants_parameters_as_written(tmp_path):
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("ram-plus"))
     assert "r=0.2, alpha=1.0" in line and "{" not in line, line
+
+
+def test_evaluation_progress_shows_one_examples_per_second():
+    """The window's progress line computes examples/s itself (as the command line's bar does): the runner's
+    detail must not add a second, different one."""
+    import time
+
+    pytest.importorskip("PySide6")
+    from ram_desktop.core import Reporter
+    from ram_desktop.evaluate.runner import _Progress
+    from ram_desktop.gui.evaluate.run_bar import eta_text
+
+    events = []
+    progress = _Progress(Reporter(events.append), 40)
+    progress.model_start -= 2.0  # this model started earlier than the stage: the two rates would differ
+    progress.batch("merged", "code", 8, 120)
+    event = events[-1]
+    shown = eta_text("Evaluating", event, (time.monotonic() - 1.0, 0)) + f" · {event.detail}"
+    assert shown.count("examples/s") == 1, shown
+    assert "merged · code" in shown and "tokens/s" in shown, shown
