@@ -32,6 +32,8 @@ def test_one_agent_slerp_says_slerp_and_prints_no_rho_or_lambda(tmp_path):
     assert "density" in head and "rho" not in head and "lambda" not in head, done.stdout
     report = json.loads((tmp_path / "out" / "merge-report.json").read_text())
     assert any("SLERP" in w for w in report["warnings"]) and not any("RAM" in w for w in report["warnings"])
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "merges 1 reinforcement-learning-trained agent into" in card and "ρ" not in card and "λ" not in card
 
 
 def test_one_agent_ram_plus_says_it_reproduces_the_agent_and_keeps_its_table(tmp_path):
@@ -43,6 +45,8 @@ def test_one_agent_ram_plus_says_it_reproduces_the_agent_and_keeps_its_table(tmp
     assert "rescales" not in one[0]  # with one agent ρ = 0, so λ = 1: nothing is rescaled
     head = _table_head(done.stdout)
     assert "rho" in head and "lambda" in head, done.stdout
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "| ρ | λ |" in card and "Overlap statistics ρ" in card
 
 
 def test_layer_stacking_lists_no_rho_and_no_base_itself_warning(tmp_path):
@@ -60,6 +64,8 @@ def test_layer_stacking_lists_no_rho_and_no_base_itself_warning(tmp_path):
     assert not any("base checkpoint itself" in w for w in _warnings(done.stderr)), done.stderr
     assert "rho" not in done.stdout and " inf" not in done.stdout, done.stdout
     assert "merged model written to" in done.stdout
+    card = (tmp_path / "out" / "README.md").read_text()  # no task-vector statistics where none were compared
+    assert "ρ" not in card and "density" not in card and "## Overlap" not in card and "`" + str(base) in card
 
 
 def test_the_probe_alone_warns_without_naming_a_method(tmp_path):
