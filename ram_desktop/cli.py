@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .core import (
@@ -25,6 +25,9 @@ from .core import (
     Reporter,
     defaults,
 )
+
+if TYPE_CHECKING:
+    from .core import MergeMethod
 
 EXIT_OK, EXIT_BUG, EXIT_INPUT, EXIT_CANCELLED = 0, 1, 2, 130
 log = logging.getLogger("ram_desktop")
@@ -456,7 +459,7 @@ def _setup_logging(quiet: bool) -> None:
 
 def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
     from . import workflow
-    from .core import MergeSpec, RunOptions, advise
+    from .core import MergeSpec, RunOptions, advise, get_method
 
     if args.command == "demo":
         from .core import read_manifest, write_demo
@@ -509,7 +512,9 @@ def _dispatch(args: argparse.Namespace, reporter: Reporter) -> int:
         spec = load_recipe(args.recipe)
         spec = spec if args.out is None else spec.replace(output=str(args.out))
     result = workflow.merge(spec, RunOptions(overwrite=args.overwrite), reporter)
-    print(format_probe(result.probe, result.lambdas))
+    table = format_probe(result.probe, result.lambdas, [get_method(spec.method)])
+    if table:
+        print(table)
     print(f"merged model written to {result.out} ({result.bytes_written / 1e6:.1f} MB, {result.seconds:.1f} s)")
     return EXIT_OK
 
@@ -548,7 +553,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .core import RunOptions, Variant
+    from .core import RunOptions, Variant, get_method
     from .evaluate import ScoringFailed, load_suites
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG
     from .workflow import compare
@@ -574,9 +579,11 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     except ScoringFailed as e:
         print(e.result.table())
         raise ScoringFailed(e.result, f"; the finished scores are in {args.out / COMPARE_JSON}") from None
-    print(format_probe(result.merges[0].probe))
+    print(format_probe(result.merges[0].probe, methods=[get_method(v.method) for v in variants]))
     for variant, merged in zip(variants, result.merges):
-        print(f"{variant.name}: {merged.report['method']} {merged.report['method_params']} -> {merged.out}")
+        print(
+            f"{variant.name}: {merged.report['method']} {params_text(merged.report['method_params'])} -> {merged.out}"
+        )
     if result.evaluation is not None:
         print(result.evaluation.table())
     drawn = f", {COMPARE_PNG}" if (args.out / COMPARE_PNG).exists() else ""
@@ -748,19 +755,34 @@ def name_new_code(suites: list[Any]) -> None:
     remember_code_folders(folders)
 
 
+def params_text(params: dict[str, Any]) -> str:
+    """Parameters as a person writes them (``r=0.2, alpha=1.0``); a per-agent list as its values, comma-separated."""
+    return ", ".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+        for k, v in params.items()
+        if v is not None
+    )
+
+
 def _names(text: str | None) -> list[str] | None:
     return [n.strip() for n in text.split(",")] if text else None
 
 
-def format_probe(report, lambdas: list[float] | None = None) -> str:
-    """A plain table of per-agent statistics."""
-    head = f"{'agent':16s} {'density':>8s} {'unique':>12s} {'shared':>12s} {'rho':>8s}"
+def format_probe(report, lambdas: list[float] | None = None, methods: Sequence[MergeMethod] = ()) -> str:
+    """A plain table of per-agent statistics. With the methods merged: ρ (and λ) only where one of them is RAM's
+    selective rule that they describe, and no table for layer stacking (no task vectors are compared)."""
+    if methods and all(m.streaming.stacks for m in methods):
+        return ""
+    rho = not methods or any(m.analysis.selective for m in methods)
+    lambdas = lambdas if rho else None
+    head = f"{'agent':16s} {'density':>8s} {'unique':>12s} {'shared':>12s}" + (f" {'rho':>8s}" if rho else "")
     if lambdas:
         head += f" {'lambda':>8s}"
     lines = [f"{report.params:,} elements in {report.tensors} tensors, eps = {report.eps:g}", head]
     for t, a in enumerate(report.agents):
-        rho = "inf" if a.rho == float("inf") else f"{a.rho:.3f}"
-        line = f"{a.name[:16]:16s} {a.density:8.2%} {a.unique:12,} {a.shared:12,} {rho:>8s}"
+        line = f"{a.name[:16]:16s} {a.density:8.2%} {a.unique:12,} {a.shared:12,}"
+        if rho:
+            line += f" {'inf' if a.rho == float('inf') else f'{a.rho:.3f}':>8s}"
         if lambdas:
             line += f" {lambdas[t]:8.4f}"
         lines.append(line)

@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 
-def cli(tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = None) -> subprocess.CompletedProcess:
-    """``python -m ram_desktop -q args`` in a new process whose caches live under ``tmp_path``.
+def cli(
+    tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = None, quiet: bool = True
+) -> subprocess.CompletedProcess:
+    """``python -m ram_desktop -q args`` in a new process whose caches live under ``tmp_path`` (``quiet=False``:
+    without ``-q``, so its warnings are printed).
 
     ``prelude``: Python run in that process before the CLI (to simulate an OS error by patching); the
     CLI then runs through ``ram_desktop.cli.entry`` as ``python -m ram_desktop`` runs it."""
@@ -22,11 +25,12 @@ def cli(tmp_path: Path, *args: str, timeout: float = 120, prelude: str | None = 
         XDG_CONFIG_HOME=str(tmp_path / "config"),
         QT_QPA_PLATFORM="offscreen",
     )
+    flags = ["-q"] if quiet else []
     if prelude is None:
-        command = [sys.executable, "-m", "ram_desktop", "-q", *args]
+        command = [sys.executable, "-m", "ram_desktop", *flags, *args]
     else:
         code = prelude + "\nfrom ram_desktop.cli import entry\nentry()\n"
-        command = [sys.executable, "-c", code, "-q", *args]
+        command = [sys.executable, "-c", code, *flags, *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=timeout, check=False)
 
 

@@ -199,7 +199,8 @@ def test_existing_output_needs_overwrite(capsys, tmp_path, models):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(out))
-    assert code == 2 and "--overwrite" in err
+    # --overwrite would refuse this folder too (keep.txt is the user's): not offered, a free folder is
+    assert code == 2 and "--overwrite" not in err and "keep.txt" in err and "choose a new folder" in err, err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
     # --overwrite replaces an earlier RAM Desktop output only: an unrelated folder is refused, untouched
     (out / "sub").mkdir()
@@ -212,6 +213,8 @@ def test_existing_output_needs_overwrite(capsys, tmp_path, models):
     code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh))
     assert code == 0, err
     first = (fresh / "model.safetensors").read_bytes()
+    code, _, err = run_cli(capsys, "merge", str(base), *map(str, agents), "--out", str(fresh), "--method", "ram")
+    assert code == 2 and "earlier RAM Desktop output" in err and "pass --overwrite" in err, err  # offered: it works
     code, _, err = run_cli(
         capsys, "merge", str(base), *map(str, agents), "--out", str(fresh), "--overwrite", "--method", "ram"
     )

@@ -160,6 +160,9 @@ def test_rocm_mps_and_cpu(locks, tmp_path):
     plan = builds.choose(amd, "auto", locks=locks, runtimes=tmp_path)
     assert plan.variant == "rocm" and plan.action == "impossible"
     assert "ROCm 6.4 build from PyTorch's index (https://download.pytorch.org/whl/rocm6.4)" in plan.reason
+    # in a user's words: what is missing and what to do, no build-system terms
+    assert not [w for w in ("lock file", "release workflow", "wheels", "bundled") if w in plan.reason], plan.reason
+    assert "torch files (.whl) you downloaded" in plan.reason and "Settings → Compute" in plan.reason
     mac = Detection("macos", "arm64", "3.11", apple_silicon=True)
     assert builds.choose(mac, "auto", locks=locks).action == "none"
     assert builds.choose(mac, "cuda", locks=locks).action == "impossible"

@@ -118,7 +118,7 @@ def test_compare_out_needs_overwrite_and_never_touches_an_unrelated_folder(tmp_p
     (out / "thesis.txt").write_text("four years of work")
     (out / "sub" / "data.csv").write_text("a,b\n")
     line = error_line(run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram"))
-    assert "--overwrite" in line
+    assert "--overwrite" not in line and "thesis.txt" in line  # --overwrite would refuse it too: not offered
     line = error_line(run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--overwrite"))
     assert "thesis.txt" in line and "sub/data.csv" in line and "choose a new folder" in line
     assert sorted(p.name for p in out.rglob("*")) == ["data.csv", "sub", "thesis.txt"]
@@ -129,6 +129,8 @@ def test_compare_overwrite_over_an_earlier_compare(tmp_path, inputs):
     out = tmp_path / "cmp"
     done = run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram")
     assert done.returncode == 0, done.stderr
+    line = error_line(run(tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram"))
+    assert "earlier comparison" in line and "pass --overwrite" in line  # offered: it would work
     done = run(
         tmp_path, "", "compare", *inputs, "--out", str(out), "--variant", "ram", "--variant", "ties", "--overwrite"
     )

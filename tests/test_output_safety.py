@@ -241,7 +241,7 @@ def test_a_run_that_finishes_first_does_not_let_a_second_replace_it_silently(tmp
 from ram_desktop.core import pipeline
 pipeline.check_output = lambda out, inputs, overwrite, needed: __import__("pathlib").Path(out).resolve()
 """
-    one_error_line(run(tmp_path, patch, *merge_args(inputs, out)), "not empty", "--overwrite")
+    one_error_line(run(tmp_path, patch, *merge_args(inputs, out)), "earlier RAM Desktop output", "--overwrite")
     assert (out / "merge-report.json").read_bytes() == report
 
 

@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     # the ecosystem: mergekit configs, publishing, the evaluation card
     "to_mergekit": "ecosystem.mergekit",
     "load_mergekit": "ecosystem.mergekit",
+    "is_mergekit_file": "ecosystem.mergekit",
     "load_recipe_or_mergekit": "ecosystem.mergekit",
     "publish": "ecosystem.hub.publish",
     "check_repo_id": "ecosystem.hub.publish",
@@ -118,6 +119,7 @@ __all__ = [  # the names of _EXPORTS
     "get_method",
     "has_stored_token",
     "human_bytes",
+    "is_mergekit_file",
     "list_devices",
     "load_mergekit",
     "load_recipe_or_mergekit",
@@ -152,7 +154,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .devices import list_devices, resolve_device
     from .ecosystem.cards.evaluation import MERGE_REPORT, record_evaluation
     from .ecosystem.hub.publish import check_repo_id, has_stored_token, publish
-    from .ecosystem.mergekit import load_mergekit, load_recipe_or_mergekit, to_mergekit
+    from .ecosystem.mergekit import is_mergekit_file, load_mergekit, load_recipe_or_mergekit, to_mergekit
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES, VOCAB_MODES, check_fits
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport

@@ -30,7 +30,7 @@ from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError, device_memory
 from .events import Reporter
-from .methods import Collector, get_method
+from .methods import Collector, MergeMethod, get_method, plan_warnings
 from .recipe import parse_size
 from .sources import open_checkpoint
 from .spec import Agent, MergeSpec, RunOptions
@@ -89,10 +89,12 @@ def probe(
     _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
     base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
+    notes = _warn(plan, [None])
     with kernels.disabled(below=kernel_min_elements):
         choice = _chosen(device, kernels.available)
         with device_memory(choice.name, "analysing"):
-            return _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
+            report = _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
+    return replace(report, warnings=[*notes, *report.warnings])  # never cached: a later merge words its own
 
 
 def _chosen(device: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
@@ -100,6 +102,14 @@ def _chosen(device: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
     choice = choose_device(device, cpu_kernels)
     log.info("device: %s (%s)", choice.name, choice.reason)
     return choice
+
+
+def _warn(plan: MergePlan, methods: Sequence[MergeMethod | None]) -> list[str]:
+    """Log and return the warnings about the inputs that each method words its own way (``plan_warnings``)."""
+    notes = list(dict.fromkeys(w for m in methods for w in plan_warnings(m, plan)))
+    for w in notes:
+        log.warning(w)
+    return notes
 
 
 def _probe_plan(
@@ -251,6 +261,7 @@ def _merge_variants(
         folder = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="ram-vocabulary-")))
         base, agents = vocabulary.aligned(folder, cast if cast in COMPUTE_DTYPES else None)
     plan = make_plan(base, agents, first.names, first.out_dtype, first.vocab, layout)
+    _warn(plan, methods)
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
     outs = [check_output(o, inputs, options.overwrite, plan.out_bytes * len(outs)) for o in outs]
@@ -332,9 +343,13 @@ def _merge_variants(
                 v.shards.bytes_written,
                 survival,
             )
+            own = plan_warnings(m, plan)  # the method's own words for its inputs (logged once, before the passes)
+            report["warnings"] = [*own, *report["warnings"]]
             _write_extras(folder, plan, written, v.params, probe_report, lambdas, report, vocabulary)
             results.append(
-                MergeResult(out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, probe_report.warnings)
+                MergeResult(
+                    out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, [*own, *probe_report.warnings]
+                )
             )
     seconds = time.perf_counter() - start
     for result in results:

@@ -27,7 +27,7 @@ Public API (the CLI's ``ram-merge eval`` and the window's Evaluate step are thin
   the finished scores) when a scorer fails mid-run; ``models`` are ``ModelRef``s (or paths / Hub ids, named by ``model_refs``);
   greedy batched generation with ``transformers``, one model in memory at a time; progress as
   ``Reporter.progress("evaluate", done, total, "examples", detail)`` (details "loading NAME",
-  "generating with NAME", then per batch "NAME · SUITE · x examples/s · y tokens/s"), cancel
+  "generating with NAME", then per batch "NAME · SUITE · y tokens/s"; the rate in examples/s is the faces'), cancel
   between batches (``Cancelled``). ``threads``: torch CPU threads (default ``RAM_DESKTOP_THREADS``,
   else one for a model under 50 M parameters on the CPU, else torch's own).
 - ``check_json_path(path)``: refuse an unwritable ``--json`` target before any work.

@@ -71,15 +71,16 @@ def check_compare_folder(folder: Path, overwrite: bool) -> None:
             raise InputError(f"output {folder} exists and is not a folder; choose a folder name")
         if not any(folder.iterdir()):
             return
-        if not overwrite:
-            raise InputError(
-                f"output folder {folder} exists and is not empty; pass --overwrite or choose another folder"
-            )
         lost = foreign_entries(folder, tolerated=is_staging_entry, legacy=_legacy_compare_foreign)
     except OSError as e:
         raise InputError(f"{e.filename or folder}: cannot read ({e.strerror})") from None
-    if lost:
+    if lost:  # first: --overwrite is offered only where it would work
         raise NotReplaceable(folder, lost)
+    if not overwrite:
+        raise InputError(
+            f"output folder {folder} holds an earlier comparison; pass --overwrite to replace it or choose another "
+            "folder"
+        )
 
 
 def _legacy_compare_foreign(folder: Path) -> list[str]:

@@ -143,10 +143,7 @@ def estimate_fisher(
             for i, ids in enumerate(prompts):
                 reporter.check()
                 tokens += _example(model, ids, stops, used.max_new_tokens, torch_device)
-                elapsed = max(time.perf_counter() - start, 1e-9)
-                reporter.progress(
-                    STAGE, i + 1, n, "examples", f"{name} · {suite.name} · {(i + 1) / elapsed:.2f} examples/s"
-                )
+                reporter.progress(STAGE, i + 1, n, "examples", f"{name} · {suite.name}")  # the faces show the rate
         finally:
             for h in hooks:
                 h.remove()

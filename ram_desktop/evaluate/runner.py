@@ -14,7 +14,7 @@
 - ``trust_remote_code`` is never set: a model (or tokenizer) that needs its repository's own code is
   refused with ``InputError``, as is anything ``transformers`` cannot load.
 - Progress: ``Reporter.progress("evaluate", done_examples, total_examples, "examples", detail)``
-  after every batch (detail: model, suite, examples/s and generated tokens/s); cancelling stops at
+  after every batch (detail: model, suite and generated tokens/s; the faces show examples/s); cancelling stops at
   the next batch boundary with ``Cancelled``. Nothing is written by this module.
 """
 
@@ -343,10 +343,8 @@ class _Progress:
         self.model_done += examples
         self.model_tokens += tokens
         elapsed = max(time.perf_counter() - self.model_start, 1e-9)
-        self.report(
-            f"{model} · {suite} · {self.model_done / elapsed:.2f} examples/s · "
-            f"{self.model_tokens / elapsed:.1f} tokens/s"
-        )
+        # examples per second is the progress line's own (each face computes it from done and time): one rate
+        self.report(f"{model} · {suite} · {self.model_tokens / elapsed:.1f} tokens/s")
 
 
 def _complete(

@@ -95,6 +95,7 @@ class Dimension:
     log: bool = False
     choices: tuple[Any, ...] = ()
     source: str = ""  # "paper" or "declared"
+    label: str = ""  # the parameter's name for a reader (``Param.title``)
 
     @property
     def key(self) -> str:
@@ -102,9 +103,12 @@ class Dimension:
         return f"{self.method}:{self.param}"
 
     def describe(self) -> str:
+        """In words: ``trim scope: tensor or model``, ``normalize: false or true``, ``scale 0.1 to 1 (paper range)``."""
+        name = self.label or self.param
         if self.kind == "choice":
-            return f"{self.param} in {{{', '.join(map(str, self.choices))}}}"
-        return f"{self.param} in [{self.low:g}, {self.high:g}]{' (log)' if self.log else ''} ({self.source} range)"
+            words = [str(c).lower() if isinstance(c, bool) else str(c) for c in self.choices]
+            return f"{name}: {', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else f"{name}: {words[0]}"
+        return f"{name} {self.low:g} to {self.high:g}{', log scale' if self.log else ''} ({self.source} range)"
 
 
 def paper_interval(text: str | None) -> tuple[float, float] | None:
@@ -128,10 +132,10 @@ def search_space(method_name: str) -> list[Dimension]:
         if p.per_agent or p.setting or p.name == "seed":
             continue
         if p.choices:
-            dims.append(Dimension(method_name, p.name, "choice", choices=tuple(p.choices)))
+            dims.append(Dimension(method_name, p.name, "choice", choices=tuple(p.choices), label=p.title))
             continue
         if p.kind is bool:
-            dims.append(Dimension(method_name, p.name, "choice", choices=(False, True)))
+            dims.append(Dimension(method_name, p.name, "choice", choices=(False, True), label=p.title))
             continue
         if p.kind not in (int, float):
             continue
@@ -146,7 +150,8 @@ def search_space(method_name: str) -> list[Dimension]:
         if high <= low:
             continue
         kind = "int" if p.kind is int else "float"
-        dims.append(Dimension(method_name, p.name, kind, low, high, low > 0 and high / low >= 1000, source=source))
+        log_scale = low > 0 and high / low >= 1000
+        dims.append(Dimension(method_name, p.name, kind, low, high, log_scale, source=source, label=p.title))
     return dims
 
 

@@ -14,7 +14,7 @@ from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
 from PySide6.QtWidgets import QDialog, QFileDialog, QMessageBox, QTextBrowser, QVBoxLayout
 
 from .. import __version__
-from ..core import InputError
+from ..core import InputError, is_mergekit_file
 from ..paths import visible_folder
 from . import ecosystem
 from .analysis.panel import reading_the_charts
@@ -38,17 +38,6 @@ def _action(
         action.setShortcut(shortcut)
     action.triggered.connect(triggered)
     return action
-
-
-def is_mergekit_config(path: Path) -> bool:
-    """``path`` reads as a mergekit configuration (a mapping with ``merge_method``)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    return isinstance(data, dict) and "merge_method" in data
 
 
 class Menus(QObject):
@@ -177,7 +166,7 @@ class Menus(QObject):
         try:
             w.apply_spec(load_spec(path))
         except InputError as e:
-            if is_mergekit_config(Path(path)):
+            if is_mergekit_file(Path(path)):
                 w.show_error(f"{path} is a mergekit configuration, not a RAM Desktop recipe")
                 w.message.offer("Import as mergekit YAML", lambda: ecosystem.import_mergekit(w, Path(path)))
             else:

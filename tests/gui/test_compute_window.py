@@ -53,8 +53,9 @@ def test_status_bar_and_about_say_what_computes(qtbot, settings, machine, monkey
     shown = []
     monkeypatch.setattr(QMessageBox, "about", lambda parent, title, text: shown.append(text))
     w.menus._about()
-    assert f"torch {torch.__version__} (none (the bundled torch))" in shown[0]
-    assert "CUDA in this torch: None" in shown[0]
+    assert f"torch {torch.__version__}, the one RAM Desktop comes with" in shown[0]
+    assert "CUDA in this torch: none (the CPU version)" in shown[0]
+    assert "None" not in shown[0] and "((" not in shown[0] and "))" not in shown[0]  # words, not Python values
     assert "NVIDIA driver: 580.159.04 (supports CUDA 13.0)" in shown[0]
 
 
@@ -217,6 +218,8 @@ def test_cuda_without_an_nvidia_gpu_says_so_first_and_install_is_off(qtbot, sett
     page = w.compute.open_page()
     qtbot.waitUntil(lambda: page.detection is not None, timeout=30000)
     assert "no GPU found: the CPU computes" in page.detection_view.toPlainText()
+    # the automatic choice says what it picks here, not "the GPU found here"
+    assert page.variant.itemText(page.variant.findData("auto")) == "automatic: the CPU (no GPU found here)"
     page.variant.setFocus()
     while page.variant.currentData() != "cuda":  # down the list, as with the keyboard
         qtbot.keyClick(page.variant, Qt.Key_Down)

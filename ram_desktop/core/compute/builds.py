@@ -309,7 +309,8 @@ def choose(
     return Plan(
         variant,
         "impossible",
-        f"this machine needs the {names}, and this installation has no lock file for it (made by the "
-        f"release workflow where that index is reachable); install it with "
-        f"--find-links DIR from wheels you downloaded{hint}. The bundled CPU torch stays in use",
+        f"this machine needs the {names}, which this copy of RAM Desktop cannot download (it carries no list of "
+        f"that build's files); install it from torch files (.whl) you downloaded yourself, naming their folder "
+        f"(Settings → Compute: the folder field; command line: --find-links DIR){hint}. Until then the CPU version "
+        f"of torch RAM Desktop comes with stays in use",
     )

@@ -26,6 +26,7 @@ import yaml
 from ..errors import InputError
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
+from ..recipe import RECIPE_KEYS, known_keys
 from ..sources import HUB_ID, open_checkpoint, split_applied
 from ..spec import FORMAT, MergeSpec
 from ..storage.formats.lora import bind_all, is_adapter_folder
@@ -87,9 +88,27 @@ class Imported:
     warnings: list[str] = field(default_factory=list)
 
 
+MERGEKIT_KEYS = TOP_LEVEL | set(REFUSED_TOP_LEVEL)  # every top-level key of mergekit 0.1.5's configuration
+_THEIRS = MERGEKIT_KEYS - set(RECIPE_KEYS)  # merge_method, models, base_model, dtype, ...: mergekit's alone
+_OURS = set(RECIPE_KEYS) - MERGEKIT_KEYS  # method, base, agents, ...: a recipe's alone
+
+
 def is_mergekit(data: Any) -> bool:
-    """A mapping with ``merge_method`` and without our ``format`` key."""
-    return isinstance(data, dict) and "merge_method" in data and "format" not in data
+    """A mapping without our ``format`` key that has a key of mergekit's own (``merge_method``, ``models``,
+    ``base_model`` ...), or only keys both share (``slices``, ``parameters`` ...) beside unknown ones: a mergekit
+    configuration, also when its ``merge_method`` is misspelt (``from_mergekit`` then names the key)."""
+    if not isinstance(data, dict) or "format" in data:
+        return False
+    keys = {str(k) for k in data}
+    return bool(keys & _THEIRS) or bool(keys & MERGEKIT_KEYS and not keys & _OURS)
+
+
+def is_mergekit_file(path: Path) -> bool:
+    """``path`` reads as a mergekit configuration (``is_mergekit``); False for a file that does not read."""
+    try:
+        return is_mergekit(_read_yaml(Path(path)))
+    except InputError:
+        return False
 
 
 def load_recipe_or_mergekit(path: Path) -> Imported:
@@ -103,7 +122,7 @@ def load_recipe_or_mergekit(path: Path) -> Imported:
 def load_mergekit(path: Path) -> Imported:
     data = _read_yaml(Path(path))
     if not is_mergekit(data):
-        raise InputError(f"{path}: not a mergekit configuration (needs merge_method)")
+        raise InputError(f"{path}: not a mergekit configuration (none of mergekit's keys: merge_method, models ...)")
     return from_mergekit(data, str(path))
 
 
@@ -229,9 +248,9 @@ def from_mergekit(data: Any, where: str = "mergekit config") -> Imported:
     for key, why in REFUSED_TOP_LEVEL.items():
         if data.get(key) is not None:
             raise InputError(f"{where}: {key}: {why} cannot be expressed in RAM Desktop")
-    unknown = sorted(set(data) - TOP_LEVEL - set(REFUSED_TOP_LEVEL))
-    if unknown:
-        raise InputError(f"{where}: {unknown[0]}: unknown mergekit key, RAM Desktop cannot express it")
+    known_keys(where, "", data, tuple(sorted(MERGEKIT_KEYS)))  # a typo is named with the key it is close to
+    if data.get("merge_method") is None:
+        raise InputError(f"{where}: merge_method: missing; name mergekit's merge method (e.g. ties, slerp, linear)")
     settings, template = _tokenizer_settings(data, where)  # checked before the models, like every key
     imported = _convert(data, where)
     if data.get("tokenizer") is not None and data.get("tokenizer_source") is not None:

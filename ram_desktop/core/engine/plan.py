@@ -177,6 +177,12 @@ class MergePlan:
         return len(self.agents)
 
     @property
+    def base_agents(self) -> list[str]:
+        """The names of the agents whose files are the base's own."""
+        base = sorted(map(str, self.base.files))
+        return [name for ckpt, name in zip(self.agents, self.names) if sorted(map(str, ckpt.files)) == base]
+
+    @property
     def mergeable_jobs(self) -> list[TensorJob]:
         return [j for j in self.jobs if j.mergeable]
 
@@ -379,16 +385,13 @@ def make_plan(
             "rows for the rest"
         )
 
-    if len(agents) == 1:
-        warnings.append("only one agent: merging it with the base reproduces (RAM) or rescales (RAM+) that agent")
+    # one agent only, or an agent that is the base itself: the method decides what that means (methods.plan_warnings)
     seen: dict[tuple, str] = {}
     for ckpt, name in zip(agents, names):
         key = tuple(sorted(map(str, ckpt.files)))
         if key in seen:
             warnings.append(f"agent {name!r} is the same checkpoint as agent {seen[key]!r}")
         seen.setdefault(key, name)
-        if key == tuple(sorted(map(str, base.files))):
-            warnings.append(f"agent {name!r} is the base checkpoint itself")
     for display in sorted(mixed):
         warnings.append(f"{display} stores some tensors in another dtype than the base; computing in float32")
     for w in warnings:

@@ -39,6 +39,7 @@ from .base import (
     Streaming,
     Sweep,
     WouldKeep,
+    plan_warnings,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "Sweep",
     "WouldKeep",
     "get_method",
+    "plan_warnings",
 ]
 
 _FAMILIES = (

@@ -65,7 +65,7 @@ METHODS = (
         arcee_fusion_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        short="Fusion",
+        short="Arcee Fusion",
         streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
         gpu_tolerance=RANK_TIES_ON_GPU,
         interop=Interop(

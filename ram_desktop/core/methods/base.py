@@ -44,6 +44,7 @@ __all__ = [
     "Streaming",
     "Sweep",
     "WouldKeep",
+    "plan_warnings",
 ]
 
 
@@ -66,6 +67,12 @@ class Param:
     # the command-line flag's name where the parameter's own would clash with a global option (multislerp's
     # ``eps`` is ``--norm-eps``: ``--eps`` is the probe's threshold); the recipe key stays ``name``
     flag_name: str | None = None
+    # the name shown to a reader where the recipe key is a code (``ties_scope``: "trim scope"); default ``name``
+    label: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
 
     @property
     def flag(self) -> str:
@@ -178,13 +185,17 @@ class Analysis:
     cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached; its ``finish()``
     result reaches ``prepare(params, probe, collected)``. ``observer(params, plan)``: watches every merged chunk
     (RAM+'s exact rounding survival count). ``lambdas(params, probe)``: the per-agent scale of unique updates,
-    for reports and cards (None: every λ is 1). ``would_keep``: the Analyze view's estimate (None: not shown)."""
+    for reports and cards (None: every λ is 1). ``would_keep``: the Analyze view's estimate (None: not shown).
+    ``selective``: the merge is RAM's selective rule, which ρ and λ describe (the ρ–λ columns and notes)."""
 
     needs_probe: Callable[[dict], bool] = _never
     collector: Callable[[dict, MergePlan], Collector] | None = None
     observer: Callable[[dict, MergePlan], Observer] | None = None
     lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
     would_keep: WouldKeep | None = None
+    # RAM's selective rule (unique updates kept, shared ones averaged): the probe's ρ and the λ it gives describe
+    # the merge, so the faces show the ρ–λ table and RAM's own notes; every other method's messages leave them out
+    selective: bool = False
 
 
 @dataclass(frozen=True)
@@ -241,6 +252,11 @@ class MergeMethod:
     def short_label(self) -> str:
         return self.short or self.label
 
+    @property
+    def rescales(self) -> bool:
+        """Unique updates are scaled by a per-agent λ (RAM+, RAM+s): a bf16 output can round that away."""
+        return self.analysis.lambdas is not None
+
     def resolve(self, given: dict[str, Any]) -> dict[str, Any]:
         """Defaults filled in, values validated; unknown names are an error."""
         known = {p.name: p for p in self.params}
@@ -253,3 +269,22 @@ class MergeMethod:
         return {
             name: p.validate(given[name]) if given.get(name) is not None else p.default for name, p in known.items()
         }
+
+
+def plan_warnings(method: MergeMethod | None, plan: MergePlan) -> list[str]:
+    """Warnings about the inputs that depend on the method (None: an analysis, no method yet): one agent only,
+    and an agent that is the base checkpoint itself (expected where the method stacks the models' layers)."""
+    warnings = []
+    if plan.n_agents == 1:
+        if method is None:
+            warnings.append("only one agent: there is no other agent to merge it with, only the base")
+        elif method.analysis.selective:
+            warnings.append(
+                f"only one agent: {method.label} keeps every update of it above ε, so the merge reproduces that "
+                "agent (no update is shared: ρ = 0, λ = 1)"
+            )
+        else:
+            warnings.append(f"only one agent: {method.label} combines it with the base alone")
+    if method is None or not method.streaming.stacks:
+        warnings += [f"agent {name!r} is the base checkpoint itself" for name in plan.base_agents]
+    return warnings

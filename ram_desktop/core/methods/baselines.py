@@ -1032,6 +1032,7 @@ TIES_SCOPE = Param(
     "TIES trim scope: tensor = per tensor per agent (like mergekit), "
     "model = one cut over each agent's whole task vector (the TIES paper's)",
     choices=("tensor", "model"),
+    label="trim scope",
 )
 DROP = Param(
     "drop",
@@ -1095,7 +1096,7 @@ METHODS = (
         "θ_pre + mean of the task vectors (plain weight averaging).",
         (),
         average_merge,
-        short="Avg",
+        short="Average",
         streaming=Streaming(thread_safe=True, fused=average_fused),  # pure per chunk
         analysis=Analysis(would_keep=WouldKeep(average_shares)),
         interop=Interop(

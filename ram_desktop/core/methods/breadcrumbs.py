@@ -28,7 +28,7 @@ METHODS = (
         "Drop outliers and small values of each task vector, then λ·Σ w·τ.",
         Family("breadcrumbs", "magnitude_outliers", False, False, False),
         PAPER,
-        "Crumbs",
+        "Breadcrumbs",
         _mapping("breadcrumbs", False),
     ),
     method(
@@ -37,7 +37,7 @@ METHODS = (
         "Breadcrumbs' sparsification, then sign consensus.",
         Family("breadcrumbs_ties", "magnitude_outliers", True, False, False),
         PAPER,
-        "Crumbs-TIES",
+        "Breadcrumbs-TIES",
         _mapping("breadcrumbs_ties", True),
     ),
 )

@@ -43,7 +43,7 @@ METHODS = (
         "Magnitude-ranked random drop (MagPrune), L1 rescale, weighted sum.",
         Family("della_linear", "della_magprune", False, False, True),
         PAPER,
-        "DELLA-lin",
+        "DELLA linear",
         _mapping("della_linear", False),
     ),
 )

@@ -229,7 +229,7 @@ METHODS = (
         model_stock_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS),
         bind=_bind,
-        short="Stock",
+        short="Model Stock",
         streaming=Streaming(whole_tensor=True, theta=True, fused=model_stock_fused, thread_safe=False),  # as slerp
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),

@@ -80,7 +80,7 @@ METHODS = (
         multislerp_merge,
         prepare=lambda params, probe, collected: weights.prepare(params, PARAMS, required=("weight",)),
         bind=weights.bind,
-        short="MSLERP",
+        short="Multi-SLERP",
         streaming=Streaming(whole_tensor=True, theta=True, thread_safe=False),
         interop=Interop(
             mergekit=MergekitMapping(exact_export(EXACT), exact=(EXACT,)),

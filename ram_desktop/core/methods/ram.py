@@ -357,7 +357,7 @@ def _ram_family(
             lambda chunk, ctx: selective_merge(chunk, None),
             short=short,
             streaming=Streaming(thread_safe=True, fused=_Fused(lambda ctx: None), fused_group=_fused_group),
-            analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report))),
+            analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report)), selective=True),
             interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
         )
 
@@ -381,6 +381,7 @@ def _ram_family(
             lambdas=lambdas,
             observer=lambda params, plan: SurvivalObserver(),
             would_keep=_rescaled_shares(lambdas),
+            selective=True,
         ),
         interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
     )

@@ -32,7 +32,7 @@ METHODS = (
         "θ_base + λ·Σ w_t·τ_t (optionally / Σ w_t), per-agent weights and gradients as in mergekit.",
         Family("task_arithmetic", None, False, False, False),
         TA_PAPER,
-        "TA-w",
+        "Weighted TA",
         _mapping("task_arithmetic", False, False, False),
     ),
     method(
@@ -41,7 +41,7 @@ METHODS = (
         "Per-agent density trim (int(k·n) largest), weights, sign consensus, weighted disjoint mean (as mergekit).",
         Family("ties", "magnitude", True, True, False),
         TIES_PAPER,
-        "TIES-w",
+        "Weighted TIES",
         _mapping("ties", True, True, False),
     ),
     method(
@@ -50,7 +50,7 @@ METHODS = (
         "Seeded random drop per agent density, L1 rescale, weighted sum, as mergekit's dare_linear.",
         Family("dare_linear", "random", False, False, True),
         f"{DARE_PAPER}; {TA_PAPER}",
-        "DARE-w",
+        "Weighted DARE",
         _mapping("dare_linear", False, True, True),
     ),
     method(
@@ -59,7 +59,7 @@ METHODS = (
         "Seeded random drop per agent density, L1 rescale, weights, sign consensus, as mergekit's dare_ties.",
         Family("dare_ties", "random", True, False, True),
         f"{DARE_PAPER}; {TIES_PAPER}",
-        "DARE-TIES-w",
+        "Weighted DARE-TIES",
         _mapping("dare_ties", True, True, True),
     ),
 )

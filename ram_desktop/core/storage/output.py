@@ -319,18 +319,22 @@ def is_staging_entry(item: Path) -> bool:
 def check_replaceable(out: Path, overwrite: bool, hashes: bool = True) -> None:
     """An existing ``out`` may be replaced only with ``overwrite``, and only when it is empty or nothing in it
     is foreign (``manifest.foreign_entries``: every file listed in its manifest, unchanged): a folder with
-    anything else is refused naming what would be lost (``NotReplaceable``), its files untouched."""
+    anything else is refused naming what would be lost (``NotReplaceable``), its files untouched, with or
+    without ``overwrite`` (so the refusal without it offers ``--overwrite`` only where it would work)."""
     if not out.exists() and not out.is_symlink():
         return
     if not out.is_dir() or out.is_symlink():
         raise InputError(f"output {out} exists and is not a folder; choose a folder name")
     if not any(out.iterdir()):
         return
-    if not overwrite:
-        raise InputError(f"output folder {out} exists and is not empty; pass --overwrite or choose another folder")
-    lost = foreign_entries(out, hashes=hashes)
+    lost = foreign_entries(out, hashes=hashes)  # first: --overwrite is offered only where it would work
     if lost:
         raise NotReplaceable(out, lost)
+    if not overwrite:
+        raise InputError(
+            f"output folder {out} holds an earlier RAM Desktop output; pass --overwrite to replace it or choose "
+            "another folder"
+        )
 
 
 @contextmanager

@@ -206,6 +206,7 @@ class DensityChart(pg.GraphicsLayoutWidget):
         super().__init__(parent)
         self.setMinimumHeight(180)
         self.plot = _plot(self)
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)  # agents by position: no "(x0.001)" in the caption
         self.report: ProbeReport | None = None
         self.show_report(None)
 
@@ -325,6 +326,7 @@ class LayerDensityChart(QWidget):
         self.graphics.setMinimumHeight(160)
         layout.addWidget(self.graphics, 1)
         self.plot = _plot(self.graphics, row=0, col=0)
+        self.plot.getAxis("bottom").enableAutoSIPrefix(False)  # groups by position: no "(x0.001)" in the caption
         self.legend = legend_below(self.graphics, self.plot)
         self.lines: list[pg.PlotDataItem] = []
         self.report: ProbeReport | None = None

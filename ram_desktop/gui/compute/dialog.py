@@ -44,11 +44,19 @@ LOOK_DELAY_MS = 1000  # the offer's look at the machine waits for the window to 
 # against 5.1 on 2 CPU cores)
 GPU_GAIN = "evaluations run many times faster (about 40× on an NVIDIA H100 than on 2 CPU cores, as measured)"
 CHOICES = {
-    "auto": "the GPU found here (automatic)",
+    "auto": "automatic (this machine's GPU, else the CPU)",  # until the look at the machine says which (AUTO)
     "cpu": "the CPU only",
     "cuda": "an NVIDIA GPU (CUDA)",
     "rocm": "an AMD GPU (ROCm)",
     "mps": "the Apple GPU (MPS)",
+}
+
+
+AUTO = {  # the automatic choice, once the machine is known: what it picks here
+    "cpu": "automatic: the CPU (no GPU found here)",
+    "cuda": "automatic: the NVIDIA GPU found here (CUDA)",
+    "rocm": "automatic: the AMD GPU found here (ROCm)",
+    "mps": "automatic: the Apple GPU (MPS)",
 }
 
 
@@ -92,7 +100,7 @@ def plan_summary(plan: builds.Plan, found: Detection) -> tuple[str, bool]:
     if missing is not None and not missing[1]:
         text = (
             f"No {missing[0]} GPU was found on this machine: the {missing[0]} version of torch would compute "
-            "on the CPU, so Install is off. Choose “the GPU found here” or “the CPU only”."
+            "on the CPU, so Install is off. Choose “automatic” or “the CPU only”."
         )
         return text, False
     what = f"torch {builds.TORCH_VERSION} {plan.build.plain}" if plan.build else f"torch {builds.TORCH_VERSION}"
@@ -108,16 +116,25 @@ def plan_summary(plan: builds.Plan, found: Detection) -> tuple[str, bool]:
 
 
 def about_lines() -> list[str]:
-    """torch, CUDA and driver versions for the About box."""
+    """torch, CUDA and driver versions for the About box, in words (no Python ``None``, no nested brackets)."""
+    import torch
+
     from ...core.compute.summary import describe_torch
 
     info = describe_torch()
-    return [
-        f"torch {info['torch']} ({info['runtime folder']})",
-        f"CUDA in this torch: {info['CUDA (torch build)']}",
-        f"NVIDIA driver: {info['NVIDIA driver']} (supports CUDA {info['driver supports CUDA']})",
-        f"compute: {info['compute']}",
-    ]
+    folder = runtime.status().folder
+    hip = getattr(torch.version, "hip", None)
+    if torch.version.cuda:
+        build = f"CUDA in this torch: {torch.version.cuda}"
+    elif hip:
+        build = f"ROCm in this torch: {hip}"
+    else:
+        build = "CUDA in this torch: none (the CPU version)"
+    driver = info["NVIDIA driver"]
+    if driver != "none found":
+        driver += f" (supports CUDA {info['driver supports CUDA']})"
+    source = f"from the runtime folder {folder}" if folder else "the one RAM Desktop comes with"
+    return [f"torch {info['torch']}, {source}", build, f"NVIDIA driver: {driver}", f"compute: {info['compute']}"]
 
 
 def look_at_machine(then: Callable[[Detection], None]) -> None:
@@ -218,6 +235,7 @@ class ComputePage(QDialog):
 
     def set_detection(self, found: Detection) -> None:
         self.detection = found
+        self.variant.setItemText(self.variant.findData("auto"), AUTO.get(found.kind, CHOICES["auto"]))
         self.detection_view.setPlainText("\n".join(found.describe()))
         self.replan()
 

@@ -29,8 +29,14 @@ DTYPE_LABELS = {
     "base": "same as the base",
     "bfloat16": "bfloat16",
     "float16": "float16",
-    "float32": "float32 (keeps RAM+ rescaling)",
+    "float32": "float32",
 }
+RESCALE_DTYPE_LABELS = {"float32": "float32 (keeps the rescaling)"}  # a method that rescales (λ): RAM+, RAM+s
+DTYPE_TIP = "Dtype of the merged weights"
+RESCALE_DTYPE_TIP = (
+    "Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 most of {label}'s rescaling "
+    "rounds away; float32 keeps it"
+)
 # a parameter whose name alone would be mistaken for another field of the form
 PARAM_LABELS = {"dtype": "Compute dtype"}  # the method's arithmetic, not the saved weights (Output dtype)
 # the form's rows: method, summary, the problem line, the layer map (shown with one), then the method's parameters
@@ -120,10 +126,6 @@ class MethodPanel(QWidget):
         self.out_dtype = QComboBox()
         for name in OUT_DTYPES:
             self.out_dtype.addItem(DTYPE_LABELS.get(name, name), name)
-        self.out_dtype.setToolTip(
-            "Dtype of the merged weights. RL updates are often one bf16 ulp: in bfloat16 "
-            "most of RAM+'s rescaling rounds away; float32 keeps it"
-        )
         self.vocab = QComboBox()
         self.vocab.setSizeAdjustPolicy(
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
@@ -268,7 +270,7 @@ class MethodPanel(QWidget):
                 else widget.property("form_tip")
             )
             if label is not None:
-                label.setText(PARAM_LABELS.get(name, name) + (" (per slice)" if everywhere else ""))
+                label.setText(PARAM_LABELS.get(name, field.param.title) + (" (per slice)" if everywhere else ""))
 
     def default_out(self, parent: Path, replace: bool) -> None:
         """Propose a free ``parent/<method>-merged`` as the output folder where none is chosen yet (or always:
@@ -293,12 +295,16 @@ class MethodPanel(QWidget):
         self.fields = {}
         method = self.current
         self.summary.setText(method.summary)
+        labels = {**DTYPE_LABELS, **RESCALE_DTYPE_LABELS} if method.rescales else DTYPE_LABELS
+        for i in range(self.out_dtype.count()):  # the dtype's note speaks of rescaling only for a method that does
+            self.out_dtype.setItemText(i, labels.get(self.out_dtype.itemData(i), self.out_dtype.itemData(i)))
+        self.out_dtype.setToolTip(RESCALE_DTYPE_TIP.format(label=method.label) if method.rescales else DTYPE_TIP)
         for i, p in enumerate(method.params):
             field = PerAgentField(p, self._agents) if p.per_agent else ParamField(p)
             if p.per_agent and self._agent_defaults.get(p.name):
                 field.set_value(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
-            label = QLabel(PARAM_LABELS.get(p.name, p.name))
+            label = QLabel(PARAM_LABELS.get(p.name, p.title))
             label.setObjectName(f"label_{p.name}")
             label.setToolTip(field.widget.toolTip())
             self.form.insertRow(PARAMS_ROW + i, label, field.widget)

@@ -35,42 +35,53 @@ def model_card(
         library_name="transformers" if (plan.base.config or {}).get("architectures") else None,
     )
     params_text = ", ".join(f"{k} = {v}" for k, v in params.items()) or "none"
-    rescales = method.analysis.lambdas is not None  # λ only means something for RAM+ / RAM+s
+    rescales = method.rescales  # λ only means something for RAM+ / RAM+s
+    rho = method.analysis.selective  # ρ describes RAM's selective merge only
+    stats = not method.streaming.stacks  # layer stacking compares no task vectors: no statistics to show
     rows = []
     for t, a in enumerate(probe.agents):
-        rho = "∞" if math.isinf(a.rho) else f"{a.rho:.3f}"
-        rows.append(
-            f"| {a.name} | `{plan.agents[t].display}` | {a.density:.2%} | {a.unique:,} | {a.shared:,} "
-            f"| {rho} |" + (f" {lambdas[t]:.4f} |" if rescales else "")
-        )
+        cells = [a.name, f"`{plan.agents[t].display}`"]
+        if stats:
+            cells += [f"{a.density:.2%}", f"{a.unique:,}", f"{a.shared:,}"]
+        if stats and rho:
+            cells.append("∞" if math.isinf(a.rho) else f"{a.rho:.3f}")
+        if stats and rescales:
+            cells.append(f"{lambdas[t]:.4f}")
+        rows.append("| " + " | ".join(cells) + " |")
+    head = ["agent", "source"] + (["density", "unique", "shared"] if stats else [])
+    head += (["ρ"] if stats and rho else []) + (["λ"] if stats and rescales else [])
     overlap_head = " | ".join(f"{k + 1} agent{'s' if k else ''}" for k in range(len(probe.agents)))
     overlap_rows = [
         f"| {a.name} | " + " | ".join(f"{c / a.updated:.1%}" if a.updated else "-" for c in a.overlap) + " |"
         for a in probe.agents
     ]
-    body = f"""
-# Merged with RAM Desktop: {method.label}
-
-This model merges {plan.n_agents} reinforcement-learning-trained agents into their common base with
-**{method.label}** ({method.summary.rstrip(".")}){f" — {method.interop.citation}" if method.interop.citation else ""}.
-
-- Base: `{plan.base.display}`
-- Method: `{method_name}`; parameters: {params_text}; ε = {probe.eps:g}
-- Output dtype: {out_dtype}; elements compared: {probe.params:,} in {probe.tensors} tensors
-- Overlap statistics ρ are counted over the whole model, as the RAM paper defines them (arXiv 2601.13572).
-
-## Agents
-
-| agent | source | density | unique | shared | ρ |{" λ |" if rescales else ""}
-|---|---|---|---|---|---|{"---|" if rescales else ""}
-{chr(10).join(rows)}
-
+    overlap = f"""
 ## Overlap: share of each agent's updates that k agents update
 
 | agent | {overlap_head} |
 |---|{"---|" * len(probe.agents)}
 {chr(10).join(overlap_rows)}
+"""
+    rho_note = (
+        "\n- Overlap statistics ρ are counted over the whole model, as the RAM paper defines them (arXiv 2601.13572)."
+    )
+    agents = f"{plan.n_agents} reinforcement-learning-trained agent{'s' if plan.n_agents != 1 else ''}"
+    body = f"""
+# Merged with RAM Desktop: {method.label}
 
+This model merges {agents} into their common base with
+**{method.label}** ({method.summary.rstrip(".")}){f" — {method.interop.citation}" if method.interop.citation else ""}.
+
+- Base: `{plan.base.display}`
+- Method: `{method_name}`; parameters: {params_text}; ε = {probe.eps:g}
+- Output dtype: {out_dtype}; elements compared: {probe.params:,} in {probe.tensors} tensors{rho_note if rho else ""}
+
+## Agents
+
+| {" | ".join(head)} |
+|{"---|" * len(head)}
+{chr(10).join(rows)}
+{overlap if stats else ""}
 ## Reproduce
 
 ```
