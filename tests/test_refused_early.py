@@ -196,3 +196,23 @@ def test_compare_checks_every_option_before_the_first_merge(tmp_path, models, su
 def test_eval_checks_every_option_before_loading_a_model(tmp_path, models, suite, option):
     base, _ = models
     refused(cli(tmp_path, "eval", str(base), "--suite", str(suite), "--device", "cpu", *option), option[0])
+
+
+def test_a_mergekit_file_listing_one_model_ten_thousand_times_is_refused_at_once(tmp_path, models):
+    """Issue 48's hidden fault: the names of 10,000 copies were made unique in cubic time (over 5 minutes, no
+    output). The agent count is checked first, and names are derived in linear time."""
+    _, agents = models
+    entries = "".join(f"  - model: {agents[0]}\n    parameters: {{weight: 1.0}}\n" for _ in range(10_000))
+    config = tmp_path / "many.yaml"
+    config.write_text(f"merge_method: linear\ndtype: float32\nmodels:\n{entries}")
+    done = cli(tmp_path, "run", str(config), "--out", str(tmp_path / "out"), timeout=60)
+    refused(done, "10000 agents", "at most 256")
+    assert not (tmp_path / "out").exists()
+
+
+def test_derived_names_of_many_copies_stay_unique_and_in_order():
+    from ram_desktop.core.spec import derive_names
+
+    names = derive_names(["a/coder", "b/coder", "c/tool", "coder-2/x", "d/coder"] + ["e/coder"] * 3000)
+    assert names[:5] == ["coder", "coder-2", "tool", "x", "coder-3"]
+    assert len(set(names)) == len(names) and names[-1] == "coder-3003"

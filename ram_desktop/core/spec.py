@@ -11,6 +11,7 @@ makes (overwrite, chunk size, the probe cache, the Hub token, the fused kernels)
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,18 +84,23 @@ def derive_name(source: str) -> str:
 def derive_names(sources: Sequence[str]) -> list[str]:
     """Default names for ``sources``, made unique as ``plan.default_names`` does (``name``, ``name-2``, ...)."""
     names: list[str] = []
+    taken: set[str] = set()
+    next_suffix: dict[str, int] = {}  # per stem, the suffix to try next: linear in the number of sources
     for source in sources:
         stem = derive_name(source)
-        name, k = stem, 2
-        while name in names:
+        name, k = stem, next_suffix.get(stem, 2)
+        while name in taken:
             name, k = f"{stem}-{k}", k + 1
+        next_suffix[stem] = k
         names.append(name)
+        taken.add(name)
     return names
 
 
 def make_agents(sources: Sequence[str], names: Sequence[str] | None = None) -> tuple[Agent, ...]:
     """Agents from sources and optional names (None: derived from the sources); names must be unique."""
     sources = [str(s) for s in sources]
+    check_agent_count(len(sources))  # first: a list of thousands is refused before anything else is done
     if names is None:
         names = derive_names(sources)
     names = [str(n).strip() for n in names]
@@ -102,7 +108,7 @@ def make_agents(sources: Sequence[str], names: Sequence[str] | None = None) -> t
         raise InputError(f"{len(names)} names for {len(sources)} agents; give one name per agent")
     if any(not n for n in names):
         raise InputError("an agent name is empty; give every agent a name")
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = sorted(n for n, count in Counter(names).items() if count > 1)
     if dupes:
         raise InputError(f"two agents are named {dupes[0]!r}; agent names must differ")
     return tuple(Agent(n, s) for n, s in zip(names, sources))
