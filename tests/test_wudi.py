@@ -145,9 +145,9 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
     events: list[str] = []
     optimise = wudi.wudi_layer
 
-    def counted(taus, steps, lr):
+    def counted(taus, steps, lr, cancel=None):
         events.append("layer")
-        return optimise(taus, steps, lr)
+        return optimise(taus, steps, lr, cancel)
 
     monkeypatch.setattr(wudi, "wudi_layer", counted)
     reporter = Reporter(lambda e: events.append("progress") if e.stage == "merge" and e.done else None)
@@ -177,6 +177,38 @@ def test_cancel_between_layers_with_progress_after_each(models, tmp_path, monkey
             options=pipeline.RunOptions(use_cache=False),
         )
     assert events.count("layer") == 1
+    assert not out.exists() and not list(tmp_path.glob("cancelled.partial-*"))
+
+
+def test_cancel_inside_a_layer_stops_its_optimisation(models, tmp_path):
+    """A cancel while a layer is being optimised stops it at the next step (issue 47: a WUDI merge cancelled at
+    0.6 s stopped at 4.1 s, after its layer). 100,000 steps per layer take minutes: the merge must end with
+    Cancelled as soon as the token is set from another thread, with nothing written."""
+    import threading
+
+    base, agents = models
+    cancelling = Reporter()
+    started = threading.Event()
+    cancelling._on_progress = lambda e: started.set() if e.stage == "merge" else None
+    out = tmp_path / "cancelled"
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            pipeline.merge(
+                pipeline.MergeSpec.build(str(base), [str(a) for a in agents], out, "wudi", {"steps": 100000}),
+                cancelling,
+                options=pipeline.RunOptions(use_cache=False),
+            )
+        except BaseException as e:  # noqa: BLE001 — the outcome is what this test reads
+            outcome.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert started.wait(60)
+    cancelling.cancel.cancel()
+    worker.join(120)
+    assert not worker.is_alive() and len(outcome) == 1 and isinstance(outcome[0], Cancelled), outcome
     assert not out.exists() and not list(tmp_path.glob("cancelled.partial-*"))
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import numpy as np
 
 from ..errors import InputError
+from ..events import CancelToken
 from ..lazy import torch
 from ..storage.formats import lora, open_slices
 from ..storage.formats.base import FLOAT_OF_BITS, BitsHandle, torch_dtype
@@ -118,6 +119,8 @@ class Chunk:
     delta_agents: tuple[bool, ...] = field(default=(), repr=False)  # agents whose stored slice is already τ (LoRA)
     # ``raw`` already widened to float32 (base, then agents), for ``thetas(float32)`` without a new copy
     widened: list[torch.Tensor] | None = field(default=None, repr=False)
+    # the run's cancel token, for a method whose one chunk takes long (WUDI's optimisation): checked as it goes
+    cancel: CancelToken | None = field(default=None, repr=False)
 
     @property
     def n_agents(self) -> int:

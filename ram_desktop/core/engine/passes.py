@@ -239,6 +239,7 @@ def merge_pass(
                 chunk = slices.load(_workspace())
                 if counting is not None:
                     counting.add(chunk)
+            chunk.cancel = reporter.cancel
             for k in rest:
                 variant = variants[k]
                 merged = torch.empty(chunk.base.shape, dtype=job.out_dtype, device=chunk.base.device)

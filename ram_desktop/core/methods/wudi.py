@@ -44,6 +44,7 @@ from typing import Any
 
 from ..engine.chunks import Chunk
 from ..engine.plan import MergePlan, TensorJob
+from ..events import CancelToken
 from ..lazy import torch
 from .base import Interop, MergeMethod, Param, Streaming
 
@@ -64,10 +65,11 @@ def is_linear(job: TensorJob) -> bool:
     return len(job.shape) == 2 and not INPUT_EMBEDDING.search(job.name)
 
 
-def wudi_layer(taus: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
+def wudi_layer(taus: torch.Tensor, steps: int, lr: float, cancel: CancelToken | None = None) -> torch.Tensor:
     """τ_m of one layer from its task vectors ``taus`` ([N, r, c], the compute dtype): Adam on L from Σ_t τ_t.
 
-    Reads ``taus`` and returns a new [r, c] tensor on its device."""
+    Reads ``taus`` and returns a new [r, c] tensor on its device. ``cancel``: checked every step, so a cancel
+    stops a layer's optimisation (seconds on a large layer) at once."""
     merged = torch.zeros_like(taus[0])
     for tau in taus:  # Σ_t τ_t from zero, in agent order
         merged += tau
@@ -93,6 +95,8 @@ def wudi_layer(taus: torch.Tensor, steps: int, lr: float) -> torch.Tensor:
         [merged], lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, fused=True if merged.is_cuda else None
     )
     for _ in range(steps):
+        if cancel is not None:
+            cancel.raise_if_cancelled()
         torch.addmm(target, merged, gram, out=grad)
         optimizer.step()
     merged.grad = None
@@ -131,7 +135,7 @@ def wudi_merge(chunk: Chunk, ctx: WudiContext) -> torch.Tensor:
         return total / torch.tensor(float(chunk.n_agents), dtype=total.dtype, device=total.device)
     rows, cols = job.shape
     start = time.perf_counter()
-    merged = wudi_layer(chunk.taus.reshape(chunk.n_agents, rows, cols), ctx.steps, ctx.lr)
+    merged = wudi_layer(chunk.taus.reshape(chunk.n_agents, rows, cols), ctx.steps, ctx.lr, chunk.cancel)
     log.info(
         "wudi: layer %s %s of %d optimised in %.2f s (%d steps, lr %g)",
         chunk.name,
