@@ -22,6 +22,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))  # ram_desktop from this checkout
+# the reward functions: one file, the one the demo ships (its agents were trained with it); ``import reward``
+DEMO_SUITES = HERE.parent / "ram_desktop" / "resources" / "demo" / "suites"
+sys.path.insert(0, str(DEMO_SUITES))
 
 from tasks import TASKS, make_split
 
@@ -50,7 +53,7 @@ def write_suites(folder: Path, seed: int, sizes: dict[str, int]) -> None:
             d.mkdir(parents=True, exist_ok=True)
             rows = make_split(task, split, n, seed)
             (d / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-            shutil.copy(HERE / "reward.py", d / "reward.py")
+            shutil.copy(DEMO_SUITES / "reward.py", d / "reward.py")
             (d / "suite.yaml").write_text(
                 f"name: {task}-{split}\n"
                 f"scorer: python:reward.py:{reward.REWARDS[task]}\n"
