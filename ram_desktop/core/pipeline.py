@@ -92,16 +92,21 @@ def probe(
     notes = _warn(plan, [None])
     with kernels.disabled(below=kernel_min_elements):
         choice = _chosen(device, kernels.available)
+        _say_device(choice)
         with device_memory(choice.name, "analysing"):
             report = _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
     return replace(report, warnings=[*notes, *report.warnings])  # never cached: a later merge words its own
 
 
 def _chosen(device: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
-    """The device a pass runs on (``devices.choose_device``), said in the log that both faces show."""
-    choice = choose_device(device, cpu_kernels)
+    """The device the passes run on (``devices.choose_device``); an unusable one is refused here, before any
+    work. ``_say_device`` logs it once the inputs are known to be good."""
+    return choose_device(device, cpu_kernels)
+
+
+def _say_device(choice: DeviceChoice) -> None:
+    """The device and why, in the log both faces show (never before an input error: that one is the only line)."""
     log.info("device: %s (%s)", choice.name, choice.reason)
-    return choice
 
 
 def _warn(plan: MergePlan, methods: Sequence[MergeMethod | None]) -> list[str]:
@@ -265,6 +270,7 @@ def _merge_variants(
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
     outs = [check_output(o, inputs, options.overwrite, plan.out_bytes * len(outs)) for o in outs]
+    _say_device(choice)
 
     timings: dict[str, float] = {}
     collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
