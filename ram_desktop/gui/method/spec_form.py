@@ -20,7 +20,6 @@ from ...core import (
     ProbeReport,
     Reporter,
     RunOptions,
-    check_eps,
     defaults,
 )
 from ...core.storage.output import check_apart, check_replaceable
@@ -109,7 +108,7 @@ def load_spec(path: Path) -> MergeSpec:
         raise InputError(f"{path}: unknown out_dtype {spec.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if spec.vocab not in VOCAB_MODES:
         raise InputError(f"{path}: unknown vocab {spec.vocab!r}; choose exact or common")
-    check_eps(spec.eps, f"{path}: eps")
+    workflow.check_eps(spec.eps, f"{path}: eps")
     return spec
 
 
