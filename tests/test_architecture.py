@@ -415,3 +415,22 @@ def test_the_engines_contracts_name_no_method():
     pieces = words | {p for w in words for p in re.split(r"_", w)}
     named = sorted(names & (words | pieces))
     assert not named, f"core/engine/contracts.py names the methods {named}"
+
+
+def test_what_workflow_names_of_the_steps_is_what_the_type_checker_sees():
+    """Every name of ``workflow._EXPORTS`` (the step types and checks the faces read, loaded on first use) is
+    imported under its ``TYPE_CHECKING`` block too (what mypy sees), listed in ``__all__``, and is the object
+    defined where ``_EXPORTS`` says."""
+    import importlib
+
+    from ram_desktop import workflow
+
+    tree = ast.parse((PACKAGE / "workflow.py").read_text())
+    typed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            typed |= {a.name for stmt in node.body if isinstance(stmt, ast.ImportFrom) for a in stmt.names}
+    lazily = set(workflow._EXPORTS)
+    assert lazily <= typed and lazily <= set(workflow.__all__), lazily - typed
+    for name, module in workflow._EXPORTS.items():
+        assert getattr(workflow, name) is getattr(importlib.import_module(f"ram_desktop.{module}"), name), name
