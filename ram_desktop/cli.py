@@ -555,8 +555,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
     from .core import RunOptions, Variant, get_method
     from .evaluate import ScoringFailed, load_suites
-    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG
-    from .workflow import compare
+    from .workflow import COMPARE_JSON, COMPARE_PNG, compare
 
     variants = [Variant.parse(text) for text in args.variant]
     suites = load_suites(check_suites(args.suite), args.include_path)
@@ -592,7 +591,7 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _search(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .evaluate.search import SearchOptions, search
+    from .workflow import SearchOptions, search
 
     spec = _search_spec(args)
     methods = list(defaults.SEARCH_METHODS) if args.methods is None else args.methods.split(",")
@@ -676,12 +675,10 @@ def format_search(result) -> str:
 
 
 def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .evaluate.fisher import write_fisher
+    from .workflow import fisher
 
     (suite,) = check_suites(args.suite, most=1)
-    info = write_fisher(
-        args.agent, suite, args.out, args.examples, args.device, reporter, args.overwrite, args.shard_size
-    )
+    info = fisher(args.agent, suite, args.out, args.examples, args.device, reporter, args.overwrite, args.shard_size)
     print(
         f"Fisher of {info['agent']} on suite {info['suite']['name']}: {info['examples']} examples, "
         f"{info['completion_tokens']} completion tokens, {info['seconds']:.1f} s -> {args.out}"
@@ -690,7 +687,8 @@ def _fisher(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .evaluate import ScoringFailed, check_json_path, evaluate, load_suites, model_refs
+    from .evaluate import ScoringFailed, check_json_path, load_suites
+    from .workflow import evaluate, model_refs
 
     suites = load_suites(check_suites(args.suite), args.include_path)
     models = model_refs(args.models, _names(args.names))
@@ -723,7 +721,7 @@ def _eval(args: argparse.Namespace, reporter: Reporter) -> int:
 
 def check_backend(backend: str, device: str) -> None:
     """Refuse ``--backend vllm`` without vLLM or a CUDA GPU before any work (and before the notes on new code)."""
-    from .evaluate.vllm_backend import check_backend as check
+    from .workflow import check_backend as check
 
     check(backend, device)
 

@@ -1,25 +1,86 @@
 """The application layer: what a user does with a merge, above ``core`` (the engine) and ``evaluate`` (scoring),
 called by both faces (``cli``, ``gui``) so neither assembles a step of its own.
 
-calibrate (Fisher) → merge → evaluate → compare, each on a ``MergeSpec``; how a step runs (overwrite, chunk
-size, cache, Hub token, the fused kernels' threshold) is a ``RunOptions``, never state the faces set inside
-the engine.
+analyse → calibrate (Fisher) → merge → evaluate → compare → search, each on a ``MergeSpec``, and the Fisher
+estimate of one agent (``fisher``); how a step runs (overwrite, chunk size, cache, Hub token, the fused kernels'
+threshold) is a ``RunOptions``, never state the faces set inside the engine.
+
+This module is the faces' only door to the steps: the command line and the window import it and the core's
+public API (``ram_desktop.core``), never ``core.pipeline`` or evaluate's ``runner``, ``search``, ``compare``
+or ``fisher`` (``tests/test_architecture.py``). What the faces read of those steps (their result and option
+types, the search space) is named here too, each loaded from its module on first use (``__getattr__``), so
+importing this module stays as cheap as importing the core.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .core import InputError, MergeResult, MergeSpec, ProbeReport, Reporter, RunOptions, Variant, get_method
 
 if TYPE_CHECKING:
+    from .core import check_eps
+    from .evaluate import model_refs
     from .evaluate.cache import ScoreCache
-    from .evaluate.compare import CompareResult
+    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, CompareResult
     from .evaluate.lm_eval_tasks import LmEvalTask
     from .evaluate.results import EvalResult, ModelRef
+    from .evaluate.search import Dimension, SearchOptions, SearchResult, Trial, check_methods, search_space
     from .evaluate.suites import Suite
+    from .evaluate.vllm_backend import check_backend
+
+# what the faces read of the steps below (types, file names, input checks): name → its module under
+# ram_desktop, imported at the name's first use
+_EXPORTS: dict[str, str] = {
+    "CompareResult": "evaluate.compare",
+    "COMPARE_JSON": "evaluate.compare",
+    "COMPARE_PNG": "evaluate.compare",
+    "SearchOptions": "evaluate.search",
+    "SearchResult": "evaluate.search",
+    "Trial": "evaluate.search",
+    "Dimension": "evaluate.search",
+    "check_methods": "evaluate.search",
+    "search_space": "evaluate.search",
+    "check_backend": "evaluate.vllm_backend",
+    "model_refs": "evaluate",
+    "check_eps": "core",
+}
+
+__all__ = [
+    "COMPARE_JSON",
+    "COMPARE_PNG",
+    "CompareResult",
+    "Dimension",
+    "SearchOptions",
+    "SearchResult",
+    "Trial",
+    "analyse",
+    "calibrate",
+    "check_backend",
+    "check_eps",
+    "check_methods",
+    "check_ready",
+    "compare",
+    "evaluate",
+    "fisher",
+    "merge",
+    "model_refs",
+    "search",
+    "search_space",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """A name of ``_EXPORTS``, imported from its module now and kept (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"ram_desktop.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def calibrate(spec: MergeSpec, reporter: Reporter | None = None) -> MergeSpec:
@@ -171,3 +232,34 @@ def compare(
     result = CompareResult(folder, list(variants), merges, evaluation)
     write_result(result, len(spec.agents))
     return result
+
+
+def search(
+    options: SearchOptions, reporter: Reporter | None = None, on_trial: Callable[[Trial], None] | None = None
+) -> SearchResult:
+    """Run (or continue) the study ``options`` describe (its ``spec``: the whole merge every trial is a delta of)
+    until ``options.trials`` trials have completed, merge the best into ``folder/best``, score it on the test
+    suites beside the references and write ``search.json``. ``on_trial`` sees every finished trial. Raises
+    ``InputError`` for bad input before anything is written, ``Cancelled`` (finished trials kept) on a cancel."""
+    from .evaluate.search import search as run_search
+
+    return run_search(options, reporter, on_trial)
+
+
+def fisher(
+    agent: str | Path,
+    suite: Suite | str | Path,
+    out: str | Path,
+    examples: int,
+    device: str,
+    reporter: Reporter | None,
+    overwrite: bool,
+    shard_size: str | int,
+) -> dict[str, Any]:
+    """``ram-merge fisher``: estimate ``agent``'s diagonal Fisher information on ``examples`` examples of its
+    calibration ``suite`` and write it into ``out`` (staged: nothing written on error or cancel, an existing
+    ``out`` replaced only with ``overwrite``; weight files sharded above ``shard_size``); returns what
+    ``fisher.json`` says."""
+    from .evaluate.fisher import write_fisher
+
+    return write_fisher(agent, suite, out, examples, device, reporter, overwrite, shard_size)

@@ -267,3 +267,170 @@ def test_the_gui_is_in_rooms():
     assert {"sources", "analysis", "method", "run", "evaluate", "compute", "widgets", "harness"} <= rooms, rooms
     for room in rooms:
         assert (gui / room / "__init__.py").read_text().startswith('"""'), f"room {room} says what it holds"
+
+
+# ---- the faces' one door (docs/architecture.md, "The faces and the application layer") -----------------------
+
+EVALUATE = "ram_desktop.evaluate"
+# The steps below ``workflow``: a face imports none of these modules, and none of the names the core's and
+# evaluate's APIs load from them, except the core's result types (classes).
+STEP_MODULES = {
+    f"{CORE}.pipeline",
+    f"{EVALUATE}.runner",
+    f"{EVALUATE}.search",
+    f"{EVALUATE}.compare",
+    f"{EVALUATE}.fisher",
+    f"{EVALUATE}.vllm_backend",
+}
+# What a face may import besides the faces themselves (``cli``, ``compute_cli``, ``gui``): the application
+# layer; the core's public API and its documented helper modules (API_EXCEPTIONS); evaluate's public API and
+# the modules of its data types (results, the score cache, the scores chart's one description); the package's
+# version and the user folders.
+FACE_MAY_IMPORT = {
+    "ram_desktop",
+    "ram_desktop.paths",
+    "ram_desktop.workflow",
+    CORE,
+    *API_EXCEPTIONS,
+    EVALUATE,
+    f"{EVALUATE}.results",
+    f"{EVALUATE}.cache",
+    f"{EVALUATE}.chart",
+}
+
+
+def _is_face(name: str) -> bool:
+    return name in ("ram_desktop.cli", "ram_desktop.compute_cli") or name.startswith("ram_desktop.gui.")
+
+
+def imported_names(name: str, path: Path) -> list[tuple[str, str]]:
+    """(module, name) for every ``from MODULE import NAME`` of a ``ram_desktop`` module in ``name``'s source
+    (relative imports resolved as ``imports_of`` resolves them; function-level and TYPE_CHECKING ones too)."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = name.split(".") if is_package else name.split(".")[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                target = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found += [(target, alias.name) for alias in node.names if target.startswith("ram_desktop")]
+    return found
+
+
+def _step_names() -> dict[str, set[str]]:
+    """The names the core's and evaluate's APIs load from a step module, the core's classes (result types)
+    left out: what a face must reach through ``workflow``."""
+    import importlib
+
+    from ram_desktop import core, evaluate
+
+    steps: dict[str, set[str]] = {}
+    for package, exports in ((core, core._EXPORTS), (evaluate, evaluate._EXPORTS)):
+        steps[package.__name__] = {
+            name
+            for name, module in exports.items()
+            if f"{package.__name__}.{module}" in STEP_MODULES
+            and not (package is core and isinstance(getattr(importlib.import_module(f"{CORE}.{module}"), name), type))
+        }
+    return steps
+
+
+def test_the_faces_reach_every_step_through_workflow():
+    """The command line and the window import ``workflow`` (analyse, calibrate, merge, evaluate, compare, search,
+    fisher), the core's public API and evaluate's data types, never a step's own module (``core.pipeline``,
+    evaluate's ``runner``, ``search``, ``compare``, ``fisher``, ``vllm_backend``) nor a name the APIs load from one."""
+    modules = all_modules()
+    steps = _step_names()
+    assert {"merge", "merge_variants", "probe"} <= steps[CORE] and "MergeResult" not in steps[CORE]
+    assert {"evaluate", "model_refs"} <= steps[EVALUATE]
+    faces = {name: path for name, path in modules.items() if _is_face(name)}
+    assert "ram_desktop.gui.evaluate.search_panel" in faces and "ram_desktop.compute_cli" in faces
+    for name, path in faces.items():
+        found = imports_of(name, path, modules)
+        bad = {m for m in found if not _is_face(m) and m not in FACE_MAY_IMPORT}
+        assert not bad, f"{name} imports {sorted(bad)}; call the step through ram_desktop.workflow"
+        reached = {f"{module}.{n}" for module, n in imported_names(name, path) if n in steps.get(module, ())}
+        assert not reached, f"{name} imports {sorted(reached)}; call the step through ram_desktop.workflow"
+    for face in ("ram_desktop.cli", "ram_desktop.gui.evaluate.panel", "ram_desktop.gui.evaluate.search_panel"):
+        assert "ram_desktop.workflow" in imports_of(face, modules[face], modules), face
+
+
+def _gui_room(name: str) -> str | None:
+    """The room (``gui/<room>/``) a module of the window lives in; None for the window's frame (``gui/*.py``)."""
+    parts = name.split(".")
+    return parts[2] if len(parts) >= 4 and parts[:2] == ["ram_desktop", "gui"] else None
+
+
+def test_no_room_of_the_window_imports_another_rooms_panel():
+    """A panel (a module defining a ``...Panel`` class) is imported by its own room and the window's frame
+    (``main_window`` lays the panels out), never by another room: what a room needs of another is passed in."""
+    modules = all_modules()
+    panels = {
+        name
+        for name, path in modules.items()
+        if _gui_room(name) is not None
+        and any(isinstance(n, ast.ClassDef) and n.name.endswith("Panel") for n in ast.parse(path.read_text()).body)
+    }
+    assert {"ram_desktop.gui.sources.panel", "ram_desktop.gui.method.panel"} <= panels, panels
+    for name, path in modules.items():
+        room = _gui_room(name)
+        if room is None:
+            continue
+        bad = {m for m in imports_of(name, path, modules) if m in panels and _gui_room(m) != room}
+        assert not bad, f"{name} (room {room}) imports {sorted(bad)}"
+
+
+def test_the_engines_contracts_name_no_method():
+    """``core/engine/contracts.py`` (what the passes read of a method) names no method: no string in its code and
+    no identifier is a method's name (docstrings may mention one in prose)."""
+    import re
+
+    from ram_desktop.core import METHODS
+
+    tree = ast.parse((PACKAGE / "core" / "engine" / "contracts.py").read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    words: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.update(re.findall(r"[\w+-]+", node.value.lower()))
+        elif isinstance(node, ast.Name):
+            words.add(node.id.lower())
+        elif isinstance(node, ast.Attribute):
+            words.add(node.attr.lower())
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            words.add(node.name.lower())
+        elif isinstance(node, ast.arg):
+            words.add(node.arg.lower())
+    names = set(METHODS) | {m.replace("-", "_") for m in METHODS}
+    pieces = words | {p for w in words for p in re.split(r"_", w)}
+    named = sorted(names & (words | pieces))
+    assert not named, f"core/engine/contracts.py names the methods {named}"
+
+
+def test_what_workflow_names_of_the_steps_is_what_the_type_checker_sees():
+    """Every name of ``workflow._EXPORTS`` (the step types and checks the faces read, loaded on first use) is
+    imported under its ``TYPE_CHECKING`` block too (what mypy sees), listed in ``__all__``, and is the object
+    defined where ``_EXPORTS`` says."""
+    import importlib
+
+    from ram_desktop import workflow
+
+    tree = ast.parse((PACKAGE / "workflow.py").read_text())
+    typed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            typed |= {a.name for stmt in node.body if isinstance(stmt, ast.ImportFrom) for a in stmt.names}
+    lazily = set(workflow._EXPORTS)
+    assert lazily <= typed and lazily <= set(workflow.__all__), lazily - typed
+    for name, module in workflow._EXPORTS.items():
+        assert getattr(workflow, name) is getattr(importlib.import_module(f"ram_desktop.{module}"), name), name

@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     # errors and events
     "RamError": "errors",
     "InputError": "errors",
+    "ParameterError": "errors",
     "Cancelled": "errors",
     "HubError": "errors",
     "ComputeError": "errors",
@@ -102,6 +103,7 @@ __all__ = [  # the names of _EXPORTS
     "MergeResult",
     "MergeSpec",
     "Param",
+    "ParameterError",
     "ProbeReport",
     "ProgressEvent",
     "RamError",
@@ -158,7 +160,16 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES, VOCAB_MODES, check_fits
     from .engine.probe import SURVIVAL_DTYPES, ProbeReport
-    from .errors import Cancelled, ComputeError, DeviceOutOfMemory, HubError, InputError, RamError, first_line
+    from .errors import (
+        Cancelled,
+        ComputeError,
+        DeviceOutOfMemory,
+        HubError,
+        InputError,
+        ParameterError,
+        RamError,
+        first_line,
+    )
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
     from .methods import METHODS, MergeMethod, Param, Sweep, get_method
     from .methods.advice import Advice, advise

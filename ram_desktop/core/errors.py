@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 
 class RamError(Exception):
@@ -16,6 +17,28 @@ class InputError(RamError):
 
     The message names the file, tensor or repository and says what to do.
     """
+
+
+class ParameterError(InputError):
+    """A method parameter's value refused while the method validates it (``Param.validate``, ``resolve``, the
+    per-tensor values a merge reads). The message is the command line's, naming the flag; the fields let each
+    face word it its own way: ``parameter`` (the ``Param``'s name), ``agent`` (the value's position in agent
+    order when it is one agent's, else None), ``value`` (the value refused, as read) and ``reason`` (what is
+    wrong, without the parameter: "must be a number", "must be at least 0.0"; for a setting's shape, where in
+    it first: "[0].filter: expected text, found 5")."""
+
+    def __init__(
+        self, message: str, parameter: str = "", value: Any = None, reason: str = "", agent: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.value = value
+        self.reason = reason
+        self.agent = agent
+
+    def at(self, parameter: str, agent: int | None = None) -> ParameterError:
+        """The same refusal (same message) with the parameter and the agent it belongs to filled in."""
+        return type(self)(str(self), parameter, self.value, self.reason, self.agent if agent is None else agent)
 
 
 class Cancelled(RamError):

@@ -293,7 +293,7 @@ class MainWindow(QMainWindow):
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
-        params, dtype = engine_params(self.sources, self.method), self.method.out_dtype.currentData()
+        params, dtype = engine_params(self.sources.chosen[1], self.method), self.method.out_dtype.currentData()
         self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
     # --- background jobs ----------------------------------------------------------------------
@@ -327,12 +327,12 @@ class MainWindow(QMainWindow):
     def spec(self) -> MergeSpec:
         """The spec the widgets describe (the window's one way to a merge or a recipe; ``.resolved()`` states
         every parameter, as a saved recipe does). Raises ``InputError`` when ε is not a number."""
-        return read_spec(self.sources, self.method)
+        return read_spec(*self.sources.chosen, self.method)
 
     def _checked_spec(self) -> MergeSpec | None:
         """The spec, validated as the engine will validate it; None after showing why not."""
         try:
-            return checked_spec(self.sources, self.method)
+            return checked_spec(*self.sources.chosen, self.method)
         except InputError as e:
             self.show_error(str(e))
             return None

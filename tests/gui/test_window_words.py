@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import torch
 from PySide6.QtCore import Qt
 from safetensors.torch import load_file, save_file
+
+from ram_desktop.core import ParameterError, get_method
+from ram_desktop.gui.method.fields import in_window_words
 
 from .conftest import load_sources
 
@@ -32,6 +36,25 @@ def test_a_bad_weight_names_the_agent_and_its_field_before_merge(qtbot, window, 
     edit.clear()
     qtbot.keyClicks(edit, "0.5")
     assert not problem.isVisible() and not edit.property("invalid")
+
+
+def test_an_agents_bad_value_is_refused_with_fields_the_window_words_it_from():
+    """A per-agent value refused while the method validates it is a ``ParameterError`` naming the parameter, the
+    agent (its position), the value and the reason; the command line's text names the flag as before, the window
+    words the same refusal from the fields with its own name for the field."""
+    (weight,) = [p for p in get_method("della").params if p.name == "weight"]
+    with pytest.raises(ParameterError) as refused:
+        weight.validate([0.5, "abc"])
+    e = refused.value
+    assert (e.parameter, e.agent, e.value, e.reason) == ("weight", 1, "abc", "must be a number")
+    assert str(e) == "--weight must be a float, got 'abc'"
+    assert in_window_words(e, "weight of tool") == "weight of tool must be a number; it reads 'abc'"
+    with pytest.raises(ParameterError) as refused:  # a setting's shape: where in the agent's setting, and why
+        weight.validate([0.5, [{"filter": 3, "value": 1}]])
+    e = refused.value
+    assert (e.parameter, e.agent, e.value) == ("weight", 1, 3)
+    assert str(e) == "--weight[1][0].filter: expected text, found 3"
+    assert in_window_words(e, "weight of tool") == "weight of tool[0].filter: expected text, found 3"
 
 
 def test_slerp_with_three_agents_offers_to_keep_one(qtbot, window, demo_models):

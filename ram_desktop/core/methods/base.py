@@ -19,10 +19,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..engine.contracts import Collector, FusedGroupKernel, FusedKernel, Observer, SliceCollector, Streaming
-from ..errors import InputError
+from ..errors import ParameterError
 from ..lazy import torch
 from .mergekit_map import MergekitMapping
 
@@ -46,6 +47,10 @@ __all__ = [
     "WouldKeep",
     "plan_warnings",
 ]
+
+
+# what a value of a kind must be, in words (a ``ParameterError``'s reason; the command line names the type)
+KIND_WORDS = {"float": "must be a number", "int": "must be a whole number"}
 
 
 @dataclass(frozen=True)
@@ -84,31 +89,51 @@ class Param:
         if self.per_agent:
             items = value.split(",") if isinstance(value, str) else value
             if not isinstance(items, (list, tuple)):
-                raise InputError(f"{self.flag} takes one value per agent, comma-separated; got {value!r}")
+                reason = "takes one value per agent, comma-separated"
+                raise ParameterError(f"{self.flag} {reason}; got {value!r}", self.name, value, reason)
             items = [i.strip() if isinstance(i, str) else i for i in items]
             if not items or any(i == "" or i is None for i in items):
-                raise InputError(
-                    f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order"
-                )
-            return [self._validate_one(i) for i in items]
+                raise self._empty_entry(value)
+            return [self._validate_agent(k, self._validate_one, i) for k, i in enumerate(items)]
         return self._validate_one(value)
+
+    def _empty_entry(self, value: Any) -> ParameterError:
+        reason = "has an empty entry; give one value per agent, in agent order"
+        return ParameterError(
+            f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order",
+            self.name,
+            value,
+            reason,
+        )
+
+    def _validate_agent(self, agent: int, validate: Callable[[Any], Any], value: Any) -> Any:
+        """``validate(value)`` for the value of the agent at position ``agent``: a refusal names that agent."""
+        try:
+            return validate(value)
+        except ParameterError as e:
+            raise e.at(self.name, agent) from None
 
     def _validate_setting(self, value: Any) -> Any:
         """A setting (``settings.check_setting``); per agent a list of them (text: comma-separated numbers)."""
         from .settings import check_setting
 
-        if not self.per_agent:
-            return check_setting(self.flag, value, self._validate_one)
-        if isinstance(value, str) and "," not in value or not isinstance(value, (str, list, tuple)):
-            return check_setting(
-                self.flag, value.strip() if isinstance(value, str) else value, self._validate_one
-            )  # one value (or setting) for every agent
+        try:
+            if not self.per_agent:
+                return check_setting(self.flag, value, self._validate_one)
+            if isinstance(value, str) and "," not in value or not isinstance(value, (str, list, tuple)):
+                return check_setting(
+                    self.flag, value.strip() if isinstance(value, str) else value, self._validate_one
+                )  # one value (or setting) for every agent
+        except ParameterError as e:
+            raise e.at(self.name) from None
         items = value.split(",") if isinstance(value, str) else value
         items = [i.strip() if isinstance(i, str) else i for i in items]
         if not items or any(i == "" for i in items):
-            raise InputError(f"{self.flag} has an empty entry ({value!r}); give one value per agent, in agent order")
+            raise self._empty_entry(value)
         return [
-            None if i is None else check_setting(f"{self.flag}[{k}]", i, self._validate_one)
+            None
+            if i is None
+            else self._validate_agent(k, partial(check_setting, f"{self.flag}[{k}]", validate=self._validate_one), i)
             for k, i in enumerate(items)
         ]
 
@@ -116,23 +141,33 @@ class Param:
         if self.kind is bool:  # true/false (YAML booleans, or their text from a command line or form)
             text = str(value).strip().lower() if isinstance(value, (bool, str)) else None
             if text not in ("true", "false"):
-                raise InputError(f"{self.flag} must be true or false, got {value!r}")
+                raise self._refused("must be true or false", value, f"{value!r}")
             return text == "true"
         try:
             if self.kind is int and isinstance(value, float) and not value.is_integer():
                 raise ValueError
             value = self.kind(value)
         except (TypeError, ValueError, OverflowError):
-            raise InputError(f"{self.flag} must be a {self.kind.__name__}, got {value!r}") from None
+            raise self._refused(
+                KIND_WORDS.get(self.kind.__name__, f"must be a {self.kind.__name__}"),
+                value,
+                f"{value!r}",
+                f"must be a {self.kind.__name__}",
+            ) from None
         if self.kind is float and not math.isfinite(value):
-            raise InputError(f"{self.flag} must be a finite number, got {value!r}")
+            raise self._refused("must be a finite number", value, f"{value!r}")
         if self.choices is not None and value not in self.choices:
-            raise InputError(f"{self.flag} must be one of {', '.join(self.choices)}, got {value!r}")
+            raise self._refused(f"must be one of {', '.join(self.choices)}", value, f"{value!r}")
         if self.minimum is not None and value < self.minimum:
-            raise InputError(f"{self.flag} must be at least {self.minimum}, got {value}")
+            raise self._refused(f"must be at least {self.minimum}", value, f"{value}")
         if self.maximum is not None and value > self.maximum:
-            raise InputError(f"{self.flag} must be at most {self.maximum}, got {value}")
+            raise self._refused(f"must be at most {self.maximum}", value, f"{value}")
         return value
+
+    def _refused(self, reason: str, value: Any, shown: str, flag_words: str | None = None) -> ParameterError:
+        """``value`` refused: the command line's message (``--flag <flag_words or reason>, got <shown>``) and
+        the fields a face words it from."""
+        return ParameterError(f"{self.flag} {flag_words or reason}, got {shown}", self.name, value, reason)
 
     def describe(self) -> str:
         """One line for help texts and tooltips: help, default, allowed and paper ranges."""
@@ -262,9 +297,12 @@ class MergeMethod:
         known = {p.name: p for p in self.params}
         unknown = [k for k, v in given.items() if k not in known and v is not None]
         if unknown:
-            raise InputError(
+            raise ParameterError(
                 f"method {self.name} takes no parameter {', '.join(unknown)}; "
-                f"its parameters: {', '.join(known) or 'none'}"
+                f"its parameters: {', '.join(known) or 'none'}",
+                unknown[0],
+                given[unknown[0]],
+                f"is not a parameter of method {self.name}; its parameters: {', '.join(known) or 'none'}",
             )
         return {
             name: p.validate(given[name]) if given.get(name) is not None else p.default for name, p in known.items()

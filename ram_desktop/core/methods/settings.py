@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -112,31 +112,44 @@ def check_setting(where: str, value: Any, validate: Callable[[Any], Any]) -> Any
         return validate(value)
     if isinstance(value, (list, tuple)):
         if not value:
-            raise InputError(
-                f"{where}: an empty list gives no value; write a number, a list of numbers (a gradient "
-                "over the layers) or filters"
+            raise _refused(
+                where,
+                ": an empty list gives no value; write a number, a list of numbers (a gradient over the layers) "
+                "or filters",
+                value,
             )
         if all(_is_scalar(e) for e in value):
             return [validate(e) for e in value]
         out = []
         for i, cond in enumerate(value):
             if not isinstance(cond, dict) or "value" not in cond:
-                raise InputError(f"{where}[{i}]: a filtered value needs value: (and optionally filter: TEXT)")
+                raise _refused(where, f"[{i}]: a filtered value needs value: (and optionally filter: TEXT)", value)
             extra = sorted(set(map(str, cond)) - {"filter", "value"})
             if extra:
-                raise InputError(f"{where}[{i}].{extra[0]}: unknown key; a filtered value has filter: and value:")
+                raise _refused(where, f"[{i}].{extra[0]}: unknown key; a filtered value has filter: and value:", value)
             filt = cond.get("filter")
             if filt is not None and not isinstance(filt, str):
-                raise InputError(f"{where}[{i}].filter: expected text, found {filt!r}")
+                raise _refused(where, f"[{i}].filter: expected text, found {filt!r}", filt)
             inner = cond["value"]
             if isinstance(inner, dict) or (isinstance(inner, list) and not all(_is_scalar(e) for e in inner)):
-                raise InputError(f"{where}[{i}].value: a filtered value is a number or a list of numbers")
-            entry: dict[str, Any] = {"value": check_setting(f"{where}[{i}].value", inner, validate)}
+                raise _refused(where, f"[{i}].value: a filtered value is a number or a list of numbers", inner)
+            try:
+                entry: dict[str, Any] = {"value": check_setting(f"{where}[{i}].value", inner, validate)}
+            except ParameterError as e:
+                if not e.reason.startswith(("[", ":")):
+                    raise
+                raise ParameterError(str(e), e.parameter, e.value, f"[{i}].value{e.reason}", e.agent) from None
             if filt is not None:
                 entry = {"filter": filt, **entry}
             out.append(entry)
         return out
-    raise InputError(f"{where}: expected a number, a list of numbers (a gradient) or filters, found {value!r}")
+    raise _refused(where, f": expected a number, a list of numbers (a gradient) or filters, found {value!r}", value)
+
+
+def _refused(where: str, reason: str, value: Any) -> ParameterError:
+    """A setting's shape refused: the message says ``where`` (the flag, or the recipe's place) then ``reason``
+    (where in the setting, then why), which a face puts after its own name for the parameter."""
+    return ParameterError(f"{where}{reason}", value=value, reason=reason)
 
 
 def is_plain(value: Any) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..engine.chunks import as_tensor
-from ..errors import InputError
+from ..errors import InputError, ParameterError
 from ..lazy import torch
 from . import settings
 from .base import Param
@@ -106,15 +106,19 @@ class WeightsContext:
         setting = values  # one value (or setting) for every agent
         if isinstance(values, list):
             if len(values) != n_agents:
-                raise InputError(
-                    f"parameter {key} gives {len(values)} values for {n_agents} agents; give one "
-                    "per agent, in agent order"
-                )
+                reason = f"gives {len(values)} values for {n_agents} agents; give one per agent, in agent order"
+                raise ParameterError(f"parameter {key} {reason}", key, values, reason)
             setting = values[agent]
         t = self.position_at(job_index, name)
         value = settings.resolve([setting], name, t, _same, self.defaults.get(key))
         if value is None and required:
-            raise InputError(f"parameter {key} has no value for agent {agent + 1} at tensor {name!r}")
+            raise ParameterError(
+                f"parameter {key} has no value for agent {agent + 1} at tensor {name!r}",
+                key,
+                setting,
+                f"has no value at tensor {name!r}",
+                agent,
+            )
         return value
 
     def agents(self, key: str, chunk: Chunk) -> list[Any]:
@@ -181,10 +185,16 @@ def _check_required(ctx: WeightsContext, plan: MergePlan) -> None:
             for agent, value in enumerate(per_agent if per_agent is not None else [setting]):
                 if settings.resolve([value], job.name, t, _same, None) is None:
                     who = f" of agent {agent + 1}" if per_agent is not None else ""
-                    raise InputError(
-                        f"parameter {key}{who} has no value for tensor {job.name!r}: its filters match nothing "
-                        f"there and {key} has no default (mergekit 0.1.5 refuses this too); add an entry "
-                        "without a filter"
+                    reason = (
+                        f"has no value for tensor {job.name!r}: its filters match nothing there and {key} has no "
+                        "default (mergekit 0.1.5 refuses this too); add an entry without a filter"
+                    )
+                    raise ParameterError(
+                        f"parameter {key}{who} {reason}",
+                        key,
+                        value,
+                        reason,
+                        agent if per_agent is not None else None,
                     )
 
 

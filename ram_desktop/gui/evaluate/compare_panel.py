@@ -36,8 +36,7 @@ from ...core import (
     record_evaluation,
     variant_specs,
 )
-from ...evaluate.compare import CompareResult
-from ...workflow import compare
+from ...workflow import CompareResult, compare
 from ..jobs import JobController, JobState
 from .panel import EvaluatePanel, ModelEntry
 from .run_bar import PanelJob, RunBar

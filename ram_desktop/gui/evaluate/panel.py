@@ -37,8 +37,9 @@ from ...core import (
     record_evaluation,
     remember_code_folders,
 )
-from ...evaluate import EvalResult, ModelRef, Suite, evaluate, load_suite, scorer_folders
+from ...evaluate import EvalResult, ModelRef, Suite, load_suite, scorer_folders
 from ...evaluate.cache import ScoreCache
+from ...workflow import evaluate
 from ..jobs import JobController, JobState
 from ..worker import Job
 from .run_bar import PanelJob, RunBar, duration

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import METHODS, InputError, MergeSpec, defaults
-from ...evaluate.search import SearchOptions, SearchResult, Trial, check_methods, search, search_space
+from ...workflow import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
 from ..widgets.common import WrappedLines
 from .panel import EvaluatePanel

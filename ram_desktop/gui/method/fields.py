@@ -23,30 +23,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import InputError, Param
+from ...core import InputError, Param, ParameterError
 from .filters_dialog import FiltersDialog, gradient_of, gradient_plot, parse_setting, setting_text, show_gradient
 
 INT32 = (-(2**31), 2**31 - 1)
-KIND_WORDS = {"float": "a number", "int": "a whole number", "bool": "true or false"}
 
 
-def in_window_words(message: str, param: Param, who: str) -> str:
-    """A parameter's validation message as the window says it: ``who`` (e.g. "weight of coder") in place of
-    the command-line flag, "a number" for "a float"."""
-    text = message
-    for flag in sorted({param.flag, *(f"{param.flag}[{k}]" for k in range(64))}, key=len, reverse=True):
-        text = text.replace(flag, who)
-    for kind, words in KIND_WORDS.items():
-        text = text.replace(f"must be a {kind},", f"must be {words},")
-    return text.replace(", got ", "; it reads ")
+def in_window_words(error: ParameterError, who: str) -> str:
+    """A parameter's refusal as the window says it, from its fields: ``who`` (the field's name, e.g. "weight of
+    coder") and the reason, then what the field reads; a setting's shape: ``who``, where in it, and why."""
+    if error.reason.startswith(("[", ":")):
+        return f"{who}{error.reason}"
+    return f"{who} {error.reason}; it reads {error.value!r}"
 
 
 def problem_of(param: Param, value: Any, who: str) -> str | None:
     """Why ``value`` is not a valid ``param`` (in the window's words, naming ``who``); None when it is."""
     try:
         param.validate(value)
+    except ParameterError as e:
+        return in_window_words(e, who)
     except InputError as e:
-        return in_window_words(str(e), param, who)
+        return str(e)
     return None
 
 

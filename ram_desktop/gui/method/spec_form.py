@@ -4,7 +4,7 @@ name, so what the form shows for an agent is what that agent gets."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,9 @@ from ...core import (
     ProbeReport,
     Reporter,
     RunOptions,
-    check_eps,
     defaults,
 )
 from ...core.storage.output import check_apart, check_replaceable
-from ..sources.panel import SourcesPanel
 from .panel import MethodPanel
 
 # Window jobs run the fused CPU kernels only on passes over this many elements or more: loading numba's
@@ -33,16 +31,16 @@ from .panel import MethodPanel
 KERNEL_MIN_ELEMENTS = 50_000_000
 
 
-def read_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
-    """The spec the panels show, its layer map included. Raises ``InputError`` when ε is not a number or the
-    agents no longer fit the layer map."""
+def read_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeSpec:
+    """The spec the panels show (``base``, ``agents``: the sources panel's ``chosen``), its layer map included.
+    Raises ``InputError`` when ε is not a number or the agents no longer fit the layer map."""
     try:
         eps = method.eps_value()
     except ValueError:
         raise _bad_eps(method) from None
     return MergeSpec(
-        base=sources.base.spec if sources.base else "",
-        agents=tuple(Agent(r.name, r.spec) for r in sources.agents),
+        base=base,
+        agents=tuple(agents),
         method=method.current.name,
         params={k: v for k, v in method.params().items() if v is not None},
         eps=eps,
@@ -61,20 +59,19 @@ def _tuple_or_none(slices: list[dict[str, Any]] | None) -> tuple[dict[str, Any],
     return tuple(slices) if slices is not None else None
 
 
-def engine_params(sources: SourcesPanel, method: MethodPanel) -> dict[str, Any]:
+def engine_params(agents: Sequence[Agent], method: MethodPanel) -> dict[str, Any]:
     """The form's parameters as the engine takes them (per-agent values in agent order), for the estimates the
     Analysis view draws; {} while a per-agent value is missing for some agent (the estimate shows the defaults)."""
-    agents = tuple(Agent(r.name, r.spec) for r in sources.agents)
     params = {k: v for k, v in method.params().items() if v is not None}
     try:
-        return MergeSpec(agents=agents, method=method.current.name, params=params).engine_params()
+        return MergeSpec(agents=tuple(agents), method=method.current.name, params=params).engine_params()
     except InputError:
         return {}
 
 
-def checked_spec(sources: SourcesPanel, method: MethodPanel) -> MergeSpec:
+def checked_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeSpec:
     """The spec, validated as the engine will validate it (ε, parameters); raises ``InputError``."""
-    spec = read_spec(sources, method)
+    spec = read_spec(base, agents, method)
     if not (spec.eps >= 0 and spec.eps != float("inf")):
         raise _bad_eps(method)
     spec.resolved_params()
@@ -109,7 +106,7 @@ def load_spec(path: Path) -> MergeSpec:
         raise InputError(f"{path}: unknown out_dtype {spec.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if spec.vocab not in VOCAB_MODES:
         raise InputError(f"{path}: unknown vocab {spec.vocab!r}; choose exact or common")
-    check_eps(spec.eps, f"{path}: eps")
+    workflow.check_eps(spec.eps, f"{path}: eps")
     return spec
 
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
+from ...core import Agent, Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
 from ..analysis.charts import model_color
 from ..worker import Job
 from .hub_dialog import HubDialog
@@ -216,6 +216,11 @@ class SourcesPanel(QWidget):
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.agents]
+
+    @property
+    def chosen(self) -> tuple[str, tuple[Agent, ...]]:
+        """The base's source ("" while none is chosen) and the agents in order, named: what a spec takes."""
+        return (self.base.spec if self.base else "", tuple(Agent(r.name, r.spec) for r in self.agents))
 
     @property
     def identities(self) -> list[tuple[int, str]]:
