@@ -119,10 +119,15 @@ class MethodPanel(QWidget):
             "(default 1e-5). Changing it needs a new analysis."
         )
         self.device = QComboBox()
-        self.device.addItem("Automatic (GPU when present)", "auto")
+        self.device.addItem("Automatic (the faster for this method)", "auto")
         for spec, label in list_devices():
             self.device.addItem(label, spec)
-        self.device.setToolTip("Where the merge computes; the output is bit-identical on every device")
+        self.device.setToolTip(
+            "Where the merge computes. Automatic: the CPU where the method has a fused CPU kernel (it streams a "
+            "merge faster than a GPU, which must first receive every chunk), else a GPU when present; the log says "
+            "which ran and why. A GPU gives the CPU's bytes, or stays within the method's stated tolerance "
+            "(docs/methods.md, “On a GPU”)"
+        )
         self.out_dtype = QComboBox()
         for name in OUT_DTYPES:
             self.out_dtype.addItem(DTYPE_LABELS.get(name, name), name)
