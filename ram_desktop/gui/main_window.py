@@ -54,6 +54,7 @@ from .widgets.common import (
     StepTabs,
     WindowTitle,
     group,
+    guard_wheel,
     keyboard_friendly,
     scrolled,
     splitter,
@@ -81,6 +82,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
+        guard_wheel()  # the wheel changes no field that has no focus, in this window and its dialogs
         self.settings = settings or QSettings()
         self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
