@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
         guard_wheel()  # the wheel changes no field that has no focus, in this window and its dialogs
+        set_agent_slots({}, forget=True)  # colours by agent name: this window's agents only
         self.settings = settings or QSettings()
         self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)

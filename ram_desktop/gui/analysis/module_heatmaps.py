@@ -119,7 +119,7 @@ class ModuleHeatmaps(QWidget):
             plot.addItem(image)
             self.images.append(image)
             name = pg.TextItem(f"<b>{_html(agent.name)}</b>", anchor=(0.5, 1.0))
-            name.setHtml(f"<b style='color:{agent_color(t).name()}'>{_html(agent.name)}</b>")
+            name.setHtml(f"<b style='color:{agent_color(agent.name).name()}'>{_html(agent.name)}</b>")
             name.setPos(t * width + cols / 2, 0)
             plot.addItem(name)
             ticks += [(t * width + c + 0.5, SHORT_COLUMNS.get(kind, kind)) for c, kind in enumerate(grid.columns)]

@@ -413,7 +413,7 @@ class AnalysisPanel(QWidget):
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 if col == 0:
-                    item.setForeground(QBrush(agent_color(t)))
+                    item.setForeground(QBrush(agent_color(a.name)))
                     font = item.font()
                     font.setBold(True)
                     item.setFont(font)

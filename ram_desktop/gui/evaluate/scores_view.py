@@ -30,7 +30,7 @@ from ...core import MERGE_REPORT
 from ...evaluate import EvalResult, SuiteSummary
 from ...evaluate.chart import FLOOR_COLOR, FOREGROUND, KEY, ScoreChart, kinds_of, model_colors, score_chart
 from ...evaluate.results import Leader
-from ..analysis.charts import export_png
+from ..analysis.charts import agent_slot, export_png
 
 MERGED_KINDS = ("merged", "variant")
 KIND_LABELS = {
@@ -250,11 +250,18 @@ class ScoresView(QWidget):
         """Grey for the base; the agents their Analysis colours; every other model the next palette colour
         after the agents': no two models share a colour (``evaluate.chart.model_colors``)."""
         assert self.result is not None
-        return [QColor(c) for c in model_colors(kinds_of(self.result, self.kinds))]
+        kinds = kinds_of(self.result, self.kinds)
+        return [QColor(c) for c in model_colors(kinds, self._agent_slots(kinds))]
+
+    def _agent_slots(self, kinds: list[str]) -> list[int]:
+        """The agents' colour slots, by agent name as in Analysis (``charts.agent_slot``)."""
+        assert self.result is not None
+        return [agent_slot(m.name) for m, kind in zip(self.result.models, kinds) if kind == "agent"]
 
     def chart_description(self) -> ScoreChart:
         assert self.result is not None
-        return score_chart(self.result, kinds_of(self.result, self.kinds), self.title)
+        kinds = kinds_of(self.result, self.kinds)
+        return score_chart(self.result, kinds, self.title, self._agent_slots(kinds))
 
     def _fill_table(self) -> None:
         result = self.result

@@ -223,9 +223,9 @@ class SourcesPanel(QWidget):
         return [(r.key, r.name) for r in self.agents]
 
     @property
-    def color_slots(self) -> list[int]:
-        """Each agent's colour slot, in agent order (``charts.set_agent_slots``)."""
-        return [r.slot for r in self.agents]
+    def color_slots(self) -> dict[str, int]:
+        """Each agent's colour slot by its name (``charts.set_agent_slots``)."""
+        return {r.name: r.slot for r in self.agents}
 
     @property
     def busy(self) -> bool:
