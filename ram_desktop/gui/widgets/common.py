@@ -297,9 +297,11 @@ class WindowTitle:
         self._given_for = self._key()
 
     def follow(self) -> None:
-        """The sources changed: a title given for others gives way to their names."""
+        """The sources changed: a title given for others gives way to their names, for good (back at the given
+        sources, e.g. a row added then removed, the title names what is there; it kept the removed row)."""
         if self._key() == self._given_for:
             return
+        self._given_for = None
         base, names = self.sources.base, self.sources.names
         if base is None or not names:
             self.window.setWindowTitle(self.plain)
