@@ -10,6 +10,7 @@ import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -23,6 +24,36 @@ from ...core import ProbeReport
 from ...evaluate.chart import BASE_COLOR, PALETTE, palette_color  # noqa: F401  BASE_COLOR, PALETTE: re-exported
 
 FOREGROUND = "#333333"
+
+
+@dataclass(frozen=True)
+class ColourScale:
+    """A chart's colour map and the words for its colours: the chart draws with ``colormap()``, Help ▸ Reading
+    the charts says ``words()``, so the two cannot disagree. ``stops``: (value, the colour's name in words)."""
+
+    name: str  # pyqtgraph's colour map
+    stops: tuple[tuple[float, str], ...]
+
+    def colormap(self) -> pg.ColorMap:
+        cmap = pg.colormap.get(self.name)
+        assert cmap is not None, self.name
+        return cmap
+
+    def words(self) -> str:
+        """ "dark purple at 0, teal at 0.5, yellow at 1"."""
+        return ", ".join(f"{word} at {value:g}" for value, word in self.stops)
+
+    @property
+    def low(self) -> str:
+        return self.stops[0][1]
+
+    @property
+    def high(self) -> str:
+        return self.stops[-1][1]
+
+
+# the layer × module heat maps: viridis (perceptually even, colour-blind safe); 0 is dark, 1 light
+HEAT_SCALE = ColourScale("viridis", ((0.0, "dark purple"), (0.5, "teal"), (1.0, "yellow")))
 
 
 _agent_slots: dict[str, int] = {}  # each agent's colour slot, by agent name (``set_agent_slots``)

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
-from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
+from .charts import HEAT_SCALE, ColourScale, DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps
 from .tensor_table import TensorTable
@@ -69,6 +69,18 @@ class Chart:
     overview: bool = False
     picture: Callable[[Any], QWidget] = lambda widget: widget
     explain: str = ""  # how to read it, for Help ▸ Reading the charts (beyond the tip)
+    scale: ColourScale | None = None  # its colour map, whose words Help adds to ``explain``
+
+    def reading(self) -> str:
+        """How to read it (Help): ``explain`` and, for a colour-mapped chart, what its colours mean."""
+        if self.scale is None:
+            return self.explain
+        s = self.scale
+        return (
+            f"{self.explain} Colour: {s.words()} (the bar beside the maps): the nearer a cell is to {s.high}, "
+            f"the more of that module in that layer the agent changed (or the larger its unique share); "
+            f"{s.low}: little or none."
+        ).strip()
 
 
 # The analysis charts, in tab order: the one list the panel and the chart saver read. Adding a chart is one
@@ -100,7 +112,8 @@ CHARTS: tuple[Chart, ...] = (
         "Where each agent learned: a layer × module heat map per agent of density or unique share; "
         "hover a cell for its numbers",
         ModuleHeatmaps,
-        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A darker cell: the agent changed more of that module in that layer. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
+        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
+        scale=HEAT_SCALE,
     ),
     Chart(
         "tensors",
@@ -168,8 +181,8 @@ def reading_the_charts() -> str:
     parts = ["<h2>Reading the charts</h2><p>Every agent keeps one colour in every chart and table.</p>"]
     for chart in CHARTS:
         parts.append(f"<h3>{html.escape(chart.title)}</h3><p>{html.escape(chart.tip)}.</p>")
-        if chart.explain:
-            parts.append(f"<p>{html.escape(chart.explain)}</p>")
+        if chart.reading():
+            parts.append(f"<p>{html.escape(chart.reading())}</p>")
     return "".join(parts)
 
 
