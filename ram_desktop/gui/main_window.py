@@ -96,7 +96,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
-        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_spec)
+        self.search = SearchPanel(self.evaluate, self.jobs, lambda: self._ready_spec("Search"))
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -235,6 +235,7 @@ class MainWindow(QMainWindow):
         busy = self.busy()
         ready = self.sources.all_ready()
         self.run_box.offer(busy, ready, self.sources.merge_blocker() if ready else None)  # Analyze, Merge
+        self.search.set_blocker(self.sources.not_ready("Search"))  # the same condition as Merge
         self.cancel_button.setEnabled(busy)
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)

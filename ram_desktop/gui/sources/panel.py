@@ -235,12 +235,12 @@ class SourcesPanel(QWidget):
         return self.base is not None and self.base.ready and bool(self.agents) and all(r.ready for r in self.agents)
 
     def not_ready(self, action: str) -> str | None:
-        """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
-        that does not fit the base, or that the analysis refused, blocks a merge until it is removed (Analyze
-        may try it again)."""
+        """Why ``action`` (Analyze, Merge, Search) cannot run with these rows, naming the row; None when it can.
+        A row that does not fit the base, or that the analysis refused, blocks everything that merges (Merge,
+        Search) until it is removed (Analyze may try it again)."""
         if not self.all_ready():
             return f"add a base and at least one agent that open without errors, then {action}"
-        return self.merge_blocker() if action == "Merge" else None
+        return None if action == "Analyze" else self.merge_blocker()
 
     def merge_blocker(self) -> str | None:
         """Why a merge cannot run with these opened rows, naming the row and the fix; None when nothing blocks it."""
