@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
+from ..widgets.common import StaleBanner
 from .charts import HEAT_SCALE, ColourScale, DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps
@@ -278,10 +279,8 @@ class AnalysisPanel(QWidget):
         row.addWidget(self.warning_fix)
         self.warning.hide()
         layout.addWidget(self.warning)
-        self.stale = QLabel()
-        self.stale.setStyleSheet("color: #8a5a00;")
-        self.stale.hide()
-        layout.addWidget(self.stale)
+        self.stale = StaleBanner("Analyze again")  # at the top, where the user looks (the window's session says)
+        layout.insertWidget(0, self.stale)
 
         self._chart_queue: list[tuple[QWidget, ProbeReport | None]] = []
         # the panel's own timer (not QTimer.singleShot): it dies with the panel, so a queue left behind
@@ -312,7 +311,6 @@ class AnalysisPanel(QWidget):
         if self.would_keep in self._deferred:
             self.would_keep.set_report(report)  # its numbers follow the method form even while hidden
         self._chart_timer.start(0)
-        self.set_stale(None)
 
     def _next_chart(self) -> None:
         if not self._chart_queue:
@@ -372,28 +370,20 @@ class AnalysisPanel(QWidget):
         """A report measured on ``key`` is shown."""
         return self.report is not None and self.report_key == key
 
-    def follow_sources(self, key: tuple, names: list[str], ready: bool = True) -> None:
-        """The sources are now ``key``: a rename relabels the report (same statistics); any other change
-        marks it stale, with what to do next (Analyze, or first the sources while not all ``ready``)."""
+    def follow_sources(self, key: tuple, names: list[str]) -> bool:
+        """The sources are now ``key``: a rename relabels the report (same statistics). False when the report
+        shown measured other sources (the window marks it stale)."""
         if self.report is None:
-            return
+            return True
         if key != self.report_key:
-            self.set_stale(
-                "The sources or ε changed since this analysis — "
-                + (
-                    "click Analyze to update it."
-                    if ready
-                    else "Analyze again once every source has opened (remove or replace a row marked ✗ error)."
-                )
-            )
-            return
+            return False
         if self.report.names != names:
             self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
-        self.set_stale(None)
+        return True
 
     def set_stale(self, message: str | None) -> None:
-        self.stale.setText(message or "")
-        self.stale.setVisible(bool(message))
+        """Why the analysis shown is out of date (the banner at the top), or None."""
+        self.stale.set_stale(message)
 
     def update_method(self, method: MergeMethod, params: dict, out_dtype: str, base_dtype: str | None) -> None:
         """Recompute λ from the cached probe (instant) and refresh the table and the rounding warning."""

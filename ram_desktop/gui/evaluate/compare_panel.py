@@ -39,6 +39,7 @@ from ...core import (
 from ...evaluate.compare import CompareResult
 from ...workflow import compare
 from ..jobs import JobController, JobState
+from ..widgets.common import StaleBanner
 from .panel import EvaluatePanel, ModelEntry
 from .run_bar import PanelJob, RunBar
 from .scores_view import ScoresView
@@ -178,6 +179,9 @@ class ComparePanel(QWidget):
         self.splitter.setSizes([200, 400])  # the methods scroll; the scores get the room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        self.stale = StaleBanner("Run compare")  # the scores below are of other settings (the window says)
+        self.stale.action.connect(self.run.start_button.click)
+        layout.addWidget(self.stale)
         layout.addWidget(self.splitter)
         self.task = PanelJob(jobs, JobState.COMPARING, self.run, self)
         self.task.failed.connect(self._failed)

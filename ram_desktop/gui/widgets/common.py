@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QPushButton,
     QScrollArea,
     QScrollBar,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -377,3 +378,36 @@ def guard_wheel() -> None:
         return
     _wheel_guard = WheelGuard(app)
     app.installEventFilter(_wheel_guard)
+
+
+class StaleBanner(QWidget):
+    """An amber line at the top of an area whose result is out of date: why, and the one action that refreshes
+    it (``action`` emitted by its button). Hidden while the result is fresh."""
+
+    def __init__(self, action: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("stale_banner")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setStyleSheet(
+            "#stale_banner { background: #fff4ce; border: 1px solid #c99a00; border-radius: 4px; }"
+            " QLabel { color: #5c4400; }"
+        )
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 3, 4, 3)
+        self.label = ElidedLabel()
+        self.label.setMinimumWidth(60)  # a long reason ends in … (whole in its tooltip), never widens the area
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.button = QPushButton(action)
+        self.button.setAccessibleName(action)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.button)
+        self.action = self.button.clicked
+        self.hide()
+
+    def set_stale(self, reason: str | None) -> None:
+        """Show ``reason`` (None: the result is fresh, the banner goes)."""
+        self.label.setText(f"Out of date: {reason}" if reason else "")
+        self.setVisible(bool(reason))
+
+    def text(self) -> str:
+        return self.label.text()
