@@ -50,9 +50,11 @@ class ScoresChart(pg.GraphicsLayoutWidget):
     error bar and its value above it, each suite's floor as a dashed line; the legend beside. Draws an
     ``evaluate.chart.ScoreChart``, as ``compare.png`` does."""
 
+    MIN_HEIGHT = 200
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumHeight(200)
+        self.setMinimumHeight(self.MIN_HEIGHT)
         self.plot = plot = self.addPlot(row=0, col=0)
         plot.setMenuEnabled(False)
         plot.hideButtons()
@@ -124,6 +126,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
                 self._add(line)
         self.legend.setVisible(bool(chart.series))
         self.suites = list(chart.suites)
+        self.fit_legend(new=True)
         self.fit_suite_labels()
         plot.setLabel("left", chart.y_label)
         plot.setYRange(0, chart.y_top, padding=0)
@@ -147,9 +150,33 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
         axis.setTicks([[(s, _fit_label(name, metrics, room)) for s, name in enumerate(self.suites)]])
 
+    LEGEND_MARGIN = 30  # the legend's margins and the chart's border, in pixels
+
+    def _legend_row(self) -> float:
+        items = self.legend.items
+        return max(label.boundingRect().height() for _, label in items) + self.legend.layout.verticalSpacing()
+
+    def fit_legend(self, new: bool = False) -> None:
+        """Every model's legend entry inside the chart: one column while they fit its height, else two, and the
+        chart never shorter than two columns need (13 models on a 1366×768 screen lost two entries; the page
+        scrolls instead). ``new``: the models changed."""
+        items = self.legend.items
+        if not items:
+            self.setMinimumHeight(self.MIN_HEIGHT)
+            return
+        row = self._legend_row()
+        if new:
+            self.setMinimumHeight(max(self.MIN_HEIGHT, int(-(-len(items) // 2) * row + self.LEGEND_MARGIN)))
+        columns = 1 if len(items) * row + self.LEGEND_MARGIN <= self.viewport().height() else 2
+        if columns != self.legend.columnCount:
+            self.legend.setColumnCount(columns)
+            self.legend.updateSize()
+            self.ci.layout.invalidate()  # the legend's column in the chart's layout takes its new width
+
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if hasattr(self, "suites"):  # not while the base class is still being set up
+            self.fit_legend()
             self.fit_suite_labels()
 
 
