@@ -45,6 +45,13 @@ REFRESH: dict[Part, str] = {
     Part.SCORES: "Evaluate",
 }
 
+SINCE: dict[Part, str] = {
+    Part.ANALYSIS: "this analysis",
+    Part.RESULT: "this merge",
+    Part.COMPARE: "this comparison",
+    Part.SCORES: "the merged model was scored",
+}
+
 Listener = Callable[[Part, "str | None"], None]
 
 
@@ -76,9 +83,11 @@ class Session:
         stale = []
         for part in INVALIDATES[change]:
             if part in self._held and self._held[part] is None:
-                self._held[part] = f"{change.value[0].upper()}{change.value[1:]} changed since this {part.value}"
-                if change is Change.MERGE:
-                    self._held[part] = "The merged model was merged again since it was scored"
+                self._held[part] = (
+                    "The merged model was merged again since it was scored"
+                    if change is Change.MERGE
+                    else f"{change.value} changed since {SINCE[part]}".replace("the ", "The ", 1)
+                )
                 stale.append(part)
                 self._tell(part)
         return stale
