@@ -153,8 +153,11 @@ class ScoresChart(pg.GraphicsLayoutWidget):
     LEGEND_MARGIN = 30  # the legend's margins and the chart's border, in pixels
 
     def _legend_row(self) -> float:
-        items = self.legend.items
-        return max(label.boundingRect().height() for _, label in items) + self.legend.layout.verticalSpacing()
+        """The height one legend entry takes, as the legend lays them out in one column."""
+        if self.legend.columnCount != 1:
+            self.legend.setColumnCount(1)
+        height = self.legend.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize).height()
+        return height / max(len(self.legend.items), 1)
 
     def fit_legend(self, new: bool = False) -> None:
         """Every model's legend entry inside the chart: one column while they fit its height, else two, and the
@@ -164,11 +167,12 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         if not items:
             self.setMinimumHeight(self.MIN_HEIGHT)
             return
+        columns_before = self.legend.columnCount
         row = self._legend_row()
         if new:
             self.setMinimumHeight(max(self.MIN_HEIGHT, int(-(-len(items) // 2) * row + self.LEGEND_MARGIN)))
         columns = 1 if len(items) * row + self.LEGEND_MARGIN <= self.viewport().height() else 2
-        if columns != self.legend.columnCount:
+        if columns != self.legend.columnCount or columns != columns_before:
             self.legend.setColumnCount(columns)
             self.legend.updateSize()
             self.ci.layout.invalidate()  # the legend's column in the chart's layout takes its new width
