@@ -13,6 +13,7 @@ and brown: twelve colours, pairwise far apart in CIELAB and each at least 3:1 ag
 from __future__ import annotations
 
 import colorsys
+import itertools
 import logging
 import math
 from collections.abc import Mapping, Sequence
@@ -53,19 +54,24 @@ def palette_color(index: int) -> str:
     return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in (r, g, b)))
 
 
-def model_colors(kinds: Sequence[str]) -> list[str]:
-    """One colour per model of these kinds (base, agent, merged, variant, other): no two share one."""
-    agents = kinds.count("agent")
-    colors, agent, other = [], 0, 0
+def model_colors(kinds: Sequence[str], agent_slots: Sequence[int] | None = None) -> list[str]:
+    """One colour per model of these kinds (base, agent, merged, variant, other): no two share one.
+    ``agent_slots``: the palette slot of each agent model in order (the window keys colours by agent, so an
+    agent keeps its colour through remove and reorder); default: the agents take slots 0, 1, 2 …; every
+    other model takes the next slot no agent uses."""
+    n_agents = kinds.count("agent")
+    slots = list(agent_slots) if agent_slots is not None else list(range(n_agents))
+    assert len(slots) == n_agents, (slots, kinds)
+    free = (i for i in itertools.count() if i not in set(slots))
+    colors, agent = [], 0
     for kind in kinds:
         if kind == "base":
             colors.append(BASE_COLOR)
         elif kind == "agent":
-            colors.append(palette_color(agent))
+            colors.append(palette_color(slots[agent]))
             agent += 1
         else:
-            colors.append(palette_color(agents + other))
-            other += 1
+            colors.append(palette_color(next(free)))
     return colors
 
 
@@ -107,11 +113,16 @@ class ScoreChart:
         return max(series.values[s], high if high is not None else series.values[s]) + 0.01 * self.y_top
 
 
-def score_chart(result: EvalResult, kinds: Sequence[str] | None = None, title: str = "Scores per suite") -> ScoreChart:
+def score_chart(
+    result: EvalResult,
+    kinds: Sequence[str] | None = None,
+    title: str = "Scores per suite",
+    agent_slots: Sequence[int] | None = None,
+) -> ScoreChart:
     """The chart of ``result``; ``kinds`` (one per model: base, agent, merged, variant, other) pick the
-    colours (default: every model "other")."""
+    colours (default: every model "other"), ``agent_slots`` the agents' (``model_colors``)."""
     kinds = list(kinds) if kinds is not None else ["other"] * len(result.models)
-    colors = model_colors(kinds)
+    colors = model_colors(kinds, agent_slots)
     series = []
     for m, (model, row) in enumerate(zip(result.models, result.scores)):
         intervals = [result.interval(m, s) for s in range(len(result.suites))]

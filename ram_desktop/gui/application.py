@@ -23,6 +23,7 @@ def setup_application(app) -> bool:
 
     from .. import paths
     from .analysis import charts
+    from .widgets.common import guard_wheel
 
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
@@ -30,6 +31,7 @@ def setup_application(app) -> bool:
     app.setApplicationVersion(__version__)
     app.setDesktopFileName(paths.APP_ID)  # Wayland / X11 match the window to ram-desktop.desktop
     charts.configure()
+    guard_wheel()
     collect_garbage_on_gui_thread()
     for name in ("ram-desktop.svg", "ram-desktop.png"):
         try:

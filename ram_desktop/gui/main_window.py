@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QMainWindow, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -48,12 +48,14 @@ from .method.spec_form import (
 )
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
+from .session import REFRESH, Change, Part, Session
 from .sources.panel import SourcesPanel
 from .widgets.common import (
     MessageBar,
     StepTabs,
     WindowTitle,
     group,
+    guard_wheel,
     keyboard_friendly,
     scrolled,
     splitter,
@@ -81,9 +83,13 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: QSettings | None = None) -> None:
         super().__init__()
+        guard_wheel()  # the wheel changes no field that has no focus, in this window and its dialogs
+        set_agent_slots({}, forget=True)  # colours by agent name: this window's agents only
         self.settings = settings or QSettings()
         self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
+        self.session = Session()  # which results are shown and whether each is still fresh (docs/gui.md)
+        self._method_key: tuple | None = None  # the method settings last seen: a change makes the merge stale
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
@@ -93,7 +99,7 @@ class MainWindow(QMainWindow):
         self.method = MethodPanel()
         self.evaluate = EvaluatePanel(self.jobs)
         self.compare = ComparePanel(self.evaluate, self.jobs)
-        self.search = SearchPanel(self.evaluate, self.jobs, self._checked_spec)
+        self.search = SearchPanel(self.evaluate, self.jobs, lambda: self._ready_spec("Search"))
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -110,6 +116,10 @@ class MainWindow(QMainWindow):
         self._lay_out()
         self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
+        self.stale_status = QLabel()  # what is out of date, in the status line (every banner says it in place)
+        self.stale_status.setStyleSheet("color: #7a5a00; font-weight: bold;")
+        self.stale_status.hide()
+        self.statusBar().addPermanentWidget(self.stale_status)
         self.menus = Menus(self)
         self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
         self.log_bridge = LogBridge(self)
@@ -176,6 +186,58 @@ class MainWindow(QMainWindow):
         self.compare.run_requested.connect(self._compare)  # its scores show in its own tab
 
         self.search.use_merge.connect(self.method.set_method)
+        self.session.subscribe(self._show_freshness)
+        self.analysis.stale.action.connect(self.analyse)
+        self.result_box.stale.action.connect(self.merge)
+        self.compare.compare_finished.connect(
+            lambda status: self.session.made(Part.COMPARE) if status == "done" else None
+        )
+        self.evaluate.evaluation_finished.connect(self._scored)
+
+    # --- freshness ----------------------------------------------------------------------------
+    def _show_freshness(self, part: Part, reason: str | None) -> None:
+        """Show where the user looks what a change made stale: a banner at the top of the area, with the action
+        that refreshes it, and the status line."""
+        if part is Part.ANALYSIS:
+            ready = self.sources.all_ready()
+            if reason and not ready:
+                reason += "; Analyze again once every source has opened (remove or replace a row marked ✗ error)"
+            self.analysis.set_stale(reason)
+            self.analysis.stale.button.setEnabled(ready and not self.busy())
+            if reason:
+                self.run_box.show_state(0, "Analysis out of date", f"{reason} — Analyze again.")
+        elif part is Part.RESULT:
+            self.result_box.stale.set_stale(reason)
+        elif part is Part.COMPARE:
+            self.compare.stale.set_stale(reason)
+        elif part is Part.SCORES:
+            self.evaluate.stale.set_stale(reason)
+        stale = self.session.stale_parts()
+        self.stale_status.setText(
+            "Out of date: " + ", ".join(p.value for p in stale) + f" — {REFRESH[stale[0]]} again" if stale else ""
+        )
+        self.stale_status.setVisible(bool(stale))
+
+    def _scored(self, status: str) -> None:
+        """An evaluation ended: the merged model's scores are fresh when it was among the models scored."""
+        scored, merged = self.evaluate.result, self.result
+        if status == "done" and merged is not None and scored is not None and self._holds(scored, merged.out):
+            self.session.made(Part.SCORES)
+
+    @staticmethod
+    def _holds(scored, out: Path) -> bool:
+        """The scores ``scored`` include the model in folder ``out``."""
+        return any(m.source == str(out) for m in scored.models)
+
+    def _method_settings(self) -> tuple:
+        m = self.method
+        return (
+            m.current.name,
+            repr(sorted(m.params().items())),
+            m.out_dtype.currentData(),
+            m.vocab.currentData(),
+            m.tokenizer.currentData(),
+        )
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()
@@ -232,7 +294,10 @@ class MainWindow(QMainWindow):
         busy = self.busy()
         ready = self.sources.all_ready()
         self.run_box.offer(busy, ready, self.sources.merge_blocker() if ready else None)  # Analyze, Merge
+        self.search.set_blocker(self.sources.not_ready("Search"))  # the same condition as Merge
         self.cancel_button.setEnabled(busy)
+        self.analysis.stale.button.setEnabled(not busy and ready)  # each banner's action as its own button
+        self.result_box.stale.button.setEnabled(self.merge_button.isEnabled())
         self.sources.setEnabled(not busy)
         self.method.setEnabled(not busy)
         self.menus.set_busy(busy)
@@ -264,7 +329,10 @@ class MainWindow(QMainWindow):
         self.evaluate.set_session_models(
             base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
         )
-        self.analysis.follow_sources(self._source_key(), self.sources.names, self.sources.all_ready())
+        if not self.analysis.follow_sources(self._source_key(), self.sources.names):
+            self.session.changed(Change.SOURCES)  # the analysis and everything after it
+        elif self.session.stale(Part.ANALYSIS):
+            self._show_freshness(Part.ANALYSIS, self.session.stale(Part.ANALYSIS))  # its hint follows the rows
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
@@ -289,10 +357,16 @@ class MainWindow(QMainWindow):
     def _method_changed(self) -> None:
         if self.report is None:
             self.analysis.update_method(self.method.current, {}, "base", None)
+            self._method_key = self._method_settings()
             return
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
-            self.analysis.set_stale("ε changed since this analysis — click Analyze to update it.")
+            self.session.changed(Change.EPS)
+        settings = self._method_settings()
+        if settings != self._method_key:
+            if self._method_key is not None:
+                self.session.changed(Change.METHOD)  # the merge result and the comparison
+            self._method_key = settings
         params, dtype = engine_params(self.sources.chosen[1], self.method), self.method.out_dtype.currentData()
         self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
@@ -364,6 +438,7 @@ class MainWindow(QMainWindow):
         def done(report: ProbeReport) -> None:
             self.sources.reject("")  # the analysis took every row
             self.analysis.show_report(report, key)
+            self.session.made(Part.ANALYSIS)
             self._method_changed()
             text = (
                 f"Analysed {report.params:,} elements in {report.tensors} tensors "
@@ -414,7 +489,13 @@ class MainWindow(QMainWindow):
             report is None or report.names != result.probe.names or self.analysis.report_key != key
         ):
             self.analysis.show_report(result.probe, key)
+            self.session.made(Part.ANALYSIS)
             self._method_changed()
+        scored = self.evaluate.result
+        if scored is not None and self._holds(scored, result.out):
+            self.session.changed(Change.MERGE)  # the scores shown are of the model this merge replaced
+        self._method_key = self._method_settings()
+        self.session.made(Part.RESULT)
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
 
@@ -458,6 +539,7 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(TITLE)
         self.sources.clear()
         self.analysis.show_report(None)
+        self.session.dropped(Part.ANALYSIS)
         self._analyse_when_ready = analyse
         self.sources.set_base(base)
         for i, spec in enumerate(agents):

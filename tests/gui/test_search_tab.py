@@ -40,7 +40,7 @@ def test_search_tab_runs_trials_shows_them_live_and_uses_the_best(qtbot, window,
     shown = [[panel.table.item(r, c).text() for c in (0, 3)] for r in range(2)]
     assert shown == [[str(t["number"]), f"{t['validation']:.4f}"] for t in data["trials"]]
     xs, ys = panel.points.getData()
-    assert list(xs) == [1, 2] and list(ys) == [t["validation"] for t in data["trials"]]
+    assert list(xs) == [t["number"] for t in data["trials"]] and list(ys) == [t["validation"] for t in data["trials"]]
     assert list(panel.best_line.getData()[1]) == [ys[0], max(ys)]
     assert (tmp_path / "search" / "best" / "ram-recipe.yaml").is_file()
 

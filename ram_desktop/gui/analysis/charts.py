@@ -9,7 +9,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -25,18 +26,63 @@ from ...evaluate.chart import BASE_COLOR, PALETTE, palette_color  # noqa: F401  
 FOREGROUND = "#333333"
 
 
-_agent_slots: list[int] = []  # the colour slot of each agent, in agent order (``set_agent_slots``)
+@dataclass(frozen=True)
+class ColourScale:
+    """A chart's colour map and the words for its colours: the chart draws with ``colormap()``, Help ▸ Reading
+    the charts says ``words()``, so the two cannot disagree. ``stops``: (value, the colour's name in words)."""
+
+    name: str  # pyqtgraph's colour map
+    stops: tuple[tuple[float, str], ...]
+
+    def colormap(self) -> pg.ColorMap:
+        cmap = pg.colormap.get(self.name)
+        assert cmap is not None, self.name
+        return cmap
+
+    def words(self) -> str:
+        """ "dark purple at 0, teal at 0.5, yellow at 1"."""
+        return ", ".join(f"{word} at {value:g}" for value, word in self.stops)
+
+    @property
+    def low(self) -> str:
+        return self.stops[0][1]
+
+    @property
+    def high(self) -> str:
+        return self.stops[-1][1]
 
 
-def set_agent_slots(slots: list[int]) -> None:
-    """The window's agents' colour slots in agent order: each agent keeps its colour when others are removed
-    or the order changes (the sources panel gives each agent its slot when it is added)."""
-    _agent_slots[:] = list(slots)
+# the layer × module heat maps: viridis (perceptually even, colour-blind safe); 0 is dark, 1 light
+HEAT_SCALE = ColourScale("viridis", ((0.0, "dark purple"), (0.5, "teal"), (1.0, "yellow")))
 
 
-def agent_color(index: int) -> QColor:
-    """The colour of the ``index``-th agent (in agent order): its slot's, else the ``index``-th."""
-    return model_color(_agent_slots[index] if index < len(_agent_slots) else index)
+_agent_slots: dict[str, int] = {}  # each agent's colour slot, by agent name (``set_agent_slots``)
+
+
+def set_agent_slots(slots: Mapping[str, int], forget: bool = False) -> None:
+    """The window's agents' colour slots by name: each agent keeps its colour when others are removed or the
+    order changes (the sources panel gives each agent its slot when it is added). A removed agent keeps its
+    entry, so a stale chart that still shows it draws it in its own colour; ``forget``: drop every entry first
+    (a new window)."""
+    if forget:
+        _agent_slots.clear()
+    for name, slot in slots.items():
+        for other in [n for n, s in _agent_slots.items() if s == slot and n != name]:
+            del _agent_slots[other]  # a slot given to another agent: the old name no longer owns it
+        _agent_slots[name] = slot
+
+
+def agent_slot(name: str) -> int:
+    """The colour slot of agent ``name``; an agent the window never listed gets the first free slot (kept)."""
+    if name not in _agent_slots:
+        used = set(_agent_slots.values())
+        _agent_slots[name] = next(i for i in itertools.count() if i not in used)
+    return _agent_slots[name]
+
+
+def agent_color(name: str) -> QColor:
+    """The colour of agent ``name``: keyed by the agent, never by its position in a table or a chart."""
+    return model_color(agent_slot(name))
 
 
 def model_color(index: int) -> QColor:
@@ -221,7 +267,7 @@ class DensityChart(pg.GraphicsLayoutWidget):
             return
         n = len(report.agents)
         for t, a in enumerate(report.agents):
-            color = agent_color(t)
+            color = agent_color(a.name)
             unique = 100.0 * a.unique / report.params if report.params else 0.0
             shared = 100.0 * a.shared / report.params if report.params else 0.0
             plot.addItem(pg.BarGraphItem(x=[t], height=[unique], width=0.6, brush=color, pen=color))
@@ -267,7 +313,7 @@ class OverlapPies(pg.GraphicsLayoutWidget):
             if t and t % cols == 0:
                 self.nextRow()
             cell = self.addLayout()
-            color = agent_color(t)
+            color = agent_color(a.name)
             cell.addLabel(f"<b>{_html(a.name)}</b>", color=color.name(), size="10pt")
             cell.nextRow()
             view = cell.addViewBox(lockAspect=True, enableMouse=False, enableMenu=False)
@@ -348,7 +394,7 @@ class LayerDensityChart(QWidget):
         n = len(report.agents)
         spread = min(0.3, 0.08 * (n - 1))  # the agents' points side by side within a group
         for t, a in enumerate(report.agents):
-            color = agent_color(t)
+            color = agent_color(a.name)
             offset = (t / (n - 1) - 0.5) * spread if n > 1 else 0.0
             ys = [100.0 * g["density"][t] for g in groups]
             line = plot.plot(

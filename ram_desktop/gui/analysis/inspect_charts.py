@@ -102,9 +102,7 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
         _label(plot, "left", "elements", units="% of all")
         xs = list(range(len(self.sets)))
         heights = [100.0 * e["count"] / report.params for e in self.sets]
-        colors = [
-            agent_color(names.index(e["agents"][0])) if len(e["agents"]) == 1 else QColor("#555555") for e in self.sets
-        ]
+        colors = [agent_color(e["agents"][0]) if len(e["agents"]) == 1 else QColor("#555555") for e in self.sets]
         plot.addItem(pg.BarGraphItem(x=xs, height=heights, width=0.7, brushes=colors, pens=colors))
         for x, e, h in zip(xs, self.sets, heights):
             label = pg.TextItem(_compact(e["count"]), color=FOREGROUND, anchor=(0.5, 1.0))
@@ -135,7 +133,7 @@ class IntersectionChart(pg.GraphicsLayoutWidget):
             m.addItem(pg.PlotDataItem(xs_line, ys_line, connect="pairs", pen=pg.mkPen("#555555", width=2)))
         spots = []
         grey = pg.mkBrush("#dddddd")
-        brushes = [pg.mkBrush(agent_color(t)) for t in range(n)]
+        brushes = [pg.mkBrush(agent_color(names[t])) for t in range(n)]
         for x, e in enumerate(self.sets):
             for t in range(n):
                 member = names[t] in e["agents"]
@@ -261,7 +259,7 @@ class UlpHistogram(pg.GraphicsLayoutWidget):
         labels = ulp_short_labels()
         for t, agent in enumerate(report.agents):
             xs = [i - 0.4 + width * (t + 0.5) for i in range(len(bins))]
-            color = agent_color(t)
+            color = agent_color(agent.name)
             plot.addItem(
                 pg.BarGraphItem(
                     x=xs, height=[100 * shares[t, b] for b in bins], width=width * 0.92, brush=color, pen=color
@@ -389,7 +387,7 @@ class WouldKeepChart(pg.GraphicsLayoutWidget):
         names = keep_methods()
         chosen = self.method if self.method in names else None
         for t, agent in enumerate(report.agents):
-            color = agent_color(t)
+            color = agent_color(agent.name)
             xs, hs, brushes = [], [], []
             for i, name in enumerate(names):
                 value = self.values[name][t]

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QVBoxLayout, QWidg
 from ...core import ProbeReport
 from ...core.engine.inspection import OTHER_ROW, ModuleGrid, module_grid
 from ..widgets.common import WrappedLines
-from .charts import _empty, _html, _label, _plot, agent_color, percent, tick_font
+from .charts import HEAT_SCALE, _empty, _html, _label, _plot, agent_color, percent, tick_font
 
 SHORT_COLUMNS = {"embeddings": "e", "qkv": "qkv", "gate": "g", "up": "u", "down": "d", "norms": "n", "lm_head": "h"}
 COLUMN_LEGEND = {"e": "embeddings", "g": "gate", "u": "up", "d": "down", "n": "norms", "h": "lm_head"}
@@ -72,7 +72,7 @@ class ModuleHeatmaps(QWidget):
         self.plot = _plot(self.graphics, row=0, col=0)
         self.plot.getAxis("bottom").setStyle(tickFont=tick_font())
         self.plot.getAxis("left").setStyle(tickFont=tick_font())
-        self.cmap = pg.colormap.get("viridis")
+        self.cmap = HEAT_SCALE.colormap()  # the registry's (Help's words come from it)
         self.colorbar = pg.ColorBarItem(values=(0, 1), colorMap=self.cmap, interactive=False, width=12)
         self.colorbar.axis.enableAutoSIPrefix(False)
         self.graphics.addItem(self.colorbar, row=0, col=1)
@@ -119,7 +119,7 @@ class ModuleHeatmaps(QWidget):
             plot.addItem(image)
             self.images.append(image)
             name = pg.TextItem(f"<b>{_html(agent.name)}</b>", anchor=(0.5, 1.0))
-            name.setHtml(f"<b style='color:{agent_color(t).name()}'>{_html(agent.name)}</b>")
+            name.setHtml(f"<b style='color:{agent_color(agent.name).name()}'>{_html(agent.name)}</b>")
             name.setPos(t * width + cols / 2, 0)
             plot.addItem(name)
             ticks += [(t * width + c + 0.5, SHORT_COLUMNS.get(kind, kind)) for c, kind in enumerate(grid.columns)]

@@ -23,7 +23,8 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
-from .charts import DensityChart, LayerDensityChart, OverlapPies, agent_color
+from ..widgets.common import StaleBanner
+from .charts import HEAT_SCALE, ColourScale, DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
 from .module_heatmaps import ModuleHeatmaps
 from .tensor_table import TensorTable
@@ -69,6 +70,18 @@ class Chart:
     overview: bool = False
     picture: Callable[[Any], QWidget] = lambda widget: widget
     explain: str = ""  # how to read it, for Help ▸ Reading the charts (beyond the tip)
+    scale: ColourScale | None = None  # its colour map, whose words Help adds to ``explain``
+
+    def reading(self) -> str:
+        """How to read it (Help): ``explain`` and, for a colour-mapped chart, what its colours mean."""
+        if self.scale is None:
+            return self.explain
+        s = self.scale
+        return (
+            f"{self.explain} Colour: {s.words()} (the bar beside the maps): the nearer a cell is to {s.high}, "
+            f"the more of that module in that layer the agent changed (or the larger its unique share); "
+            f"{s.low}: little or none."
+        ).strip()
 
 
 # The analysis charts, in tab order: the one list the panel and the chart saver read. Adding a chart is one
@@ -100,7 +113,8 @@ CHARTS: tuple[Chart, ...] = (
         "Where each agent learned: a layer × module heat map per agent of density or unique share; "
         "hover a cell for its numbers",
         ModuleHeatmaps,
-        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A darker cell: the agent changed more of that module in that layer. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
+        explain="One map per agent. Rows are the model's layers (\"other\" holds what is outside them: embeddings, the output head, the final norm); columns are the kinds of module. q, k, v, o: the attention's query, key, value and output projections; gate, up, down: the feed-forward block; norm columns: the layer norms. A blank (white) cell: that layer has no module of that kind. Hover a cell for its numbers.",
+        scale=HEAT_SCALE,
     ),
     Chart(
         "tensors",
@@ -168,8 +182,8 @@ def reading_the_charts() -> str:
     parts = ["<h2>Reading the charts</h2><p>Every agent keeps one colour in every chart and table.</p>"]
     for chart in CHARTS:
         parts.append(f"<h3>{html.escape(chart.title)}</h3><p>{html.escape(chart.tip)}.</p>")
-        if chart.explain:
-            parts.append(f"<p>{html.escape(chart.explain)}</p>")
+        if chart.reading():
+            parts.append(f"<p>{html.escape(chart.reading())}</p>")
     return "".join(parts)
 
 
@@ -265,10 +279,8 @@ class AnalysisPanel(QWidget):
         row.addWidget(self.warning_fix)
         self.warning.hide()
         layout.addWidget(self.warning)
-        self.stale = QLabel()
-        self.stale.setStyleSheet("color: #8a5a00;")
-        self.stale.hide()
-        layout.addWidget(self.stale)
+        self.stale = StaleBanner("Analyze again")  # at the top, where the user looks (the window's session says)
+        layout.insertWidget(0, self.stale)
 
         self._chart_queue: list[tuple[QWidget, ProbeReport | None]] = []
         # the panel's own timer (not QTimer.singleShot): it dies with the panel, so a queue left behind
@@ -299,7 +311,6 @@ class AnalysisPanel(QWidget):
         if self.would_keep in self._deferred:
             self.would_keep.set_report(report)  # its numbers follow the method form even while hidden
         self._chart_timer.start(0)
-        self.set_stale(None)
 
     def _next_chart(self) -> None:
         if not self._chart_queue:
@@ -359,28 +370,20 @@ class AnalysisPanel(QWidget):
         """A report measured on ``key`` is shown."""
         return self.report is not None and self.report_key == key
 
-    def follow_sources(self, key: tuple, names: list[str], ready: bool = True) -> None:
-        """The sources are now ``key``: a rename relabels the report (same statistics); any other change
-        marks it stale, with what to do next (Analyze, or first the sources while not all ``ready``)."""
+    def follow_sources(self, key: tuple, names: list[str]) -> bool:
+        """The sources are now ``key``: a rename relabels the report (same statistics). False when the report
+        shown measured other sources (the window marks it stale)."""
         if self.report is None:
-            return
+            return True
         if key != self.report_key:
-            self.set_stale(
-                "The sources or ε changed since this analysis — "
-                + (
-                    "click Analyze to update it."
-                    if ready
-                    else "Analyze again once every source has opened (remove or replace a row marked ✗ error)."
-                )
-            )
-            return
+            return False
         if self.report.names != names:
             self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
-        self.set_stale(None)
+        return True
 
     def set_stale(self, message: str | None) -> None:
-        self.stale.setText(message or "")
-        self.stale.setVisible(bool(message))
+        """Why the analysis shown is out of date (the banner at the top), or None."""
+        self.stale.set_stale(message)
 
     def update_method(self, method: MergeMethod, params: dict, out_dtype: str, base_dtype: str | None) -> None:
         """Recompute λ from the cached probe (instant) and refresh the table and the rounding warning."""
@@ -413,7 +416,7 @@ class AnalysisPanel(QWidget):
             for col, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 if col == 0:
-                    item.setForeground(QBrush(agent_color(t)))
+                    item.setForeground(QBrush(agent_color(a.name)))
                     font = item.font()
                     font.setBold(True)
                     item.setFont(font)

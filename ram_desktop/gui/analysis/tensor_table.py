@@ -37,12 +37,14 @@ class TensorModel(QAbstractTableModel):
         self.rows: list[tuple[list[str], list]] = []
         self.headers: list[str] = []
         self.agents = 0
+        self.names: list[str] = []
 
     def set_report(self, report: ProbeReport | None) -> None:
         self.beginResetModel()
-        self.rows, self.headers, self.agents = [], [], 0
+        self.rows, self.headers, self.agents, self.names = [], [], 0, []
         if report is not None:
             self.agents = len(report.agents)
+            self.names = list(report.names)
             self.headers = ["Tensor", "Layer", "Module", "Elements"]
             for name in report.names:
                 self.headers += [f"{name}\ndensity", f"{name}\nunique"]
@@ -95,7 +97,7 @@ class TensorModel(QAbstractTableModel):
         if section < 4:
             return None
         if role == _FOREGROUND:
-            return QBrush(agent_color((section - 4) // 2))
+            return QBrush(agent_color(self.names[(section - 4) // 2]))
         return (
             "Share of the tensor's elements this agent updates"
             if section % 2 == 0

@@ -38,6 +38,7 @@ from ...core import (
 )
 from ...workflow import CompareResult, compare
 from ..jobs import JobController, JobState
+from ..widgets.common import StaleBanner, WrappedLines
 from .panel import EvaluatePanel, ModelEntry
 from .run_bar import PanelJob, RunBar
 from .scores_view import ScoresView
@@ -128,6 +129,7 @@ class ComparePanel(QWidget):
         scroll.setFrameShape(QScrollArea.Shape.NoFrame)
         row_height = max(w.sizeHint().height() for w in (row.check, row.param, row.values)) + 6
         scroll.setMinimumHeight(4 * row_height)  # the heading and three methods, also on a laptop screen
+        self.methods_area = scroll
 
         self.folder = QLineEdit()
         self.folder.setPlaceholderText("folder for the variants (must not exist, or be empty)")
@@ -136,24 +138,25 @@ class ComparePanel(QWidget):
         browse.setFixedWidth(32)
         browse.clicked.connect(self._browse)
         folder_row = QHBoxLayout()
-        folder_row.addWidget(QLabel("Output folder"))
+        self.folder_label = QLabel("Output folder")
+        folder_row.addWidget(self.folder_label)
         folder_row.addWidget(self.folder, 1)
         folder_row.addWidget(browse)
-        self.summary = QLabel()
-        self.summary.setWordWrap(True)
+        self.summary = WrappedLines(lines=2)
         self.summary.setStyleSheet("color: #555;")
         self.run = RunBar("Run compare")
         self.run.start_button.setToolTip(
             "Merge every ticked variant from one read of the inputs, then score "
             "base, agents and variants on the Evaluate step's ticked suites"
         )
-        intro = QLabel(
+        intro = WrappedLines(  # lines of their own: a wrapping QLabel's height-for-width is lost in the splitter,
+            # which then squeezed the methods list under the Output folder row
             "Tick methods and the values to sweep. All variants are merged in one pass over the inputs "
             "(the sources and the Method step's settings), then scored with the Evaluate step's "
             "ticked suites; the scores appear side by side below (the base's and the agents' reused "
-            "when they and the suites are unchanged)."
+            "when they and the suites are unchanged).",
+            lines=3,
         )
-        intro.setWordWrap(True)
         intro.setStyleSheet("color: #555;")
         self.scores = ScoresView(title="Scores per suite: base, agents and merged variants")
         self.table, self.chart, self.note = self.scores.table, self.scores.chart, self.scores.note
@@ -170,6 +173,9 @@ class ComparePanel(QWidget):
         top_layout.addWidget(self.summary)
         top_layout.addWidget(self.run)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
+        # neither part is squeezed below what it needs (the methods were drawn under the Output folder row and
+        # the chart lost its axis on a 1366×768 screen): the page scrolls instead
+        self.splitter.setChildrenCollapsible(False)
         self.splitter.addWidget(top)
         self.splitter.addWidget(self.scores)
         self.splitter.setStretchFactor(0, 1)
@@ -177,6 +183,9 @@ class ComparePanel(QWidget):
         self.splitter.setSizes([200, 400])  # the methods scroll; the scores get the room
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        self.stale = StaleBanner("Run compare")  # the scores below are of other settings (the window says)
+        self.stale.action.connect(self.run.start_button.click)
+        layout.addWidget(self.stale)
         layout.addWidget(self.splitter)
         self.task = PanelJob(jobs, JobState.COMPARING, self.run, self)
         self.task.failed.connect(self._failed)

@@ -41,6 +41,7 @@ from ...evaluate import EvalResult, ModelRef, Suite, load_suite, scorer_folders
 from ...evaluate.cache import ScoreCache
 from ...workflow import evaluate
 from ..jobs import JobController, JobState
+from ..widgets.common import StaleBanner
 from ..worker import Job
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
@@ -172,6 +173,9 @@ class EvaluatePanel(QWidget):
         self.splitter.setSizes([230, 290])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        self.stale = StaleBanner("Evaluate")  # the merged model's scores are of an earlier merge (the window says)
+        self.stale.action.connect(self.run.start_button.click)
+        layout.addWidget(self.stale)
         layout.addWidget(self.splitter)
 
         self.add_file_button.clicked.connect(self._add_files_dialog)

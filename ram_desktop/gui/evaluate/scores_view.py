@@ -30,7 +30,7 @@ from ...core import MERGE_REPORT
 from ...evaluate import EvalResult, SuiteSummary
 from ...evaluate.chart import FLOOR_COLOR, FOREGROUND, KEY, ScoreChart, kinds_of, model_colors, score_chart
 from ...evaluate.results import Leader
-from ..analysis.charts import export_png
+from ..analysis.charts import agent_slot, export_png
 
 MERGED_KINDS = ("merged", "variant")
 KIND_LABELS = {
@@ -50,9 +50,11 @@ class ScoresChart(pg.GraphicsLayoutWidget):
     error bar and its value above it, each suite's floor as a dashed line; the legend beside. Draws an
     ``evaluate.chart.ScoreChart``, as ``compare.png`` does."""
 
+    MIN_HEIGHT = 200
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumHeight(200)
+        self.setMinimumHeight(self.MIN_HEIGHT)
         self.plot = plot = self.addPlot(row=0, col=0)
         plot.setMenuEnabled(False)
         plot.hideButtons()
@@ -124,6 +126,7 @@ class ScoresChart(pg.GraphicsLayoutWidget):
                 self._add(line)
         self.legend.setVisible(bool(chart.series))
         self.suites = list(chart.suites)
+        self.fit_legend(new=True)
         self.fit_suite_labels()
         plot.setLabel("left", chart.y_label)
         plot.setYRange(0, chart.y_top, padding=0)
@@ -147,9 +150,37 @@ class ScoresChart(pg.GraphicsLayoutWidget):
         room = max(int(slot) - 8, metrics.horizontalAdvance("a…z"))
         axis.setTicks([[(s, _fit_label(name, metrics, room)) for s, name in enumerate(self.suites)]])
 
+    LEGEND_MARGIN = 30  # the legend's margins and the chart's border, in pixels
+
+    def _legend_row(self) -> float:
+        """The height one legend entry takes, as the legend lays them out in one column."""
+        if self.legend.columnCount != 1:
+            self.legend.setColumnCount(1)
+        height = self.legend.layout.effectiveSizeHint(Qt.SizeHint.PreferredSize).height()
+        return height / max(len(self.legend.items), 1)
+
+    def fit_legend(self, new: bool = False) -> None:
+        """Every model's legend entry inside the chart: one column while they fit its height, else two, and the
+        chart never shorter than two columns need (13 models on a 1366×768 screen lost two entries; the page
+        scrolls instead). ``new``: the models changed."""
+        items = self.legend.items
+        if not items:
+            self.setMinimumHeight(self.MIN_HEIGHT)
+            return
+        columns_before = self.legend.columnCount
+        row = self._legend_row()
+        if new:
+            self.setMinimumHeight(max(self.MIN_HEIGHT, int(-(-len(items) // 2) * row + self.LEGEND_MARGIN)))
+        columns = 1 if len(items) * row + self.LEGEND_MARGIN <= self.viewport().height() else 2
+        if columns != self.legend.columnCount or columns != columns_before:
+            self.legend.setColumnCount(columns)
+            self.legend.updateSize()
+            self.ci.layout.invalidate()  # the legend's column in the chart's layout takes its new width
+
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
         if hasattr(self, "suites"):  # not while the base class is still being set up
+            self.fit_legend()
             self.fit_suite_labels()
 
 
@@ -250,11 +281,18 @@ class ScoresView(QWidget):
         """Grey for the base; the agents their Analysis colours; every other model the next palette colour
         after the agents': no two models share a colour (``evaluate.chart.model_colors``)."""
         assert self.result is not None
-        return [QColor(c) for c in model_colors(kinds_of(self.result, self.kinds))]
+        kinds = kinds_of(self.result, self.kinds)
+        return [QColor(c) for c in model_colors(kinds, self._agent_slots(kinds))]
+
+    def _agent_slots(self, kinds: list[str]) -> list[int]:
+        """The agents' colour slots, by agent name as in Analysis (``charts.agent_slot``)."""
+        assert self.result is not None
+        return [agent_slot(m.name) for m, kind in zip(self.result.models, kinds) if kind == "agent"]
 
     def chart_description(self) -> ScoreChart:
         assert self.result is not None
-        return score_chart(self.result, kinds_of(self.result, self.kinds), self.title)
+        kinds = kinds_of(self.result, self.kinds)
+        return score_chart(self.result, kinds, self.title, self._agent_slots(kinds))
 
     def _fill_table(self) -> None:
         result = self.result

@@ -40,6 +40,10 @@ from .warm_up import import_transformers
 
 log = logging.getLogger("ram_desktop")
 COLUMNS = ("Trial", "Method", "Parameters", "Validation", "Seconds")
+SEARCH_TIP = (
+    "Merge and score each trial on the validation suites (Optuna TPE), then merge the best into "
+    "FOLDER/best and test it beside RAM+ and Task Arithmetic at their defaults"
+)
 
 
 def params_text(params: dict[str, Any]) -> str:
@@ -70,6 +74,7 @@ class SearchPanel(QWidget):
         self.evaluate, self.jobs, self.spec = evaluate_panel, jobs, spec
         self.trials: list[Trial] = []
         self.last: SearchResult | None = None
+        self.blocker: str | None = None  # why the sources cannot be merged (the window's, as for Merge)
 
         self.checks: dict[str, QCheckBox] = {}
         grid = QGridLayout()
@@ -151,10 +156,7 @@ class SearchPanel(QWidget):
         best_row.addWidget(self.best_label, 1)
         best_row.addWidget(self.use_button)
         self.run = RunBar("Run search")
-        self.run.start_button.setToolTip(
-            "Merge and score each trial on the validation suites (Optuna TPE), then merge the best into "
-            "FOLDER/best and test it beside RAM+ and Task Arithmetic at their defaults"
-        )
+        self.run.start_button.setToolTip(SEARCH_TIP)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -187,10 +189,17 @@ class SearchPanel(QWidget):
     def set_validation(self, paths: list[Path]) -> None:
         self.validation.setText("; ".join(str(p) for p in paths))
 
+    def set_blocker(self, blocker: str | None) -> None:
+        """Why the window's sources cannot be merged now (a row missing, mismatched or rejected), or None: Run
+        search is enabled exactly when Merge is, and its tooltip says why not (the window's one condition)."""
+        self.blocker = blocker
+        self._update_actions()
+
     def _update_actions(self) -> None:
         running = self.task.running()
         ready = bool(self.methods()) and bool(self.folder.text().strip()) and bool(self.validation_suites())
-        self.run.start_button.setEnabled(not self.jobs.busy() and ready)
+        self.run.start_button.setEnabled(not self.jobs.busy() and ready and self.blocker is None)
+        self.run.start_button.setToolTip(self.blocker or SEARCH_TIP)
         self.run.cancel_button.setEnabled(running)
         for box in self.checks.values():
             box.setEnabled(not running)
@@ -207,6 +216,9 @@ class SearchPanel(QWidget):
         chat template, layer map, dtype and names kept in every trial); its own method, when ticked, is the
         first trial at its values."""
         if self.jobs.busy():
+            return False
+        if self.blocker is not None:
+            self.error.emit(self.blocker)
             return False
         try:
             methods = check_methods(self.methods())
@@ -260,20 +272,23 @@ class SearchPanel(QWidget):
         )
         for col, text in enumerate(cells):
             self.table.setItem(row, col, QTableWidgetItem(text))
-        xs = list(range(1, len(self.trials) + 1))
+        xs = [t.number for t in self.trials]  # the trial numbers of the table and search.json (Optuna's, from 0)
         ys = [t.validation for t in self.trials]
         best = [max(ys[: i + 1]) for i in range(len(ys))]
         self.points.setData(xs, ys)
         self.best_line.setData(xs, best)
         step = max(1, -(-len(xs) // 10))
         self.plot.getAxis("bottom").setTickSpacing(step, step)  # whole trial numbers only
+        self._say_best("Best so far")
+        self._update_actions()
+
+    def _say_best(self, lead: str) -> None:
         top = self.best()
         if top is not None:
             self.best_label.setText(
-                f"Best so far: trial {top.number}, {METHODS[top.method].short_label} "
+                f"{lead}: trial {top.number}, {METHODS[top.method].short_label} "
                 f"({params_text(top.params)}), validation {top.validation:.4f}"
             )
-        self._update_actions()
 
     def best(self) -> Trial | None:
         return max(self.trials, key=lambda t: (t.validation, -t.number)) if self.trials else None
@@ -285,6 +300,7 @@ class SearchPanel(QWidget):
 
     def _succeeded(self, result: SearchResult) -> None:
         self.last = result
+        self._say_best(f"Best of {len(self.trials)} trials")
         text = f"{len(result.trials)} trials; best merged into {result.folder / 'best'}"
         if result.test is not None:
             best, refs = result.test["models"][0], result.test["models"][1:]
@@ -295,11 +311,13 @@ class SearchPanel(QWidget):
     def _failed(self, message: str, details: str = "") -> None:
         log.error(message + (f"\n{details}" if details else ""))
         self.error.emit(message)
+        self._say_best(f"Best of the {len(self.trials)} finished trials")
         self.run.end("Stopped by an error (see above)", False)
 
     def _cancelled(self) -> None:
         log.info("search cancelled")
         self.info.emit("Search cancelled: the finished trials are kept; run again into the same folder to continue.")
+        self._say_best(f"Best of the {len(self.trials)} finished trials")
         self.run.end("Cancelled", False)
 
     def _browse(self) -> None:

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLa
 from ...core import MergeResult, get_method, human_bytes
 from ..evaluate.run_bar import duration
 from ..jobs import JobController, JobState, Outcome
+from ..widgets.common import StaleBanner
 from ..widgets.open_dialogs import open_folder, show_card
 
 
@@ -50,6 +51,8 @@ class ResultBox(QWidget):
         ):
             buttons.addWidget(button)
         buttons.addStretch(1)
+        self.stale = StaleBanner("Merge")  # the merged model is of other sources or settings (the window says)
+        layout.addWidget(self.stale)
         layout.addWidget(self.result_text)
         layout.addLayout(buttons)
         self._enable_output(False)

@@ -228,9 +228,9 @@ class SourcesPanel(QWidget):
         return [(r.key, r.name) for r in self.agents]
 
     @property
-    def color_slots(self) -> list[int]:
-        """Each agent's colour slot, in agent order (``charts.set_agent_slots``)."""
-        return [r.slot for r in self.agents]
+    def color_slots(self) -> dict[str, int]:
+        """Each agent's colour slot by its name (``charts.set_agent_slots``)."""
+        return {r.name: r.slot for r in self.agents}
 
     @property
     def busy(self) -> bool:
@@ -240,12 +240,12 @@ class SourcesPanel(QWidget):
         return self.base is not None and self.base.ready and bool(self.agents) and all(r.ready for r in self.agents)
 
     def not_ready(self, action: str) -> str | None:
-        """Why ``action`` (Analyze, Merge) cannot run with these rows, naming the row; None when it can. A row
-        that does not fit the base, or that the analysis refused, blocks a merge until it is removed (Analyze
-        may try it again)."""
+        """Why ``action`` (Analyze, Merge, Search) cannot run with these rows, naming the row; None when it can.
+        A row that does not fit the base, or that the analysis refused, blocks everything that merges (Merge,
+        Search) until it is removed (Analyze may try it again)."""
         if not self.all_ready():
             return f"add a base and at least one agent that open without errors, then {action}"
-        return self.merge_blocker() if action == "Merge" else None
+        return None if action == "Analyze" else self.merge_blocker()
 
     def merge_blocker(self) -> str | None:
         """Why a merge cannot run with these opened rows, naming the row and the fix; None when nothing blocks it."""

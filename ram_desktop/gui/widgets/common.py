@@ -8,11 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter
+from PySide6.QtCore import QEvent, QObject, QSize, Qt
+from PySide6.QtGui import QPainter, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractItemView,
+    QAbstractScrollArea,
+    QAbstractSlider,
+    QAbstractSpinBox,
+    QApplication,
+    QComboBox,
     QFrame,
     QGroupBox,
     QHBoxLayout,
@@ -20,6 +25,8 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
+    QScrollBar,
+    QSizePolicy,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -291,11 +298,116 @@ class WindowTitle:
         self._given_for = self._key()
 
     def follow(self) -> None:
-        """The sources changed: a title given for others gives way to their names."""
+        """The sources changed: a title given for others gives way to their names, for good (back at the given
+        sources, e.g. a row added then removed, the title names what is there; it kept the removed row)."""
         if self._key() == self._given_for:
             return
+        self._given_for = None
         base, names = self.sources.base, self.sources.names
         if base is None or not names:
             self.window.setWindowTitle(self.plain)
         else:
             self.window.setWindowTitle(f"{', '.join(names)} on {Path(base.spec.rstrip('/')).name}")
+
+
+class WheelGuard(QObject):
+    """The mouse wheel never changes a value the user is not editing: over a combo box, a spin box or a slider
+    (in a form, a table cell, a dialog) that has no keyboard focus, the wheel scrolls the scroll area around it
+    instead, as a page does in a browser. One application-wide event filter (:func:`guard_wheel`), so a widget
+    added later is covered without being told. A field with the focus (clicked or tabbed into) still takes the
+    wheel. The fields take the focus by click or Tab only, never by the wheel (``StrongFocus``)."""
+
+    VALUE_WIDGETS = (QComboBox, QAbstractSpinBox, QAbstractSlider)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if (
+            kind == QEvent.Type.Polish
+            and isinstance(watched, self.VALUE_WIDGETS)
+            and not isinstance(watched, QScrollBar)
+        ):
+            if watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:
+                watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        elif kind == QEvent.Type.Wheel and isinstance(watched, QWidget):
+            field = _value_widget(watched)
+            if field is not None and not field.hasFocus():
+                area = _scroll_area_around(field)
+                if area is not None:
+                    assert isinstance(event, QWheelEvent)
+                    bar = area.verticalScrollBar()
+                    if event.angleDelta().x() and not event.angleDelta().y():
+                        bar = area.horizontalScrollBar()
+                    QApplication.sendEvent(bar, event)
+                return True  # the value stays
+        return False
+
+
+def _value_widget(widget: QWidget) -> QWidget | None:
+    """``widget`` or the combo box, spin box or slider it is part of (a spin box's line edit), if any."""
+    w: QWidget | None = widget
+    while w is not None and not w.isWindow():
+        if isinstance(w, QScrollBar):
+            return None  # scroll bars are for the wheel
+        if isinstance(w, WheelGuard.VALUE_WIDGETS):
+            return w
+        if isinstance(w, QAbstractScrollArea):
+            return None  # a combo box's popup list, a table: they scroll themselves
+        w = w.parentWidget()
+    return None
+
+
+def _scroll_area_around(widget: QWidget) -> QAbstractScrollArea | None:
+    w = widget.parentWidget()
+    while w is not None:
+        if isinstance(w, QAbstractScrollArea):
+            return w
+        if w.isWindow():
+            return None
+        w = w.parentWidget()
+    return None
+
+
+_wheel_guard: WheelGuard | None = None
+
+
+def guard_wheel() -> None:
+    """Install the :class:`WheelGuard` on the application (once; the window and ``setup_application`` call it)."""
+    global _wheel_guard
+    app = QApplication.instance()
+    if app is None or _wheel_guard is not None:
+        return
+    _wheel_guard = WheelGuard(app)
+    app.installEventFilter(_wheel_guard)
+
+
+class StaleBanner(QWidget):
+    """An amber line at the top of an area whose result is out of date: why, and the one action that refreshes
+    it (``action`` emitted by its button). Hidden while the result is fresh."""
+
+    def __init__(self, action: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("stale_banner")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.setStyleSheet(
+            "#stale_banner { background: #fff4ce; border: 1px solid #c99a00; border-radius: 4px; }"
+            " QLabel { color: #5c4400; }"
+        )
+        row = QHBoxLayout(self)
+        row.setContentsMargins(8, 3, 4, 3)
+        self.label = ElidedLabel()
+        self.label.setMinimumWidth(60)  # a long reason ends in … (whole in its tooltip), never widens the area
+        self.label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.button = QPushButton(action)
+        self.button.setAccessibleName(action)
+        row.addWidget(self.label, 1)
+        row.addWidget(self.button)
+        self.action = self.button.clicked
+        self.hide()
+
+    def set_stale(self, reason: str | None) -> None:
+        """Show ``reason`` (None: the result is fresh, the banner goes)."""
+        self.label.setText(f"Out of date: {reason}" if reason else "")
+        self.setVisible(bool(reason))
+
+    def text(self) -> str:
+        return self.label.text()
