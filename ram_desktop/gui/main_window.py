@@ -9,7 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, Signal, Slot
-from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QVBoxLayout, QWidget
 
 from .. import __version__
 from ..core import (
@@ -32,6 +32,7 @@ from .evaluate.compare_panel import ComparePanel
 from .evaluate.panel import EvaluatePanel, ModelEntry
 from .evaluate.run_bar import duration
 from .evaluate.search_panel import SearchPanel
+from .freshness import FreshnessView
 from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.advice import window_words
@@ -48,7 +49,7 @@ from .method.spec_form import (
 )
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
-from .session import REFRESH, Change, Part, Session
+from .session import Change, Part, Session
 from .sources.panel import SourcesPanel
 from .widgets.common import (
     MessageBar,
@@ -89,7 +90,6 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
         self.session = Session()  # which results are shown and whether each is still fresh (docs/gui.md)
-        self._method_key: tuple | None = None  # the method settings last seen: a change makes the merge stale
         self.result: MergeResult | None = None
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
@@ -113,13 +113,12 @@ class MainWindow(QMainWindow):
         self.progress, self.progress_label, self.log_view = rb.progress, rb.progress_label, rb.log_view
         self.result_text, self.publish_button = res.result_text, res.publish_button
         self.open_folder_button, self.evaluate_result_button = res.open_folder_button, res.evaluate_result_button
-        self._lay_out()
+        self.steps, self.left_splitter, self.right_splitter, self.splitter = _lay_out(self)
         self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
-        self.stale_status = QLabel()  # what is out of date, in the status line (every banner says it in place)
-        self.stale_status.setStyleSheet("color: #7a5a00; font-weight: bold;")
-        self.stale_status.hide()
-        self.statusBar().addPermanentWidget(self.stale_status)
+        panels = (self.sources, self.method, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare)
+        self.freshness = FreshnessView(self.session, panels, self.statusBar(), self.busy, lambda: self.result)
+        self.stale_status = self.freshness.status
         self.menus = Menus(self)
         self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
         self.log_bridge = LogBridge(self)
@@ -130,33 +129,6 @@ class MainWindow(QMainWindow):
         restore_window(self)
         self.evaluate.set_device(self.method.device.currentData())
         self._update_actions()
-
-    def _lay_out(self) -> None:
-        # Analysis, Evaluate and Compare share the large pane; every part scrolls on a small (1366×768) screen
-        self.steps = StepTabs()
-        self.steps.add_page(self.analysis, "2 · Analysis — density, overlap, where, which, how much")
-        self.steps.add_page(self.evaluate, "6 · Evaluate")
-        self.steps.add_page(self.compare, "7 · Compare")
-        self.steps.add_page(self.search, "8 · Search")
-        self.left_splitter = splitter(
-            Qt.Orientation.Vertical,
-            (scrolled(group("1 · Sources — base model and agents", self.sources), keep_height=True), 0),
-            (scrolled(group("3 · Method and output", self.method)), 1),
-        )
-        self.right_splitter = splitter(
-            Qt.Orientation.Vertical,
-            (self.steps, 3),
-            (group("4 · Merge", self.run_box), 1),
-            (result_group := group("5 · Result", self.result_box), 0),
-        )
-        self.steps.shown_only_with(self.analysis, result_group)  # scoring steps need the height
-        self.splitter = splitter(Qt.Orientation.Horizontal, (self.left_splitter, 2), (self.right_splitter, 3))
-        central = QWidget()
-        layout = QVBoxLayout(central)
-        layout.setContentsMargins(8, 6, 8, 8)
-        layout.addWidget(self.message)
-        layout.addWidget(self.splitter, 1)
-        self.setCentralWidget(central)
 
     def _connect(self) -> None:
         """The panels' and the job controller's signals; Evaluate and Compare report into the message bar."""
@@ -186,58 +158,8 @@ class MainWindow(QMainWindow):
         self.compare.run_requested.connect(self._compare)  # its scores show in its own tab
 
         self.search.use_merge.connect(self.method.set_method)
-        self.session.subscribe(self._show_freshness)
         self.analysis.stale.action.connect(self.analyse)
         self.result_box.stale.action.connect(self.merge)
-        self.compare.compare_finished.connect(
-            lambda status: self.session.made(Part.COMPARE) if status == "done" else None
-        )
-        self.evaluate.evaluation_finished.connect(self._scored)
-
-    # --- freshness ----------------------------------------------------------------------------
-    def _show_freshness(self, part: Part, reason: str | None) -> None:
-        """Show where the user looks what a change made stale: a banner at the top of the area, with the action
-        that refreshes it, and the status line."""
-        if part is Part.ANALYSIS:
-            ready = self.sources.all_ready()
-            if reason and not ready:
-                reason += "; Analyze again once every source has opened (remove or replace a row marked ✗ error)"
-            self.analysis.set_stale(reason)
-            self.analysis.stale.button.setEnabled(ready and not self.busy())
-            if reason:
-                self.run_box.show_state(0, "Analysis out of date", f"{reason} — Analyze again.")
-        elif part is Part.RESULT:
-            self.result_box.stale.set_stale(reason)
-        elif part is Part.COMPARE:
-            self.compare.stale.set_stale(reason)
-        elif part is Part.SCORES:
-            self.evaluate.stale.set_stale(reason)
-        stale = self.session.stale_parts()
-        self.stale_status.setText(
-            "Out of date: " + ", ".join(p.value for p in stale) + f" — {REFRESH[stale[0]]} again" if stale else ""
-        )
-        self.stale_status.setVisible(bool(stale))
-
-    def _scored(self, status: str) -> None:
-        """An evaluation ended: the merged model's scores are fresh when it was among the models scored."""
-        scored, merged = self.evaluate.result, self.result
-        if status == "done" and merged is not None and scored is not None and self._holds(scored, merged.out):
-            self.session.made(Part.SCORES)
-
-    @staticmethod
-    def _holds(scored, out: Path) -> bool:
-        """The scores ``scored`` include the model in folder ``out``."""
-        return any(m.source == str(out) for m in scored.models)
-
-    def _method_settings(self) -> tuple:
-        m = self.method
-        return (
-            m.current.name,
-            repr(sorted(m.params().items())),
-            m.out_dtype.currentData(),
-            m.vocab.currentData(),
-            m.tokenizer.currentData(),
-        )
 
     def _device_changed(self) -> None:
         device = self.method.device.currentData()
@@ -332,7 +254,7 @@ class MainWindow(QMainWindow):
         if not self.analysis.follow_sources(self._source_key(), self.sources.names):
             self.session.changed(Change.SOURCES)  # the analysis and everything after it
         elif self.session.stale(Part.ANALYSIS):
-            self._show_freshness(Part.ANALYSIS, self.session.stale(Part.ANALYSIS))  # its hint follows the rows
+            self.freshness.show(Part.ANALYSIS, self.session.stale(Part.ANALYSIS))  # its hint follows the rows
         self._method_changed()
         self._update_actions()
         self._maybe_auto_analyse()
@@ -357,16 +279,12 @@ class MainWindow(QMainWindow):
     def _method_changed(self) -> None:
         if self.report is None:
             self.analysis.update_method(self.method.current, {}, "base", None)
-            self._method_key = self._method_settings()
+            self.freshness.method_seen()
             return
         key = self.analysis.report_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.session.changed(Change.EPS)
-        settings = self._method_settings()
-        if settings != self._method_key:
-            if self._method_key is not None:
-                self.session.changed(Change.METHOD)  # the merge result and the comparison
-            self._method_key = settings
+        self.freshness.method_changed()  # the merge result and the comparison
         params, dtype = engine_params(self.sources.chosen[1], self.method), self.method.out_dtype.currentData()
         self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
@@ -491,11 +409,7 @@ class MainWindow(QMainWindow):
             self.analysis.show_report(result.probe, key)
             self.session.made(Part.ANALYSIS)
             self._method_changed()
-        scored = self.evaluate.result
-        if scored is not None and self._holds(scored, result.out):
-            self.session.changed(Change.MERGE)  # the scores shown are of the model this merge replaced
-        self._method_key = self._method_settings()
-        self.session.made(Part.RESULT)
+        self.freshness.merged(result.out)
         self._show_result(result, [])
         self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
 
@@ -552,3 +466,34 @@ class MainWindow(QMainWindow):
     def save_recipe(self, path: Path) -> bool:
         """Save what the window shows as a recipe (File ▸ Save recipe); False after showing why not."""
         return self.menus.save_recipe(path)
+
+
+def _lay_out(window: MainWindow) -> tuple[StepTabs, QSplitter, QSplitter, QSplitter]:
+    """The window's areas: sources and method on the left, the steps, Merge and Result on the right; returns the
+    step tabs, the left and right splitters and the one between them."""
+    # Analysis, Evaluate and Compare share the large pane; every part scrolls on a small (1366×768) screen
+    steps = StepTabs()
+    steps.add_page(window.analysis, "2 · Analysis — density, overlap, where, which, how much")
+    steps.add_page(window.evaluate, "6 · Evaluate")
+    steps.add_page(window.compare, "7 · Compare")
+    steps.add_page(window.search, "8 · Search")
+    left_splitter = splitter(
+        Qt.Orientation.Vertical,
+        (scrolled(group("1 · Sources — base model and agents", window.sources), keep_height=True), 0),
+        (scrolled(group("3 · Method and output", window.method)), 1),
+    )
+    right_splitter = splitter(
+        Qt.Orientation.Vertical,
+        (steps, 3),
+        (group("4 · Merge", window.run_box), 1),
+        (result_group := group("5 · Result", window.result_box), 0),
+    )
+    steps.shown_only_with(window.analysis, result_group)  # scoring steps need the height
+    between = splitter(Qt.Orientation.Horizontal, (left_splitter, 2), (right_splitter, 3))
+    central = QWidget()
+    layout = QVBoxLayout(central)
+    layout.setContentsMargins(8, 6, 8, 8)
+    layout.addWidget(window.message)
+    layout.addWidget(between, 1)
+    window.setCentralWidget(central)
+    return steps, left_splitter, right_splitter, between

@@ -51,13 +51,13 @@ def test_the_wheel_changes_no_method_setting_without_focus(qtbot, window, demo_m
         window.method.set_method(name)
         qtbot.wait(20)
         window.analyse_button.setFocus()  # the keyboard is elsewhere; the pointer passes over the form
-        before = read_spec(window.sources, window.method)
+        before = read_spec(*window.sources.chosen, window.method)
         fields = _fields(window.method)
         assert sum(isinstance(f, (QComboBox, QAbstractSpinBox)) for f in fields) >= 4, name
         for field in fields:
             for notches in (3, -6):
                 _wheel(field, notches)
-                assert read_spec(window.sources, window.method) == before, (name, field.objectName())
+                assert read_spec(*window.sources.chosen, window.method) == before, (name, field.objectName())
         assert window.method.current.name == name
 
 
