@@ -124,3 +124,92 @@ def test_too_large_for_memory_is_written_to_its_folder(synthetic, tmp_path):
     assert result.tensors is None and result.out == (tmp_path / "out").resolve()
     assert asked and asked[0] > 0
     assert list((tmp_path / "out").glob("*.safetensors"))
+
+
+# ---- a search's trials --------------------------------------------------------------------------------
+
+TASKS = ("code", "tool", "memory")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    pytest.importorskip("optuna")
+    from ram_desktop.core.demo import write_demo
+
+    folder = tmp_path_factory.mktemp("demo")
+    write_demo(folder)
+    return folder
+
+
+def _search(demo: Path, out: Path, tests: bool = False):
+    from ram_desktop.evaluate.search import SearchOptions, search
+
+    spec = MergeSpec.build(str(demo / "base"), [str(demo / n) for n in ("coder", "tool", "memory")])
+    options = SearchOptions(
+        spec=spec,
+        suites=[str(demo / "suites" / "validation" / t) for t in TASKS],
+        test_suites=[str(demo / "suites" / t) for t in TASKS] if tests else [],
+        folder=out,
+        trials=5,
+        methods=("ram-plus", "task-arithmetic", "ties"),
+        workers=2,
+        batch_size=16,
+        limit=6,
+    )
+    return search(options)
+
+
+def _spied(monkeypatch) -> tuple[list[Path], list[list]]:
+    """Every folder a merge writes (``staging_folder``'s outputs) and every list of models ``evaluate`` scores."""
+    from ram_desktop.core import pipeline
+    from ram_desktop.evaluate import runner
+
+    written: list[Path] = []
+    scored: list[list] = []
+    staging, evaluate = pipeline.staging_folder, runner.evaluate
+
+    def staging_spy(out, *a, **k):
+        written.append(Path(out))
+        return staging(out, *a, **k)
+
+    def evaluate_spy(models, *a, **k):
+        scored.append(list(models))
+        return evaluate(models, *a, **k)
+
+    monkeypatch.setattr(pipeline, "staging_folder", staging_spy)
+    monkeypatch.setattr(runner, "evaluate", evaluate_spy)
+    return written, scored
+
+
+def test_a_search_scores_the_same_with_trials_in_memory_as_with_trials_on_disk(demo, tmp_path, monkeypatch):
+    from ram_desktop.evaluate import InMemoryModel
+
+    monkeypatch.setenv("RAM_DESKTOP_TRIALS_ON_DISK", "1")
+    written, scored = _spied(monkeypatch)
+    _search(demo, tmp_path / "disk")
+    assert written and all(not isinstance(m, InMemoryModel) for models in scored for m in models)
+    monkeypatch.delenv("RAM_DESKTOP_TRIALS_ON_DISK")
+    written.clear()
+    scored.clear()
+    _search(demo, tmp_path / "memory")
+    trial_models = [m for models in scored for m in models]
+    assert trial_models and all(isinstance(m, InMemoryModel) for m in trial_models)
+    disk = json.loads((tmp_path / "disk" / "search.json").read_text())["trials"]
+    memory = json.loads((tmp_path / "memory" / "search.json").read_text())["trials"]
+    assert [(t["method"], t["params"]) for t in memory] == [(t["method"], t["params"]) for t in disk]
+    assert [t["scores"] for t in memory] == [
+        t["scores"] for t in disk
+    ]  # exactly: the same weights, the same greedy text
+    assert [t["validation"] for t in memory] == [t["validation"] for t in disk]
+
+
+def test_no_trial_is_written(demo, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAM_DESKTOP_TRIALS_ON_DISK", raising=False)
+    written, _ = _spied(monkeypatch)
+    out = tmp_path / "search"
+    _search(demo, out, tests=True)
+    # what is kept: best/, and the references scored beside it (temporary folders, as before)
+    trials_written = [w for w in written if w != out / "best" and not w.parent.name.startswith("ram-search-ref-")]
+    assert trials_written == []
+    assert out / "best" in written
+    assert list((out / "best").glob("*.safetensors"))
