@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "variant_specs": "variant",
     "parse_size": "recipe",
     "MergeResult": "pipeline",
+    "InMemory": "pipeline",
     "merge": "pipeline",
     "merge_variants": "pipeline",
     "probe": "pipeline",
@@ -98,6 +99,7 @@ __all__ = [  # the names of _EXPORTS
     "ComputeError",
     "DeviceOutOfMemory",
     "HubError",
+    "InMemory",
     "InputError",
     "MergeMethod",
     "MergeResult",
@@ -175,6 +177,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .methods.advice import Advice, advise
     from .methods.settings import setting_value
     from .pipeline import (
+        InMemory,
         MergeResult,
         check_eps,
         merge,

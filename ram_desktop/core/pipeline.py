@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,14 @@ from .recipe import parse_size
 from .sources import open_checkpoint
 from .spec import Agent, MergeSpec, RunOptions
 from .storage.formats import Checkpoint, lora
-from .storage.output import ShardSet, check_output, copy_tokenizer_files, staging_folder, write_config
+from .storage.output import (
+    MemoryShards,
+    ShardSet,
+    check_output,
+    copy_tokenizer_files,
+    staging_folder,
+    write_config,
+)
 from .storage.transfer import Transfer
 
 log = logging.getLogger("ram_desktop")
@@ -178,6 +185,22 @@ class MergeResult:
     seconds: float
     bytes_written: int
     warnings: list[str]
+    # a merge kept in memory (``InMemory``): every output tensor by name, holding the bytes the written merge's
+    # shards would hold; ``out`` is then the frame folder (config and tokenizer, no weights)
+    tensors: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class InMemory:
+    """Merge into memory, not into folders (search trials: scored, then dropped): each variant's tensors are kept
+    by a ``MemoryShards`` sink and nothing of them is written. ``frame``: an existing empty folder that receives,
+    once, the files the written merges would hold beside their weights for transformers to load them (config.json,
+    the tokenizer, the generation config); the variants of one merge share them (``SHARED``). ``fits``: given the
+    bytes every variant's tensors take together, whether they may be held in memory; when not, the variants are
+    written to their output folders as ``merge_variants`` writes them (``MergeResult.tensors`` None)."""
+
+    frame: Path
+    fits: Callable[[int], bool] = field(default=lambda nbytes: True)
 
 
 def merge(spec: MergeSpec, reporter: Reporter | None = None, options: RunOptions | None = None) -> MergeResult:
@@ -193,18 +216,25 @@ def merge_variants(
     specs: Sequence[MergeSpec],
     reporter: Reporter | None = None,
     options: RunOptions | None = None,
+    in_memory: InMemory | None = None,
 ) -> list[MergeResult]:
     """Merge every spec from one read of the inputs: one probe (when any needs it) and every collector's
     passes, then one merge pass in which each chunk is merged by every spec's method and written by its own
     writer. The specs differ only in method, parameters and output (``SHARED`` is the same in all). Every
-    output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written."""
+    output folder is complete (as ``merge`` writes it) or, on any failure or cancel, none is written.
+    ``in_memory``: keep the merges in memory instead where they fit (``InMemory``)."""
     options = options or RunOptions()
     with kernels.disabled(below=options.kernel_min_elements), lora.reuse_deltas(), ExitStack() as scratch:
-        return _merge_variants(list(specs), reporter or Reporter(), options, scratch)  # a LoRA's τ computed once
+        # a LoRA's τ computed once
+        return _merge_variants(list(specs), reporter or Reporter(), options, scratch, in_memory)
 
 
 def _merge_variants(
-    specs: list[MergeSpec], reporter: Reporter, options: RunOptions, scratch: ExitStack
+    specs: list[MergeSpec],
+    reporter: Reporter,
+    options: RunOptions,
+    scratch: ExitStack,
+    in_memory: InMemory | None = None,
 ) -> list[MergeResult]:
     start = time.perf_counter()
     if not specs:
@@ -269,7 +299,11 @@ def _merge_variants(
     _warn(plan, methods)
     aux = _aux_inputs(plan, methods, params)
     inputs = [base, *agents, *(c for a in aux.values() for c in a.checkpoints)]
-    outs = [check_output(o, inputs, options.overwrite, plan.out_bytes * len(outs)) for o in outs]
+    memory = in_memory is not None and in_memory.fits(plan.out_bytes * len(outs))
+    if in_memory is not None and not memory:
+        log.info("%d merge(s) of %d bytes each do not fit in memory: written to folders", len(outs), plan.out_bytes)
+    if not memory:
+        outs = [check_output(o, inputs, options.overwrite, plan.out_bytes * len(outs)) for o in outs]
     _say_device(choice)
 
     timings: dict[str, float] = {}
@@ -304,13 +338,13 @@ def _merge_variants(
     t0 = time.perf_counter()
     with ExitStack() as stack:
         stack.enter_context(files)
-        folders = [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
+        folders = outs if memory else [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
         variants = [
             Variant(
                 m,
                 p,
                 ctx,
-                ShardSet(folder, plan, shard_bytes),
+                MemoryShards(plan) if memory else ShardSet(folder, plan, shard_bytes),
                 m.analysis.observer(p, plan) if m.analysis.observer else None,
             )
             for m, p, ctx, folder in zip(methods, params, contexts, folders)
@@ -331,6 +365,9 @@ def _merge_variants(
             save_cached(probe_report)
         assert probe_report is not None  # from the probe, or counted in the merge pass
         timings["merge_s"] = time.perf_counter() - t0
+        if memory:
+            assert in_memory is not None
+            _write_frame(in_memory.frame, plan, first, vocabulary)
         results = []
         for spec, m, v, folder, out in zip(specs, methods, variants, folders, outs):
             lambdas = m.analysis.lambdas(v.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
@@ -351,10 +388,22 @@ def _merge_variants(
             )
             own = plan_warnings(m, plan)  # the method's own words for its inputs (logged once, before the passes)
             report["warnings"] = [*own, *report["warnings"]]
-            _write_extras(folder, plan, written, v.params, probe_report, lambdas, report, vocabulary)
+            tensors = None
+            if isinstance(v.shards, MemoryShards):
+                assert in_memory is not None
+                tensors, out = v.shards.tensors(), in_memory.frame
+            else:
+                _write_extras(folder, plan, written, v.params, probe_report, lambdas, report, vocabulary)
             results.append(
                 MergeResult(
-                    out, report, probe_report, lambdas, 0.0, v.shards.bytes_written, [*own, *probe_report.warnings]
+                    out,
+                    report,
+                    probe_report,
+                    lambdas,
+                    0.0,
+                    v.shards.bytes_written,
+                    [*own, *probe_report.warnings],
+                    tensors,
                 )
             )
     seconds = time.perf_counter() - start
@@ -469,15 +518,23 @@ def _write_extras(
     report: dict,
     vocabulary: tokenizer.Vocabulary | None = None,
 ) -> None:
+    _write_frame(folder, plan, spec, vocabulary)
+    save_card(model_card(plan, spec.method, params, lambdas, probe_report, spec.out_dtype), folder / "README.md")
+    spec.save(folder / "ram-recipe.yaml")
+    (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+def _write_frame(
+    folder: Path, plan: MergePlan, spec: MergeSpec, vocabulary: tokenizer.Vocabulary | None = None
+) -> None:
+    """What a merge's folder holds beside its weights for transformers to load it: config.json, the tokenizer
+    (the base's, or the rebuilt vocabulary's) and the generation config."""
     write_config(plan.base, folder, plan, plan.layer_sources)
     if vocabulary is None:
         copy_tokenizer_files(plan.base, folder)
     else:
         vocabulary.save(folder, spec.chat_template)
         copy_tokenizer_files(plan.base, folder, ("generation_config.json",))  # a generation setting, not vocabulary
-    save_card(model_card(plan, spec.method, params, lambdas, probe_report, spec.out_dtype), folder / "README.md")
-    spec.save(folder / "ram-recipe.yaml")
-    (folder / "merge-report.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 def _pinned(ckpt: Checkpoint) -> str:

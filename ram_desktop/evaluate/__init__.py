@@ -65,6 +65,7 @@ _EXPORTS: dict[str, str] = {
     "format_table": "results",
     "ScoringFailed": "results",
     "evaluate": "runner",
+    "InMemoryModel": "runner",
     "model_refs": "runner",
     "Scorer": "scorers",
     "ScorerSpec": "scorers",
@@ -82,6 +83,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "FORMAT",
     "EvalResult",
+    "InMemoryModel",
     "LmEvalTask",
     "ModelRef",
     "Scorer",
@@ -117,6 +119,6 @@ if TYPE_CHECKING:  # what the type checker sees
         check_json_path,
         format_table,
     )
-    from .runner import evaluate, model_refs
+    from .runner import InMemoryModel, evaluate, model_refs
     from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
     from .suites import Suite, check_timeout, load_suite, load_suites, scorer_folders

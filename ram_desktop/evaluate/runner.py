@@ -29,7 +29,8 @@ import os
 import platform
 import time
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,21 @@ TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
+
+
+@dataclass(frozen=True)
+class InMemoryModel:
+    """A model held in this process, scored as a folder is without its weights being read from disk (a search
+    trial merged in memory, ``pipeline.InMemory``): ``folder`` holds what transformers reads beside the weights
+    (config.json, the tokenizer, the generation config) and ``tensors`` the weights by name, as its safetensors
+    would hold them. The transformers backend only (vLLM and lm-eval tasks load folders)."""
+
+    name: str
+    folder: Path
+    tensors: Mapping[str, torch.Tensor]
+
+
+Tensors = Mapping[str, torch.Tensor] | None  # a model's weights in memory, or None: read from its folder
 
 
 def model_refs(sources: Sequence[str | Path], names: Sequence[str] | None = None) -> list[ModelRef]:
@@ -92,7 +108,7 @@ def _default_name(source: str) -> str:
 
 
 def evaluate(
-    models: Sequence[ModelRef | str | Path],
+    models: Sequence[ModelRef | InMemoryModel | str | Path],
     suites: Sequence[Suite | LmEvalTask],
     device: str = "auto",
     batch_size: int = 8,
@@ -115,7 +131,8 @@ def evaluate(
     ``scorer_process``: the child process python scorers run in, kept open by the caller across calls (a
     search's trials: its scorer files are loaded once); default a new one, ended on return. ``backend``:
     ``"transformers"`` (the model in this process) or ``"vllm"`` (``vllm_backend``: a CUDA GPU and vLLM, refused
-    before any work without them; lm-eval tasks then run on lm-eval's own ``vllm`` model).
+    before any work without them; lm-eval tasks then run on lm-eval's own ``vllm`` model). An ``InMemoryModel``
+    is loaded from its tensors (transformers backend, no lm-eval tasks; never cached).
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
     a scorer file that cannot load), ``ScoringFailed`` (an ``InputError`` carrying the finished
@@ -123,12 +140,17 @@ def evaluate(
     """
     reporter = reporter or Reporter()
     start = time.perf_counter()
-    plain = iter(
-        model_refs([m for m in models if not isinstance(m, ModelRef)])
-        if not all(isinstance(m, ModelRef) for m in models)
-        else []
-    )
-    refs = [m if isinstance(m, ModelRef) else next(plain) for m in models]
+    given = [m for m in models if not isinstance(m, (ModelRef, InMemoryModel))]
+    plain = iter(model_refs(given) if given else [])
+    refs = [
+        m
+        if isinstance(m, ModelRef)
+        else ModelRef(m.name, str(m.folder))
+        if isinstance(m, InMemoryModel)
+        else next(plain)
+        for m in models
+    ]
+    weights: list[Tensors] = [m.tensors if isinstance(m, InMemoryModel) else None for m in models]
     if not refs:
         raise InputError("no models to evaluate; name at least one model folder or Hub id")
     if not suites:
@@ -138,6 +160,8 @@ def evaluate(
     vllm_backend.check_backend(backend, device)
     torch_device = resolve_device(device)
     tasks = [(k, s) for k, s in enumerate(suites) if isinstance(s, LmEvalTask)]
+    if any(w is not None for w in weights) and (backend != vllm_backend.TRANSFORMERS or tasks):
+        raise InputError("a model held in memory is scored with the transformers backend on RAM Desktop suites only")
     own_suites = [s.head(limit) for s in suites if isinstance(s, Suite)]
     with contextlib.ExitStack() as stack:
         process = scorer_process or stack.enter_context(contextlib.closing(ScorerProcess(reporter.check)))
@@ -146,9 +170,11 @@ def evaluate(
         ]
         for scorer, suite in zip(scorers, own_suites):
             scorer.check(suite)
-        resolved = [_resolve(ref, reporter) for ref in refs]
+        resolved = [
+            _resolve(ref, reporter) if w is None else _in_memory(ref, Path(ref.source)) for ref, w in zip(refs, weights)
+        ]
         result = _evaluate(
-            resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache, backend
+            resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache, backend, weights
         )
     return (
         _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter, backend) if tasks else result
@@ -204,8 +230,10 @@ def _evaluate(
     start: float,
     cache: ScoreCache | None,
     backend: str = vllm_backend.TRANSFORMERS,
+    weights: Sequence[Tensors] = (),
 ) -> EvalResult:
     refs = [ref for ref, _, _ in resolved]
+    weights = list(weights) or [None] * len(resolved)
 
     progress = _Progress(reporter, total=len(refs) * sum(len(s) for s in suites))
     progress.report("starting")
@@ -221,10 +249,11 @@ def _evaluate(
     threads = _configured_threads(threads)
     suite_keys = [suite_fingerprint(s) for s in suites] if cache is not None else []
     with _torch_threads(threads):
-        for ref, folder, _ in resolved:
-            model_key = folder_fingerprint(folder) if cache is not None else ""
+        for (ref, folder, _), tensors in zip(resolved, weights):
+            cached = cache if tensors is None else None  # a model in memory has no files to fingerprint
+            model_key = folder_fingerprint(folder) if cached is not None else ""
             keys = [score_key(model_key, k, str(torch_device), batch_size, backend) for k in suite_keys]
-            found = [cache.get(k) for k in keys] if cache is not None else [None] * len(suites)
+            found = [cached.get(k) for k in keys] if cached is not None else [None] * len(suites)
             todo = [k for k, hit in enumerate(found) if hit is None]
             progress.skip(sum(len(suites[k]) for k, hit in enumerate(found) if hit is not None), "reused")
             texts_todo, scored_todo = (
@@ -239,6 +268,7 @@ def _evaluate(
                     progress,
                     threads is None,
                     backend,
+                    tensors,
                 )
                 if todo
                 else ([], [])
@@ -246,11 +276,11 @@ def _evaluate(
             fresh = dict(zip(todo, zip(texts_todo, scored_todo)))
             texts = [list(hit.completions) if hit is not None else fresh[k][0] for k, hit in enumerate(found)]
             scored = [list(hit.rewards) if hit is not None else fresh[k][1] for k, hit in enumerate(found)]
-            if cache is not None:
+            if cached is not None:
                 for k in todo:
                     texts_k, rewards_k = fresh[k]
                     if rewards_k is not None:  # a suite whose scorer failed is not kept
-                        cache.put(keys[k], texts_k, rewards_k)
+                        cached.put(keys[k], texts_k, rewards_k)
             completions.append(texts)
             rewards.append(scored)
             gc.collect()  # the model is unreachable once _complete returns: free it before the next one loads
@@ -358,15 +388,17 @@ def _complete(
     progress: _Progress,
     pick_threads: bool = False,
     backend: str = vllm_backend.TRANSFORMERS,
+    tensors: Tensors = None,
 ) -> tuple[list[list[str]], list[list[float] | None]]:
     """Load one model, generate the completions of every suite (in suite order) and score each batch as it
     comes, free the model. A scorer that fails adds to ``failures``: the rest of that suite is neither
     generated nor scored, for this model and the later ones (its rewards are None); other suites go on.
-    ``pick_threads``: generate with ``model_threads``' choice for this model."""
+    ``pick_threads``: generate with ``model_threads``' choice for this model. ``tensors``: its weights, held in
+    memory (``InMemoryModel``)."""
     progress.report(f"loading {ref.name}")
     per_suite: list[list[str]] = []
     per_suite_rewards: list[list[float] | None] = []
-    with _generator(folder, ref.name, device, backend, pick_threads) as (tokenizer, generate):
+    with _generator(folder, ref.name, device, backend, pick_threads, tensors) as (tokenizer, generate):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
         for suite, scorer in zip(suites, scorers):
@@ -412,7 +444,7 @@ Generate = Callable[[list[list[int]], int, int, Reporter, str], Iterator[tuple[l
 
 @contextlib.contextmanager
 def _generator(
-    folder: Path, name: str, device: torch.device, backend: str, pick_threads: bool
+    folder: Path, name: str, device: torch.device, backend: str, pick_threads: bool, tensors: Tensors = None
 ) -> Iterator[tuple[Any, Generate]]:
     """The model's tokenizer and its greedy generation ``generate(prompts, max_new_tokens, batch_size, reporter,
     where)`` through ``backend``: transformers (the model loaded here, ``_generate``; ``pick_threads``: with
@@ -433,7 +465,7 @@ def _generator(
             yield tokenizer, generate_vllm
         return
     with (
-        _loaded(folder, name, device) as (model, tokenizer),
+        _loaded(folder, name, device, tensors) as (model, tokenizer),
         _torch_threads(model_threads(model, device) if pick_threads else None),
     ):
 
@@ -489,6 +521,12 @@ def versions(backend: str = vllm_backend.TRANSFORMERS) -> dict[str, str]:
         "tokenizers": tokenizers.__version__,
         "python": platform.python_version(),
     }
+
+
+def _in_memory(ref: ModelRef, folder: Path) -> tuple[ModelRef, Path, str]:
+    """A model held in memory as ``_resolve`` gives a folder: its frame checked as a model folder would be."""
+    check_loadable(folder, ref.name)
+    return ref, folder, f"{ref.name} (in memory)"
 
 
 def _resolve(ref: ModelRef, reporter: Reporter) -> tuple[ModelRef, Path, str]:
@@ -591,11 +629,17 @@ def _quiet_transformers() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+def load_model(
+    folder: Path, name: str, device: torch.device, dtype: torch.dtype, tensors: Tensors = None
+) -> tuple[Any, Any]:
     """The causal LM of ``folder`` (in ``dtype``, eval mode, on ``device``) and its tokenizer, through
     transformers, never with the repository's own code; every failure is an ``InputError`` naming the
-    model. Evaluation and the Fisher estimate both load models this way."""
-    from transformers import AutoModelForCausalLM
+    model. Evaluation and the Fisher estimate both load models this way. ``tensors``: the weights, held in
+    memory (by name, as the folder's safetensors would hold them), handed to transformers' own loading in place
+    of the files it reads (the same conversion to ``dtype``, tied weights and checks); the config and
+    generation config are still the folder's."""
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     where = f"model {name} ({folder})"
     tokenizer = load_tokenizer(folder, name)
@@ -603,10 +647,24 @@ def load_model(folder: Path, name: str, device: torch.device, dtype: torch.dtype
         try:
             # mismatched shapes are loaded and then refused below, with the tensor and both shapes named
             # transformers annotates the return as the model alone; output_loading_info=True gives (model, info)
-            loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
-                folder, dtype=dtype, trust_remote_code=False, ignore_mismatched_sizes=True, output_loading_info=True
-            )
+            kwargs: dict[str, Any] = {
+                "dtype": dtype,
+                "trust_remote_code": False,
+                "ignore_mismatched_sizes": True,
+                "output_loading_info": True,
+            }
+            if tensors is None:
+                loaded: tuple[Any, dict[str, Any]] = AutoModelForCausalLM.from_pretrained(  # type: ignore[assignment]
+                    folder, **kwargs
+                )
+            else:
+                config = AutoConfig.from_pretrained(folder, trust_remote_code=False)
+                # the class AutoModelForCausalLM picks for a folder of this config; loaded with no folder
+                model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+                loaded = model_class.from_pretrained(None, config=config, state_dict=dict(tensors), **kwargs)
             model, info = loaded
+            if tensors is not None and (folder / "generation_config.json").is_file():
+                model.generation_config = GenerationConfig.from_pretrained(folder)  # what a folder's load reads
         except Exception as e:  # noqa: BLE001  whatever transformers raises, the model is named (docs/evaluate.md)
             raise InputError(
                 f"{where}: transformers cannot load it as a causal language model ({type(e).__name__}: {first_line(e)})"
@@ -635,11 +693,12 @@ def load_tokenizer(folder: Path, name: str) -> Any:
 
 
 @contextlib.contextmanager
-def _loaded(folder: Path, name: str, device: torch.device) -> Iterator[tuple[Any, Any]]:
+def _loaded(folder: Path, name: str, device: torch.device, tensors: Tensors = None) -> Iterator[tuple[Any, Any]]:
     """The model for generation (bf16 on CUDA, float32 on CPU) and its tokenizer; freed on exit."""
     model = None
     try:
-        model, tokenizer = load_model(folder, name, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        model, tokenizer = load_model(folder, name, device, dtype, tensors)
         yield model, tokenizer
     finally:
         del model  # the caller drops its own references; evaluate() collects once _complete returns

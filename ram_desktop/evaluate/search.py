@@ -20,6 +20,11 @@ with the same DIR continues it (its trials are kept, the sampler is seeded past 
 killed run left running is marked failed, and trials run until ``trials`` have completed. Trials run in
 this process (``workers`` of them merged from one read of the inputs and scored in one pass) or as Ray
 tasks (``ray``: a cluster address, or ``"local"`` for a local Ray), the study staying in this process.
+
+A trial is merged in memory and scored there (``score_merges``): nothing of it is written. Only ``DIR/best``
+(and the references' temporary folders) are written. Trials go to temporary folders instead with the vLLM
+backend or lm-eval tasks (both load folders), when the trials' merged tensors would take more than a quarter of
+the memory available (``fits_in_memory``), or with ``RAM_DESKTOP_TRIALS_ON_DISK=1``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from ..core import (
     METHODS,
     Agent,
     Cancelled,
+    InMemory,
     InputError,
     MergeSpec,
     Reporter,
@@ -78,6 +84,8 @@ DEFAULT_METHODS = defaults.SEARCH_METHODS
 REFERENCES = (("ram-plus", "RAM+"), ("task-arithmetic", "Task Arithmetic"))  # scored at their defaults
 SAME_SCORE_AFTER = 5  # distinct merges that all score the same: the suites cannot tell them apart
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
+TRIALS_ON_DISK = "RAM_DESKTOP_TRIALS_ON_DISK"  # "1": every trial written to a temporary folder and loaded from it
+MEMORY_SHARE = 0.25  # of the available memory, for the kept trials: scoring makes a float32 copy of each too
 
 
 # ---- the search space ---------------------------------------------------------------------------------
@@ -245,17 +253,28 @@ def score_merges(
     suites: Sequence[Any] | None = None,
     scorer_process: ScorerProcess | None = None,
 ) -> list[list[float]]:
-    """Merge each (method, params) from one read of the inputs into a temporary folder, score every merge on the
-    suites, remove the folders; per merge, its score on each suite. Runs in this process or in a Ray worker.
-    ``scorer_process``: the search's one child for python scorers (``evaluate``'s), reused across trials."""
-    from . import evaluate, load_suites
+    """Merge each (method, params) from one read of the inputs, score every merge on the suites, drop them; per
+    merge, its score on each suite. The merges are kept in memory and scored there (``InMemoryModel``) where
+    ``trials_in_memory`` allows, else written into a temporary folder each (removed after). Runs in this process
+    or in a Ray worker. ``scorer_process``: the search's one child for python scorers (``evaluate``'s), reused
+    across trials."""
+    from . import InMemoryModel, evaluate, load_suites
 
     loaded = list(suites) if suites is not None else load_suites(inputs.suites, inputs.include_path)
     with tempfile.TemporaryDirectory(prefix="ram-search-") as tmp:
         specs = inputs.merge_specs([(f"m{i}", m, p) for i, (m, p) in enumerate(merges)], tmp)
-        merged = merge_variants(specs, reporter)
+        memory = None
+        if trials_in_memory(inputs, loaded):
+            memory = InMemory(Path(tmp) / "frame", fits_in_memory)  # config and tokenizer only: no weights
+            memory.frame.mkdir()
+        merged = merge_variants(specs, reporter, in_memory=memory)
+        models = [
+            InMemoryModel(f"m{i}", m.out, m.tensors) if m.tensors is not None else str(m.out)
+            for i, m in enumerate(merged)
+        ]
+        del merged
         result = evaluate(
-            [str(m.out) for m in merged],
+            models,
             loaded,
             inputs.spec.device,
             inputs.batch_size,
@@ -266,6 +285,41 @@ def score_merges(
             backend=inputs.backend,
         )
     return [list(row) for row in result.scores]
+
+
+def trials_in_memory(inputs: Inputs, suites: Sequence[Any]) -> bool:
+    """Whether trials may be scored in memory: the transformers backend, RAM Desktop suites only (lm-eval tasks
+    and vLLM load folders), and ``RAM_DESKTOP_TRIALS_ON_DISK`` not set to 1."""
+    from .lm_eval_tasks import LmEvalTask
+
+    if os.environ.get(TRIALS_ON_DISK, "").strip() == "1":
+        return False
+    return inputs.backend == "transformers" and not any(isinstance(s, LmEvalTask) for s in suites)
+
+
+def fits_in_memory(nbytes: int) -> bool:
+    """Whether ``nbytes`` of merged tensors may be kept in memory: at most ``MEMORY_SHARE`` of the memory available
+    now (scoring each makes a float32 copy of it beside them); False when the available memory cannot be read."""
+    available = available_memory()
+    return available is not None and nbytes <= MEMORY_SHARE * available
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new allocations (psutil's ``available``, else /proc/meminfo's MemAvailable)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 # ---- the study ----------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..events import Reporter
 from ..lazy import torch
 from ..storage.formats import lora
 from ..storage.formats.base import FLOAT_BITS
-from ..storage.output import ShardSet
+from ..storage.output import MemoryShards, ShardSet
 from ..storage.transfer import Transfer
 from . import kernels
 from .chunks import (
@@ -178,7 +178,7 @@ class Variant:
     method: MergingMethod
     params: dict
     context: Any
-    shards: ShardSet
+    shards: ShardSet | MemoryShards  # written shards, or the in-memory sink (search trials)
     observer: Observer | None = None
 
 
@@ -428,7 +428,7 @@ class BackgroundWriter:
 
     DEPTH = 4
 
-    def __init__(self, shards: ShardSet, plan: MergePlan | None = None, method: str = "") -> None:
+    def __init__(self, shards: ShardSet | MemoryShards, plan: MergePlan | None = None, method: str = "") -> None:
         self._shards = shards
         self._plan, self._method = plan, method
         self._queue: queue.Queue = queue.Queue(maxsize=self.DEPTH)

@@ -31,8 +31,8 @@ from ..errors import InputError
 from ..events import human_bytes
 from ..lazy import torch
 from .formats import Checkpoint
-from .formats.base import INDEX_FILE
-from .formats.safetensors_format import SafetensorsStreamWriter
+from .formats.base import INDEX_FILE, torch_dtype
+from .formats.safetensors_format import SafetensorsStreamWriter, stored_bytes
 from .manifest import TOKENIZER_FILES, foreign_entries, write_manifest
 
 log = logging.getLogger("ram_desktop")
@@ -179,6 +179,61 @@ class ShardSet:
     @property
     def files(self) -> list[str]:
         return self.names + ([INDEX_FILE] if len(self.layout) > 1 else [])
+
+
+class MemoryShards:
+    """The in-memory sink beside ``ShardSet``: the merged tensors kept in this process, each holding the bytes its
+    written shard would hold (the same ``stored_bytes`` of every slice, in the same order), for a merge that is
+    scored and dropped without being written (search trials). Same ``write`` / ``close`` / ``abort`` as
+    ``ShardSet``; ``tensors()`` hands them out in the output dtype once closed."""
+
+    def __init__(self, plan: OutputPlan) -> None:
+        self.plan = plan
+        self._buffers: dict[int, np.ndarray] = {}
+        self._filled: dict[int, int] = {}
+        self.bytes_written = 0  # bytes kept (the name ``ShardSet`` uses)
+        self._closed = False
+
+    def write(self, job_index: int, data: torch.Tensor | np.ndarray) -> None:
+        """Append the next slice of job ``job_index``: a CPU tensor or a numpy array of its stored bits."""
+        raw = stored_bytes(data)
+        buf = self._buffers.get(job_index)
+        if buf is None:
+            buf = self._buffers[job_index] = np.empty(self.plan.jobs[job_index].out_bytes, dtype=np.uint8)
+            self._filled[job_index] = 0
+        start = self._filled[job_index]
+        buf[start : start + raw.nbytes] = raw
+        self._filled[job_index] = start + raw.nbytes
+        self.bytes_written += raw.nbytes
+
+    def close(self) -> None:
+        for index, job in enumerate(self.plan.jobs):
+            if self._filled.get(index, 0) != job.out_bytes:
+                raise RuntimeError(
+                    f"in-memory merge: tensor {job.name} got {self._filled.get(index, 0)} of {job.out_bytes} bytes"
+                )
+        self._closed = True
+
+    def abort(self) -> None:
+        self._buffers.clear()
+        self._filled.clear()
+
+    @property
+    def files(self) -> list[str]:
+        return []  # nothing is written
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every output tensor by name, in the output dtype and shape, sharing the kept bytes (no copy)."""
+        assert self._closed, "tensors() after close()"
+        out: dict[str, torch.Tensor] = {}
+        for index, job in enumerate(self.plan.jobs):
+            dtype = torch_dtype(job.out_name)
+            buf = self._buffers.get(index)
+            if buf is None or buf.nbytes == 0:
+                out[job.name] = torch.empty(job.shape, dtype=dtype)
+            else:
+                out[job.name] = torch.frombuffer(buf, dtype=dtype).reshape(job.shape)
+        return out
 
 
 OWNER_FILE = ".ram-desktop-owner"  # JSON {"pid", "started", "host"}: the marker of staging folders of earlier versions

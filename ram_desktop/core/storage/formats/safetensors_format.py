@@ -395,6 +395,14 @@ class _RowSlice:
         return self._handle._rows(self._name, first, last)
 
 
+def stored_bytes(data: torch.Tensor | np.ndarray) -> np.ndarray:
+    """The bytes a slice is stored as (a CPU tensor's, or a numpy array of stored bits), as a flat uint8 view: what
+    the shard writer writes and the in-memory sink keeps (``output.MemoryShards``)."""
+    if isinstance(data, np.ndarray):
+        return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    return data.contiguous().view(-1).view(torch.uint8).numpy()
+
+
 class SafetensorsStreamWriter:
     """Writes one safetensors file whose tensors arrive in order, a slice at a time.
 
@@ -424,10 +432,7 @@ class SafetensorsStreamWriter:
 
     def write(self, data: torch.Tensor | np.ndarray) -> None:
         """Append the bytes of a CPU tensor or a numpy array of stored bits (the next slice of the current tensor)."""
-        if isinstance(data, np.ndarray):
-            buf = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        else:
-            buf = data.contiguous().view(-1).view(torch.uint8).numpy()
+        buf = stored_bytes(data)
         self._file.write(buf.data)
         self._digest.update(buf.data)  # releases the GIL: hashed in the writer thread beside the merge
         self._written += buf.nbytes
