@@ -30,6 +30,7 @@ import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -109,20 +110,28 @@ def write_large(folder: Path) -> Path:
     """A Qwen2.5-0.5B-shaped model with random bf16 weights and the tests' small tokenizer (once)."""
     if (folder / "config.json").is_file():
         return folder
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = write_random_model(folder, Qwen2Config, Qwen2ForCausalLM, QWEN2_05B)
+    print(f"wrote {folder}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters", flush=True)
+    return folder
+
+
+def write_random_model(folder: Path, config_class: Any, model_class: Any, shape: dict) -> Any:
+    """A model of ``shape`` (a transformers config's sizes) with seeded random bf16 weights and the tests' small
+    tokenizer, saved by transformers into ``folder``; returns the model."""
+    from transformers import PreTrainedTokenizerFast
 
     from tests.tinylm import build_tokenizer
 
     tok = build_tokenizer()
     eos = tok.token_to_id("<|im_end|>")
-    config = Qwen2Config(
-        **QWEN2_05B, eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None
-    )
+    config = config_class(**shape, eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None)
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
     try:
-        model = Qwen2ForCausalLM(config)
+        model = model_class(config)
     finally:
         torch.set_default_dtype(previous)
     model.generation_config.eos_token_id = eos
@@ -130,8 +139,7 @@ def write_large(folder: Path) -> Path:
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(
         folder
     )
-    print(f"wrote {folder}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters", flush=True)
-    return folder
+    return model
 
 
 def measure(models: list[Path], suite_dir: Path, batch_size: int, device: str, threads: int | None) -> dict:

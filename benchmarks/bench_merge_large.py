@@ -42,8 +42,9 @@ CONFIGS: dict[str, tuple[int, dict, dict]] = {
 }
 
 
-def config_text(method: str, base: Path, agents: list[Path], dtype: str) -> str:
-    n, per_model, shared = CONFIGS[method]
+def config_text(method: str, base: Path, agents: list[Path], dtype: str, configs: dict | None = None) -> str:
+    """The mergekit YAML of ``method`` as ``configs`` (default ``CONFIGS``) spells it."""
+    n, per_model, shared = (configs or CONFIGS)[method]
     lines = [f"merge_method: {method}", f"base_model: {base}", f"dtype: {dtype}", "out_dtype: bfloat16", "models:"]
     for k, agent in enumerate(agents[:n]):
         lines.append(f"  - model: {agent}")

@@ -39,7 +39,10 @@ sys.path.insert(0, str(REPO))
 
 import torch
 from bench_merge import compare_outputs, drop_dir, input_files, read_all, run_measured
+from bench_merge_large import config_text
 from safetensors.torch import save_file
+
+from tests.synthetic import demo_shapes
 
 SMALL = {  # every method's check: a few chunks per MLP tensor, sharded agents
     "hidden_size": 512,
@@ -123,34 +126,6 @@ class Check:
 # ---- inputs ------------------------------------------------------------------------------------------
 
 
-def shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    q = config["num_attention_heads"] * config["head_dim"]
-    kv = config["num_key_value_heads"] * config["head_dim"]
-    found: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, h)}
-    for layer in range(config["num_hidden_layers"]):
-        p = f"model.layers.{layer}."
-        found.update(
-            {
-                p + "self_attn.q_proj.weight": (q, h),
-                p + "self_attn.q_proj.bias": (q,),
-                p + "self_attn.k_proj.weight": (kv, h),
-                p + "self_attn.k_proj.bias": (kv,),
-                p + "self_attn.v_proj.weight": (kv, h),
-                p + "self_attn.v_proj.bias": (kv,),
-                p + "self_attn.o_proj.weight": (h, q),
-                p + "mlp.gate_proj.weight": (i, h),
-                p + "mlp.up_proj.weight": (i, h),
-                p + "mlp.down_proj.weight": (h, i),
-                p + "input_layernorm.weight": (h,),
-                p + "post_attention_layernorm.weight": (h,),
-            }
-        )
-    found["model.norm.weight"] = (h,)
-    found["lm_head.weight"] = (v, h)
-    return found
-
-
 def write_layout(folder: Path, config: dict, device: str, seed: int = 45) -> tuple[Path, list[Path]]:
     """A bf16 Qwen2 base and three RL-like agents (sparse updates of a few ulps), drawn on ``device`` (fast on a
     GPU: the 1.5B set in seconds, where a CPU generator took minutes) and written in shards of ≤ 2 GB."""
@@ -170,7 +145,7 @@ def write_layout(folder: Path, config: dict, device: str, seed: int = 45) -> tup
     shards: dict[str, list[dict[str, torch.Tensor]]] = {n: [{}] for n in names}
     sizes = dict.fromkeys(names, 0)
     limit = 2 << 30
-    for name, shape in shapes(config).items():
+    for name, shape in demo_shapes(config).items():
         scale = 1.0 if name.endswith("norm.weight") else 0.02
         base = (scale * torch.randn(shape, generator=gen, device=device)).to(torch.bfloat16)
         tensors = {"base": base}
@@ -319,19 +294,6 @@ def stage_methods(check: Check, device: str, work: Path) -> dict:
     return rows
 
 
-def _mergekit_yaml(method: str, base: Path, agents: list[Path]) -> str:
-    n, per_model, shared = LARGE_CONFIGS[method]
-    lines = [f"merge_method: {method}", f"base_model: {base}", "dtype: float32", "out_dtype: bfloat16", "models:"]
-    for k, agent in enumerate(agents[:n]):
-        lines.append(f"  - model: {agent}")
-        values = {key: (v[k] if isinstance(v, list) else v) for key, v in per_model.items()}
-        if values:
-            lines.append("    parameters: {" + ", ".join(f"{key}: {v}" for key, v in values.items()) + "}")
-    if shared:
-        lines += ["parameters:", *(f"  {key}: {v}" for key, v in shared.items())]
-    return "\n".join(lines) + "\n"
-
-
 def _report_device(out: Path) -> dict:
     try:
         report = json.loads((out / "merge-report.json").read_text())
@@ -379,7 +341,7 @@ def stage_large(check: Check, device: str, work: Path, mergekit: str | None) -> 
 
     for method in LARGE_CONFIGS:
         cfg = scratch / f"{method}.yaml"
-        cfg.write_text(_mergekit_yaml(method, base, agents))
+        cfg.write_text(config_text(method, base, agents, "float32", LARGE_CONFIGS))
         mine = scratch / f"{method}-ours"
         run(f"{method} ours (auto)", [*ours, "run", str(cfg), "--out", str(mine)], mine, keep=True)
         if mergekit:
@@ -420,28 +382,11 @@ def stage_large(check: Check, device: str, work: Path, mergekit: str | None) -> 
 
 
 def stage_eval(check: Check, device: str, work: Path) -> dict:
-    from bench_eval import measure, write_suite
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from tests.tinylm import build_tokenizer
+    from bench_eval import measure, write_random_model, write_suite
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     folder = work / "smollm2-shape"
-    tok = build_tokenizer()
-    eos = tok.token_to_id("<|im_end|>")
-    shape = TINY_LM if device == "cpu" else SMOLLM2_135M
-    config = LlamaConfig(**shape, eos_token_id=eos, pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None)
-    torch.manual_seed(0)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        model = LlamaForCausalLM(config)
-    finally:
-        torch.set_default_dtype(previous)
-    model.generation_config.eos_token_id = eos
-    model.save_pretrained(folder)
-    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>").save_pretrained(
-        folder
-    )
+    write_random_model(folder, LlamaConfig, LlamaForCausalLM, TINY_LM if device == "cpu" else SMOLLM2_135M)
     examples = 4 if device == "cpu" else 64
     suite = write_suite(work / "eval-suite", examples, 32 if device != "cpu" else 8)
     rows = []
