@@ -15,7 +15,7 @@ pytest.importorskip("pytestqt")
 
 import huggingface_hub as hf
 from huggingface_hub.hf_api import RepoSibling
-from PySide6.QtWidgets import QDialogButtonBox, QLineEdit
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLineEdit
 
 from ram_desktop.gui.sources.hub_dialog import HubDialog
 
@@ -113,3 +113,24 @@ def test_invalid_ids_cannot_be_added(qtbot):
         assert not _ok(dialog).isEnabled() and dialog.spec() == "", text
     dialog.repo_edit.setText("  Qwen/Qwen2.5-7B-Instruct ")
     assert _ok(dialog).isEnabled() and dialog.spec() == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def test_a_failed_listing_disables_add_until_the_id_revision_or_token_changes(qtbot, online):
+    dialog = HubDialog(repo_id="org/gated")
+    qtbot.addWidget(dialog)
+    assert _ok(dialog).isEnabled()  # listing is not required
+    dialog.list_files()
+    qtbot.waitUntil(lambda: "gated repository" in dialog.status.text(), timeout=5000)
+    assert not _ok(dialog).isEnabled()  # nothing valid to add
+    assert "could not list" in _ok(dialog).toolTip()
+    dialog.accept()  # Enter in a field: refused as the button is
+    assert dialog.result() != QDialog.DialogCode.Accepted
+    dialog.token_edit.setText("hf_withAccess")  # a token may open the gated repository
+    assert _ok(dialog).isEnabled() and _ok(dialog).toolTip() == ""
+    dialog.token_edit.setText("")
+    assert not _ok(dialog).isEnabled()
+    dialog.repo_edit.setText("org/model")
+    assert _ok(dialog).isEnabled()
+    dialog.list_files()
+    qtbot.waitUntil(lambda: dialog.listing() is not None, timeout=5000)
+    assert _ok(dialog).isEnabled()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QDialog
+from PySide6.QtWidgets import QDialog, QDialogButtonBox
 
 from ram_desktop.gui.sources import panel as sources_panel
 
@@ -57,3 +57,20 @@ def test_add_from_hub_downloads_with_token_and_merges(qtbot, window, hub, monkey
     stored = Path(settings.fileName()).read_text(encoding="utf-8", errors="replace")
     for text in [recipe, stored, (out / "merge-report.json").read_text(), window.log_view.toPlainText()]:
         assert SECRET not in text
+
+
+def test_a_repository_the_hub_cannot_list_adds_no_error_row(qtbot, window, hub, monkeypatch):
+    """The user types an id the Hub does not know, waits for the listing, then clicks Add: Add is disabled, so
+    the dialog is not accepted and the sources get no row that can only fail."""
+
+    def exec_(dialog: QDialog) -> int:
+        dialog.repo_edit.setText("org/missing")
+        dialog.list_files()
+        qtbot.waitUntil(lambda: dialog.status.text().startswith("org/missing"), timeout=5000)
+        qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Ok), Qt.LeftButton)
+        return dialog.result()
+
+    monkeypatch.setattr(sources_panel.HubDialog, "exec", exec_)
+    qtbot.mouseClick(window.sources.add_hub_button, Qt.LeftButton)
+    assert window.sources.base is None and window.sources.agents == []
+    assert not window.sources.busy and not window.sources.errors()

@@ -21,7 +21,9 @@ Behaviour:
   revision not found, network) appear as the core's one-line message under the table.
 - When ``HF_HUB_OFFLINE`` is set, listing is disabled and a message says that the model is used from
   the local cache if it is there.
-- OK is enabled once the repository id is well formed; listing is informative and not required.
+- Add (OK) is enabled once the repository id is well formed; listing is informative and not required. After
+  a listing fails, Add stays disabled for that repository, revision and token (there is nothing valid to add,
+  and adding it would only put an error row into the sources) until one of them is changed.
 - The token field echoes as a password; the token lives only in this dialog object.
 
 The dialog imports ``ram_desktop.core.ecosystem.hub.source`` (and so huggingface_hub) but nothing else from the window;
@@ -77,6 +79,7 @@ class HubDialog(QDialog):
         self.resize(620, 460)
         self._generation = 0
         self._listing: hub.RepoFiles | None = None
+        self._failed: tuple[str, str, str | None] | None = None  # (repo, revision, token) whose listing failed
 
         self.repo_edit = QLineEdit(repo_id)
         self.repo_edit.setPlaceholderText("org/name, e.g. Qwen/Qwen2.5-7B-Instruct")
@@ -122,7 +125,8 @@ class HubDialog(QDialog):
         layout.addWidget(self.status)
         layout.addWidget(self.buttons)
 
-        self.repo_edit.textChanged.connect(self._update_buttons)
+        for edit in (self.repo_edit, self.revision_edit, self.token_edit):
+            edit.textChanged.connect(self._update_buttons)
         self.repo_edit.editingFinished.connect(self._auto_list)
         self.revision_edit.editingFinished.connect(self._auto_list)
         self._offline = hub.is_offline()
@@ -164,6 +168,7 @@ class HubDialog(QDialog):
             return
         self._generation += 1
         generation, repo_id, revision, token = self._generation, self.repo_id(), self.revision() or None, self.token()
+        key = self._key()
         self.table.setRowCount(0)
         self._listing = None
         self.list_button.setEnabled(False)
@@ -171,7 +176,7 @@ class HubDialog(QDialog):
 
         def deliver(result: object) -> None:
             try:
-                self._on_listed(generation, result)
+                self._on_listed(generation, key, result)
             except RuntimeError:
                 pass  # the dialog was closed and deleted while the Hub answered
 
@@ -193,8 +198,27 @@ class HubDialog(QDialog):
             return False
         return "@" not in text
 
+    def _key(self) -> tuple[str, str, str | None]:
+        return (self.repo_id(), self.revision(), self.token())
+
+    def _addable(self) -> bool:
+        """A well-formed id whose listing has not failed (with this revision and token)."""
+        return self._valid() and self._key() != self._failed
+
+    def accept(self) -> None:
+        if self._addable():  # Enter in a field must not add what the disabled Add refuses
+            super().accept()
+
     def _update_buttons(self) -> None:
-        self.buttons.button(QDialogButtonBox.StandardButton.Ok).setEnabled(self._valid())
+        ok = self.buttons.button(QDialogButtonBox.StandardButton.Ok)
+        ok.setEnabled(self._addable())
+        failed = self._valid() and not self._addable()
+        ok.setToolTip(
+            "The Hub could not list this repository at this revision (see the message above): correct the "
+            "repository, revision or token to add it"
+            if failed
+            else ""
+        )
         self.list_button.setEnabled(self._valid() and not self._offline)
 
     def _auto_list(self) -> None:
@@ -207,9 +231,10 @@ class HubDialog(QDialog):
         self.status.setText(text)
         self.status.setStyleSheet("color: #b00020;" if error else "")
 
-    def _on_listed(self, generation: int, result: object) -> None:
+    def _on_listed(self, generation: int, key: tuple[str, str, str | None], result: object) -> None:
         if generation != self._generation:
             return  # an older request finished after a newer one started
+        self._failed = key if isinstance(result, str) else None
         self._update_buttons()
         if isinstance(result, str):
             self._set_status(result, error=True)
