@@ -13,7 +13,6 @@ from PySide6.QtWidgets import (
     QDialog,
     QFileDialog,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -25,6 +24,7 @@ from PySide6.QtWidgets import (
 from ...core import Agent, Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
 from ..analysis.charts import model_color
 from ..worker import Job
+from .columns import ColumnFitter
 from .hub_dialog import HubDialog
 from .rows import Row, check_agents, default_name, merge_blocker, status_text, unchecked_reason
 
@@ -72,13 +72,8 @@ class SourcesPanel(QWidget):
             | QAbstractItemView.EditTrigger.SelectedClicked
         )
         self.table.setWordWrap(False)
-        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # long paths keep their start and their folder name
-        header = self.table.horizontalHeader()
-        for col in range(len(COLUMNS)):
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(SOURCE, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(STATUS, QHeaderView.ResizeMode.Interactive)
-        self.table.setColumnWidth(STATUS, 90)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a long name keeps its start and end
+        self.columns = ColumnFitter(self.table, NAME, SOURCE)  # Status in view; a source cut at its left
         self.table.itemChanged.connect(self._item_changed)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.setMinimumHeight(self._rows_height(4))  # the base and three agents stay in view
@@ -351,7 +346,7 @@ class SourcesPanel(QWidget):
                 flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
                 if col == NAME and role == "agent" and row is not None:
                     flags |= Qt.ItemFlag.ItemIsEditable
-                    item.setToolTip("Double-click to rename this agent (names appear in charts, report and card)")
+                    item.setToolTip(f"{row.name}: double-click to rename (names appear in charts, report and card)")
                     item.setForeground(QBrush(model_color(row.slot)))
                     font = item.font()
                     font.setBold(True)
@@ -376,6 +371,7 @@ class SourcesPanel(QWidget):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(i, col, item)
         self.table.blockSignals(False)
+        self.columns.fit()
         if selected is not None and selected < len(rows):
             self.table.selectRow(selected)
         self._update_buttons()
