@@ -269,7 +269,10 @@ class AnalysisPanel(QWidget):
         self.warning = QWidget()
         row = QHBoxLayout(self.warning)
         row.setContentsMargins(8, 4, 8, 4)
-        self.warning.setStyleSheet("background: #fff4ce; border: 1px solid #e0c060; border-radius: 4px;")
+        self.warning.setObjectName("rounding_warning")  # the box only: its button keeps its own look and size
+        self.warning.setStyleSheet(
+            "#rounding_warning { background: #fff4ce; border: 1px solid #e0c060; border-radius: 4px; }"
+        )
         self.warning_text = QLabel()
         self.warning_text.setWordWrap(True)
         self.warning_text.setStyleSheet("border: none; color: #5c4400;")
