@@ -255,8 +255,11 @@ class StepTabs(QTabWidget):
 
 # a blue ring around the push button that has the keyboard focus (some platform styles draw none, or a dotted
 # line that is hard to see); a style sheet, so that painting stays in Qt's C++ (a Python QStyle would run on
-# every control painted, competing with a merge's threads for the interpreter)
-FOCUS_RING = "QPushButton:focus { border: 2px solid #1a73e8; border-radius: 4px; padding: 3px 10px; }"
+# every control painted, competing with a merge's threads for the interpreter). Only the focused state has a rule
+# (an unfocused button keeps its platform look), so the button's size is the platform's, computed without the
+# ring: the ring and its padding (6 px a side, 3 px above and below) stay within the platform's own margins, or
+# the focused label is clipped ("\dd agent folder..", tests/gui/test_focus_ring.py).
+FOCUS_RING = "QPushButton:focus { border: 2px solid #1a73e8; border-radius: 4px; padding: 1px 4px; }"
 
 
 def keyboard_friendly(root: QWidget) -> None:
