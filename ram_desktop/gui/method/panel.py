@@ -99,7 +99,11 @@ class MethodPanel(QWidget):
         problem_rows.setContentsMargins(0, 0, 0, 0)
         problem_rows.addWidget(self.problem)
         problem_rows.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignLeft)
-        self.problem_box.hide()
+        problem_rows.addStretch(1)
+        # the line's room (two lines) is kept while there is no problem: a problem typed comes and goes without
+        # moving the fields under it (the cursor's field stays where it is)
+        self.problem_box.setMinimumHeight(2 * self.problem.fontMetrics().lineSpacing())
+        self.problem.hide()
         self.form.addRow("", self.problem_box)
         self.layer_map: BoundSlices | None = None  # a recipe's slices, bound to the agents' rows
         self.layer_map_view = LayerMapView()
@@ -398,7 +402,6 @@ class MethodPanel(QWidget):
         first = found[0][1] if found else None
         self.problem.setText(first or "")
         self.problem.setVisible(first is not None)
-        self.problem_box.setVisible(first is not None)
         fix = self._fixes.get(first) if first is not None else None
         self.fix_button.setText(fix[0] if fix else "")
         self.fix_button.setVisible(fix is not None)
