@@ -58,3 +58,11 @@ def test_trials_are_numbered_alike_and_best_so_far_ends_with_the_search(qtbot, w
     panel._succeeded(SearchResult(tmp_path, trials, trials[1]))
     assert "so far" not in panel.best_label.text()
     assert "trial 1," in panel.best_label.text()
+
+
+def test_a_trials_parameters_read_by_their_titles():
+    """The table and the best line name a parameter as the method form does ("trim scope"), not by its key."""
+    from ram_desktop.gui.evaluate.search_panel import params_text
+
+    assert params_text("ties", {"density": 0.11444, "ties_scope": "model"}) == "density=0.1144, trim scope=model"
+    assert params_text("ram", {}) == "—"

@@ -46,8 +46,13 @@ SEARCH_TIP = (
 )
 
 
-def params_text(params: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items()) or "—"
+def params_text(method: str, params: dict[str, Any]) -> str:
+    """A trial's parameters as a reader sees them: each by its title ("trim scope", not ``ties_scope``)."""
+    titles = {p.name: p.title for p in METHODS[method].params}
+    words = (
+        f"{titles.get(k, k)}={v:.4g}" if isinstance(v, float) else f"{titles.get(k, k)}={v}" for k, v in params.items()
+    )
+    return ", ".join(words) or "—"
 
 
 class SearchPanel(QWidget):
@@ -266,7 +271,7 @@ class SearchPanel(QWidget):
         cells = (
             str(trial.number),
             METHODS[trial.method].short_label,
-            params_text(trial.params),
+            params_text(trial.method, trial.params),
             f"{trial.validation:.4f}",
             "repeat" if trial.same_as is not None else f"{trial.seconds:.1f}",
         )
@@ -287,7 +292,7 @@ class SearchPanel(QWidget):
         if top is not None:
             self.best_label.setText(
                 f"{lead}: trial {top.number}, {METHODS[top.method].short_label} "
-                f"({params_text(top.params)}), validation {top.validation:.4f}"
+                f"({params_text(top.method, top.params)}), validation {top.validation:.4f}"
             )
 
     def best(self) -> Trial | None:
