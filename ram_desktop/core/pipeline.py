@@ -98,21 +98,16 @@ def probe(
     plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
     notes = _warn(plan, [None])
     with kernels.disabled(below=kernel_min_elements):
-        choice = _chosen(device, kernels.available)
+        choice = choose_device(device, kernels.available)
         _say_device(choice)
         with device_memory(choice.name, "analysing"):
             report = _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
     return replace(report, warnings=[*notes, *report.warnings])  # never cached: a later merge words its own
 
 
-def _chosen(device: str, cpu_kernels: Callable[[], bool]) -> DeviceChoice:
-    """The device the passes run on (``devices.choose_device``); an unusable one is refused here, before any
-    work. ``_say_device`` logs it once the inputs are known to be good."""
-    return choose_device(device, cpu_kernels)
-
-
 def _say_device(choice: DeviceChoice) -> None:
-    """The device and why, in the log both faces show (never before an input error: that one is the only line)."""
+    """The device (``devices.choose_device``, which refuses an unusable one before any work) and why, in the log both
+    faces show, once the inputs are known to be good (a bad input's error stays the only line)."""
     log.info("device: %s (%s)", choice.name, choice.reason)
 
 
@@ -252,7 +247,7 @@ def _merge_variants(
     params = [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
     eps = check_eps(first.eps)
     shard_bytes = parse_size(first.shard_size)
-    choice = _chosen(first.device, lambda: kernels.available() and all(m.streaming.fused for m in methods))
+    choice = choose_device(first.device, lambda: kernels.available() and all(m.streaming.fused for m in methods))
     transfer = Transfer(choice.name)
     scratch.enter_context(device_memory(choice.name, "merging"))  # exits after the staging folders are gone
     outs = [Path(str(s.output)).expanduser() for s in specs]
