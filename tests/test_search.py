@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -38,10 +39,16 @@ def sources(demo: Path) -> list[str]:
 
 
 def args(demo: Path, out: Path, trials: int, *more: str) -> list[str]:
+    return search_command(demo, out, trials, sources(demo), *more)
+
+
+def search_command(demo: Path, out: Path, trials: int, inputs: Sequence[str], *more: str) -> list[str]:
+    """``ram-merge search`` of ``inputs`` (sources, or ``--recipe FILE`` and what goes with it) on the demo's
+    validation suites, kept quick; ``more`` after the rest."""
     validation = [str(demo / "suites" / "validation" / t) for t in ("code", "tool", "memory")]
     return [
         "search",
-        *sources(demo),
+        *inputs,
         "--suite",
         *validation,
         "--trials",

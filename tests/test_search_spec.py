@@ -18,8 +18,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("optuna")
 
 from .subproc import cli, refused
+from .test_search import LIMIT, search_command
 
-LIMIT = "6"  # examples per suite: trials stay quick; the demo's agents still differ on them
 AGENTS = ("coder", "tool", "memory")
 # a merge layer map that repeats the last layer (the demo has 3): every model names one range per slice
 SLICES = [
@@ -61,22 +61,8 @@ def write(path: Path, data: dict) -> Path:
     return path
 
 
-def search_args(demo: Path, out: Path, trials: int, *more: str) -> list[str]:
-    validation = [str(demo / "suites" / "validation" / t) for t in ("code", "tool", "memory")]
-    return [
-        "search",
-        *more,
-        "--suite",
-        *validation,
-        "--trials",
-        str(trials),
-        "--out",
-        str(out),
-        "--limit",
-        LIMIT,
-        "--batch-size",
-        "16",
-    ]
+def search_args(demo: Path, out: Path, trials: int, *inputs: str) -> list[str]:
+    return search_command(demo, out, trials, inputs)
 
 
 def tensors(folder: Path) -> dict[str, torch.Tensor]:
