@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt
-from PySide6.QtGui import QPainter, QWheelEvent
+from PySide6.QtGui import QGuiApplication, QPainter, QWheelEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractItemView,
@@ -316,33 +316,36 @@ class WindowTitle:
 class WheelGuard(QObject):
     """The mouse wheel never changes a value the user is not editing: over a combo box, a spin box or a slider
     (in a form, a table cell, a dialog) that has no keyboard focus, the wheel scrolls the scroll area around it
-    instead, as a page does in a browser. One application-wide event filter (:func:`guard_wheel`), so a widget
-    added later is covered without being told. A field with the focus (clicked or tabbed into) still takes the
-    wheel. The fields take the focus by click or Tab only, never by the wheel (``StrongFocus``)."""
+    instead, as a page does in a browser. A field with the focus (clicked or tabbed into) still takes the wheel.
+
+    The guard filters each top-level window's ``QWindow``, which receives a wheel before the widget under the
+    pointer does, so a widget added later is covered without being told. It is never an application-wide
+    filter: that runs Python for every event of every widget (a chart's first paint is some 1,600), and while
+    a merge's threads hold the GIL each of those waits for it, which stalled the window for over 100 ms."""
 
     VALUE_WIDGETS = (QComboBox, QAbstractSpinBox, QAbstractSlider)
 
+    def watch_windows(self, _focused: object = None) -> None:
+        """Filter every top-level window there is (installing twice keeps one filter, Qt's rule)."""
+        for window in QGuiApplication.topLevelWindows():
+            window.installEventFilter(self)
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
-        kind = event.type()
-        if (
-            kind == QEvent.Type.Polish
-            and isinstance(watched, self.VALUE_WIDGETS)
-            and not isinstance(watched, QScrollBar)
-        ):
-            if watched.focusPolicy() == Qt.FocusPolicy.WheelFocus:
-                watched.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
-        elif kind == QEvent.Type.Wheel and isinstance(watched, QWidget):
-            field = _value_widget(watched)
-            if field is not None and not field.hasFocus():
-                area = _scroll_area_around(field)
-                if area is not None:
-                    assert isinstance(event, QWheelEvent)
-                    bar = area.verticalScrollBar()
-                    if event.angleDelta().x() and not event.angleDelta().y():
-                        bar = area.horizontalScrollBar()
-                    QApplication.sendEvent(bar, event)
-                return True  # the value stays
-        return False
+        if event.type() != QEvent.Type.Wheel or QApplication.activePopupWidget() is not None:
+            return False
+        assert isinstance(event, QWheelEvent)
+        top = next((w for w in QApplication.topLevelWidgets() if w.windowHandle() == watched), None)
+        under = top.childAt(event.position().toPoint()) if top is not None else None
+        field = _value_widget(under) if under is not None else None
+        if field is None or field.hasFocus():
+            return False
+        area = _scroll_area_around(field)
+        if area is not None:
+            bar = area.verticalScrollBar()
+            if event.angleDelta().x() and not event.angleDelta().y():
+                bar = area.horizontalScrollBar()
+            QApplication.sendEvent(bar, event)
+        return True  # the value stays
 
 
 def _value_widget(widget: QWidget) -> QWidget | None:
@@ -374,13 +377,15 @@ _wheel_guard: WheelGuard | None = None
 
 
 def guard_wheel() -> None:
-    """Install the :class:`WheelGuard` on the application (once; the window and ``setup_application`` call it)."""
+    """Install the :class:`WheelGuard` (once; the window and ``setup_application`` call it): on the windows
+    there are, and on every window there is whenever one takes the focus (a window or dialog shown later)."""
     global _wheel_guard
     app = QApplication.instance()
-    if app is None or _wheel_guard is not None:
+    if not isinstance(app, QApplication) or _wheel_guard is not None:
         return
     _wheel_guard = WheelGuard(app)
-    app.installEventFilter(_wheel_guard)
+    _wheel_guard.watch_windows()
+    app.focusWindowChanged.connect(_wheel_guard.watch_windows)
 
 
 class StaleBanner(QWidget):
