@@ -151,6 +151,7 @@ def test_event_loop_never_stalls_during_a_merge(qtbot, window, synthetic_models,
     base, agents = synthetic_models
     load_sources(qtbot, window, base, agents)
     analyse(qtbot, window)
+    qtbot.waitUntil(window.analysis.charts_ready)  # the analysis's drawing is over: only the merge is measured
     window.chunk_elements = 512
     window.method.out_dir.setText(str(tmp_path / "merged"))
     beats: list[float] = []
