@@ -99,20 +99,7 @@ def analyse(spec: MergeSpec, options: RunOptions | None = None, reporter: Report
     """The probe (task-vector density and overlap) of the spec's sources."""
     from .core import probe
 
-    options = options or RunOptions()
-    return probe(
-        spec.base,
-        spec.sources,
-        spec.names,
-        spec.eps,
-        spec.device,
-        reporter,
-        use_cache=options.use_cache,
-        chunk_elements=options.chunk_elements,
-        token=options.token,
-        vocab=spec.vocab,
-        kernel_min_elements=options.kernel_min_elements,
-    )
+    return probe(spec, options, reporter)
 
 
 def merge(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter | None = None) -> MergeResult:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import pipeline
+from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.errors import InputError
 
@@ -71,7 +71,8 @@ def _probe(monkeypatch, base: Path, agents: list[Path], fused: bool, eps: float,
     real = kernels.analyze
     monkeypatch.setattr(kernels, "analyze", lambda *a, **k: calls.append(1) or real(*a, **k))
     report = pipeline.probe(
-        str(base), [str(a) for a in agents], eps=eps, device="cpu", use_cache=False, chunk_elements=chunk
+        MergeSpec.build(str(base), [str(a) for a in agents], eps=eps, device="cpu"),
+        RunOptions(use_cache=False, chunk_elements=chunk),
     )
     monkeypatch.setattr(kernels, "analyze", real)
     assert bool(calls) == fused  # the kernel really ran (or really did not)

@@ -373,7 +373,7 @@ def test_ties_after_a_cached_probe(models, tmp_path, caplog):
     from ram_desktop.core.pipeline import probe
 
     base_dir, agent_dirs = models
-    probe(*_dirs(base_dir, agent_dirs))
+    probe(MergeSpec.build(*_dirs(base_dir, agent_dirs)))
     caplog.set_level("INFO", logger="ram_desktop")
     _check_against_reference(tmp_path, base_dir, agent_dirs, "ties", {"ties_scope": "model", "density": 0.1})
     assert "reusing the cached probe" in caplog.text

@@ -35,7 +35,7 @@ def _check_probe(report, base_dir, agent_dirs, eps=EPS):
 @pytest.mark.parametrize("layout", ["single", "sharded"])
 def test_probe_counts_match_reference(tmp_path, layout):
     base_dir, agent_dirs = make_models(tmp_path, shards=1 if layout == "single" else 3)
-    report = probe(str(base_dir), [str(a) for a in agent_dirs], eps=EPS, use_cache=False)
+    report = probe(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], eps=EPS), RunOptions(use_cache=False))
     _, _, expected = _check_probe(report, base_dir, agent_dirs)
     # the fixture really is RL-like: a sparse agent, dense agents, all three overlap patterns present
     assert report.agents[2].density < 0.1 < report.agents[0].density
@@ -44,7 +44,7 @@ def test_probe_counts_match_reference(tmp_path, layout):
 
 def test_probe_with_other_eps_matches_reference(models):
     base_dir, agent_dirs = models
-    report = probe(str(base_dir), [str(a) for a in agent_dirs], eps=3e-4, use_cache=False)
+    report = probe(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], eps=3e-4), RunOptions(use_cache=False))
     _check_probe(report, base_dir, agent_dirs, eps=3e-4)
 
 
@@ -145,9 +145,9 @@ def test_results_do_not_depend_on_chunk_size(models, tmp_path):
 
 def test_cached_probe_is_reused_and_equal(models, tmp_path, caplog):
     base_dir, agent_dirs = models
-    first = probe(str(base_dir), [str(a) for a in agent_dirs])
+    first = probe(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs]))
     caplog.set_level("INFO", logger="ram_desktop")
-    second = probe(str(base_dir), [str(a) for a in agent_dirs], names=["x", "y", "z"])
+    second = probe(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs], names=["x", "y", "z"]))
     assert "reusing the cached probe" in caplog.text
     assert second.names == ["x", "y", "z"]
     assert [a.unique for a in second.agents] == [a.unique for a in first.agents]
@@ -157,7 +157,7 @@ def test_cached_probe_is_reused_and_equal(models, tmp_path, caplog):
 def test_survival_share_matches_direct_rounding(models):
     """The probe's λ* histogram agrees with rounding rescaled unique elements directly (to a bin's width)."""
     base_dir, agent_dirs = models
-    report = probe(str(base_dir), [str(a) for a in agent_dirs], use_cache=False)
+    report = probe(MergeSpec.build(str(base_dir), [str(a) for a in agent_dirs]), RunOptions(use_cache=False))
     base = ref.load_model(base_dir)
     agents = [ref.load_model(a) for a in agent_dirs]
     tv = ref.task_vectors(base, agents)
@@ -227,7 +227,7 @@ def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path
     assert not first.probe.has_survival and first.probe.survival == {}
     assert first.report["has_survival"] is False
     caplog.clear()
-    analyzed = probe(str(base_dir), agents)
+    analyzed = probe(MergeSpec.build(str(base_dir), agents))
     assert "reusing the cached probe" not in caplog.text
     assert analyzed.has_survival and set(analyzed.survival) == {"bfloat16", "float16", "float32"}
     assert [a.overlap for a in analyzed.agents] == [a.overlap for a in first.probe.agents]

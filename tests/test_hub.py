@@ -353,8 +353,8 @@ def test_token_reaches_the_hub_and_is_never_written(tmp_path, cache, monkeypatch
 
 def test_probe_from_hub_sources(hub_models):
     base, agents = hub_models
-    a = probe("org/base", ["org/alpha", "org/beta", "org/gamma"], use_cache=False)
-    b = probe(str(base), [str(x) for x in agents], use_cache=False)
+    a = probe(MergeSpec.build("org/base", ["org/alpha", "org/beta", "org/gamma"]), RunOptions(use_cache=False))
+    b = probe(MergeSpec.build(str(base), [str(x) for x in agents]), RunOptions(use_cache=False))
     assert [x.unique for x in a.agents] == [x.unique for x in b.agents]
     assert a.agents[0].source == f"org/alpha@{SHAS['alpha']}"
 

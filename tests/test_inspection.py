@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from ram_desktop.core import pipeline
+from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir
 from ram_desktop.core.methods.would_keep import would_keep
@@ -75,7 +75,8 @@ def test_intersections_pairs_and_ulps_equal_a_whole_tensor_computation(tmp_path,
     spec = agents or {"a": 0.5, "b": 0.55, "c": 0.04, "d": 0.3}
     base, agents = make_models(tmp_path / "in", shards=shards, agents=spec)
     report = pipeline.probe(
-        str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False, chunk_elements=chunk
+        MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"),
+        RunOptions(use_cache=False, chunk_elements=chunk),
     )
     ref = _reference(base, agents)
     names = report.names
@@ -119,7 +120,9 @@ def test_ulp_bins_are_the_bit_distance_within_a_binade(tmp_path):
 
 def test_module_grid_sums_to_layers_and_whole_model(tmp_path):
     base, agents = make_models(tmp_path / "in", shards=2)
-    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
+    report = pipeline.probe(
+        MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"), RunOptions(use_cache=False)
+    )
     grid = module_grid(report.tensor_stats, len(report.agents))
     assert grid.rows == ["0", "1", "other"]
     assert grid.columns[:8] == ["embeddings", "q", "k", "v", "o", "gate", "up", "down"]
@@ -194,7 +197,9 @@ def _measured_share(base: Path, agents: list[Path], merged: Path, active_only: b
 )
 def test_would_keep_equals_what_the_merge_keeps(tmp_path, method, params, active_only):
     base, agents = _float32_models(tmp_path / "in")
-    report = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu", use_cache=False)
+    report = pipeline.probe(
+        MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"), RunOptions(use_cache=False)
+    )
     predicted = would_keep(report, method, params)
     out = tmp_path / "out"
     pipeline.merge(
@@ -222,7 +227,7 @@ def test_would_keep_estimates_for_ties_and_dare():
 
 def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tmp_path, models):
     base, agents = models
-    first = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
+    first = pipeline.probe(MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"))
     path = next(cache_dir().glob("*.json"))
     sealed = json.loads(path.read_text())  # {"format": "ram-probe-cache/1", ..., "sha256", "report"}
     data = sealed["report"]
@@ -238,7 +243,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     assert old.inspect is None and not old.complete
     assert would_keep(old, "ties", {}) == [None] * 3  # needs the pair statistics
     assert None not in would_keep(old, "ram", {})  # from the overlap counts alone
-    again = pipeline.probe(str(base), [str(a) for a in agents], eps=EPS, device="cpu")
+    again = pipeline.probe(MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"))
     assert again.inspect is not None and again.to_json()["pairs"] == first.to_json()["pairs"]
     # the round trip keeps every new key
     back = ProbeReport.from_json(json.loads(json.dumps(again.to_json())))

@@ -281,9 +281,9 @@ def test_editing_the_adapter_config_invalidates_the_cached_probe(lora_models, tm
     base_dir, agent_dirs, _ = lora_models
     adapter = tmp_path / "plain"
     shutil.copytree(agent_dirs[0], adapter)
-    before = probe(str(base_dir), [str(adapter)]).agents[0].density
+    before = probe(MergeSpec.build(str(base_dir), [str(adapter)])).agents[0].density
     config = json.loads((adapter / "adapter_config.json").read_text())
     config["lora_alpha"] = 1e-9  # τ far below ε almost everywhere
     (adapter / "adapter_config.json").write_text(json.dumps(config))
-    after = probe(str(base_dir), [str(adapter)]).agents[0].density
+    after = probe(MergeSpec.build(str(base_dir), [str(adapter)])).agents[0].density
     assert before > 0.01 and after < before / 10

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ram_desktop.core import MergeSpec, pipeline
+from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.errors import InputError
 from ram_desktop.core.methods import METHODS, Analysis, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from ram_desktop.core.methods.mergekit_map import MergekitExport, MergekitImport, MergekitMapping, unit_weights
@@ -104,7 +104,9 @@ def test_would_keep_and_the_chart_show_it(registered, models, qtbot):
     from ram_desktop.gui.analysis.inspect_charts import WouldKeepChart
 
     base, agents = models
-    report = pipeline.probe(str(base), [str(a) for a in agents], device="cpu", use_cache=False)
+    report = pipeline.probe(
+        MergeSpec.build(str(base), [str(a) for a in agents], device="cpu"), RunOptions(use_cache=False)
+    )
     assert NAME in keep_methods() and REFUSED not in keep_methods() and not estimated(NAME)
     assert would_keep(report, NAME, {"weight": 0.75}) == [0.75 if a.updated else None for a in report.agents]
     chart = WouldKeepChart()

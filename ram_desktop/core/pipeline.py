@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from . import defaults, tokenizer
+from . import tokenizer
 from .devices import DeviceChoice, choose_device
 from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
-from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
+from .engine.chunks import OpenFiles
 from .engine.passes import Variant, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
@@ -56,52 +56,37 @@ def open_sources(
     return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
 
 
-def _check_hub_sources(
-    base: str,
-    agents: list[str],
-    reporter: Reporter,
-    token: str | None,
-    names: list[str] | None,
-    out_dtype: str,
-    vocab: str,
-    out: Path | None,
-) -> None:
-    """Hub sources: plan from their remote headers, then download them concurrently (``ecosystem.hub.check``)."""
+def _check_hub_sources(spec: MergeSpec, reporter: Reporter, token: str | None, out: Path | None) -> None:
+    """Hub sources: plan from their remote headers, then download them concurrently (``ecosystem.hub.check``).
+    ``out`` None: for a probe, which writes nothing (no output precision; the spec's vocabulary mode)."""
     from .sources import HUB_ID
 
-    if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in [base, *agents]):
+    sources = [spec.base, *spec.sources]
+    if any(HUB_ID.match(str(s).strip()) and not Path(str(s).strip()).expanduser().exists() for s in sources):
         from .ecosystem.hub.check import prepare_sources  # imported lazily: huggingface_hub only for Hub sources
 
-        prepare_sources(base, agents, reporter, token, names, out_dtype, vocab, out)
+        # a rebuilt vocabulary makes every model's vocabulary rows the same: checked later
+        vocab = "common" if out is not None and spec.tokenizer is not None else spec.vocab
+        out_dtype = spec.out_dtype if out is not None else "base"
+        prepare_sources(spec.base, spec.sources, reporter, token, spec.names, out_dtype, vocab, out)
 
 
-def probe(
-    base: str,
-    agents: list[str],
-    names: list[str] | None = None,
-    eps: float = defaults.EPS,
-    device: str = defaults.DEVICE,
-    reporter: Reporter | None = None,
-    use_cache: bool = True,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    token: str | None = None,
-    vocab: str = defaults.VOCAB,
-    kernel_min_elements: float = 0,
-) -> ProbeReport:
-    """Probe task-vector density and overlap (docs/methods.md, RAM, RAM+, RAM+s); cached by inputs and ε.
-    ``token`` is for Hub sources (None: HF_TOKEN or the stored login) and is never written anywhere."""
+def probe(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter | None = None) -> ProbeReport:
+    """Probe task-vector density and overlap of the spec's sources (docs/methods.md, RAM, RAM+, RAM+s) at its ε,
+    on its device; cached by inputs and ε. The spec's method, parameters and output play no part."""
+    options = options or RunOptions()
     reporter = reporter or Reporter()
-    eps = check_eps(eps)
-    check_agent_count(len(agents))
-    _check_hub_sources(base, agents, reporter, token, names, "base", vocab, None)
-    base_ckpt, agent_ckpts = open_sources(base, agents, reporter, token)
-    plan = make_plan(base_ckpt, agent_ckpts, names, vocab=vocab)
+    eps = check_eps(spec.eps)
+    check_agent_count(len(spec.agents))
+    _check_hub_sources(spec, reporter, options.token, None)
+    base_ckpt, agent_ckpts = open_sources(spec.base, spec.sources, reporter, options.token)
+    plan = make_plan(base_ckpt, agent_ckpts, spec.names, vocab=spec.vocab)
     notes = _warn(plan, [None])
-    with kernels.disabled(below=kernel_min_elements):
-        choice = choose_device(device, kernels.available)
+    with kernels.disabled(below=options.kernel_min_elements):
+        choice = choose_device(spec.device, kernels.available)
         _say_device(choice)
         with device_memory(choice.name, "analysing"):
-            report = _probe_plan(plan, eps, Transfer(choice.name), reporter, use_cache, chunk_elements)
+            report = _probe_plan(plan, eps, Transfer(choice.name), reporter, options.use_cache, options.chunk_elements)
     return replace(report, warnings=[*notes, *report.warnings])  # never cached: a later merge words its own
 
 
@@ -256,16 +241,7 @@ def _merge_variants(
     check_agent_count(len(first.agents))
     settings = None if first.tokenizer is None else dict(first.tokenizer)
     tokenizer.check_references(settings, first.names, [first.base, *first.sources])
-    _check_hub_sources(  # a rebuilt vocabulary makes every model's vocabulary rows the same: checked later
-        first.base,
-        first.sources,
-        reporter,
-        options.token,
-        first.names,
-        first.out_dtype,
-        "common" if first.tokenizer is not None else first.vocab,
-        outs[0],
-    )
+    _check_hub_sources(first, reporter, options.token, outs[0])
     layout = first.layout()
     for m in methods:
         if m.streaming.stacks and (layout is None or not layout.stacking):
