@@ -2,7 +2,8 @@
 # The GPU check for a lease (benchmarks/gpu_check.py): one command that ends within 9 minutes on one H200 from a
 # bare machine, writing gpu-check.json and gpu-check.log under $OUT. DEV=cpu is its dry run on the tiny layouts
 # (tests/test_gpu_check.py runs it in CI). Wheels the device image lacks (mergekit 0.1.5 and what it needs) travel
-# in .whl (benchmarks/gpu_wheels.sh makes them); without them the mergekit rows are skipped.
+# in .whl (benchmarks/gpu_wheels.sh makes them, then checks the carry here: reproduction/real/carry.py --plan
+# gpu-check, the tree and .whl within 64 MiB); without them the mergekit rows are skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:=/tmp/gpu-check}" "${DEV:=cuda}"

