@@ -25,7 +25,7 @@ from .devices import DeviceChoice, choose_device
 from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS, OpenFiles
-from .engine.passes import Variant, merge_pass, probe_pass
+from .engine.passes import PassOutput, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError, device_memory
@@ -335,7 +335,7 @@ def _merge_variants(
         stack.enter_context(files)
         folders = outs if memory else [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
         variants = [
-            Variant(
+            PassOutput(
                 m,
                 p,
                 ctx,
