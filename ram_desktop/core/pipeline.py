@@ -238,8 +238,7 @@ def _merge_variants(
     for key in SHARED:
         if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
             raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
-    if not first.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    first.check_base()
     for s in specs:
         if not s.output:
             raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")

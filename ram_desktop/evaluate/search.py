@@ -403,8 +403,7 @@ def search(
     if not options.suites:
         raise InputError("no validation suites; give --suite SUITE... to score the trials on")
     spec = options.spec
-    if not spec.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    spec.check_base()
     if not spec.agents:
         raise InputError("no agents to merge; name at least one agent checkpoint")
     include = tuple(str(p) for p in options.include_path)
