@@ -16,6 +16,7 @@ from . import __version__
 from .core import (
     METHODS,
     OUT_DTYPES,
+    SEARCH_METHODS,
     VOCAB_MODES,
     Cancelled,
     DeviceOutOfMemory,
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--methods",
         help="comma-separated methods to try (default: "
-        + ",".join(defaults.SEARCH_METHODS)
+        + ",".join(SEARCH_METHODS)
         + ", with --recipe its method first)",
     )
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
@@ -594,7 +595,7 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
     from .workflow import SearchOptions, search
 
     spec = _search_spec(args)
-    methods = list(defaults.SEARCH_METHODS) if args.methods is None else args.methods.split(",")
+    methods = list(SEARCH_METHODS) if args.methods is None else args.methods.split(",")
     if args.methods is None and args.recipe is not None and spec.method not in methods:
         method = METHODS.get(spec.method)
         if method is not None and not method.streaming.stacks and not method.interop.calibrated:

@@ -112,8 +112,7 @@ def merge(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter
 
 def check_ready(spec: MergeSpec) -> None:
     """Every value checked before any estimate or file is touched: base, agents, output, the parameters."""
-    if not spec.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    spec.check_base()
     if not spec.agents:
         raise InputError("no agents chosen; name at least one agent fine-tuned from the base")
     if not spec.output:
@@ -192,8 +191,7 @@ def compare(
         resolve_device(device or spec.device)
     check_compare_folder(folder, options.overwrite)
     specs = variant_specs(spec, list(variants), folder)
-    if not spec.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    spec.check_base()
     specs = [calibrate(s, reporter) for s in specs]
     merges = merge_variants(specs, reporter, options)
     evaluation = None

@@ -89,6 +89,20 @@ def test_no_import_cycles_in_ram_desktop():
     assert cycle is None, " -> ".join(cycle)
 
 
+def test_no_two_public_classes_share_a_name():
+    """Every public class defined at module level in ``ram_desktop`` has a name no other module's class has: a
+    name read in a traceback, a doc or an import means one thing (``core.Variant``, a comparison's spec delta,
+    was once also the engine's pass output). Private classes (``_Parser``) are never imported, so they may repeat."""
+    where: dict[str, list[str]] = {}
+    for name, path in sorted(all_modules().items()):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(name)
+    assert "MergeSpec" in where  # the walker sees the classes
+    shared = {cls: modules for cls, modules in where.items() if len(modules) > 1}
+    assert not shared, f"classes defined in more than one module: {shared}"
+
+
 def test_core_never_imports_the_faces():
     modules = all_modules()
     for name, path in modules.items():

@@ -14,7 +14,18 @@ import yaml
 
 from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.errors import InputError
-from ram_desktop.core.methods import METHODS, Analysis, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
+from ram_desktop.core.methods import (
+    METHODS,
+    SEARCH_METHODS,
+    SEARCH_REFERENCES,
+    Analysis,
+    Interop,
+    MergeMethod,
+    Param,
+    Streaming,
+    Sweep,
+    WouldKeep,
+)
 from ram_desktop.core.methods.mergekit_map import MergekitExport, MergekitImport, MergekitMapping, unit_weights
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ram_desktop"
@@ -172,6 +183,7 @@ READERS = [
     "core/engine/kernels.py",
     "gui/evaluate/compare_panel.py",
     "gui/analysis/inspect_charts.py",
+    "evaluate/search.py",  # the methods it tries by default and its references are the methods' own flags
 ]
 
 
@@ -187,3 +199,20 @@ def test_modules_that_read_method_fields_name_no_method(module):
         }
     )
     assert not named, f"{module} names methods: {', '.join(named)}"
+
+
+def test_the_searchs_methods_are_the_methods_flags():
+    """``SEARCH_METHODS`` and ``SEARCH_REFERENCES`` are derived from each method's ``Interop`` flags
+    (``searched_by_default``, ``search_reference``): every name is a registered method, the flagged ones and no
+    other, in the order a study records (the default method first, then the registry's)."""
+    from ram_desktop.core import defaults
+
+    flagged = [name for name, m in METHODS.items() if m.interop.searched_by_default]
+    assert set(SEARCH_METHODS) <= set(METHODS) and sorted(SEARCH_METHODS) == sorted(flagged)
+    assert SEARCH_METHODS == (defaults.METHOD, *(n for n in flagged if n != defaults.METHOD))
+    # the order study.db files made with the default methods recorded (evaluate.search._identity)
+    assert SEARCH_METHODS == ("ram-plus", "ram", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties")
+    references = tuple((name, m.label) for name, m in METHODS.items() if m.interop.search_reference)
+    assert SEARCH_REFERENCES == references == (("ram-plus", "RAM+"), ("task-arithmetic", "Task Arithmetic"))
+    for name in SEARCH_METHODS:  # what the window's Search offers: no stacking, no calibration data needed
+        assert not METHODS[name].streaming.stacks and not METHODS[name].interop.calibrated, name

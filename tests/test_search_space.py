@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ram_desktop.core import METHODS, defaults
+from ram_desktop.core import METHODS, SEARCH_METHODS
 from ram_desktop.evaluate.search import paper_interval, search_space
 from ram_desktop.evaluate.stats import clearly_better, mean_interval, paired_difference
 
@@ -28,7 +28,7 @@ def test_paper_interval_reads_the_span_a_range_text_gives(text, span):
 
 
 def test_the_default_methods_search_the_papers_ranges():
-    spaces = {m: {d.param: d for d in search_space(m)} for m in defaults.SEARCH_METHODS}
+    spaces = {m: {d.param: d for d in search_space(m)} for m in SEARCH_METHODS}
     assert set(spaces["ram"]) == set(spaces["average"]) == set()
     assert (spaces["ram-plus"]["r"].low, spaces["ram-plus"]["r"].high, spaces["ram-plus"]["r"].source) == (
         0.0,
@@ -44,7 +44,7 @@ def test_the_default_methods_search_the_papers_ranges():
         assert (spaces[dare]["drop"].low, spaces[dare]["drop"].high) == (0.1, 0.9)
         assert (spaces[dare]["scale"].low, spaces[dare]["scale"].high) == (0.1, 1.0)  # Table 11's λ range
         assert "seed" not in spaces[dare]
-    for method in defaults.SEARCH_METHODS:  # every default lies in its searched range (the first trials)
+    for method in SEARCH_METHODS:  # every default lies in its searched range (the first trials)
         resolved = METHODS[method].resolve({})
         for d in spaces[method].values():
             value = resolved[d.param]

@@ -100,3 +100,23 @@ def test_a_variant_is_a_spec_delta_keyed_by_agent(tmp_path):
     assert specs[1].method == "linear" and specs[1].engine_params()["weight"] == [0.1, 0.2, 0.3]
     with pytest.raises(InputError, match="nobody"):
         variant_specs(shared, [Variant.parse("weighted-ties:weight.nobody=1")], tmp_path)
+
+
+def test_no_base_is_one_error_with_one_message(tmp_path):
+    """Every step that needs a base refuses a spec without one through ``MergeSpec.check_base``: one error class
+    (an ``InputError``), one message, written once in the package."""
+    from pathlib import Path
+
+    from ram_desktop import workflow
+    from ram_desktop.core.errors import NoBase
+
+    text = "no base model chosen; name the base the agents were fine-tuned from"
+    baseless = MergeSpec.build("", ["/m/coder", "/m/tool"], tmp_path / "out", method="ram")
+    for step in (baseless.check_base, lambda: workflow.check_ready(baseless), lambda: core.merge_variants([baseless])):
+        with pytest.raises(NoBase) as raised:
+            step()
+        assert isinstance(raised.value, InputError) and str(raised.value) == text
+    _spec().check_base()  # a base chosen: nothing raised
+    package = Path(core.__file__).resolve().parents[1]
+    written = [p.name for p in package.rglob("*.py") if "no base model chosen" in p.read_text()]
+    assert written == ["errors.py"], written

@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "reuse_deltas": "storage.formats.lora",
     # the methods
     "METHODS": "methods",
+    "SEARCH_METHODS": "methods",
+    "SEARCH_REFERENCES": "methods",
     "MergeMethod": "methods",
     "Param": "methods",
     "Sweep": "methods",
@@ -89,6 +91,8 @@ __all__ = [  # the names of _EXPORTS
     "MERGE_REPORT",
     "METHODS",
     "OUT_DTYPES",
+    "SEARCH_METHODS",
+    "SEARCH_REFERENCES",
     "SURVIVAL_DTYPES",
     "VOCAB_MODES",
     "Advice",
@@ -173,7 +177,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
         first_line,
     )
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
-    from .methods import METHODS, MergeMethod, Param, Sweep, get_method
+    from .methods import METHODS, SEARCH_METHODS, SEARCH_REFERENCES, MergeMethod, Param, Sweep, get_method
     from .methods.advice import Advice, advise
     from .methods.settings import setting_value
     from .pipeline import (

@@ -8,5 +8,3 @@ DEVICE = "auto"
 OUT_DTYPE = "base"
 SHARD_SIZE = "5GB"
 VOCAB = "exact"
-# `ram-merge search` without --methods: the paper's methods and baselines (Fisher needs calibration data)
-SEARCH_METHODS = ("ram-plus", "ram", "average", "task-arithmetic", "ties", "dare-ta", "dare-ties")

@@ -41,6 +41,16 @@ class ParameterError(InputError):
         return type(self)(str(self), parameter, self.value, self.reason, self.agent if agent is None else agent)
 
 
+class NoBase(InputError):
+    """A merge, compare or search asked for with no base model chosen: one message for every face and step
+    (``MergeSpec.check_base`` raises it)."""
+
+    MESSAGE = "no base model chosen; name the base the agents were fine-tuned from"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)
+
+
 class Cancelled(RamError):
     """The user cancelled the operation; partial output has been removed."""
 

@@ -25,7 +25,7 @@ from .devices import DeviceChoice, choose_device
 from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
 from .engine.chunks import OpenFiles
-from .engine.passes import Variant, merge_pass, probe_pass
+from .engine.passes import PassOutput, merge_pass, probe_pass
 from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError, device_memory
@@ -223,8 +223,7 @@ def _merge_variants(
     for key in SHARED:
         if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
             raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
-    if not first.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    first.check_base()
     for s in specs:
         if not s.output:
             raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
@@ -311,7 +310,7 @@ def _merge_variants(
         stack.enter_context(files)
         folders = outs if memory else [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
         variants = [
-            Variant(
+            PassOutput(
                 m,
                 p,
                 ctx,

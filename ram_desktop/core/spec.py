@@ -22,7 +22,7 @@ import yaml
 from . import defaults
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
 from .engine.plan import Layout, check_agent_count
-from .errors import InputError
+from .errors import InputError, NoBase
 from .recipe import (
     AGENT_KEYS,
     RECIPE_KEYS,
@@ -283,6 +283,11 @@ class MergeSpec:
 
     def layout(self) -> Layout | None:
         return layout_of(self.engine_slices())
+
+    def check_base(self) -> None:
+        """Raises ``NoBase`` when no base model is chosen (every step that merges needs one)."""
+        if not self.base:
+            raise NoBase()
 
     def engine_params(self) -> dict[str, Any]:
         """The parameters as the engine takes them: per-agent values as lists in agent order."""

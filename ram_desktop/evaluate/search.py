@@ -46,6 +46,8 @@ from typing import Any
 
 from ..core import (
     METHODS,
+    SEARCH_METHODS,
+    SEARCH_REFERENCES,
     Agent,
     Cancelled,
     InMemory,
@@ -80,8 +82,6 @@ STUDY_NAME = "ram-merge-search"
 IDENTITY_DEFAULTS = {"backend": "transformers", "tokenizer": None, "chat_template": None, "slices": None, "kept": None}
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite may keep beside study.db while it is open
 FORMAT = "ram-search/1"
-DEFAULT_METHODS = defaults.SEARCH_METHODS
-REFERENCES = (("ram-plus", "RAM+"), ("task-arithmetic", "Task Arithmetic"))  # scored at their defaults
 SAME_SCORE_AFTER = 5  # distinct merges that all score the same: the suites cannot tell them apart
 _NUMBER = r"-?\d+(?:\.\d+)?(?:e-?\d+)?"
 TRIALS_ON_DISK = "RAM_DESKTOP_TRIALS_ON_DISK"  # "1": every trial written to a temporary folder and loaded from it
@@ -373,7 +373,7 @@ class SearchOptions:
     test_suites: Sequence[Any]
     folder: Path
     trials: int
-    methods: Sequence[str] = DEFAULT_METHODS
+    methods: Sequence[str] = SEARCH_METHODS
     seed: int = 0
     workers: int = 1
     ray: str | None = None  # a Ray cluster address, "local", or None (trials run here)
@@ -403,8 +403,7 @@ def search(
     if not options.suites:
         raise InputError("no validation suites; give --suite SUITE... to score the trials on")
     spec = options.spec
-    if not spec.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    spec.check_base()
     if not spec.agents:
         raise InputError("no agents to merge; name at least one agent checkpoint")
     include = tuple(str(p) for p in options.include_path)
@@ -600,7 +599,7 @@ def _open_study(folder: Path, identity: dict[str, Any], seed: int, start: tuple[
         raise InputError(f"{db}: not an Optuna study of ram-merge search ({e.__class__.__name__}: {e})") from None
     if not study.user_attrs.get("search"):
         study.set_user_attr("search", identity)
-        first = start[0] if start is not None else "ram-plus"
+        first = start[0] if start is not None else defaults.METHOD
         for method in sorted(identity["methods"], key=lambda m: m != first):  # the start (RAM+), then the defaults
             params = {"method": method}
             values = start[1] if start is not None and method == start[0] else get_method(method).resolve({})
@@ -850,7 +849,7 @@ def _merge_best(
     beside RAM+ and Task Arithmetic at their defaults (merged into a temporary folder, removed after)."""
     from . import evaluate
 
-    refs = [(label, m, get_method(m).resolve({})) for m, label in REFERENCES]
+    refs = [(label, m, get_method(m).resolve({})) for m, label in SEARCH_REFERENCES]
     with tempfile.TemporaryDirectory(prefix="ram-search-ref-") as tmp:
         specs = inputs.merge_specs([(BEST, best.method, best.params)], folder)
         if tests:

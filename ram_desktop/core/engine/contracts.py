@@ -4,7 +4,7 @@ in, the engine reads them and never imports the methods.
 ``Streaming`` says how the merge pass feeds a method (chunk shape, threads, θ or τ, its fused kernel, extra
 inputs); ``Collector`` / ``SliceCollector`` gather whole-model statistics in pass 1; ``Observer`` watches
 every merged chunk; ``FusedKernel`` is a method's fused CPU merge of one chunk from its stored slices.
-``MergingMethod`` is the part of a method a ``passes.Variant`` holds.
+``MergingMethod`` is the part of a method a ``passes.PassOutput`` holds.
 """
 
 from __future__ import annotations

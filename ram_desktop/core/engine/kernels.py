@@ -367,8 +367,8 @@ class UlpSample:
 
 
 @dataclass
-class Analysis:
-    """One slice's complete-probe statistics from ``analyze``."""
+class SliceStatistics:
+    """One slice's complete-probe statistics from ``analyze`` (the probe accumulator adds them up)."""
 
     joint: np.ndarray  # [4^N] int64: elements per key p + 2^N·q (update pattern p, positive agents q)
     survival: np.ndarray  # [N, 3, bins] int64: λ* histogram of each agent's unique elements per survival dtype
@@ -394,7 +394,7 @@ def analyze(
     survival_bins: int,
     ulp_bins: int,
     sample: UlpSample | None,
-) -> Analysis | None:
+) -> SliceStatistics | None:
     """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
     update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
     what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
@@ -436,7 +436,7 @@ def analyze(
         ua,
         bins,
     )
-    return Analysis(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
+    return SliceStatistics(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
 
 
 def widenable_operands(

@@ -2,8 +2,8 @@
 compute threads, and sinks (the probe accumulator, a method's collector or observer, shard writers).
 
 ``probe_pass`` feeds every chunk to statistics sinks; ``merge_pass`` merges every chunk with each
-``Variant`` (one or several methods and parameter sets, from one read of the inputs) and hands each
-result to that variant's own writer. The engine composes these; it threads no flags through them.
+``PassOutput`` (one variant: a method and its parameters; one or several from one read of the inputs) and
+hands each result to that output's own writer. The engine composes these; it threads no flags through them.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool
 
 
 @dataclass
-class Variant:
+class PassOutput:
     """One output of a merge pass: a method with resolved parameters and its prepared context, the
     shards it writes to, and its observer (if the method has one)."""
 
@@ -184,7 +184,7 @@ class Variant:
 
 def merge_pass(
     plan: MergePlan,
-    variants: list[Variant],
+    variants: list[PassOutput],
     eps: float,
     transfer: Transfer,
     reporter: Reporter,
@@ -330,14 +330,14 @@ class _CountsObserver(Protocol):
     def add_counts(self, dtype: str, changed: np.ndarray) -> None: ...
 
 
-def _fusable(variant: Variant) -> bool:
+def _fusable(variant: PassOutput) -> bool:
     """The method has a fused kernel, and its observer (if any) takes the kernel's counts."""
     observer = variant.observer
     return variant.method.streaming.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
 
 
 def _fused_merges(
-    slices: StoredSlices, variants: list[Variant], accumulator: ProbeAccumulator | None
+    slices: StoredSlices, variants: list[PassOutput], accumulator: ProbeAccumulator | None
 ) -> list[tuple[torch.Tensor | np.ndarray, bool]] | None:
     """Every variant of one chunk through its method's fused kernel, the variants whose methods share a
     ``fused_group`` through it together (one pass over memory each kernel call): the merged slice and whether the
@@ -387,7 +387,7 @@ def _fused_merges(
     return outputs
 
 
-def _kernel_groups(variants: list[Variant]) -> list[list[int]]:
+def _kernel_groups(variants: list[PassOutput]) -> list[list[int]]:
     """The variants' indices by kernel call, in order of first appearance: those whose methods share a
     ``fused_group`` together, every other variant alone."""
     groups: dict[object, list[int]] = {}

@@ -32,7 +32,7 @@ from .plan import MergePlan
 _log = logging.getLogger("ram_desktop")
 
 if TYPE_CHECKING:
-    from .kernels import Analysis
+    from .kernels import SliceStatistics
 
 FORMAT = "ram-probe/1"
 SURVIVAL_DTYPES: dict[str, int] = {  # dtype name -> significand bits (incl. the implicit one)
@@ -276,7 +276,7 @@ class ProbeAccumulator:
         """Whether the complete probe's chunks can be counted by ``kernels.analyze`` (``add_analysis``)."""
         return self.with_survival and self.inspect is not None and self.n <= JOINT_MAX_AGENTS
 
-    def add_analysis(self, job_index: int, analysis: Analysis) -> None:
+    def add_analysis(self, job_index: int, analysis: SliceStatistics) -> None:
         """Add one chunk counted by ``kernels.analyze``: the same counts ``add`` gets from a chunk."""
         n = self.n
         joint = torch.from_numpy(analysis.joint)

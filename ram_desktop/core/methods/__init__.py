@@ -7,6 +7,7 @@ read the registry and the method's fields.
 
 from __future__ import annotations
 
+from .. import defaults
 from ..errors import InputError
 from . import (
     arcee_fusion,
@@ -44,6 +45,8 @@ from .base import (
 
 __all__ = [
     "METHODS",
+    "SEARCH_METHODS",
+    "SEARCH_REFERENCES",
     "Analysis",
     "Collector",
     "FusedKernel",
@@ -79,6 +82,18 @@ _FAMILIES = (
     passthrough,
 )
 METHODS: dict[str, MergeMethod] = {m.name: m for family in _FAMILIES for m in family.METHODS}
+
+# What the search reads of the methods' ``Interop`` flags, derived here only. ``SEARCH_METHODS``: what
+# ``ram-merge search`` (and the window's Search) tries without --methods: the default method first, then the
+# registry's order. The order is part of a study's identity (``evaluate.search``): a study begun with the default
+# methods continues only with them in the same order. ``SEARCH_REFERENCES``: (name, label) of the methods scored
+# at their defaults beside the best trial, in the registry's order.
+SEARCH_METHODS: tuple[str, ...] = tuple(
+    sorted((name for name, m in METHODS.items() if m.interop.searched_by_default), key=lambda n: n != defaults.METHOD)
+)
+SEARCH_REFERENCES: tuple[tuple[str, str], ...] = tuple(
+    (name, m.label) for name, m in METHODS.items() if m.interop.search_reference
+)
 
 
 def get_method(name: str) -> MergeMethod:

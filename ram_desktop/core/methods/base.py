@@ -238,12 +238,17 @@ class Interop:
     """How a method meets the world outside the merge: ``mergekit``, how it reads and writes mergekit
     configurations (None: not expressible, refused); ``sweep``, what a comparison offers (None: its first
     parameter at its default); ``calibrated``, the faces turn its calibration suites into its auxiliary inputs
-    before merging (``evaluate.fisher``); ``citation``, the paper that defines it, as the model card cites it."""
+    before merging (``evaluate.fisher``); ``citation``, the paper that defines it, as the model card cites it;
+    ``searched_by_default``, ``ram-merge search`` (and the window's Search) tries it when no methods are named
+    (the registry's ``SEARCH_METHODS``); ``search_reference``, the search scores it at its defaults beside the
+    best trial on the test suites (``SEARCH_REFERENCES``)."""
 
     mergekit: MergekitMapping | None = None
     sweep: Sweep | None = None
     calibrated: bool = False
     citation: str = ""
+    searched_by_default: bool = False
+    search_reference: bool = False
 
 
 RANK_TIES_ON_GPU = 0.02

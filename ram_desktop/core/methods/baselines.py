@@ -1085,6 +1085,7 @@ def _dare(
             ),
             sweep=Sweep("drop", "0.5"),
             citation=f"{DARE_PAPER}; {TIES_PAPER if ties else TA_PAPER}",
+            searched_by_default=True,  # both DARE variants are among the paper's baselines
         ),
     )
 
@@ -1104,6 +1105,7 @@ METHODS = (
             mergekit=MergekitMapping(_to_average),
             citation="Wortsman et al., *Model soups: averaging weights of multiple fine-tuned models improves accuracy "
             "without increasing inference time*, ICML 2022, arXiv 2203.05482",
+            searched_by_default=True,
         ),
     ),
     MergeMethod(
@@ -1121,6 +1123,8 @@ METHODS = (
             ),
             sweep=Sweep("scale", "0.3, 0.5, 1.0"),
             citation=TA_PAPER,
+            searched_by_default=True,
+            search_reference=True,
         ),
     ),
     MergeMethod(
@@ -1141,6 +1145,7 @@ METHODS = (
             mergekit=MergekitMapping(_to_ties, (_gta("ties", True, False, _from_ties),)),
             sweep=Sweep("density", "0.2"),
             citation=TIES_PAPER,
+            searched_by_default=True,
         ),
     ),
     _dare(

@@ -346,8 +346,14 @@ def _ram_family(
     short: str,
     mergekit: MergekitMapping,
     sweep: Sweep | None,
+    searched: bool = False,
+    reference: bool = False,
 ) -> MergeMethod:
-    """RAM (no λ) or a rescaling variant whose λ is declared once, by ``lambdas``."""
+    """RAM (no λ) or a rescaling variant whose λ is declared once, by ``lambdas``; ``searched`` and ``reference``:
+    its ``Interop.searched_by_default`` and ``search_reference``."""
+    interop = Interop(
+        mergekit=mergekit, sweep=sweep, citation=RAM_PAPER, searched_by_default=searched, search_reference=reference
+    )
     if lambdas is None:
         return MergeMethod(
             name,
@@ -358,7 +364,7 @@ def _ram_family(
             short=short,
             streaming=Streaming(thread_safe=True, fused=_Fused(lambda ctx: None), fused_group=_fused_group),
             analysis=Analysis(would_keep=WouldKeep(lambda report, p: ram_shares(report)), selective=True),
-            interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
+            interop=interop,
         )
 
     def prepare(params: dict, probe: ProbeReport | None, collected: object) -> list[float]:
@@ -383,7 +389,7 @@ def _ram_family(
             would_keep=_rescaled_shares(lambdas),
             selective=True,
         ),
-        interop=Interop(mergekit=mergekit, sweep=sweep, citation=RAM_PAPER),
+        interop=interop,
     )
 
 
@@ -397,6 +403,7 @@ METHODS = (
         "RAM",
         RAM_MERGEKIT,
         None,
+        searched=True,
     ),
     _ram_family(
         "ram-plus",
@@ -406,8 +413,10 @@ METHODS = (
         ram_plus_lambdas,
         "RAM+",
         RAM_PLUS_MERGEKIT,
-        Sweep("r", "0, 0.05, 0.1, 0.15, 0.2"),
-    ),  # the paper's Table 2 r sweep
+        Sweep("r", "0, 0.05, 0.1, 0.15, 0.2"),  # the paper's Table 2 r sweep
+        searched=True,
+        reference=True,
+    ),
     _ram_family(
         "ram-plus-soft",
         "RAM+s",

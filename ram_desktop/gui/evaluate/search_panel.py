@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS, InputError, MergeSpec, defaults
+from ...core import METHODS, SEARCH_METHODS, InputError, MergeSpec
 from ...workflow import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
 from ..widgets.common import WrappedLines
@@ -91,7 +91,7 @@ class SearchPanel(QWidget):
                 METHODS[name].summary
                 + ("\nSearched: " + "; ".join(d.describe() for d in space) if space else "\nNo parameters")
             )
-            box.setChecked(name in defaults.SEARCH_METHODS)
+            box.setChecked(name in SEARCH_METHODS)
             box.toggled.connect(lambda _: self._update_actions())
             self.checks[name] = box
             grid.addWidget(box, i // 6, i % 6)

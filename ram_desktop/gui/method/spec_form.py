@@ -147,8 +147,7 @@ def merge_options(
     anything else, naming what would be lost (the engine's own rules: ``check_apart``, ``check_replaceable``)."""
     if not spec.output:
         raise InputError("choose an output folder (section 3) before merging")
-    if not spec.base:
-        raise InputError("no base model chosen; name the base the agents were fine-tuned from")
+    spec.check_base()
     out = Path(spec.output).expanduser()
     resolved = check_apart(out, inputs)
     overwrite = resolved.is_dir() and any(resolved.iterdir())
