@@ -26,7 +26,7 @@ from .ecosystem.cards.merge import model_card, save_card
 from .engine import kernels
 from .engine.chunks import OpenFiles
 from .engine.passes import PassOutput, merge_pass, probe_pass
-from .engine.plan import AuxInput, MergePlan, check_agent_count, check_aux, make_plan
+from .engine.plan import AuxInput, Layout, MergePlan, check_agent_count, check_aux, make_plan
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError, device_memory
 from .events import Reporter
@@ -217,18 +217,8 @@ def _merge_variants(
     in_memory: InMemory | None = None,
 ) -> list[MergeResult]:
     start = time.perf_counter()
-    if not specs:
-        raise InputError("no variants to merge; give at least one method")
+    methods, params = _checked_variants(specs)
     first = specs[0]
-    for key in SHARED:
-        if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
-            raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
-    first.check_base()
-    for s in specs:
-        if not s.output:
-            raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
-    methods = [get_method(s.method) for s in specs]
-    params = [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
     eps = check_eps(first.eps)
     shard_bytes = parse_size(first.shard_size)
     choice = choose_device(first.device, lambda: kernels.available() and all(m.streaming.fused for m in methods))
@@ -242,29 +232,8 @@ def _merge_variants(
     tokenizer.check_references(settings, first.names, [first.base, *first.sources])
     _check_hub_sources(first, reporter, options.token, outs[0])
     layout = first.layout()
-    for m in methods:
-        if m.streaming.stacks and (layout is None or not layout.stacking):
-            raise InputError(
-                f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
-            )
-        if layout is not None and layout.stacking and not m.streaming.stacks:
-            raise InputError(
-                f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
-                "every model in each slice to merge them"
-            )
-    base, agents = open_sources(first.base, first.sources, reporter, options.token)
-    vocabulary = tokenizer.prepare(
-        [base, *agents],
-        first.names,
-        [first.base, *first.sources],
-        settings,
-        first.chat_template,
-        prefer_base=params[0].get("use_base") is not False,
-    )
-    if vocabulary is not None and vocabulary.rebuilt:
-        cast = params[0].get("dtype")
-        folder = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="ram-vocabulary-")))
-        base, agents = vocabulary.aligned(folder, cast if cast in COMPUTE_DTYPES else None)
+    _check_layout(methods, layout)
+    base, agents, vocabulary = _open_aligned(first, settings, params[0], reporter, options.token, scratch)
     plan = make_plan(base, agents, first.names, first.out_dtype, first.vocab, layout)
     _warn(plan, methods)
     aux = _aux_inputs(plan, methods, params)
@@ -277,30 +246,11 @@ def _merge_variants(
     _say_device(choice)
 
     timings: dict[str, float] = {}
-    collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
-    probe_report = None
     files = OpenFiles()  # every pass of this run reads through the same open inputs
     try:
-        if any(m.analysis.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
-            t0 = time.perf_counter()
-            # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
-            probe_report = _probe_plan(
-                plan,
-                eps,
-                transfer,
-                reporter,
-                options.use_cache,
-                options.chunk_elements,
-                [c for c in collectors if c is not None],
-                survival=False,
-                files=files,
-            )
-            timings["probe_s"] = time.perf_counter() - t0
-        contexts = [
-            m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)
-        ]
-        contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
-        _slice_parameters(first.engine_slices(), methods, contexts)
+        probe_report, contexts = _prepare_methods(
+            plan, methods, params, first, eps, transfer, reporter, options, files, timings
+        )
     except BaseException:
         files.close()
         raise
@@ -309,7 +259,7 @@ def _merge_variants(
     with ExitStack() as stack:
         stack.enter_context(files)
         folders = outs if memory else [stack.enter_context(staging_folder(o, options.overwrite)) for o in outs]
-        variants = [
+        outputs = [
             PassOutput(
                 m,
                 p,
@@ -322,59 +272,27 @@ def _merge_variants(
         accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
         try:  # the auxiliary inputs are read beside the agents in the merge pass only (the probe needs none)
             merge_pass(
-                plan, variants, eps, transfer, reporter, options.chunk_elements, accumulator, files, list(aux.values())
+                plan, outputs, eps, transfer, reporter, options.chunk_elements, accumulator, files, list(aux.values())
             )
         except BaseException:
-            for v in variants:
-                v.shards.abort()
+            for o in outputs:
+                o.shards.abort()
             raise
-        for v in variants:
-            v.shards.close()
+        for o in outputs:
+            o.shards.close()
         if accumulator is not None:
             probe_report = accumulator.report()
             save_cached(probe_report)
         assert probe_report is not None  # from the probe, or counted in the merge pass
         timings["merge_s"] = time.perf_counter() - t0
-        if memory:
-            assert in_memory is not None
-            _write_frame(in_memory.frame, plan, first, vocabulary)
+        frame = in_memory.frame if memory and in_memory is not None else None
+        if frame is not None:
+            _write_frame(frame, plan, first, vocabulary)
         results = []
-        for spec, m, v, folder, out in zip(specs, methods, variants, folders, outs):
-            lambdas = m.analysis.lambdas(v.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
-            survival = v.observer.finish() if v.observer is not None else None
+        for spec, m, output, folder, out in zip(specs, methods, outputs, folders, outs):
             timings["total_s"] = time.perf_counter() - start
-            written = _written_spec(spec, plan, v.params, out)
-            report = merge_report(
-                plan,
-                written,
-                v.params,
-                probe_report,
-                lambdas,
-                choice,
-                timings,
-                v.shards.files,
-                v.shards.bytes_written,
-                survival,
-            )
-            own = plan_warnings(m, plan)  # the method's own words for its inputs (logged once, before the passes)
-            report["warnings"] = [*own, *report["warnings"]]
-            tensors = None
-            if isinstance(v.shards, MemoryShards):
-                assert in_memory is not None
-                tensors, out = v.shards.tensors(), in_memory.frame
-            else:
-                _write_extras(folder, plan, written, v.params, probe_report, lambdas, report, vocabulary)
             results.append(
-                MergeResult(
-                    out,
-                    report,
-                    probe_report,
-                    lambdas,
-                    0.0,
-                    v.shards.bytes_written,
-                    [*own, *probe_report.warnings],
-                    tensors,
-                )
+                _variant_result(spec, m, output, plan, probe_report, choice, timings, folder, out, frame, vocabulary)
             )
     seconds = time.perf_counter() - start
     for result in results:
@@ -383,6 +301,143 @@ def _merge_variants(
             "merged %d agents with %s into %s in %.2f s", plan.n_agents, result.report["method"], result.out, seconds
         )
     return results
+
+
+def _checked_variants(specs: list[MergeSpec]) -> tuple[list[MergeMethod], list[dict[str, Any]]]:
+    """The variants' methods and resolved parameters, once the specs are known to make one merge: they share
+    ``SHARED``, name a base and each an output."""
+    if not specs:
+        raise InputError("no variants to merge; give at least one method")
+    first = specs[0]
+    for key in SHARED:
+        if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
+            raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
+    first.check_base()
+    for s in specs:
+        if not s.output:
+            raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
+    methods = [get_method(s.method) for s in specs]
+    return methods, [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
+
+
+def _check_layout(methods: list[MergeMethod], layout: Layout | None) -> None:
+    """A stacking method needs a stacking layer map, and a stacking layer map a stacking method."""
+    for m in methods:
+        if m.streaming.stacks and (layout is None or not layout.stacking):
+            raise InputError(
+                f"{m.name} stacks layers: give slices, each naming one model and its layer_range (recipe: slices:)"
+            )
+        if layout is not None and layout.stacking and not m.streaming.stacks:
+            raise InputError(
+                f"slices with one source each stack layers, which {m.name} does not do; use passthrough, or list "
+                "every model in each slice to merge them"
+            )
+
+
+def _open_aligned(
+    spec: MergeSpec,
+    settings: dict[str, Any] | None,
+    params: dict[str, Any],
+    reporter: Reporter,
+    token: str | None,
+    scratch: ExitStack,
+) -> tuple[Checkpoint, list[Checkpoint], tokenizer.Vocabulary | None]:
+    """The base and agents opened, and the output's vocabulary; with a rebuilt vocabulary, the models as
+    aligned to it (written into a scratch folder that lives as long as ``scratch``)."""
+    base, agents = open_sources(spec.base, spec.sources, reporter, token)
+    vocabulary = tokenizer.prepare(
+        [base, *agents],
+        spec.names,
+        [spec.base, *spec.sources],
+        settings,
+        spec.chat_template,
+        prefer_base=params.get("use_base") is not False,
+    )
+    if vocabulary is not None and vocabulary.rebuilt:
+        cast = params.get("dtype")
+        folder = Path(scratch.enter_context(tempfile.TemporaryDirectory(prefix="ram-vocabulary-")))
+        base, agents = vocabulary.aligned(folder, cast if cast in COMPUTE_DTYPES else None)
+    return base, agents, vocabulary
+
+
+def _prepare_methods(
+    plan: MergePlan,
+    methods: list[MergeMethod],
+    params: list[dict[str, Any]],
+    spec: MergeSpec,
+    eps: float,
+    transfer: Transfer,
+    reporter: Reporter,
+    options: RunOptions,
+    files: OpenFiles,
+    timings: dict[str, float],
+) -> tuple[ProbeReport | None, list[Any]]:
+    """Each method's context for the merge pass: the probe and the collectors' passes where a method needs them
+    (None: no probe; the merge pass counts it), then ``prepare``, ``bind`` and the layer map's parameters."""
+    collectors = [m.analysis.collector(p, plan) if m.analysis.collector else None for m, p in zip(methods, params)]
+    probe_report = None
+    if any(m.analysis.needs_probe(p) for m, p in zip(methods, params)) or any(collectors):
+        t0 = time.perf_counter()
+        # the merge needs only the counts; the rounding survival is counted exactly in the merge pass
+        probe_report = _probe_plan(
+            plan,
+            eps,
+            transfer,
+            reporter,
+            options.use_cache,
+            options.chunk_elements,
+            [c for c in collectors if c is not None],
+            survival=False,
+            files=files,
+        )
+        timings["probe_s"] = time.perf_counter() - t0
+    contexts = [m.prepare(p, probe_report, c.finish() if c else None) for m, p, c in zip(methods, params, collectors)]
+    contexts = [m.bind(ctx, plan) if m.bind is not None else ctx for m, ctx in zip(methods, contexts)]
+    _slice_parameters(spec.engine_slices(), methods, contexts)
+    return probe_report, contexts
+
+
+def _variant_result(
+    spec: MergeSpec,
+    m: MergeMethod,
+    output: PassOutput,
+    plan: MergePlan,
+    probe_report: ProbeReport,
+    choice: DeviceChoice,
+    timings: dict[str, float],
+    folder: Path,
+    out: Path,
+    frame: Path | None,
+    vocabulary: tokenizer.Vocabulary | None,
+) -> MergeResult:
+    """One variant's report and result; its folder's other files written beside its weights (``frame``: the
+    in-memory merge's frame folder, which holds them once for all variants)."""
+    lambdas = m.analysis.lambdas(output.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
+    survival = output.observer.finish() if output.observer is not None else None
+    written = _written_spec(spec, plan, output.params, out)
+    report = merge_report(
+        plan,
+        written,
+        output.params,
+        probe_report,
+        lambdas,
+        choice,
+        timings,
+        output.shards.files,
+        output.shards.bytes_written,
+        survival,
+    )
+    own = plan_warnings(m, plan)  # the method's own words for its inputs (logged once, before the passes)
+    report["warnings"] = [*own, *report["warnings"]]
+    tensors = None
+    if frame is not None:
+        assert isinstance(output.shards, MemoryShards)
+        tensors, out = output.shards.tensors(), frame
+    else:
+        _write_extras(folder, plan, written, output.params, probe_report, lambdas, report, vocabulary)
+    return MergeResult(
+        out, report, probe_report, lambdas, 0.0, output.shards.bytes_written, [*own, *probe_report.warnings], tensors
+    )
 
 
 def _slice_parameters(slices: list[dict[str, Any]] | None, methods: list, contexts: list) -> None:
