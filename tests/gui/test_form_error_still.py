@@ -36,3 +36,21 @@ def test_the_fields_stay_put_while_an_error_comes_and_goes(qtbot, window, demo_m
     qtbot.wait(50)
     assert not panel.problem.isVisible(), panel.problem.text()
     assert [_y(w, panel) for w in watched] == before
+
+
+def test_a_tall_form_keeps_no_gap_under_the_description(qtbot, window, demo_models):
+    """The kept room is two lines, not the form's spare height: in a tall window the first parameter follows
+    the method's description by at most those two lines (the spare height goes below the last field)."""
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    window.resize(1360, 1000)
+    panel = window.method
+    panel.set_method("ram-plus")
+    qtbot.wait(50)
+    first = panel.findChild(QWidget, "param_r")
+    assert first is not None and first.isVisible()
+    gap = _y(first, panel) - (_y(panel.summary, panel) + panel.summary.height())
+    line = panel.problem.fontMetrics().lineSpacing()
+    assert gap <= 2 * line + 3 * panel.form.verticalSpacing() + 4, (gap, line)
+    below = panel.height() - (_y(panel.out_dir, panel) + panel.out_dir.height())
+    assert below > gap  # where the spare height went

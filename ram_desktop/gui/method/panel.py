@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -99,10 +100,11 @@ class MethodPanel(QWidget):
         problem_rows.setContentsMargins(0, 0, 0, 0)
         problem_rows.addWidget(self.problem)
         problem_rows.addWidget(self.fix_button, 0, Qt.AlignmentFlag.AlignLeft)
-        problem_rows.addStretch(1)
         # the line's room (two lines) is kept while there is no problem: a problem typed comes and goes without
-        # moving the fields under it (the cursor's field stays where it is)
+        # moving the fields under it (the cursor's field stays where it is); no more than its text needs, so a
+        # tall form's spare height goes below the fields, not into a gap under the method's description
         self.problem_box.setMinimumHeight(2 * self.problem.fontMetrics().lineSpacing())
+        self.problem_box.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Maximum)
         self.problem.hide()
         self.form.addRow("", self.problem_box)
         self.layer_map: BoundSlices | None = None  # a recipe's slices, bound to the agents' rows
