@@ -62,3 +62,27 @@ def test_a_merge_saves_the_registry_overview(qtbot, window, demo_models, tmp_pat
     assert (
         saved == sorted(f"{c.name}.png" for c in CHARTS if c.overview) == ["density.png", "layers.png", "overlap.png"]
     )
+
+
+def test_the_overview_is_rendered_once_while_the_window_is_idle(qtbot, window, demo_models, monkeypatch):
+    """After an analysis, each overview chart is grabbed once at idle (its first grab is the slow one), so the
+    grabs a merge's save makes as the merge ends are the quick ones; nothing is grabbed while a merge runs."""
+    from PySide6.QtWidgets import QWidget
+
+    from ram_desktop.gui.analysis.panel import CHARTS
+
+    grabbed: list[QWidget] = []
+    real_grab = QWidget.grab
+    monkeypatch.setattr(QWidget, "grab", lambda self, *a: grabbed.append(self) or real_grab(self, *a))
+    base, agents = demo_models
+    load_sources(qtbot, window, base, agents)
+    analyse(qtbot, window)
+    saver, panel = window.charts, window.analysis
+    overview = [c.picture(getattr(panel, c.attr)) for c in CHARTS if c.overview]
+    qtbot.waitUntil(lambda: len(saver.prerendered) == len(overview), timeout=10000)
+    assert saver.prerendered == overview and grabbed == overview
+    grabbed.clear()
+    panel.set_held(True)  # as while a merge runs
+    panel.drawn.emit()
+    qtbot.wait(100)
+    assert grabbed == [] and saver.prerendered == []

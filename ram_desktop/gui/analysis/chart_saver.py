@@ -22,7 +22,12 @@ log = logging.getLogger("ram_desktop")
 
 class ChartSaver(QObject):
     """Renders charts on the GUI thread (a few ms each, one per event-loop turn) and has the window's
-    job controller encode and write them (state ``SAVING_CHARTS``)."""
+    job controller encode and write them (state ``SAVING_CHARTS``).
+
+    A chart's first grab renders it anew for the new paint device (26-60 ms, more while a merge's threads
+    compete for the CPU); later grabs reuse that (2-12 ms). So once an analysis's charts are drawn, while the
+    window is idle, each overview chart is grabbed once and the picture dropped (``prerendered``): the grab a
+    merge's save makes later, as the merge ends, then never stalls the window."""
 
     def __init__(self, analysis: AnalysisPanel, jobs: JobController) -> None:
         super().__init__(jobs)
@@ -31,7 +36,14 @@ class ChartSaver(QObject):
         self._images: list[tuple[Path, QImage]] = []
         self._saved: list[str] = []
         self._then: Callable[[list[str]], None] | None = None
+        self._to_prerender: list[QWidget] = []
+        self.prerendered: list[QWidget] = []
+        # its own timer (not QTimer.singleShot): it dies with the saver, never grabbing a closed window's charts
+        self._prerender_timer = QTimer(self)
+        self._prerender_timer.setSingleShot(True)
+        self._prerender_timer.timeout.connect(self._prerender_next)
         jobs.finished.connect(self._job_finished)
+        analysis.drawn.connect(self._prerender)
 
     def targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
         """Where each analysis view is saved: the overview only, or ``every_view``; none before an analysis."""
@@ -43,6 +55,22 @@ class ChartSaver(QObject):
             for chart in a.registry
             if every_view or chart.overview  # the overview is drawn ahead: saving it never stalls the window
         ]
+
+    def _prerender(self) -> None:
+        self._to_prerender = [widget for _, widget in self.targets(Path(), every_view=False)]
+        self.prerendered = []
+        self._prerender_timer.start(0)
+
+    def _prerender_next(self) -> None:
+        """One overview chart grabbed, the next on a later turn; never while a merge runs or charts are saved
+        (the analysis is held then), where the grab is what this avoids."""
+        if not self._to_prerender or self.analysis.held or self.pending:
+            return
+        widget = self._to_prerender.pop(0)
+        if not self.analysis.draw_now(widget):  # drawn (it is, after ``drawn``): rendered once for grabs
+            widget.grab()
+            self.prerendered.append(widget)
+        self._prerender_timer.start(0)
 
     def queue(self, folder: Path) -> None:
         """A merge's overview charts, to be saved into ``folder`` by :meth:`save`."""

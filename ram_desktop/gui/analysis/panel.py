@@ -201,6 +201,7 @@ def _show(view: QWidget, report: ProbeReport | None) -> None:
 
 class AnalysisPanel(QWidget):
     use_float32 = Signal()
+    drawn = Signal()  # the queued charts of the report shown are drawn (the window is idle again)
     # the charts (made from ``CHARTS``)
     density: DensityChart
     overlap: OverlapPies
@@ -316,16 +317,17 @@ class AnalysisPanel(QWidget):
         self._chart_timer.start(0)
 
     def _next_chart(self) -> None:
-        if not self._chart_queue:
-            return
-        if self.held:
-            self._chart_timer.start(100)
-            return
-        chart, report = self._chart_queue.pop(0)
-        if report is self.report:
-            _show(chart, report)
+        if self._chart_queue:
+            if self.held:
+                self._chart_timer.start(100)
+                return
+            chart, report = self._chart_queue.pop(0)
+            if report is self.report:
+                _show(chart, report)
         if self._chart_queue:
             self._chart_timer.start(0)
+        else:
+            self.drawn.emit()
 
     def set_held(self, held: bool) -> None:
         """Hold the drawing of charts not on screen (while a merge runs or its charts are saved)."""
