@@ -45,26 +45,31 @@ class ChartSaver(QObject):
         jobs.finished.connect(self._job_finished)
         analysis.drawn.connect(self._prerender)
 
-    def targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
-        """Where each analysis view is saved: the overview only, or ``every_view``; none before an analysis."""
+    def views(self, every_view: bool = True) -> list[tuple[str, QWidget]]:
+        """Each analysis view's name and the widget pictured: the overview only, or ``every_view``; none before
+        an analysis."""
         a = self.analysis
         if a.report is None:
             return []
         return [
-            (Path(folder) / f"{chart.name}.png", chart.picture(getattr(a, chart.attr)))
+            (chart.name, chart.picture(getattr(a, chart.attr)))
             for chart in a.registry
             if every_view or chart.overview  # the overview is drawn ahead: saving it never stalls the window
         ]
 
+    def targets(self, folder: Path, every_view: bool = True) -> list[tuple[Path, QWidget]]:
+        """Where each analysis view (:meth:`views`) is saved."""
+        return [(Path(folder) / f"{name}.png", widget) for name, widget in self.views(every_view)]
+
     def _prerender(self) -> None:
-        self._to_prerender = [widget for _, widget in self.targets(Path(), every_view=False)]
+        self._to_prerender = [widget for _, widget in self.views(every_view=False)]
         self.prerendered = []
         self._prerender_timer.start(0)
 
     def _prerender_next(self) -> None:
-        """One overview chart grabbed, the next on a later turn; never while a merge runs or charts are saved
-        (the analysis is held then), where the grab is what this avoids."""
-        if not self._to_prerender or self.analysis.held or self.pending:
+        """One overview chart grabbed, the next on a later turn; never while a merge runs or charts are queued or
+        saved (the analysis is held then), where the grab is what this avoids."""
+        if not self._to_prerender or self.analysis.held:
             return
         widget = self._to_prerender.pop(0)
         if not self.analysis.draw_now(widget):  # drawn (it is, after ``drawn``): rendered once for grabs
