@@ -113,10 +113,8 @@ def merge(spec: MergeSpec, options: RunOptions | None = None, reporter: Reporter
 def check_ready(spec: MergeSpec) -> None:
     """Every value checked before any estimate or file is touched: base, agents, output, the parameters."""
     spec.check_base()
-    if not spec.agents:
-        raise InputError("no agents chosen; name at least one agent fine-tuned from the base")
-    if not spec.output:
-        raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
+    spec.check_agents()
+    spec.check_output()
     spec.resolved_params()
 
 

@@ -102,6 +102,53 @@ def test_a_variant_is_a_spec_delta_keyed_by_agent(tmp_path):
         variant_specs(shared, [Variant.parse("weighted-ties:weight.nobody=1")], tmp_path)
 
 
+def test_no_agents_and_no_output_are_one_error_each_with_one_message(tmp_path):
+    """A spec without agents, or without an output folder, is refused with one error class and one message by
+    every step (the merge, a comparison's variants, the search, the engine's own plan), each written once."""
+    from pathlib import Path
+
+    from ram_desktop import workflow
+    from ram_desktop.core.errors import NoAgents, NoOutput
+    from ram_desktop.evaluate.search import SearchOptions, search
+
+    agentless = MergeSpec.build("/m/base", [], tmp_path / "out", method="ram")
+    outless = MergeSpec.build("/m/base", ["/m/coder", "/m/tool"], None, method="ram")
+    options = SearchOptions(agentless, ["/suites/code"], [], tmp_path / "search", 2, ["ram"], 0)
+    cases = [
+        (
+            NoAgents,
+            "no agents chosen; name at least one agent fine-tuned from the base",
+            agentless,
+            [
+                agentless.check_agents,
+                lambda: workflow.check_ready(agentless),
+                lambda: core.merge_variants([agentless]),
+                lambda: search(options),
+            ],
+        ),
+        (
+            NoOutput,
+            "no output folder chosen; pass --out DIR (or choose one in the window)",
+            outless,
+            [
+                outless.check_output,
+                lambda: workflow.check_ready(outless),
+                lambda: core.merge_variants([outless]),
+            ],
+        ),
+    ]
+    package = Path(core.__file__).resolve().parents[1]
+    for error, text, _, steps in cases:
+        for step in steps:
+            with pytest.raises(error) as raised:
+                step()
+            assert isinstance(raised.value, InputError) and str(raised.value) == text
+        written = [p.name for p in package.rglob("*.py") if text.split(";")[0] in p.read_text()]
+        assert written == ["errors.py"], (text, written)
+    _spec().check_agents()
+    _spec().check_output()
+
+
 def test_no_base_is_one_error_with_one_message(tmp_path):
     """Every step that needs a base refuses a spec without one through ``MergeSpec.check_base``: one error class
     (an ``InputError``), one message, written once in the package."""

@@ -51,6 +51,26 @@ class NoBase(InputError):
         super().__init__(self.MESSAGE)
 
 
+class NoAgents(InputError):
+    """A merge, compare or search asked for with no agent: one message for every face and step (``MergeSpec.
+    check_agents`` and the engine's plan raise it)."""
+
+    MESSAGE = "no agents chosen; name at least one agent fine-tuned from the base"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)
+
+
+class NoOutput(InputError):
+    """A merge asked for with no output folder: one message for the merge, each compared variant and the window
+    (``MergeSpec.check_output`` raises it)."""
+
+    MESSAGE = "no output folder chosen; pass --out DIR (or choose one in the window)"
+
+    def __init__(self) -> None:
+        super().__init__(self.MESSAGE)
+
+
 class Cancelled(RamError):
     """The user cancelled the operation; partial output has been removed."""
 

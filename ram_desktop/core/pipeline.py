@@ -313,9 +313,9 @@ def _checked_variants(specs: list[MergeSpec]) -> tuple[list[MergeMethod], list[d
         if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
             raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
     first.check_base()
+    first.check_agents()
     for s in specs:
-        if not s.output:
-            raise InputError("no output folder chosen; pass --out DIR (or choose one in the window)")
+        s.check_output()
     methods = [get_method(s.method) for s in specs]
     return methods, [m.resolve(s.engine_params()) for m, s in zip(methods, specs)]
 

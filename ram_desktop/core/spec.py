@@ -22,7 +22,7 @@ import yaml
 from . import defaults
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
 from .engine.plan import Layout, check_agent_count
-from .errors import InputError, NoBase
+from .errors import InputError, NoAgents, NoBase, NoOutput
 from .recipe import (
     AGENT_KEYS,
     RECIPE_KEYS,
@@ -288,6 +288,16 @@ class MergeSpec:
         """Raises ``NoBase`` when no base model is chosen (every step that merges needs one)."""
         if not self.base:
             raise NoBase()
+
+    def check_agents(self) -> None:
+        """Raises ``NoAgents`` when no agent is chosen (every step that merges needs one)."""
+        if not self.agents:
+            raise NoAgents()
+
+    def check_output(self) -> None:
+        """Raises ``NoOutput`` when no output folder is chosen (a merge writes one)."""
+        if not self.output:
+            raise NoOutput()
 
     def engine_params(self) -> dict[str, Any]:
         """The parameters as the engine takes them: per-agent values as lists in agent order."""

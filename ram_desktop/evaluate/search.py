@@ -404,8 +404,7 @@ def search(
         raise InputError("no validation suites; give --suite SUITE... to score the trials on")
     spec = options.spec
     spec.check_base()
-    if not spec.agents:
-        raise InputError("no agents to merge; name at least one agent checkpoint")
+    spec.check_agents()
     include = tuple(str(p) for p in options.include_path)
     check_backend(options.backend, spec.device)
 

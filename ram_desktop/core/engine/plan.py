@@ -7,7 +7,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from ..errors import InputError, NoAgents
 from ..lazy import torch
 from ..storage.formats import Checkpoint, lora
 from ..storage.formats.base import ITEMSIZE_OF_NAME, SCALED_FLOAT_CODES, TensorInfo, torch_dtype
@@ -315,7 +315,7 @@ def make_plan(
     if vocab not in VOCAB_MODES:
         raise InputError(f"unknown vocab mode {vocab!r}; choose exact or common")
     if not agents:
-        raise InputError("no agents given; name at least one agent checkpoint to merge into the base")
+        raise NoAgents()
     if out_dtype not in OUT_DTYPES:
         raise InputError(f"unknown output dtype {out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
     if names is None:
