@@ -397,6 +397,35 @@ def test_no_room_of_the_window_imports_another_rooms_panel():
         assert not bad, f"{name} (room {room}) imports {sorted(bad)}"
 
 
+def test_no_panel_imports_another_panel():
+    """A panel shares what others need through the window's session model (``gui/session.py``), not through
+    another panel's widgets: no module defining a ``...Panel`` class imports another such module, and the
+    session model needs no Qt (it is the part a test or a script drives without a window)."""
+    modules = all_modules()
+    panels = {
+        name
+        for name, path in modules.items()
+        if name.startswith("ram_desktop.gui.")
+        and any(isinstance(n, ast.ClassDef) and n.name.endswith("Panel") for n in ast.parse(path.read_text()).body)
+    }
+    assert {"ram_desktop.gui.evaluate.panel", "ram_desktop.gui.evaluate.compare_panel"} <= panels, panels
+    for name in sorted(panels):
+        bad = imports_of(name, modules[name], modules) & (panels - {name})
+        assert not bad, f"{name} imports the panel module(s) {sorted(bad)}"
+    session = modules["ram_desktop.gui.session"]
+    assert not any("PySide6" in m for m in _imported_names(session)), "the session model imports Qt"
+
+
+def _imported_names(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names.add(node.module or "")
+    return names
+
+
 def test_the_engines_contracts_name_no_method():
     """``core/engine/contracts.py`` (what the passes read of a method) names no method: no string in its code and
     no identifier is a method's name (docstrings may mention one in prose)."""

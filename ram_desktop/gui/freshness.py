@@ -16,13 +16,13 @@ from .evaluate.panel import EvaluatePanel
 from .method.panel import MethodPanel
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
-from .session import REFRESH, Change, Part, Session
+from .session import REFRESH, Change, Part, Session, Topic
 from .sources.panel import SourcesPanel
 
 
 class FreshnessView:
     """Shows the session's freshness in the panels and the status bar, and reports the method's settings and the
-    scoring runs to the session. ``busy``: whether a job runs; ``merged``: the merge result shown (or None)."""
+    scoring runs to the session. ``busy``: whether a job runs."""
 
     def __init__(
         self,
@@ -30,11 +30,10 @@ class FreshnessView:
         panels: tuple[SourcesPanel, MethodPanel, AnalysisPanel, RunBox, ResultBox, EvaluatePanel, ComparePanel],
         status_bar: QStatusBar,
         busy: Callable[[], bool],
-        merged: Callable[[], Any],
     ) -> None:
         self.session = session
         self.sources, self.method, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare = panels
-        self._busy, self._merged = busy, merged
+        self._busy = busy
         self._method_key: tuple | None = None  # the method settings last seen: a change makes the merge stale
         self.status = QLabel()  # what is out of date, in the status line (every banner says it in place)
         self.status.setStyleSheet("color: #7a5a00; font-weight: bold;")
@@ -42,7 +41,7 @@ class FreshnessView:
         status_bar.addPermanentWidget(self.status)
         session.subscribe(self.show)
         self.compare.compare_finished.connect(lambda status: session.made(Part.COMPARE) if status == "done" else None)
-        self.evaluate.evaluation_finished.connect(self._scored)
+        session.watch(Topic.SCORES, self._scored)
 
     def show(self, part: Part, reason: str | None) -> None:
         """A banner at the top of ``part``'s area with the action that refreshes it, and the status line."""
@@ -80,7 +79,7 @@ class FreshnessView:
 
     def merged(self, out: Path) -> None:
         """A merge into ``out`` finished: its result is fresh; scores shown of a model it replaced are not."""
-        scored = self.evaluate.result
+        scored = self.session.scores
         if scored is not None and _holds(scored, out):
             self.session.changed(Change.MERGE)
         self.method_seen()
@@ -96,10 +95,10 @@ class FreshnessView:
             m.tokenizer.currentData(),
         )
 
-    def _scored(self, status: str) -> None:
-        """An evaluation ended: the merged model's scores are fresh when it was among the models scored."""
-        scored, merged = self.evaluate.result, self._merged()
-        if status == "done" and merged is not None and scored is not None and _holds(scored, merged.out):
+    def _scored(self, scored: Any) -> None:
+        """An evaluation's scores are shown: the merged model's are fresh when it was among the models scored."""
+        merged = self.session.result
+        if merged is not None and scored is not None and _holds(scored, merged.out):
             self.session.made(Part.SCORES)
 
 

@@ -29,7 +29,7 @@ from .analysis.charts import set_agent_slots
 from .analysis.panel import AnalysisPanel
 from .compute.dialog import ComputeFace
 from .evaluate.compare_panel import ComparePanel
-from .evaluate.panel import EvaluatePanel, ModelEntry
+from .evaluate.panel import EvaluatePanel
 from .evaluate.run_bar import duration
 from .evaluate.search_panel import SearchPanel
 from .freshness import FreshnessView
@@ -49,7 +49,7 @@ from .method.spec_form import (
 )
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
-from .session import Change, Part, Session
+from .session import Change, ModelEntry, Part, Session, SourcesState, Topic
 from .sources.panel import SourcesPanel
 from .widgets.common import (
     MessageBar,
@@ -89,17 +89,16 @@ class MainWindow(QMainWindow):
         self.settings = settings or QSettings()
         self.setWindowTitle(TITLE)  # Qt appends " — RAM Desktop" (applicationDisplayName)
         self.jobs = JobController(self)
-        self.session = Session()  # which results are shown and whether each is still fresh (docs/gui.md)
-        self.result: MergeResult | None = None
+        self.session = Session()  # what the panels share, and whether each result is still fresh (docs/gui.md)
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
         self.message = MessageBar()
-        self.sources = SourcesPanel()
+        self.sources = SourcesPanel(self.session)
         self.analysis = AnalysisPanel()
-        self.method = MethodPanel()
-        self.evaluate = EvaluatePanel(self.jobs)
-        self.compare = ComparePanel(self.evaluate, self.jobs)
-        self.search = SearchPanel(self.evaluate, self.jobs, lambda: self._ready_spec("Search"))
+        self.method = MethodPanel(self.session)
+        self.evaluate = EvaluatePanel(self.jobs, self.session)
+        self.compare = ComparePanel(self.session, self.jobs)
+        self.search = SearchPanel(self.session, self.jobs, lambda: self._ready_spec("Search"))
         self.run_box = RunBox(self.jobs)
         self.result_box = ResultBox(self.jobs)
         self.charts = ChartSaver(self.analysis, self.jobs)
@@ -117,7 +116,7 @@ class MainWindow(QMainWindow):
         self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
         panels = (self.sources, self.method, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare)
-        self.freshness = FreshnessView(self.session, panels, self.statusBar(), self.busy, lambda: self.result)
+        self.freshness = FreshnessView(self.session, panels, self.statusBar(), self.busy)
         self.stale_status = self.freshness.status
         self.menus = Menus(self)
         self.compute = ComputeFace(self, self.settings)  # status bar label, first-start offer, Settings → Compute
@@ -144,7 +143,7 @@ class MainWindow(QMainWindow):
                 self.sources.reject(text) if self.jobs.state in (JobState.ANALYSING, JobState.MERGING) else None
             )
         )
-        self.sources.changed.connect(self._sources_changed)
+        self.session.watch(Topic.SOURCES, self._sources_changed)
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
         self.method.changed.connect(self._method_changed)
@@ -183,6 +182,11 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.log_bridge.uninstall()
         super().closeEvent(event)
+
+    @property
+    def result(self) -> MergeResult | None:
+        """The merge result shown (the session's)."""
+        return self.session.result
 
     @property
     def report(self) -> ProbeReport | None:
@@ -239,19 +243,16 @@ class MainWindow(QMainWindow):
         base = self.sources.base
         return base.checkpoint.dtype if base is not None and base.checkpoint is not None else None
 
-    def _sources_changed(self) -> None:
+    def _sources_changed(self, sources: SourcesState) -> None:
+        """The Sources step changed (the session says; the method form and Evaluate follow it themselves)."""
         if self.message.kind == "error" and self.sources.error_gone(self.message.text.text()):
             self.message.hide()  # the row it told of was removed
-        self.method.set_agents(self.sources.identities)
-        set_agent_slots(self.sources.color_slots)
+        set_agent_slots(sources.color_slots)
         base = self.sources.base
         if base is not None and base.checkpoint is not None:
             self._default_folders(visible_folder(base.checkpoint.folder.parent), replace=False)
         self.title.follow()
-        self.evaluate.set_session_models(
-            base.spec if base else None, list(zip(self.sources.names, [r.spec for r in self.sources.agents]))
-        )
-        if not self.analysis.follow_sources(self._source_key(), self.sources.names):
+        if not self.analysis.follow_sources(self._source_key(), sources.names):
             self.session.changed(Change.SOURCES)  # the analysis and everything after it
         elif self.session.stale(Part.ANALYSIS):
             self.freshness.show(Part.ANALYSIS, self.session.stale(Part.ANALYSIS))  # its hint follows the rows
@@ -394,14 +395,14 @@ class MainWindow(QMainWindow):
         if options is None:
             return
         self.message.hide()
-        self.result = None
+        self.session.set_result(None)
         log.info("merging %d agents with %s into %s", len(spec.agents), spec.method, spec.output)
         self.jobs.start(
             JobState.MERGING, partial(run_merge, spec, options), partial(self._merged, key=self._source_key())
         )
 
     def _merged(self, result: MergeResult, key: tuple) -> None:
-        self.result = result
+        self.session.set_result(result)
         report = self.report
         if key == self._source_key() and (
             report is None or report.names != result.probe.names or self.analysis.report_key != key
@@ -411,7 +412,7 @@ class MainWindow(QMainWindow):
             self._method_changed()
         self.freshness.merged(result.out)
         self._show_result(result, [])
-        self.evaluate.add_model(ModelEntry(result.out.name, str(result.out), "merged"))
+        self.session.offer_model(ModelEntry(result.out.name, str(result.out), "merged"))
 
     def _show_result(self, result: MergeResult, charts: list[str]) -> None:
         self.run_box.show_state(1000, "Merge done", f"Merged in {duration(result.seconds)}")

@@ -1,13 +1,86 @@
-"""The window's session model, Qt-free: which results the window holds (the analysis, the merge result, the
-comparison, the merged model's scores) and whether each is still fresh. A change marks stale exactly what it
-invalidates (``INVALIDATES``, the table in docs/gui.md); panels subscribe and show it where the user looks.
-A first, minimal step towards the evented session model of ARCHITECTURE.md (issue 48): it holds freshness
-only, not the spec or the results themselves."""
+"""The window's session model, Qt-free and evented (docs/gui.md, "The session model"): what the panels share —
+the sources as the Sources step shows them, the scoring settings of Evaluate, the models offered for scoring,
+the merge result and the latest scores — and which results the window holds (the analysis, the merge result,
+the comparison, the merged model's scores) and whether each is still fresh. Panels write their part and watch
+the parts they show (``watch``); none reads another panel's widgets. A change marks stale exactly what it
+invalidates (``INVALIDATES``, the table in docs/gui.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
+
+from ..core import Agent
+from ..evaluate.cache import ScoreCache
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    """One agent row of the Sources step: ``key`` stays with it through reorder and rename (per-agent values
+    follow it), ``slot`` is its colour."""
+
+    key: int
+    name: str
+    source: str
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class SourcesState:
+    """The Sources step as a value: the base's source ("" while none), the agent rows in order, and whether
+    every row has opened without error."""
+
+    base: str = ""
+    agents: tuple[SourceRow, ...] = ()
+    ready: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self.agents]
+
+    @property
+    def identities(self) -> list[tuple[int, str]]:
+        return [(a.key, a.name) for a in self.agents]
+
+    @property
+    def color_slots(self) -> dict[str, int]:
+        return {a.name: a.slot for a in self.agents}
+
+    @property
+    def chosen(self) -> tuple[str, tuple[Agent, ...]]:
+        """What a spec takes: the base's source and the named agents in order."""
+        return self.base, tuple(Agent(a.name, a.source) for a in self.agents)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model the user may score: its name in tables, its folder (or Hub id) and what it is."""
+
+    name: str
+    source: str
+    kind: str  # base | agent | merged | variant | other
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How models are scored, as Evaluate shows it; Compare and Search score with the same: the ticked suites,
+    the batch size and the examples per suite (None: all)."""
+
+    suites: tuple[Any, ...] = ()
+    batch_size: int = 8
+    limit: int | None = None
+
+
+class Topic(Enum):
+    """A part of the session that panels watch; a watcher gets the part's new value."""
+
+    SOURCES = "sources"  # SourcesState
+    SCORING = "scoring"  # Scoring
+    MODEL_OFFERED = "model offered"  # a ModelEntry to add to the models to score
+    RESULT = "merge result"  # the MergeResult shown, or None
+    SCORES = "scores"  # the latest EvalResult of Evaluate
 
 
 class Part(Enum):
@@ -55,15 +128,55 @@ SINCE: dict[Part, str] = {
 Listener = Callable[[Part, "str | None"], None]
 
 
+@dataclass
 class Session:
-    """Which parts the window holds and why any is stale. ``made(part)``: a fresh result is shown;
+    """The window's shared state (see the module docstring). The values: ``sources``, ``scoring``, ``result``,
+    ``scores`` (each written by one panel through its ``set_`` method, which tells the topic's watchers) and the
+    scores cache every scoring run of the window shares. Freshness: ``made(part)``: a fresh result is shown;
     ``dropped(part)``: none is shown; ``changed(change)``: the parts held that it invalidates turn stale (returns
-    them). Listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
+    them). Freshness listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
 
-    def __init__(self) -> None:
-        self._held: dict[Part, str | None] = {}  # part -> None (fresh) or why it is stale
-        self._listeners: list[Listener] = []
+    sources: SourcesState = field(default_factory=SourcesState)
+    scoring: Scoring = field(default_factory=Scoring)
+    result: Any = None  # the MergeResult shown
+    scores: Any = None  # the latest EvalResult of Evaluate
+    score_cache: ScoreCache = field(default_factory=ScoreCache)
+    _held: dict[Part, str | None] = field(default_factory=dict, repr=False)  # part -> None (fresh) or why stale
+    _listeners: list[Listener] = field(default_factory=list, repr=False)
+    _watchers: dict[Topic, list[Callable[[Any], None]]] = field(default_factory=dict, repr=False)
 
+    # --- the shared values ----------------------------------------------------------------------------
+    def watch(self, topic: Topic, watcher: Callable[[Any], None]) -> None:
+        """Call ``watcher(value)`` whenever ``topic`` is written."""
+        self._watchers.setdefault(topic, []).append(watcher)
+
+    def _publish(self, topic: Topic, value: Any) -> None:
+        for watcher in list(self._watchers.get(topic, ())):
+            watcher(value)
+
+    def set_sources(self, sources: SourcesState) -> None:
+        """The Sources step changed (told even when equal: a row's state may have changed the window's actions)."""
+        self.sources = sources
+        self._publish(Topic.SOURCES, sources)
+
+    def set_scoring(self, scoring: Scoring) -> None:
+        if scoring != self.scoring:
+            self.scoring = scoring
+            self._publish(Topic.SCORING, scoring)
+
+    def offer_model(self, entry: ModelEntry) -> None:
+        """A model made in this session (a merge, a compared variant) is offered for scoring."""
+        self._publish(Topic.MODEL_OFFERED, entry)
+
+    def set_result(self, result: Any) -> None:
+        self.result = result
+        self._publish(Topic.RESULT, result)
+
+    def set_scores(self, scores: Any) -> None:
+        self.scores = scores
+        self._publish(Topic.SCORES, scores)
+
+    # --- freshness --------------------------------------------------------------------------------------
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 

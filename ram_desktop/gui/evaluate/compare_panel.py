@@ -38,8 +38,9 @@ from ...core import (
 )
 from ...workflow import CompareResult, compare
 from ..jobs import JobController, JobState
+from ..session import ModelEntry, Session, Topic
 from ..widgets.common import StaleBanner, WrappedLines
-from .panel import EvaluatePanel, ModelEntry
+from .code_notice import confirm_code
 from .run_bar import PanelJob, RunBar
 from .scores_view import ScoresView
 from .warm_up import import_transformers
@@ -98,9 +99,9 @@ class ComparePanel(QWidget):
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, evaluate_panel: EvaluatePanel, jobs: JobController, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session, jobs: JobController, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.evaluate, self.jobs = evaluate_panel, jobs
+        self.session, self.jobs = session, jobs
         self.last: CompareResult | None = None
 
         grid = QGridLayout()
@@ -195,8 +196,7 @@ class ComparePanel(QWidget):
         self.run.start_button.clicked.connect(self.run_requested)
         self.run.cancel_button.clicked.connect(self.cancel)
         self.folder.textChanged.connect(lambda _: self._update_actions())
-        self.evaluate.suites_loaded.connect(self._update_actions)
-        self.evaluate.suite_table.itemChanged.connect(lambda _: self._update_actions())
+        session.watch(Topic.SCORING, lambda _: self._update_actions())  # the suites it scores on
         self.rows[defaults.METHOD].check.setChecked(True)
         self._update_actions()
 
@@ -221,7 +221,7 @@ class ComparePanel(QWidget):
             row.check.setEnabled(not running)
             row.param.setEnabled(not running and row.has_params)
             row.values.setEnabled(not running and row.has_params)
-        suites = self.evaluate.checked_suites()
+        suites = self.session.scoring.suites
         self.summary.setText(
             f"Scored on the {len(suites)} suite{'s' * (len(suites) != 1)} ticked in Evaluate: "
             + ", ".join(s.name for s in suites)
@@ -242,12 +242,12 @@ class ComparePanel(QWidget):
             self.error.emit(str(e))
             return False
         folder = Path(self.folder.text().strip()).expanduser()
-        suites = self.evaluate.checked_suites()
-        if not self.evaluate.confirm_code(suites):
+        scoring = self.session.scoring
+        suites = list(scoring.suites)
+        if not confirm_code(self, suites, self.info.emit):
             return False
-        device, batch = spec.device, self.evaluate.batch_size.value()
-        limit = self.evaluate.limit.value() or None
-        cache = self.evaluate.cache
+        device, batch, limit = spec.device, scoring.batch_size, scoring.limit
+        cache = self.session.score_cache
         log.info("comparing %d variants into %s: %s", len(variants), folder, ", ".join(v.name for v in variants))
 
         def run(reporter) -> tuple[CompareResult, int]:
@@ -279,7 +279,7 @@ class ComparePanel(QWidget):
         result, reused = value
         self.last = result
         for merge in result.merges:
-            self.evaluate.add_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
+            self.session.offer_model(ModelEntry(merge.out.name, str(merge.out), "variant"))
         seconds = max(m.seconds for m in result.merges)  # one pass: every variant's merge takes the same time
         text = f"{len(result.merges)} variants merged in one pass ({seconds:.1f} s) into {result.folder}"
         evaluation = result.evaluation

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -21,7 +20,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QListWidget,
     QListWidgetItem,
-    QMessageBox,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -29,35 +27,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import (
-    MERGE_REPORT,
-    InputError,
-    demo_suites,
-    new_code_folders,
-    record_evaluation,
-    remember_code_folders,
-)
-from ...evaluate import EvalResult, ModelRef, Suite, load_suite, scorer_folders
-from ...evaluate.cache import ScoreCache
+from ...core import MERGE_REPORT, InputError, demo_suites, record_evaluation
+from ...evaluate import EvalResult, ModelRef, Suite, load_suite
 from ...workflow import evaluate
 from ..jobs import JobController, JobState
+from ..session import ModelEntry, Scoring, Session, SourcesState, Topic
 from ..widgets.common import StaleBanner
 from ..worker import Job
+from .code_notice import confirm_code
 from .run_bar import PanelJob, RunBar, duration
 from .scores_view import KIND_LABELS, ScoresView
 from .suites_table import SuitesTable
 from .warm_up import import_transformers
 
 log = logging.getLogger("ram_desktop")
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """A model the user may score: its name in tables, its folder (or Hub id) and what it is."""
-
-    name: str
-    source: str
-    kind: str  # base | agent | merged | variant | other
 
 
 def _count(n: int, noun: str) -> str:
@@ -83,21 +66,20 @@ class EvaluatePanel(QWidget):
     """Signals: ``evaluation_finished(status)`` ("done", "cancelled", "failed"); ``suites_loaded`` once added
     suites are in the table and Evaluate may start; ``error(str)`` and
     ``info(str)`` for the window's message bar. The evaluation runs through the window's job controller
-    ``jobs`` (state ``EVALUATING``), so nothing else runs meanwhile."""
+    ``jobs`` (state ``EVALUATING``), so nothing else runs meanwhile. It writes the ``session``'s scoring
+    settings and scores, and shows its sources and the models offered for scoring."""
 
     evaluation_finished = Signal(str)
     suites_loaded = Signal()
     error = Signal(str)
     info = Signal(str)
 
-    def __init__(self, jobs: JobController, parent: QWidget | None = None) -> None:
+    def __init__(self, jobs: JobController, session: Session, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.jobs = jobs
+        self.jobs, self.session = jobs, session
         self.suite_job: Job | None = None
         self.device = "auto"  # where models are scored: the method form's device (set_device)
         self.browse_dir = str(Path.home())
-        # scores of unchanged models on unchanged suites, reused by every later evaluation and compare
-        self.cache = ScoreCache()
 
         # suites
         self.suite_table = SuitesTable()
@@ -193,7 +175,22 @@ class EvaluatePanel(QWidget):
         self.export_png_button.clicked.connect(self._export_png_dialog)
         self.model_list.itemChanged.connect(lambda _: self._update_actions())
         self.suite_table.itemChanged.connect(lambda _: self._update_actions())
+        for changed in (self.suite_table.changed, self.suite_table.itemChanged, self.suites_loaded):
+            changed.connect(self._publish_scoring)
+        self.batch_size.valueChanged.connect(self._publish_scoring)
+        self.limit.valueChanged.connect(self._publish_scoring)
+        session.watch(Topic.SOURCES, self._follow_sources)
+        session.watch(Topic.MODEL_OFFERED, self.add_model)
         self._update_actions()
+
+    def _publish_scoring(self) -> None:
+        """The ticked suites, batch size and examples, for Compare and Search to score with."""
+        self.session.set_scoring(
+            Scoring(tuple(self.checked_suites()), self.batch_size.value(), self.limit.value() or None)
+        )
+
+    def _follow_sources(self, sources: SourcesState) -> None:
+        self.set_session_models(sources.base or None, [(a.name, a.source) for a in sources.agents])
 
     # --- suites -------------------------------------------------------------------------------
     def add_suites(self, sources: Sequence[str | Path]) -> None:
@@ -348,7 +345,7 @@ class EvaluatePanel(QWidget):
         refs = [ModelRef(e.name, e.source) for e in entries]
         for e in entries:
             self.kinds[e.source] = e.kind
-        if not self.confirm_code(suites):
+        if not confirm_code(self, suites, self.info.emit):
             return False
         device, batch, limit = self.device, self.batch_size.value(), self.limit.value() or None
         pythons = [str(s.scorer_spec.file) for s in suites if s.scorer_spec.kind == "python"]
@@ -356,7 +353,7 @@ class EvaluatePanel(QWidget):
             log.info("the evaluation runs the reward function file %s", file)
         log.info("evaluating %d models on %d suites (%s)", len(refs), len(suites), device)
 
-        cache = self.cache
+        cache = self.session.score_cache
 
         def run(reporter):
             import_transformers([r.source for r in refs])
@@ -365,36 +362,6 @@ class EvaluatePanel(QWidget):
             return result, record_evaluation(result), cache.hits - hits
 
         return self.task.start(run, self._succeeded, f"Loading {refs[0].name}…")
-
-    def confirm_code(self, suites: list[Suite]) -> bool:
-        """The first time ``suites`` run a python scorer from a folder RAM Desktop did not write, ask Run /
-        Cancel (docs/evaluate.md, Scorers). True when there is nothing new or the user chose Run; the
-        folders are then remembered and not asked about again."""
-        folders = scorer_folders(suites)
-        new = new_code_folders(folders)
-        if not new:
-            return True
-        listed = "\n".join(
-            f"• {folder}  ({', '.join(sorted({file for _, file in folders[folder]}))}; suite "
-            f"{', '.join(repr(name) for name, _ in folders[folder])})"
-            for folder in new
-        )
-        box = QMessageBox(QMessageBox.Icon.Warning, "Run code from a suite folder?", "", parent=self)
-        box.setObjectName("code_notice")
-        box.setText(f"This evaluation runs Python code from a folder RAM Desktop did not create:\n\n{listed}")
-        box.setInformativeText(
-            "A python scorer is a program: it runs with your rights (in a separate process, with a time "
-            "limit per batch). Run it only if you trust where the folder came from. You are asked once per folder."
-        )
-        run = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
-        box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
-        box.exec()
-        if box.clickedButton() is not run:
-            self.info.emit("Not started: the suite's scorer code was not run.")
-            return False
-        remember_code_folders(folders)
-        return True
 
     def cancel(self) -> None:
         self.task.cancel("Cancelling after this batch…")
@@ -429,6 +396,7 @@ class EvaluatePanel(QWidget):
     def show_result(self, result: EvalResult, kinds: dict[str, str] | None = None) -> None:
         """Show ``result``; rows of models scored before on the same suites stay (same source: replaced)."""
         self.scores.show_result(result, kinds)
+        self.session.set_scores(self.scores.result)
         self._update_actions()
 
     def _export_csv_dialog(self) -> None:

@@ -33,8 +33,8 @@ from PySide6.QtWidgets import (
 from ...core import METHODS, SEARCH_METHODS, InputError, MergeSpec
 from ...workflow import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
+from ..session import Session
 from ..widgets.common import WrappedLines
-from .panel import EvaluatePanel
 from .run_bar import PanelJob, RunBar
 from .warm_up import import_transformers
 
@@ -70,13 +70,13 @@ class SearchPanel(QWidget):
 
     def __init__(
         self,
-        evaluate_panel: EvaluatePanel,
+        session: Session,
         jobs: JobController,
         spec: Callable[[], MergeSpec | None],
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
-        self.evaluate, self.jobs, self.spec = evaluate_panel, jobs, spec
+        self.session, self.jobs, self.spec = session, jobs, spec
         self.trials: list[Trial] = []
         self.last: SearchResult | None = None
         self.blocker: str | None = None  # why the sources cannot be merged (the window's, as for Merge)
@@ -235,13 +235,13 @@ class SearchPanel(QWidget):
         options = SearchOptions(
             spec,
             self.validation_suites(),
-            self.evaluate.checked_suites(),
+            list(self.session.scoring.suites),
             Path(self.folder.text().strip()).expanduser(),
             self.trial_count.value(),
             methods,
             self.seed.value(),
-            batch_size=self.evaluate.batch_size.value(),
-            limit=self.evaluate.limit.value() or None,
+            batch_size=self.session.scoring.batch_size,
+            limit=self.session.scoring.limit,
         )
         self.clear()
         log.info("searching %d trials over %s into %s", options.trials, ", ".join(methods), options.folder)

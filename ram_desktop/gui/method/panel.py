@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, InputError, MergeMethod, defaults, list_devices
 from ...core.storage.output import free_folder
+from ..session import Session, Topic
 from .fields import ParamField, PerAgentField
 from .layer_map import BoundSlices, LayerMapView
 
@@ -70,7 +71,7 @@ class MethodPanel(QWidget):
     keep_agents = Signal(list)  # the agents to keep (the others removed), offered when a method merges fewer
     INVALID = "border: 2px solid #b3261e; border-radius: 3px;"
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.form = QFormLayout(self)
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
@@ -195,6 +196,8 @@ class MethodPanel(QWidget):
         index = self.method.findData(defaults.METHOD)
         self.method.setCurrentIndex(max(index, 0))
         self._rebuild()
+        if session is not None:  # per-agent values have a row per agent of the Sources step
+            session.watch(Topic.SOURCES, lambda sources: self.set_agents(sources.identities))
 
     @property
     def current(self) -> MergeMethod:

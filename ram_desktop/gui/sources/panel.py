@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from ...core import Agent, Checkpoint, ProgressEvent, human_bytes, open_checkpoint, weights_file_filter
 from ..analysis.charts import model_color
+from ..session import Session, SourceRow, SourcesState
 from ..worker import Job
 from .columns import ColumnFitter
 from .hub_dialog import HubDialog
@@ -37,14 +38,17 @@ OK_COLOR, ERROR_COLOR, BUSY_COLOR = QColor("#2a7d2a"), QColor("#b3261e"), QColor
 
 class SourcesPanel(QWidget):
     """Base + agents. Emits ``changed`` whenever the set, order or names change, ``error`` with a message
-    when a source cannot be opened, and ``browse_dir_changed`` with the last folder used."""
+    when a source cannot be opened, and ``browse_dir_changed`` with the last folder used. With a ``session``,
+    each change is written to it (``Session.set_sources``) before ``changed`` reaches anyone else."""
 
     changed = Signal()
     error = Signal(str)
     browse_dir_changed = Signal(str)
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        if session is not None:
+            self.changed.connect(lambda: session.set_sources(self.state))
         self.setAcceptDrops(True)
         self.base: Row | None = None
         self.agents: list[Row] = []
@@ -213,19 +217,18 @@ class SourcesPanel(QWidget):
         return [r.name for r in self.agents]
 
     @property
+    def state(self) -> SourcesState:
+        """The rows as a value (the session's ``sources``)."""
+        return SourcesState(
+            self.base.spec if self.base else "",
+            tuple(SourceRow(r.key, r.name, r.spec, r.slot) for r in self.agents),
+            self.all_ready(),
+        )
+
+    @property
     def chosen(self) -> tuple[str, tuple[Agent, ...]]:
         """The base's source ("" while none is chosen) and the agents in order, named: what a spec takes."""
-        return (self.base.spec if self.base else "", tuple(Agent(r.name, r.spec) for r in self.agents))
-
-    @property
-    def identities(self) -> list[tuple[int, str]]:
-        """(key, name) of each agent in order: the key stays with its agent through reorder and rename."""
-        return [(r.key, r.name) for r in self.agents]
-
-    @property
-    def color_slots(self) -> dict[str, int]:
-        """Each agent's colour slot by its name (``charts.set_agent_slots``)."""
-        return {r.name: r.slot for r in self.agents}
+        return self.state.chosen
 
     @property
     def busy(self) -> bool:
