@@ -552,3 +552,65 @@ def test_generation_failure_names_model_and_suite(lms, tmp_path, monkeypatch, ca
     assert_refused(
         capsys, tmp_path, [str(chat), "--suite", str(suite), "--batch-size", "2"], "model chat, suite 'gen'", fragment
     )
+
+
+def test_pooled_suites_share_one_pass_and_score_as_plain_greedy(lms, tmp_path, monkeypatch):
+    """Suites that generate alike share one generation pass when pooled (issue 46, item 3): fuller batches,
+    and every example's completion is still plain greedy decoding of its own prompt, so the scores are those of
+    suite-by-suite evaluation. A suite with its own max_new_tokens keeps its own pass; a scorer that fails
+    stops its suite only, not the other suite of its pass."""
+    chat, _ = lms
+    texts10 = [reference(chat, p, 10)[0] for p in PROMPTS]
+    texts4 = [reference(chat, p, 4)[0] for p in PROMPTS[:3]]
+    first = write_suite(
+        tmp_path / "first",
+        [{"prompt": p, "answer": t} for p, t in zip(PROMPTS[:4], texts10)],
+        "max_new_tokens: 10\nchat_template: false\n",
+    )
+    second = write_suite(
+        tmp_path / "second",
+        [{"prompt": p, "answer": "no"} for p in PROMPTS[4:]],
+        "max_new_tokens: 10\nchat_template: false\n",
+    )
+    short = write_suite(
+        tmp_path / "short",
+        [{"prompt": p, "answer": t} for p, t in zip(PROMPTS[:3], texts4)],
+        "max_new_tokens: 4\nchat_template: false\n",
+    )
+    suites = [load_suite(first), load_suite(short), load_suite(second)]
+    assert runner.suite_passes(suites, pooled=True) == [[0, 2], [1]]
+    assert runner.suite_passes(suites, pooled=False) == [[0], [1], [2]]
+
+    passes: list[tuple[int, int]] = []  # (prompts, max_new_tokens) of each generation pass
+    original = runner._generate
+
+    def counted(model, tokenizer, prompts, max_new_tokens, *args):
+        passes.append((len(prompts), max_new_tokens))
+        return original(model, tokenizer, prompts, max_new_tokens, *args)
+
+    monkeypatch.setattr(runner, "_generate", counted)
+    pooled = evaluate(model_refs([chat]), suites, device="cpu", batch_size=4, pool_suites=True)
+    assert passes == [(7, 10), (3, 4)]
+    passes.clear()
+    alone = evaluate(model_refs([chat]), suites, device="cpu", batch_size=4, pool_suites=False)
+    assert passes == [(4, 10), (3, 4), (3, 10)]
+    assert pooled.completions == alone.completions == [[texts10[:4], texts4, texts10[4:]]]
+    assert pooled.scores == alone.scores
+    assert pooled.scores[0][:2] == [1.0, 1.0]
+
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "bad.py").write_text(
+        "def reward(prompts, completions, **columns):\n    raise ValueError('no')\n"
+    )
+    broken = write_suite(
+        tmp_path / "broken",
+        [{"prompt": p} for p in PROMPTS[4:]],
+        "scorer: python:bad.py:reward\nmax_new_tokens: 10\nchat_template: false\n",
+    )
+    with pytest.raises(InputError) as raised:
+        evaluate(
+            model_refs([chat]), [load_suite(first), load_suite(broken)], device="cpu", batch_size=4, pool_suites=True
+        )
+    result = raised.value.result
+    assert result.scores[0][0] == 1.0 and result.completions[0][0] == texts10[:4]
+    assert [f.suite for f in result.failures] == ["broken"]

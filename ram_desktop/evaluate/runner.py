@@ -119,6 +119,7 @@ def evaluate(
     cache: ScoreCache | None = None,
     scorer_process: ScorerProcess | None = None,
     backend: str = vllm_backend.TRANSFORMERS,
+    pool_suites: bool | None = None,
 ) -> EvalResult:
     """Score every model on every suite (see the module docstring). ``limit`` keeps the first N
     examples of each suite. Python scorers are loaded (their files run, in their child process) here,
@@ -132,7 +133,10 @@ def evaluate(
     search's trials: its scorer files are loaded once); default a new one, ended on return. ``backend``:
     ``"transformers"`` (the model in this process) or ``"vllm"`` (``vllm_backend``: a CUDA GPU and vLLM, refused
     before any work without them; lm-eval tasks then run on lm-eval's own ``vllm`` model). An ``InMemoryModel``
-    is loaded from its tensors (transformers backend, no lm-eval tasks; never cached).
+    is loaded from its tensors (transformers backend, no lm-eval tasks; never cached). ``pool_suites``: suites
+    that generate alike share one generation pass (``suite_passes``; fuller batches); None: on a GPU, where a
+    batch costs about what one prompt does. Pooled or not, each example is its own greedy completion, so the
+    scores are the same up to floating-point differences that a different padded width can make.
 
     Raises ``InputError`` for bad input (suites a scorer cannot score, models that cannot be loaded,
     a scorer file that cannot load), ``ScoringFailed`` (an ``InputError`` carrying the finished
@@ -174,7 +178,18 @@ def evaluate(
             _resolve(ref, reporter) if w is None else _in_memory(ref, Path(ref.source)) for ref, w in zip(refs, weights)
         ]
         result = _evaluate(
-            resolved, own_suites, scorers, torch_device, batch_size, reporter, threads, start, cache, backend, weights
+            resolved,
+            own_suites,
+            scorers,
+            torch_device,
+            batch_size,
+            reporter,
+            threads,
+            start,
+            cache,
+            backend,
+            weights,
+            torch_device.type == "cuda" if pool_suites is None else pool_suites,
         )
     return (
         _with_lm_eval(result, resolved, tasks, torch_device, batch_size, limit, reporter, backend) if tasks else result
@@ -231,6 +246,7 @@ def _evaluate(
     cache: ScoreCache | None,
     backend: str = vllm_backend.TRANSFORMERS,
     weights: Sequence[Tensors] = (),
+    pooled: bool = False,
 ) -> EvalResult:
     refs = [ref for ref, _, _ in resolved]
     weights = list(weights) or [None] * len(resolved)
@@ -269,6 +285,7 @@ def _evaluate(
                     threads is None,
                     backend,
                     tensors,
+                    pooled,
                 )
                 if todo
                 else ([], [])
@@ -377,6 +394,18 @@ class _Progress:
         self.report(f"{model} · {suite} · {self.model_tokens / elapsed:.1f} tokens/s")
 
 
+def suite_passes(suites: Sequence[Suite], pooled: bool) -> list[list[int]]:
+    """The generation passes over ``suites``, each a list of suite positions generated together. Pooled, the
+    suites that generate alike (the same ``max_new_tokens``: greedy decoding has no other setting) share one
+    pass, in order of first appearance, so small suites fill a batch together; else each suite is its own pass."""
+    if not pooled:
+        return [[k] for k in range(len(suites))]
+    passes: dict[int, list[int]] = {}
+    for k, suite in enumerate(suites):
+        passes.setdefault(suite.max_new_tokens, []).append(k)
+    return list(passes.values())
+
+
 def _complete(
     ref: ModelRef,
     folder: Path,
@@ -389,54 +418,76 @@ def _complete(
     pick_threads: bool = False,
     backend: str = vllm_backend.TRANSFORMERS,
     tensors: Tensors = None,
+    pooled: bool = False,
 ) -> tuple[list[list[str]], list[list[float] | None]]:
-    """Load one model, generate the completions of every suite (in suite order) and score each batch as it
-    comes, free the model. A scorer that fails adds to ``failures``: the rest of that suite is neither
-    generated nor scored, for this model and the later ones (its rewards are None); other suites go on.
-    ``pick_threads``: generate with ``model_threads``' choice for this model. ``tensors``: its weights, held in
-    memory (``InMemoryModel``)."""
+    """Load one model, generate the completions of every suite and score each batch as it comes, free the
+    model. A scorer that fails adds to ``failures``: the rest of that suite is neither scored nor counted (nor
+    generated, once no suite of its pass is left), for this model and the later ones (its rewards are None);
+    other suites go on. ``pick_threads``: generate with ``model_threads``' choice for this model. ``tensors``:
+    its weights, held in memory (``InMemoryModel``). ``pooled``: suites that generate alike share a pass
+    (``suite_passes``); each example's prompt and greedy completion are its own either way."""
     progress.report(f"loading {ref.name}")
-    per_suite: list[list[str]] = []
-    per_suite_rewards: list[list[float] | None] = []
+    texts = [[""] * len(s) for s in suites]
+    rewards = [[0.0] * len(s) for s in suites]
+    failed = [False] * len(suites)
+    generated = [0] * len(suites)
+
+    def fail(k: int, error: InputError) -> None:
+        failures.append(ScoreFailure(ref.name, suites[k].name, f"model {ref.name}, {error}"))
+        progress.skip(len(suites[k]) - generated[k])
+        failed[k] = True
+
     with _generator(folder, ref.name, device, backend, pick_threads, tensors) as (tokenizer, generate):
         progress.report(f"generating with {ref.name}")
         progress.start_model()
-        for suite, scorer in zip(suites, scorers):
-            texts, rewards, failed = [""] * len(suite), [0.0] * len(suite), False
-            if any(f.suite == suite.name for f in failures):
-                progress.skip(len(suite))
-                per_suite.append(texts)
-                per_suite_rewards.append(None)
+        for group in suite_passes(suites, pooled):
+            for k in group:
+                if any(f.suite == suites[k].name for f in failures):  # failed with an earlier model
+                    progress.skip(len(suites[k]))
+                    failed[k] = True
+            group = [k for k in group if not failed[k]]
+            if not group:
                 continue
-            prompts = prompt_ids(tokenizer, suite, ref.name)
-            where = f"model {ref.name}, suite {suite.name!r}"
-            generated = 0
+            owners: list[tuple[int, int]] = []  # pooled prompt -> (suite, example)
+            prompts: list[list[int]] = []
+            for k in group:
+                ids = prompt_ids(tokenizer, suites[k], ref.name)
+                prompts += ids
+                owners += [(k, i) for i in range(len(ids))]
+            named = ", ".join(repr(suites[k].name) for k in group)
+            where = f"model {ref.name}, suite{'s' * (len(group) > 1)} {named}"
             # a batch is scored while the next one is generated: its rewards are collected after that
-            pending: tuple[list[int], Callable[[], list[float]]] | None = None
-            batches = generate(prompts, suite.max_new_tokens, batch_size, progress.reporter, where)
+            pending: list[tuple[int, list[int], Callable[[], list[float]]]] = []
+            batches = generate(prompts, suites[group[0]].max_new_tokens, batch_size, progress.reporter, where)
             for batch in itertools.chain(batches, [None]):
-                try:
-                    if pending is not None:
-                        indices, receive = pending
-                        for i, reward in zip(indices, receive()):
-                            rewards[i] = reward
-                        pending = None
-                    if batch is not None:
-                        indices, outputs, tokens = batch
-                        for i, text in zip(indices, outputs):
-                            texts[i] = text
-                        progress.batch(ref.name, suite.name, len(indices), tokens)
-                        generated += len(indices)
-                        pending = (indices, scorer.submit(suite, outputs, indices))
-                except InputError as e:  # the scorer failed (its code, its limit or its process)
-                    failures.append(ScoreFailure(ref.name, suite.name, f"model {ref.name}, {e}"))
-                    progress.skip(len(suite) - generated)
-                    failed = True
+                for k, indices, receive in pending:
+                    if not failed[k]:
+                        try:
+                            for i, reward in zip(indices, receive()):
+                                rewards[k][i] = reward
+                        except InputError as e:  # the scorer failed (its code, its limit or its process)
+                            fail(k, e)
+                pending = []
+                if batch is None or all(failed[k] for k in group):
                     break
-            per_suite.append(texts)
-            per_suite_rewards.append(None if failed else rewards)
+                rows, outputs, tokens = batch
+                by_suite: dict[int, tuple[list[int], list[str]]] = {}
+                for row, text in zip(rows, outputs):
+                    k, i = owners[row]
+                    if not failed[k]:
+                        texts[k][i] = text
+                        by_suite.setdefault(k, ([], []))[0].append(i)
+                        by_suite[k][1].append(text)
+                counted = sum(len(indices) for indices, _ in by_suite.values())
+                progress.batch(ref.name, ", ".join(suites[k].name for k in by_suite), counted, tokens)
+                for k, (indices, outputs_k) in by_suite.items():
+                    generated[k] += len(indices)
+                    try:
+                        pending.append((k, indices, scorers[k].submit(suites[k], outputs_k, indices)))
+                    except InputError as e:
+                        fail(k, e)
         del tokenizer, generate
-    return per_suite, per_suite_rewards
+    return texts, [None if failed[k] else rewards[k] for k in range(len(suites))]
 
 
 Generate = Callable[[list[list[int]], int, int, Reporter, str], Iterator[tuple[list[int], list[str], int]]]
