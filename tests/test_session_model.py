@@ -23,6 +23,7 @@ def test_each_topic_tells_its_watchers_the_new_value_and_only_them():
     s.set_scores("some scores")
     assert heard == {
         Topic.SOURCES: [sources],
+        Topic.ANALYSIS: [],  # written by set_analysis only (its own test)
         Topic.SCORING: [Scoring(("suite",), 4, 10)],
         Topic.MODEL_OFFERED: [ModelEntry("merged", "/out", "merged")],
         Topic.RESULT: ["a result"],
@@ -55,3 +56,19 @@ def test_the_session_model_runs_without_qt():
         "s.set_sources(SourcesState('b')); assert seen == [SourcesState('b')]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_analysis_written_is_fresh_a_relabelled_one_keeps_its_freshness_and_none_drops_it():
+    from ram_desktop.gui.session import Change, Part
+
+    s = Session()
+    shown: list = []
+    s.watch(Topic.ANALYSIS, shown.append)
+    s.set_analysis("report", ("base", ("a",), "1e-5"))
+    assert s.held(Part.ANALYSIS) and s.stale(Part.ANALYSIS) is None and s.analysis_key == ("base", ("a",), "1e-5")
+    s.changed(Change.SOURCES)
+    s.relabel_analysis("report, renamed")
+    assert s.stale(Part.ANALYSIS) == "The sources changed since this analysis"  # still stale: same statistics
+    s.set_analysis(None)
+    assert not s.held(Part.ANALYSIS) and s.analysis_key is None
+    assert shown == ["report", "report, renamed", None]

@@ -94,7 +94,7 @@ class MainWindow(QMainWindow):
         self._analyse_when_ready = False
         self.message = MessageBar()
         self.sources = SourcesPanel(self.session)
-        self.analysis = AnalysisPanel()
+        self.analysis = AnalysisPanel(self.session)
         self.method = MethodPanel(self.session)
         self.evaluate = EvaluatePanel(self.jobs, self.session)
         self.compare = ComparePanel(self.session, self.jobs)
@@ -190,8 +190,8 @@ class MainWindow(QMainWindow):
 
     @property
     def report(self) -> ProbeReport | None:
-        """The analysis shown (kept by the analysis panel)."""
-        return self.analysis.report
+        """The analysis shown (the session's)."""
+        return self.session.analysis
 
     # --- messages and log ---------------------------------------------------------------------
     @Slot(str, str)
@@ -282,11 +282,11 @@ class MainWindow(QMainWindow):
             self.analysis.update_method(self.method.current, {}, "base", None)
             self.freshness.method_seen()
             return
-        key = self.analysis.report_key
+        key = self.session.analysis_key
         if key is not None and self.method.eps.text().strip() != key[2]:
             self.session.changed(Change.EPS)
         self.freshness.method_changed()  # the merge result and the comparison
-        params, dtype = engine_params(self.sources.chosen[1], self.method), self.method.out_dtype.currentData()
+        params, dtype = engine_params(self.session.sources.chosen[1], self.method), self.method.out_dtype.currentData()
         self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
 
     # --- background jobs ----------------------------------------------------------------------
@@ -320,12 +320,12 @@ class MainWindow(QMainWindow):
     def spec(self) -> MergeSpec:
         """The spec the widgets describe (the window's one way to a merge or a recipe; ``.resolved()`` states
         every parameter, as a saved recipe does). Raises ``InputError`` when ε is not a number."""
-        return read_spec(*self.sources.chosen, self.method)
+        return read_spec(*self.session.sources.chosen, self.method)
 
     def _checked_spec(self) -> MergeSpec | None:
         """The spec, validated as the engine will validate it; None after showing why not."""
         try:
-            return checked_spec(*self.sources.chosen, self.method)
+            return checked_spec(*self.session.sources.chosen, self.method)
         except InputError as e:
             self.show_error(str(e))
             return None
@@ -356,8 +356,7 @@ class MainWindow(QMainWindow):
 
         def done(report: ProbeReport) -> None:
             self.sources.reject("")  # the analysis took every row
-            self.analysis.show_report(report, key)
-            self.session.made(Part.ANALYSIS)
+            self.session.set_analysis(report, key)
             self._method_changed()
             text = (
                 f"Analysed {report.params:,} elements in {report.tensors} tensors "
@@ -405,10 +404,9 @@ class MainWindow(QMainWindow):
         self.session.set_result(result)
         report = self.report
         if key == self._source_key() and (
-            report is None or report.names != result.probe.names or self.analysis.report_key != key
+            report is None or report.names != result.probe.names or self.session.analysis_key != key
         ):
-            self.analysis.show_report(result.probe, key)
-            self.session.made(Part.ANALYSIS)
+            self.session.set_analysis(result.probe, key)
             self._method_changed()
         self.freshness.merged(result.out)
         self._show_result(result, [])
@@ -453,8 +451,7 @@ class MainWindow(QMainWindow):
         self.method.forget_agents()  # another set of agents: the demo's suites and a file's layer map go
         self.setWindowTitle(TITLE)
         self.sources.clear()
-        self.analysis.show_report(None)
-        self.session.dropped(Part.ANALYSIS)
+        self.session.set_analysis(None)
         self._analyse_when_ready = analyse
         self.sources.set_base(base)
         for i, spec in enumerate(agents):

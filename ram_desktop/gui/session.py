@@ -77,6 +77,7 @@ class Topic(Enum):
     """A part of the session that panels watch; a watcher gets the part's new value."""
 
     SOURCES = "sources"  # SourcesState
+    ANALYSIS = "analysis"  # the ProbeReport shown (or None); the session's analysis_key says what it measured
     SCORING = "scoring"  # Scoring
     MODEL_OFFERED = "model offered"  # a ModelEntry to add to the models to score
     RESULT = "merge result"  # the MergeResult shown, or None
@@ -130,13 +131,15 @@ Listener = Callable[[Part, "str | None"], None]
 
 @dataclass
 class Session:
-    """The window's shared state (see the module docstring). The values: ``sources``, ``scoring``, ``result``,
-    ``scores`` (each written by one panel through its ``set_`` method, which tells the topic's watchers) and the
+    """The window's shared state (see the module docstring). The values: ``sources``, ``analysis``, ``scoring``,
+    ``result``, ``scores`` (each written by one panel through its ``set_`` method, which tells the topic's watchers) and the
     scores cache every scoring run of the window shares. Freshness: ``made(part)``: a fresh result is shown;
     ``dropped(part)``: none is shown; ``changed(change)``: the parts held that it invalidates turn stale (returns
     them). Freshness listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
 
     sources: SourcesState = field(default_factory=SourcesState)
+    analysis: Any = None  # the ProbeReport shown
+    analysis_key: tuple | None = None  # what it measured (the window's sources-and-ε key)
     scoring: Scoring = field(default_factory=Scoring)
     result: Any = None  # the MergeResult shown
     scores: Any = None  # the latest EvalResult of Evaluate
@@ -158,6 +161,20 @@ class Session:
         """The Sources step changed (told even when equal: a row's state may have changed the window's actions)."""
         self.sources = sources
         self._publish(Topic.SOURCES, sources)
+
+    def set_analysis(self, report: Any, key: tuple | None = None) -> None:
+        """A new analysis is shown (fresh), or none (``report`` None)."""
+        self.analysis, self.analysis_key = report, key if report is not None else None
+        self._publish(Topic.ANALYSIS, report)
+        if report is None:
+            self.dropped(Part.ANALYSIS)
+        else:
+            self.made(Part.ANALYSIS)
+
+    def relabel_analysis(self, report: Any) -> None:
+        """The analysis shown, with its agents renamed: the same statistics, so its freshness stays as it is."""
+        self.analysis = report
+        self._publish(Topic.ANALYSIS, report)
 
     def set_scoring(self, scoring: Scoring) -> None:
         if scoring != self.scoring:

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
+from ..session import Session, Topic
 from ..widgets.common import StaleBanner
 from .charts import HEAT_SCALE, ColourScale, DensityChart, LayerDensityChart, OverlapPies, agent_color
 from .inspect_charts import IntersectionChart, PairsChart, UlpHistogram, WouldKeepChart
@@ -213,8 +214,11 @@ class AnalysisPanel(QWidget):
     would_keep: WouldKeepChart
     layers: LayerDensityChart
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, session: Session | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.session = session
+        if session is not None:  # the analysis shown is the session's
+            session.watch(Topic.ANALYSIS, lambda report: self.show_report(report, session.analysis_key))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.placeholder = QLabel(
@@ -383,7 +387,11 @@ class AnalysisPanel(QWidget):
         if key != self.report_key:
             return False
         if self.report.names != names:
-            self.show_report(self.report.renamed(names, [a.source for a in self.report.agents]), key)
+            renamed = self.report.renamed(names, [a.source for a in self.report.agents])
+            if self.session is not None:
+                self.session.relabel_analysis(renamed)
+            else:
+                self.show_report(renamed, key)
         return True
 
     def set_stale(self, message: str | None) -> None:
