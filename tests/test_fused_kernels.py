@@ -235,9 +235,9 @@ def test_merge_kernel_matches_reference(dtype, out_dtype, n_agents, eps):
             assert np.array_equal(sum(p.hist for p in parts), hist)
             assert all(p.finite for p in parts)
             if lams is not None:
-                assert np.array_equal(sum(p.survival for p in parts), survival)
+                assert np.array_equal(sum(p.observed for p in parts), survival)
             else:
-                assert all(p.survival is None for p in parts)
+                assert all(p.observed is None for p in parts)
     # the pattern histogram has every pattern and the survival counts something on both sides
     assert (hist > 0).all()
     counted = kernels.count_patterns(base, agents, eps, compute)
@@ -281,9 +281,9 @@ def test_group_kernel_gives_each_variant_the_reference(dtype, out_dtype, n_agent
             assert np.array_equal(_bits(got), _bits(theta)), (chunk, k)
             assert all(p[k].finite for p in parts)
             if surv:
-                assert np.array_equal(sum(p[k].survival for p in parts), survival), (chunk, k)
+                assert np.array_equal(sum(p[k].observed for p in parts), survival), (chunk, k)
             else:
-                assert all(p[k].survival is None for p in parts)
+                assert all(p[k].observed is None for p in parts)
             if k == 0:
                 assert np.array_equal(sum(p[0].hist for p in parts), hist)
             else:
@@ -373,7 +373,7 @@ def test_pattern_histogram_counts_runs_of_one_pattern_and_every_pattern(n_agents
             chunk,
         )
         assert np.array_equal(sum(p.hist for p in parts), hist), chunk
-        survival = np.asarray(sum(p.survival for p in parts))
+        survival = np.asarray(sum(p.observed for p in parts))
         assert np.array_equal(survival[1], unique) and np.array_equal(survival[0], unique), chunk
         parts = _chunked(
             lambda b, a: ram_family.selective_merge_into(b, a, 1e-5, torch.float32, torch.bfloat16, None, True, False),
@@ -432,7 +432,7 @@ def test_survival_counts_zeros_of_either_sign_as_equal(out_dtype, tiny):
     moved = int((ram != plus).sum())
     assert moved == 1
     done = ram_family.selective_merge_into(base, [agent], 0.0, torch.float32, out_dtype, [2.0], False, True)
-    merged, finite, survival = done.merged, done.finite, done.survival
+    merged, finite, survival = done.merged, done.finite, done.observed
     assert finite and np.array_equal(_bits(merged), _bits(plus))
     assert np.asarray(survival).tolist() == [[moved], [2]]
 

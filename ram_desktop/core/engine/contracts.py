@@ -2,8 +2,9 @@
 in, the engine reads them and never imports the methods.
 
 ``Streaming`` says how the merge pass feeds a method (chunk shape, threads, θ or τ, its fused kernel, extra
-inputs); ``Collector`` / ``SliceCollector`` gather whole-model statistics in pass 1; ``Observer`` watches
-every merged chunk; ``FusedKernel`` is a method's fused CPU merge of one chunk from its stored slices.
+inputs); ``Collector`` / ``SliceCollector`` gather whole-model statistics in pass 1; ``Observer`` /
+``SliceObserver`` watch every merged chunk; ``FusedKernel`` is a method's fused CPU merge of one chunk from its
+stored slices.
 ``MergingMethod`` is the part of a method a ``passes.PassOutput`` holds.
 """
 
@@ -56,24 +57,34 @@ class Observer(Protocol):
     def finish(self) -> Any: ...
 
 
+@runtime_checkable
+class SliceObserver(Observer, Protocol):
+    """An observer that can also take what its method's ``FusedKernel``, asked to ``observe``, counted of a chunk
+    while merging it (``KernelResult.observed``): ``observe_slices(slices, observed)`` then stands for
+    ``observe``. The engine hands ``observed`` over unread; only the method knows what it holds. A variant whose
+    observer is not a ``SliceObserver`` takes the torch path."""
+
+    def observe_slices(self, slices: StoredSlices, observed: Any) -> None: ...
+
+
 class FusedKernel(Protocol):
     """A method's fused CPU merge of one chunk from its stored slices (built on ``kernels``' primitives), the
     same bits as its ``merge``: ``counts`` asks for the update-pattern histogram too where the kernel counts
-    it in the same pass, ``survival`` for the observer's counts. None when the kernels do not cover the
-    slices."""
+    it in the same pass, ``observe`` for what the variant's ``SliceObserver`` takes (``KernelResult.observed``).
+    None when the kernels do not cover the slices."""
 
-    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool, /) -> KernelResult | None: ...
+    def __call__(self, slices: StoredSlices, context: Any, counts: bool, observe: bool, /) -> KernelResult | None: ...
 
 
 class FusedGroupKernel(Protocol):
     """Several variants of one method family merged from the same stored slices in one pass over them: the work
     they share per element done once, the same bits as each member's ``FusedKernel``. ``members``: each
-    variant's ``FusedKernel`` (one of the family's) and context; ``survival``: per member. Results in member
+    variant's ``FusedKernel`` (one of the family's) and context; ``observe``: per member. Results in member
     order, the first carrying the histogram when ``counts`` asks for it; None when the kernels do not cover the
     slices."""
 
     def __call__(
-        self, slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, survival: list[bool], /
+        self, slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, observe: list[bool], /
     ) -> list[KernelResult] | None: ...
 
 

@@ -46,7 +46,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -316,14 +316,16 @@ class KernelResult:
     """What a fused kernel gives for one slice: ``merged`` (θ in the output dtype, as numpy bits for numpy
     slices or a tensor for tensors; None for a kernel that only counts), whether every τ is ``finite``
     (otherwise the results are incomplete and the caller raises), the update-pattern histogram ``hist``
-    (2^N int64) when asked for, and RAM+'s ``[2, N]`` rescale ``survival`` counts when asked for. ``in_range``: the
-    kernel checked every merged value as it wrote it and found none beyond the output dtype (±Inf, NaN), so the
-    writer need not read the slice again to check (False: not checked, or found; the writer checks)."""
+    (2^N int64) when asked for, and what the method's observer takes of the chunk (``observed``, the method's
+    own value, which the engine hands to ``contracts.SliceObserver.observe_slices`` unread) when asked for.
+    ``in_range``: the kernel checked every merged value as it wrote it and found none beyond the output dtype
+    (±Inf, NaN), so the writer need not read the slice again to check (False: not checked, or found; the writer
+    checks)."""
 
     merged: torch.Tensor | np.ndarray | None
     finite: bool
     hist: np.ndarray | None = None
-    survival: np.ndarray | None = None
+    observed: Any = None
     in_range: bool = False
 
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .chunks import (
     prefetch_chunks,
     thread_workspace,
 )
-from .contracts import Collector, MergingMethod, Observer, SliceCollector
+from .contracts import Collector, MergingMethod, Observer, SliceCollector, SliceObserver
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
 from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
@@ -323,17 +323,10 @@ def _stored_agents(job: Any) -> bool:
     return not any(lora.is_delta_file(a.file) for a in job.agents)
 
 
-@runtime_checkable
-class _CountsObserver(Protocol):
-    """An observer that also takes a fused kernel's ``survival`` counts for an output dtype."""
-
-    def add_counts(self, dtype: str, changed: np.ndarray) -> None: ...
-
-
 def _fusable(variant: PassOutput) -> bool:
-    """The method has a fused kernel, and its observer (if any) takes the kernel's counts."""
+    """The method has a fused kernel, and its observer (if any) takes what the kernel observes."""
     observer = variant.observer
-    return variant.method.streaming.fused is not None and (observer is None or isinstance(observer, _CountsObserver))
+    return variant.method.streaming.fused is not None and (observer is None or isinstance(observer, SliceObserver))
 
 
 def _fused_merges(
@@ -353,13 +346,13 @@ def _fused_merges(
         group = [variants[k] for k in members]
         fused = [f for v in group if (f := v.method.streaming.fused) is not None]
         assert len(fused) == len(group)  # _fusable
-        survival = [v.observer is not None for v in group]
+        observe = [v.observer is not None for v in group]
         if len(group) > 1:
             group_kernel = group[0].method.streaming.fused_group
             assert group_kernel is not None
-            done = group_kernel(slices, [(f, v.context) for f, v in zip(fused, group)], counting, survival)
+            done = group_kernel(slices, [(f, v.context) for f, v in zip(fused, group)], counting, observe)
         else:
-            one = fused[0](slices, group[0].context, counting, survival[0])
+            one = fused[0](slices, group[0].context, counting, observe[0])
             done = None if one is None else [one]
         if done is None:
             return None
@@ -380,8 +373,8 @@ def _fused_merges(
             assert accumulator is not None and hist is not None  # counting: asked of the kernel, or counted above
             accumulator.add_pattern_counts(slices.index, hist)
         if variant.observer is not None:
-            assert isinstance(variant.observer, _CountsObserver) and result.survival is not None  # _fusable; asked for
-            variant.observer.add_counts(job.out_name, result.survival)
+            assert isinstance(variant.observer, SliceObserver)  # _fusable
+            variant.observer.observe_slices(slices, result.observed)
         assert result.merged is not None  # a merge kernel gives the merged slice
         outputs.append((result.merged, result.in_range))
     return outputs

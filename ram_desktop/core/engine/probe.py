@@ -1,4 +1,4 @@
-"""Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and RAM+ rounding survival.
+"""Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and the λ* rounding-survival histograms.
 
 Counts are over the whole model (docs/engine.md, λ from whole-model counts): the accumulator sums per-chunk histograms.
 """
@@ -255,7 +255,7 @@ class ProbeAccumulator:
         else:
             hist = torch.bincount(pattern, minlength=1 << n).cpu()
         self.add_pattern_counts(chunk.job_index, hist)
-        if self.with_survival and int(hist[_unique_patterns(n)].sum()) > 0:
+        if self.with_survival and int(hist[one_agent_patterns(n)].sum()) > 0:
             # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
             # and its agent, and one bincount for all agents and dtypes.
             base = chunk.base
@@ -263,7 +263,7 @@ class ProbeAccumulator:
             owner = torch.index_select(
                 agent_of, 0, pattern, out=chunk.scratch("owner", tuple(pattern.shape), torch.int32)
             )
-            idx = _flatnonzero(owner >= 0)
+            idx = flatnonzero(owner >= 0)
             agent = owner.index_select(0, idx).long()
             x = base.index_select(0, idx)
             tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
@@ -393,7 +393,7 @@ def _pattern_table(n: int) -> np.ndarray:
     return table
 
 
-def _flatnonzero(mask: torch.Tensor) -> torch.Tensor:
+def flatnonzero(mask: torch.Tensor) -> torch.Tensor:
     """Indices of the true elements; numpy's scan is several times faster than torch's on CPU."""
     if mask.device.type == "cpu":
         return torch.from_numpy(np.flatnonzero(mask.numpy()))
@@ -401,7 +401,8 @@ def _flatnonzero(mask: torch.Tensor) -> torch.Tensor:
 
 
 @functools.cache
-def _unique_patterns(n: int) -> torch.Tensor:
+def one_agent_patterns(n: int) -> torch.Tensor:
+    """The update patterns 2^t of the elements only agent t updates."""
     return torch.tensor([1 << t for t in range(n)], dtype=torch.int64)
 
 
@@ -531,45 +532,3 @@ def save_cached(report: ProbeReport) -> None:
         tmp.replace(path)
     except OSError:
         pass  # the cache is an optimisation; a read-only home must not fail a merge
-
-
-def rescale_changes(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
-    """Exact rounding survival of one merged chunk: ``[2, N]`` int64, row 0 the number of each agent's
-    unique elements whose merged (rescaled) value differs from the unscaled RAM value round(x + τ)
-    in the output dtype of ``merged``, row 1 the number of its unique elements.
-
-    ``merged`` is θ as written (base + λ_t·τ_t rounded once); the RAM value is rounded the same way
-    (float32 sum, one rounding on store), so this counts exactly what the RAM+ rescale changed.
-    With the update pattern and ``chunk.masked_sum`` (Σ_t [m_t]·τ_t, which is τ_t where only agent t
-    updates) this is a few full-width operations and one bincount of pattern + 2^N·[changed]; the
-    elements of other patterns land in bins that are not read.
-    """
-    n = chunk.n_agents
-    if n > PATTERN_MAX_AGENTS:
-        return _rescale_changes_gather(chunk, merged)
-    size = tuple(merged.shape)
-    ram = torch.add(chunk.base, chunk.masked_sum, out=chunk.scratch("ram", size, merged.dtype))  # θ_RAM, rounded once
-    changed = torch.ne(ram, merged, out=chunk.scratch("changed", size, torch.bool))
-    keys = torch.add(chunk.pattern, changed, alpha=1 << n, out=chunk.scratch("keys", size, torch.int32))
-    hist = torch.bincount(keys, minlength=2 << n).cpu()
-    unique = _unique_patterns(n)
-    moved = hist[unique + (1 << n)]
-    return torch.stack([moved, hist[unique] + moved])
-
-
-def _rescale_changes_gather(chunk: Chunk, merged: torch.Tensor) -> torch.Tensor:
-    """``rescale_changes`` for many agents (no pattern), from the unique elements gathered."""
-    n = chunk.n_agents
-    owner = torch.where(chunk.counts == 1, torch.argmax(chunk.masks.to(torch.int8), 0).to(torch.int32), -1)
-    idx = _flatnonzero(owner >= 0)
-    if idx.numel() == 0:
-        return torch.zeros(2, n, dtype=torch.int64)
-    agent = owner.index_select(0, idx).long()
-    base = chunk.base
-    x = base.index_select(0, idx)
-    tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
-    ram = torch.empty(idx.shape, dtype=merged.dtype, device=merged.device)
-    torch.add(x, tau, out=ram)  # θ_RAM, rounded once like the merge
-    changed = torch.ne(ram, merged.reshape(-1).index_select(0, idx))
-    out = torch.stack([torch.bincount(agent[changed], minlength=n), torch.bincount(agent, minlength=n)])
-    return out.cpu()

@@ -9,7 +9,7 @@ auxiliary inputs); ``analysis``, the whole-model statistics it needs or reports 
 observer, λ, would-keep); ``interop``, how it meets mergekit, comparisons, calibration and model cards.
 
 Everything specific to a method is a field, so code outside ``methods/`` never branches on a method's
-name. The contract types the passes read (``Collector``, ``SliceCollector``, ``Observer``,
+name. The contract types the passes read (``Collector``, ``SliceCollector``, ``Observer``, ``SliceObserver``,
 ``FusedKernel``, ``FusedGroupKernel``, ``Streaming``) belong to the engine (``engine.contracts``); they are
 re-exported here.
 """
@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..engine.contracts import Collector, FusedGroupKernel, FusedKernel, Observer, SliceCollector, Streaming
+from ..engine.contracts import (
+    Collector,
+    FusedGroupKernel,
+    FusedKernel,
+    Observer,
+    SliceCollector,
+    SliceObserver,
+    Streaming,
+)
 from ..errors import ParameterError
 from ..lazy import torch
 from .mergekit_map import MergekitMapping
@@ -42,6 +50,7 @@ __all__ = [
     "Observer",
     "Param",
     "SliceCollector",
+    "SliceObserver",
     "Streaming",
     "Sweep",
     "WouldKeep",
@@ -219,7 +228,7 @@ class Analysis:
     ``needs_probe(params)``: ``prepare`` needs the whole-model probe before the merge pass (two passes unless a
     cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached; its ``finish()``
     result reaches ``prepare(params, probe, collected)``. ``observer(params, plan)``: watches every merged chunk
-    (RAM+'s exact rounding survival count). ``lambdas(params, probe)``: the per-agent scale of unique updates,
+    (RAM+'s exact rounding survival count); a ``SliceObserver`` also takes what the method's fused kernel counts. ``lambdas(params, probe)``: the per-agent scale of unique updates,
     for reports and cards (None: every λ is 1). ``would_keep``: the Analyze view's estimate (None: not shown).
     ``selective``: the merge is RAM's selective rule, which ρ and λ describe (the ρ–λ columns and notes)."""
 

@@ -147,12 +147,12 @@ def sum_merge_into(
     return kernels.KernelResult(m.result, bad == 0, in_range=over == 0)
 
 
-def average_fused(slices: StoredSlices, ctx: Any, counts: bool, survival: bool) -> KernelResult | None:
+def average_fused(slices: StoredSlices, ctx: Any, counts: bool, observe: bool) -> KernelResult | None:
     job = slices.job
     return sum_merge_into(slices.base, slices.agents, len(slices.agents), True, job.compute_name, job.out_name)
 
 
-def task_arithmetic_fused(slices: StoredSlices, ctx: dict, counts: bool, survival: bool) -> KernelResult | None:
+def task_arithmetic_fused(slices: StoredSlices, ctx: dict, counts: bool, observe: bool) -> KernelResult | None:
     job = slices.job
     return sum_merge_into(slices.base, slices.agents, ctx["scale"], False, job.compute_name, job.out_name)
 
@@ -717,7 +717,7 @@ def dare_ties_merge(chunk: Chunk, ctx: DareContext) -> torch.Tensor:
 # --- fused CPU kernels (kernels.py): the same bits as the merges above ---------------------------------------
 
 
-def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: bool) -> KernelResult | None:
+def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, observe: bool) -> KernelResult | None:
     """TIES of one chunk through ``ties_merge_into``: the cut and this chunk's share of the ties at
     the cut come from the context (``TiesContext.chunk_trim``), so chunks merge in any order."""
 
@@ -734,7 +734,7 @@ def ties_fused(slices: StoredSlices, ctx: TiesContext, counts: bool, survival: b
 def _dare_fused(ties: bool) -> FusedKernel:
     """DARE-TA (``ties`` False) or DARE-TIES of one chunk through ``dare_merge_into``."""
 
-    def fused(slices: StoredSlices, ctx: DareContext, counts: bool, survival: bool) -> KernelResult | None:
+    def fused(slices: StoredSlices, ctx: DareContext, counts: bool, observe: bool) -> KernelResult | None:
 
         job = slices.job
         keys = [dare_keys(ctx.seed, t, job.name) for t in range(len(slices.agents))]

@@ -379,7 +379,7 @@ def fused_kernel(family: Family) -> FusedKernel | None:
     if family.sparsify not in ("magnitude", "magnitude_outliers", "della_magprune"):
         return None
 
-    def fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+    def fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, observe: bool) -> KernelResult | None:
         return gta_streamed(family, slices, ctx)
 
     return fused

@@ -115,7 +115,7 @@ def stock_combine(
     return sum(over for over, _ in parts) == 0, sum(h for _, h in parts).sum(0) if want else None
 
 
-def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+def model_stock_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, observe: bool) -> KernelResult | None:
     """``model_stock_merge`` of one whole tensor (not ``filter_wise``) from its stored slices at compute dtype
     float32, the same bits: the offsets' norms and the pairs' sums torch's way from the stored bits, block by
     block (``_streamed_terms``; on small tensors, or where the emulations are not exact here, by torch on one

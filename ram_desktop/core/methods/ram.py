@@ -7,7 +7,6 @@ Sums over agents run in a fixed order (agent 0, 1, ...) so every device gives th
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from ..engine.chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
 from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
+from .ram_rescale import SurvivalObserver
 
 if TYPE_CHECKING:
     from ..engine.kernels import KernelResult
@@ -112,32 +112,6 @@ ALPHA = Param(
 )
 
 
-class SurvivalObserver:
-    """Counts, per output dtype and agent, the unique elements whose written value differs from the
-    unscaled RAM value: the exact rounding survival of this merge's λ (see ``probe.rescale_changes``)."""
-
-    def __init__(self) -> None:
-        self._changes: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()
-
-    def observe(self, chunk: Chunk, context: object, merged: torch.Tensor) -> None:
-        from ..engine.probe import rescale_changes
-        from ..storage.formats.base import dtype_name
-
-        self.add_counts(dtype_name(merged.dtype), rescale_changes(chunk, merged).cpu().numpy())
-
-    def add_counts(self, dtype: str, changed: np.ndarray) -> None:
-        """Add one chunk's ``[2, N]`` int64 counts (changed, unique per agent; also what the fused kernel
-        returns) for the output dtype named ``dtype``."""
-        with self._lock:
-            previous = self._changes.get(dtype)
-            self._changes[dtype] = changed if previous is None else previous + changed
-
-    def finish(self) -> dict[str, list[float | None]]:
-        """Per output dtype name: each agent's share of unique elements the rescale changed (None: none)."""
-        return {d: [c / u if u else None for c, u in zip(*counts.tolist())] for d, counts in self._changes.items()}
-
-
 @functools.lru_cache(maxsize=64)
 def _agent_lambdas(lambdas: tuple[float, ...] | None, n_agents: int, cdt: type) -> np.ndarray:
     """λ_t per agent rounded to the compute dtype (as the torch path's factor table); ones for RAM."""
@@ -157,8 +131,8 @@ def selective_merge_into(
 ) -> KernelResult | None:
     """θ = base + RAM / RAM+ merged task vector of one slice, in ``out_dtype`` (numpy bits for numpy slices,
     a tensor for tensors), and whether every τ is finite; with ``want_hist`` also the pattern histogram; with
-    ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``probe.rescale_changes``. None
-    when the kernels do not cover the slice."""
+    ``want_survival`` (and λ) the ``[2, N]`` int64 rescale survival counts of ``ram_rescale.rescale_changes``
+    (``observed``, for the ``SurvivalObserver``). None when the kernels do not cover the slice."""
     from . import ram_kernel
 
     m = kernels.merge_operands(base_raw, agent_raws, compute_dtype, out_dtype)
@@ -175,7 +149,11 @@ def selective_merge_into(
         base, agents, cdt(eps), cdt(1), lam, lambdas is not None, m.out, hist, want_hist, surv, count_survival, pattern
     )
     return kernels.KernelResult(
-        m.result, bad == 0, hist.sum(0) if want_hist else None, surv if count_survival else None, in_range=over == 0
+        m.result,
+        bad == 0,
+        hist.sum(0) if want_hist else None,
+        observed=surv if count_survival else None,
+        in_range=over == 0,
     )
 
 
@@ -217,7 +195,7 @@ def selective_merge_group(
             o.result,
             bad == 0,
             hist.sum(0) if want_hist and k == 0 else None,
-            surv[k] if count_survival[k] else None,
+            observed=surv[k] if count_survival[k] else None,
             in_range=over[k] == 0,
         )
         for k, o in enumerate(operands)
@@ -226,12 +204,12 @@ def selective_merge_group(
 
 @dataclass(frozen=True)
 class _Fused:
-    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the survival counts in the
-    same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
+    """Equation 7 through ``selective_merge_into`` (the pattern histogram and, with λ, the ``SurvivalObserver``'s
+    counts in the same pass); ``lambdas_of(context)``: λ per agent, None for RAM (λ = 1)."""
 
     lambdas_of: Callable[[Any], list[float] | None]
 
-    def __call__(self, slices: StoredSlices, context: Any, counts: bool, survival: bool) -> KernelResult | None:
+    def __call__(self, slices: StoredSlices, context: Any, counts: bool, observe: bool) -> KernelResult | None:
         job = slices.job
         return selective_merge_into(
             slices.base,
@@ -241,12 +219,12 @@ class _Fused:
             job.out_name,
             self.lambdas_of(context),
             counts,
-            survival,
+            observe,
         )
 
 
 def _fused_group(
-    slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, survival: list[bool]
+    slices: StoredSlices, members: list[tuple[FusedKernel, Any]], counts: bool, observe: list[bool]
 ) -> list[KernelResult] | None:
     """The RAM family's ``FusedGroupKernel``: its variants of a chunk through ``selective_merge_group``."""
     lambdas = []
@@ -255,7 +233,7 @@ def _fused_group(
         lambdas.append(kernel.lambdas_of(context))
     job = slices.job
     return selective_merge_group(
-        slices.base, slices.agents, slices.eps, job.compute_name, job.out_name, lambdas, counts, survival
+        slices.base, slices.agents, slices.eps, job.compute_name, job.out_name, lambdas, counts, observe
     )
 
 

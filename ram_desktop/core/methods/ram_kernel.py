@@ -92,7 +92,7 @@ def merge_kernel(base, agents, eps, one, lams, use_lam, out, hist, want_hist, su
     (±Inf or NaN written; ``written_beyond_range``). Optionally the pattern histogram (a merge that needed no
     probe first) and the exact rescale survival ``surv[0, t]`` / ``surv[1, t]``: agent t's unique
     elements whose rounded value the rescale changed / all its unique elements
-    (``probe.rescale_changes``). Works a block of ``pattern`` at a time."""
+    (``ram_rescale.rescale_changes``). Works a block of ``pattern`` at a time."""
     n = base.shape[0]
     block = pattern.shape[0]
     nagents = len(agents)

@@ -130,7 +130,7 @@ def combine_pair(
     )
 
 
-def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, survival: bool) -> KernelResult | None:
+def slerp_fused(slices: StoredSlices, ctx: WeightsContext, counts: bool, observe: bool) -> KernelResult | None:
     """``slerp_merge`` of one whole tensor from its stored slices at compute dtype float32, the same bits: the
     pieces' norms read from the stored bits in torch's order (``kernel_code.stored_norm``; widened and normed by
     torch where that emulation is not exact here), the sums torch's way (``kernels.TorchSum``; by torch where that
