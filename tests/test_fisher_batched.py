@@ -109,11 +109,18 @@ def test_where_the_batched_pass_raises_the_estimate_goes_on_one_by_one(tmp_path,
     assert_same_fisher(fallen.tensors, one.tensors)
 
 
-def test_the_batch_fits_a_quarter_of_the_memory(monkeypatch):
-    """135M float32 parameters with 20 GB available: 4 examples (2 × 540 MB each within 5 GB), at most 16."""
+def test_the_batch_fits_the_gradient_budget_and_the_memory(monkeypatch):
+    """135M float32 parameters (1.08 GB counted per example): 3 within 4 GiB, whatever the memory beyond it;
+    fewer where a quarter of the memory available holds fewer; a small model 16."""
     from ram_desktop.evaluate import search
 
     cpu = torch.device("cpu")
-    for available, batch in ((20 * 10**9, 4), (10**9, 1), (10**15, 16), (None, 1)):
+    cases = (
+        (20 * 10**9, 135_000_000, 3),
+        (10**15, 135_000_000, 3),
+        (None, 135_000_000, 3),
+        (6 * 10**9, 135_000_000, 1),
+    )
+    for available, parameters, batch in (*cases, (2 * 10**9, 10**6, 16), (10**9, 135_000_000, 1)):
         monkeypatch.setattr(search, "available_memory", lambda available=available: available)
-        assert fisher_module.batch_size(135_000_000, cpu) == batch, available
+        assert fisher_module.batch_size(parameters, cpu) == batch, (available, parameters)

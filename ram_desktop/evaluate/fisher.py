@@ -21,10 +21,10 @@ completion is the behaviour RL trained the agent to produce, so F weights the pa
 behaviour depends on; and it is deterministic, so an estimate is reproducible and cacheable. See
 docs/methods.md.
 
-Memory: a batch of per-example gradients costs batch × the model's float32 size, so the batch is chosen
-from the memory available (``batch_size``): as many examples as fit twice over (the gradients and what
-the backward pass holds beside them) in a quarter of it, at most ``MAX_BATCH``; a 135M-parameter model
-(540 MB of float32 gradients per example) on a 24 GB machine with ~20 GB available gets 4. One example
+Memory: a batch of per-example gradients costs batch × the model's float32 size, so the batch
+(``batch_size``) is as many examples as fit twice over (the gradients and what the backward pass holds
+beside them) in 4 GiB, and in a quarter of the memory available where that is less, at most
+``MAX_BATCH``: a 135M-parameter model (540 MB of float32 gradients per example) gets 3 on a 24 GB machine. One example
 at a time (``batch=1``, or the fallback), each parameter's squared gradient is added to a float32 host
 accumulator the moment autograd has finished it (``register_post_accumulate_grad_hook``) and the
 gradient is freed right there, so gradients for the whole model are never held at once: beyond the
@@ -74,7 +74,8 @@ FISHER_JSON = "fisher.json"
 DEFAULT_EXAMPLES = 256
 DEFAULT_SHARD = "5GB"
 MAX_BATCH = 16  # examples per batched gradient pass, at most: a bound on a batch's padding and memory
-MEMORY_SHARE = 0.25  # of the memory available, for a batch's per-example gradients (twice their size)
+GRADIENT_BUDGET = 4 * 2**30  # bytes for a batch's per-example gradients (twice their size), on any machine
+MEMORY_SHARE = 0.25  # of the memory available, at most, for the same
 
 
 @dataclass
@@ -123,7 +124,7 @@ def estimate_fisher(
     batch: int | None = None,
 ) -> FisherEstimate:
     """The diagonal Fisher of ``agent`` on the first ``examples`` prompts of ``suite`` (module docstring).
-    ``batch``: examples per gradient pass (None: chosen from the memory available, ``batch_size``; 1: one
+    ``batch``: examples per gradient pass (None: ``batch_size``, from the model's size and the memory; 1: one
     example per forward and backward pass, the memory-lean loop); it changes the float rounding of the sums,
     never what they sum.
 
@@ -247,8 +248,9 @@ def _accumulators(
 def batch_size(parameters: int, device: torch.device) -> int:
     """Examples per batched gradient pass for a model of ``parameters`` (distinct) parameters: a batch of
     per-example gradients costs batch × the model's float32 size, counted twice (the gradients and what the
-    backward pass holds beside them) against a quarter of the memory available (the device's free memory on
-    a GPU), at least 1 and at most ``MAX_BATCH``."""
+    backward pass holds beside them), within ``GRADIENT_BUDGET`` (the model's own batch, the same on every
+    machine with room for it, so the float rounding of F does not follow the free memory of the moment) and
+    within a quarter of the memory available (the device's free memory on a GPU); 1 to ``MAX_BATCH``."""
     per_example = 2 * 4 * parameters
     if device.type == "cuda":
         available: int | None = torch.cuda.mem_get_info(device)[0]
@@ -256,9 +258,8 @@ def batch_size(parameters: int, device: torch.device) -> int:
         from .search import available_memory
 
         available = available_memory()
-    if available is None:
-        return 1
-    return max(1, min(MAX_BATCH, int(MEMORY_SHARE * available) // per_example))
+    room = int(MEMORY_SHARE * available) // per_example if available is not None else GRADIENT_BUDGET
+    return max(1, min(MAX_BATCH, GRADIENT_BUDGET // per_example, room))
 
 
 class _Squares:
