@@ -121,24 +121,26 @@ def measure(folder: Path, suite: Path, mode: str) -> dict:
     if mode == "hooks":
         fm._square_into = counting_square
     else:  # the textbook loop: backward() keeps every gradient, then they are squared and dropped
-        real_example = fm._example
+        real_one = fm._Squares._one_by_one
 
-        def example(model, *args):
-            n = real_example(model, *args)
+        def one(self, *args):
+            real_one(self, *args)
+            model = self.model
             live["peak"] = max(live["peak"], sum(p.grad.numel() * 4 for p in model.parameters() if p.grad is not None))
             for p in model.parameters():
                 if p.grad is not None:
                     p.grad = None
-            return n
 
-        fm._example = example
+        fm._Squares._one_by_one = one
         fm._square_into = lambda acc: lambda param: None  # hooks do nothing: gradients stay in p.grad
     from ram_desktop.evaluate.suites import load_suite
 
     s = load_suite(suite)
-    fm.estimate_fisher(folder, s, examples=1, device="cpu")  # warm-up: imports, allocator
+    # one example per pass (batch=1): the hooks' loop, whose memory this measures (batched passes hold
+    # batch × the model's gradients by design)
+    fm.estimate_fisher(folder, s, examples=1, device="cpu", batch=1)  # warm-up: imports, allocator
     live["peak"] = 0
-    estimate = fm.estimate_fisher(folder, s, examples=len(PROMPTS), device="cpu")
+    estimate = fm.estimate_fisher(folder, s, examples=len(PROMPTS), device="cpu", batch=1)
     peak = _status("VmHWM")
     before = live["before"]
     n_params = sum(t.numel() for t in {id(t): t for t in estimate.tensors.values()}.values())

@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="only the first N examples of each suite")
     p.add_argument("--batch-size", type=int, default=32, help="prompts generated together (default 32)")
     backend_option(p)
+    calibration_options(p)
 
     p = sub.add_parser("run", help="run a ram-recipe.yaml or a mergekit YAML whose method RAM Desktop has")
     p.add_argument("recipe", type=Path)
@@ -321,6 +322,24 @@ def merge_options(p: argparse.ArgumentParser, prefix: str = "") -> None:
         metavar="NAME|FILE",
         help="the output tokenizer's chat template: auto, chatml, llama3, alpaca, mistral, exaone, or a Jinja file",
     )
+
+
+def calibration_options(p: argparse.ArgumentParser) -> None:
+    """``search``'s flags for the calibrated methods' calibration, as ``merge`` has them (``--fisher-suite``,
+    ``--examples``, ``--fisher``): given, Fisher merging is searched too, each agent calibrated once."""
+    for name, method in METHODS.items():
+        for prm in method.params:
+            if prm.name not in method.interop.calibration:
+                continue
+            shown = (prm.flag_name or prm.name).upper()
+            p.add_argument(
+                prm.flag,
+                dest=f"param_{prm.name}",
+                metavar=f"{shown},..." if prm.per_agent else shown,
+                type=_loose(prm.kind) if prm.per_agent else prm.kind,
+                default=None,
+                help=f"{name}: {prm.describe()}; given, {name} is searched too",
+            )
 
 
 def _tokenizer_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -535,7 +554,7 @@ def spec_from_args(args: argparse.Namespace) -> Any:
     the order of the agents on the command line, or as NAME=VALUE,...)."""
     from .core import MergeSpec
 
-    params = {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
+    params = _given_params(args)
     out = getattr(args, "out", None)
     return MergeSpec.build(
         args.base,
@@ -551,6 +570,11 @@ def spec_from_args(args: argparse.Namespace) -> Any:
         vocab=args.vocab,
         **_tokenizer_args(args),
     )
+
+
+def _given_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The method parameters given as flags, by recipe key."""
+    return {k[len("param_") :]: v for k, v in vars(args).items() if k.startswith("param_") and v is not None}
 
 
 def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
@@ -592,14 +616,18 @@ def _compare(args: argparse.Namespace, reporter: Reporter) -> int:
 
 
 def _search(args: argparse.Namespace, reporter: Reporter) -> int:
-    from .workflow import SearchOptions, search
+    from .workflow import SearchOptions, search, spec_calibration
 
     spec = _search_spec(args)
+    calibration = _given_params(args) or None
     methods = list(SEARCH_METHODS) if args.methods is None else args.methods.split(",")
     if args.methods is None and args.recipe is not None and spec.method not in methods:
         method = METHODS.get(spec.method)
-        if method is not None and not method.streaming.stacks and not method.interop.calibrated:
+        calibration_ok = method is not None and (not method.interop.calibrated or spec_calibration(spec) is not None)
+        if method is not None and not method.streaming.stacks and calibration_ok:
             methods.insert(0, spec.method)  # the recipe's method is searched too: its merge is the first trial
+    if args.methods is None and calibration is not None:  # calibration given: the calibrated methods join
+        methods += [n for n, m in METHODS.items() if m.interop.calibrated and n not in methods]
     options = SearchOptions(
         spec,
         check_suites(args.suite),
@@ -614,6 +642,7 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
         args.limit,
         args.include_path,
         args.backend,
+        calibration,
     )
     try:
         result = search(options, reporter)
@@ -636,6 +665,7 @@ def _search_spec(args: argparse.Namespace) -> Any:
                 f"search takes BASE AGENT... or --recipe FILE, not both; the recipe {args.recipe} names its sources"
             )
         flags = {"--names": args.names, "--eps": args.eps, "--vocab": args.vocab, "--out-dtype": args.out_dtype}
+        flags.update((method_flags()[name][0][1].flag, value) for name, value in _given_params(args).items())
         given = [flag for flag, value in flags.items() if value is not None]
         if given:
             raise InputError(f"{given[0]} with --recipe: set it in the recipe {args.recipe}")

@@ -28,7 +28,15 @@ if TYPE_CHECKING:
     from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, CompareResult
     from .evaluate.lm_eval_tasks import LmEvalTask
     from .evaluate.results import EvalResult, ModelRef
-    from .evaluate.search import Dimension, SearchOptions, SearchResult, Trial, check_methods, search_space
+    from .evaluate.search import (
+        Dimension,
+        SearchOptions,
+        SearchResult,
+        Trial,
+        check_methods,
+        search_space,
+        spec_calibration,
+    )
     from .evaluate.suites import Suite
     from .evaluate.vllm_backend import check_backend
 
@@ -44,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "Dimension": "evaluate.search",
     "check_methods": "evaluate.search",
     "search_space": "evaluate.search",
+    "spec_calibration": "evaluate.search",
     "check_backend": "evaluate.vllm_backend",
     "model_refs": "evaluate",
     "check_eps": "core",
@@ -70,6 +79,7 @@ __all__ = [
     "model_refs",
     "search",
     "search_space",
+    "spec_calibration",
 ]
 
 
@@ -222,11 +232,13 @@ def search(
 ) -> SearchResult:
     """Run (or continue) the study ``options`` describe (its ``spec``: the whole merge every trial is a delta of)
     until ``options.trials`` trials have completed, merge the best into ``folder/best``, score it on the test
-    suites beside the references and write ``search.json``. ``on_trial`` sees every finished trial. Raises
+    suites beside the references and write ``search.json``. A calibrated method searched (Fisher, with
+    ``options.calibration`` or the spec's suites) is calibrated first, once for all the trials, by ``calibrate``
+    (each agent's Fisher estimated or taken from the cache). ``on_trial`` sees every finished trial. Raises
     ``InputError`` for bad input before anything is written, ``Cancelled`` (finished trials kept) on a cancel."""
     from .evaluate.search import search as run_search
 
-    return run_search(options, reporter, on_trial)
+    return run_search(options, reporter, on_trial, calibrate)
 
 
 def fisher(

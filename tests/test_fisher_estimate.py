@@ -75,7 +75,9 @@ def test_estimate_equals_direct_per_example_computation(tmp_path, lm, capsys):
     assert set(got) == stored == set(want)
     for name, value in want.items():
         assert got[name].dtype == torch.float32
-        torch.testing.assert_close(got[name], value, rtol=1e-5, atol=1e-12, msg=name)
+        # batched per-example gradients (the default): float32 rounding of other kernel shapes and sum orders,
+        # measured up to 4e-6 of a tensor's largest value (tests/test_fisher_batched.py says why)
+        torch.testing.assert_close(got[name], value, rtol=1e-5, atol=1e-5 * float(value.abs().max()), msg=name)
     assert sum(float(v.sum()) for v in got.values()) > 0
     info = json.loads((out / "fisher.json").read_text())
     assert info["examples"] == len(PROMPTS) and info["examples_requested"] == 256
@@ -84,8 +86,9 @@ def test_estimate_equals_direct_per_example_computation(tmp_path, lm, capsys):
 
 
 def test_examples_takes_the_first_prompts(tmp_path, lm):
+    """One example per pass (``batch=1``): the same passes as the direct computation, so equal to 1e-5."""
     suite = write_suite(tmp_path / "suite")
-    estimate = fisher_module.estimate_fisher(lm, suite, examples=2, device="cpu")
+    estimate = fisher_module.estimate_fisher(lm, suite, examples=2, device="cpu", batch=1)
     want = direct_fisher(lm, PROMPTS[:2], MAX_NEW)
     for name, value in want.items():
         torch.testing.assert_close(estimate.tensors[name], value, rtol=1e-5, atol=1e-12)

@@ -8,17 +8,28 @@ completion's log-likelihood,
 
     g_i = ∇_θ log p_θ(ŷ_i | x_i) = ∇_θ Σ_k log p_θ(ŷ_i,k | x_i, ŷ_i,<k),     F = (1/n) Σ_i g_i ⊙ g_i,
 
-over the first n = min(examples, len(suite)) prompts, one example per forward and backward pass
-(batch size 1: a squared per-example gradient cannot be read off a batch's summed gradient).
+over the first n = min(examples, len(suite)) prompts. Each completion is generated alone (batch size 1, so
+padding never touches a greedy choice); the per-example gradients are then computed for a batch of
+examples at once with ``torch.func`` (``vmap`` of ``grad`` of a ``functional_call``: the square of a
+per-example gradient cannot be read off a batch's summed gradient). The batch is right-padded: in a
+causal model a position never attends to the positions after it, so the padding cannot change any real
+position's logits, and the padded positions carry no weight in the log-likelihood. Where the model's
+forward cannot be vmapped (data-dependent control flow, an operation without a batching rule that
+raises), the estimate goes on one example per forward and backward pass (``_one_by_one``).
 Why greedy rather than labels sampled from the output distribution (Matena & Raffel): the
 completion is the behaviour RL trained the agent to produce, so F weights the parameters that
 behaviour depends on; and it is deterministic, so an estimate is reproducible and cacheable. See
 docs/methods.md.
 
-Memory: each parameter's squared gradient is added to a float32 host accumulator the moment autograd
-has finished it (``register_post_accumulate_grad_hook``) and the gradient is freed right there, so
-gradients for the whole model are never held at once: beyond the weights, the accumulator and the
-activations, the peak holds about one parameter's gradient (and its square on a GPU).
+Memory: a batch of per-example gradients costs batch × the model's float32 size, so the batch
+(``batch_size``) is as many examples as fit twice over (the gradients and what the backward pass holds
+beside them) in 4 GiB, and in a quarter of the memory available where that is less, at most
+``MAX_BATCH``: a 135M-parameter model (540 MB of float32 gradients per example) gets 3 on a 24 GB machine. One example
+at a time (``batch=1``, or the fallback), each parameter's squared gradient is added to a float32 host
+accumulator the moment autograd has finished it (``register_post_accumulate_grad_hook``) and the
+gradient is freed right there, so gradients for the whole model are never held at once: beyond the
+weights, the accumulator and the activations, the peak holds about one parameter's gradient (and its
+square on a GPU).
 
 The model runs in float32 (CPU and GPU alike). Files: ``fisher.safetensors`` (or
 ``fisher-0000i-of-0000n.safetensors`` + ``fisher.safetensors.index.json`` above the shard size), float32,
@@ -62,6 +73,9 @@ FORMAT = "ram-fisher/1"
 FISHER_JSON = "fisher.json"
 DEFAULT_EXAMPLES = 256
 DEFAULT_SHARD = "5GB"
+MAX_BATCH = 16  # examples per batched gradient pass, at most: a bound on a batch's padding and memory
+GRADIENT_BUDGET = 4 * 2**30  # bytes for a batch's per-example gradients (twice their size), on any machine
+MEMORY_SHARE = 0.25  # of the memory available, at most, for the same
 
 
 @dataclass
@@ -107,8 +121,12 @@ def estimate_fisher(
     examples: int = DEFAULT_EXAMPLES,
     device: str = "auto",
     reporter: Reporter | None = None,
+    batch: int | None = None,
 ) -> FisherEstimate:
     """The diagonal Fisher of ``agent`` on the first ``examples`` prompts of ``suite`` (module docstring).
+    ``batch``: examples per gradient pass (None: ``batch_size``, from the model's size and the memory; 1: one
+    example per forward and backward pass, the memory-lean loop); it changes the float rounding of the sums,
+    never what they sum.
 
     Progress: ``Reporter.progress("fisher", done, total, "examples", detail)`` after every example;
     cancelling stops at the next example with ``Cancelled``."""
@@ -135,18 +153,23 @@ def estimate_fisher(
     model, tokenizer = _load(ckpt.path, name, torch_device)
     try:
         accumulators, names_of = _accumulators(model, ckpt)
-        hooks = [p.register_post_accumulate_grad_hook(_square_into(acc)) for p, acc in accumulators.values()]
-        try:
-            prompts = prompt_ids(tokenizer, used, name)
-            stops = stop_token_ids(model, tokenizer)
-            tokens = 0
-            for i, ids in enumerate(prompts):
-                reporter.check()
-                tokens += _example(model, ids, stops, used.max_new_tokens, torch_device)
-                reporter.progress(STAGE, i + 1, n, "examples", f"{name} · {suite.name}")  # the faces show the rate
-        finally:
-            for h in hooks:
-                h.remove()
+        prompts = prompt_ids(tokenizer, used, name)
+        stops = stop_token_ids(model, tokenizer)
+        parameters = sum(p.numel() for p, _ in accumulators.values())
+        size = batch_size(parameters, torch_device) if batch is None else max(1, batch)
+        squares = _Squares(model, accumulators, size)
+        pending: list[tuple[list[int], list[int]]] = []
+        tokens = 0
+        for i, ids in enumerate(prompts):
+            reporter.check()
+            completion = _completion(model, ids, stops, used.max_new_tokens, torch_device)
+            tokens += len(completion)
+            if completion:  # an empty completion has no log-likelihood: it adds nothing
+                pending.append((ids, completion))
+            if len(pending) == size or i == n - 1:
+                squares.add(pending, torch_device)
+                pending = []
+            reporter.progress(STAGE, i + 1, n, "examples", f"{name} · {suite.name}")  # the faces show the rate
         tensors: dict[str, torch.Tensor] = {}
         for pid, (_, acc) in accumulators.items():
             acc.div_(n)
@@ -171,6 +194,7 @@ def estimate_fisher(
         "completion_tokens": tokens,
         "device": str(torch_device),
         "dtype": "float32",
+        "batch": squares.batch,
         "seconds": round(time.perf_counter() - start, 3),
         "versions": _versions(),
     }
@@ -221,6 +245,89 @@ def _accumulators(
     return accumulators, names_of
 
 
+def batch_size(parameters: int, device: torch.device) -> int:
+    """Examples per batched gradient pass for a model of ``parameters`` (distinct) parameters: a batch of
+    per-example gradients costs batch × the model's float32 size, counted twice (the gradients and what the
+    backward pass holds beside them), within ``GRADIENT_BUDGET`` (the model's own batch, the same on every
+    machine with room for it, so the float rounding of F does not follow the free memory of the moment) and
+    within a quarter of the memory available (the device's free memory on a GPU); 1 to ``MAX_BATCH``."""
+    per_example = 2 * 4 * parameters
+    if device.type == "cuda":
+        available: int | None = torch.cuda.mem_get_info(device)[0]
+    else:
+        from .search import available_memory
+
+        available = available_memory()
+    room = int(MEMORY_SHARE * available) // per_example if available is not None else GRADIENT_BUDGET
+    return max(1, min(MAX_BATCH, GRADIENT_BUDGET // per_example, room))
+
+
+class _Squares:
+    """Adds the squared per-example gradients of batches of examples to the accumulators: batched with
+    ``torch.func`` (``_batched``) while the model allows it, else one example per pass (``_one_by_one``)."""
+
+    def __init__(
+        self, model: Any, accumulators: dict[int, tuple[torch.nn.Parameter, torch.Tensor]], batch: int
+    ) -> None:
+        self.model, self.accumulators, self.batch = model, accumulators, batch
+
+    def add(self, examples: list[tuple[list[int], list[int]]], device: torch.device) -> None:
+        """``examples``: (prompt, completion) token ids, the completion not empty."""
+        if not examples:
+            return
+        if self.batch > 1:
+            try:
+                self._batched(examples, device)
+                return
+            except (RuntimeError, NotImplementedError) as e:  # the forward cannot be vmapped: one by one from here
+                log.info("Fisher: per-example gradients one example at a time (%s)", str(e).splitlines()[0])
+                self.batch = 1
+        for prompt, completion in examples:
+            self._one_by_one(prompt, completion, device)
+
+    def _batched(self, examples: list[tuple[list[int], list[int]]], device: torch.device) -> None:
+        """vmap(grad(log-likelihood)) over the right-padded examples (module docstring); the squares are summed
+        over the batch and added to the accumulators only once every gradient is there."""
+        import warnings
+
+        from torch.func import functional_call, grad, vmap
+
+        length = max(len(p) + len(c) for p, c in examples)
+        ids = torch.zeros(len(examples), length, dtype=torch.long)
+        weights = torch.zeros(len(examples), length)
+        for i, (prompt, completion) in enumerate(examples):
+            ids[i, : len(prompt) + len(completion)] = torch.tensor(prompt + completion)
+            weights[i, len(prompt) : len(prompt) + len(completion)] = 1.0  # the completion's tokens only
+        ids, weights = ids.to(device), weights.to(device)
+        params = {n: p.detach() for n, p in self.model.named_parameters() if id(p) in self.accumulators}
+        model = self.model
+
+        def log_likelihood(values: dict[str, torch.Tensor], row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+            logits = functional_call(model, values, args=(), kwargs={"input_ids": row[None]}).logits[0, :-1].float()
+            picked = torch.log_softmax(logits, dim=-1).gather(1, row[1:, None])[:, 0]
+            return (picked * weight[1:]).sum()
+
+        with warnings.catch_warnings():  # torch's note that an op (CPU attention) runs its batch as a loop
+            warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+            gradients = vmap(grad(log_likelihood), in_dims=(None, 0, 0))(params, ids, weights)
+        for pname, g in gradients.items():
+            acc = self.accumulators[id(self.model.get_parameter(pname))][1]
+            acc.add_(g.square().sum(0).to("cpu", torch.float32))
+
+    def _one_by_one(self, prompt: list[int], completion: list[int], device: torch.device) -> None:
+        """One forward and one backward pass of the completion's log-likelihood; hooks square each gradient
+        into its accumulator as autograd finishes it and free it."""
+        hooks = [p.register_post_accumulate_grad_hook(_square_into(acc)) for p, acc in self.accumulators.values()]
+        try:
+            full = torch.tensor([prompt + completion], dtype=torch.long, device=device)
+            logits = self.model(input_ids=full).logits[0, len(prompt) - 1 : -1].float()
+            target = full[0, len(prompt) :]
+            torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum().backward()
+        finally:
+            for h in hooks:
+                h.remove()
+
+
 def _square_into(acc: torch.Tensor) -> Callable[[torch.Tensor], None]:
     """A post-accumulate-grad hook: acc += grad², then the gradient is freed."""
 
@@ -236,9 +343,10 @@ def _square_into(acc: torch.Tensor) -> Callable[[torch.Tensor], None]:
     return hook
 
 
-def _example(model: Any, prompt: list[int], stops: list[int], max_new_tokens: int, device: torch.device) -> int:
-    """One example: the greedy completion of ``prompt``, then one backward pass of its log-likelihood.
-    Returns the completion's length in tokens."""
+def _completion(
+    model: Any, prompt: list[int], stops: list[int], max_new_tokens: int, device: torch.device
+) -> list[int]:
+    """The greedy completion of ``prompt``, generated alone, up to and including the first stop token."""
     from transformers import GenerationConfig
 
     ids = torch.tensor([prompt], dtype=torch.long, device=device)
@@ -254,15 +362,7 @@ def _example(model: Any, prompt: list[int], stops: list[int], max_new_tokens: in
         output = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
     completion = output[0, len(prompt) :].tolist()
     stop = next((k for k, t in enumerate(completion) if t in stops), None)
-    completion = completion if stop is None else completion[: stop + 1]
-    if not completion:
-        return 0
-    full = torch.tensor([prompt + completion], dtype=torch.long, device=device)
-    logits = model(input_ids=full).logits[0, len(prompt) - 1 : -1].float()
-    target = full[0, len(prompt) :]
-    log_likelihood = torch.log_softmax(logits, dim=-1).gather(1, target[:, None]).sum()
-    log_likelihood.backward()  # the hooks square each gradient into its accumulator and free it
-    return len(completion)
+    return completion if stop is None else completion[: stop + 1]
 
 
 # --- files ---------------------------------------------------------------------------------------

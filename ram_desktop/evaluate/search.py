@@ -21,6 +21,11 @@ killed run left running is marked failed, and trials run until ``trials`` have c
 this process (``workers`` of them merged from one read of the inputs and scored in one pass) or as Ray
 tasks (``ray``: a cluster address, or ``"local"`` for a local Ray), the study staying in this process.
 
+Fisher merging is searched when it has its calibration (``SearchOptions.calibration``: per-agent suites as
+``ram-merge merge --fisher-suite`` takes them, or the spec's own): each agent's Fisher is estimated once before
+the trials through the faces' calibrate step (``workflow.calibrate``, its cache), only its scale is searched,
+and its trials merge like every other method's; the calibration is part of the study's identity.
+
 A trial is merged in memory and scored there (``score_merges``): nothing of it is written. Only ``DIR/best``
 (and the references' temporary folders) are written. Trials go to temporary folders instead with the vLLM
 backend or lm-eval tasks (both load folders), when the trials' merged tensors would take more than a quarter of
@@ -30,6 +35,7 @@ the memory available (``fits_in_memory``), or with ``RAM_DESKTOP_TRIALS_ON_DISK=
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -79,7 +85,14 @@ BEST = "best"
 STUDY_NAME = "ram-merge-search"
 # what a study made before the key existed used: a study without a tokenizer, chat template or layer map reads
 # as one made for a spec without them, and continues
-IDENTITY_DEFAULTS = {"backend": "transformers", "tokenizer": None, "chat_template": None, "slices": None, "kept": None}
+IDENTITY_DEFAULTS = {
+    "backend": "transformers",
+    "tokenizer": None,
+    "chat_template": None,
+    "slices": None,
+    "kept": None,
+    "calibration": None,
+}
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm")  # what SQLite may keep beside study.db while it is open
 FORMAT = "ram-search/1"
 SAME_SCORE_AFTER = 5  # distinct merges that all score the same: the suites cannot tell them apart
@@ -136,8 +149,9 @@ def paper_interval(text: str | None) -> tuple[float, float] | None:
 def search_space(method_name: str) -> list[Dimension]:
     """The parameters ``search`` varies for a method (module docstring), in the method's order."""
     dims = []
-    for p in get_method(method_name).params:
-        if p.per_agent or p.setting or p.name == "seed":
+    method = get_method(method_name)
+    for p in method.params:
+        if p.per_agent or p.setting or p.name == "seed" or p.name in method.interop.calibration:
             continue
         if p.choices:
             dims.append(Dimension(method_name, p.name, "choice", choices=tuple(p.choices), label=p.title))
@@ -173,14 +187,13 @@ def _shared_paper_interval(name: str) -> tuple[float, float] | None:
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    """The methods to search, validated: known, not needing calibration data, no repeats."""
+    """The methods to search, validated: known, not stacking layers, no repeats (a calibrated method's
+    calibration is checked by ``search``, which has it)."""
     chosen = [m.strip() for m in methods if m.strip()]
     if not chosen:
         raise InputError("no methods to search; give --methods m1,m2,... (e.g. ram-plus,task-arithmetic,ties)")
     for name in chosen:
         method = get_method(name)  # unknown: InputError listing the methods
-        if method.interop.calibrated:
-            raise InputError(f"{name} needs calibration suites per agent; search cannot tune it — leave it out")
         if method.streaming.stacks:
             raise InputError(f"{name} stacks layers from a layer map; search cannot tune it — leave it out")
     repeated = sorted({m for m in chosen if chosen.count(m) > 1})
@@ -236,13 +249,18 @@ class Inputs:
     limit: int | None
     include_path: tuple[str, ...] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
     backend: str = "transformers"  # what generates the completions: transformers or vllm
+    # per calibrated method, what its calibrate step gave (Fisher: the suites made absolute, the examples and
+    # each agent's Fisher folder), added to its trials' parameters when they are merged
+    calibrated: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def merge_specs(self, merges: Sequence[tuple[str, str, dict[str, Any]]], folder: str | Path) -> list[MergeSpec]:
         """One spec per (name, method, params), each into ``folder/<name>``: the compare variants' one path
         (``variant_specs``) applied to the whole spec with its own parameters dropped, so a trial's method and
-        parameters replace the spec's and nothing of the spec's method leaks into another method's trial."""
+        parameters replace the spec's and nothing of the spec's method leaks into another method's trial. A
+        calibrated method's trial takes the calibration's results (``calibrated``) as ``ram-merge merge`` does."""
         shared = self.spec.replace(params={}, output=None)
-        return variant_specs(shared, [Variant(name, m, dict(p)) for name, m, p in merges], folder)
+        variants = [Variant(name, m, {**p, **self.calibrated.get(m, {})}) for name, m, p in merges]
+        return variant_specs(shared, variants, folder)
 
 
 def score_merges(
@@ -381,16 +399,25 @@ class SearchOptions:
     limit: int | None = None
     include_path: Sequence[Path] = ()  # folders of lm-eval task YAMLs, for lm-eval:TASK suites
     backend: str = "transformers"  # what generates the completions (evaluate's backend)
+    # the calibrated methods' calibration as ``ram-merge merge`` takes it (Fisher: ``suite``, one per agent as a
+    # list in agent order, comma-separated text or keyed by agent name; ``examples``; or ``fisher`` folders);
+    # None: the spec's own, when its method is calibrated and names them (a recipe's, the window's Method form)
+    calibration: Mapping[str, Any] | None = None
 
 
 @reuse_deltas()  # a LoRA agent's τ computed once for all the trials of this run (in this process)
 def search(
-    options: SearchOptions, reporter: Reporter | None = None, on_trial: Callable[[Trial], None] | None = None
+    options: SearchOptions,
+    reporter: Reporter | None = None,
+    on_trial: Callable[[Trial], None] | None = None,
+    calibrate: Callable[[MergeSpec, Reporter], MergeSpec] | None = None,
 ) -> SearchResult:
     """Run (or continue) the study in ``options.folder`` until ``options.trials`` trials have completed, then
     merge the best into ``folder/best``, score it on the test suites beside the references and write
-    ``search.json``. ``on_trial`` sees every finished trial, earlier runs' first. Bad input raises
-    ``InputError`` before anything is written; a cancel (``Cancelled``) keeps the finished trials."""
+    ``search.json``. ``on_trial`` sees every finished trial, earlier runs' first. ``calibrate``: the faces'
+    calibrate step (``workflow.calibrate``), run once per calibrated method searched before the first trial.
+    Bad input raises ``InputError`` before anything is written; a cancel (``Cancelled``) keeps the finished
+    trials."""
     from . import LmEvalTask, Suite, load_suites
 
     started = time.perf_counter()
@@ -405,6 +432,9 @@ def search(
     spec = options.spec
     spec.check_base()
     spec.check_agents()
+    calibration = _calibration(spec, options.calibration, methods)
+    if calibration and calibrate is None:
+        raise TypeError("a calibrated method is searched: pass the calibrate step (workflow.search does)")
     include = tuple(str(p) for p in options.include_path)
     check_backend(options.backend, spec.device)
 
@@ -427,7 +457,7 @@ def search(
     )
     start = _start(spec, methods)
     kept = _kept(start)
-    identity = _identity(inputs, methods, options.seed, kept)
+    identity = _identity(inputs, methods, options.seed, kept, calibration)
     folder = Path(options.folder).expanduser()
     _check_folder(folder)
     runner = _RayRunner(options.ray, options.workers) if options.ray else None
@@ -445,8 +475,10 @@ def search(
     scorer_process = ScorerProcess(reporter.check)
     try:
         try:
+            if calibration and calibrate is not None:  # each agent's Fisher estimated (or cached) once, first
+                inputs = _calibrated(inputs, calibration, calibrate, reporter)
             trials = _run_trials(
-                study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process, kept
+                study, inputs, suites, methods, options, reporter, on_trial, runner, scorer_process, kept, calibration
             )
         except InputError:
             if fresh and not _finished(study):  # a bad input found by the first merge: nothing left behind
@@ -490,10 +522,16 @@ def _absolute(spec: MergeSpec) -> MergeSpec:
     return spec.replace(base=_source(spec.base), agents=agents, output=None)
 
 
-def _identity(inputs: Inputs, methods: list[str], seed: int, kept: dict[str, Any] | None) -> dict[str, Any]:
+def _identity(
+    inputs: Inputs,
+    methods: list[str],
+    seed: int,
+    kept: dict[str, Any] | None,
+    calibration: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """What makes a study: the sources, suites, methods, seed, and every part of the spec that changes what a
     trial merges (precision, vocabulary, tokenizer, chat template, layer map, the values its method's trials
-    keep: ``_kept``), as the JSON stored in study.db. Shard size and device are not in it: they change how a
+    keep: ``_kept``, the calibrated methods' calibration: ``_calibration``), as the JSON stored in study.db. Shard size and device are not in it: they change how a
     merge is written or run, not its values. The spec's values of searched parameters are not either: they
     are only where a new study starts."""
     spec = inputs.spec
@@ -513,6 +551,7 @@ def _identity(inputs: Inputs, methods: list[str], seed: int, kept: dict[str, Any
         "chat_template": spec.chat_template,
         "slices": list(spec.slices) if spec.slices is not None else None,
         "kept": kept,
+        "calibration": calibration or None,
     }
     # tuples and mappings as the JSON stored in study.db reads back
     return json.loads(json.dumps(identity, default=lambda v: dict(v) if isinstance(v, Mapping) else _plain(v)))
@@ -533,12 +572,73 @@ def _kept(start: tuple[str, dict[str, Any]] | None) -> dict[str, Any] | None:
     if start is None:
         return None
     method, resolved = start
-    searched = {d.param for d in search_space(method)}
+    fixed = {d.param for d in search_space(method)} | set(get_method(method).interop.calibration)  # not kept here
     default = get_method(method).resolve({})
-    params = {k: v for k, v in resolved.items() if k not in searched and v != default.get(k)}
+    params = {k: v for k, v in resolved.items() if k not in fixed and v != default.get(k)}
     if not params:
         return None
     return json.loads(json.dumps({"method": method, "params": params}, default=_plain))
+
+
+def spec_calibration(spec: MergeSpec) -> dict[str, Any] | None:
+    """The spec's own calibration (``SearchOptions.calibration``): its method's calibration parameters in the
+    engine's form when the method is calibrated and the spec names what it is calibrated on (Fisher: suites or
+    Fisher folders), else None."""
+    method = get_method(spec.method)
+    params = spec.engine_params()
+    given = {k: params[k] for k in method.interop.calibration if params.get(k) is not None}
+    return given if any(given.get(name) for name in _calibration_paths(spec.method)) else None
+
+
+def _calibration_paths(method: str) -> list[str]:
+    """A calibrated method's per-agent calibration parameters, one path per agent (Fisher: suites, folders)."""
+    m = get_method(method)
+    return [p.name for p in m.params if p.per_agent and p.name in m.interop.calibration]
+
+
+def _calibration(spec: MergeSpec, given: Mapping[str, Any] | None, methods: list[str]) -> dict[str, dict[str, Any]]:
+    """Per calibrated method searched, its calibration in the engine's form, checked (one suite or folder per
+    agent, every suite readable), paths made absolute: what its trials merge with and the study remembers.
+    A calibrated method searched without one, or a calibration given for none, is refused."""
+    from ..core.methods.fisher import NEEDS_FISHER
+    from .suites import load_suite
+
+    calibrated = [m for m in methods if get_method(m).interop.calibrated]
+    if given is None:
+        given = spec_calibration(spec)
+    elif not calibrated:
+        flags = ", ".join(sorted({p.flag for m in METHODS.values() for p in m.params if p.name in given}))
+        takers = ", ".join(n for n, m in METHODS.items() if m.interop.calibrated)
+        raise InputError(f"{flags}: for {takers}, which --methods leaves out; add it to --methods or leave {flags} out")
+    out: dict[str, dict[str, Any]] = {}
+    for name in calibrated:
+        params = spec.with_method(name, dict(given or {})).resolved_params()
+        paths = _calibration_paths(name)
+        if not any(params.get(key) for key in paths):
+            raise InputError(NEEDS_FISHER)
+        for suite in params.get("suite") or ():
+            load_suite(suite)  # unreadable: refused before the study is made
+        kept = {k: params[k] for k in get_method(name).interop.calibration if params.get(k) is not None}
+        for key in paths:
+            if key in kept:
+                kept[key] = [_source(str(v)) for v in kept[key]]
+        out[name] = kept
+    return out
+
+
+def _calibrated(
+    inputs: Inputs,
+    calibration: dict[str, dict[str, Any]],
+    calibrate: Callable[[MergeSpec, Reporter], MergeSpec],
+    reporter: Reporter,
+) -> Inputs:
+    """``inputs`` with each calibrated method's calibrate step done (Fisher: every agent's Fisher estimated, or
+    taken from its cache), once for all the trials."""
+    done: dict[str, dict[str, Any]] = {}
+    for name, params in calibration.items():
+        resolved = calibrate(inputs.spec.with_method(name, params), reporter).engine_params()
+        done[name] = {k: resolved[k] for k in get_method(name).interop.calibration if resolved.get(k) is not None}
+    return dataclasses.replace(inputs, calibrated=done)
 
 
 def _check_folder(folder: Path) -> None:
@@ -707,11 +807,15 @@ def _trial_of(frozen) -> Trial:
     )
 
 
-def _suggest(trial, methods: list[str], kept: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+def _suggest(
+    trial, methods: list[str], kept: dict[str, Any] | None = None, calibration: dict[str, dict[str, Any]] | None = None
+) -> tuple[str, dict[str, Any]]:
     """The merge an Optuna trial asks for: a method, then its searched parameters; the rest at the values the
-    spec keeps for its own method (``_kept``), else at their defaults."""
+    spec keeps for its own method (``_kept``), a calibrated method's calibration (``_calibration``), else at
+    their defaults."""
     method = trial.suggest_categorical("method", methods)
     given: dict[str, Any] = dict(kept["params"]) if kept is not None and kept["method"] == method else {}
+    given.update((calibration or {}).get(method, {}))
     for d in search_space(method):
         if d.kind == "choice":
             given[d.param] = trial.suggest_categorical(d.key, list(d.choices))
@@ -737,6 +841,7 @@ def _run_trials(
     runner,
     scorer_process: ScorerProcess | None = None,
     kept: dict[str, Any] | None = None,
+    calibration: dict[str, dict[str, Any]] | None = None,
 ) -> list[Trial]:
     """Ask, merge and score, tell: until ``options.trials`` trials have completed."""
     done = [_trial_of(t) for t in _finished(study)]
@@ -774,7 +879,7 @@ def _run_trials(
             batch = []
             for _ in range(min(options.workers - len(pending), room)):
                 asked = study.ask()
-                method, params = _suggest(asked, methods, kept)
+                method, params = _suggest(asked, methods, kept, calibration)
                 earlier = seen.get(_merge_key(method, params))
                 if earlier is not None:
                     finish(asked, method, params, earlier.scores, 0.0, earlier.number)

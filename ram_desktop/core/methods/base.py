@@ -246,18 +246,24 @@ class Analysis:
 class Interop:
     """How a method meets the world outside the merge: ``mergekit``, how it reads and writes mergekit
     configurations (None: not expressible, refused); ``sweep``, what a comparison offers (None: its first
-    parameter at its default); ``calibrated``, the faces turn its calibration suites into its auxiliary inputs
-    before merging (``evaluate.fisher``); ``citation``, the paper that defines it, as the model card cites it;
+    parameter at its default); ``calibration``, the parameters that say what a calibrated method is calibrated
+    on and what that gave (Fisher's suites, examples and Fisher folders): the faces turn its calibration suites
+    into its auxiliary inputs before merging (``evaluate.fisher``), and search sets them once for all its trials
+    and never varies them (``calibrated``: it has some); ``citation``, the paper that defines it, as the model card cites it;
     ``searched_by_default``, ``ram-merge search`` (and the window's Search) tries it when no methods are named
     (the registry's ``SEARCH_METHODS``); ``search_reference``, the search scores it at its defaults beside the
     best trial on the test suites (``SEARCH_REFERENCES``)."""
 
     mergekit: MergekitMapping | None = None
     sweep: Sweep | None = None
-    calibrated: bool = False
+    calibration: tuple[str, ...] = ()
     citation: str = ""
     searched_by_default: bool = False
     search_reference: bool = False
+
+    @property
+    def calibrated(self) -> bool:
+        return bool(self.calibration)
 
 
 RANK_TIES_ON_GPU = 0.02

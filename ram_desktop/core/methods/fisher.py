@@ -52,6 +52,12 @@ SUITE = Param(
 )
 
 
+NEEDS_FISHER = (
+    "fisher merging needs each agent's Fisher information: pass --fisher-suite SUITE,... (one calibration "
+    "suite per agent, in agent order) or --fisher DIR,... (folders written by ram-merge fisher)"
+)
+
+
 def aux_key(fisher: list[str]) -> str:
     return KEY_PREFIX + "\0".join(fisher)
 
@@ -93,10 +99,7 @@ def fisher_aux_inputs(params: dict) -> dict[str, list[Checkpoint]]:
             "ram-merge merge/run or the window (they compute and cache them), or pass --fisher DIR,... "
             "from ram-merge fisher"
         )
-    raise InputError(
-        "fisher merging needs each agent's Fisher information: pass --fisher-suite SUITE,... (one calibration "
-        "suite per agent, in agent order) or --fisher DIR,... (folders written by ram-merge fisher)"
-    )
+    raise InputError(NEEDS_FISHER)
 
 
 def fisher_prepare(params: dict, probe: Any, collected: Any) -> dict:
@@ -147,7 +150,7 @@ METHODS = (
         prepare=fisher_prepare,
         streaming=Streaming(aux_inputs=fisher_aux_inputs, thread_safe=True),
         interop=Interop(
-            calibrated=True,
+            calibration=(SUITE.name, EXAMPLES.name, FISHER.name),
             citation="Matena & Raffel, *Merging Models with Fisher-Weighted Averaging*, NeurIPS 2022, arXiv 2111.09832",
         ),
     ),

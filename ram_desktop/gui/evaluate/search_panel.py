@@ -44,6 +44,10 @@ SEARCH_TIP = (
     "Merge and score each trial on the validation suites (Optuna TPE), then merge the best into "
     "FOLDER/best and test it beside RAM+ and Task Arithmetic at their defaults"
 )
+CALIBRATION_TIP = (
+    "\nCalibrated on the Method step's calibration suites: choose this method there and give each agent's "
+    "suite; each agent's Fisher is estimated once, before the trials"
+)
 
 
 def params_text(method: str, params: dict[str, Any]) -> str:
@@ -83,13 +87,14 @@ class SearchPanel(QWidget):
 
         self.checks: dict[str, QCheckBox] = {}
         grid = QGridLayout()
-        names = [n for n, m in METHODS.items() if not m.streaming.stacks and not m.interop.calibrated]
+        names = [n for n, m in METHODS.items() if not m.streaming.stacks]
         for i, name in enumerate(names):
             box = QCheckBox(METHODS[name].short_label)
             space = search_space(name)
             box.setToolTip(
                 METHODS[name].summary
                 + ("\nSearched: " + "; ".join(d.describe() for d in space) if space else "\nNo parameters")
+                + (CALIBRATION_TIP if METHODS[name].interop.calibrated else "")
             )
             box.setChecked(name in SEARCH_METHODS)
             box.toggled.connect(lambda _: self._update_actions())
