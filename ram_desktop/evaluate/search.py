@@ -30,6 +30,7 @@ the memory available (``fits_in_memory``), or with ``RAM_DESKTOP_TRIALS_ON_DISK=
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -48,7 +49,6 @@ from ..core import (
     METHODS,
     SEARCH_METHODS,
     SEARCH_REFERENCES,
-    Agent,
     Cancelled,
     InMemory,
     InputError,
@@ -241,7 +241,9 @@ class Inputs:
         """One spec per (name, method, params), each into ``folder/<name>``: the compare variants' one path
         (``variant_specs``) applied to the whole spec with its own parameters dropped, so a trial's method and
         parameters replace the spec's and nothing of the spec's method leaks into another method's trial."""
-        shared = self.spec.replace(params={}, output=None)
+        shared = self.spec.replace(
+            params={}, agents=tuple(dataclasses.replace(a, params={}) for a in self.spec.agents), output=None
+        )
         return variant_specs(shared, [Variant(name, m, dict(p)) for name, m, p in merges], folder)
 
 
@@ -487,7 +489,7 @@ def _source(text: str) -> str:
 
 def _absolute(spec: MergeSpec) -> MergeSpec:
     """The whole spec every trial is a delta of: its sources made absolute, no output folder of its own."""
-    agents = tuple(Agent(a.name, _source(a.source)) for a in spec.agents)
+    agents = tuple(dataclasses.replace(a, source=_source(a.source)) for a in spec.agents)
     return spec.replace(base=_source(spec.base), agents=agents, output=None)
 
 
