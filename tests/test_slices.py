@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from ram_desktop.cli import main
-from ram_desktop.core import MergeSpec
+from ram_desktop.core import MergeSpec, thaw
 from ram_desktop.core.errors import InputError
 from tests import reference as ref
 from tests.conftest import SMALL_CONFIG, make_models
@@ -124,8 +124,9 @@ def test_recipe_slices_refused_naming_the_key(slices, key):
 def test_layer_range_beyond_the_model_is_refused(tmp_path, capsys):
     a, b = _two(tmp_path)
     recipe = _stack_recipe(a, b)
-    recipe.slices[1]["sources"][0]["layer_range"] = [3, 6]
-    recipe.save(tmp_path / "r.yaml")
+    slices = thaw(recipe.slices)
+    slices[1]["sources"][0]["layer_range"] = [3, 6]
+    recipe.replace(slices=tuple(slices)).save(tmp_path / "r.yaml")
     assert main(["-q", "run", str(tmp_path / "r.yaml"), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "slices[1].sources[0].layer_range" in err and "5 layers" in err

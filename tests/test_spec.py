@@ -1,4 +1,4 @@
-"""``MergeSpec``: one frozen description of a merge; per-agent values keyed by agent name through every change of
+"""``MergeSpec``: one frozen description of a merge; per-agent values on their agents through every change of
 the agents, a comparison's variants and the recipe file (pure checks, no model read)."""
 
 from __future__ import annotations
@@ -29,8 +29,12 @@ def test_one_class_describes_a_merge():
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.method = "ram"  # type: ignore[misc]
     assert spec.names == ["coder", "tool", "memory"]
-    assert spec.params["weight"] == {"coder": 0.1, "tool": 0.2, "memory": 0.3}
-    assert spec.params["density"] == {"coder": "0.5", "tool": "0.7", "memory": "0.9"}
+    assert [a.params for a in spec.agents] == [
+        {"weight": 0.1, "density": "0.5"},
+        {"weight": 0.2, "density": "0.7"},
+        {"weight": 0.3, "density": "0.9"},
+    ]
+    assert spec.params == {"lambda": 1.0}
     assert spec.engine_params()["weight"] == [0.1, 0.2, 0.3]
 
 
@@ -38,9 +42,8 @@ def test_removing_reordering_and_renaming_agents_keep_each_agents_values():
     spec = _spec()
     _, tool, memory = spec.agents
     fewer = spec.with_agents([memory, tool])
-    assert fewer.params["weight"] == {"memory": 0.3, "tool": 0.2}
     assert fewer.engine_params()["weight"] == [0.3, 0.2]
-    renamed = fewer.with_agents([memory, Agent("tools", tool.source)], renamed={"tool": "tools"})
+    renamed = fewer.with_agents([memory, dataclasses.replace(tool, name="tools")])
     assert renamed.engine_params()["weight"] == [0.3, 0.2] and renamed.names == ["memory", "tools"]
     more = fewer.with_agents([memory, tool, Agent("new", "/m/new")])
     with pytest.raises(InputError):  # a setting's missing value takes the default; weights here are given for all
@@ -82,9 +85,11 @@ def test_a_v1_recipe_maps_its_lists_by_position():
         "agents": [{"name": "x", "source": "/m/a"}, {"name": "y", "source": "/m/b"}],
         "parameters": {"density": [0.4, 0.6]},
     }
-    assert MergeSpec.from_dict(data).params["density"] == {"x": 0.4, "y": 0.6}
+    spec = MergeSpec.from_dict(data)
+    assert [(a.name, a.params) for a in spec.agents] == [("x", {"density": 0.4}), ("y", {"density": 0.6})]
     data["agents"] = ["/m/a", {"source": "/m/b", "name": "y"}]  # not every agent named: all derived, as before
-    assert MergeSpec.from_dict(data).params["density"] == {"a": 0.4, "b": 0.6}
+    spec = MergeSpec.from_dict(data)
+    assert [(a.name, a.params) for a in spec.agents] == [("a", {"density": 0.4}), ("b", {"density": 0.6})]
     data["parameters"]["density"] = [0.4]
     with pytest.raises(InputError, match="1 values for 2 agents"):
         MergeSpec.from_dict(data)
@@ -95,8 +100,9 @@ def test_a_variant_is_a_spec_delta_keyed_by_agent(tmp_path):
     one = Variant.parse("weighted-ties:weight.tool=0.9,name=tool-up")
     two = Variant.parse("linear:name=lin")
     specs = variant_specs(shared, [one, two], tmp_path)
-    assert specs[0].params["weight"] == {"coder": 0.1, "tool": "0.9", "memory": 0.3}
-    assert specs[0].output == str(tmp_path / "tool-up") and specs[0].agents == shared.agents
+    assert [a.params["weight"] for a in specs[0].agents] == [0.1, "0.9", 0.3]
+    assert specs[0].output == str(tmp_path / "tool-up") and specs[0].names == shared.names
+    assert specs[0].sources == shared.sources
     assert specs[1].method == "linear" and specs[1].engine_params()["weight"] == [0.1, 0.2, 0.3]
     with pytest.raises(InputError, match="nobody"):
         variant_specs(shared, [Variant.parse("weighted-ties:weight.nobody=1")], tmp_path)

@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "MergeSpec": "spec",
     "Agent": "spec",
     "RunOptions": "spec",
+    "thaw": "frozen",
     "Variant": "variant",
     "variant_specs": "variant",
     "parse_size": "recipe",
@@ -146,6 +147,7 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "reuse_deltas",
     "setting_value",
+    "thaw",
     "to_mergekit",
     "variant_specs",
     "weights_file_filter",
@@ -177,6 +179,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
         first_line,
     )
     from .events import CancelToken, ProgressEvent, Reporter, human_bytes
+    from .frozen import thaw
     from .methods import METHODS, SEARCH_METHODS, SEARCH_REFERENCES, MergeMethod, Param, Sweep, get_method
     from .methods.advice import Advice, advise
     from .methods.settings import setting_value

@@ -30,6 +30,7 @@ from .engine.plan import AuxInput, Layout, MergePlan, check_agent_count, check_a
 from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cached
 from .errors import InputError, device_memory
 from .events import Reporter
+from .frozen import thaw
 from .methods import Collector, MergeMethod, get_method, plan_warnings
 from .recipe import parse_size
 from .sources import open_checkpoint
@@ -228,7 +229,7 @@ def _merge_variants(
     if len({os.path.normpath(os.path.abspath(o)) for o in outs}) != len(outs):
         raise InputError("two variants name the same output folder; give each its own")
     check_agent_count(len(first.agents))
-    settings = None if first.tokenizer is None else dict(first.tokenizer)
+    settings = None if first.tokenizer is None else thaw(first.tokenizer)
     tokenizer.check_references(settings, first.names, [first.base, *first.sources])
     _check_hub_sources(first, reporter, options.token, outs[0])
     layout = first.layout()
@@ -303,6 +304,14 @@ def _merge_variants(
     return results
 
 
+def _shared_part(spec: MergeSpec, key: str) -> Any:
+    """What variants must share of ``spec``'s ``key``: of the agents, their names and sources (each variant's
+    own per-agent values are its parameters)."""
+    if key == "agents":
+        return [(a.name, a.source) for a in spec.agents]
+    return getattr(spec, key)
+
+
 def _checked_variants(specs: list[MergeSpec]) -> tuple[list[MergeMethod], list[dict[str, Any]]]:
     """The variants' methods and resolved parameters, once the specs are known to make one merge: they share
     ``SHARED``, name a base and each an output."""
@@ -310,7 +319,7 @@ def _checked_variants(specs: list[MergeSpec]) -> tuple[list[MergeMethod], list[d
         raise InputError("no variants to merge; give at least one method")
     first = specs[0]
     for key in SHARED:
-        if any(getattr(s, key) != getattr(first, key) for s in specs[1:]):
+        if any(_shared_part(s, key) != _shared_part(first, key) for s in specs[1:]):
             raise InputError(f"variants of one merge must share {key}; only method, parameters and output may differ")
     first.check_base()
     first.check_agents()
@@ -526,7 +535,7 @@ def _package_version(name: str) -> str:
 
 
 def _written_spec(spec: MergeSpec, plan: MergePlan, params: dict, out: Path) -> MergeSpec:
-    """The spec a merge writes as its recipe: sources pinned, every parameter stated (keyed per agent), the
+    """The spec a merge writes as its recipe: sources pinned, every parameter stated (each agent's on it), the
     output folder absolute."""
     agents = tuple(Agent(name, _pinned(a)) for name, a in zip(plan.names, plan.agents))
     stated = spec.replace(agents=agents, base=_pinned(plan.base), output=str(Path(out).expanduser().resolve()))

@@ -1,10 +1,11 @@
 """``MergeSpec``: the one description of a merge, shared by the command line, the window, comparisons,
 mergekit import and export, and the recipe file ``ram-recipe.yaml`` (its YAML, docs/contracts.md).
 
-A spec is frozen. Its agents each carry a name, and every per-agent parameter value is keyed by that name
-(``weight: {coder: 0.1, tool: 0.2}``), never by position: adding, removing, reordering or renaming agents
-(``with_agents``) keeps each agent's values with it. The engine works on lists in agent order; ``engine_params``
-is the one place that turns the keyed values into them. What only affects how a merge runs, not what it
+A spec is frozen, its mappings and lists too (``core.frozen``). Each agent carries its name, its source and its
+own values of per-agent parameters (``Agent.params``: ``{weight: 0.1}``); ``MergeSpec.params`` holds the values
+that hold for every agent (scalars, a setting given once). So adding, removing, reordering or renaming agents
+keeps each agent's values with it. The engine works on lists in agent order; ``engine_params`` is the one place
+that makes them. The recipe file keys per-agent values by agent name (``weight: {coder: 0.1, tool: 0.2}``). What only affects how a merge runs, not what it
 makes (overwrite, chunk size, the probe cache, the Hub token, the fused kernels), is ``RunOptions``.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from . import defaults
 from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
 from .engine.plan import Layout, check_agent_count
 from .errors import InputError, NoAgents, NoBase, NoOutput
+from .frozen import FrozenMap, freeze, thaw
 from .recipe import (
     AGENT_KEYS,
     RECIPE_KEYS,
@@ -43,10 +45,15 @@ HEADER = "# RAM Desktop merge recipe. Reproduce with: ram-merge run ram-recipe.y
 
 @dataclass(frozen=True)
 class Agent:
-    """One fine-tuned model: its name (unique in a spec; it keys the agent's per-agent values) and source."""
+    """One fine-tuned model: its name (unique in a spec), its source, and its own values of per-agent
+    parameters by parameter name (a setting's entry for this agent too), read-only."""
 
     name: str
     source: str
+    params: Mapping[str, Any] = field(default_factory=FrozenMap)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", freeze(self.params))
 
 
 @dataclass(frozen=True)
@@ -122,36 +129,47 @@ def _per_agent_params(method: str) -> dict[str, Any]:
     return {p.name: p for p in m.params if p.per_agent} if m is not None else {}
 
 
-def _is_filter(value: Mapping, names: Sequence[str]) -> bool:
-    """A setting's ``{filter:, value:}`` mapping rather than one keyed by agent name."""
-    keys = {str(k) for k in value}
-    return keys <= {"filter", "value"} and not keys <= set(names)
+def _param_order(method: str, keys: Sequence[str]) -> list[str]:
+    """``keys`` without repeats in the order the method declares its parameters (others last, as given): the
+    order a recipe writes them in."""
+    from .methods import METHODS
+
+    m = METHODS.get(method)
+    declared = {p.name: i for i, p in enumerate(m.params)} if m is not None else {}
+    unique = list(dict.fromkeys(keys))
+    return sorted(unique, key=lambda k: (declared.get(k, len(declared)), unique.index(k)))
 
 
-def key_by_agent(method: str, params: Mapping[str, Any], names: Sequence[str], where: str = "") -> dict[str, Any]:
-    """``params`` with every per-agent list (or comma-separated text) in agent order keyed by agent name; one
-    value for every agent (a setting's) and mappings are kept. A list of the wrong length is refused."""
+def split_params(
+    method: str, params: Mapping[str, Any], names: Sequence[str], where: str = ""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``params`` as a command line, a mergekit file or the engine give them, split into the values for every
+    agent and each agent's own (in the order of ``names``). A per-agent value is a list in agent order,
+    comma-separated text, or ``NAME=VALUE,...`` text; a setting's one value (a number, text without a comma,
+    a ``{filter:, value:}`` mapping) holds for every agent. A list of the wrong length is refused."""
     per_agent = _per_agent_params(method)
-    out: dict[str, Any] = {}
+    shared: dict[str, Any] = {}
+    own: list[dict[str, Any]] = [{} for _ in names]
     for key, value in params.items():
         p = per_agent.get(key)
         if p is None or value is None or isinstance(value, Mapping):
-            out[key] = dict(value) if isinstance(value, Mapping) else value
+            shared[key] = value
             continue
         if isinstance(value, str):
             pairs = [item.partition("=") for item in value.split(",")]
             if all(eq and k.strip() in names for k, eq, _ in pairs):  # NAME=VALUE,... keyed on the command line
-                out[key] = {k.strip(): v.strip() for k, _, v in pairs}
+                for k, _, v in pairs:
+                    own[list(names).index(k.strip())][key] = v.strip()
                 continue
             if p.setting and "," not in value:
-                out[key] = value  # one value for every agent
+                shared[key] = value  # one value for every agent
                 continue
             items: list[Any] = [v.strip() for v in value.split(",")]
         elif isinstance(value, (list, tuple)):
             items = list(value)
         else:
             if p.setting:
-                out[key] = value
+                shared[key] = value
                 continue
             items = [value]
         if len(items) != len(names):
@@ -159,47 +177,60 @@ def key_by_agent(method: str, params: Mapping[str, Any], names: Sequence[str], w
                 f"{where}{p.flag if not where else 'parameters.' + key}: {len(items)} values for {len(names)} agents "
                 f"({', '.join(names)}); give one per agent, in agent order"
             )
-        out[key] = {n: v for n, v in zip(names, items)}
-    return out
+        for values, item in zip(own, items):
+            values[key] = item
+    return shared, own
 
 
-def positional(method: str, params: Mapping[str, Any], names: Sequence[str], where: str = "") -> dict[str, Any]:
-    """The engine's form of ``params``: each keyed per-agent value as a list in the order of ``names`` (an agent
-    without a value gets None, a setting's default; a parameter that every agent needs refuses it)."""
+def _by_agent_name(setting: bool, value: Any, names: Sequence[str]) -> bool:
+    """In a recipe's form (its ``parameters:``, a layer map's), whether a per-agent parameter's ``value`` is keyed
+    by agent name: a mapping, unless it is a setting's one ``{filter:, value:}`` for every agent (the file's rule;
+    in a spec, where a value sits says what it is)."""
+    if not isinstance(value, Mapping):
+        return False
+    keys = {str(k) for k in value}
+    return not (setting and keys <= {"filter", "value"} and not keys <= set(names))
+
+
+def _check_keyed(where: str, key: str, setting: bool, value: Mapping[str, Any], names: Sequence[str]) -> None:
+    """A value keyed by agent name names only agents, and every agent unless the parameter is a setting."""
+    unknown = [str(k) for k in value if str(k) not in names]
+    if unknown:
+        raise InputError(
+            f"{where}parameters.{key}.{unknown[0]}: no agent of that name; the agents are {', '.join(names)}"
+        )
+    missing = [n for n in names if value.get(n) is None]
+    if missing and not setting:
+        raise InputError(f"{where}parameters.{key}: no value for agent {missing[0]}; give one for every agent")
+
+
+def _slice_engine_params(method: str, params: Mapping[str, Any], names: Sequence[str], where: str) -> dict[str, Any]:
+    """A layer map's parameters (keyed by agent name, as its recipe gives them) as the engine takes them."""
     per_agent = _per_agent_params(method)
     out: dict[str, Any] = {}
     for key, value in params.items():
         p = per_agent.get(key)
         if p is None or value is None:
             out[key] = value
-            continue
-        if not isinstance(value, Mapping) or p.setting and _is_filter(value, names):
-            # one value for every agent: a setting (a gradient list is repeated, a list being per agent there)
+        elif _by_agent_name(p.setting, value, names):
+            _check_keyed(where, key, p.setting, value, names)
+            out[key] = [value.get(n) for n in names]
+        else:  # one value for every agent: a setting (a gradient list is repeated, a list being per agent there)
             out[key] = [value] * len(names) if isinstance(value, (list, tuple)) and p.setting else value
-            continue
-        unknown = [str(k) for k in value if str(k) not in names]
-        if unknown:
-            raise InputError(
-                f"{where}parameters.{key}.{unknown[0]}: no agent of that name; the agents are {', '.join(names)}"
-            )
-        keyed = {str(k): v for k, v in value.items()}
-        missing = [n for n in names if keyed.get(n) is None]
-        if missing and not p.setting:
-            raise InputError(f"{where}parameters.{key}: no value for agent {missing[0]}; give one for every agent")
-        out[key] = [keyed.get(n) for n in names]
-    return out
+    return thaw(out)
 
 
 @dataclass(frozen=True)
 class MergeSpec:
-    """A merge (see the module docstring). ``params``: the method's parameters as given (keyed per agent);
-    ``slices``: a layer map (docs/contracts.md, "slices"; model 0 is the base, i the i-th agent), None for
-    whole models; ``output``: the folder written (None: not chosen yet)."""
+    """A merge (see the module docstring). ``params``: the method's parameters that hold for every agent (each
+    agent's own are on its ``Agent``); ``slices``: a layer map (docs/contracts.md, "slices"; model 0 is the
+    base, i the i-th agent; per-agent values keyed by agent name), None for whole models; ``output``: the
+    folder written (None: not chosen yet). Every mapping and list in it is read-only (``core.frozen``)."""
 
     base: str = ""
     agents: tuple[Agent, ...] = ()
     method: str = defaults.METHOD
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=FrozenMap)
     eps: float = defaults.EPS
     out_dtype: str = defaults.OUT_DTYPE
     vocab: str = defaults.VOCAB
@@ -210,6 +241,14 @@ class MergeSpec:
     device: str = defaults.DEVICE
     shard_size: str = defaults.SHARD_SIZE
     output: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agents", tuple(self.agents))
+        object.__setattr__(self, "params", freeze(self.params))
+        if self.tokenizer is not None:
+            object.__setattr__(self, "tokenizer", freeze(self.tokenizer))
+        if self.slices is not None:
+            object.__setattr__(self, "slices", tuple(freeze(s) for s in self.slices))
 
     # --- building ------------------------------------------------------------------------------------
     @classmethod
@@ -234,11 +273,12 @@ class MergeSpec:
         values are lists or comma-separated text in that order (a command line's, a mergekit file's)."""
         made = make_agents([str(a) for a in agents], names)
         keyed_names = [a.name for a in made]
+        shared, own = split_params(method, dict(params or {}), keyed_names)
         return cls(
             base=str(base),
-            agents=made,
+            agents=tuple(dataclasses.replace(a, params=o) for a, o in zip(made, own)),
             method=method,
-            params=key_by_agent(method, dict(params or {}), keyed_names),
+            params=shared,
             eps=eps,
             out_dtype=out_dtype,
             vocab=vocab,
@@ -253,24 +293,17 @@ class MergeSpec:
     def replace(self, **changes: Any) -> MergeSpec:
         return dataclasses.replace(self, **changes)
 
-    def with_agents(self, agents: Sequence[Agent], renamed: Mapping[str, str] | None = None) -> MergeSpec:
-        """The spec with these agents (added, removed, reordered); each kept agent's per-agent values follow it,
-        a removed agent's are dropped. ``renamed``: old name -> new name, whose values move to the new name."""
-        renamed = dict(renamed or {})
-        per_agent = _per_agent_params(self.method)
-        params: dict[str, Any] = {}
-        for key, value in self.params.items():
-            if key in per_agent and isinstance(value, Mapping):
-                moved = {renamed.get(str(k), str(k)): v for k, v in value.items()}
-                params[key] = {a.name: moved[a.name] for a in agents if a.name in moved}
-            else:
-                params[key] = value
+    def with_agents(self, agents: Sequence[Agent]) -> MergeSpec:
+        """The spec with these agents (added, removed, reordered, renamed): each brings its own values."""
         make_agents([a.source for a in agents], [a.name for a in agents])  # unique, non-empty names
-        return dataclasses.replace(self, agents=tuple(agents), params=params)
+        return dataclasses.replace(self, agents=tuple(agents))
 
     def with_method(self, method: str, params: Mapping[str, Any]) -> MergeSpec:
-        """Another method on the same inputs (a comparison's variant); per-agent lists are keyed here."""
-        return dataclasses.replace(self, method=method, params=key_by_agent(method, dict(params), self.names))
+        """Another method with these parameters (``split_params``' forms) on the same agents, whose own values
+        are replaced by those in ``params`` (a comparison's variant, the resolved parameters)."""
+        shared, own = split_params(method, params, self.names)
+        agents = tuple(dataclasses.replace(a, params=o) for a, o in zip(self.agents, own))
+        return dataclasses.replace(self, method=method, params=shared, agents=agents)
 
     # --- reading ---------------------------------------------------------------------------------------
     @property
@@ -300,8 +333,39 @@ class MergeSpec:
             raise NoOutput()
 
     def engine_params(self) -> dict[str, Any]:
-        """The parameters as the engine takes them: per-agent values as lists in agent order."""
-        return positional(self.method, self.params, self.names)
+        """The parameters as the engine takes them (plain values): each per-agent value as a list in agent order
+        (an agent without its own value gets the spec's, else None, a setting's default; a parameter that every
+        agent needs refuses a missing one)."""
+        per_agent = _per_agent_params(self.method)
+        keys = _param_order(self.method, [*self.params, *(k for a in self.agents for k in a.params)])
+        out: dict[str, Any] = {}
+        for key in keys:
+            p = per_agent.get(key)
+            shared = self.params.get(key)
+            if not any(key in a.params for a in self.agents):
+                repeat = p is not None and p.setting and isinstance(shared, (list, tuple))
+                out[key] = [shared] * len(self.agents) if repeat else shared  # a gradient for every agent
+                continue
+            values = [a.params.get(key, shared) for a in self.agents]
+            missing = [a.name for a, v in zip(self.agents, values) if v is None]
+            if missing and not (p is not None and p.setting):
+                raise InputError(f"parameters.{key}: no value for agent {missing[0]}; give one for every agent")
+            out[key] = values
+        return thaw(out)
+
+    def keyed_params(self) -> dict[str, Any]:
+        """The parameters as a recipe writes them (plain values): each per-agent value keyed by agent name."""
+        keys = _param_order(self.method, [*self.params, *(k for a in self.agents for k in a.params)])
+        out: dict[str, Any] = {}
+        for key in keys:
+            shared = self.params.get(key)
+            if any(key in a.params for a in self.agents):
+                out[key] = {
+                    a.name: a.params.get(key, shared) for a in self.agents if key in a.params or shared is not None
+                }
+            else:
+                out[key] = shared
+        return thaw(out)
 
     def engine_slices(self) -> list[dict[str, Any]] | None:
         """The layer map with each slice's per-agent parameters as lists in agent order."""
@@ -309,9 +373,9 @@ class MergeSpec:
             return None
         out = []
         for i, s in enumerate(self.slices):
-            entry: dict[str, Any] = {"sources": [dict(x) for x in s["sources"]]}
+            entry: dict[str, Any] = {"sources": thaw(s["sources"])}
             if s.get("parameters") is not None:
-                entry["parameters"] = positional(self.method, s["parameters"], self.names, f"slices[{i}].")
+                entry["parameters"] = _slice_engine_params(self.method, s["parameters"], self.names, f"slices[{i}].")
             out.append(entry)
         return out
 
@@ -322,15 +386,15 @@ class MergeSpec:
         return get_method(self.method).resolve(self.engine_params())
 
     def resolved(self) -> MergeSpec:
-        """This spec with every parameter stated (defaults filled in, values validated), keyed per agent."""
-        return dataclasses.replace(self, params=key_by_agent(self.method, self.resolved_params(), self.names))
+        """This spec with every parameter stated (defaults filled in, values validated), each agent's on it."""
+        return self.with_method(self.method, self.resolved_params())
 
     # --- the recipe file -----------------------------------------------------------------------------
     def to_yaml(self) -> str:
         data: dict[str, Any] = {
             "format": FORMAT,
             "method": self.method,
-            "parameters": _plain(self.params),
+            "parameters": self.keyed_params(),
             "eps": self.eps,
             "base": self.base,
             "agents": [{"name": a.name, "source": a.source} for a in self.agents],
@@ -341,11 +405,11 @@ class MergeSpec:
         if self.vocab != defaults.VOCAB:
             data["vocab"] = self.vocab
         if self.tokenizer is not None:
-            data["tokenizer"] = _plain(self.tokenizer)
+            data["tokenizer"] = thaw(self.tokenizer)
         if self.chat_template is not None:
             data["chat_template"] = self.chat_template
         if self.slices is not None:
-            data["slices"] = _plain(list(self.slices))
+            data["slices"] = thaw(self.slices)
         if self.output:
             data["output"] = self.output
         return HEADER + yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
@@ -417,7 +481,7 @@ class MergeSpec:
         if not isinstance(params, dict):
             raise InputError(f"{where}: parameters: expected a mapping of name: value, found {type_name(params)}")
         check_parameters(where, method, params)
-        params = _read_params(where, "", version, method, params, names)
+        shared, own = _read_params(where, "", version, method, params, names)
         eps = data.get("eps", defaults.EPS)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)):
             raise InputError(f"{where}: eps: expected a number, found {eps!r}")
@@ -428,7 +492,7 @@ class MergeSpec:
         if data.get("slices") is not None:
             checked = read_slices(where, method, data["slices"], len(sources))
             slices = tuple(
-                {**s, "parameters": _read_params(where, f"slices[{i}].", version, method, s["parameters"], names)}
+                {**s, "parameters": _slice_params(where, f"slices[{i}].", version, method, s["parameters"], names)}
                 if "parameters" in s
                 else s
                 for i, s in enumerate(checked)
@@ -436,9 +500,9 @@ class MergeSpec:
         output = data.get("output")
         return cls(
             base=text_value(where, "base", data["base"]),
-            agents=agents,
+            agents=tuple(dataclasses.replace(a, params=o) for a, o in zip(agents, own)),
             method=method,
-            params=params,
+            params=shared,
             eps=float(eps),
             out_dtype=text_value(where, "out_dtype", data.get("out_dtype", defaults.OUT_DTYPE)),
             vocab=text_value(where, "vocab", data.get("vocab", defaults.VOCAB)),
@@ -453,26 +517,58 @@ class MergeSpec:
 
 def _read_params(
     where: str, at: str, version: str, method: str, params: dict[str, Any], names: list[str]
-) -> dict[str, Any]:
-    """A recipe's parameters keyed per agent: /1 lists by position; /2 mappings by name, checked."""
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A recipe's parameters split into those for every agent and each agent's own: /2 values keyed by agent
+    name, checked; /1 lists by position."""
     per_agent = _per_agent_params(method)
-    if version == FORMAT_V1:
-        try:
-            return key_by_agent(method, params, names, f"{where}: {at}")
-        except InputError as e:
-            raise InputError(str(e)) from None
+    shared: dict[str, Any] = {}
+    own: list[dict[str, Any]] = [{} for _ in names]
     for key, value in params.items():
         p = per_agent.get(key)
-        if p is None or value is None:
-            continue
-        if isinstance(value, dict) and not (p.setting and _is_filter(value, names)):
-            positional(method, {key: value}, names, f"{where}: {at}")  # an unknown agent, a missing value
-        elif not p.setting:
+        if p is not None and _by_agent_name(p.setting, value, names):
+            _check_keyed(f"{where}: {at}", key, p.setting, value, names)
+            for name, item in value.items():
+                own[names.index(str(name))][key] = item
+        elif version == FORMAT_V1:
+            try:
+                one, each = split_params(method, {key: value}, names, f"{where}: {at}")
+            except InputError as e:
+                raise InputError(str(e)) from None
+            shared.update(one)
+            for values, more in zip(own, each):
+                values.update(more)
+        elif p is not None and value is not None and not p.setting:
             raise InputError(
                 f"{where}: {at}parameters.{key}: expected one value per agent by name, like "
                 f"{{{names[0]}: ...}} ({FORMAT} keys per-agent values by agent name)"
             )
-    return dict(params)
+        else:
+            shared[key] = value
+    return shared, own
+
+
+def _slice_params(
+    where: str, at: str, version: str, method: str, params: dict[str, Any], names: list[str]
+) -> dict[str, Any]:
+    """A layer map's parameters, checked, in the map's form (per-agent values keyed by agent name): /2 as
+    written, /1 lists keyed by position."""
+    split = _read_params(where, at, version, method, params, names)
+    return _keyed(params, split, names) if version == FORMAT_V1 else params
+
+
+def _keyed(
+    order: Iterable[str], split: tuple[dict[str, Any], list[dict[str, Any]]], names: Sequence[str]
+) -> dict[str, Any]:
+    """Split parameters joined again in a layer map's form, in the keys' ``order``: each per-agent value keyed
+    by agent name."""
+    shared, own = split
+    out: dict[str, Any] = {}
+    for key in order:
+        if any(key in values for values in own):
+            out[key] = {n: values[key] for n, values in zip(names, own) if key in values}
+        else:
+            out[key] = shared[key]
+    return out
 
 
 def _keyed_slices(
@@ -481,17 +577,8 @@ def _keyed_slices(
     if slices is None:
         return None
     return tuple(
-        {**s, "parameters": key_by_agent(method, dict(s["parameters"]), names)}
+        {**s, "parameters": _keyed(s["parameters"], split_params(method, dict(s["parameters"]), names), names)}
         if s.get("parameters") is not None
         else dict(s)
         for s in slices
     )
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with mappings and tuples as plain dicts and lists (what ``yaml.safe_dump`` writes)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

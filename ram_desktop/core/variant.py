@@ -3,6 +3,7 @@ folder) applied to the spec every variant shares (``ram-merge compare``, the win
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 
 from .errors import InputError
 from .methods import get_method
-from .spec import MergeSpec
+from .spec import MergeSpec, split_params
 
 SAFE_NAME = re.compile(r"[^A-Za-z0-9._=-]+")
 
@@ -71,17 +72,36 @@ class Variant:
 
     def apply(self, shared: MergeSpec, folder: str | Path) -> MergeSpec:
         """``shared`` with this variant's method into ``folder/<name>``: the method's defaults, then the shared
-        parameters it takes, then the variant's own (a keyed value replaces only the agents it names)."""
+        parameters it takes (the spec's and each agent's own), then the variant's (a keyed value replaces only
+        the agents it names, one for every agent replaces each agent's own)."""
         method = get_method(self.method)
         own = {p.name for p in method.params}
+        per_agent = {p.name for p in method.params if p.per_agent}
         given = {k: v for k, v in shared.params.items() if k in own and v is not None}
-        for key, value in self.params.items():
-            if isinstance(value, dict) and isinstance(given.get(key), dict):
-                given[key] = {**given[key], **value}
-            else:
-                given[key] = value
+        agents = [{k: v for k, v in a.params.items() if k in own} for a in shared.agents]
+        names = shared.names
         try:
-            spec = shared.with_method(self.method, given).replace(output=str(Path(folder) / self.name))
+            for key, value in self.params.items():
+                if key in per_agent and isinstance(value, dict):  # weight.coder=0.5: the agents it names
+                    for name, item in value.items():
+                        if name not in names:
+                            raise InputError(
+                                f"parameters.{key}.{name}: no agent of that name; the agents are {', '.join(names)}"
+                            )
+                        agents[names.index(name)][key] = item
+                    continue
+                one, each = split_params(self.method, {key: value}, names)
+                for values, more in zip(agents, each):
+                    if key in one:
+                        values.pop(key, None)
+                    values.update(more)
+                given.update(one)
+            spec = shared.replace(
+                method=self.method,
+                params=given,
+                agents=tuple(dataclasses.replace(a, params=v) for a, v in zip(shared.agents, agents)),
+                output=str(Path(folder) / self.name),
+            )
             spec.resolved_params()
         except InputError as e:
             raise InputError(f"variant {self.name!r}: {e}") from None

@@ -54,7 +54,6 @@ from ..core import (
     METHODS,
     SEARCH_METHODS,
     SEARCH_REFERENCES,
-    Agent,
     Cancelled,
     InMemory,
     InputError,
@@ -258,7 +257,9 @@ class Inputs:
         (``variant_specs``) applied to the whole spec with its own parameters dropped, so a trial's method and
         parameters replace the spec's and nothing of the spec's method leaks into another method's trial. A
         calibrated method's trial takes the calibration's results (``calibrated``) as ``ram-merge merge`` does."""
-        shared = self.spec.replace(params={}, output=None)
+        shared = self.spec.replace(
+            params={}, agents=tuple(dataclasses.replace(a, params={}) for a in self.spec.agents), output=None
+        )
         variants = [Variant(name, m, {**p, **self.calibrated.get(m, {})}) for name, m, p in merges]
         return variant_specs(shared, variants, folder)
 
@@ -518,7 +519,7 @@ def _source(text: str) -> str:
 
 def _absolute(spec: MergeSpec) -> MergeSpec:
     """The whole spec every trial is a delta of: its sources made absolute, no output folder of its own."""
-    agents = tuple(Agent(a.name, _source(a.source)) for a in spec.agents)
+    agents = tuple(dataclasses.replace(a, source=_source(a.source)) for a in spec.agents)
     return spec.replace(base=_source(spec.base), agents=agents, output=None)
 
 

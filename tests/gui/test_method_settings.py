@@ -52,7 +52,12 @@ def test_a_recipes_values_come_back_into_the_form(window):
     given = {"weight": [[0.1, 0.6], {"filter": "mlp", "value": 2.0}], "normalize": False, "dtype": "inputs"}
     window.method.set_method("linear", given)
     assert window.method.params() == dict(given, weight={"a": [0.1, 0.6], "b": {"filter": "mlp", "value": 2.0}})
-    window.method.set_method("linear", dict(given, weight={"b": 0.25, "a": 0.75}))  # keyed by agent, any order
+    window.method.fields["weight"].set_by_agent({"b": 0.25, "a": 0.75})  # an agent's own values, by name
     assert window.method.params()["weight"] == {"a": 0.75, "b": 0.25}
+    window.method.set_method("linear", {"weight": {"filter": "mlp", "value": 2.0}})  # one filter for every agent
+    assert window.method.params()["weight"] == {
+        "a": {"filter": "mlp", "value": 2.0},
+        "b": {"filter": "mlp", "value": 2.0},
+    }
     window.method.set_method("linear", {"weight": 0.5})  # one value for every agent
     assert window.method.params()["weight"] == {"a": 0.5, "b": 0.5}

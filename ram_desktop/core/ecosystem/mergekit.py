@@ -17,18 +17,19 @@ difference. Semantics follow mergekit 0.1.5 (``merge_methods/generalized_task_ar
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ..errors import InputError
+from ..frozen import thaw
 from ..methods import METHODS, get_method
 from ..methods.mergekit_map import MergekitExact, MergekitImport, MergekitInput
 from ..recipe import RECIPE_KEYS, known_keys
 from ..sources import HUB_ID, open_checkpoint, split_applied
-from ..spec import FORMAT, MergeSpec
+from ..spec import FORMAT, MergeSpec, make_agents
 from ..storage.formats.lora import bind_all, is_adapter_folder
 from ..storage.safe_read import read_yaml
 from ..tokenizer import read_chat_template, read_tokenizer, read_tokenizer_source
@@ -427,6 +428,7 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
     for theirs, ours_key in exact.shared.items():
         if theirs in given:
             params_out[ours_key] = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key])
+    by_model: list[dict[str, Any]] = [{} for _ in agents]  # each model's parameters, onto its agent
     for theirs, ours_key in exact.per_model.items():
         shared = _setting(where, f"parameters.{theirs}", given[theirs], known[ours_key]) if theirs in given else None
         values = []
@@ -441,6 +443,8 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
             values.append(value)
         if any(v is not None for v in values):
             params_out[ours_key] = values
+            for agent_values, value in zip(by_model, values):
+                agent_values[ours_key] = value
     compute = _dtype(where, "dtype", data["dtype"]) if data.get("dtype") is not None else None
     if "dtype" in known:
         params_out["dtype"] = compute or "inputs"
@@ -451,7 +455,14 @@ def _from_exact(data: dict, where: str, ours: str, exact: MergekitExact) -> Impo
         method.resolve(params_out)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    spec = MergeSpec.build(recipe_base, [s for s, _, _ in agents], method=ours, params=params_out, out_dtype=out_dtype)
+    made = make_agents([s for s, _, _ in agents])
+    spec = MergeSpec(
+        base=recipe_base,
+        agents=tuple(replace(a, params=values) for a, values in zip(made, by_model)),
+        method=ours,
+        params={k: v for k, v in params_out.items() if not any(k in values for values in by_model)},
+        out_dtype=out_dtype,
+    )
     warnings = []
     if any(s == recipe_base for s, _, _ in agents):
         warnings.append(f"{exact.name}: the base model {recipe_base} is one of the merged inputs (as in mergekit)")
@@ -814,7 +825,7 @@ def _export_tokenizer(recipe: MergeSpec) -> dict[str, Any]:
             return recipe.base
         return recipe.sources[recipe.names.index(ref)] if ref in recipe.names else ref
 
-    settings = dict(recipe.tokenizer or {})
+    settings = thaw(recipe.tokenizer or {})
     source = str(settings["source"])
     out: dict[str, Any] = {"source": path(source.removeprefix("model:")) if source.startswith("model:") else source}
     if settings.get("tokens"):

@@ -4,6 +4,7 @@ layers with a small plot, or filters) typed as one line of YAML or edited as a t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QRegularExpression, Signal
@@ -318,27 +319,37 @@ class PerAgentWidget(QWidget):
     def value(self) -> Any:
         """``{agent name: value}`` (a setting's empty row: None, its default); None when every row is empty (a
         setting: its default, one value for every agent)."""
+        by_agent = self.by_agent()
+        if by_agent is None:
+            return self.param.default if self.param.setting else None
+        return by_agent
+
+    def by_agent(self) -> dict[str, Any] | None:
+        """Each agent's value by agent name (a setting's empty row: None, its default; another parameter's
+        empty row: left out); None when every row is empty."""
         texts = {name: self._values.get(key, "").strip() for key, name in self._agents}
         if not any(texts.values()):
-            return self.param.default if self.param.setting else None
+            return None
         if self.param.setting:
             return {name: parse_setting(text) for name, text in texts.items()}
         return {name: text for name, text in texts.items() if text}
 
     def set_value(self, value: Any) -> None:
-        """A mapping by agent name (a spec's), a list in agent order, or one value for every agent (a
-        setting's); comma-separated text is a list."""
+        """A list in agent order, or one value for every agent (a setting's: a number, a gradient, filters);
+        comma-separated text is a list."""
         show = setting_text if self.param.setting else str
-        if isinstance(value, dict) and not (self.param.setting and set(value) <= {"filter", "value"}):
-            by_name = {str(k): v for k, v in value.items()}
-            self._values = {key: show(by_name[name]) for key, name in self._agents if by_name.get(name) is not None}
-        else:
-            if self.param.setting and not isinstance(value, list):
-                value = [value] * len(self._agents) if value is not None else []
-            elif isinstance(value, str):
-                value = value.split(",")
-            items = list(value or [])
-            self._values = {key: show(v) for (key, _), v in zip(self._agents, items) if v is not None}
+        if self.param.setting and not isinstance(value, list):
+            value = [value] * len(self._agents) if value is not None else []
+        elif isinstance(value, str):
+            value = value.split(",")
+        items = list(value or [])
+        self._values = {key: show(v) for (key, _), v in zip(self._agents, items) if v is not None}
+        self.set_agents(self._agents)
+
+    def set_by_agent(self, values: Mapping[str, Any]) -> None:
+        """Each agent's value by agent name (a spec's agents' own); an agent not named gets an empty row."""
+        show = setting_text if self.param.setting else str
+        self._values = {key: show(values[name]) for key, name in self._agents if values.get(name) is not None}
         self.set_agents(self._agents)
 
 
@@ -360,3 +371,9 @@ class PerAgentField:
 
     def set_value(self, value: Any) -> None:
         self.widget.set_value(value)
+
+    def by_agent(self) -> dict[str, Any] | None:
+        return self.widget.by_agent()
+
+    def set_by_agent(self, values: Mapping[str, Any]) -> None:
+        self.widget.set_by_agent(values)

@@ -315,8 +315,8 @@ class MethodPanel(QWidget):
         self.out_dtype.setToolTip(RESCALE_DTYPE_TIP.format(label=method.label) if method.rescales else DTYPE_TIP)
         for i, p in enumerate(method.params):
             field = PerAgentField(p, self._agents) if p.per_agent else ParamField(p)
-            if p.per_agent and self._agent_defaults.get(p.name):
-                field.set_value(self._agent_defaults[p.name])
+            if isinstance(field, PerAgentField) and self._agent_defaults.get(p.name):
+                field.set_by_agent(self._agent_defaults[p.name])
             field.changed.connect(lambda *_: self.changed.emit())
             label = QLabel(PARAM_LABELS.get(p.name, p.title))
             label.setObjectName(f"label_{p.name}")
@@ -358,8 +358,8 @@ class MethodPanel(QWidget):
         else:
             self._agent_defaults.pop(name, None)
         field = self.fields.get(name)
-        if isinstance(field, PerAgentField) and (values or field.value() is None):
-            field.set_value(values or {})
+        if isinstance(field, PerAgentField) and (values or field.by_agent() is None):
+            field.set_by_agent(values or {})
 
     def problems(self) -> list[tuple[QWidget, str]]:
         """What the merge would refuse in this form, each with the widget to correct, in the window's words:

@@ -1,9 +1,10 @@
 """The ``MergeSpec`` that the sources and method panels describe, and back: the window's one way to a merge,
-an analysis or a recipe (the CLI builds the same spec from its flags). Per-agent values are keyed by agent
-name, so what the form shows for an agent is what that agent gets."""
+an analysis or a recipe (the CLI builds the same spec from its flags). A per-agent field's rows go onto their
+agents (by agent name), so what the form shows for an agent is what that agent gets."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from ...core import (
     Reporter,
     RunOptions,
     defaults,
+    thaw,
 )
 from ...core.storage.output import check_apart, check_replaceable
+from .fields import PerAgentField
 from .panel import MethodPanel
 
 # Window jobs run the fused CPU kernels only on passes over this many elements or more: loading numba's
@@ -40,9 +43,9 @@ def read_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeS
         raise _bad_eps(method) from None
     return MergeSpec(
         base=base,
-        agents=tuple(agents),
+        agents=_with_values(agents, method),
         method=method.current.name,
-        params={k: v for k, v in method.params().items() if v is not None},
+        params=_shared_params(method),
         eps=eps,
         device=method.device.currentData(),
         out_dtype=method.out_dtype.currentData(),
@@ -55,6 +58,38 @@ def read_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeS
     )
 
 
+def _shared_params(method: MethodPanel) -> dict[str, Any]:
+    """The values the form gives every agent: each field's, but a per-agent field's only when none of its rows
+    is filled (a setting then gives its default once)."""
+    return {
+        key: field.value()
+        for key, field in method.fields.items()
+        if field.value() is not None and not (isinstance(field, PerAgentField) and field.by_agent() is not None)
+    }
+
+
+def _with_values(agents: Sequence[Agent], method: MethodPanel) -> tuple[Agent, ...]:
+    """The agents, each with its own values: its filled rows of the per-agent fields (by agent name)."""
+    own: dict[str, dict[str, Any]] = {a.name: {} for a in agents}
+    for key, field in method.fields.items():
+        given = field.by_agent() if isinstance(field, PerAgentField) else None
+        for name, value in (given or {}).items():
+            if value is not None and name in own:
+                own[name][key] = value
+    return tuple(dataclasses.replace(a, params=own[a.name]) for a in agents)
+
+
+def _show_agent_values(method: MethodPanel, spec: MergeSpec) -> None:
+    """Each agent's own values on its rows of the per-agent fields, an agent without one showing the spec's
+    value for every agent; a field no agent has a value of keeps what ``set_method`` showed."""
+    shared = thaw(spec.params)
+    for key, field in method.fields.items():
+        if isinstance(field, PerAgentField) and any(key in a.params for a in spec.agents):
+            field.set_by_agent(
+                {a.name: thaw(a.params[key]) if key in a.params else shared.get(key) for a in spec.agents}
+            )
+
+
 def _tuple_or_none(slices: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...] | None:
     return tuple(slices) if slices is not None else None
 
@@ -62,9 +97,9 @@ def _tuple_or_none(slices: list[dict[str, Any]] | None) -> tuple[dict[str, Any],
 def engine_params(agents: Sequence[Agent], method: MethodPanel) -> dict[str, Any]:
     """The form's parameters as the engine takes them (per-agent values in agent order), for the estimates the
     Analysis view draws; {} while a per-agent value is missing for some agent (the estimate shows the defaults)."""
-    params = {k: v for k, v in method.params().items() if v is not None}
     try:
-        return MergeSpec(agents=tuple(agents), method=method.current.name, params=params).engine_params()
+        spec = MergeSpec(agents=_with_values(agents, method), method=method.current.name, params=_shared_params(method))
+        return spec.engine_params()
     except InputError:
         return {}
 
@@ -87,7 +122,8 @@ def show_spec(method: MethodPanel, spec: MergeSpec) -> None:
     its agents are in the sources panel already, so each per-agent value lands on its agent's row and the layer
     map binds to the agents' rows."""
     method.set_layer_map(spec.slices, spec.method)
-    method.set_method(spec.method, dict(spec.params))
+    method.set_method(spec.method, thaw(spec.params))
+    _show_agent_values(method, spec)
     method.eps.setText(repr(float(spec.eps)))
     method.set_out_dtype(spec.out_dtype)
     method.set_vocab(spec.vocab)
