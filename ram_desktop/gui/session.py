@@ -1,4 +1,4 @@
-"""The window's session model, Qt-free and evented (docs/gui.md, "The session model"): what the panels share —
+"""The window's session model, Qt-free and evented (docs/gui.md, "What a change makes out of date"): what the panels share —
 the sources as the Sources step shows them, the scoring settings of Evaluate, the models offered for scoring,
 the merge result and the latest scores — and which results the window holds (the analysis, the merge result,
 the comparison, the merged model's scores) and whether each is still fresh. Panels write their part and watch

@@ -175,7 +175,7 @@ class EvaluatePanel(QWidget):
         self.export_png_button.clicked.connect(self._export_png_dialog)
         self.model_list.itemChanged.connect(lambda _: self._update_actions())
         self.suite_table.itemChanged.connect(lambda _: self._update_actions())
-        for changed in (self.suite_table.changed, self.suite_table.itemChanged, self.suites_loaded):
+        for changed in (self.suite_table.changed, self.suite_table.itemChanged):  # added, removed, (un)ticked
             changed.connect(self._publish_scoring)
         self.batch_size.valueChanged.connect(self._publish_scoring)
         self.limit.valueChanged.connect(self._publish_scoring)
