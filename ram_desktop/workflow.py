@@ -14,83 +14,50 @@ importing this module stays as cheap as importing the core.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .core import InputError, MergeResult, MergeSpec, ProbeReport, Reporter, RunOptions, Variant, get_method
+from .core import (
+    InputError,
+    MergeResult,
+    MergeSpec,
+    ProbeReport,
+    Reporter,
+    RunOptions,
+    Variant,
+    get_method,
+    lazy_exports,
+)
 
 if TYPE_CHECKING:
-    from .core import check_eps
-    from .evaluate import model_refs
+    from .core import check_eps as check_eps
+    from .evaluate import model_refs as model_refs
     from .evaluate.cache import ScoreCache
-    from .evaluate.compare import COMPARE_JSON, COMPARE_PNG, CompareResult
+    from .evaluate.compare import (
+        COMPARE_JSON as COMPARE_JSON,
+        COMPARE_PNG as COMPARE_PNG,
+        CompareResult as CompareResult,
+    )
     from .evaluate.lm_eval_tasks import LmEvalTask
     from .evaluate.results import EvalResult, ModelRef
     from .evaluate.search import (
-        Dimension,
-        SearchOptions,
-        SearchResult,
-        Trial,
-        check_methods,
-        search_space,
-        spec_calibration,
+        Dimension as Dimension,
+        SearchOptions as SearchOptions,
+        SearchResult as SearchResult,
+        Trial as Trial,
+        check_methods as check_methods,
+        search_space as search_space,
+        spec_calibration as spec_calibration,
     )
     from .evaluate.suites import Suite
-    from .evaluate.vllm_backend import check_backend
+    from .evaluate.vllm_backend import check_backend as check_backend
 
-# what the faces read of the steps below (types, file names, input checks): name → its module under
-# ram_desktop, imported at the name's first use
-_EXPORTS: dict[str, str] = {
-    "CompareResult": "evaluate.compare",
-    "COMPARE_JSON": "evaluate.compare",
-    "COMPARE_PNG": "evaluate.compare",
-    "SearchOptions": "evaluate.search",
-    "SearchResult": "evaluate.search",
-    "Trial": "evaluate.search",
-    "Dimension": "evaluate.search",
-    "check_methods": "evaluate.search",
-    "search_space": "evaluate.search",
-    "spec_calibration": "evaluate.search",
-    "check_backend": "evaluate.vllm_backend",
-    "model_refs": "evaluate",
-    "check_eps": "core",
-}
-
-__all__ = [
-    "COMPARE_JSON",
-    "COMPARE_PNG",
-    "CompareResult",
-    "Dimension",
-    "SearchOptions",
-    "SearchResult",
-    "Trial",
-    "analyse",
-    "calibrate",
-    "check_backend",
-    "check_eps",
-    "check_methods",
-    "check_ready",
-    "compare",
-    "evaluate",
-    "fisher",
-    "merge",
-    "model_refs",
-    "search",
-    "search_space",
-    "spec_calibration",
-]
-
-
-def __getattr__(name: str) -> Any:
-    """A name of ``_EXPORTS``, imported from its module now and kept (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"ram_desktop.{module}"), name)
-    globals()[name] = value
-    return value
+# The steps' types, file names and input checks the faces read: every name the TYPE_CHECKING block above
+# imports as itself, imported from its module at its first use (``core.lazy_exports``).
+__getattr__, __dir__, _STEP_NAMES = lazy_exports(__name__)
+__all__ = ["analyse", "calibrate", "check_ready", "compare", "evaluate", "fisher", "merge", "search"]
+__all__.extend(_STEP_NAMES)
 
 
 def calibrate(spec: MergeSpec, reporter: Reporter | None = None) -> MergeSpec:

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 
 import huggingface_hub as hf
 from huggingface_hub.hf_api import RepoSibling
-from huggingface_hub.utils import SafetensorsFileMetadata, SafetensorsRepoMetadata
-from huggingface_hub.utils import TensorInfo as SafetensorsTensorInfo
+from huggingface_hub.utils import SafetensorsFileMetadata, SafetensorsRepoMetadata, TensorInfo as SafetensorsTensorInfo
 
 
 def repo_dir(cache: Path, repo_id: str) -> Path:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "ram_desktop"
 
 
@@ -241,24 +243,42 @@ def test_faces_and_evaluate_import_the_core_through_its_api():
         assert not bad, f"{name} imports {sorted(bad)}; import from ram_desktop.core (its __init__ lists the API)"
 
 
-def test_the_api_names_match_what_the_type_checker_sees():
-    """core/__init__.py: ``_EXPORTS`` (what ``__getattr__`` loads), ``__all__`` and the ``TYPE_CHECKING`` imports
-    name the same things, and each name is defined where ``_EXPORTS`` says."""
+LAZY_MODULES = {"ram_desktop.core": "core/__init__.py", "ram_desktop.evaluate": "evaluate/__init__.py"}
+LAZY_MODULES["ram_desktop.workflow"] = "workflow.py"
+
+
+def _typed_imports(relative: str) -> list[tuple[str, str, str | None, str]]:
+    """(name, as-name, module, level dots) of every import under the file's ``if TYPE_CHECKING:`` blocks."""
+    found = []
+    for node in ast.parse((PACKAGE / relative).read_text()).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            for stmt in ast.walk(node):
+                if isinstance(stmt, ast.ImportFrom):
+                    found += [(a.name, a.asname, stmt.module, "." * stmt.level) for a in stmt.names]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(LAZY_MODULES))
+def test_a_lazy_api_is_one_list_the_type_checker_reads_too(name):
+    """core, evaluate and workflow name what they load on first use once: the imports their ``TYPE_CHECKING``
+    block writes as themselves (``import X as X``). Each such name is in ``__all__``, in ``dir()``, and is the
+    object its import names; in a package's ``__init__`` every import there is one (a plain import would be seen
+    by the type checker and missing at run time); and a name not listed is an AttributeError."""
     import importlib
 
-    from ram_desktop import core
-
-    tree = ast.parse((PACKAGE / "core" / "__init__.py").read_text())
-    typed = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            for stmt in node.body:
-                assert isinstance(stmt, ast.ImportFrom) and stmt.level == 1
-                typed.update({a.name: stmt.module for a in stmt.names})
-    assert typed == core._EXPORTS
-    assert sorted(core.__all__) == sorted(core._EXPORTS)
-    for name, module in core._EXPORTS.items():
-        assert hasattr(importlib.import_module(f"{CORE}.{module}"), name), (name, module)
+    module = importlib.import_module(name)
+    typed = _typed_imports(LAZY_MODULES[name])
+    exported = {alias: (dots, source) for real, alias, source, dots in typed if alias == real}
+    assert exported
+    if LAZY_MODULES[name].endswith("__init__.py"):
+        assert all(alias == real for real, alias, _, _ in typed), [t for t in typed if t[0] != t[1]]
+    assert set(exported) <= set(module.__all__) and set(exported) <= set(dir(module))
+    package = name if LAZY_MODULES[name].endswith("__init__.py") else name.rpartition(".")[0]
+    for attr, (dots, source) in exported.items():
+        defining = importlib.import_module(dots + (source or ""), package)
+        assert getattr(module, attr) is getattr(defining, attr), (name, attr)
+    with pytest.raises(AttributeError, match="no attribute 'NotAnExport'"):
+        module.NotAnExport  # noqa: B018
 
 
 def test_the_window_stays_in_small_parts():
@@ -342,7 +362,9 @@ def _step_names() -> dict[str, set[str]]:
     from ram_desktop import core, evaluate
 
     steps: dict[str, set[str]] = {}
-    for package, exports in ((core, core._EXPORTS), (evaluate, evaluate._EXPORTS)):
+    for package in (core, evaluate):
+        relative = LAZY_MODULES[package.__name__]
+        exports = {real: (source or "") for real, alias, source, _ in _typed_imports(relative) if alias == real}
         steps[package.__name__] = {
             name
             for name, module in exports.items()
@@ -490,22 +512,3 @@ def test_the_contract_words_check_sees_a_named_method():
     code = ast.parse('def kernel(slices, survival: bool):\n    """RAM+\'s counts."""\n    return {"ram-plus": 1}\n')
     words = _code_words(code)
     assert {"ram-plus", "survival", "kernel"} <= words and "counts" not in words
-
-
-def test_what_workflow_names_of_the_steps_is_what_the_type_checker_sees():
-    """Every name of ``workflow._EXPORTS`` (the step types and checks the faces read, loaded on first use) is
-    imported under its ``TYPE_CHECKING`` block too (what mypy sees), listed in ``__all__``, and is the object
-    defined where ``_EXPORTS`` says."""
-    import importlib
-
-    from ram_desktop import workflow
-
-    tree = ast.parse((PACKAGE / "workflow.py").read_text())
-    typed: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            typed |= {a.name for stmt in node.body if isinstance(stmt, ast.ImportFrom) for a in stmt.names}
-    lazily = set(workflow._EXPORTS)
-    assert lazily <= typed and lazily <= set(workflow.__all__), lazily - typed
-    for name, module in workflow._EXPORTS.items():
-        assert getattr(workflow, name) is getattr(importlib.import_module(f"ram_desktop.{module}"), name), name

@@ -15,8 +15,7 @@ import torch
 
 from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.engine import kernels, passes
-from ram_desktop.core.methods import baselines, model_stock, slerp
-from ram_desktop.core.methods import ram as ram_family
+from ram_desktop.core.methods import baselines, model_stock, ram as ram_family, slerp
 from ram_desktop.core.pipeline import merge
 
 from . import reference as ref

@@ -430,8 +430,7 @@ def test_os_error_reading_a_suite(tmp_path, models, code, at):
 def test_hub_check_cached_config(tmp_path, monkeypatch, kind):
     """The pre-check's cached ``config.json`` goes through safe_read: refused naming the file, never blocking
     (ba1bdff: a FIFO blocked, 100k-deep JSON raised RecursionError, a repeated key was silently resolved)."""
-    from ram_desktop.core.ecosystem.hub import check as hub_check
-    from ram_desktop.core.ecosystem.hub import source as hub
+    from ram_desktop.core.ecosystem.hub import check as hub_check, source as hub
 
     cached = tmp_path / "config.json"
     if kind == "fifo":

@@ -12,10 +12,13 @@ so no click pays for it.
 
 from __future__ import annotations
 
+import ast
 import gc
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -63,20 +66,45 @@ else:
     torch = DeferredModule("torch")
 
 
-def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A package's ``__getattr__`` and ``__dir__`` (PEP 562) that import each name in ``exports`` (name → the
-    package's submodule holding it) at its first use and keep it: ``import ram_desktop.core`` stays cheap."""
-    namespace = sys.modules[package].__dict__
+def lazy_exports(name: str) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """A module's ``__getattr__``, ``__dir__`` (PEP 562) and ``__all__`` for names it exports lazily: each is
+    imported from its module at its first use and kept, so importing the module stays cheap.
 
-    def get(name: str) -> Any:
-        module = exports.get(name)
-        if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f".{module}", package), name)
-        namespace[name] = value  # loaded once
+    The names are the imports the module's ``if TYPE_CHECKING:`` block writes as themselves (``from .spec
+    import MergeSpec as MergeSpec``, PEP 484's re-export form): one list, which the type checker reads too.
+    The block is read from the module's source file (the frozen bundle ships these modules as source:
+    ``packaging/ram-desktop.spec``)."""
+    module = sys.modules[name]
+    exports = type_checking_exports(Path(str(module.__file__)), module.__package__ or name)
+    namespace = module.__dict__
+
+    def get(attr: str) -> Any:
+        source = exports.get(attr)
+        if source is None:
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        value = getattr(importlib.import_module(source), attr)
+        namespace[attr] = value  # loaded once
         return value
 
     def names() -> list[str]:
         return sorted(set(namespace) | set(exports))
 
-    return get, names
+    return get, names, sorted(exports)
+
+
+def type_checking_exports(path: Path, package: str) -> dict[str, str]:
+    """name → absolute module, for each import of the source's top-level ``if TYPE_CHECKING:`` blocks that
+    binds a name as itself (``import X as X``); ``package`` resolves relative imports. Only the blocks are
+    parsed (a whole module costs milliseconds at every start)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    blocks: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith("if TYPE_CHECKING:"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j][:1] not in ("", " ", "#")), len(lines))
+            blocks += lines[i:end]
+    exports: dict[str, str] = {}
+    for node in ast.walk(ast.parse("\n".join(blocks))):
+        if isinstance(node, ast.ImportFrom):
+            source = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            exports.update({a.name: source for a in node.names if a.asname == a.name})
+    return exports

@@ -54,71 +54,34 @@ from typing import TYPE_CHECKING
 
 from ..core import lazy_exports
 
-# name -> the module (relative to this package) that defines it. Loaded on first use, so that a scorer's
-# child process (scorer_process) imports neither torch nor transformers through this package.
-_EXPORTS: dict[str, str] = {
-    "FORMAT": "results",
-    "EvalResult": "results",
-    "ModelRef": "results",
-    "SuiteSummary": "results",
-    "check_json_path": "results",
-    "format_table": "results",
-    "ScoringFailed": "results",
-    "evaluate": "runner",
-    "InMemoryModel": "runner",
-    "model_refs": "runner",
-    "Scorer": "scorers",
-    "ScorerSpec": "scorers",
-    "first_number": "scorers",
-    "make_scorer": "scorers",
-    "parse_scorer": "scorers",
-    "Suite": "suites",
-    "load_suite": "suites",
-    "scorer_folders": "suites",
-    "load_suites": "suites",
-    "LmEvalTask": "lm_eval_tasks",
-    "check_timeout": "suites",
-}
-
-__all__ = [
-    "FORMAT",
-    "EvalResult",
-    "InMemoryModel",
-    "LmEvalTask",
-    "ModelRef",
-    "Scorer",
-    "ScorerSpec",
-    "ScoringFailed",
-    "Suite",
-    "SuiteSummary",
-    "check_json_path",
-    "check_timeout",
-    "evaluate",
-    "first_number",
-    "format_table",
-    "load_suite",
-    "load_suites",
-    "make_scorer",
-    "model_refs",
-    "parse_scorer",
-    "scorer_folders",
-]
+# Every name the TYPE_CHECKING block below imports as itself is loaded on first use (``core.lazy_exports``), so
+# that a scorer's child process (scorer_process) imports neither torch nor transformers through this package.
+__getattr__, __dir__, __all__ = lazy_exports(__name__)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-
-
-if TYPE_CHECKING:  # what the type checker sees
-    from .lm_eval_tasks import LmEvalTask
+if TYPE_CHECKING:
+    from .lm_eval_tasks import LmEvalTask as LmEvalTask
     from .results import (
-        FORMAT,
-        EvalResult,
-        ModelRef,
-        ScoringFailed,
-        SuiteSummary,
-        check_json_path,
-        format_table,
+        FORMAT as FORMAT,
+        EvalResult as EvalResult,
+        ModelRef as ModelRef,
+        ScoringFailed as ScoringFailed,
+        SuiteSummary as SuiteSummary,
+        check_json_path as check_json_path,
+        format_table as format_table,
     )
-    from .runner import InMemoryModel, evaluate, model_refs
-    from .scorers import Scorer, ScorerSpec, first_number, make_scorer, parse_scorer
-    from .suites import Suite, check_timeout, load_suite, load_suites, scorer_folders
+    from .runner import InMemoryModel as InMemoryModel, evaluate as evaluate, model_refs as model_refs
+    from .scorers import (
+        Scorer as Scorer,
+        ScorerSpec as ScorerSpec,
+        first_number as first_number,
+        make_scorer as make_scorer,
+        parse_scorer as parse_scorer,
+    )
+    from .suites import (
+        Suite as Suite,
+        check_timeout as check_timeout,
+        load_suite as load_suite,
+        load_suites as load_suites,
+        scorer_folders as scorer_folders,
+    )

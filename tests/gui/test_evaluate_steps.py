@@ -22,8 +22,7 @@ import itertools
 from ram_desktop.evaluate import EvalResult, ModelRef, SuiteSummary
 from ram_desktop.gui import main_window, worker
 from ram_desktop.gui.analysis import charts
-from ram_desktop.gui.evaluate import compare_panel
-from ram_desktop.gui.evaluate import panel as evaluate_panel
+from ram_desktop.gui.evaluate import compare_panel, panel as evaluate_panel
 
 from ..test_compare import _tiny_agents
 from ..test_evaluate_runner import reference

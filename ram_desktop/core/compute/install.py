@@ -28,8 +28,7 @@ from ..errors import ComputeError
 from ..events import Reporter
 from .builds import Plan, human_bytes
 from .runtime import BINARY_SUFFIXES, FORMAT, MARKER, check_folder, clear_active, record_verdict, set_active
-from .verify import console_executable
-from .verify import run as run_check
+from .verify import console_executable, run as run_check
 
 VERIFY_TIMEOUT_S = 600
 DISK_MARGIN = 300_000_000

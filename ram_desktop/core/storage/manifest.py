@@ -20,8 +20,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-from .formats.base import CONTENT_DIGEST, content_hasher, written_digest
-from .formats.base import INDEX_FILE as INDEX_NAME
+from .formats.base import CONTENT_DIGEST, INDEX_FILE as INDEX_NAME, content_hasher, written_digest
 
 MANIFEST = "ram-manifest.json"
 MANIFEST_FORMAT = "ram-manifest/2"  # entries: size and CONTENT_DIGEST

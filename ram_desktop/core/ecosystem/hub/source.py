@@ -39,8 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import huggingface_hub as hf
-from huggingface_hub import constants as hf_constants
-from huggingface_hub import errors as hf_errors
+from huggingface_hub import constants as hf_constants, errors as hf_errors
 from huggingface_hub.file_download import repo_folder_name
 
 from ...errors import (
