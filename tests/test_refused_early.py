@@ -216,3 +216,35 @@ def test_derived_names_of_many_copies_stay_unique_and_in_order():
     names = derive_names(["a/coder", "b/coder", "c/tool", "coder-2/x", "d/coder"] + ["e/coder"] * 3000)
     assert names[:5] == ["coder", "coder-2", "tool", "x", "coder-3"]
     assert len(set(names)) == len(names) and names[-1] == "coder-3003"
+
+
+def test_a_mergekit_file_listing_one_model_many_times_opens_it_once(tmp_path, models, monkeypatch):
+    """A model listed 200 times (and the base listed as a model too) is opened once; linear of 200 copies of one
+    bf16 model in float32 is that model exactly (every partial sum k·x of an 8-bit mantissa is exact)."""
+    from safetensors.torch import load_file
+
+    from ram_desktop import workflow
+    from ram_desktop.core import load_recipe_or_mergekit, pipeline
+
+    base, agents = models
+    entries = "".join(f"  - model: {agents[0]}\n    parameters: {{weight: 1.0}}\n" for _ in range(200))
+    entries += f"  - model: {base}\n    parameters: {{weight: 0.0}}\n"
+    config = tmp_path / "many.yaml"
+    config.write_text(f"merge_method: linear\ndtype: float32\nbase_model: {base}\nmodels:\n{entries}")
+    opened: list[str] = []
+    real_open = pipeline.open_checkpoint
+
+    def counting_open(source, *args, **kwargs):
+        opened.append(str(source))
+        return real_open(source, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "open_checkpoint", counting_open)
+    spec = load_recipe_or_mergekit(config).spec
+    spec = spec.replace(output=str(tmp_path / "out"))
+    workflow.merge(spec)
+    assert sorted(opened) == sorted([str(base), str(agents[0])])
+    merged = load_file(str(tmp_path / "out" / "model.safetensors"))
+    agent = load_file(str(agents[0] / "model.safetensors"))
+    assert merged.keys() == agent.keys()
+    for name, value in agent.items():
+        assert torch.equal(merged[name], value.float()), name

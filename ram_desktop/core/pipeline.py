@@ -52,9 +52,18 @@ log = logging.getLogger("ram_desktop")
 def open_sources(
     base: str, agents: list[str], reporter: Reporter, token: str | None = None
 ) -> tuple[Checkpoint, list[Checkpoint]]:
-    """Resolve every source (headers only; Hub sources are downloaded to the cache first)."""
-    base_ckpt = open_checkpoint(base, reporter, token)
-    return base_ckpt, [open_checkpoint(a, reporter, token) for a in agents]
+    """Resolve every source (headers only; Hub sources are downloaded to the cache first). A source named more
+    than once (the same agent listed twice, or the base listed as an agent) is opened once and shared."""
+    opened: dict[str, Checkpoint] = {}
+
+    def open_once(source: str) -> Checkpoint:
+        key = str(source).strip()
+        if key not in opened:
+            opened[key] = open_checkpoint(source, reporter, token)
+        return opened[key]
+
+    base_ckpt = open_once(base)
+    return base_ckpt, [open_once(a) for a in agents]
 
 
 def _check_hub_sources(spec: MergeSpec, reporter: Reporter, token: str | None, out: Path | None) -> None:
