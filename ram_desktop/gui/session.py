@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core import Agent
 from ..evaluate.cache import ScoreCache
+from .draft import Draft
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class Topic(Enum):
     """A part of the session that panels watch; a watcher gets the part's new value."""
 
     SOURCES = "sources"  # SourcesState
+    DRAFT = "draft"  # the Draft the method form shows (gui/draft.py): what a merge, a recipe, a search runs
     ANALYSIS = "analysis"  # the ProbeReport shown (or None); the session's analysis_key says what it measured
     SCORING = "scoring"  # Scoring
     MODEL_OFFERED = "model offered"  # a ModelEntry to add to the models to score
@@ -138,6 +140,7 @@ class Session:
     them). Freshness listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
 
     sources: SourcesState = field(default_factory=SourcesState)
+    draft: Draft = field(default_factory=Draft)
     analysis: Any = None  # the ProbeReport shown
     analysis_key: tuple | None = None  # what it measured (the window's sources-and-ε key)
     scoring: Scoring = field(default_factory=Scoring)
@@ -161,6 +164,17 @@ class Session:
         """The Sources step changed (told even when equal: a row's state may have changed the window's actions)."""
         self.sources = sources
         self._publish(Topic.SOURCES, sources)
+
+    def set_draft(self, draft: Draft) -> None:
+        """The merge drafted changed (the same draft again tells nobody). A watcher that writes a newer draft
+        while being told (the method form completing one) has told everyone of it: the older one stops there."""
+        if draft == self.draft:
+            return
+        self.draft = draft
+        for watcher in list(self._watchers.get(Topic.DRAFT, ())):
+            if self.draft is not draft:
+                break
+            watcher(draft)
 
     def set_analysis(self, report: Any, key: tuple | None = None) -> None:
         """A new analysis is shown (fresh), or none (``report`` None)."""
