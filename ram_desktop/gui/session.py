@@ -1,5 +1,6 @@
 """The window's session model, Qt-free and evented (docs/gui.md, "What a change makes out of date"): what the panels share —
-the sources as the Sources step shows them, the scoring settings of Evaluate, the models offered for scoring,
+the sources as the Sources step shows them, the merge being drafted in the method form (``draft.Draft``: what runs
+is made from the sources and the draft alone), the scoring settings of Evaluate, the models offered for scoring,
 the merge result and the latest scores — and which results the window holds (the analysis, the merge result,
 the comparison, the merged model's scores) and whether each is still fresh. Panels write their part and watch
 the parts they show (``watch``); none reads another panel's widgets. A change marks stale exactly what it
@@ -133,8 +134,9 @@ Listener = Callable[[Part, "str | None"], None]
 
 @dataclass
 class Session:
-    """The window's shared state (see the module docstring). The values: ``sources``, ``analysis``, ``scoring``,
-    ``result``, ``scores`` (each written by one panel through its ``set_`` method, which tells the topic's watchers) and the
+    """The window's shared state (see the module docstring). The values: ``sources``, ``draft``, ``analysis``,
+    ``scoring``, ``result``, ``scores`` (each written through its ``set_`` method, which tells the topic's watchers; the
+    draft by the method form and by what loads a merge into it, each of the others by one panel) and the
     scores cache every scoring run of the window shares. Freshness: ``made(part)``: a fresh result is shown;
     ``dropped(part)``: none is shown; ``changed(change)``: the parts held that it invalidates turn stale (returns
     them). Freshness listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
