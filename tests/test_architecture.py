@@ -438,6 +438,48 @@ def test_no_panel_imports_another_panel():
     assert not any("PySide6" in m for m in _imported_names(session)), "the session model imports Qt"
 
 
+# what the method form shows: its widgets and the readers of them (``gui/method/``); the rest of the window reads
+# and writes the merge being drafted through the session (``session.draft``, docs/gui.md)
+METHOD_FORM_WIDGETS = {
+    "method",
+    "current",
+    "fields",
+    "params",
+    "eps",
+    "eps_value",
+    "device",
+    "out_dtype",
+    "vocab",
+    "tokenizer",
+    "tokenizer_settings",
+    "chat_template",
+    "shard_size",
+    "out_dir",
+    "layer_map",
+    "slices",
+}
+
+
+def test_only_the_method_room_reads_the_method_forms_widgets():
+    """Outside ``gui/method/`` nothing reads or sets the method form's widgets (``<x>.method.<widget>``): a merge,
+    a recipe, Compare and Search take the spec made from the session (its sources and its draft), and what
+    changes the form from elsewhere (a recipe opened, a search's best trial, the device remembered, a fix offered)
+    writes the session's draft, which the form shows."""
+    bad = []
+    for name, path in all_modules().items():
+        if not name.startswith("ram_desktop.gui.") or name.startswith("ram_desktop.gui.method."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in METHOD_FORM_WIDGETS
+                and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "method"
+            ):
+                bad.append(f"{name}:{node.lineno} .method.{node.attr}")
+    assert not bad, bad
+
+
 def _imported_names(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):

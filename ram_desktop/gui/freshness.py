@@ -11,9 +11,9 @@ from typing import Any
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from .analysis.panel import AnalysisPanel
+from .draft import form_params
 from .evaluate.compare_panel import ComparePanel
 from .evaluate.panel import EvaluatePanel
-from .method.panel import MethodPanel
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .session import REFRESH, Change, Part, Session, Topic
@@ -21,18 +21,18 @@ from .sources.panel import SourcesPanel
 
 
 class FreshnessView:
-    """Shows the session's freshness in the panels and the status bar, and reports the method's settings and the
-    scoring runs to the session. ``busy``: whether a job runs."""
+    """Shows the session's freshness in the panels and the status bar, and reports the method's settings (the
+    session's draft) and the scoring runs to the session. ``busy``: whether a job runs."""
 
     def __init__(
         self,
         session: Session,
-        panels: tuple[SourcesPanel, MethodPanel, AnalysisPanel, RunBox, ResultBox, EvaluatePanel, ComparePanel],
+        panels: tuple[SourcesPanel, AnalysisPanel, RunBox, ResultBox, EvaluatePanel, ComparePanel],
         status_bar: QStatusBar,
         busy: Callable[[], bool],
     ) -> None:
         self.session = session
-        self.sources, self.method, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare = panels
+        self.sources, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare = panels
         self._busy = busy
         self._method_key: tuple | None = None  # the method settings last seen: a change makes the merge stale
         self.status = QLabel()  # what is out of date, in the status line (every banner says it in place)
@@ -86,13 +86,13 @@ class FreshnessView:
         self.session.made(Part.RESULT)
 
     def _method_settings(self) -> tuple:
-        m = self.method
+        d = self.session.draft
         return (
-            m.current.name,
-            repr(sorted(m.params().items())),
-            m.out_dtype.currentData(),
-            m.vocab.currentData(),
-            m.tokenizer.currentData(),
+            d.method,
+            repr(sorted(form_params(d, self.session.sources.identities).items())),
+            d.out_dtype,
+            d.vocab,
+            (d.tokenizer or {}).get("source"),
         )
 
     def _scored(self, scored: Any) -> None:

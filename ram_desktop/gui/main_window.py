@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMainWindow, QMessageBox, QSplitter, QVBoxLayout, 
 from .. import __version__
 from ..core import (
     DEFAULT_CHUNK_ELEMENTS,
+    METHODS,
     InputError,
     MergeResult,
     MergeSpec,
@@ -28,6 +29,7 @@ from .analysis.chart_saver import ChartSaver
 from .analysis.charts import set_agent_slots
 from .analysis.panel import AnalysisPanel
 from .compute.dialog import ComputeFace
+from .draft import Draft, checked_merge_spec, draft_of_spec, engine_params, merge_spec
 from .evaluate.compare_panel import ComparePanel
 from .evaluate.panel import EvaluatePanel
 from .evaluate.run_bar import duration
@@ -37,16 +39,7 @@ from .jobs import JobController, JobState, Outcome
 from .menus import Menus
 from .method.advice import window_words
 from .method.panel import MethodPanel
-from .method.spec_form import (
-    checked_spec,
-    engine_params,
-    merge_options,
-    read_spec,
-    run_merge,
-    run_probe,
-    show_spec,
-    window_options,
-)
+from .method.spec_form import bind_draft, merge_options, run_merge, run_probe, window_options
 from .run.result_box import ResultBox
 from .run.run_box import RunBox
 from .session import Change, ModelEntry, Part, Session, SourcesState, Topic
@@ -92,10 +85,12 @@ class MainWindow(QMainWindow):
         self.session = Session()  # what the panels share, and whether each result is still fresh (docs/gui.md)
         self.chunk_elements = DEFAULT_CHUNK_ELEMENTS
         self._analyse_when_ready = False
+        self._seen: tuple | None = None  # the draft's method settings last followed
         self.message = MessageBar()
         self.sources = SourcesPanel(self.session)
         self.analysis = AnalysisPanel(self.session)
         self.method = MethodPanel(self.session)
+        bind_draft(self.method)  # the form writes the session's draft and shows one written elsewhere
         self.evaluate = EvaluatePanel(self.jobs, self.session)
         self.compare = ComparePanel(self.session, self.jobs)
         self.search = SearchPanel(self.session, self.jobs, lambda: self._ready_spec("Search"))
@@ -115,7 +110,7 @@ class MainWindow(QMainWindow):
         self.steps, self.left_splitter, self.right_splitter, self.splitter = _lay_out(self)
         self.title = WindowTitle(self, TITLE, self.sources)  # the demo, a recipe's name, else the sources'
         self.statusBar().showMessage(f"RAM Desktop {__version__}")
-        panels = (self.sources, self.method, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare)
+        panels = (self.sources, self.analysis, self.run_box, self.result_box, self.evaluate, self.compare)
         self.freshness = FreshnessView(self.session, panels, self.statusBar(), self.busy)
         self.stale_status = self.freshness.status
         self.menus = Menus(self)
@@ -126,7 +121,6 @@ class MainWindow(QMainWindow):
         self._connect()
         keyboard_friendly(self)
         restore_window(self)
-        self.evaluate.set_device(self.method.device.currentData())
         self._update_actions()
 
     def _connect(self) -> None:
@@ -146,24 +140,29 @@ class MainWindow(QMainWindow):
         self.session.watch(Topic.SOURCES, self._sources_changed)
         self.sources.error.connect(self.show_error)
         self.sources.browse_dir_changed.connect(lambda d: self.settings.setValue("paths/last_folder", d))
-        self.method.changed.connect(self._method_changed)
+        self.session.watch(Topic.DRAFT, self._draft_changed)  # the method's settings (the form writes them)
         self.method.keep_agents.connect(self.sources.keep_only)
         self.method.out_dir_changed.connect(lambda d: self.settings.setValue("paths/last_output", d))
-        self.method.device.currentIndexChanged.connect(self._device_changed)
-        self.analysis.use_float32.connect(lambda: self.method.set_out_dtype("float32"))
+        self.analysis.use_float32.connect(lambda: self.edit_draft(out_dtype="float32"))
         for panel in (self.evaluate, self.compare, self.search):
             panel.error.connect(self.show_error)
             panel.info.connect(self.show_info)
         self.compare.run_requested.connect(self._compare)  # its scores show in its own tab
 
-        self.search.use_merge.connect(self.method.set_method)
         self.analysis.stale.action.connect(self.analyse)
         self.result_box.stale.action.connect(self.merge)
 
-    def _device_changed(self) -> None:
-        device = self.method.device.currentData()
-        self.settings.setValue("device", device)
-        self.evaluate.set_device(device)
+    def edit_draft(self, **changes) -> None:
+        """Change these fields of the session's draft (the method form shows them)."""
+        self.session.set_draft(self.session.draft.edited(**changes))
+
+    def _draft_changed(self, _draft: Draft) -> None:
+        """The estimates and the freshness of the merge follow the method's settings in the session's draft (read
+        whole: a newer one may have been written since)."""
+        d = self.session.draft
+        if (seen := (d.method, d.params, d.per_agent, d.eps, d.out_dtype, d.layer_map)) != self._seen:
+            self._seen = seen
+            self._method_changed()
 
     def _compare(self) -> None:
         """Compare's Run: the variants of the spec the window shows."""
@@ -236,7 +235,7 @@ class MainWindow(QMainWindow):
         return (
             self.sources.base.spec if self.sources.base else None,
             tuple(r.spec for r in self.sources.agents),
-            self.method.eps.text().strip(),
+            self.session.draft.eps.strip(),
         )
 
     def _base_dtype(self) -> str | None:
@@ -278,16 +277,17 @@ class MainWindow(QMainWindow):
             self.analysis_finished.emit(False)
 
     def _method_changed(self) -> None:
+        draft, method = self.session.draft, METHODS[self.session.draft.method]
         if self.report is None:
-            self.analysis.update_method(self.method.current, {}, "base", None)
+            self.analysis.update_method(method, {}, "base", None)
             self.freshness.method_seen()
             return
         key = self.session.analysis_key
-        if key is not None and self.method.eps.text().strip() != key[2]:
+        if key is not None and draft.eps.strip() != key[2]:
             self.session.changed(Change.EPS)
         self.freshness.method_changed()  # the merge result and the comparison
-        params, dtype = engine_params(self.session.sources.chosen[1], self.method), self.method.out_dtype.currentData()
-        self.analysis.update_method(self.method.current, params, dtype, self._base_dtype())
+        params = engine_params(self.session.sources, draft)
+        self.analysis.update_method(method, params, draft.out_dtype, self._base_dtype())
 
     # --- background jobs ----------------------------------------------------------------------
     @Slot(object, object)
@@ -318,22 +318,22 @@ class MainWindow(QMainWindow):
 
     # --- the flow -----------------------------------------------------------------------------
     def spec(self) -> MergeSpec:
-        """The spec the widgets describe (the window's one way to a merge or a recipe; ``.resolved()`` states
-        every parameter, as a saved recipe does). Raises ``InputError`` when ε is not a number."""
-        return read_spec(*self.session.sources.chosen, self.method)
+        """The spec of the session's sources and draft (the window's one way to a merge or a recipe; ``.resolved()``
+        states every parameter, as a saved recipe does). Raises ``InputError`` when ε is not a number."""
+        return merge_spec(self.session.sources, self.session.draft)
 
     def _checked_spec(self) -> MergeSpec | None:
         """The spec, validated as the engine will validate it; None after showing why not."""
         try:
-            return checked_spec(*self.session.sources.chosen, self.method)
+            return checked_merge_spec(self.session.sources, self.session.draft)
         except InputError as e:
             self.show_error(str(e))
             return None
 
     def apply_spec(self, spec: MergeSpec) -> None:
-        """Show a validated spec in the widgets: its agents first, so each per-agent value lands on its agent."""
+        """Show a validated spec: its agents first, then its draft, each per-agent value on its agent's row."""
         self.set_sources(spec.base, spec.sources, spec.names)
-        show_spec(self.method, spec)
+        self.session.set_draft(draft_of_spec(spec, self.session.sources.identities, self.session.draft))
 
     def _ready_spec(self, action: str) -> MergeSpec | None:
         """The checked spec to Analyze or Merge; None (after saying why) while busy or not ready."""
@@ -389,7 +389,7 @@ class MainWindow(QMainWindow):
         except InputError as e:
             self.show_error(str(e))
             if isinstance(e, NotReplaceable):
-                self.message.offer(f"Use {e.free.name}", partial(self.method.out_dir.setText, str(e.free)))
+                self.message.offer(f"Use {e.free.name}", partial(self.edit_draft, output=str(e.free)))
             return
         if options is None:
             return

@@ -1,5 +1,6 @@
 """The window's session model, Qt-free and evented (docs/gui.md, "What a change makes out of date"): what the panels share —
-the sources as the Sources step shows them, the scoring settings of Evaluate, the models offered for scoring,
+the sources as the Sources step shows them, the merge being drafted in the method form (``draft.Draft``: what runs
+is made from the sources and the draft alone), the scoring settings of Evaluate, the models offered for scoring,
 the merge result and the latest scores — and which results the window holds (the analysis, the merge result,
 the comparison, the merged model's scores) and whether each is still fresh. Panels write their part and watch
 the parts they show (``watch``); none reads another panel's widgets. A change marks stale exactly what it
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..core import Agent
 from ..evaluate.cache import ScoreCache
+from .draft import Draft
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Topic(Enum):
     """A part of the session that panels watch; a watcher gets the part's new value."""
 
     SOURCES = "sources"  # SourcesState
+    DRAFT = "draft"  # the Draft the method form shows (gui/draft.py): what a merge, a recipe, a search runs
     ANALYSIS = "analysis"  # the ProbeReport shown (or None); the session's analysis_key says what it measured
     SCORING = "scoring"  # Scoring
     MODEL_OFFERED = "model offered"  # a ModelEntry to add to the models to score
@@ -131,13 +134,15 @@ Listener = Callable[[Part, "str | None"], None]
 
 @dataclass
 class Session:
-    """The window's shared state (see the module docstring). The values: ``sources``, ``analysis``, ``scoring``,
-    ``result``, ``scores`` (each written by one panel through its ``set_`` method, which tells the topic's watchers) and the
+    """The window's shared state (see the module docstring). The values: ``sources``, ``draft``, ``analysis``,
+    ``scoring``, ``result``, ``scores`` (each written through its ``set_`` method, which tells the topic's watchers; the
+    draft by the method form and by what loads a merge into it, each of the others by one panel) and the
     scores cache every scoring run of the window shares. Freshness: ``made(part)``: a fresh result is shown;
     ``dropped(part)``: none is shown; ``changed(change)``: the parts held that it invalidates turn stale (returns
     them). Freshness listeners get ``(part, reason)`` (None: fresh or gone) whenever a part's state changes."""
 
     sources: SourcesState = field(default_factory=SourcesState)
+    draft: Draft = field(default_factory=Draft)
     analysis: Any = None  # the ProbeReport shown
     analysis_key: tuple | None = None  # what it measured (the window's sources-and-ε key)
     scoring: Scoring = field(default_factory=Scoring)
@@ -161,6 +166,17 @@ class Session:
         """The Sources step changed (told even when equal: a row's state may have changed the window's actions)."""
         self.sources = sources
         self._publish(Topic.SOURCES, sources)
+
+    def set_draft(self, draft: Draft) -> None:
+        """The merge drafted changed (the same draft again tells nobody). A watcher that writes a newer draft
+        while being told (the method form completing one) has told everyone of it: the older one stops there."""
+        if draft == self.draft:
+            return
+        self.draft = draft
+        for watcher in list(self._watchers.get(Topic.DRAFT, ())):
+            if self.draft is not draft:
+                break
+            watcher(draft)
 
     def set_analysis(self, report: Any, key: tuple | None = None) -> None:
         """A new analysis is shown (fresh), or none (``report`` None)."""

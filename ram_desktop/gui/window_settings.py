@@ -6,6 +6,8 @@ from typing import Any
 
 from PySide6.QtCore import QByteArray
 
+from .session import Topic
+
 MainWindow = Any  # the main window (not imported: main_window imports this module)
 
 
@@ -40,10 +42,16 @@ def restore_window(window: MainWindow) -> None:
     if folder:
         window.sources.browse_dir = str(folder)
     device = settings.value("device")
-    if device:
-        index = window.method.device.findData(str(device))
-        if index >= 0:
-            window.method.device.setCurrentIndex(index)
+    if device and window.method.offers_device(str(device)):
+        window.edit_draft(device=str(device))  # the method form shows the session's draft
+    kept = [window.session.draft.device]
+
+    def keep_device(draft: Any) -> None:
+        if draft.device != kept[0]:
+            kept[0] = draft.device
+            settings.setValue("device", draft.device)
+
+    window.session.watch(Topic.DRAFT, keep_device)
 
 
 def save_window(window: MainWindow) -> None:

@@ -180,6 +180,8 @@ class EvaluatePanel(QWidget):
         self.batch_size.valueChanged.connect(self._publish_scoring)
         self.limit.valueChanged.connect(self._publish_scoring)
         session.watch(Topic.SOURCES, self._follow_sources)
+        session.watch(Topic.DRAFT, lambda draft: self.set_device(draft.device))
+        self.set_device(session.draft.device)
         session.watch(Topic.MODEL_OFFERED, self.add_model)
         self._update_actions()
 
@@ -302,7 +304,7 @@ class EvaluatePanel(QWidget):
 
     # --- running ------------------------------------------------------------------------------
     def set_device(self, device: str) -> None:
-        """Score on ``device`` (the window passes the method form's choice)."""
+        """Score on ``device`` (the session's draft's: the method form's choice)."""
         self.device = device
 
     def _update_actions(self) -> None:

@@ -64,7 +64,8 @@ def params_text(method: str, params: dict[str, Any]) -> str:
 class SearchPanel(QWidget):
     """``spec()`` gives the window's checked MergeSpec (None after it said why not) when Run is clicked.
     Signals: ``run_requested`` (Run clicked), ``use_merge(method,
-    params)`` ("Use this merge": the best trial for the Method step), ``search_finished(status)``, ``error``,
+    params)`` ("Use this merge": the best trial, written to the session's draft, which the Method step shows),
+    ``search_finished(status)``, ``error``,
     ``info``. ``trial_done`` carries each finished trial from the worker to the GUI thread."""
 
     run_requested = Signal()
@@ -311,6 +312,8 @@ class SearchPanel(QWidget):
     def _use_best(self) -> None:
         top = self.best()
         if top is not None:
+            session = self.session
+            session.set_draft(session.draft.with_method(top.method, dict(top.params), session.sources.identities))
             self.use_merge.emit(top.method, dict(top.params))
 
     def _succeeded(self, result: SearchResult) -> None:

@@ -135,12 +135,12 @@ def _drive(tmp: Path, deadline: float) -> str:
         if n_agents != len(agents):
             raise SelfTestError(f"analysed {n_agents} agents, expected {len(agents)}")
 
-        window.method.set_method(METHOD)
-        window.method.set_out_dtype("float32")
-        if window.method.current.name != METHOD or window.method.out_dtype.currentData() != "float32":
-            raise SelfTestError("could not select RAM+ with float32 output in the method panel")
         out = tmp / "merged"
-        window.method.out_dir.setText(str(out))
+        session = window.session  # the method form shows the session's draft, and writes back what it shows
+        draft = session.draft.with_method(METHOD, {}, session.sources.identities)
+        session.set_draft(draft.edited(out_dtype="float32", output=str(out)))
+        if (session.draft.method, session.draft.out_dtype, session.draft.output) != (METHOD, "float32", str(out)):
+            raise SelfTestError("could not select RAM+ with float32 output in the method panel")
         merged: list[str] = []
         window.merge_finished.connect(merged.append)
         t_merge = time.monotonic()

@@ -116,7 +116,7 @@ def soak(cycles: int, every: int = 20, out: Callable[[str], None] = print, timeo
             for cancel in (False, True):
                 folder = tmp / "merged"
                 shutil.rmtree(folder, ignore_errors=True)
-                window.method.out_dir.setText(str(folder))
+                window.edit_draft(output=str(folder))
                 merged.clear()
                 window.merge()
                 if cancel:

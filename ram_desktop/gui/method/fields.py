@@ -334,6 +334,17 @@ class PerAgentWidget(QWidget):
             return {name: parse_setting(text) for name, text in texts.items()}
         return {name: text for name, text in texts.items() if text}
 
+    def by_key(self) -> dict[Any, Any]:
+        """Each filled row's value by agent key (a setting's: as ``parse_setting`` reads it; else the text)."""
+        texts = {key: self._values.get(key, "").strip() for key, _ in self._agents}
+        return {key: parse_setting(t) if self.param.setting else t for key, t in texts.items() if t}
+
+    def set_by_key(self, values: Mapping[Any, Any]) -> None:
+        """Each agent's value by agent key; an agent not given gets an empty row."""
+        show = setting_text if self.param.setting else str
+        self._values = {key: show(values[key]) for key, _ in self._agents if values.get(key) is not None}
+        self.set_agents(self._agents)
+
     def set_value(self, value: Any) -> None:
         """A list in agent order, or one value for every agent (a setting's: a number, a gradient, filters);
         comma-separated text is a list."""
@@ -377,3 +388,9 @@ class PerAgentField:
 
     def set_by_agent(self, values: Mapping[str, Any]) -> None:
         self.widget.set_by_agent(values)
+
+    def by_key(self) -> dict[Any, Any]:
+        return self.widget.by_key()
+
+    def set_by_key(self, values: Mapping[Any, Any]) -> None:
+        self.widget.set_by_key(values)

@@ -1,13 +1,12 @@
 """A recipe's or mergekit file's layer map (``MergeSpec.slices``) in the method form, read-only: which output
 layers read which model's layers, per slice, with the slice's own parameters. The map names its models by
-position (0: the base, k: the k-th agent); here each is bound to its agent's row key when the map is shown, so
+position (0: the base, k: the k-th agent); the draft binds each to its agent's row key (``draft.BoundSlices``), so
 the map follows its agents through reorder and rename, and a removed or added agent is a problem the form
 states, with "Clear the layer map" as the fix."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -23,98 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import METHODS
+from ..draft import BASE, BoundSlices
 
-BASE = "base"  # the key of model 0: whichever base the Sources show
 VISIBLE_ROWS = 6  # slices shown before the table scrolls (the method column must fit 1366×768)
-
-
-@dataclass(frozen=True)
-class BoundSlices:
-    """A layer map with each source's model as a row key (``BASE`` or an agent's key) and each slice's per-agent
-    parameter values keyed by agent key, so neither depends on the agents' order or names."""
-
-    slices: tuple[Mapping[str, Any], ...]
-    stacking: bool
-    method: str
-    names: dict[Any, str]  # each agent's name as last seen (a removed agent is still named)
-
-    @classmethod
-    def bind(cls, slices: Sequence[Mapping[str, Any]], method: str, agents: Sequence[tuple[Any, str]]) -> BoundSlices:
-        """``slices`` as a spec holds them (models by position, per-agent values by name) bound to ``agents``,
-        the (key, name) of each agent in the spec's order."""
-        keys = [BASE, *(key for key, _ in agents)]
-        by_name = {name: key for key, name in agents}
-        bound = []
-        for s in slices:
-            entry: dict[str, Any] = {
-                "sources": [
-                    {"model": keys[int(x["model"])], "layer_range": list(x["layer_range"])} for x in s["sources"]
-                ]
-            }
-            if s.get("parameters") is not None:
-                entry["parameters"] = _rekeyed(method, s["parameters"], by_name)
-            bound.append(entry)
-        return cls(tuple(bound), all(len(s["sources"]) == 1 for s in bound), method, dict(agents))
-
-    def models(self) -> list[Any]:
-        """The keys of the models the map reads, each once, in the order first read."""
-        seen: list[Any] = []
-        for s in self.slices:
-            for x in s["sources"]:
-                if x["model"] not in seen:
-                    seen.append(x["model"])
-        return seen
-
-    def missing(self, agents: Sequence[tuple[Any, str]]) -> list[str]:
-        """The names of the agents the map reads that are not among ``agents`` any more."""
-        present = {key for key, _ in agents}
-        return [self.names.get(key, "?") for key in self.models() if key != BASE and key not in present]
-
-    def follow(self, agents: Sequence[tuple[Any, str]]) -> None:
-        """Remember the agents' names now (renamed agents are named as they are called now)."""
-        self.names.update(dict(agents))
-
-    def left_out(self, agents: Sequence[tuple[Any, str]]) -> list[str]:
-        """Names of the agents a merge's map does not read (every slice of a merge reads every model once)."""
-        if self.stacking:
-            return []
-        read = set(self.models())
-        return [name for key, name in agents if key not in read]
-
-    def spec_slices(self, agents: Sequence[tuple[Any, str]]) -> list[dict[str, Any]]:
-        """The map as a spec holds it for these agents: models by position, per-agent values by name. Call it
-        only when ``missing(agents)`` is empty."""
-        position = {BASE: 0, **{key: k + 1 for k, (key, _) in enumerate(agents)}}
-        name_of = {key: name for key, name in agents}
-        out = []
-        for s in self.slices:
-            entry: dict[str, Any] = {
-                "sources": [
-                    {"model": position[x["model"]], "layer_range": list(x["layer_range"])} for x in s["sources"]
-                ]
-            }
-            if s.get("parameters") is not None:
-                entry["parameters"] = _rekeyed(self.method, s["parameters"], name_of)
-            out.append(entry)
-        return out
-
-    def set_in(self, name: str) -> int:
-        """In how many slices the parameter ``name`` is set (replacing the form's value for their layers)."""
-        return sum(1 for s in self.slices if name in (s.get("parameters") or {}))
-
-
-def _rekeyed(method: str, params: Mapping[str, Any], keys: Mapping[Any, Any]) -> dict[str, Any]:
-    """``params`` with each per-agent mapping's keys translated through ``keys`` (names to row keys or back);
-    entries of agents not in ``keys`` are dropped, other values kept as they are."""
-    per_agent = {p.name for p in METHODS[method].params if p.per_agent} if method in METHODS else set()
-    out: dict[str, Any] = {}
-    for name, value in params.items():
-        if name in per_agent and isinstance(value, Mapping) and set(value) <= set(keys):
-            out[name] = {keys[k]: v for k, v in value.items()}
-        else:
-            out[name] = value
-    return out
 
 
 def _layers(layer_range: Sequence[int]) -> str:

@@ -23,9 +23,10 @@ from PySide6.QtWidgets import (
 
 from ...core import METHODS, OUT_DTYPES, VOCAB_MODES, InputError, MergeMethod, defaults, list_devices
 from ...core.storage.output import free_folder
+from ..draft import BoundSlices
 from ..session import Session, Topic
 from .fields import ParamField, PerAgentField
-from .layer_map import BoundSlices, LayerMapView
+from .layer_map import LayerMapView
 
 DTYPE_LABELS = {
     "base": "same as the base",
@@ -64,15 +65,18 @@ def _agents(n: int, how: str) -> str:
 
 class MethodPanel(QWidget):
     """Emits ``changed`` when the method, a parameter, ε or the output dtype changes (λ table and the
-    RAM+ rounding warning follow instantly)."""
+    RAM+ rounding warning follow instantly), ``edited`` when anything the session's draft holds may have
+    (``spec_form.bind_draft`` writes the draft then). ``session``: the window's session model."""
 
     changed = Signal()
+    edited = Signal()
     out_dir_changed = Signal(str)
     keep_agents = Signal(list)  # the agents to keep (the others removed), offered when a method merges fewer
     INVALID = "border: 2px solid #b3261e; border-radius: 3px;"
 
     def __init__(self, session: Session | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.session = session if session is not None else Session()
         self.form = QFormLayout(self)
         self.form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.method = QComboBox()
@@ -191,13 +195,18 @@ class MethodPanel(QWidget):
         self._out_parent: Path | None = None
         self._proposed_out = ""  # the output folder last proposed (not typed): it follows the method
         self.changed.connect(self.check)
+        self.changed.connect(self.edited)
+        for combo in (self.device, self.vocab, self.tokenizer):
+            combo.currentIndexChanged.connect(lambda _: self.edited.emit())
+        for edit in (self.shard_size, self.out_dir):
+            edit.textChanged.connect(lambda _: self.edited.emit())
         self.out_dtype.currentIndexChanged.connect(lambda _: self.changed.emit())
         self.eps.textChanged.connect(lambda _: self.changed.emit())
         index = self.method.findData(defaults.METHOD)
         self.method.setCurrentIndex(max(index, 0))
         self._rebuild()
-        if session is not None:  # per-agent values have a row per agent of the Sources step
-            session.watch(Topic.SOURCES, lambda sources: self.set_agents(sources.identities))
+        # per-agent values have a row per agent of the Sources step
+        self.session.watch(Topic.SOURCES, lambda sources: self.set_agents(sources.identities))
 
     @property
     def current(self) -> MergeMethod:
@@ -212,7 +221,11 @@ class MethodPanel(QWidget):
     def set_layer_map(self, slices: Sequence[Mapping[str, Any]] | None, method: str) -> None:
         """Show a spec's layer map (None: whole models), bound to the agents shown now (the spec's, in its
         order); a stacking map's method (passthrough) is offered while the map is shown."""
-        self.layer_map = BoundSlices.bind(slices, method, self._agents) if slices else None
+        self.set_bound_layer_map(BoundSlices.bind(slices, method, self._agents) if slices else None)
+
+    def set_bound_layer_map(self, bound: BoundSlices | None) -> None:
+        """Show a layer map already bound to the agents' rows (None: whole models)."""
+        self.layer_map = bound
         stacking = self.layer_map is not None and self.layer_map.stacking
         for name, m in METHODS.items():
             index = self.method.findData(name)
@@ -224,6 +237,7 @@ class MethodPanel(QWidget):
                 self.method.removeItem(index)
         self._follow_layer_map()
         self.check()
+        self.edited.emit()
 
     def clear_layer_map(self) -> None:
         """Merge whole models again (the form's method and values as they are; passthrough gives way to the
@@ -242,26 +256,9 @@ class MethodPanel(QWidget):
         return self.layer_map.spec_slices(self._agents)
 
     def _layer_map_problem(self) -> str | None:
-        bound = self.layer_map
-        if bound is None:
-            return None
-        missing = bound.missing(self._agents)
-        left_out = bound.left_out(self._agents)
-        if missing:
-            names = " and ".join(missing)
-            text = (
-                f"The layer map reads {names}, no longer among the agents (removed in section 1): clear the "
-                "layer map to merge whole models, or open the file again"
-            )
-        elif left_out:
-            names = " and ".join(left_out)
-            text = (
-                f"The layer map merges the same models in every slice, without {names}: remove {names} in "
-                "section 1, or clear the layer map to merge whole models"
-            )
-        else:
-            return None
-        self._fixes[text] = ("Clear the layer map", self.clear_layer_map)
+        text = self.layer_map.problem(self._agents) if self.layer_map is not None else None
+        if text is not None:
+            self._fixes[text] = ("Clear the layer map", self.clear_layer_map)
         return text
 
     def _follow_layer_map(self) -> None:
@@ -337,9 +334,10 @@ class MethodPanel(QWidget):
             if isinstance(field, PerAgentField):
                 field.widget.set_agents(self._agents)
         if self.layer_map is not None:
-            self.layer_map.follow(self._agents)
+            self.layer_map = self.layer_map.follow(self._agents)
             self.layer_map_view.show_map(self.layer_map, self._agents, self.current.label)
         self.check()
+        self.edited.emit()
 
     def set_agent_names(self, names: list[str]) -> None:
         """``set_agents`` with each agent keyed by its name (agents given by name only, as a recipe gives them)."""
@@ -360,6 +358,7 @@ class MethodPanel(QWidget):
         field = self.fields.get(name)
         if isinstance(field, PerAgentField) and (values or field.by_agent() is None):
             field.set_by_agent(values or {})
+            self.edited.emit()
 
     def problems(self) -> list[tuple[QWidget, str]]:
         """What the merge would refuse in this form, each with the widget to correct, in the window's words:
@@ -450,6 +449,9 @@ class MethodPanel(QWidget):
     def eps_value(self) -> float:
         return float(self.eps.text().strip())
 
+    def offers_device(self, spec: str) -> bool:
+        return self.device.findData(spec) >= 0
+
     def set_device(self, spec: str) -> None:
         index = self.device.findData(spec)
         if index < 0:  # a recipe's device this machine does not have: keep it visible, let the core judge
@@ -477,6 +479,7 @@ class MethodPanel(QWidget):
             self.tokenizer.addItem(str(source), source)
             index = self.tokenizer.count() - 1
         self.tokenizer.setCurrentIndex(index)
+        self.edited.emit()  # the chat template has no widget
 
     def tokenizer_settings(self) -> dict | None:
         """The chosen tokenizer block: a loaded recipe's whole block while its source is chosen."""

@@ -1,10 +1,10 @@
-"""The ``MergeSpec`` that the sources and method panels describe, and back: the window's one way to a merge,
-an analysis or a recipe (the CLI builds the same spec from its flags). A per-agent field's rows go onto their
-agents (by agent name), so what the form shows for an agent is what that agent gets."""
+"""The method form and the session's draft (``gui/draft.py``): the form writes the draft on every edit and shows
+a draft written elsewhere (``bind_draft``); recipes in and out, and how the window runs a merge or an analysis
+of the spec made from the session (the CLI builds the same spec from its flags). A per-agent field's rows are kept
+by the agents' row keys, so what the form shows for an agent is what that agent gets."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,11 @@ from ...core import (
     ProbeReport,
     Reporter,
     RunOptions,
-    defaults,
     thaw,
 )
 from ...core.storage.output import check_apart, check_replaceable
+from ..draft import Draft, merge_spec
+from ..session import SourceRow, SourcesState, Topic
 from .fields import PerAgentField
 from .panel import MethodPanel
 
@@ -35,102 +36,94 @@ KERNEL_MIN_ELEMENTS = 50_000_000
 
 
 def read_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeSpec:
-    """The spec the panels show (``base``, ``agents``: the sources panel's ``chosen``), its layer map included.
-    Raises ``InputError`` when ε is not a number or the agents no longer fit the layer map."""
-    try:
-        eps = method.eps_value()
-    except ValueError:
-        raise _bad_eps(method) from None
-    return MergeSpec(
-        base=base,
-        agents=_with_values(agents, method),
+    """The spec of the form's session (its draft) for ``base`` and ``agents`` (the sources panel's ``chosen``, each
+    agent keyed by its row in the session), its layer map included. Reads no widget. Raises ``InputError`` when ε
+    is not a number or the agents no longer fit the layer map."""
+    keys: dict[str, Any] = {name: key for key, name in method.session.sources.identities}
+    rows = tuple(SourceRow(keys.get(a.name, a.name), a.name, a.source) for a in agents)
+    return merge_spec(SourcesState(base, rows), method.session.draft)
+
+
+def read_draft(method: MethodPanel) -> Draft:
+    """The draft the form's widgets show."""
+    params: dict[str, Any] = {}
+    rows: dict[str, dict[Any, Any]] = {}
+    for name, field in method.fields.items():
+        if isinstance(field, PerAgentField):
+            rows[name] = field.by_key()
+            value = field.param.default if field.param.setting else None  # while no row is filled
+        else:
+            value = field.value()
+        if value is not None:
+            params[name] = value
+    return Draft(
         method=method.current.name,
-        params=_shared_params(method),
-        eps=eps,
+        params=params,
+        per_agent=rows,
+        eps=method.eps.text(),
         device=method.device.currentData(),
         out_dtype=method.out_dtype.currentData(),
-        shard_size=method.shard_size.text().strip() or defaults.SHARD_SIZE,
-        output=method.out_dir.text().strip() or None,
+        shard_size=method.shard_size.text(),
+        output=method.out_dir.text(),
         vocab=method.vocab.currentData(),
-        slices=_tuple_or_none(method.slices()),
+        layer_map=method.layer_map,
         tokenizer=method.tokenizer_settings(),
         chat_template=method.chat_template,
     )
 
 
-def _shared_params(method: MethodPanel) -> dict[str, Any]:
-    """The values the form gives every agent: each field's, but a per-agent field's only when none of its rows
-    is filled (a setting then gives its default once)."""
-    return {
-        key: field.value()
-        for key, field in method.fields.items()
-        if field.value() is not None and not (isinstance(field, PerAgentField) and field.by_agent() is not None)
-    }
+def show_draft(method: MethodPanel, draft: Draft) -> None:
+    """Show ``draft`` in the form, changing only the widgets that differ (a field being typed in keeps its cursor):
+    its layer map, its method (a new one starts from its defaults, a per-agent field no row of the draft fills
+    from the agents' defaults, e.g. the demo's suites), each value, ε and the output settings."""
+    if draft.layer_map != method.layer_map:
+        method.set_bound_layer_map(draft.layer_map)
+    new = draft.method != method.current.name
+    if new and method.method.findData(draft.method) >= 0:
+        method.method.setCurrentIndex(method.method.findData(draft.method))
+    for name, field in method.fields.items():
+        if isinstance(field, PerAgentField):
+            if (name in draft.per_agent or not new) and field.by_key() != draft.per_agent.get(name, {}):
+                field.set_by_key(draft.per_agent.get(name, {}))
+        elif name in draft.params or not new:
+            value = draft.params.get(name, field.param.default)
+            if field.value() != value:
+                field.set_value(thaw(value))
+    for edit, text in ((method.eps, draft.eps), (method.shard_size, draft.shard_size), (method.out_dir, draft.output)):
+        if edit.text() != text:
+            edit.setText(text)
+    method.set_out_dtype(draft.out_dtype)
+    method.set_vocab(draft.vocab)
+    if draft.tokenizer != method.tokenizer_settings() or draft.chat_template != method.chat_template:
+        method.set_tokenizer(thaw(draft.tokenizer), draft.chat_template)
+    if draft.device != method.device.currentData():
+        method.set_device(draft.device)
 
 
-def _with_values(agents: Sequence[Agent], method: MethodPanel) -> tuple[Agent, ...]:
-    """The agents, each with its own values: its filled rows of the per-agent fields (by agent name)."""
-    own: dict[str, dict[str, Any]] = {a.name: {} for a in agents}
-    for key, field in method.fields.items():
-        given = field.by_agent() if isinstance(field, PerAgentField) else None
-        for name, value in (given or {}).items():
-            if value is not None and name in own:
-                own[name][key] = value
-    return tuple(dataclasses.replace(a, params=own[a.name]) for a in agents)
+def bind_draft(method: MethodPanel) -> None:
+    """The form and its session's draft (``Topic.DRAFT``): every edit of the form writes the draft (``edited``),
+    and a draft another part of the window writes is shown, then written back as the form reads it (the same
+    draft, or one the form completed). Showing a draft writes nothing until it is all shown."""
+    session = method.session
+    showing = [False]
 
+    def write() -> None:
+        if not showing[0]:
+            session.set_draft(read_draft(method))
 
-def _show_agent_values(method: MethodPanel, spec: MergeSpec) -> None:
-    """Each agent's own values on its rows of the per-agent fields, an agent without one showing the spec's
-    value for every agent; a field no agent has a value of keeps what ``set_method`` showed."""
-    shared = thaw(spec.params)
-    for key, field in method.fields.items():
-        if isinstance(field, PerAgentField) and any(key in a.params for a in spec.agents):
-            field.set_by_agent(
-                {a.name: thaw(a.params[key]) if key in a.params else shared.get(key) for a in spec.agents}
-            )
+    def show(draft: Draft) -> None:
+        if showing[0] or draft == read_draft(method):
+            return
+        showing[0] = True
+        try:
+            show_draft(method, draft)
+        finally:
+            showing[0] = False
+        write()
 
-
-def _tuple_or_none(slices: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...] | None:
-    return tuple(slices) if slices is not None else None
-
-
-def engine_params(agents: Sequence[Agent], method: MethodPanel) -> dict[str, Any]:
-    """The form's parameters as the engine takes them (per-agent values in agent order), for the estimates the
-    Analysis view draws; {} while a per-agent value is missing for some agent (the estimate shows the defaults)."""
-    try:
-        spec = MergeSpec(agents=_with_values(agents, method), method=method.current.name, params=_shared_params(method))
-        return spec.engine_params()
-    except InputError:
-        return {}
-
-
-def checked_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeSpec:
-    """The spec, validated as the engine will validate it (ε, parameters); raises ``InputError``."""
-    spec = read_spec(base, agents, method)
-    if not (spec.eps >= 0 and spec.eps != float("inf")):
-        raise _bad_eps(method)
-    spec.resolved_params()
-    return spec
-
-
-def _bad_eps(method: MethodPanel) -> InputError:
-    return InputError(f"threshold ε {method.eps.text()!r} is not a non-negative number; write it like 1e-5")
-
-
-def show_spec(method: MethodPanel, spec: MergeSpec) -> None:
-    """Show a validated spec's method, layer map and output settings in the method panel (cannot fail halfway);
-    its agents are in the sources panel already, so each per-agent value lands on its agent's row and the layer
-    map binds to the agents' rows."""
-    method.set_layer_map(spec.slices, spec.method)
-    method.set_method(spec.method, thaw(spec.params))
-    _show_agent_values(method, spec)
-    method.eps.setText(repr(float(spec.eps)))
-    method.set_out_dtype(spec.out_dtype)
-    method.set_vocab(spec.vocab)
-    method.set_tokenizer(spec.tokenizer, spec.chat_template)
-    method.shard_size.setText(str(spec.shard_size))
-    method.set_device(spec.device)
-    method.out_dir.setText(spec.output or "")
+    method.edited.connect(write)
+    session.watch(Topic.DRAFT, show)
+    write()
 
 
 def load_spec(path: Path) -> MergeSpec:
