@@ -20,11 +20,14 @@ demo: $(STAMP)
 	$(BIN)/ram-desktop --demo
 
 # the suite runs in a random order (pytest-randomly), so that no test leans on another's imports or state;
-# the seed is printed first, and `make test SEED=1234` repeats an order
+# the seed is printed first, and `make test SEED=1234` repeats an order. It runs in JOBS processes (pytest-xdist,
+# whole test files to a process; JOBS=0: in this one), then the few tests marked `serial` (timing bounds) alone.
 SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+JOBS ?= 2
 test: $(STAMP)
 	@echo "test order: --randomly-seed=$(SEED) (make test SEED=$(SEED) repeats it)"
-	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --randomly-seed=$(SEED)
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --randomly-seed=$(SEED) -n $(JOBS) --dist loadfile -m "not serial"
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -q --randomly-seed=$(SEED) -m serial
 
 # ruff over the whole repository (lint with RUF100, so an unused noqa fails; then the format check: no file may
 # change) and mypy on the package, all configured in pyproject.toml;

@@ -144,6 +144,7 @@ def test_evaluate_starts_when_suites_loaded_is_said_though_the_suites_thread_end
     assert done.args == ["done"], window.message.text.text()
 
 
+@pytest.mark.serial  # a timing bound: measured with the machine to itself (Makefile)
 def test_evaluate_after_a_merge_scores_like_plain_greedy_and_fills_the_card(qtbot, window, tiny, tmp_path, monkeypatch):
     base, agents, suite = tiny
     load_sources(qtbot, window, base, agents)

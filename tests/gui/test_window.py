@@ -146,6 +146,7 @@ def test_cancel_mid_merge_leaves_nothing_behind(qtbot, window, synthetic_models,
     assert window.merge_button.isEnabled() and not window.cancel_button.isEnabled()
 
 
+@pytest.mark.serial  # a timing bound: measured with the machine to itself (Makefile)
 def test_event_loop_never_stalls_during_a_merge(qtbot, window, synthetic_models, tmp_path):
     """A 5 ms heartbeat timer on the GUI thread; the longest gap between beats is the worst stall."""
     base, agents = synthetic_models
@@ -304,6 +305,7 @@ def test_a_bug_in_the_worker_becomes_a_message_and_the_window_stays_usable(qtbot
     assert window.analyse_button.isEnabled() and window.merge_button.isEnabled()
 
 
+@pytest.mark.serial  # a timing bound: measured with the machine to itself (Makefile)
 def test_closing_the_window_mid_merge_cancels_quickly_and_leaves_nothing(qtbot, window, synthetic_models, tmp_path):
     base, agents = synthetic_models
     load_sources(qtbot, window, base, agents)
