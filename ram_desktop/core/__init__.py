@@ -42,9 +42,12 @@ _EXPORTS: dict[str, str] = {
     "setting_value": "methods.settings",
     "Advice": "methods.advice",
     "advise": "methods.advice",
+    # RAM+'s rounding survival, read off the probe's λ* histograms
+    "SURVIVAL_DTYPES": "methods.ram_rescale",
+    "survival_histograms": "methods.ram_rescale",
+    "survival_share": "methods.ram_rescale",
     # what the probe reports, and the plan's choices
     "ProbeReport": "engine.probe",
-    "SURVIVAL_DTYPES": "engine.probe",
     "OUT_DTYPES": "engine.plan",
     "VOCAB_MODES": "engine.plan",
     "check_fits": "engine.plan",
@@ -147,6 +150,8 @@ __all__ = [  # the names of _EXPORTS
     "resolve_device",
     "reuse_deltas",
     "setting_value",
+    "survival_histograms",
+    "survival_share",
     "thaw",
     "to_mergekit",
     "variant_specs",
@@ -167,7 +172,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .ecosystem.mergekit import is_mergekit_file, load_mergekit, load_recipe_or_mergekit, to_mergekit
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES, VOCAB_MODES, check_fits
-    from .engine.probe import SURVIVAL_DTYPES, ProbeReport
+    from .engine.probe import ProbeReport
     from .errors import (
         Cancelled,
         ComputeError,
@@ -182,6 +187,7 @@ if TYPE_CHECKING:  # what the type checker sees; tests/test_architecture.py keep
     from .frozen import thaw
     from .methods import METHODS, SEARCH_METHODS, SEARCH_REFERENCES, MergeMethod, Param, Sweep, get_method
     from .methods.advice import Advice, advise
+    from .methods.ram_rescale import SURVIVAL_DTYPES, survival_histograms, survival_share
     from .methods.settings import setting_value
     from .pipeline import (
         InMemory,
