@@ -145,13 +145,14 @@ class ProbeStatistic:
     elements ``x``, ``tau`` (1-D tensors, one device) of agents ``first`` (an int, or one int64 per element), as
     a ``[n, *shape]`` int64 CPU tensor. ``fused(compute)``: the numba piece for the fused CPU path, given the
     compute dtype as a numpy type: a value whose numba type selects the method's overload of
-    ``kernel_code.unique_statistic`` (its constants in a named tuple of its own), or None for the torch path
-    only. Both pieces must count the same. ``finish(counts)``: the value kept in the report from the summed
+    ``kernel_code.unique_statistic`` (its constants in a named tuple of its own; None: that slice takes the torch
+    path), or ``fused`` None for the torch path only. Both pieces must count the same bits. ``finish(counts)``: the value kept in the report from the summed
     ``[N, *shape]`` counts, or from None when the probe did not count it (the merge's pass 1). ``save(value,
     counted)``: the top-level keys it adds to the probe's JSON (its file format); ``load(data)``: (value, counted)
     from that JSON (KeyError or ValueError when the JSON lacks it: the cached probe is computed again).
     ``merge_fields(value, lambdas, out_dtypes)``: what a merge report states from it for the merge's per-agent
-    scales and output dtypes (its keys are also the names a method's ``Observer`` may report under, exactly)."""
+    scales and output dtypes, as top-level keys; what a method's observer counted exactly in the merge pass, stated
+    under the same key (``methods.base.Analysis.observed_as``), replaces it."""
 
     name: str
     shape: tuple[int, ...]

@@ -4,7 +4,8 @@ with each block's unique elements, and ``lambda_star_bins``, the λ* bin of each
 
 Imported lazily (it imports numba) by ``ram_rescale.fused_lambda_star``, before the probe's kernel is compiled or
 loaded from numba's cache: the overload is chosen by the numba type of ``LambdaStarConstants``, so the cached
-kernel is the one for this statistic.
+kernel is the one for this statistic. numba keys that cached kernel on ``kernel_code.py`` alone: after changing
+this module, clear ``kernel_code.py``'s cache (docs/engine.md).
 """
 
 from __future__ import annotations
