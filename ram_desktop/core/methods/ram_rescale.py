@@ -190,6 +190,7 @@ def _save(histograms: dict[str, list[list[int]]], counted: bool) -> dict[str, An
 
 
 def _load(data: dict) -> tuple[dict[str, list[list[int]]], bool]:
+    """(histograms, counted) from a probe's JSON; a probe saved before ``has_survival`` existed had them all."""
     return data["rescale_survival"]["hist"], bool(data.get("has_survival", True))
 
 
