@@ -28,7 +28,7 @@ def report(agents: list[tuple[int, int]], same_sign: float | None = None) -> Pro
         both = [[stats[a].updated if a == b else pair for b in range(n)] for a in range(n)]
         same = [[both[a][b] if a == b else round(pair * same_sign) for b in range(n)] for a in range(n)]
         inspect = InspectStats(None, both, same, [[0] for _ in range(n)])
-    return ProbeReport(1e-5, 10_000, 1, stats, [], {}, has_survival=False, inspect=inspect)
+    return ProbeReport(1e-5, 10_000, 1, stats, [], {}, counted=False, inspect=inspect)
 
 
 def test_mostly_unique_updates_point_to_ram():
@@ -84,7 +84,7 @@ def test_the_real_model_track_gets_task_arithmetic_first(seed):
         AgentStats(a["name"], a["name"], a["unique"] + a["shared"], a["unique"], a["shared"], [], a["density"])
         for a in data["probe"]
     ]
-    advice = advise(ProbeReport(1e-5, data["params"], 1, agents, [], {}, has_survival=False), None)
+    advice = advise(ProbeReport(1e-5, data["params"], 1, agents, [], {}, counted=False), None)
     assert advice.methods[0] == "task-arithmetic"
     assert any("uniform ×1.2" in f for f in advice.findings)
     for a, facts in zip(data["probe"], advice.agents):

@@ -18,6 +18,9 @@ import torch
 from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.engine import kernels, passes
 from ram_desktop.core.errors import InputError
+from ram_desktop.core.methods.ram_rescale import LAMBDA_STAR
+
+STAT = (LAMBDA_STAR.fused, LAMBDA_STAR.shape)  # RAM+'s λ* histograms, as the probe hands them to the kernel
 
 from .conftest import SMALL_CONFIG, make_models
 from .synthetic import write_model
@@ -145,12 +148,19 @@ def test_kernel_flags_non_finite_and_declines_what_it_does_not_cover():
     base = torch.zeros(3000, dtype=torch.bfloat16)
     agent = base.clone()
     agent[2999] = float("inf")
-    got = kernels.analyze(base, [base.clone(), agent], 1e-5, torch.float32, 0.002, 1000, 65, None)
+    got = kernels.analyze(base, [base.clone(), agent], 1e-5, torch.float32, *STAT, 65, None)
     assert got is not None and got.finite is False
-    ok = kernels.analyze(base, [base.clone(), base.clone()], 1e-5, torch.float32, 0.002, 1000, 65, None)
-    assert ok.finite and ok.joint[0] == 3000 and ok.survival.sum() == 0 and ok.ulps.sum() == 0
-    assert kernels.analyze(base, [base] * 9, 1e-5, torch.float32, 0.002, 1000, 65, None) is None  # 4^9 bins: torch
-    assert kernels.analyze(base, [base[:10]], 1e-5, torch.float32, 0.002, 1000, 65, None) is None
+    ok = kernels.analyze(base, [base.clone(), base.clone()], 1e-5, torch.float32, *STAT, 65, None)
+    assert ok.finite and ok.joint[0] == 3000 and ok.counts.sum() == 0 and ok.ulps.sum() == 0
+    assert kernels.analyze(base, [base] * 9, 1e-5, torch.float32, *STAT, 65, None) is None  # 4^9 bins: torch
+    assert kernels.analyze(base, [base[:10]], 1e-5, torch.float32, *STAT, 65, None) is None
+    # no method statistic: the same counts, none of a statistic's
+    bare = kernels.analyze(base, [base.clone(), agent.clone().fill_(1.0)], 1e-5, torch.float32, None, (), 65, None)
+    withal = kernels.analyze(base, [base.clone(), agent.clone().fill_(1.0)], 1e-5, torch.float32, *STAT, 65, None)
+    assert bare.counts is None and withal.counts.sum() == 3 * 3000
+    assert np.array_equal(bare.joint, withal.joint) and np.array_equal(bare.ulps, withal.ulps)
+    # a statistic that gives no numba value: the torch path
+    assert kernels.analyze(base, [base], 1e-5, torch.float32, lambda compute: None, (3, 1000), 65, None) is None
 
 
 # --- the branch-free helpers and the λ* bins against torch, element by element --------------------
@@ -235,8 +245,8 @@ def test_step_bits_is_torch_nextafter(dtype, sign_mask, inf_bits):
 def test_lambda_star_bins_equal_torch_keys(compute):
     """Adversarial elements: updates of whole and half ulps of every survival dtype (λ* on bin edges and
     rounding ties), tiny and subnormal updates (1/τ overflows), values at the float16 overflow, ±0 bases."""
-    from ram_desktop.core.engine import kernel_code as kc
-    from ram_desktop.core.engine.probe import SURVIVAL_BINS, SURVIVAL_STEP, _lambda_star_keys
+    from ram_desktop.core.methods import ram_rescale_kernel as kc
+    from ram_desktop.core.methods.ram_rescale import SURVIVAL_BINS, SURVIVAL_STEP, lambda_star_keys
 
     g = torch.Generator().manual_seed(11)
     n = 40_000
@@ -255,7 +265,7 @@ def test_lambda_star_bins_equal_torch_keys(compute):
     keep = tau != 0
     x, tau = x[keep].contiguous(), tau[keep].contiguous()
     cdt = np.float64 if compute == torch.float64 else np.float32
-    keys = _lambda_star_keys(x, tau, 0).numpy()
+    keys = lambda_star_keys(x, tau, 0).numpy()
     m = x.numel()
     for d in range(3):
         bins = np.empty(m, np.int32)

@@ -511,6 +511,7 @@ def _code_words(tree: ast.AST) -> set[str]:
     words: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            # the package's own name (the logger's "ram_desktop", RAM_DESKTOP_...) is never split: its "ram" is no method
             words.update(re.findall(r"[\w+-]+", node.value.lower()))
         elif isinstance(node, ast.Name):
             words.add(node.id.lower())
@@ -520,7 +521,7 @@ def _code_words(tree: ast.AST) -> set[str]:
             words.add(node.name.lower())
         elif isinstance(node, ast.arg):
             words.add(node.arg.lower())
-    return words | {p for w in words for p in w.split("_")}
+    return words | {p for w in words for p in w.replace(PACKAGE.name, "_").split("_")}
 
 
 def _engine_contracts() -> dict[str, ast.AST]:
@@ -549,8 +550,34 @@ def test_the_engines_contracts_name_no_method():
         assert not kept, f"{where} names a method's own bookkeeping: {kept}"
 
 
+# the engine's probe: the statistics module, the fused kernels that count it and the passes that run it. The probe
+# runs with no method chosen; a method's statistic of it (RAM+'s λ* histograms) comes in as a
+# ``contracts.ProbeStatistic``, so none of these names one
+ENGINE_PROBE = ("probe.py", "kernels.py", "kernel_code.py", "passes.py")
+
+
+def test_the_engines_probe_and_kernels_name_no_method():
+    """``core/engine/probe.py``, ``kernels.py``, ``kernel_code.py`` and ``passes.py`` name no method and none of a
+    method's own bookkeeping in their code (identifiers and strings; docstrings may mention one in prose), as the
+    contracts above: the probe's statistics of a method, its kernel pieces and its file keys live in the method."""
+    from ram_desktop.core import METHODS
+
+    names = set(METHODS) | {m.replace("-", "_") for m in METHODS}
+    for file in ENGINE_PROBE:
+        words = _code_words(ast.parse((PACKAGE / "core" / "engine" / file).read_text()))
+        assert "np" in words  # the walker reads the file's code
+        named = sorted(names & words)
+        assert not named, f"core/engine/{file} names the methods {named}"
+        kept = sorted(METHOD_BOOKKEEPING & words)
+        assert not kept, f"core/engine/{file} names a method's own bookkeeping: {kept}"
+
+
 def test_the_contract_words_check_sees_a_named_method():
     """The check above finds a method's name and a bookkeeping word in code (so its pass means something)."""
     code = ast.parse('def kernel(slices, survival: bool):\n    """RAM+\'s counts."""\n    return {"ram-plus": 1}\n')
     words = _code_words(code)
     assert {"ram-plus", "survival", "kernel"} <= words and "counts" not in words
+    # the package's name is not the method "ram"; a word that starts with the method's name is
+    package = _code_words(ast.parse('log = getLogger("ram_desktop")\nram_rescale = 1\n'))
+    assert "ram_desktop" in package and "rescale" in package and "ram" in package
+    assert "ram" not in _code_words(ast.parse('log = getLogger("ram_desktop")\nenviron["RAM_DESKTOP_KERNELS"]\n'))

@@ -9,6 +9,7 @@ import torch
 
 from ram_desktop.core import MergeSpec, RunOptions
 from ram_desktop.core.methods import get_method
+from ram_desktop.core.methods.ram_rescale import survival_histograms, survival_share
 from ram_desktop.core.pipeline import merge, probe
 
 from . import reference as ref
@@ -151,7 +152,7 @@ def test_cached_probe_is_reused_and_equal(models, tmp_path, caplog):
     assert "reusing the cached probe" in caplog.text
     assert second.names == ["x", "y", "z"]
     assert [a.unique for a in second.agents] == [a.unique for a in first.agents]
-    assert second.survival == first.survival
+    assert survival_histograms(second) == survival_histograms(first) != {}
 
 
 def test_survival_share_matches_direct_rounding(models):
@@ -174,11 +175,11 @@ def test_survival_share_matches_direct_rounding(models):
                 changed += int((ram != plus).sum())
                 total += int(sel.sum())
             direct = changed / total
-            lo = report.survival_share(0, dtype_name, lam - 0.002)
-            hi = report.survival_share(0, dtype_name, lam + 0.002)
+            lo = survival_share(report, 0, dtype_name, lam - 0.002)
+            hi = survival_share(report, 0, dtype_name, lam + 0.002)
             assert lo - 1e-3 <= direct <= hi + 1e-3, (lam, dtype_name, lo, direct, hi)
-    assert report.survival_share(0, "float32", 1.1) > 0.99
-    assert report.survival_share(0, "bfloat16", 1.1) < 0.1
+    assert survival_share(report, 0, "float32", 1.1) > 0.99
+    assert survival_share(report, 0, "bfloat16", 1.1) < 0.1
 
 
 def test_method_registry_schema():
@@ -224,16 +225,16 @@ def test_merge_probe_without_histograms_is_completed_by_analyze(models, tmp_path
     agents = [str(a) for a in agent_dirs]
     caplog.set_level("INFO", logger="ram_desktop")
     first = merge(MergeSpec.build(str(base_dir), agents, tmp_path / "a", "ram-plus"))
-    assert not first.probe.has_survival and first.probe.survival == {}
+    assert not first.probe.counted and survival_histograms(first.probe) == {}
     assert first.report["has_survival"] is False
     caplog.clear()
     analyzed = probe(MergeSpec.build(str(base_dir), agents))
     assert "reusing the cached probe" not in caplog.text
-    assert analyzed.has_survival and set(analyzed.survival) == {"bfloat16", "float16", "float32"}
+    assert analyzed.counted and set(survival_histograms(analyzed)) == {"bfloat16", "float16", "float32"}
     assert [a.overlap for a in analyzed.agents] == [a.overlap for a in first.probe.agents]
     caplog.clear()
     again = merge(MergeSpec.build(str(base_dir), agents, tmp_path / "b", "ram-plus"))
     assert "reusing the cached probe" in caplog.text
-    assert again.probe.has_survival
+    assert again.probe.counted
     assert again.report["rescale_survival_share"] == first.report["rescale_survival_share"]
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()

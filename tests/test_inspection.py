@@ -16,6 +16,7 @@ import torch
 from ram_desktop.core import MergeSpec, RunOptions, pipeline
 from ram_desktop.core.engine.inspection import ULP_BINS, module_grid
 from ram_desktop.core.engine.probe import ProbeReport, cache_dir
+from ram_desktop.core.methods import PROBE_STATISTICS
 from ram_desktop.core.methods.would_keep import would_keep
 
 from .conftest import SMALL_CONFIG, make_models
@@ -246,7 +247,7 @@ def test_old_cached_report_is_recomputed_for_analyze_and_still_serves_a_merge(tm
     again = pipeline.probe(MergeSpec.build(str(base), [str(a) for a in agents], eps=EPS, device="cpu"))
     assert again.inspect is not None and again.to_json()["pairs"] == first.to_json()["pairs"]
     # the round trip keeps every new key
-    back = ProbeReport.from_json(json.loads(json.dumps(again.to_json())))
+    back = ProbeReport.from_json(json.loads(json.dumps(again.to_json())), PROBE_STATISTICS)
     assert back.to_json() == again.to_json()
     assert back.renamed(["x", "y", "z"], ["1", "2", "3"]).to_json()["pairs"][0]["agents"] == ["x", "y"]
     # a merge's pass 1 (counts only) may reuse the old report

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from .engine.chunks import DEFAULT_CHUNK_ELEMENTS as DEFAULT_CHUNK_ELEMENTS
     from .engine.plan import OUT_DTYPES as OUT_DTYPES, VOCAB_MODES as VOCAB_MODES, check_fits as check_fits
-    from .engine.probe import SURVIVAL_DTYPES as SURVIVAL_DTYPES, ProbeReport as ProbeReport
+    from .engine.probe import ProbeReport as ProbeReport
     from .errors import (
         Cancelled as Cancelled,
         ComputeError as ComputeError,
@@ -66,6 +66,11 @@ if TYPE_CHECKING:
         get_method as get_method,
     )
     from .methods.advice import Advice as Advice, advise as advise
+    from .methods.ram_rescale import (
+        SURVIVAL_DTYPES as SURVIVAL_DTYPES,
+        survival_histograms as survival_histograms,
+        survival_share as survival_share,
+    )
     from .methods.settings import setting_value as setting_value
     from .pipeline import (
         InMemory as InMemory,

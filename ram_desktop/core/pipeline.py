@@ -31,7 +31,7 @@ from .engine.probe import ProbeAccumulator, ProbeReport, load_cached, save_cache
 from .errors import InputError, device_memory
 from .events import Reporter
 from .frozen import thaw
-from .methods import Collector, MergeMethod, get_method, plan_warnings
+from .methods import PROBE_STATISTICS, Collector, MergeMethod, get_method, plan_warnings
 from .recipe import parse_size
 from .sources import open_checkpoint
 from .spec import Agent, MergeSpec, RunOptions
@@ -122,25 +122,26 @@ def _probe_plan(
     use_cache: bool,
     chunk_elements: int,
     collectors: Sequence[Collector] = (),
-    survival: bool = True,
+    complete: bool = True,
     files: OpenFiles | None = None,
 ) -> ProbeReport:
     """The probe from the cache when possible, then every collector's passes (as many as it asks for;
-    all reading through ``files`` when given.
+    all reading through ``files`` when given. The probe holds every method's statistic of the unique elements
+    (``methods.PROBE_STATISTICS``): it runs with no method chosen.
 
-    ``survival=False`` (the merge's pass 1): the λ* histograms are not needed, any cached probe will
+    ``complete=False`` (the merge's pass 1): the methods' statistics are not needed, any cached probe will
     do and a fresh one is computed without them; otherwise (Analyze) a cached probe without them or
     without the inspection statistics (an older cache) is computed again, completely."""
     collectors = list(collectors)
-    cached = load_cached(plan.fingerprint(), eps) if use_cache else None
-    if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not survival):
+    cached = load_cached(plan.fingerprint(), eps, PROBE_STATISTICS) if use_cache else None
+    if cached is not None and len(cached.agents) == plan.n_agents and (cached.complete or not complete):
         log.info("reusing the cached probe of these inputs (ε = %g)", eps)
         report = cached.renamed(plan.names, [a.display for a in plan.agents])
         if collectors:
             probe_pass(plan, eps, transfer, reporter, collectors, chunk_elements, files=files)
     else:
         start = time.perf_counter()
-        accumulator = ProbeAccumulator(plan, eps, survival)
+        accumulator = ProbeAccumulator(plan, eps, PROBE_STATISTICS, complete)
         probe_pass(plan, eps, transfer, reporter, [accumulator, *collectors], chunk_elements, files=files)
         report = accumulator.report()
         log.info("probe: %d elements in %d tensors, %.2f s", report.params, report.tensors, time.perf_counter() - start)
@@ -279,7 +280,7 @@ def _merge_variants(
             )
             for m, p, ctx, folder in zip(methods, params, contexts, folders)
         ]
-        accumulator = ProbeAccumulator(plan, eps, survival=False) if probe_report is None else None
+        accumulator = ProbeAccumulator(plan, eps, PROBE_STATISTICS, complete=False) if probe_report is None else None
         try:  # the auxiliary inputs are read beside the agents in the merge pass only (the probe needs none)
             merge_pass(
                 plan, outputs, eps, transfer, reporter, options.chunk_elements, accumulator, files, list(aux.values())
@@ -405,7 +406,7 @@ def _prepare_methods(
             options.use_cache,
             options.chunk_elements,
             [c for c in collectors if c is not None],
-            survival=False,
+            complete=False,
             files=files,
         )
         timings["probe_s"] = time.perf_counter() - t0
@@ -431,7 +432,8 @@ def _variant_result(
     """One variant's report and result; its folder's other files written beside its weights (``frame``: the
     in-memory merge's frame folder, which holds them once for all variants)."""
     lambdas = m.analysis.lambdas(output.params, probe_report) if m.analysis.lambdas else [1.0] * plan.n_agents
-    survival = output.observer.finish() if output.observer is not None else None
+    # what the method's observer counted, under the merge report key the method names
+    observed = {m.analysis.observed_as: output.observer.finish()} if output.observer is not None else {}
     written = _written_spec(spec, plan, output.params, out)
     report = merge_report(
         plan,
@@ -443,7 +445,7 @@ def _variant_result(
         timings,
         output.shards.files,
         output.shards.bytes_written,
-        survival,
+        observed,
     )
     own = plan_warnings(m, plan)  # the method's own words for its inputs (logged once, before the passes)
     report["warnings"] = [*own, *report["warnings"]]
@@ -499,15 +501,17 @@ def merge_report(
     timings: dict[str, float],
     files: list[str],
     bytes_written: int,
-    survival: dict[str, list[float | None]] | None = None,
+    observed: dict[str, Any] | None = None,
 ) -> dict:
-    """The probe report plus what the merge did (docs/contracts.md, The probe and merge report)."""
+    """The probe report plus what the merge did (docs/contracts.md, The probe and merge report). ``observed``:
+    what the method's observer counted in the merge pass, by the report key the method names; each replaces what
+    the probe's statistics state under that key (``ProbeStatistic.merge_fields``) unless it counted nothing."""
     report = probe_report.to_json()
     out_names = {j.out_name for j in plan.mergeable_jobs}
-    if not survival:  # not counted in the merge pass: read off the λ* histograms when the probe has them
-        survival = {}
-        for name in out_names & set(probe_report.survival):
-            survival[name] = [probe_report.survival_share(t, name, lam) for t, lam in enumerate(lambdas)]
+    fields: dict[str, Any] = {}
+    for kind in probe_report.kinds:
+        fields.update(kind.merge_fields(probe_report.statistics[kind.name], lambdas, out_names))
+    fields.update({key: value for key, value in (observed or {}).items() if value})
     report.update(
         {
             "method": spec.method,
@@ -518,7 +522,7 @@ def merge_report(
             "device": device.name,
             "device_reason": device.reason,
             "sources": {"base": plan.base.display, "agents": [a.display for a in plan.agents]},
-            "rescale_survival_share": survival,
+            **fields,
             "output": {"files": files, "bytes": bytes_written},
             "timings": {k: round(v, 4) for k, v in timings.items()},
             "versions": {

@@ -5,7 +5,9 @@ in, the engine reads them and never imports the methods.
 inputs); ``Collector`` / ``SliceCollector`` gather whole-model statistics in pass 1; ``Observer`` /
 ``SliceObserver`` watch every merged chunk; ``FusedKernel`` is a method's fused CPU merge of one chunk from its
 stored slices.
-``MergingMethod`` is the part of a method a ``passes.PassOutput`` holds.
+``MergingMethod`` is the part of a method a ``passes.PassOutput`` holds. ``ProbeStatistic`` is a statistic a method
+adds to the complete (Analyze) probe, which runs with no method chosen: the pipeline hands the methods' statistics
+to the probe, so the engine counts them without knowing whose they are.
 """
 
 from __future__ import annotations
@@ -128,3 +130,35 @@ class MergingMethod(Protocol):
 
     @property
     def streaming(self) -> Streaming: ...
+
+
+@dataclass(frozen=True)
+class ProbeStatistic:
+    """A statistic of each agent's unique elements (the elements that agent alone updates) that a method adds to the
+    complete (Analyze) probe, counted in the probe's one pass over the data and kept in its report and cache.
+
+    The probe gathers every agent's unique elements of a chunk (base value x and update τ, in the compute dtype)
+    and hands them over; the statistic counts them into int64 counts of shape ``[N, *shape]`` (agent first), which
+    the probe sums over the chunks in any order (so the counts must not depend on chunk boundaries).
+
+    ``name``: its key in ``ProbeReport.statistics``. ``count(x, tau, first, n)``: the torch piece, counts of the
+    elements ``x``, ``tau`` (1-D tensors, one device) of agents ``first`` (an int, or one int64 per element), as
+    a ``[n, *shape]`` int64 CPU tensor. ``fused(compute)``: the numba piece for the fused CPU path, given the
+    compute dtype as a numpy type: a value whose numba type selects the method's overload of
+    ``kernel_code.unique_statistic`` (its constants in a named tuple of its own; None: that slice takes the torch
+    path), or ``fused`` None for the torch path only. Both pieces must count the same bits. ``finish(counts)``: the value kept in the report from the summed
+    ``[N, *shape]`` counts, or from None when the probe did not count it (the merge's pass 1). ``save(value,
+    counted)``: the top-level keys it adds to the probe's JSON (its file format); ``load(data)``: (value, counted)
+    from that JSON (KeyError or ValueError when the JSON lacks it: the cached probe is computed again).
+    ``merge_fields(value, lambdas, out_dtypes)``: what a merge report states from it for the merge's per-agent
+    scales and output dtypes, as top-level keys; what a method's observer counted exactly in the merge pass, stated
+    under the same key (``methods.base.Analysis.observed_as``), replaces it."""
+
+    name: str
+    shape: tuple[int, ...]
+    count: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | int, int], torch.Tensor]
+    fused: Callable[[type], Any] | None
+    finish: Callable[[torch.Tensor | None], Any]
+    save: Callable[[Any, bool], dict[str, Any]]
+    load: Callable[[dict], tuple[Any, bool]]
+    merge_fields: Callable[[Any, list[float], set[str]], dict[str, Any]]

@@ -1,7 +1,8 @@
 """The numba code of the engine's fused CPU primitives (see ``kernels.py``, which imports this module lazily):
 the ``jit`` decorator every fused kernel uses, widening and storing stored bits (``widen``, ``store``,
 ``encoded``, ``same_value``, ``like``), pattern counting (``pattern_run``, ``pattern_histogram``,
-``histogram_block``, ``count_kernel``) and the Analyze probe's kernel. The methods' own kernels
+``histogram_block``, ``count_kernel``) and the Analyze probe's kernel (``analyze_kernel``, with the hook a method's
+probe statistic plugs its numba piece into, ``unique_statistic``). The methods' own kernels
 (``core.methods.*_kernel``) call these helpers.
 
 Module-level functions with ``cache=True``: numba keeps the compiled machine code next to this file
@@ -306,7 +307,7 @@ def count_kernel(base, agents, eps, hist, pattern):
     return bad
 
 
-# --- the Analyze probe: counts, signs, λ* survival keys and the ulp sample in one pass -------------
+# --- the Analyze probe: counts, signs, a method's statistic of unique elements and the ulp sample in one pass ---
 
 
 def like(x, v):  # pragma: no cover
@@ -408,41 +409,21 @@ def to_bf16_bits(f):
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
 
 
-@vector_jit
-def lambda_star_bins(xs, taus, count, d, inv_step, big, half, last, bins):
-    """bins[k] = the λ* bin of unique element k (base value xs[k], update taus[k]) for survival dtype d
-    (0 bfloat16, 1 float16, 2 float32), as ``probe._lambda_star_keys`` computes it, with the same
-    operations in the same order and dtype: y0 = round(x + τ) in dtype d (from float64 through float32,
-    as torch converts), h = half the signed gap from y0 to its neighbour toward τ's sign (nextafter),
-    bin = clamp(ceil(((y0 − x) − τ + h)·scale), 0, last) with scale = (1/τ)·(1/STEP) (±inf → ±big);
-    NaN (y0 overflowed float16) in the last bin. Branch-free, so the loop vectorises."""
-    zero = half - half
-    one = half + half
-    for k in range(count):
-        x = xs[k]
-        tau = taus[k]
-        total = x + tau
-        up = tau > zero
-        scale = one / tau * inv_step
-        scale = (big if scale > zero else -big) if scale - scale != zero else scale
-        f = np.float32(total)
-        if d == 0:
-            r = to_bf16_bits(f)
-            y = np.uint32(r << 16).view(np.float32)
-            n = np.uint32(step_bits(r, up, np.int64(0x8000), np.int64(0x7F80)) << 16).view(np.float32)
-        elif d == 1:
-            r = to_half_bits(f)
-            y = from_half_bits(r)
-            n = from_half_bits(step_bits(r, up, np.int64(0x8000), np.int64(0x7C00)))
-        else:
-            r = np.int64(f.view(np.uint32))
-            y = f
-            n = np.uint32(step_bits(r, up, np.int64(0x80000000), np.int64(0x7F800000))).view(np.float32)
-        y0 = like(x, y)
-        h = (like(x, n) - y0) * half
-        num = np.ceil((((y0 - x) - tau) + h) * scale)
-        clipped = min(max(num, zero), last)
-        bins[k] = np.int32(last if num != num else clipped)  # noqa: PLR0124  num is NaN
+def unique_statistic(statistic, xs, taus, agents, count, counts, scratch):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(unique_statistic)
+def _no_statistic(statistic, xs, taus, agents, count, counts, scratch):
+    """The hook through which ``analyze_kernel`` hands each block's unique elements to a method's probe statistic
+    (``contracts.ProbeStatistic``): elements k < ``count``, base value xs[k], update taus[k] (compute dtype) of
+    agent agents[k], counted into ``counts`` ([N, *shape] int64); ``scratch`` is an int32 block buffer. A method
+    overloads it for the numba type of its own ``statistic`` value (a named tuple of its constants, from
+    ``ProbeStatistic.fused``), importing its kernel module before the probe runs; this overload is the probe with
+    no statistic (``statistic`` None), which counts nothing."""
+    if isinstance(statistic, types.NoneType):
+        return lambda statistic, xs, taus, agents, count, counts, scratch: None
+    return None
 
 
 @jit
@@ -451,12 +432,10 @@ def analyze_kernel(
     agents,
     eps,
     one,
-    inv_step,
-    big,
-    last,
+    statistic,
+    counts,
     agent_of,
     joint,
-    surv,
     row,
     first_row,
     stride,
@@ -469,15 +448,16 @@ def analyze_kernel(
     ux,
     ut,
     ua,
-    bins,
+    scratch,
 ):
     """The complete (Analyze) probe of one slice in one pass over memory, as ``ProbeAccumulator`` and
     ``InspectAccumulator`` compute it with torch:
 
     * joint[k, p + 2^N·q] += 1 per element (summed over k by the caller): p the update pattern
       Σ_t [|τ_t| > ε]·2^t, q the agents whose τ_t > ε (ε in the compute dtype);
-    * surv[3·t + d, bin] += 1 for every element only agent t updates (agent_of[p] = t): the λ* bin of
-      survival dtype d (``lambda_star_bins``), from τ_t = Σ_s [m_s]·τ_s (exact where one agent updates);
+    * ``counts`` (a method's probe statistic, ``unique_statistic``): the elements only agent t updates
+      (agent_of[p] = t), each with its base value and τ_t = Σ_s [m_s]·τ_s (exact where one agent updates),
+      gathered per block and handed to ``unique_statistic(statistic, ...)``;
     * ulps[t, bin] += 1 for each sampled element agent t updates (rows first_row, first_row + stride, ..
       of ``row`` elements; row = 0: none): |τ_t|·2^k with 2^k = 1/ulp of the base value in the stored
       dtype (``sig_bits`` significand bits, exponent at least ``min_exponent``), bin = the biased exponent
@@ -488,7 +468,6 @@ def analyze_kernel(
     block = xb.shape[0]
     nagents = len(agents)
     zero = eps - eps
-    half = one / (one + one)
     bad_blocks = 0
     for start in range(0, n, block):
         length = min(block, n - start)
@@ -519,12 +498,9 @@ def analyze_kernel(
             # mispredict; Σ_s [m_s]·τ_s is τ_t exactly where only agent t updates
             ux[count] = xb[j]
             ut[count] = total[j]
-            ua[count] = t * 3
+            ua[count] = t
             count += np.int64(t >= 0)
-        for d in range(3):
-            lambda_star_bins(ux, ut, count, d, inv_step, big, half, last, bins)
-            for k in range(count):
-                surv[ua[k] + d, bins[k]] += 1
+        unique_statistic(statistic, ux, ut, ua, count, counts, scratch)
     if bad_blocks or row == 0:
         return bad_blocks
     # the ulp sample: every stride-th row, recomputing τ from the stored bits (1/stride of the elements)

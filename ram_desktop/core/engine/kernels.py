@@ -15,7 +15,8 @@ every fused kernel needs, and the kernels the engine itself runs:
 * counting: the update pattern p = Σ_t [|τ_t| > ε]·2^t and its histogram (``count_patterns``,
   ``ProbeAccumulator``'s counts; τ_t = agent − base in the compute dtype, ε rounded to it as torch
   compares a tensor with a scalar);
-* analysing: the Analyze probe's statistics in one pass (``analyze``).
+* analysing: the Analyze probe's statistics in one pass (``analyze``), a method's probe statistic
+  (``contracts.ProbeStatistic``) counted in that pass through its numba piece.
 
 Each method's own fused kernel lives beside it in ``core.methods`` (its numba code in a ``*_kernel.py``,
 built on the helpers of ``kernel_code``: ``widen``, ``store``, ``pattern_histogram`` …): RAM / RAM+
@@ -284,7 +285,8 @@ class Buffers(threading.local):
         return cache[dtype]
 
     def unique(self, dtype: type) -> tuple[np.ndarray, ...]:
-        """A block's unique elements for ``kernel_code.analyze_kernel``: base values, updates, agents, bins."""
+        """A block's unique elements for ``kernel_code.analyze_kernel``: base values, updates, agents, and an int32
+        scratch block for the probe statistic they are handed to."""
         cache = self.__dict__.setdefault("unique_blocks", {})
         if dtype not in cache:
             cache[dtype] = (
@@ -373,7 +375,7 @@ class SliceStatistics:
     """One slice's complete-probe statistics from ``analyze`` (the probe accumulator adds them up)."""
 
     joint: np.ndarray  # [4^N] int64: elements per key p + 2^N·q (update pattern p, positive agents q)
-    survival: np.ndarray  # [N, 3, bins] int64: λ* histogram of each agent's unique elements per survival dtype
+    counts: np.ndarray | None  # [N, *shape] int64: the probe statistic's counts of the unique elements (None: none)
     ulps: np.ndarray  # [N, ulp bins] int64: the sampled updated elements per ulp bin
     finite: bool  # every τ finite (otherwise the statistics are incomplete and the caller raises)
 
@@ -392,38 +394,41 @@ def analyze(
     agent_raws: list[torch.Tensor] | list[np.ndarray],
     eps: float,
     compute_dtype: torch.dtype | str,
-    survival_step: float,
-    survival_bins: int,
+    statistic: Callable[[type], Any] | None,
+    shape: tuple[int, ...],
     ulp_bins: int,
     sample: UlpSample | None,
 ) -> SliceStatistics | None:
     """The Analyze probe's statistics of one slice in one pass (``kernel_code.analyze_kernel``): the joint
-    update-pattern / sign histogram, the λ* survival histograms and the ulp sample, each count exactly
-    what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
-    kernels do not cover the slice (more than ``ANALYZE_MAX_AGENTS`` agents among others)."""
+    update-pattern / sign histogram, a method's statistic of the unique elements (``statistic``, its numba piece
+    ``contracts.ProbeStatistic.fused``, counting ``[N, *shape]`` int64; None: none) and the ulp sample, each count
+    exactly what the torch formulation (``ProbeAccumulator`` / ``InspectAccumulator``) counts. None when the
+    kernels do not cover the slice (more than ``ANALYZE_MAX_AGENTS`` agents among others, a statistic that gives
+    no numba value)."""
     ops = operands(base_raw, agent_raws)
     if ops is None or len(agent_raws) > ANALYZE_MAX_AGENTS:
+        return None
+    fused = statistic(compute_type(compute_dtype)) if statistic is not None else None
+    if statistic is not None and fused is None:
         return None
     base, agents = ops
     n = len(agents)
     cdt = compute_type(compute_dtype)
     joint = np.zeros((4, 1 << (2 * n)), np.int64)
-    surv = np.zeros((3 * n, survival_bins), np.int64)  # [3·t + d]
+    counts = np.zeros((n, *shape) if statistic is not None else (n, 0), np.int64)
     ulps = np.zeros((n, ulp_bins), np.int64)
     s = sample or UlpSample(0, 0, 1, 0, 0)
     xb, total, key = BUFFERS.get(cdt)
-    ux, ut, ua, bins = BUFFERS.unique(cdt)
+    ux, ut, ua, scratch = BUFFERS.unique(cdt)
     bad = _jit()["analyze"](
         base,
         agents,
         cdt(eps),
         cdt(1),
-        cdt(1.0 / survival_step),
-        cdt(np.finfo(cdt).max),
-        cdt(survival_bins - 1),
+        fused,
+        counts,
         _unique_agent(n),
         joint,
-        surv,
         np.int64(s.row),
         np.int64(s.first),
         np.int64(s.stride),
@@ -436,9 +441,9 @@ def analyze(
         ux,
         ut,
         ua,
-        bins,
+        scratch,
     )
-    return SliceStatistics(joint.sum(0), surv.reshape(n, 3, survival_bins), ulps, bad == 0)
+    return SliceStatistics(joint.sum(0), counts if statistic is not None else None, ulps, bad == 0)
 
 
 def widenable_operands(

@@ -41,7 +41,7 @@ from .chunks import (
 from .contracts import Collector, MergingMethod, Observer, SliceCollector, SliceObserver
 from .inspection import ULP_BINS
 from .plan import AuxInput, MergePlan
-from .probe import SURVIVAL_BINS, SURVIVAL_STEP, ProbeAccumulator
+from .probe import ProbeAccumulator
 
 _local = threading.local()
 
@@ -147,14 +147,22 @@ def _add_fused(sink: ProbeAccumulator | Collector, slices: StoredSlices) -> bool
     cover the slices or a τ is not finite (the caller then forms the chunk, whose checks raise the error
     naming agent and tensor)."""
     job, index, span = slices.job, slices.index, slices.span
-    if isinstance(sink, ProbeAccumulator) and sink.with_survival:
+    if isinstance(sink, ProbeAccumulator) and sink.complete:
         if not sink.fusable:
             return False
-        # the complete (Analyze) probe: counts, signs, λ* histograms and the ulp sample in one fused pass
-        assert sink.inspect is not None  # a probe with survival keeps the inspection statistics
+        # the complete (Analyze) probe: counts, signs, a method's statistic and the ulp sample in one fused pass
+        assert sink.inspect is not None  # the complete probe keeps the inspection statistics
         sample = sink.inspect.ulp_sample(index, span.offset, span.numel, job.compute_dtype)
+        statistic = sink.fused_statistic
         analysis = kernels.analyze(
-            slices.base, slices.agents, slices.eps, job.compute_name, SURVIVAL_STEP, SURVIVAL_BINS, ULP_BINS, sample
+            slices.base,
+            slices.agents,
+            slices.eps,
+            job.compute_name,
+            statistic.fused if statistic is not None else None,
+            statistic.shape if statistic is not None else (),
+            ULP_BINS,
+            sample,
         )
         if analysis is None or not analysis.finite:
             return False

@@ -1,4 +1,5 @@
-"""Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and the λ* rounding-survival histograms.
+"""Pass 1 statistics: masks, overlap counts, ρ, per-layer density, and the methods' statistics of each agent's unique
+elements (``contracts.ProbeStatistic``, handed in by the pipeline: the probe runs with no method chosen).
 
 Counts are over the whole model (docs/engine.md, λ from whole-model counts): the accumulator sums per-chunk histograms.
 """
@@ -14,16 +15,16 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ... import paths
 from ..errors import InputError
 from ..lazy import torch
-from ..storage.formats.base import torch_dtype
 from ..storage.safe_read import read_json
 from .chunks import PATTERN_MAX_AGENTS, Chunk
 from .inspection import JOINT_MAX_AGENTS, InspectAccumulator, InspectStats
@@ -32,16 +33,10 @@ from .plan import MergePlan
 _log = logging.getLogger("ram_desktop")
 
 if TYPE_CHECKING:
+    from .contracts import ProbeStatistic
     from .kernels import SliceStatistics
 
 FORMAT = "ram-probe/1"
-SURVIVAL_DTYPES: dict[str, int] = {  # dtype name -> significand bits (incl. the implicit one)
-    "bfloat16": 8,
-    "float16": 11,
-    "float32": 24,
-}
-SURVIVAL_STEP = 0.002  # resolution of the λ* histogram
-SURVIVAL_BINS = 1000  # covers λ in [1, 3]; λ* beyond that lands in the last bin ("never")
 LAYER = re.compile(r"^(.*?layers\.(\d+))\.(.+?)(?:\.(?:weight|bias))?$")
 
 
@@ -76,40 +71,27 @@ class ProbeReport:
     tensors: int
     agents: list[AgentStats]
     tensor_stats: list[TensorStats]
-    survival: dict[str, list[list[int]]]  # dtype -> per agent histogram of λ* (see survival_share)
+    # each method statistic's value by its name (``ProbeStatistic.finish``; the method reads its own)
+    statistics: dict[str, Any]
     fingerprint: str = ""
     warnings: list[str] = field(default_factory=list)
-    # False for a probe computed without the λ* histograms (the merge's pass 1 needs only the counts):
-    # ``survival`` is then empty, and the Analyze step (pipeline.probe) computes a complete probe instead.
-    has_survival: bool = True
+    # False for a probe computed without the methods' statistics (the merge's pass 1 needs only the counts):
+    # their values are then empty, and the Analyze step (pipeline.probe) computes a complete probe instead.
+    counted: bool = True
     # the inspection views' statistics (docs/engine.md, Inspection statistics); None in a probe computed without them
     # (the merge's pass 1) and in a cached report written before they existed
     inspect: InspectStats | None = None
+    # the statistics themselves, in order: how ``to_json`` saves their values
+    kinds: tuple[ProbeStatistic, ...] = ()
 
     @property
     def complete(self) -> bool:
-        """Everything the Analyze step shows: the λ* histograms and the inspection statistics."""
-        return self.has_survival and self.inspect is not None
+        """Everything the Analyze step shows: the methods' statistics and the inspection statistics."""
+        return self.counted and self.inspect is not None
 
     @property
     def names(self) -> list[str]:
         return [a.name for a in self.agents]
-
-    def survival_share(self, agent: int, dtype: str, lam: float) -> float | None:
-        """Share of the agent's unique elements whose value rescaled by ``lam`` differs, after rounding
-        to ``dtype``, from the unscaled (RAM) value. None when the agent has no unique elements.
-
-        From the λ* histogram: an element counts when λ ≥ the upper edge of its λ* bin, so the
-        share is exact up to the bin width of 0.002 in λ.
-        """
-        if not self.has_survival:
-            raise ValueError("this probe was computed without the rounding-survival histograms")
-        hist = self.survival[dtype][agent]
-        total = sum(hist)
-        if total == 0:
-            return None
-        k = min(math.floor((lam - 1.0) / SURVIVAL_STEP + 1e-9), SURVIVAL_BINS - 1)
-        return sum(hist[: k + 1]) / total if k >= 0 else 0.0
 
     def layers(self) -> list[dict]:
         """Density per transformer layer (``...layers.N``) and per other top-level tensor."""
@@ -148,30 +130,40 @@ class ProbeReport:
                 {"name": t.name, "params": t.params, "updated": list(t.updated), "unique": list(t.unique)}
                 for t in self.tensor_stats
             ],
-            "has_survival": self.has_survival,
-            "rescale_survival": {"step": SURVIVAL_STEP, "bins": SURVIVAL_BINS, "hist": self.survival},
+            **{
+                key: value
+                for kind in self.kinds
+                for key, value in kind.save(self.statistics[kind.name], self.counted).items()
+            },
             **(self.inspect.to_json(self.names) if self.inspect is not None else {}),
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> ProbeReport:
+    def from_json(cls, data: dict, kinds: Sequence[ProbeStatistic] = ()) -> ProbeReport:
+        """A report from its JSON (``to_json``), with the values of the statistics ``kinds`` it holds (a JSON
+        without one of them raises KeyError or ValueError; any other statistic it holds is left out)."""
         if data.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} report")
         agents = [
             AgentStats(a["name"], a["source"], a["updated"], a["unique"], a["shared"], a["overlap"], a["density"])
             for a in data["agents"]
         ]
+        statistics, counted = {}, True
+        for kind in kinds:
+            statistics[kind.name], kind_counted = kind.load(data)
+            counted = counted and kind_counted
         return cls(
             data["eps"],
             data["params"],
             data["tensors"],
             agents,
             [TensorStats(**t) for t in data["tensor_stats"]],
-            data["rescale_survival"]["hist"],
+            statistics,
             data.get("fingerprint", ""),
             data.get("warnings", []),
-            bool(data.get("has_survival", True)),
+            counted,
             InspectStats.from_json(data, [a.name for a in agents], [a.updated for a in agents]),
+            tuple(kinds),
         )
 
     def renamed(self, names: list[str], sources: list[str]) -> ProbeReport:
@@ -186,11 +178,12 @@ class ProbeReport:
             self.tensors,
             agents,
             self.tensor_stats,
-            self.survival,
+            self.statistics,
             self.fingerprint,
             self.warnings,
-            self.has_survival,
+            self.counted,
             self.inspect,
+            self.kinds,
         )
 
 
@@ -220,17 +213,24 @@ def _grouped(report: ProbeReport, key) -> list[dict]:
 
 
 class ProbeAccumulator:
-    """Sums per-chunk statistics into a ``ProbeReport``; counts do not depend on chunk boundaries."""
+    """Sums per-chunk statistics into a ``ProbeReport``; counts do not depend on chunk boundaries.
 
-    def __init__(self, plan: MergePlan, eps: float, survival: bool = True) -> None:
+    ``statistics``: the methods' statistics of unique elements the report holds (``contracts.ProbeStatistic``;
+    the pipeline hands in every registered method's). ``complete``: the Analyze step's probe, which counts them
+    and the inspection statistics; otherwise (the merge's pass 1, which needs only the counts) they are not
+    counted and the report holds their empty values."""
+
+    def __init__(
+        self, plan: MergePlan, eps: float, statistics: Sequence[ProbeStatistic] = (), complete: bool = True
+    ) -> None:
         self.plan = plan
         self.eps = eps
         self.n = plan.n_agents
-        self.with_survival = survival
+        self.complete = complete
+        self.statistics = tuple(statistics)
         self._overlap: dict[int, np.ndarray] = {}  # job -> [N, N+1] int64 (column 0 unused)
-        self._survival_all = (
-            torch.zeros(self.n, len(SURVIVAL_DTYPES), SURVIVAL_BINS, dtype=torch.int64) if survival else None
-        )
+        # each statistic's counts summed over the chunks, [N, *shape] int64 (counted in the complete probe only)
+        self._counts = [torch.zeros(self.n, *s.shape, dtype=torch.int64) for s in self.statistics] if complete else []
         self._nonfinite: set[tuple[int, int]] = set()
         self._lock = threading.Lock()  # add() may run in several compute threads
         # the inspection views' statistics come with the complete (Analyze) probe only
@@ -238,7 +238,7 @@ class ProbeAccumulator:
             InspectAccumulator(
                 self.n, [j.base.dtype for j in plan.jobs], [math.prod(j.shape[1:]) if j.shape else 1 for j in plan.jobs]
             )
-            if survival
+            if complete
             else None
         )
 
@@ -255,9 +255,9 @@ class ProbeAccumulator:
         else:
             hist = torch.bincount(pattern, minlength=1 << n).cpu()
         self.add_pattern_counts(chunk.job_index, hist)
-        if self.with_survival and int(hist[one_agent_patterns(n)].sum()) > 0:
+        if self._counts and int(hist[one_agent_patterns(n)].sum()) > 0:
             # Every agent's unique elements at once: one nonzero, then gathers of x, the one active τ
-            # and its agent, and one bincount for all agents and dtypes.
+            # and its agent, handed to each statistic.
             base = chunk.base
             (agent_of,) = _pattern_luts(n, str(pattern.device))
             owner = torch.index_select(
@@ -267,14 +267,25 @@ class ProbeAccumulator:
             agent = owner.index_select(0, idx).long()
             x = base.index_select(0, idx)
             tau = chunk.taus.reshape(-1).index_select(0, agent * base.numel() + idx)
-            keys = _lambda_star_keys(x, tau, agent * len(SURVIVAL_DTYPES))
-            counts = torch.bincount(keys, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
-            self._add_survival(counts.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+            for k, statistic in enumerate(self.statistics):
+                self._add_counts(k, statistic.count(x, tau, agent, n))
+
+    @property
+    def fused_statistic(self) -> ProbeStatistic | None:
+        """The one statistic ``kernels.analyze`` counts with the rest (None: none to count)."""
+        return self.statistics[0] if self.statistics else None
 
     @property
     def fusable(self) -> bool:
-        """Whether the complete probe's chunks can be counted by ``kernels.analyze`` (``add_analysis``)."""
-        return self.with_survival and self.inspect is not None and self.n <= JOINT_MAX_AGENTS
+        """Whether the complete probe's chunks can be counted by ``kernels.analyze`` (``add_analysis``): at most one
+        statistic, which has a numba piece."""
+        return (
+            self.complete
+            and self.inspect is not None
+            and self.n <= JOINT_MAX_AGENTS
+            and len(self.statistics) <= 1
+            and all(s.fused is not None for s in self.statistics)
+        )
 
     def add_analysis(self, job_index: int, analysis: SliceStatistics) -> None:
         """Add one chunk counted by ``kernels.analyze``: the same counts ``add`` gets from a chunk."""
@@ -283,7 +294,8 @@ class ProbeAccumulator:
         self.add_pattern_counts(job_index, joint.view(1 << n, 1 << n).sum(0))
         assert self.inspect is not None  # fusable: the complete probe
         self.inspect.add_counted(joint, torch.from_numpy(analysis.ulps))
-        self._add_survival(torch.from_numpy(analysis.survival))
+        if analysis.counts is not None:
+            self._add_counts(0, torch.from_numpy(analysis.counts))
 
     def add_pattern_counts(self, job_index: int, hist: torch.Tensor | np.ndarray) -> None:
         """Add one chunk's counts from its update-pattern histogram (2^N bins; also what the fused
@@ -300,10 +312,10 @@ class ProbeAccumulator:
             else:
                 self._overlap[job_index] = table
 
-    def _add_survival(self, counts: torch.Tensor) -> None:
-        assert self._survival_all is not None  # counted with survival only
+    def _add_counts(self, k: int, counts: torch.Tensor) -> None:
+        """Add one chunk's counts of statistic k (counted in the complete probe only)."""
         with self._lock:
-            self._survival_all += counts
+            self._counts[k] += counts
 
     def _add_keys(self, chunk: Chunk) -> None:
         """Many agents: per-agent keys t·(N+1) + c_i instead of a 2^N pattern table."""
@@ -314,15 +326,15 @@ class ProbeAccumulator:
         self._add_overlap(chunk.job_index, _int64(hist))
         if self.inspect is not None:
             self.inspect.add(chunk)
-        if self.with_survival:
+        if self._counts:
             unique = counts == 1
             for t in range(n):
                 sel = masks[t] & unique
                 if not bool(sel.any()):
                     continue
-                keys_t = _lambda_star_keys(chunk.base[sel], chunk.taus[t][sel], t * len(SURVIVAL_DTYPES))
-                counts_t = torch.bincount(keys_t, minlength=n * len(SURVIVAL_DTYPES) * SURVIVAL_BINS)
-                self._add_survival(counts_t.cpu().reshape(n, len(SURVIVAL_DTYPES), SURVIVAL_BINS))
+                x, tau = chunk.base[sel], chunk.taus[t][sel]
+                for k, statistic in enumerate(self.statistics):
+                    self._add_counts(k, statistic.count(x, tau, t, n))
 
     def report(self) -> ProbeReport:
         n, plan = self.n, self.plan
@@ -354,11 +366,9 @@ class ProbeAccumulator:
         for a in agents:
             if a.updated == 0:
                 warnings.append(f"agent {a.name!r} is identical to the base (no element differs by more than ε)")
-        survival = (
-            {d: self._survival_all[:, i].tolist() for i, d in enumerate(SURVIVAL_DTYPES)}
-            if self._survival_all is not None
-            else {}
-        )  # kept with survival only
+        statistics = {
+            s.name: s.finish(self._counts[k] if self.complete else None) for k, s in enumerate(self.statistics)
+        }
         inspect = self.inspect.finish([a.updated for a in agents]) if self.inspect is not None else None
         return ProbeReport(
             self.eps,
@@ -366,11 +376,12 @@ class ProbeAccumulator:
             len(tensor_stats),
             agents,
             tensor_stats,
-            survival,
+            statistics,
             plan.fingerprint(),
             warnings,
-            self.with_survival,
+            self.complete,
             inspect,
+            self.statistics,
         )
 
 
@@ -415,55 +426,6 @@ def _pattern_luts(n: int, device: str) -> tuple[torch.Tensor]:
     return (agent_of.to(device),)
 
 
-def _lambda_star_keys(x: torch.Tensor, tau: torch.Tensor, first: torch.Tensor | int) -> torch.Tensor:
-    """Histogram keys ``(first + d)·BINS + bin(λ*)`` for each survival dtype d (``first`` per element
-    or one int), where λ* is the smallest scale at which round(x + λ·τ) leaves round(x + τ) in that
-    dtype; bin(λ*) = ceil((λ* − 1) / STEP) clipped to the bins.
-
-    y0 = round(x + τ); the value moves once x + λτ passes the midpoint between y0 and its neighbour
-    in the direction of τ, so λ* − 1 = ((y0 − x) − τ + h) / τ with h the signed half gap to that
-    neighbour (``nextafter``, so binade edges, subnormals and zero need no special cases). All in
-    the compute dtype (float32 for 16-bit and 32-bit inputs): y0, its neighbour and h are exact
-    there, and the remaining rounding moves λ* by ~1e-7, far below the 0.002 bin width.
-    """
-    x = x.to(tau.dtype)
-    total = x + tau
-    inf = torch.tensor(math.inf, dtype=tau.dtype, device=tau.device)
-    toward = torch.copysign(inf, tau)
-    scale = torch.reciprocal(tau).mul_(1.0 / SURVIVAL_STEP)  # 1 / (τ·STEP)
-    if not bool(torch.isfinite(scale).all()):
-        # a subnormal τ (possible at ε = 0) overflows 1/τ; the largest finite value keeps every ratio's
-        # sign and clip, and a zero numerator (exactly at the midpoint) gives 0 instead of 0·inf = NaN
-        big = torch.finfo(tau.dtype).max
-        scale.nan_to_num_(posinf=big, neginf=-big)
-    # keys are built in the compute dtype (exact integers: at most N·3·BINS < 2^24) and converted once
-    offset = (torch.as_tensor(first, device=tau.device) * SURVIVAL_BINS).to(tau.dtype)  # += BINS per dtype
-    limit = float(total.abs().max()) if total.numel() else 0.0
-    dtypes = [torch_dtype(name) for name in SURVIVAL_DTYPES]
-    finite = limit < min(torch.finfo(d).max for d in dtypes) / 2
-    keys = torch.empty((len(SURVIVAL_DTYPES), tau.numel()), dtype=torch.int32, device=tau.device)
-    y0 = torch.empty_like(tau)
-    for d, dtype in enumerate(dtypes):
-        if dtype == tau.dtype:
-            y0.copy_(total)
-            neighbour = torch.nextafter(y0, toward)
-        else:
-            rounded = total.to(dtype)
-            y0.copy_(rounded)
-            neighbour = torch.nextafter(rounded, toward.to(dtype)).to(tau.dtype)
-        h = neighbour.sub_(y0).mul_(0.5)  # signed half gap, exact
-        num = (
-            y0.sub_(x).sub_(tau).add_(h)
-        )  # (y0 − x) − τ is the rounding of x + τ; mid = y0 + h may not be representable
-        num.mul_(scale).ceil_()  # ceil((λ* − 1) / STEP)
-        num.clamp_(0.0, SURVIVAL_BINS - 1)
-        if not finite:  # y0 overflowed to ±inf somewhere (float16): NaN gaps land in the last bin ("never")
-            torch.nan_to_num_(num, nan=SURVIVAL_BINS - 1)
-        keys[d].copy_(num.add_(offset))
-        offset.add_(SURVIVAL_BINS)
-    return keys.reshape(-1)
-
-
 def cache_dir() -> Path:
     """Where probe reports are cached (``paths.cache_dir("probe")``)."""
     return paths.cache_dir("probe")
@@ -477,8 +439,8 @@ def _checksum(report: dict) -> str:
     return hashlib.sha256(json.dumps(report, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
-    """A probe of the same inputs and ε saved earlier, or None. A cache file is used only when it is a regular
+def load_cached(fingerprint: str, eps: float, kinds: Sequence[ProbeStatistic] = ()) -> ProbeReport | None:
+    """A probe of the same inputs and ε saved earlier, with the values of the statistics ``kinds``, or None. A cache file is used only when it is a regular
     file holding ``{"format": "ram-probe-cache/1", "fingerprint", "eps", "sha256", "report"}`` whose
     fingerprint and ε are the ones asked for and whose checksum matches the report; anything else (not a
     regular file, unreadable, invalid JSON, an earlier format, altered numbers) is a cache miss, logged in one
@@ -497,7 +459,7 @@ def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
             elif data.get("sha256") != _checksum(data["report"]):
                 why = "its checksum does not match its content"
             else:
-                report = ProbeReport.from_json(data["report"])
+                report = ProbeReport.from_json(data["report"], kinds)
                 if report.fingerprint == fingerprint and report.eps == eps:
                     return report
                 why = "it describes other inputs or another ε"
@@ -510,12 +472,12 @@ def load_cached(fingerprint: str, eps: float) -> ProbeReport | None:
 
 
 def save_cached(report: ProbeReport) -> None:
-    """Cache a probe, with its inputs' fingerprint, ε and the checksum of its content; one without the survival
-    histograms never replaces a complete one."""
+    """Cache a probe, with its inputs' fingerprint, ε and the checksum of its content; one without the methods'
+    statistics never replaces one with them."""
     path = cache_dir() / f"{report.fingerprint}-{report.eps!r}.json"
-    if not report.has_survival:
-        existing = load_cached(report.fingerprint, report.eps)
-        if existing is not None and existing.has_survival:
+    if not report.counted:
+        existing = load_cached(report.fingerprint, report.eps, report.kinds)
+        if existing is not None and existing.counted:
             return
     content = report.to_json()
     sealed = {

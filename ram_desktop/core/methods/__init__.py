@@ -8,6 +8,7 @@ read the registry and the method's fields.
 from __future__ import annotations
 
 from .. import defaults
+from ..engine.contracts import ProbeStatistic
 from ..errors import InputError
 from . import (
     arcee_fusion,
@@ -45,6 +46,7 @@ from .base import (
 
 __all__ = [
     "METHODS",
+    "PROBE_STATISTICS",
     "SEARCH_METHODS",
     "SEARCH_REFERENCES",
     "Analysis",
@@ -93,6 +95,17 @@ SEARCH_METHODS: tuple[str, ...] = tuple(
 )
 SEARCH_REFERENCES: tuple[tuple[str, str], ...] = tuple(
     (name, m.label) for name, m in METHODS.items() if m.interop.search_reference
+)
+
+
+# The statistics the Analyze probe counts for the methods (``Analysis.probe_statistic``), each once, in the
+# registry's order: the probe runs with no method chosen, so it counts every method's (the pipeline hands them in).
+PROBE_STATISTICS: tuple[ProbeStatistic, ...] = tuple(
+    {
+        m.analysis.probe_statistic.name: m.analysis.probe_statistic
+        for m in METHODS.values()
+        if m.analysis.probe_statistic
+    }.values()
 )
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..engine.probe import ProbeReport
 from .ram import ram_plus_lambdas
+from .ram_rescale import survival_histograms, survival_share
 
 # the rules of thumb behind the words (docs/methods.md, "Which method?")
 THRESHOLDS = {
@@ -79,7 +80,7 @@ def advise(report: ProbeReport, out_dtype: str | None = "bfloat16") -> Advice:
     survival is read for (None or a probe without the survival histograms: not stated)."""
     n = len(report.agents)
     lambdas = ram_plus_lambdas({"r": DEFAULT_R, "alpha": DEFAULT_ALPHA}, report)
-    survival_dtype = out_dtype if out_dtype and report.has_survival and out_dtype in report.survival else None
+    survival_dtype = out_dtype if out_dtype and out_dtype in survival_histograms(report) else None
     facts = [
         AgentFacts(
             a.name,
@@ -87,7 +88,7 @@ def advise(report: ProbeReport, out_dtype: str | None = "bfloat16") -> Advice:
             a.unique / a.updated if a.updated else None,
             None if math.isinf(a.rho) else a.rho,
             lam,
-            report.survival_share(t, survival_dtype, lam) if survival_dtype else None,
+            survival_share(report, t, survival_dtype, lam) if survival_dtype else None,
         )
         for t, (a, lam) in enumerate(zip(report.agents, lambdas))
     ]

@@ -27,6 +27,7 @@ from ..engine.contracts import (
     FusedGroupKernel,
     FusedKernel,
     Observer,
+    ProbeStatistic,
     SliceCollector,
     SliceObserver,
     Streaming,
@@ -228,13 +229,20 @@ class Analysis:
     ``needs_probe(params)``: ``prepare`` needs the whole-model probe before the merge pass (two passes unless a
     cached probe exists). ``collector(params, plan)``: a pass-1 statistic that is never cached; its ``finish()``
     result reaches ``prepare(params, probe, collected)``. ``observer(params, plan)``: watches every merged chunk
-    (RAM+'s exact rounding survival count); a ``SliceObserver`` also takes what the method's fused kernel counts. ``lambdas(params, probe)``: the per-agent scale of unique updates,
-    for reports and cards (None: every λ is 1). ``would_keep``: the Analyze view's estimate (None: not shown).
-    ``selective``: the merge is RAM's selective rule, which ρ and λ describe (the ρ–λ columns and notes)."""
+    (RAM+'s exact rounding survival count); a ``SliceObserver`` also takes what the method's fused kernel counts.
+    ``observed_as``: the merge report's key its observer's ``finish()`` goes under (replacing what the probe statistic
+    states under that key, when it counted something). ``probe_statistic``: a statistic of the agents' unique
+    elements this method adds to the Analyze probe (``engine.contracts.ProbeStatistic``; the registry's
+    ``PROBE_STATISTICS`` gathers them, and the probe counts them whichever method is chosen). ``lambdas(params,
+    probe)``: the per-agent scale of unique updates, for reports and cards (None: every λ is 1). ``would_keep``: the
+    Analyze view's estimate (None: not shown). ``selective``: the merge is RAM's selective rule, which ρ and λ
+    describe (the ρ–λ columns and notes)."""
 
     needs_probe: Callable[[dict], bool] = _never
     collector: Callable[[dict, MergePlan], Collector] | None = None
     observer: Callable[[dict, MergePlan], Observer] | None = None
+    observed_as: str = ""
+    probe_statistic: ProbeStatistic | None = None
     lambdas: Callable[[dict, ProbeReport], list[float]] | None = None
     would_keep: WouldKeep | None = None
     # RAM's selective rule (unique updates kept, shared ones averaged): the probe's ρ and the λ it gives describe

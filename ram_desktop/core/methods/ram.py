@@ -16,6 +16,7 @@ import numpy as np
 from ..engine import kernels
 from ..engine.chunks import PATTERN_MAX_AGENTS, Chunk, StoredSlices
 from ..lazy import torch
+from . import ram_rescale
 from .base import Analysis, FusedKernel, Interop, MergeMethod, Param, Streaming, Sweep, WouldKeep
 from .mergekit_map import MergekitExport, MergekitImport, MergekitInput, MergekitMapping
 from .ram_rescale import SurvivalObserver
@@ -364,6 +365,8 @@ def _ram_family(
             needs_probe=lambda params: True,
             lambdas=lambdas,
             observer=lambda params, plan: SurvivalObserver(),
+            observed_as=ram_rescale.REPORT_KEY,
+            probe_statistic=ram_rescale.LAMBDA_STAR,
             would_keep=_rescaled_shares(lambdas),
             selective=True,
         ),

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport
+from ...core import SURVIVAL_DTYPES, MergeMethod, ProbeReport, survival_histograms, survival_share
 from ..session import Session, Topic
 from ..widgets.common import StaleBanner
 from .charts import HEAT_SCALE, ColourScale, DensityChart, LayerDensityChart, OverlapPies, agent_color
@@ -48,9 +48,9 @@ def rescale_survival(
 ) -> tuple[list[float | None], float | None]:
     """Per agent: share of unique elements whose RAM+ rescale survives rounding to ``dtype``; and the
     share over all agents' unique elements together (None when nothing is rescaled)."""
-    if lambdas is None or dtype is None or dtype not in report.survival:
+    if lambdas is None or dtype is None or dtype not in survival_histograms(report):
         return [None] * len(report.agents), None
-    shares = [report.survival_share(t, dtype, lam) if lam > 1.0 else None for t, lam in enumerate(lambdas)]
+    shares = [survival_share(report, t, dtype, lam) if lam > 1.0 else None for t, lam in enumerate(lambdas)]
     weighted = [(s, a.unique) for s, a in zip(shares, report.agents) if s is not None and a.unique]
     total = sum(u for _, u in weighted)
     return shares, (sum(s * u for s, u in weighted) / total if total else None)

@@ -3,15 +3,15 @@ Scorers): Evaluate, Compare and Search ask the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from PySide6.QtWidgets import QMessageBox, QWidget
 
 from ...core import new_code_folders, remember_code_folders
-from ...evaluate import Suite, scorer_folders
+from ...evaluate import LmEvalTask, Suite, scorer_folders
 
 
-def confirm_code(parent: QWidget, suites: list[Suite], info: Callable[[str], None]) -> bool:
+def confirm_code(parent: QWidget, suites: Sequence[Suite | LmEvalTask], info: Callable[[str], None]) -> bool:
     """The first time ``suites`` run a python scorer from a folder RAM Desktop did not write, ask Run /
     Cancel (docs/evaluate.md, Scorers). True when there is nothing new or the user chose Run; the
     folders are then remembered and not asked about again."""
