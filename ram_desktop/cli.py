@@ -628,15 +628,10 @@ def _search(args: argparse.Namespace, reporter: Reporter) -> int:
             methods.insert(0, spec.method)  # the recipe's method is searched too: its merge is the first trial
     if args.methods is None and calibration is not None:  # calibration given: the calibrated methods join
         methods += [n for n, m in METHODS.items() if m.interop.calibrated and n not in methods]
-    from .evaluate import load_suites
-
-    validation = load_suites(check_suites(args.suite), args.include_path)
-    tests = load_suites(check_suites(args.test_suite), args.include_path)
-    name_new_code([*validation, *tests])
     options = SearchOptions(
         spec,
-        validation,
-        tests,
+        check_suites(args.suite),
+        check_suites(args.test_suite),
         args.out,
         args.trials,
         methods,

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -253,26 +251,3 @@ def test_ctrl_c_keeps_the_finished_trials(demo, tmp_path):
     assert proc.returncode == 130 and len(lines) == 1 and "finished trials kept" in lines[0], stderr
     trials = completed(out / "study.db")
     assert any(s == "COMPLETE" for _, s, _ in trials) and not any(s == "RUNNING" for _, s, _ in trials)
-
-
-def test_a_python_scorer_from_a_new_folder_is_named_once_before_the_search(demo, tmp_path):
-    """``ram-merge search`` says, as ``eval`` and ``compare`` do, that a validation or test suite runs Python code
-    from a folder RAM Desktop did not write (one ``note:`` line, before any trial), and only the first time. The
-    search itself is stopped at its door (a fake ``search`` raising bad input) to keep this quick."""
-    folder = tmp_path / "mine"
-    shutil.copytree(demo / "suites" / "validation" / "code", folder)
-    (folder / "reward.py").write_text(
-        "def reward(prompts, completions, **columns):\n    return [1.0] * len(completions)\n"
-    )
-    text = (folder / "suite.yaml").read_text()
-    (folder / "suite.yaml").write_text(re.sub(r"(?m)^scorer:.*$", "scorer: python:reward.py:reward", text))
-    stop = (
-        "import ram_desktop.workflow as w\nfrom ram_desktop.core import InputError\n"
-        "def stop(options, *a, **k):\n    raise InputError('stopped by the test: ' + repr(sorted(s.name for s in options.suites)))\n"
-        "w.search = stop\n"
-    )
-    command = ["search", *sources(demo), "--suite", str(folder), "--trials", "1", "--out", str(tmp_path / "s")]
-    first = cli(tmp_path, *command, prelude=stop)
-    notes = [line for line in first.stderr.splitlines() if line.startswith("note: ")]
-    assert len(notes) == 1 and str(folder) in notes[0] and "reward.py" in notes[0], first.stderr
-    refused(cli(tmp_path, *command, prelude=stop), "stopped by the test")  # named once: no note the second time

@@ -12,7 +12,7 @@ pytest.importorskip("PySide6")
 pytest.importorskip("pyqtgraph")
 pytest.importorskip("pytestqt")
 
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication
 
@@ -126,19 +126,3 @@ def merge(qtbot, window, timeout: int = 60000) -> None:
     with qtbot.waitSignal(window.merge_finished, timeout=timeout) as blocker:
         qtbot.mouseClick(window.merge_button, Qt.LeftButton)
     assert blocker.args == ["done"], window.message.text.text()
-
-
-def answer_code_notice(qtbot, button: str) -> list[str]:
-    """Click ``button`` in the "Run code from a suite folder?" box once it is open; the texts of the boxes seen."""
-    from PySide6.QtWidgets import QMessageBox
-
-    seen: list[str] = []
-
-    def click() -> None:
-        box = QApplication.activeModalWidget()
-        if isinstance(box, QMessageBox) and box.objectName() == "code_notice":
-            seen.append(box.text())
-            qtbot.mouseClick(next(b for b in box.buttons() if b.text() == button), Qt.LeftButton)
-
-    QTimer.singleShot(300, click)
-    return seen

@@ -26,7 +26,7 @@ from ram_desktop.gui.evaluate import compare_panel, panel as evaluate_panel
 
 from ..test_compare import _tiny_agents
 from ..test_evaluate_runner import reference
-from .conftest import answer_code_notice, load_sources, merge
+from .conftest import load_sources, merge
 
 PROMPTS = [
     "What is 2 + 3?",
@@ -522,6 +522,22 @@ def test_python_scorer_shows_its_file_and_runs_only_in_the_evaluation(qtbot, win
     with qtbot.waitSignal(panel.evaluation_finished, timeout=60000) as done:
         qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
     assert done.args == ["done"] and asked == []
+
+
+def answer_code_notice(qtbot, button: str) -> list[str]:
+    """Click ``button`` in the "Run code from a suite folder?" box once it is open; the texts of the boxes seen."""
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    seen: list[str] = []
+
+    def click() -> None:
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox) and box.objectName() == "code_notice":
+            seen.append(box.text())
+            qtbot.mouseClick(next(b for b in box.buttons() if b.text() == button), Qt.LeftButton)
+
+    QTimer.singleShot(300, click)
+    return seen
 
 
 def test_scorer_picker_accepts_a_builtin_and_refuses_a_bad_spec(qtbot, window, tiny, monkeypatch):

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt
 pytest.importorskip("transformers")
 pytest.importorskip("optuna")
 
-from .conftest import answer_code_notice, load_sources
+from .conftest import load_sources
 
 
 def test_search_tab_runs_trials_shows_them_live_and_uses_the_best(qtbot, window, demo_models, tmp_path):
@@ -70,30 +70,3 @@ def test_search_tab_refuses_no_methods_before_anything_runs(qtbot, window, demo_
     panel.validation.setText("")
     assert not panel.run.start_button.isEnabled()
     assert not (tmp_path / "search").exists()
-
-
-def test_search_asks_before_a_validation_suites_python_scorer_runs(qtbot, window, demo_models, tmp_path):
-    """A validation suite whose python scorer sits in a folder RAM Desktop did not write: Run search asks first
-    (as Evaluate and Compare do); Cancel starts nothing and the scorer's file never runs."""
-    base, agents = demo_models
-    load_sources(qtbot, window, base, agents)
-    folder = tmp_path / "py"
-    folder.mkdir()
-    marker = tmp_path / "ran"
-    (folder / "reward.py").write_text(
-        f"open({str(marker)!r}, 'a').write('x')\n"
-        "def reward(prompts, completions, **columns):\n"
-        "    return [1.0 for c in completions]\n"
-    )
-    (folder / "data.jsonl").write_text(json.dumps({"prompt": "Say hello"}) + "\n")
-    (folder / "suite.yaml").write_text("name: py\nscorer: python:reward.py:reward\nmax_new_tokens: 3\n")
-    panel = window.search
-    window.steps.setCurrentWidget(panel)
-    panel.set_validation([folder])
-    panel.folder.setText(str(tmp_path / "search"))
-    assert panel.run.start_button.isEnabled()
-    asked = answer_code_notice(qtbot, "Cancel")
-    qtbot.mouseClick(panel.run.start_button, Qt.LeftButton)
-    assert len(asked) == 1 and str(folder) in asked[0] and "reward.py" in asked[0], asked
-    assert not panel.task.running() and not marker.exists() and not (tmp_path / "search").exists()
-    assert "not started" in window.message.text.text().lower()

@@ -31,12 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from ...core import METHODS, SEARCH_METHODS, InputError, MergeSpec
-from ...evaluate import load_suites
 from ...workflow import SearchOptions, SearchResult, Trial, check_methods, search, search_space
 from ..jobs import JobController, JobState
 from ..session import Session
 from ..widgets.common import WrappedLines
-from .code_notice import confirm_code
 from .run_bar import PanelJob, RunBar
 from .warm_up import import_transformers
 
@@ -237,15 +235,12 @@ class SearchPanel(QWidget):
             methods = check_methods(self.methods())
             if not self.validation_suites():
                 raise InputError("give at least one validation suite to score the trials on")
-            validation = load_suites(self.validation_suites())  # opened to see their scorers; no code runs
         except InputError as e:
             self.error.emit(str(e))
             return False
-        if not confirm_code(self, [*validation, *self.session.scoring.suites], self.info.emit):
-            return False
         options = SearchOptions(
             spec,
-            validation,
+            self.validation_suites(),
             list(self.session.scoring.suites),
             Path(self.folder.text().strip()).expanduser(),
             self.trial_count.value(),
