@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ram_desktop.gui.method.spec_form import read_spec
 from ram_desktop.gui.widgets import common
 
 from .conftest import load_sources
@@ -75,14 +74,14 @@ def test_the_wheel_changes_no_method_setting_without_focus(qtbot, window, demo_m
         window.method.set_method(name)
         qtbot.wait(20)
         window.analyse_button.setFocus()  # the keyboard is elsewhere; the pointer passes over the form
-        before = read_spec(*window.sources.chosen, window.method)
+        before = window.spec()
         fields = _fields(window.method)
         assert sum(isinstance(f, (QComboBox, QAbstractSpinBox)) for f in fields) >= 4, name
         for field in fields:
             for notches in (3, -6):
                 _scroll_area_around(field).ensureWidgetVisible(field)  # the wheel scrolled the page
                 _wheel(field, notches)
-                assert read_spec(*window.sources.chosen, window.method) == before, (name, field.objectName())
+                assert window.spec() == before, (name, field.objectName())
         assert window.method.current.name == name
 
 

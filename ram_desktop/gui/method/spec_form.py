@@ -5,7 +5,7 @@ by the agents' row keys, so what the form shows for an agent is what that agent 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,6 @@ from ... import workflow
 from ...core import (
     OUT_DTYPES,
     VOCAB_MODES,
-    Agent,
     Checkpoint,
     InputError,
     MergeResult,
@@ -24,8 +23,8 @@ from ...core import (
     thaw,
 )
 from ...core.storage.output import check_apart, check_replaceable
-from ..draft import Draft, merge_spec
-from ..session import SourceRow, SourcesState, Topic
+from ..draft import Draft
+from ..session import Topic
 from .fields import PerAgentField
 from .panel import MethodPanel
 
@@ -33,15 +32,6 @@ from .panel import MethodPanel
 # kernels holds the GIL long enough to freeze the event loop once, which a 300M-parameter merge or Analyze
 # repays many times over and a small model's does not (``RunOptions.kernel_min_elements``).
 KERNEL_MIN_ELEMENTS = 50_000_000
-
-
-def read_spec(base: str, agents: Sequence[Agent], method: MethodPanel) -> MergeSpec:
-    """The spec of the form's session (its draft) for ``base`` and ``agents`` (the sources panel's ``chosen``, each
-    agent keyed by its row in the session), its layer map included. Reads no widget. Raises ``InputError`` when ε
-    is not a number or the agents no longer fit the layer map."""
-    keys: dict[str, Any] = {name: key for key, name in method.session.sources.identities}
-    rows = tuple(SourceRow(keys.get(a.name, a.name), a.name, a.source) for a in agents)
-    return merge_spec(SourcesState(base, rows), method.session.draft)
 
 
 def read_draft(method: MethodPanel) -> Draft:
